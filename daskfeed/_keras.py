@@ -1,0 +1,12 @@
+"""The one place daskfeed imports keras (TensorFlow backend unless the user chose another)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+
+__all__ = ["keras"]

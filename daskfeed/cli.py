@@ -1,0 +1,167 @@
+"""The ``daskfeed`` command (also ``dask feed``): thin click commands over library functions.
+
+Nothing heavy is imported at module level: ``daskfeed --help`` loads neither keras nor
+tensorflow. Library errors become one clear message and exit 1; bad flags exit 2 with usage.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from daskfeed.exceptions import DaskfeedError
+
+
+class MemorySize(click.ParamType):
+    """A size such as ``14GB`` or ``14GiB`` (``dask.utils.parse_bytes``), positive."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> str:
+        from daskfeed.cluster import parse_memory_limit
+
+        try:
+            parse_memory_limit(value)
+        except DaskfeedError as err:
+            self.fail(str(err), param, ctx)
+        return str(value)
+
+
+def _columns(ctx: Any, param: Any, value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    cols = [c.strip() for c in value.split(",") if c.strip()]
+    if not cols:
+        raise click.BadParameter("expected comma-separated column names, e.g. level,hour")
+    return cols
+
+
+def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn daskfeed's user-facing errors into ``click.ClickException`` (exit 1, no traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except DaskfeedError as err:
+            raise click.ClickException(str(err)) from err
+        except KeyboardInterrupt:
+            raise click.Abort() from None
+
+    return wrapper
+
+
+@click.group(name="feed", context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="daskfeed")
+def cli() -> None:
+    """Train Keras models on CSV data sets far larger than memory, fed by a Dask cluster."""
+
+
+def _train_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--features", callback=_columns, help="Comma-separated feature columns (default: all but label)."),
+        click.option("--exclude", callback=_columns, help="Comma-separated columns to leave out."),
+        click.option("--epochs", type=click.IntRange(1), default=3, show_default=True),
+        click.option("--batch-size", type=click.IntRange(1), default=1024, show_default=True),
+        click.option("--memory-limit", type=MemorySize(), default=None,
+                     help="Budget of the whole process tree (trainer + workers), e.g. 14GB or 14GiB. "
+                          "Default: 75% of RAM."),
+        click.option("--nworkers", type=click.IntRange(1), default=None,
+                     help="Dask workers of the local cluster (default: cores, at most 4)."),
+        click.option("--nthreads", type=click.IntRange(1), default=1, show_default=True,
+                     help="Threads per worker."),
+        click.option("--dashboard-address", default="127.0.0.1:8787", show_default=True,
+                     help="Where the Dask dashboard listens (next free port if taken)."),
+        click.option("--scheduler", default=None,
+                     help="Address (tcp://host:8786) of a running Dask scheduler to use instead "
+                          "of a local cluster."),
+        click.option("--scheduler-file", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="Scheduler file of a running Dask cluster."),
+        click.option("--model", default=None,
+                     help="Your model builder, module:function or file.py:function, called with "
+                          "the manifest."),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--as-matrix", is_flag=True, help="Feed x as one float32 matrix of numeric features."),
+        click.option("--verbose", type=click.IntRange(0, 2), default=None, help="Keras verbosity."),
+    ]
+    for opt in reversed(options):
+        fn = opt(fn)
+    return fn
+
+
+def _run_train(data: Any, label: str, validation: Any, output: str, **kw: Any) -> Any:
+    from daskfeed.train import train
+
+    scheduler = kw.pop("scheduler") or kw.pop("scheduler_file", None)
+    kw.pop("scheduler_file", None)
+    verbose = kw.pop("verbose")
+    return train(
+        data, label=label, validation=validation or None, output=output, scheduler=scheduler,
+        features=kw.pop("features"), exclude=tuple(kw.pop("exclude") or ()),
+        verbose="auto" if verbose is None else verbose, echo=click.echo, **kw,
+    )
+
+
+@cli.command()
+@click.argument("data", nargs=-1, required=True)
+@click.option("--label", required=True, help="The label column (numeric: 0/1, class ids or values).")
+@click.option("--validation", multiple=True, help="Validation data (path, glob or URL; repeatable).")
+@click.option("--output", default="daskfeed-out", show_default=True,
+              help="Directory for model.keras, manifest.json, history.json.")
+@_train_options
+@_friendly
+def train(data: tuple[str, ...], label: str, validation: tuple[str, ...], output: str, **kw: Any) -> None:
+    """Train a Keras model on DATA (paths, globs such as "logs/**/*.csv", or URLs)."""
+    _run_train(list(data), label, list(validation), output, **kw)
+
+
+@cli.command()
+@click.option("--data-dir", default="demo-data", show_default=True,
+              help="Where the demo CSV files are written.")
+@click.option("--rows", type=click.IntRange(1000), default=200_000, show_default=True)
+@click.option("--validate-rows", type=click.IntRange(1000), default=50_000, show_default=True)
+@click.option("--output", default="demo-out", show_default=True)
+@_train_options
+@_friendly
+def demo(data_dir: str, rows: int, validate_rows: int, output: str, **kw: Any) -> None:
+    """Write quest-log demo data (the old 1000-row split layout) and train on it."""
+    from daskfeed.demo import write_demo_data
+
+    demo_data = write_demo_data(data_dir, rows=rows, validate_rows=validate_rows, seed=kw["seed"])
+    click.echo(f"demo data: {demo_data.train_rows:,} train rows, {demo_data.validate_rows:,} "
+               f"validation rows in {os.path.abspath(data_dir)} (1000-row files)")
+    if kw.get("memory_limit") is None:
+        kw["memory_limit"] = "4GB"
+    _run_train([demo_data.train_glob], "cleared", [demo_data.validate_glob], output, **kw)
+
+
+@cli.command()
+@click.argument("data", nargs=-1, required=True)
+@click.option("--label", required=True)
+@click.option("--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the manifest JSON here.")
+@_friendly
+def scan(data: tuple[str, ...], label: str, output: str | None) -> None:
+    """Scan DATA once and print (or write) its manifest summary."""
+    from daskfeed.cluster import client_context
+    from daskfeed.manifest import scan as run_scan
+
+    with client_context(None) as client:
+        m = run_scan(list(data), label=label, client=client)
+    click.echo(m.summary())
+    for c in m.columns.values():
+        extra = (f"mean {c.mean:.4g} sd {c.var ** 0.5:.4g}" if c.kind == "numeric"
+                 else f"{len(c.vocabulary)} of {c.distinct} values kept" if c.kind == "categorical"
+                 else "")
+        click.echo(f"  {c.name:<24} {c.kind:<12} {c.dtype:<8} missing {c.missing:<10,} {extra}")
+    if output:
+        m.to_json(output)
+        click.echo(f"wrote {output}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    cli()

@@ -1,0 +1,234 @@
+"""Cluster: the one place that starts a LocalCluster or connects to a scheduler.
+
+Also splits a memory budget for the WHOLE process tree (trainer + every worker) into a trainer
+reserve, a prefetch allowance and a per-worker ``memory_limit``, and derives the partition
+size (blocksize) and window size from it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from dask.utils import format_bytes, parse_bytes
+
+from daskfeed import config
+from daskfeed.exceptions import BudgetError
+
+__all__ = ["Budget", "acquire_client", "client_context", "parse_memory_limit", "start_local_cluster"]
+
+logger = logging.getLogger(__name__)
+
+# measured: an idle dask worker ≈ 0.15 GB RSS; it also needs room to parse one block
+MIN_WORKER = 384 * 2**20
+# parsing a CSV window costs several × its bytes (arrow buffers, pandas frames, concat, encode)
+PARSE_FACTOR = 6.0
+# keep a window's peak under dask's "target" fraction so workers neither spill nor pause
+WORKER_TARGET = 0.6
+MAX_BLOCKSIZE = 64 * 2**20
+
+
+def parse_memory_limit(text: str | int | float) -> int:
+    """Parse ``"14GB"`` / ``"14GiB"`` / bytes into an int, refusing nonsense.
+
+    Raises
+    ------
+    BudgetError
+        For empty, negative, zero, unparsable values or more than this machine has.
+    """
+    if isinstance(text, (int, float)):
+        value = int(text)
+    else:
+        s = str(text).strip()
+        if not s:
+            raise BudgetError("Expected a memory size such as '14GB' or '14GiB'. Received: ''.")
+        try:
+            value = int(parse_bytes(s))
+        except (ValueError, TypeError) as err:
+            raise BudgetError(
+                f"Expected a memory size such as '14GB' or '14GiB'. Received: {s!r}.\n"
+                "Hint: units are B, kB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024)."
+            ) from err
+    if value <= 0:
+        raise BudgetError(f"Expected a positive memory size. Received: {text!r}.")
+    import psutil
+
+    physical = psutil.virtual_memory().total
+    if value > physical:
+        raise BudgetError(
+            f"Expected a memory limit this machine can honour. Received: {text!r} "
+            f"({format_bytes(value)}) but it has {format_bytes(physical)} of RAM.\n"
+            f"Hint: pass at most {physical / 1e9:.0f}GB."
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How one memory budget is split across the process tree."""
+
+    total: int
+    trainer: int  # trainer process: Python + TF + model + prefetched windows
+    prefetch: int  # encoded bytes the trainer keeps ready or in flight
+    nworkers: int
+    nthreads: int
+    worker: int  # memory_limit of each worker (dask's spill/pause/terminate apply)
+    window_bytes: int  # CSV bytes whose rows are shuffled together in one task
+    blocksize: int  # CSV bytes per partition
+
+    @classmethod
+    def split(
+        cls,
+        total: int | str,
+        *,
+        nworkers: int | None = None,
+        nthreads: int = 1,
+        trainer_reserve: int | str | None = None,
+    ) -> Budget:
+        """Split ``total`` bytes; refuse (with the minimum) a budget too small to work."""
+        total = parse_memory_limit(total)
+        nworkers = nworkers or default_nworkers()
+        if nworkers < 1 or nthreads < 1:
+            raise BudgetError(
+                f"Expected at least one worker and one thread. Received: nworkers={nworkers}, "
+                f"nthreads={nthreads}."
+            )
+        base = config.get_bytes("trainer-reserve", trainer_reserve)
+        minimum = base + 32 * 2**20 + nworkers * MIN_WORKER
+        if total < minimum:
+            raise BudgetError(
+                f"A memory limit of {format_bytes(total)} is too small for a trainer and "
+                f"{nworkers} worker(s). Expected at least {format_bytes(minimum)} "
+                f"({minimum / 1e9:.2f}GB): trainer {format_bytes(base)} + "
+                f"{nworkers} × {format_bytes(MIN_WORKER)} per worker.\n"
+                "Hint: raise --memory-limit or lower --nworkers."
+            )
+        prefetch = int(min(max(0.1 * total, 32 * 2**20), 2**30))
+        worker = (total - base - prefetch) // nworkers
+        if worker < MIN_WORKER:  # small budgets: give workers their minimum first
+            worker = MIN_WORKER
+            prefetch = total - base - nworkers * worker
+        per_task = worker * WORKER_TARGET / (PARSE_FACTOR * nthreads)
+        window_bytes = int(max(min(per_task, config.get_bytes("window-bytes") * 4), 4 * 2**20))
+        blocksize = int(min(MAX_BLOCKSIZE, config.get_bytes("blocksize"), window_bytes))
+        return cls(total, base + prefetch, prefetch, nworkers, nthreads, worker, window_bytes,
+                   blocksize)
+
+    def describe(self, text: str | None = None) -> str:
+        """E.g. ``14GB (13.04 GiB): trainer 2.40 GB, 2 workers × 5.80 GB, ...``."""
+        shown = text or f"{self.total / 1e9:g}GB"
+        return (
+            f"{shown} = {self.total / 1e9:.2f} GB ({self.total / 2**30:.2f} GiB): "
+            f"trainer {self.trainer / 1e9:.2f} GB (incl. prefetch {self.prefetch / 1e9:.2f} GB), "
+            f"{self.nworkers} worker{'s' if self.nworkers > 1 else ''} × "
+            f"{self.worker / 1e9:.2f} GB ({self.nthreads} thread{'s' if self.nthreads > 1 else ''}"
+            f" each); partitions of {format_bytes(self.blocksize)}, shuffle windows of "
+            f"{format_bytes(self.window_bytes)} CSV"
+        )
+
+
+def default_nworkers() -> int:
+    """One single-threaded worker per core, at most 4, at least 1."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def free_port(host: str = "127.0.0.1", start: int = 8787, tries: int = 100) -> int:
+    """The first port from ``start`` on ``host`` that is free to listen on."""
+    for port in range(start, start + tries):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    return 0
+
+
+def start_local_cluster(
+    budget: Budget | None = None,
+    *,
+    dashboard_address: str | None = None,
+    processes: bool = True,
+    host: str = "127.0.0.1",
+) -> Any:
+    """Start a LocalCluster on loopback inside ``budget`` and return a Client owning it.
+
+    Closing the client (``client.close()``) also closes the cluster.
+    """
+    from distributed import Client, LocalCluster
+
+    if dashboard_address is None:
+        dashboard_address = config.get("dashboard-address")
+    if dashboard_address:
+        dhost, _, dport = str(dashboard_address).rpartition(":")
+        dhost = dhost or host
+        port = free_port(dhost, int(dport or 8787)) if dport not in ("", "0") else 0
+        dashboard_address = f"{dhost}:{port}"
+    kwargs: dict[str, Any] = {
+        "host": host,
+        "processes": processes,
+        "dashboard_address": dashboard_address or None,
+        "silence_logs": logging.ERROR,
+    }
+    if budget is not None:
+        kwargs.update(n_workers=budget.nworkers, threads_per_worker=budget.nthreads,
+                      memory_limit=budget.worker)
+    cluster = LocalCluster(**kwargs)
+    client = Client(cluster, set_as_default=False)
+    client._daskfeed_cluster = cluster  # type: ignore[attr-defined]
+    return client
+
+
+def close_client(client: Any) -> None:
+    """Close a client and, if it owns one, its LocalCluster."""
+    cluster = getattr(client, "_daskfeed_cluster", None)
+    with contextlib.suppress(Exception):
+        client.close()
+    if cluster is not None:
+        with contextlib.suppress(Exception):
+            cluster.close()
+
+
+def connect(address: str, *, security: Any = None, timeout: str = "30s") -> Any:
+    """Connect to a running scheduler (``tcp://``/``tls://`` address or scheduler-file path)."""
+    from distributed import Client
+
+    if os.path.exists(address):
+        return Client(scheduler_file=address, security=security, timeout=timeout,
+                      set_as_default=False)
+    return Client(address, security=security, timeout=timeout, set_as_default=False)
+
+
+def acquire_client(client: Any = None) -> tuple[Any, bool]:
+    """Resolve ``client`` → ``(Client, owned)``.
+
+    A Client is used as is; an address string connects; ``None`` takes the current default
+    client, else starts a LocalCluster that the caller owns (and must close).
+    """
+    if client is not None and not isinstance(client, str):
+        return client, False
+    if isinstance(client, str):
+        return connect(client), True
+    from distributed import get_client
+
+    try:
+        return get_client(), False
+    except ValueError:
+        logger.info("daskfeed: no Dask client found; starting a LocalCluster on 127.0.0.1")
+        return start_local_cluster(), True
+
+
+@contextlib.contextmanager
+def client_context(client: Any = None) -> Iterator[Any]:
+    """Like :func:`acquire_client`, closing what it started on exit."""
+    c, owned = acquire_client(client)
+    try:
+        yield c
+    finally:
+        if owned:
+            close_client(c)

@@ -1,0 +1,41 @@
+"""The few error classes daskfeed raises; each is also a builtin so callers can catch either."""
+
+from __future__ import annotations
+
+__all__ = [
+    "BudgetError",
+    "DaskfeedError",
+    "DataError",
+    "DataNotFoundError",
+    "FeedTimeoutError",
+    "ManifestMismatchError",
+    "SchemaError",
+]
+
+
+class DaskfeedError(Exception):
+    """Base class: a user-facing error whose message says what, where, and a hint."""
+
+
+class DataNotFoundError(DaskfeedError, FileNotFoundError):
+    """A path, glob or URL that matches no readable file."""
+
+
+class SchemaError(DaskfeedError, ValueError):
+    """Columns or dtypes that do not fit what was asked (label, features, drift)."""
+
+
+class DataError(DaskfeedError, ValueError):
+    """A partition that cannot be parsed; the message names file and byte range."""
+
+
+class BudgetError(DaskfeedError, ValueError):
+    """A memory budget that is malformed or too small to work."""
+
+
+class ManifestMismatchError(DaskfeedError, ValueError):
+    """A manifest (or checkpoint) made for other data or other read options."""
+
+
+class FeedTimeoutError(DaskfeedError, TimeoutError):
+    """A window of batches did not arrive from the cluster in time."""

@@ -1,0 +1,182 @@
+"""Feed: runs ON WORKERS — a window's partitions → compact, shuffled numpy arrays.
+
+Only what the model needs crosses the wire: float32 numeric features (missing → the mean),
+int32 codes for string columns (0 = missing, 1 = out of vocabulary, 2.. = vocabulary), and the
+label. Rows are permuted across all partitions of the window with the plan's window seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["ColumnCode", "Encoding", "WindowData", "encode_frame", "encode_window", "read_window"]
+
+MISSING_CODE = 0
+OOV_CODE = 1
+VOCAB_OFFSET = 2
+
+
+@dataclass(frozen=True)
+class ColumnCode:
+    """How one column is encoded."""
+
+    name: str
+    kind: str  # numeric | categorical | datetime
+    fill: float = 0.0
+    vocabulary: tuple[str, ...] = ()
+
+    @property
+    def input_dim(self) -> int:
+        """Embedding input size for a categorical column (missing + OOV + vocabulary)."""
+        return len(self.vocabulary) + VOCAB_OFFSET
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """What a worker needs to turn rows into arrays; derived from a Manifest."""
+
+    label: str
+    label_dtype: str  # float32 | int32
+    columns: tuple[ColumnCode, ...]
+    as_matrix: bool = False
+
+    @classmethod
+    def from_manifest(cls, manifest: Any, features: list[str], as_matrix: bool = False) -> Encoding:
+        """Build the encoding of ``features`` from a manifest's statistics."""
+        from daskfeed.exceptions import SchemaError
+
+        codes = []
+        for name in features:
+            col = manifest.columns[name]
+            if as_matrix and col.kind != "numeric":
+                raise SchemaError(
+                    f"as_matrix=True stacks numeric columns into one float32 matrix. Received: "
+                    f"column {name!r} of kind {col.kind!r}.\nHint: pass features=[...] with "
+                    "numeric columns only, or use the dict form (as_matrix=False)."
+                )
+            codes.append(ColumnCode(name, col.kind, col.fill_value, tuple(col.vocabulary)))
+        label_dtype = "int32" if manifest.task == "multiclass" else "float32"
+        return cls(manifest.label, label_dtype, tuple(codes), as_matrix)
+
+    @property
+    def bytes_per_row(self) -> int:
+        """Encoded bytes per row (features + label)."""
+        return 4 * (len(self.columns) + 1)
+
+
+@dataclass
+class WindowData:
+    """A window's encoded rows: ``x`` (dict or matrix) and ``y``."""
+
+    x: dict[str, np.ndarray] | np.ndarray
+    y: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the arrays."""
+        xs = self.x.values() if isinstance(self.x, dict) else [self.x]
+        return int(sum(a.nbytes for a in xs) + self.y.nbytes)
+
+    def take(self, start: int, stop: int) -> tuple[Any, np.ndarray]:
+        """Rows ``[start, stop)`` as views (no copy)."""
+        if isinstance(self.x, dict):
+            return {k: v[start:stop] for k, v in self.x.items()}, self.y[start:stop]
+        return self.x[start:stop], self.y[start:stop]
+
+
+def _encode_column(s: pd.Series, code: ColumnCode) -> np.ndarray:
+    if code.kind == "categorical":
+        values = s if pd.api.types.is_string_dtype(s.dtype) else s.astype("string")
+        cat = pd.Categorical(values, categories=list(code.vocabulary))
+        codes = cat.codes.astype(np.int32) + VOCAB_OFFSET  # -1 (unknown or NaN) → 1
+        missing = s.isna().to_numpy()
+        if missing.any():
+            codes[missing] = MISSING_CODE
+        return codes
+    if code.kind == "datetime":
+        ts = pd.to_datetime(s, errors="coerce")
+        arr = (ts.astype("int64").to_numpy() / 1e9).astype(np.float32)
+        arr[ts.isna().to_numpy()] = np.float32(code.fill)
+        return arr
+    arr = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float32, na_value=np.nan)
+    nan = np.isnan(arr)
+    if nan.any():
+        arr[nan] = np.float32(code.fill)
+    return arr
+
+
+def encode_frame(df: pd.DataFrame, encoding: Encoding) -> WindowData:
+    """Encode a pandas frame in row order; rows without a label are dropped."""
+    if encoding.label not in df.columns:
+        from daskfeed.exceptions import SchemaError
+
+        raise SchemaError(
+            f"Expected label column {encoding.label!r} in every partition. Received: columns "
+            f"{list(df.columns)[:20]}.\nHint: give all files the same header."
+        )
+    label = pd.to_numeric(df[encoding.label], errors="coerce")
+    keep = label.notna().to_numpy()
+    if not keep.all():
+        df = df.loc[keep]
+        label = label.loc[keep]
+    y = label.to_numpy(dtype=np.float64).astype(encoding.label_dtype)
+    if encoding.as_matrix:
+        x = np.empty((len(df), len(encoding.columns)), dtype=np.float32)
+        for j, code in enumerate(encoding.columns):
+            x[:, j] = _encode_column(df[code.name], code)
+        return WindowData(x, y)
+    return WindowData({c.name: _encode_column(df[c.name], c) for c in encoding.columns}, y)
+
+
+def _concat(parts: list[WindowData]) -> WindowData:
+    if len(parts) == 1:
+        return parts[0]
+    y = np.concatenate([p.y for p in parts])
+    if isinstance(parts[0].x, dict):
+        return WindowData({k: np.concatenate([p.x[k] for p in parts]) for k in parts[0].x}, y)
+    return WindowData(np.concatenate([p.x for p in parts]), y)
+
+
+def _permute(data: WindowData, seed: Any) -> WindowData:
+    if seed is None or len(data) < 2:
+        return data
+    perm = np.random.default_rng(list(seed)).permutation(len(data))
+    if isinstance(data.x, dict):
+        return WindowData({k: v[perm] for k, v in data.x.items()}, data.y[perm])
+    return WindowData(data.x[perm], data.y[perm])
+
+
+def _empty(encoding: Encoding) -> WindowData:
+    empty = pd.DataFrame({c.name: pd.Series([], dtype="float64") for c in encoding.columns}
+                         | {encoding.label: pd.Series([], dtype="float64")})
+    return encode_frame(empty, encoding)
+
+
+def encode_window(*frames: pd.DataFrame, encoding: Encoding, seed: Any = None) -> WindowData:
+    """Encode a window's partitions and shuffle rows across all of them (on a worker)."""
+    parts = [encode_frame(f, encoding) for f in frames if len(f)]
+    return _permute(_concat(parts), seed) if parts else _empty(encoding)
+
+
+def read_window(blocks: list[Any], options: Any, encoding: Encoding, seed: Any = None) -> WindowData:
+    """Read, encode and shuffle a window of file blocks in one task (on a worker).
+
+    Each block is encoded as soon as it is parsed, so the task's peak memory is one parsed
+    block plus the window's compact arrays, and no parsed frame crosses the network.
+    """
+    from daskfeed.source import read_block
+
+    parts = []
+    for block in blocks:
+        df = read_block(block, options)
+        if len(df):
+            parts.append(encode_frame(df, encoding))
+        del df
+    return _permute(_concat(parts), seed) if parts else _empty(encoding)

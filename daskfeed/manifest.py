@@ -1,0 +1,562 @@
+"""Scan: ONE pass over every partition on the cluster → a :class:`Manifest`.
+
+Per partition (on a worker): row count, the kind of every column as pyarrow/pandas inferred it
+*in that partition*, missing counts, numeric moments, string value counts. Partial statistics
+are merged in a tree on the cluster; only small per-partition facts travel to the client. The
+kinds are then reconciled: an integer column with blanks in late files becomes a float column
+with missing values; a column that is numeric in one partition and text in another is an
+error naming both partitions.
+
+The Manifest is plain JSON (``to_json`` / ``from_json``) and carries the fingerprint of the
+data it describes, so it can be reused instead of rescanning.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import warnings
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from daskfeed import config
+from daskfeed.exceptions import ManifestMismatchError, SchemaError
+
+__all__ = ["Column", "Manifest", "scan"]
+
+MANIFEST_VERSION = 1
+# distinct string values tracked exactly per column before counts become approximate
+_MAX_TRACKED = 50_000
+# distinct label values tracked; above this an integer label is treated as regression
+_MAX_LABEL_VALUES = 1000
+_NUMERIC_KINDS = {"int", "float"}
+
+
+# ----------------------------------------------------------------------------- worker side
+def _kind(s: pd.Series) -> str:
+    """Kind of one column in one partition: int, float, string, datetime, null or mixed."""
+    n = len(s)
+    if n and int(s.isna().sum()) == n:
+        return "null"
+    dt = s.dtype
+    if pd.api.types.is_bool_dtype(dt) or pd.api.types.is_integer_dtype(dt):
+        return "int"
+    if pd.api.types.is_float_dtype(dt):
+        nonnull = s.dropna()
+        if len(nonnull) and bool(np.all(np.mod(nonnull.to_numpy(), 1) == 0)):
+            return "int"  # an int column with blanks, as pyarrow/pandas hand it over
+        return "float"
+    if pd.api.types.is_datetime64_any_dtype(dt):
+        return "datetime"
+    if pd.api.types.is_string_dtype(dt) or dt == object:
+        inferred = pd.api.types.infer_dtype(s, skipna=True)
+        if inferred == "string":
+            return "string"
+        if inferred in ("integer", "boolean"):
+            return "int"
+        if inferred in ("floating", "mixed-integer-float", "decimal"):
+            return "float"
+        if inferred == "empty":
+            return "null"
+        return "mixed"
+    if isinstance(dt, pd.CategoricalDtype):
+        return "string"
+    return "mixed"
+
+
+def summarize_partition(df: pd.DataFrame, label: str) -> dict[str, Any]:
+    """Facts and partial statistics of one partition (runs on a worker)."""
+    rows = len(df)
+    out: dict[str, Any] = {"rows": rows, "columns": list(map(str, df.columns)), "kinds": {},
+                           "missing": {}, "stats": {}}
+    if label in df.columns:
+        lab = pd.to_numeric(df[label], errors="coerce") if _kind(df[label]) != "string" else None
+        out["label_rows"] = int(lab.notna().sum()) if lab is not None else rows
+    else:
+        out["label_rows"] = 0
+    for name in df.columns:
+        s = df[name]
+        kind = _kind(s)
+        key = str(name)
+        missing = int(s.isna().sum())
+        out["kinds"][key] = kind
+        out["missing"][key] = missing
+        st: dict[str, Any] = {"count": rows - missing}
+        if kind in _NUMERIC_KINDS:
+            v = pd.to_numeric(s, errors="coerce").dropna().to_numpy(dtype="float64")
+            if len(v):
+                mean = float(v.mean())
+                st.update(mean=mean, m2=float(((v - mean) ** 2).sum()), min=float(v.min()),
+                          max=float(v.max()))
+            else:
+                st.update(mean=0.0, m2=0.0, min=math.inf, max=-math.inf)
+            if key == label:
+                vc = pd.Series(v).value_counts()
+                st["values"] = {repr(float(k)): int(c) for k, c in vc.head(_MAX_LABEL_VALUES + 1).items()}
+        elif kind == "datetime":
+            v = s.dropna().astype("int64").to_numpy() / 1e9
+            if len(v):
+                mean = float(v.mean())
+                st.update(mean=mean, m2=float(((v - mean) ** 2).sum()), min=float(v.min()),
+                          max=float(v.max()))
+        elif kind in ("string", "mixed"):
+            vc = s.dropna().astype(str).value_counts()
+            st["approximate"] = len(vc) > _MAX_TRACKED
+            st["values"] = {str(k): int(c) for k, c in vc.head(_MAX_TRACKED).items()}
+        out["stats"][key] = st
+    return out
+
+
+def _merge_numeric(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    na, nb = a.get("count", 0), b.get("count", 0)
+    if "mean" not in a or na == 0:
+        return {**b, "values": _merge_counts(a.get("values"), b.get("values"))} if "mean" in b else {
+            **a, "count": na + nb}
+    if "mean" not in b or nb == 0:
+        return {**a, "count": na + nb, "values": _merge_counts(a.get("values"), b.get("values"))}
+    n = na + nb
+    delta = b["mean"] - a["mean"]
+    return {
+        "count": n,
+        "mean": a["mean"] + delta * nb / n,
+        "m2": a["m2"] + b["m2"] + delta * delta * na * nb / n,
+        "min": min(a["min"], b["min"]),
+        "max": max(a["max"], b["max"]),
+        "values": _merge_counts(a.get("values"), b.get("values")),
+    }
+
+
+def _merge_counts(a: dict[str, int] | None, b: dict[str, int] | None) -> dict[str, int] | None:
+    if a is None or b is None:
+        return a if b is None else b
+    c = Counter(a)
+    c.update(b)
+    return dict(c)
+
+
+def merge_stats(*parts: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Merge per-column partial statistics of several partitions (runs on a worker)."""
+    out: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        for col, st in part.items():
+            if col not in out:
+                out[col] = dict(st)
+                continue
+            cur = out[col]
+            if "m2" in st or "m2" in cur:
+                out[col] = _merge_numeric(cur, st)
+            elif "values" in st or "values" in cur:
+                merged = _merge_counts(cur.get("values"), st.get("values")) or {}
+                approx = bool(cur.get("approximate") or st.get("approximate"))
+                if len(merged) > _MAX_TRACKED:
+                    approx = True
+                    merged = dict(Counter(merged).most_common(_MAX_TRACKED))
+                out[col] = {"count": cur.get("count", 0) + st.get("count", 0),
+                            "values": merged, "approximate": approx}
+            else:
+                out[col] = {"count": cur.get("count", 0) + st.get("count", 0)}
+    return out
+
+
+# ----------------------------------------------------------------------------- manifest
+@dataclass
+class Column:
+    """One column as the whole data set has it."""
+
+    name: str
+    kind: str  # numeric | categorical | datetime | empty
+    dtype: str  # int64 | float64 | string | datetime64 | null
+    missing: int = 0
+    count: int = 0
+    mean: float = 0.0
+    var: float = 0.0
+    min: float | None = None
+    max: float | None = None
+    vocabulary: list[str] = field(default_factory=list)
+    distinct: int = 0
+    oov_rows: int = 0
+    approximate: bool = False
+
+    @property
+    def fill_value(self) -> float:
+        """Value that replaces missing numeric entries (the mean)."""
+        return float(self.mean) if math.isfinite(self.mean) else 0.0
+
+
+@dataclass
+class Manifest:
+    """Everything daskfeed knows about a data set after one scan (JSON-serializable)."""
+
+    fingerprint: str
+    label: str
+    task: str  # binary | multiclass | regression
+    num_classes: int
+    columns: dict[str, Column]
+    partitions: list[dict[str, Any]]  # path, offset, length, rows (usable), raw_rows
+    rows: int
+    label_missing: int
+    nbytes: int
+    read_options: dict[str, Any]
+    scan_seconds: float = 0.0
+    created: float = field(default_factory=time.time)
+    version: int = MANIFEST_VERSION
+
+    # -- convenience -------------------------------------------------------------------
+    @property
+    def counts(self) -> list[int]:
+        """Usable rows (label present) per partition, in partition order."""
+        return [p["rows"] for p in self.partitions]
+
+    @property
+    def bytes_per_row(self) -> float:
+        """Average input bytes per row (CSV bytes, or an estimate for frames)."""
+        raw = sum(p.get("raw_rows", p["rows"]) for p in self.partitions)
+        if not raw or not self.nbytes:
+            return 8.0 * max(1, len(self.columns))
+        return self.nbytes / raw
+
+    def feature_names(self, features: list[str] | None = None,
+                      exclude: tuple[str, ...] | list[str] = ()) -> list[str]:
+        """Resolve ``features`` / ``exclude`` against the columns; errors name the column."""
+        usable = [c for c, col in self.columns.items() if c != self.label and col.kind != "empty"]
+        for name in list(exclude) + list(features or []):
+            if name not in self.columns:
+                raise SchemaError(_unknown_column(name, list(self.columns), "feature"))
+        if features is not None:
+            if self.label in features:
+                raise SchemaError(
+                    f"The label column cannot also be a feature. Received: features containing "
+                    f"{self.label!r}.\nHint: drop it from --features."
+                )
+            empty = [f for f in features if self.columns[f].kind == "empty"]
+            if empty:
+                raise SchemaError(
+                    f"Feature column(s) {empty} have no values in any partition.\n"
+                    "Hint: exclude them."
+                )
+            chosen = list(features)
+        else:
+            chosen = usable
+        chosen = [c for c in chosen if c not in set(exclude)]
+        if not chosen:
+            raise SchemaError(
+                f"No feature columns left. Received: features={features}, exclude={list(exclude)}; "
+                f"columns are {list(self.columns)}.\nHint: keep at least one column besides "
+                f"the label {self.label!r}."
+            )
+        return chosen
+
+    def check_fingerprint(self, fingerprint: str, what: str = "data") -> None:
+        """Refuse a manifest that was made for other data or other read options."""
+        if fingerprint != self.fingerprint:
+            raise ManifestMismatchError(
+                f"The manifest was made for other {what}. Expected fingerprint "
+                f"{self.fingerprint}. Received: {fingerprint} (files, sizes, mtimes or read "
+                "options changed).\nHint: rescan (pass manifest=None) or point at the data "
+                "the manifest was made from."
+            )
+
+    # -- JSON -------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON representation."""
+        d = asdict(self)
+        d["columns"] = {k: asdict(v) for k, v in self.columns.items()}
+        return d
+
+    def to_json(self, path: str | os.PathLike[str]) -> None:
+        """Write the manifest as UTF-8 JSON (atomically: temp file + rename)."""
+        path = os.fspath(path)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(_jsonable(self.to_dict()), f, ensure_ascii=False, indent=1)
+        os.replace(tmp, path)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Manifest:
+        """Inverse of :meth:`to_dict`."""
+        d = dict(d)
+        if d.get("version") != MANIFEST_VERSION:
+            raise ManifestMismatchError(
+                f"Expected manifest version {MANIFEST_VERSION}. Received: {d.get('version')}.\n"
+                "Hint: rescan the data."
+            )
+        d["columns"] = {k: Column(**v) for k, v in d["columns"].items()}
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike[str]) -> Manifest:
+        """Read a manifest written by :meth:`to_json`."""
+        with open(path, encoding="utf-8") as f:
+            return cls.from_dict(json.load(f))
+
+    def summary(self) -> str:
+        """A few human lines: rows, partitions, task, columns by kind."""
+        kinds: dict[str, list[str]] = {}
+        for c in self.columns.values():
+            kinds.setdefault(c.kind, []).append(c.name)
+        parts = ", ".join(f"{len(v)} {k}" for k, v in kinds.items())
+        return (
+            f"{self.rows:,} rows in {len(self.partitions)} partitions "
+            f"({self.nbytes / 1e9:.2f} GB); label {self.label!r}: {self.task}"
+            f"{f' ({self.num_classes} classes)' if self.task == 'multiclass' else ''}; "
+            f"columns: {parts}"
+        )
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def _unknown_column(name: str, columns: list[str], what: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, columns, n=3)
+    hint = f"did you mean {', '.join(map(repr, close))}?" if close else (
+        f"the columns are {', '.join(map(repr, columns[:20]))}{' ...' if len(columns) > 20 else ''}.")
+    return f"Expected a {what} column of the data. Received: {what}={name!r}.\nHint: {hint}"
+
+
+# ----------------------------------------------------------------------------- scan
+def scan(
+    data: Any,
+    *,
+    label: str,
+    client: Any = None,
+    vocabulary_size: int | None = None,
+    blocksize: int | str | None = None,
+    dtype: dict[str, str] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    cache: str | os.PathLike[str] | None = None,
+) -> Manifest:
+    """Scan ``data`` once on the cluster and return its :class:`Manifest`.
+
+    Parameters
+    ----------
+    data
+        Path, glob, list of paths, URL, :class:`~daskfeed.source.Source`, or dask DataFrame.
+    label
+        Name of the label column (must be numeric).
+    client
+        A ``distributed.Client``; by default the current one, else a local cluster is started
+        for the scan.
+    vocabulary_size
+        Most frequent K values kept per string column (default ``daskfeed.vocabulary-size``).
+    cache
+        A JSON path: if it holds a manifest with the data's fingerprint it is returned without
+        scanning; otherwise the new manifest is written there.
+
+    Returns
+    -------
+    Manifest
+
+    Examples
+    --------
+    >>> m = daskfeed.scan("data/log_quest/**/*.csv", label="cleared")  # doctest: +SKIP
+    >>> m.rows, m.columns["level"].mean  # doctest: +SKIP
+    """
+    from daskfeed.source import Source
+
+    src = data if isinstance(data, Source) else Source(
+        data, blocksize=blocksize, dtype=dtype, storage_options=storage_options)
+    fingerprint = src.fingerprint()
+    if cache is not None and os.path.exists(cache):
+        try:
+            cached = Manifest.from_json(cache)
+            if cached.fingerprint == fingerprint and cached.label == label:
+                return cached
+        except (ValueError, TypeError, KeyError, ManifestMismatchError):
+            pass  # unreadable or stale cache: rescan and overwrite
+    header = src.header()
+    if label not in header:
+        raise SchemaError(
+            f"Expected a label column {label!r} in the data. Received: columns "
+            f"{header[:20]}{' ...' if len(header) > 20 else ''} in "
+            f"{src.files[0].path if src.files else 'the DataFrame'}.\n"
+            f"Hint: {_unknown_column(label, header, 'label').split('Hint: ')[1]}"
+        )
+    from daskfeed.cluster import client_context
+
+    t0 = time.perf_counter()
+    with client_context(client) as c:
+        summaries, stats = _run_scan(src, label, c)
+    manifest = _build_manifest(
+        src, label, summaries, stats, config.get("vocabulary-size", vocabulary_size), fingerprint
+    )
+    manifest.scan_seconds = time.perf_counter() - t0
+    if cache is not None:
+        manifest.to_json(cache)
+    return manifest
+
+
+def _run_scan(src: Any, label: str, client: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    from dask import delayed
+
+    parts = src.partitions()
+    summ = [delayed(summarize_partition, pure=True)(p, label, dask_key_name=f"daskfeed-scan-{i}-{src.fingerprint()}")
+            for i, p in enumerate(parts)]
+    facts = [delayed(_facts)(s) for s in summ]
+    level = [delayed(_stats)(s) for s in summ]
+    while len(level) > 1:  # tree reduction on the cluster, fan-in 8
+        level = [delayed(merge_stats)(*level[i : i + 8]) for i in range(0, len(level), 8)]
+    futures = client.compute([*facts, level[0]])
+    try:
+        results = client.gather(futures)
+    finally:
+        for f in futures:
+            f.release()
+    return results[:-1], results[-1]
+
+
+def _facts(s: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in s.items() if k != "stats"} | {
+        "samples": {c: list(st.get("values", {}))[:3] for c, st in s["stats"].items()
+                    if s["kinds"].get(c) in ("string", "mixed")}}
+
+
+def _stats(s: dict[str, Any]) -> dict[str, Any]:
+    return s["stats"]
+
+
+def _where(src: Any, i: int) -> str:
+    return f"partition {i} ({src.blocks[i].describe()})"
+
+
+def _build_manifest(src: Any, label: str, facts: list[dict[str, Any]], stats: dict[str, Any],
+                    vocabulary_size: int, fingerprint: str) -> Manifest:
+    # header consistency: the same column names, in the same order, in every partition
+    ref_cols: list[str] | None = None
+    for i, f in enumerate(facts):
+        if not f["columns"]:
+            continue  # empty file
+        if ref_cols is None:
+            ref_cols, ref_i = f["columns"], i
+        elif f["columns"] != ref_cols:
+            missing = [c for c in ref_cols if c not in f["columns"]]
+            extra = [c for c in f["columns"] if c not in ref_cols]
+            what = (f"missing {missing}" if missing else "") + (
+                f"{'; ' if missing else ''}extra {extra}" if extra else "")
+            raise SchemaError(
+                f"Header of {_where(src, i)} differs from {_where(src, ref_i)}: "
+                f"{what or 'same names in another order'}.\nExpected: {ref_cols}.\n"
+                f"Received: {f['columns']}.\nHint: give all files the same header."
+            )
+    if ref_cols is None:
+        raise SchemaError(
+            "Expected rows in the data. Received: every file is empty.\n"
+            "Hint: check the glob matches the files you mean."
+        )
+    columns: dict[str, Column] = {}
+    for name in ref_cols:
+        kinds: dict[str, int] = {}  # kind -> first partition index showing it
+        for i, f in enumerate(facts):
+            k = f["kinds"].get(name)
+            if k is not None and f["rows"] and k not in kinds:
+                kinds[k] = i
+        missing = sum(f["missing"].get(name, 0) for f in facts)
+        st = stats.get(name, {})
+        columns[name] = _resolve_column(src, name, kinds, missing, st, facts, vocabulary_size)
+
+    lab = columns[label]
+    if lab.kind != "numeric":
+        first = next((i for i, f in enumerate(facts) if f["kinds"].get(label) in ("string", "mixed")), 0)
+        samples = facts[first].get("samples", {}).get(label, [])
+        raise SchemaError(
+            f"Expected a numeric label column {label!r} (0/1, class ids, or numbers). "
+            f"Received: {'no values at all' if lab.kind == 'empty' else f'text such as {samples}'}"
+            f" in {_where(src, first)}.\nHint: encode the label as numbers, e.g. 0 and 1."
+        )
+    values = stats.get(label, {}).get("values") or {}
+    task, num_classes = _label_task(values)
+    label_rows = sum(f["label_rows"] for f in facts)
+    rows_total = sum(f["rows"] for f in facts)
+    if label_rows == 0:
+        raise SchemaError(f"Label column {label!r} is empty in every row.\nHint: check the label name.")
+    if rows_total - label_rows:
+        warnings.warn(
+            f"{rows_total - label_rows:,} of {rows_total:,} rows have no value in label "
+            f"{label!r}; they are skipped (counted in manifest.label_missing).",
+            stacklevel=3,
+        )
+    partitions = [
+        {"path": b.path, "offset": b.offset, "length": b.length, "rows": f["label_rows"],
+         "raw_rows": f["rows"]}
+        for b, f in zip(src.blocks, facts)
+    ]
+    return Manifest(
+        fingerprint=fingerprint, label=label, task=task, num_classes=num_classes, columns=columns,
+        partitions=partitions, rows=label_rows, label_missing=rows_total - label_rows,
+        nbytes=src.nbytes, read_options={"blocksize": src.options.blocksize, "sep": src.options.sep,
+                                         "dtype": dict(src.options.dtype)},
+    )
+
+
+def _resolve_column(src: Any, name: str, kinds: dict[str, int], missing: int,
+                    st: dict[str, Any], facts: list[dict[str, Any]], k: int) -> Column:
+    real = {kd: i for kd, i in kinds.items() if kd != "null"}
+    count = int(st.get("count", 0))
+    if not real:
+        return Column(name, "empty", "null", missing=missing)
+    if "mixed" in real or (real.keys() & _NUMERIC_KINDS and real.keys() & {"string", "datetime"}) or (
+            "string" in real and "datetime" in real):
+        if "mixed" in real:
+            i = real["mixed"]
+            samples = facts[i].get("samples", {}).get(name, [])
+            detail = f"numbers mixed with text such as {samples} in {_where(src, i)}"
+        else:
+            num_i = min(v for kd, v in real.items() if kd in _NUMERIC_KINDS) if real.keys() & _NUMERIC_KINDS else None
+            txt_kind = "string" if "string" in real else "datetime"
+            txt_i = real[txt_kind]
+            samples = facts[txt_i].get("samples", {}).get(name, [])
+            detail = (f"numbers in {_where(src, num_i)} but {txt_kind} values "
+                      f"{samples} in {_where(src, txt_i)}") if num_i is not None else (
+                f"dates in {_where(src, real['datetime'])} but text in {_where(src, real['string'])}")
+        raise SchemaError(
+            f"Column {name!r} changes type within the data set: {detail}.\n"
+            f"Expected one type in every partition. Hint: pass dtype={{{name!r}: 'string'}} to "
+            f"treat it as a category, or exclude it."
+        )
+    if real.keys() <= _NUMERIC_KINDS:
+        dtype = "int64" if real.keys() == {"int"} and missing == 0 else "float64"
+        n = max(count, 1)
+        return Column(name, "numeric", dtype, missing=missing, count=count,
+                      mean=float(st.get("mean", 0.0)), var=float(st.get("m2", 0.0)) / n,
+                      min=_finite(st.get("min")), max=_finite(st.get("max")))
+    if real.keys() == {"datetime"}:
+        n = max(count, 1)
+        return Column(name, "datetime", "datetime64", missing=missing, count=count,
+                      mean=float(st.get("mean", 0.0)), var=float(st.get("m2", 0.0)) / n,
+                      min=_finite(st.get("min")), max=_finite(st.get("max")))
+    values: dict[str, int] = st.get("values", {})
+    ranked = sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))
+    vocab = [v for v, _ in ranked[:k]]
+    oov = sum(c for _, c in ranked[k:])
+    return Column(name, "categorical", "string", missing=missing, count=count, vocabulary=vocab,
+                  distinct=len(values), oov_rows=oov, approximate=bool(st.get("approximate")))
+
+
+def _finite(x: Any) -> float | None:
+    return float(x) if x is not None and math.isfinite(float(x)) else None
+
+
+def _label_task(values: dict[str, int]) -> tuple[str, int]:
+    if not values or len(values) > _MAX_LABEL_VALUES:
+        return "regression", 0
+    nums = sorted(float(v) for v in values)
+    if all(v == int(v) for v in nums) and nums[0] >= 0:
+        if set(nums) <= {0.0, 1.0}:
+            return "binary", 2
+        if nums[-1] < _MAX_LABEL_VALUES and len(nums) <= 200:
+            return "multiclass", int(nums[-1]) + 1
+    return "regression", 0

@@ -1,0 +1,185 @@
+"""Models: the default Keras model over a manifest, user builders, and the epoch telemetry."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from daskfeed._keras import keras
+from daskfeed.exceptions import SchemaError
+from daskfeed.feed import Encoding
+
+__all__ = ["EpochTelemetry", "compile_for", "default_model", "load_builder"]
+
+
+def _layer_name(prefix: str, column: str) -> str:
+    return f"{prefix}_{re.sub(r'[^0-9A-Za-z_]', '_', column)}"[:120]
+
+
+def default_model(
+    manifest: Any,
+    *,
+    features: list[str] | None = None,
+    exclude: tuple[str, ...] | list[str] = (),
+    hidden: tuple[int, ...] = (64, 64),
+    embedding_dim: int | None = None,
+    dropout: float = 0.0,
+    learning_rate: float = 1e-3,
+    as_matrix: bool = False,
+) -> keras.Model:
+    """A compiled functional model over the batches of a :class:`DaskSequence`.
+
+    Numeric columns go through a ``Normalization`` layer set from the manifest's mean and
+    variance (no extra ``adapt`` pass over the data), string columns through an ``Embedding``
+    of their vocabulary (+ missing and OOV codes), then an MLP; the head is a sigmoid for a
+    0/1 label, a softmax for more classes, linear for a continuous label.
+
+    Parameters
+    ----------
+    manifest
+        The training data's :class:`~daskfeed.manifest.Manifest`.
+    features, exclude
+        The same selection as given to the ``DaskSequence``.
+    hidden
+        Units of the hidden Dense layers.
+    embedding_dim
+        Width of each embedding (default: grows with the vocabulary, at most 16).
+    as_matrix
+        Build for ``DaskSequence(..., as_matrix=True)`` (one float32 matrix input).
+    """
+    names = manifest.feature_names(features, exclude)
+    enc = Encoding.from_manifest(manifest, names, as_matrix)
+    if as_matrix:
+        inputs: Any = keras.Input(shape=(len(names),), name="features", dtype="float32")
+        mean = np.array([manifest.columns[n].mean for n in names], dtype="float32")
+        var = np.array([max(manifest.columns[n].var, 1e-12) for n in names], dtype="float32")
+        h = keras.layers.Normalization(mean=mean, variance=var, name="normalize")(inputs)
+    else:
+        inputs = {}
+        parts = []
+        for code in enc.columns:
+            col = manifest.columns[code.name]
+            if code.kind == "categorical":
+                inp = keras.Input(shape=(1,), name=_layer_name("in", code.name), dtype="int32")
+                dim = embedding_dim or min(16, max(2, math.ceil(1.6 * code.input_dim**0.56)))
+                e = keras.layers.Embedding(code.input_dim, dim, name=_layer_name("embed", code.name))(inp)
+                parts.append(keras.layers.Flatten(name=_layer_name("flat", code.name))(e))
+            else:
+                inp = keras.Input(shape=(1,), name=_layer_name("in", code.name), dtype="float32")
+                parts.append(keras.layers.Normalization(
+                    mean=[col.mean], variance=[max(col.var, 1e-12)],
+                    name=_layer_name("norm", code.name))(inp))
+            inputs[code.name] = inp
+        h = parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="features")(parts)
+    for i, units in enumerate(hidden):
+        h = keras.layers.Dense(units, activation="relu", name=f"dense_{i}")(h)
+        if dropout:
+            h = keras.layers.Dropout(dropout, name=f"dropout_{i}")(h)
+    if manifest.task == "binary":
+        out = keras.layers.Dense(1, activation="sigmoid", name="output")(h)
+    elif manifest.task == "multiclass":
+        out = keras.layers.Dense(manifest.num_classes, activation="softmax", name="output")(h)
+    else:
+        out = keras.layers.Dense(1, name="output")(h)
+    model = keras.Model(inputs, out, name="daskfeed_default")
+    compile_for(model, manifest, learning_rate=learning_rate)
+    return model
+
+
+def compile_for(model: keras.Model, manifest: Any, *, learning_rate: float = 1e-3) -> None:
+    """Compile ``model`` with the loss and metrics that fit the label's task."""
+    loss, metrics = {
+        "binary": ("binary_crossentropy", ["accuracy"]),
+        "multiclass": ("sparse_categorical_crossentropy", ["accuracy"]),
+        "regression": ("mean_squared_error", ["mean_absolute_error"]),
+    }[manifest.task]
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss=loss, metrics=metrics)
+
+
+def load_builder(spec: str) -> Callable[..., keras.Model]:
+    """Load ``module:function`` or ``path/to/file.py:function`` (the user's model builder)."""
+    mod_name, sep, fn_name = spec.rpartition(":")
+    if not sep or not mod_name or not fn_name:
+        raise SchemaError(
+            f"Expected a model builder as 'module:function' or 'file.py:function'. "
+            f"Received: {spec!r}.\nHint: e.g. --model mymodels:build."
+        )
+    try:
+        if mod_name.endswith(".py") or os.sep in mod_name:
+            path = os.path.abspath(mod_name)
+            specobj = importlib.util.spec_from_file_location(f"_daskfeed_user_{abs(hash(path))}", path)
+            if specobj is None or specobj.loader is None or not os.path.exists(path):
+                raise FileNotFoundError(path)
+            module = importlib.util.module_from_spec(specobj)
+            specobj.loader.exec_module(module)
+        else:
+            if os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(mod_name)
+    except (ImportError, FileNotFoundError) as err:
+        raise SchemaError(
+            f"Cannot import the model module {mod_name!r}: {err}.\n"
+            "Hint: run from the directory that holds it, or give a path to the .py file."
+        ) from err
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
+        raise SchemaError(
+            f"Expected a function {fn_name!r} in {mod_name!r}. Received: "
+            f"{type(fn).__name__ if fn is not None else 'nothing by that name'}.\n"
+            "Hint: it is called with the manifest and returns a keras.Model."
+        )
+    return fn
+
+
+class EpochTelemetry(keras.callbacks.Callback):
+    """Per epoch: rows, training seconds, rows/s, data-wait fraction, peak RSS of the tree.
+
+    ``seconds`` is the training part of the epoch (validation is ``val_seconds``);
+    ``data_wait_fraction`` is the time ``__getitem__`` waited for windows over ``seconds``.
+    """
+
+    def __init__(self, sequence: Any, rss_sampler: Any = None) -> None:
+        super().__init__()
+        self.sequence = sequence
+        self.rss = rss_sampler
+        self.epochs: list[dict[str, Any]] = []
+        self._t0 = self._t_train = 0.0
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._t0 = time.perf_counter()
+        self._t_train = 0.0
+        if self.rss is not None:
+            self.rss.reset_peak()
+
+    def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
+        if self._t0 and not self._t_train:
+            self._t_train = time.perf_counter()
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        end = time.perf_counter()
+        train_end = self._t_train or end
+        seconds = max(train_end - self._t0, 1e-9)
+        stats = self.sequence.last_epoch_stats
+        rec = {
+            "epoch": epoch,
+            "rows": stats.get("rows", 0),
+            "batches": stats.get("batches", 0),
+            "seconds": round(seconds, 4),
+            "val_seconds": round(end - train_end, 4),
+            "rows_per_s": round(stats.get("rows", 0) / seconds, 1),
+            "data_wait_seconds": round(stats.get("wait_seconds", 0.0), 4),
+            "data_wait_fraction": round(min(1.0, stats.get("wait_seconds", 0.0) / seconds), 4),
+            "windows_computed": stats.get("windows_computed", 0),
+        }
+        if self.rss is not None:
+            rec["peak_rss_bytes"] = int(self.rss.peak)
+        self.epochs.append(rec)

@@ -1,0 +1,172 @@
+"""Plan: pure functions from row counts to the batches of one epoch (no dask, no keras).
+
+An epoch is a sequence of *windows*: groups of partitions whose rows are read together, and
+shuffled together on a worker. Windows are laid end to end; batch ``i`` covers the global rows
+``[i * batch_size, (i + 1) * batch_size)`` of that concatenation, so every batch but the epoch's
+last has exactly ``batch_size`` rows and batches span partition and window edges.
+
+With ``shuffle=True`` the partition order is a permutation drawn from ``(seed, epoch)`` and the
+rows of window ``w`` are permuted with ``window_seed(seed, epoch, w)``; the same inputs always
+give the same plan.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["EpochPlan", "Slice", "Window", "make_plan", "window_seed"]
+
+
+@dataclass(frozen=True)
+class Window:
+    """Partitions read and shuffled together; ``offset`` is its first row in the epoch."""
+
+    index: int
+    partitions: tuple[int, ...]
+    rows: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Rows ``[start, stop)`` of window ``window`` (in the window's shuffled order)."""
+
+    window: int
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """The windows and batches of one epoch (see module docstring)."""
+
+    epoch: int
+    seed: int
+    batch_size: int
+    shuffle: bool
+    windows: tuple[Window, ...]
+    rows: int
+    num_batches: int
+    _starts: tuple[int, ...] = field(repr=False, default=())
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def batch(self, i: int) -> list[Slice]:
+        """The window slices that make up batch ``i``."""
+        if not 0 <= i < self.num_batches:
+            raise IndexError(f"batch index {i} out of range [0, {self.num_batches})")
+        lo = i * self.batch_size
+        hi = min(lo + self.batch_size, self.rows)
+        out = []
+        w = bisect.bisect_right(self._starts, lo) - 1
+        while lo < hi:
+            win = self.windows[w]
+            stop = min(hi, win.offset + win.rows)
+            out.append(Slice(w, lo - win.offset, stop - win.offset))
+            lo = stop
+            w += 1
+        return out
+
+    def batch_rows(self, i: int) -> int:
+        """Number of rows in batch ``i``."""
+        return min(self.batch_size, self.rows - i * self.batch_size)
+
+    def batches_of(self, w: int) -> range:
+        """Batch indices that take rows from window ``w``."""
+        win = self.windows[w]
+        first = win.offset // self.batch_size
+        last = min((win.offset + win.rows - 1) // self.batch_size, self.num_batches - 1)
+        return range(first, last + 1)
+
+    def seed_of(self, w: int) -> tuple[int, ...] | None:
+        """Row-shuffle seed of window ``w`` (None when not shuffling)."""
+        return window_seed(self.seed, self.epoch, w) if self.shuffle else None
+
+    def same_batches(self, other: EpochPlan) -> bool:
+        """True when ``other`` yields exactly the same batches (e.g. unshuffled epochs)."""
+        return (
+            self.windows == other.windows
+            and self.batch_size == other.batch_size
+            and not self.shuffle
+            and not other.shuffle
+        )
+
+
+def window_seed(seed: int, epoch: int, w: int) -> tuple[int, ...]:
+    """Entropy for the row permutation of window ``w`` of ``epoch``."""
+    return (int(seed), int(epoch), 1, int(w))
+
+
+def make_plan(
+    counts: Sequence[int],
+    *,
+    batch_size: int,
+    epoch: int = 0,
+    seed: int = 0,
+    shuffle: bool = True,
+    window_rows: int | None = None,
+    drop_remainder: bool = False,
+    shard: tuple[int, int] = (0, 1),
+) -> EpochPlan:
+    """Plan one epoch.
+
+    Parameters
+    ----------
+    counts
+        Rows per partition, in partition order.
+    batch_size
+        Rows per batch; only the epoch's last batch may be shorter (or dropped).
+    epoch, seed
+        Determine the partition permutation and the per-window row permutations.
+    shuffle
+        Permute partitions and rows. ``False`` keeps the file order.
+    window_rows
+        Target rows per window: partitions are added to a window until it holds at least
+        this many rows. ``None``: one partition per window.
+    drop_remainder
+        Drop the epoch's last batch if it is short.
+    shard
+        ``(index, count)``: keep only partitions ``p`` with ``p % count == index``; each
+        shard then sees its own rows exactly once per epoch.
+    """
+    if batch_size < 1:
+        raise ValueError(f"Expected batch_size >= 1. Received: batch_size={batch_size}")
+    index, nshards = shard
+    if not 0 <= index < nshards:
+        raise ValueError(f"Expected 0 <= shard index < shard count. Received: shard={shard}")
+    parts = [p for p in range(len(counts)) if p % nshards == index and counts[p] > 0]
+    if shuffle:
+        order = np.random.default_rng([int(seed), int(epoch), 0]).permutation(len(parts))
+        parts = [parts[j] for j in order]
+    target = max(1, int(window_rows or 1))
+    windows: list[Window] = []
+    group: list[int] = []
+    rows = 0
+    offset = 0
+    for p in parts:
+        group.append(p)
+        rows += int(counts[p])
+        if rows >= target:
+            windows.append(Window(len(windows), tuple(group), rows, offset))
+            offset += rows
+            group, rows = [], 0
+    if group:
+        windows.append(Window(len(windows), tuple(group), rows, offset))
+        offset += rows
+    total = offset
+    num_batches = total // batch_size if drop_remainder else -(-total // batch_size)
+    return EpochPlan(
+        epoch=int(epoch),
+        seed=int(seed),
+        batch_size=int(batch_size),
+        shuffle=bool(shuffle),
+        windows=tuple(windows),
+        rows=num_batches * batch_size if drop_remainder else total,
+        num_batches=num_batches,
+        _starts=tuple(w.offset for w in windows),
+    )

@@ -1,0 +1,212 @@
+"""Prefetch: trainer-side window futures in flight, bounded in BYTES, thread-safe.
+
+:class:`Prefetcher` keeps the windows of one epoch plan: the ones being consumed, and the next
+ones in plan order as ``distributed`` futures, while their (estimated, then actual) bytes fit the
+budget. Windows whose batches have all been served stay until their room is needed, so Keras'
+re-reads (the TF backend peeks at batches 0 and 1) never recompute a window. Waiting is bounded
+by ``timeout``; ``reset`` cancels everything in flight.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from daskfeed.exceptions import FeedTimeoutError
+
+__all__ = ["Prefetcher"]
+
+
+@dataclass
+class _Entry:
+    future: Any = None
+    data: Any = None
+    nbytes: int = 0
+    done_serving: bool = False
+    claimed: bool = False
+    ready: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
+class Prefetcher:
+    """Windows of one epoch, fetched ahead within ``budget`` bytes.
+
+    Parameters
+    ----------
+    submit
+        ``submit(w) -> Future`` starts computing window ``w`` on the cluster.
+    estimate
+        ``estimate(w) -> int``: expected encoded bytes of window ``w``.
+    order
+        Window indices in the order they will be consumed.
+    budget
+        Bytes of windows held or in flight; the window being asked for is always fetched.
+    timeout
+        Seconds to wait for one window before :class:`FeedTimeoutError`.
+    describe
+        ``describe(w) -> str`` for error messages (which partitions).
+    """
+
+    def __init__(
+        self,
+        submit: Callable[[int], Any],
+        estimate: Callable[[int], int],
+        order: list[int],
+        *,
+        budget: int,
+        timeout: float,
+        describe: Callable[[int], str] = str,
+    ) -> None:
+        self._submit = submit
+        self._estimate = estimate
+        self._order = list(order)
+        self._pos = {w: i for i, w in enumerate(self._order)}
+        self.budget = int(budget)
+        self.timeout = float(timeout)
+        self._describe = describe
+        self._entries: OrderedDict[int, _Entry] = OrderedDict()
+        self._lock = threading.RLock()
+        self.submitted = 0
+        self.wait_seconds = 0.0
+        self.peak_bytes = 0
+
+    # -- public -------------------------------------------------------------------------
+    def get(self, w: int) -> Any:
+        """Return window ``w``'s data, fetching it (and the next ones) if needed."""
+        with self._lock:
+            entry = self._entries.get(w)
+            if entry is None:
+                entry = self._start(w)
+            self._entries.move_to_end(w)
+            self._fill_ahead(w)
+        if not entry.ready.is_set():
+            self._wait(w, entry)
+        if entry.error is not None:
+            raise entry.error
+        return entry.data
+
+    def start(self, first: int | None = None) -> None:
+        """Put the first windows of the order in flight (call before the first ``get``)."""
+        if not self._order:
+            return
+        with self._lock:
+            w = self._order[0] if first is None else first
+            if w not in self._entries:
+                self._start(w)
+            self._fill_ahead(w)
+
+    def done_serving(self, w: int) -> None:
+        """Mark window ``w`` fully served: it may be evicted when room is needed."""
+        with self._lock:
+            entry = self._entries.get(w)
+            if entry is not None:
+                entry.done_serving = True
+            nxt = self._pos.get(w, -1) + 1
+            if nxt < len(self._order):
+                self._fill_ahead(self._order[nxt])
+
+    def reset(self) -> None:
+        """Cancel everything in flight and drop every held window."""
+        with self._lock:
+            for entry in self._entries.values():
+                if entry.future is not None and not entry.ready.is_set():
+                    try:
+                        entry.future.cancel()
+                    except Exception:  # noqa: BLE001 — client may already be closed
+                        pass
+                entry.future = None
+            self._entries.clear()
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of windows held or (estimated) in flight."""
+        with self._lock:
+            return sum(e.nbytes for e in self._entries.values())
+
+    # -- internals (call with the lock held) ---------------------------------------------
+    def _start(self, w: int) -> _Entry:
+        entry = _Entry(nbytes=int(self._estimate(w)))
+        self._make_room(entry.nbytes, keep=w)
+        self._entries[w] = entry
+        future = self._submit(w)
+        entry.future = future
+        self.submitted += 1
+        return entry
+
+    def _wait(self, w: int, entry: _Entry) -> None:
+        t0 = time.perf_counter()
+        with self._lock:
+            claimed = not entry.claimed
+            entry.claimed = True
+            future = entry.future
+        try:
+            if not claimed:  # another thread gathers this window: wait for it
+                if not entry.ready.wait(self.timeout + 5):
+                    raise TimeoutError
+                return
+            data = future.result(timeout=self.timeout)
+        except TimeoutError as err:
+            if entry.ready.is_set():
+                return
+            entry.error = FeedTimeoutError(
+                f"Window {w} ({self._describe(w)}) did not arrive within {self.timeout:g}s.\n"
+                "Hint: check the workers on the dashboard; raise daskfeed.timeout for very slow "
+                "storage."
+            )
+            entry.error.__cause__ = err
+        except Exception as err:  # noqa: BLE001 — surfaced to the caller by get()
+            entry.error = err
+        else:
+            with self._lock:
+                entry.data = data
+                entry.nbytes = int(getattr(data, "nbytes", entry.nbytes))
+                entry.future = None  # drop our reference: the cluster frees its copy
+                self.peak_bytes = max(self.peak_bytes, self._used())
+        finally:
+            with self._lock:
+                self.wait_seconds += time.perf_counter() - t0
+                if entry.error is not None and self._entries.get(w) is entry:
+                    del self._entries[w]  # a later get retries from scratch
+            if claimed or entry.error is not None:
+                entry.ready.set()
+
+    def _fill_ahead(self, w: int) -> None:
+        i = self._pos.get(w)
+        if i is None:
+            return
+        for nxt in self._order[i + 1 :]:
+            if nxt in self._entries:
+                continue
+            est = int(self._estimate(nxt))
+            if self._used() + est > self.budget and not self._evictable(est):
+                break
+            self._start(nxt)
+
+    def _used(self) -> int:
+        return sum(e.nbytes for e in self._entries.values())
+
+    def _evictable(self, need: int) -> bool:
+        free = self.budget - self._used()
+        for e in self._entries.values():
+            if e.done_serving:
+                free += e.nbytes
+        return free >= need
+
+    def _make_room(self, need: int, keep: int) -> None:
+        """Evict served windows first, then least recently used ones, until ``need`` fits."""
+        for only_served in (True, False):
+            for w in list(self._entries):
+                if self._used() + need <= self.budget:
+                    return
+                e = self._entries[w]
+                if w == keep or (only_served and not e.done_serving):
+                    continue
+                if not only_served and not e.ready.is_set():
+                    continue  # never cancel what someone may be waiting for
+                if e.future is not None and not e.ready.is_set():
+                    e.future.cancel()
+                del self._entries[w]

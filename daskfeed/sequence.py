@@ -1,0 +1,412 @@
+"""DaskSequence: a ``keras.utils.PyDataset`` whose batches are computed by a Dask cluster."""
+
+from __future__ import annotations
+
+import operator
+import os
+import threading
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+
+from daskfeed import config
+from daskfeed._keras import keras
+from daskfeed.cluster import acquire_client, close_client
+from daskfeed.exceptions import ManifestMismatchError, SchemaError
+from daskfeed.feed import Encoding, WindowData, encode_window, read_window
+from daskfeed.manifest import Manifest, scan
+from daskfeed.plan import EpochPlan, make_plan
+from daskfeed.prefetch import Prefetcher
+from daskfeed.source import Source
+
+__all__ = ["DaskSequence"]
+
+
+class DaskSequence(keras.utils.PyDataset):
+    """Batches of a CSV set far larger than memory, materialized by a Dask cluster.
+
+    The data are scanned once (:func:`daskfeed.scan`), then every epoch is planned as windows
+    of partitions. Workers read, encode and shuffle a window and send back compact numpy
+    arrays; the next windows are in flight while Keras trains on the current one.
+
+    ``seq[i]`` is deterministic for ``(data, seed, batch_size, epoch)``, correct in any call
+    order and from concurrent threads. Every row is delivered exactly once per epoch; every
+    batch holds ``batch_size`` rows except possibly the last.
+
+    Parameters
+    ----------
+    data
+        A path, glob (``**`` too), list of paths, fsspec URL, or ``dask.dataframe.DataFrame``.
+    label
+        Name of the numeric label column.
+    features
+        Feature columns, in order (default: every column but the label and ``exclude``).
+    exclude
+        Columns to leave out.
+    batch_size
+        Rows per batch (default ``daskfeed.batch-size``).
+    shuffle
+        Permute partitions per epoch and mix rows across the partitions of a window.
+    seed
+        Seed of every permutation.
+    client
+        A ``distributed.Client`` or scheduler address; default: the current client, else a
+        LocalCluster owned (and closed) by this sequence.
+    as_matrix
+        Return ``x`` as one float32 matrix of the numeric ``features`` instead of a dict.
+    manifest
+        A :class:`~daskfeed.manifest.Manifest` (or path to its JSON) of this data: no rescan.
+    reference
+        Manifest whose statistics encode the features (e.g. the training set's, for a
+        validation set); default: this data's own manifest.
+    drop_remainder
+        Drop the epoch's last batch when it is short.
+    window_bytes, prefetch_bytes, timeout
+        Memory knobs (see ``daskfeed.yaml``); normally derived from ``--memory-limit``.
+    **kwargs
+        ``workers``, ``use_multiprocessing``, ``max_queue_size`` for ``keras.utils.PyDataset``.
+
+    Examples
+    --------
+    >>> import daskfeed
+    >>> from distributed import Client
+    >>> client = Client(n_workers=2, threads_per_worker=1)  # doctest: +SKIP
+    >>> train = daskfeed.DaskSequence("data/log_quest/**/*.csv", label="cleared",
+    ...                               batch_size=1024, client=client)  # doctest: +SKIP
+    >>> val = daskfeed.DaskSequence("data/log_quest_validate/**/*.csv", label="cleared",
+    ...                             shuffle=False, reference=train.manifest,
+    ...                             client=client)  # doctest: +SKIP
+    >>> model = daskfeed.default_model(train.manifest)  # doctest: +SKIP
+    >>> model.fit(train, validation_data=val, epochs=3, shuffle=False)  # doctest: +SKIP
+    >>> train.close(); val.close()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        *,
+        label: str,
+        features: list[str] | None = None,
+        exclude: tuple[str, ...] | list[str] = (),
+        batch_size: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        client: Any = None,
+        as_matrix: bool = False,
+        manifest: Manifest | str | os.PathLike[str] | None = None,
+        reference: Manifest | None = None,
+        drop_remainder: bool = False,
+        window_bytes: int | str | None = None,
+        window_rows: int | None = None,
+        prefetch_bytes: int | str | None = None,
+        timeout: float | str | None = None,
+        blocksize: int | str | None = None,
+        dtype: dict[str, str] | None = None,
+        storage_options: dict[str, Any] | None = None,
+        vocabulary_size: int | None = None,
+        shard: tuple[int, int] = (0, 1),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.batch_size = int(config.get("batch-size", batch_size))
+        if self.batch_size < 1:
+            raise ValueError(f"Expected batch_size >= 1. Received: batch_size={batch_size}.")
+        self.label = label
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.drop_remainder = bool(drop_remainder)
+        self.shard = (int(shard[0]), int(shard[1]))
+        self.timeout = config.get_seconds("timeout", timeout)
+        self.prefetch_bytes = config.get_bytes("prefetch-bytes", prefetch_bytes)
+        self.source = Source(data, blocksize=blocksize, dtype=dtype,
+                             storage_options=storage_options)
+        self._client, self._owns_client = acquire_client(client)
+        self._scheduler_address = self._client.scheduler.address
+        try:
+            self.manifest = self._resolve_manifest(manifest, label, vocabulary_size)
+            ref = reference if reference is not None else self.manifest
+            self.features = ref.feature_names(features, exclude)
+            if reference is not None:
+                self._check_compatible(reference)
+            self.encoding = Encoding.from_manifest(ref, self.features, as_matrix)
+        except BaseException:
+            self._close_client()
+            raise
+        self.as_matrix = bool(as_matrix)
+        if window_rows is None:
+            wbytes = config.get_bytes("window-bytes", window_bytes)
+            window_rows = int(wbytes / max(self.manifest.bytes_per_row, 1.0))
+            # the trainer must hold the current window and the next one within prefetch_bytes
+            window_rows = min(window_rows, self.prefetch_bytes // (3 * self.encoding.bytes_per_row))
+        self.window_rows = max(int(window_rows), self.batch_size, 1)
+        self._lock = threading.RLock()
+        self._warned_random = False
+        self._epoch = 0
+        self._plan: EpochPlan | None = None
+        self._prefetcher: Prefetcher | None = None
+        self.last_epoch_stats: dict[str, Any] = {}
+        self._set_epoch(0)
+
+    # -- construction helpers ---------------------------------------------------------
+    def _resolve_manifest(self, manifest: Any, label: str, vocabulary_size: int | None) -> Manifest:
+        if manifest is None:
+            return scan(self.source, label=label, client=self._client,
+                        vocabulary_size=vocabulary_size)
+        if not isinstance(manifest, Manifest):
+            manifest = Manifest.from_json(manifest)
+        manifest.check_fingerprint(self.source.fingerprint())
+        if manifest.label != label:
+            raise ManifestMismatchError(
+                f"The manifest was made for label {manifest.label!r}. Received: label={label!r}."
+                "\nHint: rescan with the label you train on."
+            )
+        return manifest
+
+    def _check_compatible(self, reference: Manifest) -> None:
+        for name in [*self.features, self.label]:
+            mine = self.manifest.columns.get(name)
+            theirs = reference.columns[name]
+            if mine is None:
+                raise SchemaError(
+                    f"Expected column {name!r} (of the reference data) in this data. Received: "
+                    f"columns {list(self.manifest.columns)[:20]}.\nHint: give both data sets "
+                    "the same columns."
+                )
+            if mine.kind not in (theirs.kind, "empty"):
+                raise SchemaError(
+                    f"Column {name!r} is {theirs.kind} in the reference data but {mine.kind} "
+                    "here.\nHint: give both data sets the same column types."
+                )
+
+    # -- epochs -------------------------------------------------------------------------
+    def _make_plan(self, epoch: int) -> EpochPlan:
+        return make_plan(
+            self.manifest.counts, batch_size=self.batch_size, epoch=epoch, seed=self.seed,
+            shuffle=self.shuffle, window_rows=self.window_rows,
+            drop_remainder=self.drop_remainder, shard=self.shard,
+        )
+
+    def _set_epoch(self, epoch: int) -> None:
+        plan = self._make_plan(epoch)
+        if plan.num_batches == 0:
+            raise SchemaError(
+                f"Expected at least one batch. Received: {plan.rows} rows with "
+                f"batch_size={self.batch_size}, drop_remainder={self.drop_remainder}.\n"
+                "Hint: lower batch_size or add data."
+            )
+        with self._lock:
+            old, old_pf = self._plan, self._prefetcher
+            self._epoch = epoch
+            self._plan = plan
+            self._served: set[int] = set()
+            self._left = {w.index: len(plan.batches_of(w.index)) for w in plan.windows}
+            self._jumps = 0
+            self._last_index = -1
+            self._epoch_t0 = time.perf_counter()
+            self._epoch_submitted0 = old_pf.submitted if old_pf else 0
+            self._epoch_wait0 = old_pf.wait_seconds if old_pf else 0.0
+            if old is not None and old_pf is not None and plan.same_batches(old):
+                for w in plan.windows:
+                    old_pf.done_serving(w.index)  # keep them cached; evictable if room needed
+                return
+            if old_pf is not None:
+                old_pf.reset()
+                self._epoch_submitted0 = self._epoch_wait0 = 0
+            self._prefetcher = Prefetcher(
+                self._submit, self._estimate, [w.index for w in plan.windows],
+                budget=self.prefetch_bytes, timeout=self.timeout, describe=self._describe,
+            )
+            if self._client is not None:  # unpickled copies start on their first batch
+                self._prefetcher.start()
+
+    def on_epoch_end(self) -> None:
+        """Record this epoch's statistics and move to the next epoch's order."""
+        with self._lock:
+            self.last_epoch_stats = self.epoch_stats()
+        self._set_epoch(self._epoch + 1)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Jump to ``epoch`` (e.g. when resuming); batches follow that epoch's order."""
+        if epoch != self._epoch:
+            self._set_epoch(int(epoch))
+
+    @property
+    def epoch(self) -> int:
+        """The epoch whose batches ``seq[i]`` returns."""
+        return self._epoch
+
+    @property
+    def plan(self) -> EpochPlan:
+        """The current epoch's plan."""
+        assert self._plan is not None
+        return self._plan
+
+    @property
+    def rows(self) -> int:
+        """Rows delivered per epoch."""
+        return self.plan.rows
+
+    def epoch_stats(self) -> dict[str, Any]:
+        """Rows and batches served, seconds waited for data, windows computed this epoch."""
+        with self._lock:
+            plan, pf = self.plan, self._prefetcher
+            rows = sum(plan.batch_rows(i) for i in self._served)
+            return {
+                "epoch": plan.epoch,
+                "rows": int(rows),
+                "batches": len(self._served),
+                "wait_seconds": (pf.wait_seconds - self._epoch_wait0) if pf else 0.0,
+                "windows_computed": (pf.submitted - self._epoch_submitted0) if pf else 0,
+                "windows": len(plan.windows),
+                "seconds": time.perf_counter() - self._epoch_t0,
+            }
+
+    # -- the cluster side ---------------------------------------------------------------
+    def _client_or_connect(self) -> Any:
+        if self._client is None:  # after unpickling (use_multiprocessing=True)
+            from daskfeed.cluster import connect
+
+            self._client = connect(self._scheduler_address)
+            self._owns_client = True
+        return self._client
+
+    def _submit(self, w: int) -> Any:
+        from dask.base import tokenize
+
+        client = self._client_or_connect()
+        plan = self.plan
+        win = plan.windows[w]
+        seed = plan.seed_of(w)
+        key = f"daskfeed-window-{tokenize(self.manifest.fingerprint, self.encoding, win.partitions, seed)}"
+        if self.source.frame is None:
+            blocks = [self.source.blocks[p] for p in win.partitions]
+            return client.submit(read_window, blocks, self.source.options, self.encoding, seed,
+                                 key=key, retries=1)
+        from dask import delayed
+
+        parts = self._frame_partitions()
+        d = delayed(encode_window, pure=True)(
+            *[parts[p] for p in win.partitions], encoding=self.encoding, seed=seed,
+            dask_key_name=key,
+        )
+        return client.compute(d, retries=1)
+
+    def _frame_partitions(self) -> list[Any]:
+        parts = getattr(self, "_parts", None)
+        if parts is None:
+            parts = self._parts = self.source.partitions()
+        return parts
+
+    def _estimate(self, w: int) -> int:
+        return int(self.plan.windows[w].rows * self.encoding.bytes_per_row)
+
+    def _describe(self, w: int) -> str:
+        win = self.plan.windows[w]
+        names = [self.source.blocks[p].describe() for p in win.partitions[:3]]
+        more = f" and {len(win.partitions) - 3} more" if len(win.partitions) > 3 else ""
+        return f"epoch {self.plan.epoch}, partitions {', '.join(names)}{more}"
+
+    # -- PyDataset ---------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self.plan.num_batches
+
+    def __getitem__(self, index: int) -> tuple[Any, np.ndarray]:
+        """Batch ``index`` of the current epoch as ``(x, y)``."""
+        i = operator.index(index)
+        with self._lock:
+            plan, pf = self.plan, self._prefetcher
+            n = plan.num_batches
+            if i < 0:
+                i += n
+            if not 0 <= i < n:
+                raise IndexError(f"Batch index {index} out of range for {n} batches.")
+            self._note_access(i)
+        assert pf is not None
+        pieces = []
+        for s in plan.batch(i):
+            data: WindowData = pf.get(s.window)
+            expected = plan.windows[s.window].rows
+            if len(data) != expected:
+                raise ManifestMismatchError(
+                    f"Window {s.window} ({self._describe(s.window)}) has {len(data)} rows; the "
+                    f"manifest says {expected}. The data changed after the scan.\n"
+                    "Hint: rescan (remove the cached manifest) and restart."
+                )
+            pieces.append(data.take(s.start, s.stop))
+        if len(pieces) == 1:
+            x, y = pieces[0]
+        elif isinstance(pieces[0][0], dict):
+            x = {k: np.concatenate([p[0][k] for p in pieces]) for k in pieces[0][0]}
+            y = np.concatenate([p[1] for p in pieces])
+        else:
+            x = np.concatenate([p[0] for p in pieces])
+            y = np.concatenate([p[1] for p in pieces])
+        with self._lock:
+            if plan is self._plan and i not in self._served:
+                self._served.add(i)
+                for s in plan.batch(i):
+                    self._left[s.window] -= 1
+                    if self._left[s.window] == 0:
+                        pf.done_serving(s.window)
+        return x, y
+
+    def _note_access(self, i: int) -> None:
+        last = self._last_index
+        self._last_index = i
+        tolerance = self.workers + self.max_queue_size + 2
+        if last < 0 or i == 0 or abs(i - last) <= tolerance:
+            return
+        self._jumps += 1
+        if self._jumps >= 3 and not self._warned_random:
+            self._warned_random = True
+            warnings.warn(
+                "DaskSequence is being read in random batch order (Keras' fit(shuffle=True) is "
+                "the default). Batches stay correct, but windows may be computed more than "
+                "once. daskfeed already shuffles partitions and rows itself: pass "
+                "shuffle=False to model.fit() for the fast path.",
+                stacklevel=3,
+            )
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def close(self) -> None:
+        """Cancel windows in flight and close the client if this sequence started it."""
+        with self._lock:
+            if self._prefetcher is not None:
+                self._prefetcher.reset()
+        self._close_client()
+
+    def _close_client(self) -> None:
+        if self._owns_client and self._client is not None:
+            close_client(self._client)
+            self._client = None
+            self._owns_client = False
+
+    def __enter__(self) -> DaskSequence:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for k in ("_client", "_prefetcher", "_lock", "_parts"):
+            state.pop(k, None)
+        state["_owns_client"] = False
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._client = None
+        self._lock = threading.RLock()
+        self._prefetcher = None
+        self._plan = None
+        self._set_epoch(self._epoch)
+
+    def __repr__(self) -> str:
+        return (
+            f"DaskSequence({self.source!r}, label={self.label!r}, "
+            f"features={len(self.features)}, batch_size={self.batch_size}, "
+            f"batches={len(self)}, epoch={self._epoch}, shuffle={self.shuffle})"
+        )

@@ -1,0 +1,366 @@
+"""Source: a lazy, picklable handle over a CSV/Parquet file set or a dask DataFrame.
+
+Constructing a :class:`Source` lists files (glob, ``**``, list, directory, fsspec URL) and
+their sizes; it never reads data. Uncompressed CSV files are split into byte-range
+:class:`Block` s of ``blocksize``; each block is one partition, read on a worker by
+:func:`read_block` with pyarrow. A Source holds paths and options only, never a Client.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import fsspec
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from daskfeed import config
+from daskfeed.exceptions import DataError, DataNotFoundError
+
+__all__ = ["Block", "FileInfo", "ReadOptions", "Source", "read_block"]
+
+_BOM = b"\xef\xbb\xbf"
+_CSV_SUFFIXES = (".csv", ".tsv", ".txt", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zst")
+_PARQUET_SUFFIXES = (".parquet", ".pq")
+NULL_VALUES = ("", "NA", "N/A", "NaN", "nan", "NULL", "null", "None", "#N/A")
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One input file: path (with protocol for remote files), size in bytes, mtime."""
+
+    path: str
+    size: int
+    mtime: float
+
+
+@dataclass(frozen=True)
+class Block:
+    """One partition of the file set: a byte range of one file (``length=-1``: whole file)."""
+
+    path: str
+    offset: int
+    length: int
+    file_index: int
+
+    def describe(self) -> str:
+        """Say which file and byte range this block covers, for error messages."""
+        if self.length < 0:
+            return f"{self.path} (whole file)"
+        return f"{self.path} bytes {self.offset}-{self.offset + self.length}"
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How files are read; part of the fingerprint, so changing one invalidates manifests."""
+
+    blocksize: int = 64 * 2**20
+    sep: str = ","
+    dtype: tuple[tuple[str, str], ...] = ()
+    storage_options: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
+
+    def dtype_map(self) -> dict[str, str]:
+        """Return the per-column dtype overrides as a dict."""
+        return dict(self.dtype)
+
+
+def _protocol(path: str) -> str:
+    return path.split("://", 1)[0] if "://" in path else "file"
+
+
+def _filesystem(path: str, storage_options: dict[str, Any]) -> fsspec.AbstractFileSystem:
+    return fsspec.filesystem(_protocol(path), **storage_options)
+
+
+def _compression(path: str) -> str | None:
+    return fsspec.utils.infer_compression(path)
+
+
+def _is_parquet(path: str) -> bool:
+    return path.lower().endswith(_PARQUET_SUFFIXES)
+
+
+def expand_paths(
+    data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    storage_options: dict[str, Any] | None = None,
+) -> list[FileInfo]:
+    """Expand a path, glob (``**`` too), directory, URL or list of them into files.
+
+    Raises
+    ------
+    DataNotFoundError
+        When a pattern matches nothing or a path does not exist.
+    """
+    storage_options = storage_options or {}
+    items = [data] if isinstance(data, (str, os.PathLike)) else list(data)
+    if not items:
+        raise DataNotFoundError(
+            "Expected at least one path or glob. Received: an empty list.\n"
+            "Hint: pass a path such as 'data/log_quest/**/*.csv'."
+        )
+    files: dict[str, FileInfo] = {}
+    for item in items:
+        pattern = os.fspath(item)
+        fs = _filesystem(pattern, storage_options)
+        proto = _protocol(pattern)
+        stripped = fs._strip_protocol(pattern)
+        try:
+            if fs.isdir(stripped):
+                found = [
+                    p
+                    for p in fs.find(stripped)
+                    if p.lower().endswith(_CSV_SUFFIXES + _PARQUET_SUFFIXES)
+                ]
+            elif fsspec.core.has_magic(stripped):
+                found = [p for p in fs.glob(stripped) if not fs.isdir(p)]
+            elif fs.exists(stripped):
+                found = [stripped]
+            else:
+                found = []
+        except PermissionError as err:
+            raise DataNotFoundError(
+                f"Cannot read {pattern!r}: permission denied.\n"
+                "Hint: check the file permissions or the storage credentials."
+            ) from err
+        if not found:
+            what = "No file matches" if fsspec.core.has_magic(stripped) else "No such file"
+            raise DataNotFoundError(
+                f"{what}: {pattern!r} (looked in {os.path.abspath(stripped) if proto == 'file' else pattern}).\n"
+                "Hint: check the path and quote globs so the shell does not expand them, "
+                "e.g. \"data/log_quest/**/*.csv\"."
+            )
+        for p in sorted(found):
+            full = p if proto == "file" else f"{proto}://{p}"
+            if full in files:
+                continue
+            info = fs.info(p)
+            mtime = info.get("mtime") or info.get("LastModified") or info.get("created") or 0
+            if hasattr(mtime, "timestamp"):
+                mtime = mtime.timestamp()
+            files[full] = FileInfo(path=full, size=int(info.get("size") or 0), mtime=float(mtime))
+    return list(files.values())
+
+
+def make_blocks(files: Sequence[FileInfo], blocksize: int) -> list[Block]:
+    """Split files into byte-range blocks; compressed and Parquet files stay whole."""
+    blocks: list[Block] = []
+    for i, f in enumerate(files):
+        if _compression(f.path) or _is_parquet(f.path) or f.size <= blocksize:
+            blocks.append(Block(f.path, 0, -1, i))
+            continue
+        for off in range(0, f.size, blocksize):
+            blocks.append(Block(f.path, off, min(blocksize, f.size - off), i))
+    return blocks
+
+
+class Source:
+    """A lazy handle over the data: files + read options, or a dask DataFrame.
+
+    Parameters
+    ----------
+    data
+        A path, a glob (``**`` too), a directory, an fsspec URL, a list of those, or a
+        ``dask.dataframe.DataFrame``.
+    blocksize
+        Bytes of CSV per partition (default ``daskfeed.blocksize``).
+    dtype
+        Per-column dtype overrides, e.g. ``{"zip": "string"}``.
+    storage_options
+        Passed to fsspec (credentials, endpoint URL for S3-compatible stores, ...).
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        *,
+        blocksize: int | str | None = None,
+        sep: str = ",",
+        dtype: dict[str, str] | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.options = ReadOptions(
+            blocksize=config.get_bytes("blocksize", blocksize),
+            sep=sep,
+            dtype=tuple(sorted((dtype or {}).items())),
+            storage_options=tuple(sorted((storage_options or {}).items())),
+        )
+        self.frame = None
+        self.files: list[FileInfo] = []
+        if _is_dask_frame(data):
+            self.frame = data
+            self.blocks: list[Block] = [
+                Block(f"partition {i}", 0, -1, i) for i in range(data.npartitions)
+            ]
+        else:
+            self.files = expand_paths(data, dict(self.options.storage_options))
+            self.blocks = make_blocks(self.files, self.options.blocksize)
+
+    @property
+    def npartitions(self) -> int:
+        """Number of partitions (blocks)."""
+        return len(self.blocks)
+
+    @property
+    def nbytes(self) -> int:
+        """Total size of the input files in bytes (0 for a dask DataFrame)."""
+        return sum(f.size for f in self.files)
+
+    def fingerprint(self) -> str:
+        """Hash of (path, size, mtime) of every file + read options (or the frame's token)."""
+        if self.frame is not None:
+            from dask.base import tokenize
+
+            return "frame-" + tokenize(self.frame)
+        opts = asdict(self.options)
+        opts.pop("storage_options")
+        payload = json.dumps(
+            {"files": [asdict(f) for f in self.files], "options": opts}, sort_keys=True
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+    def header(self) -> list[str]:
+        """Column names, read from the first file's first line (no data parsed)."""
+        if self.frame is not None:
+            return [str(c) for c in self.frame.columns]
+        first = self.files[0].path
+        if _is_parquet(first):
+            import pyarrow.parquet as pq
+
+            with _open(first, dict(self.options.storage_options)) as f:
+                return list(pq.ParquetFile(f).schema_arrow.names)
+        with _open(first, dict(self.options.storage_options)) as f:
+            line = f.readline()
+        return _parse_header(line, self.options.sep, first)
+
+    def partitions(self) -> list[Any]:
+        """One ``dask.delayed`` pandas DataFrame per partition (nothing is computed)."""
+        from dask import delayed
+        from dask.base import tokenize
+
+        if self.frame is not None:
+            return list(self.frame.to_delayed())
+        opts = self.options
+        return [
+            delayed(read_block, pure=True)(b, opts, dask_key_name=f"daskfeed-read-{tokenize(b, opts)}")
+            for b in self.blocks
+        ]
+
+    def to_dask(self) -> Any:
+        """The data as a lazy ``dask.dataframe.DataFrame`` (one partition per block)."""
+        if self.frame is not None:
+            return self.frame
+        import dask.dataframe as dd
+
+        return dd.from_map(read_block, self.blocks, options=self.options)
+
+    def __repr__(self) -> str:
+        if self.frame is not None:
+            return f"Source(dask DataFrame, npartitions={self.npartitions})"
+        return (
+            f"Source({len(self.files)} files, {self.nbytes / 1e9:.2f} GB, "
+            f"npartitions={self.npartitions})"
+        )
+
+
+def _is_dask_frame(data: Any) -> bool:
+    mod = type(data).__module__ or ""
+    return mod.startswith("dask") and hasattr(data, "npartitions") and hasattr(data, "columns")
+
+
+def _open(path: str, storage_options: dict[str, Any], compression: str | None = None) -> Any:
+    return fsspec.open(path, "rb", compression=compression, **storage_options).open()
+
+
+def _parse_header(line: bytes, sep: str, path: str) -> list[str]:
+    if line.startswith(_BOM):
+        line = line[len(_BOM) :]
+    try:
+        text = line.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError as err:
+        raise DataError(
+            f"Expected a UTF-8 header line in {path}. Received bytes {line[:60]!r}.\n"
+            "Hint: re-encode the file as UTF-8."
+        ) from err
+    if not text:
+        return []
+    import csv
+
+    return next(csv.reader([text], delimiter=sep))
+
+
+def read_block(block: Block, options: ReadOptions) -> pd.DataFrame:
+    """Read one block into a pandas DataFrame (runs on a worker).
+
+    Types are inferred per block by pyarrow; reconciling them across blocks is the scan's
+    job (see :mod:`daskfeed.manifest`). Errors name the file and the byte range.
+    """
+    so = dict(options.storage_options)
+    if _is_parquet(block.path):
+        import pyarrow.parquet as pq
+
+        with _open(block.path, so) as f:
+            table = pq.read_table(f)
+        return _to_pandas(table)
+    compression = _compression(block.path)
+    with _open(block.path, so, compression) as f:
+        header = f.readline()
+        if block.length < 0:
+            body = f.read()
+        else:
+            f.seek(0)
+            body = fsspec.utils.read_block(f, block.offset, block.length, delimiter=b"\n")
+            if block.offset == 0:
+                body = body[len(header) :]
+    names = _parse_header(header, options.sep, block.path)
+    if not names:
+        return pd.DataFrame()
+    if not body.strip():
+        return pd.DataFrame({n: pd.Series([], dtype="float64") for n in names})
+    overrides = {k: _arrow_type(v) for k, v in options.dtype}
+    try:
+        table = pacsv.read_csv(
+            io.BytesIO(body),
+            read_options=pacsv.ReadOptions(column_names=names, use_threads=False),
+            parse_options=pacsv.ParseOptions(delimiter=options.sep),
+            convert_options=pacsv.ConvertOptions(
+                column_types={k: v for k, v in overrides.items() if k in names},
+                strings_can_be_null=True,
+                null_values=list(NULL_VALUES),
+                timestamp_parsers=[],
+            ),
+        )
+    except (pa.ArrowInvalid, UnicodeDecodeError) as err:
+        raise DataError(
+            f"Cannot parse {block.describe()}: {str(err).strip()}\n"
+            "Expected rows with the header's columns "
+            f"({len(names)}: {', '.join(names[:8])}{', ...' if len(names) > 8 else ''}).\n"
+            "Hint: check this part of the file for malformed lines or a different delimiter."
+        ) from err
+    return _to_pandas(table)
+
+
+def _arrow_type(name: str) -> pa.DataType:
+    aliases = {"str": "string", "object": "string", "category": "string", "int": "int64",
+               "float": "float64", "bool": "bool"}
+    name = aliases.get(name, name)
+    return pa.type_for_alias(name)
+
+
+def _to_pandas(table: pa.Table) -> pd.DataFrame:
+    """Arrow → pandas with types that survive nulls: bool → float, dates → datetime64."""
+    cols = []
+    for i, t in enumerate(table.schema.types):
+        col = table.column(i)
+        if pa.types.is_boolean(t) or pa.types.is_null(t):
+            col = col.cast(pa.float64())
+        elif pa.types.is_date(t):
+            col = col.cast(pa.timestamp("s"))
+        cols.append(col)
+    return pa.Table.from_arrays(cols, names=table.column_names).to_pandas()

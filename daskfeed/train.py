@@ -1,0 +1,246 @@
+"""Train: cluster + budget + sequences + model + telemetry + outputs (used by the CLI).
+
+``train(...)`` is also the Python entry point for the whole job; it imports keras only when
+called, so the CLI's ``--help`` stays light.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from daskfeed.cluster import Budget, close_client, connect, start_local_cluster
+
+__all__ = ["RSSSampler", "TrainResult", "default_memory_limit", "train"]
+
+
+class RSSSampler:
+    """Samples the RSS of this process and all its children (the workers) in a thread."""
+
+    def __init__(self, interval: float = 0.2) -> None:
+        import psutil
+
+        self._proc = psutil.Process()
+        self.interval = interval
+        self.peak = 0
+        self.overall_peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="daskfeed-rss", daemon=True)
+
+    def sample(self) -> int:
+        """Current RSS of the process tree in bytes."""
+        import psutil
+
+        total = 0
+        for p in [self._proc, *self._proc.children(recursive=True)]:
+            try:
+                total += p.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            rss = self.sample()
+            self.peak = max(self.peak, rss)
+            self.overall_peak = max(self.overall_peak, rss)
+
+    def reset_peak(self) -> None:
+        """Start a new peak (e.g. at each epoch)."""
+        self.peak = self.sample()
+
+    def __enter__(self) -> RSSSampler:
+        self.reset_peak()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+
+@dataclass
+class TrainResult:
+    """What ``train`` produced: output files, per-epoch history, manifest, budget."""
+
+    output: str
+    history: list[dict[str, Any]]
+    manifest: Any
+    budget: Budget | None
+    dashboard_link: str | None
+    model: Any = field(repr=False, default=None)
+
+    @property
+    def final(self) -> dict[str, Any]:
+        """The last epoch's record."""
+        return self.history[-1] if self.history else {}
+
+
+def default_memory_limit() -> int:
+    """75 % of this machine's RAM."""
+    import psutil
+
+    return int(psutil.virtual_memory().total * 0.75)
+
+
+def train(
+    data: Any,
+    *,
+    label: str,
+    validation: Any = None,
+    features: list[str] | None = None,
+    exclude: tuple[str, ...] | list[str] = (),
+    epochs: int = 3,
+    batch_size: int | None = None,
+    memory_limit: str | int | None = None,
+    nworkers: int | None = None,
+    nthreads: int = 1,
+    dashboard_address: str | None = None,
+    scheduler: str | None = None,
+    model: str | Callable[..., Any] | None = None,
+    seed: int = 0,
+    output: str | os.PathLike[str] = "daskfeed-out",
+    as_matrix: bool = False,
+    verbose: int | str = "auto",
+    echo: Callable[[str], None] = print,
+    processes: bool = True,
+) -> TrainResult:
+    """Train a Keras model on ``data`` within ``memory_limit``; write model, manifest, history.
+
+    Parameters
+    ----------
+    data, validation
+        Paths / globs / lists / URLs of the training and validation data.
+    label
+        The label column.
+    memory_limit
+        Budget of the whole process tree (trainer + workers), e.g. ``"14GB"``.
+    scheduler
+        Address or scheduler-file of a running cluster; default: a LocalCluster on 127.0.0.1.
+    model
+        ``"module:function"`` (or a callable) called with the manifest, returning a
+        ``keras.Model``; compiled for the label's task if it is not yet.
+    output
+        Directory for ``model.keras``, ``manifest.json`` and ``history.json``.
+    """
+    from daskfeed._keras import keras
+    from daskfeed.exceptions import ManifestMismatchError
+    from daskfeed.manifest import Manifest
+    from daskfeed.model import EpochTelemetry, compile_for, default_model, load_builder
+    from daskfeed.sequence import DaskSequence
+
+    out = os.fspath(output)
+    os.makedirs(out, mode=0o700, exist_ok=True)
+    keras.utils.set_random_seed(seed)
+    builder = load_builder(model) if isinstance(model, str) else model
+
+    shown = memory_limit if isinstance(memory_limit, str) else None
+    budget = Budget.split(memory_limit if memory_limit is not None else default_memory_limit(),
+                          nworkers=nworkers, nthreads=nthreads)
+    echo(f"memory limit: {budget.describe(shown)}")
+    if scheduler:
+        client = connect(scheduler)
+        echo(f"connected to {client.scheduler.address} "
+             f"({len(client.scheduler_info().get('workers', {}))} workers)")
+    else:
+        client = start_local_cluster(budget, dashboard_address=dashboard_address,
+                                     processes=processes)
+    link = client.dashboard_link if getattr(client, "dashboard_link", None) else None
+    if link:
+        echo(f"dashboard: {link}")
+    seqs: list[Any] = []
+    try:
+        with RSSSampler() as rss:
+            cached = _cached_manifest(os.path.join(out, "manifest.json"), label)
+            common = {"label": label, "batch_size": batch_size, "client": client,
+                      "window_bytes": budget.window_bytes, "blocksize": budget.blocksize,
+                      "as_matrix": as_matrix}
+            t0 = time.perf_counter()
+            try:
+                train_seq = DaskSequence(data, features=features, exclude=exclude, seed=seed,
+                                         prefetch_bytes=budget.prefetch * 2 // 3, manifest=cached,
+                                         **common)
+            except ManifestMismatchError:
+                if cached is None:
+                    raise
+                cached = None  # data or read options changed since: rescan
+                train_seq = DaskSequence(data, features=features, exclude=exclude, seed=seed,
+                                         prefetch_bytes=budget.prefetch * 2 // 3, **common)
+            seqs.append(train_seq)
+            manifest: Manifest = train_seq.manifest
+            manifest.to_json(os.path.join(out, "manifest.json"))
+            how = "manifest reused" if manifest is cached else f"scanned in {time.perf_counter() - t0:.1f}s"
+            echo(f"train data: {manifest.summary()} ({how})")
+            echo(f"features ({len(train_seq.features)}): {', '.join(train_seq.features)}")
+            echo(f"{len(train_seq)} batches of {train_seq.batch_size} per epoch, "
+                 f"{len(train_seq.plan.windows)} shuffle windows of ~{train_seq.window_rows:,} rows")
+            val_seq = None
+            if validation:
+                val_seq = DaskSequence(validation, features=train_seq.features, shuffle=False,
+                                       reference=manifest, prefetch_bytes=budget.prefetch // 3,
+                                       **common)
+                seqs.append(val_seq)
+                echo(f"validation data: {val_seq.manifest.rows:,} rows in "
+                     f"{len(val_seq.manifest.partitions)} partitions")
+            if builder is not None:
+                net = builder(manifest)
+                if not isinstance(net, keras.Model):
+                    from daskfeed.exceptions import SchemaError
+
+                    raise SchemaError(
+                        f"Expected the model builder to return a keras.Model. Received: "
+                        f"{type(net).__name__}.\nHint: return the model from your function."
+                    )
+                if not net.compiled:
+                    compile_for(net, manifest)
+            else:
+                net = default_model(manifest, features=train_seq.features, as_matrix=as_matrix)
+            telemetry = EpochTelemetry(train_seq, rss)
+            if verbose == "auto":
+                verbose = 1 if sys.stdout.isatty() else 2
+            fit = net.fit(train_seq, validation_data=val_seq, epochs=epochs, shuffle=False,
+                          verbose=verbose, callbacks=[telemetry])
+            history = _merge_history(fit.history, telemetry.epochs)
+            net.save(os.path.join(out, "model.keras"))
+            with open(os.path.join(out, "history.json"), "w", encoding="utf-8") as f:
+                json.dump({"epochs": history, "memory_limit_bytes": budget.total,
+                           "budget": budget.__dict__, "rows_per_epoch": train_seq.rows,
+                           "peak_rss_bytes": rss.overall_peak}, f, indent=1)
+        last = history[-1] if history else {}
+        metric = next((k for k in ("val_accuracy", "val_mean_absolute_error", "val_loss")
+                       if k in last), None)
+        if metric:
+            echo(f"{metric.replace('_', ' ')}: {last[metric]:.4f}")
+        echo(f"wrote {out}/model.keras, manifest.json, history.json")
+        return TrainResult(out, history, manifest, budget, link, net)
+    finally:
+        for s in seqs:
+            s.close()
+        close_client(client)
+
+
+def _cached_manifest(path: str, label: str) -> Any:
+    from daskfeed.manifest import Manifest
+
+    if not os.path.exists(path):
+        return None
+    try:
+        m = Manifest.from_json(path)
+    except Exception:  # noqa: BLE001 — an unreadable cache is simply rebuilt
+        return None
+    return m if m.label == label else None
+
+
+def _merge_history(logs: dict[str, list[float]], telemetry: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for i, rec in enumerate(telemetry):
+        row = {k: float(v[i]) for k, v in logs.items() if i < len(v)}
+        row.update(rec)
+        out.append(row)
+    return out
