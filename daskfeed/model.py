@@ -25,6 +25,11 @@ def _layer_name(prefix: str, column: str) -> str:
     return f"{prefix}_{re.sub(r'[^0-9A-Za-z_]', '_', column)}"[:120]
 
 
+def _input_name(column: str) -> str:
+    """Keras matches dict inputs by tensor name: keep the column name where TF accepts it."""
+    return column if re.fullmatch(r"[A-Za-z0-9_.\-]+", column) else _layer_name("in", column)
+
+
 def default_model(
     manifest: Any,
     *,
@@ -69,12 +74,12 @@ def default_model(
         for code in enc.columns:
             col = manifest.columns[code.name]
             if code.kind == "categorical":
-                inp = keras.Input(shape=(1,), name=_layer_name("in", code.name), dtype="int32")
+                inp = keras.Input(shape=(1,), name=_input_name(code.name), dtype="int32")
                 dim = embedding_dim or min(16, max(2, math.ceil(1.6 * code.input_dim**0.56)))
                 e = keras.layers.Embedding(code.input_dim, dim, name=_layer_name("embed", code.name))(inp)
                 parts.append(keras.layers.Flatten(name=_layer_name("flat", code.name))(e))
             else:
-                inp = keras.Input(shape=(1,), name=_layer_name("in", code.name), dtype="float32")
+                inp = keras.Input(shape=(1,), name=_input_name(code.name), dtype="float32")
                 parts.append(keras.layers.Normalization(
                     mean=[col.mean], variance=[max(col.var, 1e-12)],
                     name=_layer_name("norm", code.name))(inp))

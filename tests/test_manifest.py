@@ -1,0 +1,167 @@
+"""scan() on a real LocalCluster: statistics, dtype reconciliation, vocabularies, JSON, errors."""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import daskfeed
+from daskfeed import ManifestMismatchError, SchemaError
+from daskfeed.manifest import Manifest
+
+
+def _all_rows(pattern: str) -> pd.DataFrame:
+    return pd.concat([pd.read_csv(p) for p in sorted(glob.glob(pattern, recursive=True))],
+                     ignore_index=True)
+
+
+def test_scan_statistics_match_pandas(demo_data, client):
+    m = daskfeed.scan(demo_data.train_glob, label="cleared", client=client)
+    df = _all_rows(demo_data.train_glob)
+    assert m.rows == len(df) == demo_data.train_rows
+    assert len(m.partitions) == 40 and sum(m.counts) == m.rows
+    assert m.task == "binary" and m.num_classes == 2
+    for name in ["level", "gear_score", "duration_s", "gold_spent", "deaths"]:
+        col, ref = m.columns[name], df[name]
+        assert col.kind == "numeric"
+        assert col.missing == int(ref.isna().sum())
+        assert col.mean == pytest.approx(ref.mean(), rel=1e-9)
+        assert col.var == pytest.approx(ref.var(ddof=0), rel=1e-9)
+        assert (col.min, col.max) == (ref.min(), ref.max())
+    assert m.columns["level"].dtype == "int64"
+    assert m.columns["region"].kind == "categorical"
+    assert set(m.columns["region"].vocabulary) == set(df["region"].unique())
+    assert "東京" in m.columns["region"].vocabulary and "São Paulo, BR" in m.columns["region"].vocabulary
+    assert m.columns["class"].missing == int(df["class"].isna().sum()) > 0
+
+
+def test_int_column_with_blanks_only_in_late_files_becomes_float(demo_data, client):
+    import dask.dataframe as dd
+
+    files = sorted(glob.glob(demo_data.train_glob, recursive=True))
+    assert pd.read_csv(files[0])["gold_spent"].dtype == np.int64  # early files: clean ints
+    assert pd.read_csv(files[-1])["gold_spent"].isna().any()  # late files: blanks
+    # the trap is real: dask infers int64 from the first file and fails late
+    with pytest.raises(ValueError, match="gold_spent"):
+        dd.read_csv(demo_data.train_glob).compute(scheduler="sync")
+    m = daskfeed.scan(demo_data.train_glob, label="cleared", client=client)
+    col = m.columns["gold_spent"]
+    assert (col.kind, col.dtype) == ("numeric", "float64")
+    assert col.missing == int(_all_rows(demo_data.train_glob)["gold_spent"].isna().sum()) > 0
+
+
+def test_vocabulary_keeps_top_k_and_counts_oov(demo_data, client):
+    m = daskfeed.scan(demo_data.train_glob, label="cleared", client=client, vocabulary_size=5)
+    q = _all_rows(demo_data.train_glob)["quest_id"]
+    vc = q.value_counts()
+    col = m.columns["quest_id"]
+    assert len(col.vocabulary) == 5
+    assert set(col.vocabulary) == set(vc.index[:5])  # the most frequent
+    assert col.distinct == q.nunique()
+    assert col.oov_rows == int(vc.iloc[5:].sum())
+
+
+def test_manifest_json_roundtrip_and_reuse_without_rescan(demo_data, client, tmp_path):
+    path = tmp_path / "m.json"
+    m = daskfeed.scan(demo_data.train_glob, label="cleared", client=client, cache=path)
+    assert path.exists()
+    back = Manifest.from_json(path)
+    assert back.to_dict() == Manifest.from_dict(m.to_dict()).to_dict()
+    assert back.columns["region"].vocabulary == m.columns["region"].vocabulary
+    t0 = time.perf_counter()
+    again = daskfeed.scan(demo_data.train_glob, label="cleared", client=client, cache=path)
+    assert again.created == m.created  # read from disk, not rescanned
+    assert time.perf_counter() - t0 < 2
+    from distributed import get_task_stream
+
+    with get_task_stream(client) as ts:
+        seq = daskfeed.DaskSequence(demo_data.train_glob, label="cleared", client=client,
+                                    manifest=str(path))
+        seq.close()
+    assert not [t for t in ts.data if str(t["key"]).startswith("daskfeed-scan")]
+    assert seq.manifest.created == m.created
+
+
+def test_touching_a_file_invalidates_the_manifest(tmp_path, client, write_csv):
+    a = write_csv("d/a.csv", "x,y\n1,0\n2,1\n")
+    write_csv("d/b.csv", "x,y\n3,0\n")
+    cache = tmp_path / "m.json"
+    m1 = daskfeed.scan(str(tmp_path / "d" / "*.csv"), label="y", client=client, cache=cache)
+    with open(a, "a", encoding="utf-8") as f:
+        f.write("4,1\n")
+    os.utime(a, (time.time() + 5, time.time() + 5))
+    with pytest.raises(ManifestMismatchError, match="fingerprint"):
+        daskfeed.DaskSequence(str(tmp_path / "d" / "*.csv"), label="y", client=client, manifest=m1)
+    m2 = daskfeed.scan(str(tmp_path / "d" / "*.csv"), label="y", client=client, cache=cache)
+    assert m2.rows == 4 and m2.fingerprint != m1.fingerprint
+
+
+def test_column_turning_to_text_late_is_a_clear_error(tmp_path, client, write_csv):
+    write_csv("d/a.csv", "x,y\n1,0\n2,1\n")
+    write_csv("d/b.csv", "x,y\nn/a-ish,0\noops,1\n")
+    with pytest.raises(SchemaError) as err:
+        daskfeed.scan(str(tmp_path / "d" / "*.csv"), label="y", client=client)
+    msg = str(err.value)
+    assert "'x'" in msg and "b.csv" in msg and "a.csv" in msg and "Hint:" in msg
+
+
+def test_dtype_override_reads_the_column_as_category(tmp_path, client, write_csv):
+    write_csv("d/a.csv", "x,y\n1,0\n2,1\n")
+    write_csv("d/b.csv", "x,y\nzz,0\n")
+    m = daskfeed.scan(str(tmp_path / "d" / "*.csv"), label="y", client=client, dtype={"x": "string"})
+    assert m.columns["x"].kind == "categorical" and set(m.columns["x"].vocabulary) == {"1", "2", "zz"}
+
+
+def test_missing_label_names_the_columns_and_a_close_match(demo_data, client):
+    with pytest.raises(SchemaError) as err:
+        daskfeed.scan(demo_data.train_glob, label="clear", client=client)
+    msg = str(err.value)
+    assert "'clear'" in msg and "cleared" in msg and "Hint:" in msg
+
+
+def test_text_label_is_refused(tmp_path, client, write_csv):
+    write_csv("a.csv", "x,y\n1,yes\n2,no\n")
+    with pytest.raises(SchemaError, match="numeric label"):
+        daskfeed.scan(str(tmp_path / "a.csv"), label="y", client=client)
+
+
+def test_rows_without_label_are_counted_and_skipped(tmp_path, client, write_csv):
+    write_csv("a.csv", "x,y\n1,0\n2,\n3,1\n")
+    with pytest.warns(UserWarning, match="1 of 3 rows"):
+        m = daskfeed.scan(str(tmp_path / "a.csv"), label="y", client=client)
+    assert (m.rows, m.label_missing) == (2, 1)
+
+
+def test_multiclass_and_regression_labels(tmp_path, client, write_csv):
+    write_csv("m.csv", "x,y\n" + "".join(f"{i},{i % 4}\n" for i in range(40)))
+    write_csv("r.csv", "x,y\n" + "".join(f"{i},{i * 0.37}\n" for i in range(40)))
+    m = daskfeed.scan(str(tmp_path / "m.csv"), label="y", client=client)
+    assert (m.task, m.num_classes) == ("multiclass", 4)
+    r = daskfeed.scan(str(tmp_path / "r.csv"), label="y", client=client)
+    assert r.task == "regression"
+
+
+def test_headers_that_differ_between_files_are_refused(tmp_path, client, write_csv):
+    write_csv("d/a.csv", "x,y\n1,0\n")
+    write_csv("d/b.csv", "y,x\n0,1\n")
+    with pytest.raises(SchemaError) as err:
+        daskfeed.scan(str(tmp_path / "d" / "*.csv"), label="y", client=client)
+    assert "b.csv" in str(err.value) and "order" in str(err.value)
+
+
+def test_large_file_is_split_into_byte_ranges(tmp_path, client):
+    from daskfeed.demo import generate_rows
+
+    df = pd.DataFrame(generate_rows(20_000, seed=1, stream=1, row_id_start=0))
+    path = tmp_path / "big.csv"
+    df.to_csv(path, index=False)
+    m = daskfeed.scan(str(path), label="cleared", client=client, blocksize="100kB")
+    assert len(m.partitions) > 5
+    assert m.rows == 20_000
+    assert m.columns["row_id"].min == 0 and m.columns["row_id"].max == 19_999
+    assert m.columns["row_id"].mean == pytest.approx(9999.5)
