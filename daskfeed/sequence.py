@@ -222,8 +222,18 @@ class DaskSequence(keras.utils.PyDataset):
                 self._prefetcher.start()
 
     def on_epoch_end(self) -> None:
-        """Record this epoch's statistics and move to the next epoch's order."""
+        """Move to the next epoch's order once every batch of this epoch was delivered.
+
+        Keras also calls this when ``fit`` starts (``EpochIterator.reset``), after the TF
+        backend peeked at batches 0 and 1; that call finds an incomplete epoch and changes
+        nothing, so the peeked windows are reused and training starts with epoch 0. With
+        ``use_multiprocessing=True`` the batches are served in child processes, so every call
+        advances.
+        """
         with self._lock:
+            complete = len(self._served) == self.plan.num_batches
+            if not (complete or self.use_multiprocessing):
+                return
             self.last_epoch_stats = self.epoch_stats()
         self._set_epoch(self._epoch + 1)
 

@@ -1,0 +1,235 @@
+"""DaskSequence on a real LocalCluster: exactly-once, determinism, any order, threads, Keras."""
+
+from __future__ import annotations
+
+import pickle
+import random
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import daskfeed
+from daskfeed import SchemaError
+
+BATCH = 256
+WINDOW_ROWS = 2000  # ~3 files of 700 rows per window: rows mix across partitions
+
+
+def make(id_data, client, **kw):
+    kw.setdefault("batch_size", BATCH)
+    kw.setdefault("window_rows", WINDOW_ROWS)
+    kw.setdefault("seed", 11)
+    return daskfeed.DaskSequence(id_data.train_glob, label="cleared", client=client, **kw)
+
+
+def epoch_ids(seq, order=None):
+    order = range(len(seq)) if order is None else order
+    return {i: seq[i][0]["row_id"].astype(np.int64) for i in order}
+
+
+def test_every_row_once_per_epoch_fixed_sizes_new_order(id_data, client):
+    with make(id_data, client) as seq:
+        n = id_data.train_rows
+        assert len(seq) == -(-n // BATCH)
+        previous = None
+        for _epoch in range(3):
+            batches = epoch_ids(seq)
+            sizes = [len(batches[i]) for i in range(len(seq))]
+            assert all(s == BATCH for s in sizes[:-1]) and sizes[-1] == n - BATCH * (len(seq) - 1)
+            flat = np.concatenate([batches[i] for i in range(len(seq))])
+            assert np.array_equal(np.sort(flat), np.arange(n)), "a row missing or repeated"
+            if previous is not None:
+                assert not np.array_equal(flat, previous), "epoch order did not change"
+            previous = flat
+            seq.on_epoch_end()
+
+
+def test_rows_are_mixed_across_the_partitions_of_a_window(id_data, client):
+    with make(id_data, client) as seq:
+        files_per_batch = [len(np.unique(seq[i][0]["row_id"] // 700)) for i in range(len(seq) - 1)]
+        assert np.mean(files_per_batch) > 2  # each window mixes ~3 files of 700 rows
+        first = seq[0][0]["row_id"]
+        assert not np.all(np.diff(first) == 1), "rows were not shuffled"
+
+
+def test_same_batches_whatever_the_number_of_workers(id_data, client):
+    from distributed import Client, LocalCluster
+
+    with make(id_data, client) as seq:
+        seq.set_epoch(1)  # compare epoch 1, not just epoch 0
+        two = epoch_ids(seq)
+        labels_two = [seq[i][1] for i in range(3)]
+    with LocalCluster(n_workers=1, threads_per_worker=3, processes=False, dashboard_address=":0") as lc, \
+            Client(lc) as one_worker:
+        with make(id_data, one_worker) as seq1:
+            seq1.set_epoch(1)
+            one = epoch_ids(seq1, order=reversed(range(len(seq1))))  # futures finish in any order
+            assert all(np.array_equal(seq1[i][1], labels_two[i]) for i in range(3))
+    assert two.keys() == one.keys()
+    assert all(np.array_equal(two[i], one[i]) for i in two)
+
+
+def test_random_index_order_gives_the_same_batches(id_data, client):
+    with make(id_data, client) as seq:
+        sequential = epoch_ids(seq)
+    with make(id_data, client, prefetch_bytes=200_000) as seq:
+        order = list(range(len(seq)))
+        random.Random(5).shuffle(order)
+        shuffled = epoch_ids(seq, order)
+        assert seq.epoch_stats()["batches"] == len(seq)
+    assert all(np.array_equal(sequential[i], shuffled[i]) for i in sequential)
+
+
+def test_concurrent_threads_get_correct_batches(id_data, client):
+    with make(id_data, client) as seq:
+        expected = epoch_ids(seq)
+    with make(id_data, client) as seq:
+        got: dict[int, np.ndarray] = {}
+        errors: list[BaseException] = []
+
+        def reader(indices):
+            try:
+                for i in indices:
+                    got[i] = seq[i][0]["row_id"].astype(np.int64)
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        idx = list(range(len(seq)))
+        threads = [threading.Thread(target=reader, args=(idx[k::2],)) for k in range(2)]
+        threads += [threading.Thread(target=reader, args=(idx[::-1],))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert all(np.array_equal(got[i], expected[i]) for i in expected)
+        assert seq.epoch_stats()["windows_computed"] == len(seq.plan.windows)
+
+
+def test_only_compact_arrays_with_manifest_encoding(id_data, client):
+    with make(id_data, client, exclude=["row_id"]) as seq:
+        x, y = seq[0]
+        assert "row_id" not in x
+        assert x["region"].dtype == np.int32 and x["level"].dtype == np.float32
+        assert y.dtype == np.float32 and set(np.unique(y)) <= {0.0, 1.0}
+        for name, arr in x.items():
+            assert arr.shape == (BATCH,), name
+            assert not np.isnan(arr).any() if arr.dtype == np.float32 else arr.min() >= 0
+        vocab = seq.manifest.columns["region"].vocabulary
+        assert x["region"].max() < len(vocab) + 2
+        assert (x["class"] == 0).any() or seq.manifest.columns["class"].missing == 0
+
+
+def test_as_matrix_orders_features_and_refuses_text(id_data, client):
+    with make(id_data, client, features=["level", "deaths", "hour"], as_matrix=True) as seq:
+        x, _ = seq[0]
+        assert x.shape == (BATCH, 3) and x.dtype == np.float32
+        assert x[:, 2].max() <= 23 and x[:, 0].min() >= 1
+    with pytest.raises(SchemaError, match="as_matrix"):
+        make(id_data, client, features=["level", "region"], as_matrix=True)
+
+
+def test_unknown_feature_is_a_clear_error(id_data, client):
+    with pytest.raises(SchemaError, match="did you mean 'level'"):
+        make(id_data, client, features=["levle"])
+
+
+def test_pickle_holds_no_client_and_reconnects(id_data, client):
+    with make(id_data, client) as seq:
+        blob = pickle.dumps(seq)
+        assert b"Client" not in blob
+        copy = pickle.loads(blob)
+        try:
+            assert np.array_equal(copy[3][0]["row_id"], seq[3][0]["row_id"])
+        finally:
+            copy.close()
+
+
+def test_dask_dataframe_input(client):
+    import dask.dataframe as dd
+    import pandas as pd
+
+    pdf = pd.DataFrame({"row_id": np.arange(5000), "x": np.arange(5000) % 7 * 1.5,
+                        "y": (np.arange(5000) % 3 == 0).astype(int)})
+    ddf = dd.from_pandas(pdf, npartitions=7)
+    with daskfeed.DaskSequence(ddf, label="y", client=client, batch_size=300, window_rows=1500) as seq:
+        assert len(seq.manifest.partitions) == 7 and seq.manifest.rows == 5000
+        ids = np.concatenate([seq[i][0]["row_id"] for i in range(len(seq))]).astype(int)
+        assert np.array_equal(np.sort(ids), np.arange(5000))
+
+
+def test_validation_set_encoded_with_the_training_manifest(id_data, client):
+    with make(id_data, client) as train:
+        with daskfeed.DaskSequence(id_data.validate_glob, label="cleared", client=client,
+                                   reference=train.manifest, shuffle=False, batch_size=500) as val:
+            assert val.features == train.features
+            assert val.manifest.rows == id_data.validate_rows
+            ids = np.concatenate([val[i][0]["row_id"] for i in range(len(val))])
+            assert np.array_equal(ids, np.arange(id_data.validate_rows))  # unshuffled: file order
+            val.on_epoch_end()
+            assert val.epoch_stats()["windows_computed"] == 0  # same batches: kept, not recomputed
+
+
+def test_keras_fit_shuffle_true_warns_once_and_stays_correct(id_data, client):
+    from daskfeed._keras import keras
+
+    seen: list[np.ndarray] = []
+
+    class Spy(daskfeed.DaskSequence):
+        def __getitem__(self, i):
+            x, y = super().__getitem__(i)
+            seen.append(x[:, 0].copy())
+            return x, y
+
+    seq = Spy(id_data.train_glob, label="cleared", client=client, batch_size=BATCH,
+              window_rows=WINDOW_ROWS, features=["row_id", "level"], as_matrix=True)
+    seen.clear()
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, activation="sigmoid")])
+    model.compile("adam", "binary_crossentropy", run_eagerly=False)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        model.fit(seq, epochs=1, shuffle=True, verbose=0)
+    hits = [w for w in rec if "random batch order" in str(w.message)]
+    assert len(hits) == 1
+    # the TF backend peeks at batches 0 and 1 first; the epoch itself delivers every row once
+    epoch = seen[2:] if len(seen) == len(seq) + 2 else seen
+    ids = np.concatenate(epoch).astype(int)
+    assert np.array_equal(np.sort(ids), np.arange(id_data.train_rows))
+    seq.close()
+
+
+def test_tf_peek_does_not_trigger_extra_window_computes(id_data, client):
+    from daskfeed._keras import keras
+
+    with make(id_data, client, features=["level", "deaths"], as_matrix=True) as seq:
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, activation="sigmoid")])
+        model.compile("adam", "binary_crossentropy")
+        model.fit(seq, epochs=2, shuffle=False, verbose=0)
+        # Keras' extra on_epoch_end at fit start is ignored: epochs 0 and 1 ran, now at 2
+        assert seq.epoch == 2
+        assert seq.last_epoch_stats["windows_computed"] == seq.last_epoch_stats["windows"]
+        assert seq.last_epoch_stats["rows"] == id_data.train_rows
+
+
+def test_incomplete_epoch_does_not_advance(id_data, client):
+    with make(id_data, client) as seq:
+        first = seq[0][0]["row_id"].copy()
+        seq.on_epoch_end()  # what Keras does when fit starts, after peeking
+        assert seq.epoch == 0 and np.array_equal(seq[0][0]["row_id"], first)
+        for i in range(len(seq)):
+            seq[i]
+        seq.on_epoch_end()
+        assert seq.epoch == 1 and not np.array_equal(seq[0][0]["row_id"], first)
+
+
+def test_keras_thread_workers(id_data, client):
+    from daskfeed._keras import keras
+
+    with make(id_data, client, features=["level", "deaths"], as_matrix=True, workers=3) as seq:
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, activation="sigmoid")])
+        model.compile("adam", "binary_crossentropy")
+        hist = model.fit(seq, epochs=2, shuffle=False, verbose=0)
+        assert len(hist.history["loss"]) == 2
+        assert seq.last_epoch_stats["rows"] == id_data.train_rows
