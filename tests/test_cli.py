@@ -1,0 +1,95 @@
+"""The command line, run as real subprocesses: light imports, clear errors, a real train."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+BIN = os.path.dirname(sys.executable)
+ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def run(*args: str, timeout: float = 300, cwd: str | None = None) -> subprocess.CompletedProcess:
+    exe = shutil.which("daskfeed", path=BIN) or "daskfeed"
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout,
+                          env=ENV, cwd=cwd)
+
+
+def test_import_and_help_load_neither_keras_nor_tensorflow():
+    code = (
+        "import sys, daskfeed\n"
+        "assert daskfeed.__version__\n"
+        "from daskfeed.cli import cli\n"
+        "for args in (['--help'], ['train', '--help'], ['demo', '--help']):\n"
+        "    try:\n"
+        "        cli(args)\n"
+        "    except SystemExit as e:\n"
+        "        assert e.code == 0, e.code\n"
+        "heavy = [m for m in ('keras', 'tensorflow', 'pandas', 'distributed') if m in sys.modules]\n"
+        "print('HEAVY', heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    heavy = out.stdout.strip().splitlines()[-1]
+    assert "keras" not in heavy and "tensorflow" not in heavy, heavy
+
+
+def test_console_script_and_dask_plugin_help():
+    out = run("--help")
+    assert out.returncode == 0 and "train" in out.stdout and "demo" in out.stdout
+    out = run("train", "--help")
+    for flag in ("--label", "--validation", "--features", "--exclude", "--epochs", "--batch-size",
+                 "--memory-limit", "--nworkers", "--dashboard-address", "--model", "--seed",
+                 "--output"):
+        assert flag in out.stdout, flag
+    dask = shutil.which("dask", path=BIN)
+    out = subprocess.run([dask, "feed", "--help"], capture_output=True, text=True, env=ENV,
+                         timeout=120)
+    assert out.returncode == 0 and "train" in out.stdout, out.stderr
+
+
+def test_missing_label_is_a_clear_error_without_traceback(demo_data, tmp_path):
+    out = run("train", demo_data.train_glob, "--label", "clearedd", "--memory-limit", "3GB",
+              "--nworkers", "1", "--dashboard-address", "", "--output", str(tmp_path / "o"))
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr + out.stdout
+    assert "Error: Expected a label column 'clearedd'" in out.stderr
+    assert "did you mean 'cleared'" in out.stderr
+
+
+def test_glob_matching_nothing_is_a_clear_error(tmp_path):
+    pattern = str(tmp_path / "nothing" / "**" / "*.csv")
+    out = run("train", pattern, "--label", "y", "--memory-limit", "3GB")
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr + out.stdout
+    assert "No file matches" in out.stderr and "Hint:" in out.stderr
+
+
+@pytest.mark.parametrize("bad", ["", "-1GB", "abc", "900TB"])
+def test_nonsense_memory_limit_is_a_usage_error(bad, tmp_path):
+    out = run("train", str(tmp_path), "--label", "y", "--memory-limit", bad)
+    assert out.returncode == 2
+    assert "Usage:" in out.stderr and "--memory-limit" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_train_end_to_end_with_real_worker_processes(demo_data, tmp_path):
+    out_dir = tmp_path / "run"
+    out = run("train", demo_data.train_glob, "--label", "cleared", "--validation",
+              demo_data.validate_glob, "--epochs", "1", "--memory-limit", "3GB", "--nworkers", "2",
+              "--exclude", "hour", "--dashboard-address", "127.0.0.1:0", "--output", str(out_dir))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "memory limit: 3GB = 3.00 GB (2.79 GiB)" in out.stdout
+    assert "dashboard: http://127.0.0.1:" in out.stdout
+    assert "val accuracy:" in out.stdout
+    assert {"model.keras", "manifest.json", "history.json"} <= set(os.listdir(out_dir))
+    hist = json.loads((out_dir / "history.json").read_text())
+    assert hist["epochs"][0]["rows"] == demo_data.train_rows
+    man = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
+    assert "東京" in man["columns"]["region"]["vocabulary"]

@@ -1,0 +1,135 @@
+"""Model + training: accuracy against in-memory fit, train() outputs, user model builders."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import daskfeed
+from daskfeed.feed import Encoding, encode_frame
+
+EPOCHS = 4
+BATCH = 512
+
+
+def _in_memory(pattern, manifest, features):
+    df = pd.concat([pd.read_csv(p) for p in sorted(glob.glob(pattern, recursive=True))],
+                   ignore_index=True)
+    data = encode_frame(df, Encoding.from_manifest(manifest, features))
+    return data.x, data.y
+
+
+def test_fit_matches_in_memory_accuracy(demo_data, client):
+    from daskfeed._keras import keras
+
+    with daskfeed.DaskSequence(demo_data.train_glob, label="cleared", client=client,
+                               batch_size=BATCH, seed=1) as train, \
+            daskfeed.DaskSequence(demo_data.validate_glob, label="cleared", client=client,
+                                  batch_size=BATCH, shuffle=False, reference=train.manifest) as val:
+        keras.utils.set_random_seed(1)
+        model = daskfeed.default_model(train.manifest)
+        model.fit(train, validation_data=val, epochs=EPOCHS, shuffle=False, verbose=0)
+        dask_acc = model.evaluate(val, verbose=0, return_dict=True)["accuracy"]
+
+        x, y = _in_memory(demo_data.train_glob, train.manifest, train.features)
+        vx, vy = _in_memory(demo_data.validate_glob, train.manifest, train.features)
+        keras.utils.set_random_seed(1)
+        ref = daskfeed.default_model(train.manifest)
+        ref.fit(x, y, batch_size=BATCH, epochs=EPOCHS, shuffle=True, verbose=0)
+        mem_acc = ref.evaluate(vx, vy, verbose=0, return_dict=True)["accuracy"]
+    print(f"validation accuracy: daskfeed {dask_acc:.4f}, in-memory {mem_acc:.4f}")
+    assert mem_acc > 0.7, "the demo label should be learnable"
+    assert abs(dask_acc - mem_acc) <= 0.015
+
+
+def test_train_writes_model_manifest_history(demo_data, tmp_path):
+    from daskfeed._keras import keras
+    from daskfeed.train import train
+
+    lines: list[str] = []
+    out = tmp_path / "out"
+    result = train(demo_data.train_glob, label="cleared", validation=demo_data.validate_glob,
+                   epochs=2, batch_size=1024, memory_limit="3GB", nworkers=2,
+                   dashboard_address="127.0.0.1:0", output=out, verbose=0, echo=lines.append)
+    text = "\n".join(lines)
+    assert "3GB = 3.00 GB (2.79 GiB): trainer" in text and "2 workers ×" in text
+    assert "dashboard: http://127.0.0.1:" in text
+    assert "val accuracy:" in text
+    model = keras.models.load_model(out / "model.keras")
+    assert model.count_params() > 0
+    m = daskfeed.Manifest.from_json(out / "manifest.json")
+    assert m.rows == demo_data.train_rows
+    hist = json.loads((out / "history.json").read_text())
+    assert len(hist["epochs"]) == 2
+    for rec in hist["epochs"]:
+        for key in ("loss", "accuracy", "val_loss", "val_accuracy", "rows", "seconds",
+                    "rows_per_s", "data_wait_fraction", "peak_rss_bytes"):
+            assert key in rec, key
+        assert rec["rows"] == demo_data.train_rows
+        assert rec["rows_per_s"] == pytest.approx(rec["rows"] / rec["seconds"], rel=1e-3)
+        assert 0 < rec["peak_rss_bytes"] < 3e9 * 1.5
+    assert result.final["val_accuracy"] == hist["epochs"][-1]["val_accuracy"]
+    # second run on the same data reuses the manifest instead of rescanning
+    lines.clear()
+    train(demo_data.train_glob, label="cleared", epochs=1, memory_limit="3GB", nworkers=1,
+          dashboard_address="127.0.0.1:0", output=out, verbose=0, echo=lines.append)
+    assert any("manifest reused" in line for line in lines)
+
+
+def test_user_model_builder_is_called_with_the_manifest(demo_data, tmp_path):
+    from daskfeed.train import train
+
+    (tmp_path / "mymodels.py").write_text(
+        "from daskfeed._keras import keras\n"
+        "calls = []\n"
+        "def build(manifest):\n"
+        "    calls.append(manifest.rows)\n"
+        "    return keras.Sequential([keras.Input((3,)), keras.layers.Dense(1, activation='sigmoid')])\n",
+        encoding="utf-8")
+    result = train(demo_data.train_glob, label="cleared", features=["level", "deaths", "hour"],
+                   as_matrix=True, epochs=1, memory_limit="3GB", nworkers=1,
+                   dashboard_address="", model=f"{tmp_path / 'mymodels.py'}:build",
+                   output=tmp_path / "o", verbose=0, echo=lambda s: None)
+    assert "loss" in result.final and "accuracy" in result.final  # compiled for a binary label
+    with pytest.raises(daskfeed.SchemaError, match="module:function"):
+        train(demo_data.train_glob, label="cleared", model="nocolon", output=tmp_path / "p",
+              memory_limit="3GB", echo=lambda s: None)
+
+
+def test_default_model_multiclass_softmax(tmp_path, client):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3000, 2))
+    y = (x[:, 0] > 0).astype(int) + (x[:, 1] > 0).astype(int)
+    pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "k": np.where(y > 1, "hi", "lo"), "y": y}).to_csv(
+        tmp_path / "m.csv", index=False)
+    with daskfeed.DaskSequence(str(tmp_path / "m.csv"), label="y", client=client,
+                               batch_size=256) as seq:
+        assert seq.manifest.task == "multiclass" and seq.manifest.num_classes == 3
+        model = daskfeed.default_model(seq.manifest)
+        assert model.output_shape == (None, 3)
+        hist = model.fit(seq, epochs=3, shuffle=False, verbose=0)
+        assert hist.history["accuracy"][-1] > 0.8
+        assert seq[0][1].dtype == np.int32
+
+
+def test_budget_split_and_refusal():
+    from daskfeed.cluster import Budget
+
+    b = Budget.split("14GB", nworkers=2)
+    assert b.total == 14 * 10**9
+    assert b.trainer + 2 * b.worker <= b.total
+    assert "14GB = 14.00 GB (13.04 GiB)" in b.describe("14GB")
+    assert Budget.split("14GiB", nworkers=2).total == 14 * 2**30
+    with pytest.raises(daskfeed.BudgetError, match="at least"):
+        Budget.split("1GB", nworkers=4)
+    for bad in ["", "-1GB", "abc", "0"]:
+        with pytest.raises(daskfeed.BudgetError):
+            Budget.split(bad)
+    with pytest.raises(daskfeed.BudgetError, match="RAM"):
+        Budget.split("100TB")
+    assert os.cpu_count()
