@@ -25,7 +25,7 @@ test-slow: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/python -m pip install --quiet ruff mypy
-	$(BIN)/ruff check daskfeed tests
+	$(BIN)/ruff check daskfeed tests bench
 	$(BIN)/mypy --ignore-missing-imports daskfeed
 
 clean:

@@ -22,6 +22,7 @@ class MemorySize(click.ParamType):
     name = "size"
 
     def convert(self, value: Any, param: Any, ctx: Any) -> str:
+        """Validate with ``parse_memory_limit``; keep the user's spelling for the echo."""
         from daskfeed.cluster import parse_memory_limit
 
         try:
@@ -63,7 +64,8 @@ def cli() -> None:
 
 def _train_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.option("--features", callback=_columns, help="Comma-separated feature columns (default: all but label)."),
+        click.option("--features", callback=_columns,
+                     help="Comma-separated feature columns (default: all but label)."),
         click.option("--exclude", callback=_columns, help="Comma-separated columns to leave out."),
         click.option("--epochs", type=click.IntRange(1), default=3, show_default=True),
         click.option("--batch-size", type=click.IntRange(1), default=1024, show_default=True),

@@ -54,7 +54,7 @@ def _kind(s: pd.Series) -> str:
         return "float"
     if pd.api.types.is_datetime64_any_dtype(dt):
         return "datetime"
-    if pd.api.types.is_string_dtype(dt) or dt == object:
+    if pd.api.types.is_string_dtype(dt) or dt is np.dtype(object):
         inferred = pd.api.types.infer_dtype(s, skipna=True)
         if inferred == "string":
             return "string"
@@ -404,7 +404,8 @@ def _run_scan(src: Any, label: str, client: Any) -> tuple[list[dict[str, Any]], 
     from dask import delayed
 
     parts = src.partitions()
-    summ = [delayed(summarize_partition, pure=True)(p, label, dask_key_name=f"daskfeed-scan-{i}-{src.fingerprint()}")
+    token = src.fingerprint()
+    summ = [delayed(summarize_partition, pure=True)(p, label, dask_key_name=f"daskfeed-scan-{i}-{token}")
             for i, p in enumerate(parts)]
     facts = [delayed(_facts)(s) for s in summ]
     level = [delayed(_stats)(s) for s in summ]
@@ -492,7 +493,7 @@ def _build_manifest(src: Any, label: str, facts: list[dict[str, Any]], stats: di
     partitions = [
         {"path": b.path, "offset": b.offset, "length": b.length, "rows": f["label_rows"],
          "raw_rows": f["rows"]}
-        for b, f in zip(src.blocks, facts)
+        for b, f in zip(src.blocks, facts, strict=False)
     ]
     return Manifest(
         fingerprint=fingerprint, label=label, task=task, num_classes=num_classes, columns=columns,
@@ -515,7 +516,8 @@ def _resolve_column(src: Any, name: str, kinds: dict[str, int], missing: int,
             samples = facts[i].get("samples", {}).get(name, [])
             detail = f"numbers mixed with text such as {samples} in {_where(src, i)}"
         else:
-            num_i = min(v for kd, v in real.items() if kd in _NUMERIC_KINDS) if real.keys() & _NUMERIC_KINDS else None
+            nums = [v for kd, v in real.items() if kd in _NUMERIC_KINDS]
+            num_i = min(nums) if nums else None
             txt_kind = "string" if "string" in real else "datetime"
             txt_i = real[txt_kind]
             samples = facts[txt_i].get("samples", {}).get(name, [])

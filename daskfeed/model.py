@@ -160,16 +160,19 @@ class EpochTelemetry(keras.callbacks.Callback):
         self._t0 = self._t_train = 0.0
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        """Start the epoch clock and a new RSS peak."""
         self._t0 = time.perf_counter()
         self._t_train = 0.0
         if self.rss is not None:
             self.rss.reset_peak()
 
     def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
+        """Validation starts: the training part of the epoch ends here."""
         if self._t0 and not self._t_train:
             self._t_train = time.perf_counter()
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        """Record the epoch's telemetry."""
         end = time.perf_counter()
         train_end = self._t_train or end
         seconds = max(train_end - self._t0, 1e-9)

@@ -116,7 +116,7 @@ class Prefetcher:
                 if entry.future is not None and not entry.ready.is_set():
                     try:
                         entry.future.cancel()
-                    except Exception:  # noqa: BLE001 — client may already be closed
+                    except Exception:
                         pass
                 entry.future = None
             self._entries.clear()
@@ -158,7 +158,7 @@ class Prefetcher:
                 "storage."
             )
             entry.error.__cause__ = err
-        except Exception as err:  # noqa: BLE001 — surfaced to the caller by get()
+        except Exception as err:
             entry.error = err
         else:
             with self._lock:

@@ -131,8 +131,9 @@ def expand_paths(
             ) from err
         if not found:
             what = "No file matches" if fsspec.core.has_magic(stripped) else "No such file"
+            where = os.path.abspath(stripped) if proto == "file" else pattern
             raise DataNotFoundError(
-                f"{what}: {pattern!r} (looked in {os.path.abspath(stripped) if proto == 'file' else pattern}).\n"
+                f"{what}: {pattern!r} (looked in {where}).\n"
                 "Hint: check the path and quote globs so the shell does not expand them, "
                 "e.g. \"data/log_quest/**/*.csv\"."
             )

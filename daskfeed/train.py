@@ -232,7 +232,7 @@ def _cached_manifest(path: str, label: str) -> Any:
         return None
     try:
         m = Manifest.from_json(path)
-    except Exception:  # noqa: BLE001 — an unreadable cache is simply rebuilt
+    except Exception:
         return None
     return m if m.label == label else None
 

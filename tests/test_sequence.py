@@ -93,7 +93,7 @@ def test_concurrent_threads_get_correct_batches(id_data, client):
             try:
                 for i in indices:
                     got[i] = seq[i][0]["row_id"].astype(np.int64)
-            except BaseException as e:  # noqa: BLE001
+            except BaseException as e:
                 errors.append(e)
 
         idx = list(range(len(seq)))
