@@ -178,8 +178,9 @@ def train(
             how = "manifest reused" if manifest is cached else f"scanned in {time.perf_counter() - t0:.1f}s"
             echo(f"train data: {manifest.summary()} ({how})")
             echo(f"features ({len(train_seq.features)}): {', '.join(train_seq.features)}")
-            echo(f"{len(train_seq)} batches of {train_seq.batch_size} per epoch, "
-                 f"{len(train_seq.plan.windows)} shuffle windows of ~{train_seq.window_rows:,} rows")
+            nwin = len(train_seq.plan.windows)
+            echo(f"{len(train_seq)} batches of {train_seq.batch_size} per epoch; rows shuffled in "
+                 f"{nwin} window{'s' if nwin > 1 else ''} of ~{train_seq.rows // nwin:,} rows")
             val_seq = None
             if validation:
                 val_seq = DaskSequence(validation, features=train_seq.features, shuffle=False,
