@@ -119,6 +119,33 @@ class Budget:
         return cls(total, base + prefetch, prefetch, nworkers, nthreads, worker, window_bytes,
                    blocksize)
 
+    @classmethod
+    def remote(cls, trainer: int | str, client: Any, *, timeout: float = 60) -> Budget:
+        """Budget for a running cluster: ``trainer`` bytes here, workers as they are configured.
+
+        Waits (up to ``timeout`` s) for at least one worker; window size follows from the
+        smallest worker ``memory_limit`` and the most threads per worker.
+        """
+        from daskfeed.exceptions import DaskfeedError
+
+        total = parse_memory_limit(trainer)
+        try:
+            client.wait_for_workers(1, timeout=timeout)
+        except (TimeoutError, OSError) as err:
+            raise DaskfeedError(
+                f"The scheduler at {client.scheduler.address} has no workers after {timeout:g}s.\n"
+                "Hint: start workers with 'dask worker <scheduler address>' (see deploy/)."
+            ) from err
+        workers = client.scheduler_info(n_workers=-1)["workers"].values()
+        limits = [w.get("memory_limit") or 0 for w in workers]
+        worker = min((m for m in limits if m), default=4 * 2**30)
+        nthreads = max((w.get("nthreads") or 1 for w in workers), default=1)
+        prefetch = int(min(max(0.25 * total, 32 * 2**20), 2**30))
+        per_task = worker * WORKER_TARGET / (PARSE_FACTOR * nthreads)
+        window_bytes = int(max(min(per_task, config.get_bytes("window-bytes") * 4), 4 * 2**20))
+        blocksize = int(min(MAX_BLOCKSIZE, config.get_bytes("blocksize"), window_bytes))
+        return cls(total, total, prefetch, len(limits), nthreads, worker, window_bytes, blocksize)
+
     def describe(self, text: str | None = None) -> str:
         """E.g. ``14GB (13.04 GiB): trainer 2.40 GB, 2 workers × 5.80 GB, ...``."""
         shown = text or f"{self.total / 1e9:g}GB"

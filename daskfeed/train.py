@@ -141,14 +141,21 @@ def train(
     builder = load_builder(model) if isinstance(model, str) else model
 
     shown = memory_limit if isinstance(memory_limit, str) else None
-    budget = Budget.split(memory_limit if memory_limit is not None else default_memory_limit(),
-                          nworkers=nworkers, nthreads=nthreads)
-    echo(f"memory limit: {budget.describe(shown)}")
+    limit = memory_limit if memory_limit is not None else default_memory_limit()
     if scheduler:
         client = connect(scheduler)
-        echo(f"connected to {client.scheduler.address} "
-             f"({len(client.scheduler_info().get('workers', {}))} workers)")
+        try:
+            budget = Budget.remote(limit, client)
+        except BaseException:
+            close_client(client)
+            raise
+        echo(f"connected to {client.scheduler.address}: {budget.nworkers} workers × "
+             f"{budget.worker / 1e9:.2f} GB ({budget.nthreads} threads); memory limit of this "
+             f"trainer process {shown or f'{budget.total / 1e9:.2f}GB'}: prefetch "
+             f"{budget.prefetch / 1e9:.2f} GB, shuffle windows of {budget.window_bytes / 2**20:.0f} MiB CSV")
     else:
+        budget = Budget.split(limit, nworkers=nworkers, nthreads=nthreads)
+        echo(f"memory limit: {budget.describe(shown)}")
         client = start_local_cluster(budget, dashboard_address=dashboard_address,
                                      processes=processes)
     link = client.dashboard_link if getattr(client, "dashboard_link", None) else None

@@ -1,0 +1,147 @@
+"""deploy/: every manifest parses and is consistent; its command lines run as real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import yaml
+
+DEPLOY = pathlib.Path(__file__).resolve().parents[1] / "deploy"
+BIN = pathlib.Path(sys.executable).parent
+ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def _docs():
+    for path in sorted(DEPLOY.rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            if doc:
+                yield path, doc
+
+
+def _size(text: str) -> int:
+    """Kubernetes / compose / dask sizes: 7Gi, 7g (GiB in compose), 6GiB, 6GB."""
+    from dask.utils import parse_bytes
+
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]*)", str(text).strip())
+    assert m, text
+    num, unit = float(m.group(1)), m.group(2)
+    compose_units = {"g": 2**30, "m": 2**20, "k": 2**10, "": 1}
+    if unit in compose_units:
+        return int(num * compose_units[unit])
+    if unit.endswith("i"):
+        unit += "B"
+    return int(parse_bytes(f"{m.group(1)}{unit}"))
+
+
+def _containers():
+    for path, doc in _docs():
+        if path.name == "compose.yaml":
+            for name, svc in doc["services"].items():
+                yield f"{path.name}:{name}", svc["image"], svc["command"], svc.get("mem_limit")
+        elif doc.get("kind") == "Deployment":
+            for c in doc["spec"]["template"]["spec"]["containers"]:
+                yield (f"{path.name}:{c['name']}", c["image"], c["command"],
+                       c["resources"]["limits"]["memory"])
+
+
+def test_every_manifest_parses():
+    names = {p.name for p, _ in _docs()}
+    assert {"compose.yaml", "scheduler.yaml", "workers.yaml"} <= names
+    assert (DEPLOY / "Dockerfile").read_text().startswith("#")
+
+
+def test_images_pinned_commands_two_word_memory_within_limits():
+    seen = 0
+    for where, image, command, limit in _containers():
+        seen += 1
+        assert re.fullmatch(r"[\w./-]+:\d[\w.-]*", image) and not image.endswith(":latest"), where
+        assert command[0] == "dask" and command[1] in ("scheduler", "worker"), where
+        assert not any(part.startswith("dask-") for part in command), where
+        if command[1] == "worker":
+            worker_limit = _size(command[command.index("--memory-limit") + 1])
+            assert worker_limit <= _size(limit), f"{where}: worker limit above container limit"
+    assert seen >= 4
+    assert "FROM python:3.11.7-slim-bookworm" in (DEPLOY / "Dockerfile").read_text()
+
+
+def test_health_probes_on_the_dashboard_port():
+    probes = 0
+    for _, doc in _docs():
+        if doc.get("kind") != "Deployment":
+            continue
+        for c in doc["spec"]["template"]["spec"]["containers"]:
+            probe = c["livenessProbe"]["httpGet"]
+            assert probe["path"] == "/health"
+            assert probe["port"] == (8787 if "scheduler" in c["command"] else 8788)
+            probes += 1
+    assert probes == 2
+
+
+def _compose_commands(scheduler_file: str) -> tuple[list[str], list[str]]:
+    services = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+    sched, worker = list(services["scheduler"]["command"]), list(services["worker"]["command"])
+
+    def setopt(cmd: list[str], flag: str, value: str) -> None:
+        cmd[cmd.index(flag) + 1] = value
+
+    setopt(sched, "--host", "127.0.0.1")
+    setopt(sched, "--port", "0")
+    setopt(sched, "--dashboard-address", "127.0.0.1:0")
+    sched += ["--scheduler-file", scheduler_file]
+    worker = [p for p in worker if not p.startswith("tcp://")]
+    setopt(worker, "--dashboard-address", "127.0.0.1:0")
+    worker += ["--scheduler-file", scheduler_file, "--host", "127.0.0.1", "--nthreads", "1"]
+    return sched, worker
+
+
+@pytest.mark.timeout(400)
+def test_scale_out_on_real_dask_scheduler_and_workers(demo_data, tmp_path):
+    sf = str(tmp_path / "scheduler.json")
+    sched_cmd, worker_cmd = _compose_commands(sf)
+    dask = str(BIN / "dask")
+    procs = [subprocess.Popen([dask, *sched_cmd[1:]], env=ENV, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        for _ in range(150):
+            if os.path.exists(sf) and os.path.getsize(sf):
+                break
+            time.sleep(0.2)
+        info = json.loads(open(sf, encoding="utf-8").read())
+        assert info["address"].startswith("tcp://127.0.0.1:")
+        port = info["services"]["dashboard"]
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10).read() == b"ok"
+        for _ in range(2):
+            procs.append(subprocess.Popen([dask, *worker_cmd[1:]], env=ENV, start_new_session=True,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        out_dir = tmp_path / "out"
+        run = subprocess.run(
+            [str(BIN / "daskfeed"), "train", demo_data.train_glob, "--label", "cleared",
+             "--validation", demo_data.validate_glob, "--epochs", "1", "--scheduler-file", sf,
+             "--memory-limit", "2GB", "--output", str(out_dir), "--verbose", "0"],
+            capture_output=True, text=True, env=ENV, timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert "connected to tcp://127.0.0.1:" in run.stdout
+        assert re.search(r"\d workers × 6\.44 GB", run.stdout), run.stdout
+        hist = json.loads((out_dir / "history.json").read_text())
+        assert hist["epochs"][0]["rows"] == demo_data.train_rows
+        assert hist["epochs"][0]["val_accuracy"] > 0.7
+    finally:
+        for p in reversed(procs):
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
