@@ -140,6 +140,9 @@ class DaskSequence(keras.utils.PyDataset):
             window_rows = int(wbytes / max(self.manifest.bytes_per_row, 1.0))
             # the trainer must hold the current window and the next one within prefetch_bytes
             window_rows = min(window_rows, self.prefetch_bytes // (3 * self.encoding.bytes_per_row))
+            # and every worker should have windows to work on while the first one is consumed
+            nworkers = max(1, len(self._client.scheduler_info(n_workers=-1).get("workers", {})))
+            window_rows = min(window_rows, -(-self.manifest.rows // (2 * nworkers)))
         self.window_rows = max(int(window_rows), self.batch_size, 1)
         self._lock = threading.RLock()
         self._warned_random = False
