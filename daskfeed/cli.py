@@ -87,6 +87,8 @@ def _train_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Your model builder, module:function or file.py:function, called with "
                           "the manifest."),
         click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--encoding", default="utf-8", show_default=True,
+                     help="Text encoding of the CSV files (e.g. latin-1)."),
         click.option("--as-matrix", is_flag=True, help="Feed x as one float32 matrix of numeric features."),
         click.option("--verbose", type=click.IntRange(0, 2), default=None, help="Keras verbosity."),
     ]

@@ -200,7 +200,8 @@ def start_local_cluster(
         "host": host,
         "processes": processes,
         "dashboard_address": dashboard_address or None,
-        "silence_logs": logging.ERROR,
+        # task errors are re-raised in the trainer with file/partition named; don't log twice
+        "silence_logs": logging.CRITICAL,
     }
     if budget is not None:
         kwargs.update(n_workers=budget.nworkers, threads_per_worker=budget.nthreads,

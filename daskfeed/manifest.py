@@ -336,6 +336,7 @@ def scan(
     client: Any = None,
     vocabulary_size: int | None = None,
     blocksize: int | str | None = None,
+    encoding: str = "utf-8",
     dtype: dict[str, str] | None = None,
     storage_options: dict[str, Any] | None = None,
     cache: str | os.PathLike[str] | None = None,
@@ -369,7 +370,7 @@ def scan(
     from daskfeed.source import Source
 
     src = data if isinstance(data, Source) else Source(
-        data, blocksize=blocksize, dtype=dtype, storage_options=storage_options)
+        data, blocksize=blocksize, encoding=encoding, dtype=dtype, storage_options=storage_options)
     fingerprint = src.fingerprint()
     if cache is not None and os.path.exists(cache):
         try:
@@ -453,6 +454,12 @@ def _build_manifest(src: Any, label: str, facts: list[dict[str, Any]], stats: di
                 f"{what or 'same names in another order'}.\nExpected: {ref_cols}.\n"
                 f"Received: {f['columns']}.\nHint: give all files the same header."
             )
+    empty = [src.blocks[i].path for i, f in enumerate(facts) if not f["columns"]]
+    if empty and ref_cols is not None:
+        warnings.warn(
+            f"{len(empty)} empty file(s) skipped (no header, no rows), e.g. {empty[0]}.",
+            stacklevel=3,
+        )
     if ref_cols is None:
         raise SchemaError(
             "Expected rows in the data. Received: every file is empty.\n"
@@ -499,6 +506,7 @@ def _build_manifest(src: Any, label: str, facts: list[dict[str, Any]], stats: di
         fingerprint=fingerprint, label=label, task=task, num_classes=num_classes, columns=columns,
         partitions=partitions, rows=label_rows, label_missing=rows_total - label_rows,
         nbytes=src.nbytes, read_options={"blocksize": src.options.blocksize, "sep": src.options.sep,
+                                         "encoding": src.options.encoding,
                                          "dtype": dict(src.options.dtype)},
     )
 

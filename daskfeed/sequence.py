@@ -103,6 +103,7 @@ class DaskSequence(keras.utils.PyDataset):
         prefetch_bytes: int | str | None = None,
         timeout: float | str | None = None,
         blocksize: int | str | None = None,
+        encoding: str = "utf-8",
         dtype: dict[str, str] | None = None,
         storage_options: dict[str, Any] | None = None,
         vocabulary_size: int | None = None,
@@ -120,7 +121,7 @@ class DaskSequence(keras.utils.PyDataset):
         self.shard = (int(shard[0]), int(shard[1]))
         self.timeout = config.get_seconds("timeout", timeout)
         self.prefetch_bytes = config.get_bytes("prefetch-bytes", prefetch_bytes)
-        self.source = Source(data, blocksize=blocksize, dtype=dtype,
+        self.source = Source(data, blocksize=blocksize, encoding=encoding, dtype=dtype,
                              storage_options=storage_options)
         self._client, self._owns_client = acquire_client(client)
         self._scheduler_address = self._client.scheduler.address

@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -63,6 +64,7 @@ class ReadOptions:
 
     blocksize: int = 64 * 2**20
     sep: str = ","
+    encoding: str = "utf-8"
     dtype: tuple[tuple[str, str], ...] = ()
     storage_options: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
 
@@ -183,12 +185,14 @@ class Source:
         *,
         blocksize: int | str | None = None,
         sep: str = ",",
+        encoding: str = "utf-8",
         dtype: dict[str, str] | None = None,
         storage_options: dict[str, Any] | None = None,
     ) -> None:
         self.options = ReadOptions(
             blocksize=config.get_bytes("blocksize", blocksize),
             sep=sep,
+            encoding=encoding,
             dtype=tuple(sorted((dtype or {}).items())),
             storage_options=tuple(sorted((storage_options or {}).items())),
         )
@@ -202,6 +206,15 @@ class Source:
         else:
             self.files = expand_paths(data, dict(self.options.storage_options))
             self.blocks = make_blocks(self.files, self.options.blocksize)
+            packed = [f for f in self.files if _compression(f.path)]
+            if packed:
+                biggest = max(packed, key=lambda f: f.size)
+                warnings.warn(
+                    f"{len(packed)} compressed file(s) cannot be split into byte ranges: each is "
+                    f"one partition (largest: {biggest.path}, {biggest.size / 1e6:.1f} MB "
+                    "compressed). Hint: for large files prefer uncompressed CSV or Parquet.",
+                    stacklevel=2,
+                )
 
     @property
     def npartitions(self) -> int:
@@ -230,15 +243,19 @@ class Source:
         """Column names, read from the first file's first line (no data parsed)."""
         if self.frame is not None:
             return [str(c) for c in self.frame.columns]
-        first = self.files[0].path
-        if _is_parquet(first):
-            import pyarrow.parquet as pq
+        so = dict(self.options.storage_options)
+        for info in self.files:  # the first file that is not empty
+            if _is_parquet(info.path):
+                import pyarrow.parquet as pq
 
-            with _open(first, dict(self.options.storage_options)) as f:
-                return list(pq.ParquetFile(f).schema_arrow.names)
-        with _open(first, dict(self.options.storage_options)) as f:
-            line = f.readline()
-        return _parse_header(line, self.options.sep, first)
+                with _open(info.path, so) as f:
+                    return list(pq.ParquetFile(f).schema_arrow.names)
+            with _open(info.path, so, _compression(info.path)) as f:
+                line = f.readline()
+            names = _parse_header(line, self.options.sep, info.path, self.options.encoding)
+            if names:
+                return names
+        return []
 
     def partitions(self) -> list[Any]:
         """One ``dask.delayed`` pandas DataFrame per partition (nothing is computed)."""
@@ -279,15 +296,15 @@ def _open(path: str, storage_options: dict[str, Any], compression: str | None = 
     return fsspec.open(path, "rb", compression=compression, **storage_options).open()
 
 
-def _parse_header(line: bytes, sep: str, path: str) -> list[str]:
+def _parse_header(line: bytes, sep: str, path: str, encoding: str = "utf-8") -> list[str]:
     if line.startswith(_BOM):
         line = line[len(_BOM) :]
     try:
-        text = line.decode("utf-8").rstrip("\r\n")
+        text = line.decode(encoding).rstrip("\r\n")
     except UnicodeDecodeError as err:
         raise DataError(
-            f"Expected a UTF-8 header line in {path}. Received bytes {line[:60]!r}.\n"
-            "Hint: re-encode the file as UTF-8."
+            f"Expected a {encoding} header line in {path}. Received bytes {line[:60]!r}.\n"
+            "Hint: pass encoding='latin-1' (or the file's real encoding), or re-encode as UTF-8."
         ) from err
     if not text:
         return []
@@ -319,7 +336,7 @@ def read_block(block: Block, options: ReadOptions) -> pd.DataFrame:
             body = fsspec.utils.read_block(f, block.offset, block.length, delimiter=b"\n")
             if block.offset == 0:
                 body = body[len(header) :]
-    names = _parse_header(header, options.sep, block.path)
+    names = _parse_header(header, options.sep, block.path, options.encoding)
     if not names:
         return pd.DataFrame()
     if not body.strip():
@@ -328,7 +345,8 @@ def read_block(block: Block, options: ReadOptions) -> pd.DataFrame:
     try:
         table = pacsv.read_csv(
             io.BytesIO(body),
-            read_options=pacsv.ReadOptions(column_names=names, use_threads=False),
+            read_options=pacsv.ReadOptions(column_names=names, use_threads=False,
+                                           encoding=options.encoding),
             parse_options=pacsv.ParseOptions(delimiter=options.sep),
             convert_options=pacsv.ConvertOptions(
                 column_types={k: v for k, v in overrides.items() if k in names},
@@ -344,7 +362,24 @@ def read_block(block: Block, options: ReadOptions) -> pd.DataFrame:
             f"({len(names)}: {', '.join(names[:8])}{', ...' if len(names) > 8 else ''}).\n"
             "Hint: check this part of the file for malformed lines or a different delimiter."
         ) from err
+    for name, t in zip(table.column_names, table.schema.types, strict=True):
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t):  # pyarrow's fallback: not text
+            bad = next(v for v in table.column(name).to_pylist() if v is not None
+                       and not _decodes(v, options.encoding))
+            raise DataError(
+                f"Expected {options.encoding} text in column {name!r} of {block.describe()}. "
+                f"Received: bytes {bad[:40]!r}.\nHint: pass encoding='latin-1' (or the file's real "
+                "encoding), or re-encode the file as UTF-8."
+            )
     return _to_pandas(table)
+
+
+def _decodes(value: bytes, encoding: str) -> bool:
+    try:
+        value.decode(encoding)
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _arrow_type(name: str) -> pa.DataType:

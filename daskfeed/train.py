@@ -107,6 +107,7 @@ def train(
     seed: int = 0,
     output: str | os.PathLike[str] = "daskfeed-out",
     as_matrix: bool = False,
+    encoding: str = "utf-8",
     verbose: int | str = "auto",
     echo: Callable[[str], None] = print,
     processes: bool = True,
@@ -167,7 +168,7 @@ def train(
             cached = _cached_manifest(os.path.join(out, "manifest.json"), label)
             common = {"label": label, "batch_size": batch_size, "client": client,
                       "window_bytes": budget.window_bytes, "blocksize": budget.blocksize,
-                      "as_matrix": as_matrix}
+                      "as_matrix": as_matrix, "encoding": encoding}
             t0 = time.perf_counter()
             try:
                 train_seq = DaskSequence(data, features=features, exclude=exclude, seed=seed,
