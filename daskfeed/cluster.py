@@ -113,7 +113,9 @@ class Budget:
         if worker < MIN_WORKER:  # small budgets: give workers their minimum first
             worker = MIN_WORKER
             prefetch = total - base - nworkers * worker
-        per_task = worker * WORKER_TARGET / (PARSE_FACTOR * nthreads)
+        # The shuffle window is part of the epoch plan, so it must not change with --nworkers:
+        # size it for max(nworkers, 4) workers sharing the budget (smaller only beyond 4).
+        per_task = (total - base - prefetch) / max(nworkers, 4) * WORKER_TARGET / (PARSE_FACTOR * nthreads)
         window_bytes = int(max(min(per_task, config.get_bytes("window-bytes") * 4), 4 * 2**20))
         blocksize = int(min(MAX_BLOCKSIZE, config.get_bytes("blocksize"), window_bytes))
         return cls(total, base + prefetch, prefetch, nworkers, nthreads, worker, window_bytes,

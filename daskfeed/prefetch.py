@@ -18,7 +18,11 @@ from typing import Any
 
 from daskfeed.exceptions import FeedTimeoutError
 
-__all__ = ["Prefetcher"]
+__all__ = ["Prefetcher", "WindowCancelled"]
+
+
+class WindowCancelled(RuntimeError):
+    """The window was dropped by ``reset`` while a caller waited for it."""
 
 
 @dataclass
@@ -28,6 +32,7 @@ class _Entry:
     nbytes: int = 0
     done_serving: bool = False
     claimed: bool = False
+    cancelled: bool = False
     ready: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
 
@@ -105,14 +110,13 @@ class Prefetcher:
             entry = self._entries.get(w)
             if entry is not None:
                 entry.done_serving = True
-            nxt = self._pos.get(w, -1) + 1
-            if nxt < len(self._order):
-                self._fill_ahead(self._order[nxt])
+            self._fill_ahead(w)
 
     def reset(self) -> None:
         """Cancel everything in flight and drop every held window."""
         with self._lock:
             for entry in self._entries.values():
+                entry.cancelled = True
                 if entry.future is not None and not entry.ready.is_set():
                     try:
                         entry.future.cancel()
@@ -148,6 +152,8 @@ class Prefetcher:
                 if not entry.ready.wait(self.timeout + 5):
                     raise TimeoutError
                 return
+            if future is None or entry.cancelled:  # reset() (an epoch change) cancelled it
+                raise WindowCancelled(f"window {w} was cancelled by an epoch change")
             data = future.result(timeout=self.timeout)
         except TimeoutError as err:
             if entry.ready.is_set():
@@ -158,8 +164,12 @@ class Prefetcher:
                 "storage."
             )
             entry.error.__cause__ = err
-        except Exception as err:
-            entry.error = err
+        except BaseException as err:  # surfaced to the caller by get(), KeyboardInterrupt too
+            if entry.cancelled and not isinstance(err, WindowCancelled):
+                entry.error = WindowCancelled(f"window {w} was cancelled by an epoch change")
+                entry.error.__cause__ = err
+            else:
+                entry.error = err
         else:
             with self._lock:
                 entry.data = data

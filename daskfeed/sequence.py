@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
 import threading
@@ -18,10 +19,12 @@ from daskfeed.exceptions import ManifestMismatchError, SchemaError
 from daskfeed.feed import Encoding, WindowData, encode_window, read_window
 from daskfeed.manifest import Manifest, scan
 from daskfeed.plan import EpochPlan, make_plan
-from daskfeed.prefetch import Prefetcher
+from daskfeed.prefetch import Prefetcher, WindowCancelled
 from daskfeed.source import Source
 
 __all__ = ["DaskSequence"]
+
+MIN_WINDOWS = 8
 
 
 class DaskSequence(keras.utils.PyDataset):
@@ -141,9 +144,9 @@ class DaskSequence(keras.utils.PyDataset):
             window_rows = int(wbytes / max(self.manifest.bytes_per_row, 1.0))
             # the trainer must hold the current window and the next one within prefetch_bytes
             window_rows = min(window_rows, self.prefetch_bytes // (3 * self.encoding.bytes_per_row))
-            # and every worker should have windows to work on while the first one is consumed
-            nworkers = max(1, len(self._client.scheduler_info(n_workers=-1).get("workers", {})))
-            window_rows = min(window_rows, -(-self.manifest.rows // (2 * nworkers)))
+            # at least MIN_WINDOWS windows so the cluster reads ahead while the first is consumed
+            # (a function of the data only: the plan must not depend on the number of workers)
+            window_rows = min(window_rows, -(-self.manifest.rows // MIN_WINDOWS))
         self.window_rows = max(int(window_rows), self.batch_size, 1)
         self._lock = threading.RLock()
         self._warned_random = False
@@ -218,9 +221,12 @@ class DaskSequence(keras.utils.PyDataset):
             if old_pf is not None:
                 old_pf.reset()
                 self._epoch_submitted0 = self._epoch_wait0 = 0
-            self._prefetcher = Prefetcher(
-                self._submit, self._estimate, [w.index for w in plan.windows],
-                budget=self.prefetch_bytes, timeout=self.timeout, describe=self._describe,
+            self._prefetcher = Prefetcher(  # bound to THIS plan, whatever epoch comes next
+                functools.partial(self._submit, plan),
+                functools.partial(self._estimate, plan),
+                [w.index for w in plan.windows],
+                budget=self.prefetch_bytes, timeout=self.timeout,
+                describe=functools.partial(self._describe, plan),
             )
             if self._client is not None:  # unpickled copies start on their first batch
                 self._prefetcher.start()
@@ -286,11 +292,10 @@ class DaskSequence(keras.utils.PyDataset):
             self._owns_client = True
         return self._client
 
-    def _submit(self, w: int) -> Any:
+    def _submit(self, plan: EpochPlan, w: int) -> Any:
         from dask.base import tokenize
 
         client = self._client_or_connect()
-        plan = self.plan
         win = plan.windows[w]
         seed = plan.seed_of(w)
         key = f"daskfeed-window-{tokenize(self.manifest.fingerprint, self.encoding, win.partitions, seed)}"
@@ -313,14 +318,14 @@ class DaskSequence(keras.utils.PyDataset):
             parts = self._parts = self.source.partitions()
         return parts
 
-    def _estimate(self, w: int) -> int:
-        return int(self.plan.windows[w].rows * self.encoding.bytes_per_row)
+    def _estimate(self, plan: EpochPlan, w: int) -> int:
+        return int(plan.windows[w].rows * self.encoding.bytes_per_row)
 
-    def _describe(self, w: int) -> str:
-        win = self.plan.windows[w]
+    def _describe(self, plan: EpochPlan, w: int) -> str:
+        win = plan.windows[w]
         names = [self.source.blocks[p].describe() for p in win.partitions[:3]]
         more = f" and {len(win.partitions) - 3} more" if len(win.partitions) > 3 else ""
-        return f"epoch {self.plan.epoch}, partitions {', '.join(names)}{more}"
+        return f"epoch {plan.epoch}, partitions {', '.join(names)}{more}"
 
     # -- PyDataset ---------------------------------------------------------------------
     def __len__(self) -> int:
@@ -328,6 +333,14 @@ class DaskSequence(keras.utils.PyDataset):
 
     def __getitem__(self, index: int) -> tuple[Any, np.ndarray]:
         """Batch ``index`` of the current epoch as ``(x, y)``."""
+        for _ in range(3):
+            try:
+                return self._get(index)
+            except WindowCancelled:
+                continue  # the epoch changed while we waited: serve from the current plan
+        return self._get(index)
+
+    def _get(self, index: int) -> tuple[Any, np.ndarray]:
         i = operator.index(index)
         with self._lock:
             plan, pf = self.plan, self._prefetcher
@@ -344,7 +357,7 @@ class DaskSequence(keras.utils.PyDataset):
             expected = plan.windows[s.window].rows
             if len(data) != expected:
                 raise ManifestMismatchError(
-                    f"Window {s.window} ({self._describe(s.window)}) has {len(data)} rows; the "
+                    f"Window {s.window} ({self._describe(plan, s.window)}) has {len(data)} rows; the "
                     f"manifest says {expected}. The data changed after the scan.\n"
                     "Hint: rescan (remove the cached manifest) and restart."
                 )

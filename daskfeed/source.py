@@ -347,7 +347,9 @@ def read_block(block: Block, options: ReadOptions) -> pd.DataFrame:
             io.BytesIO(body),
             read_options=pacsv.ReadOptions(column_names=names, use_threads=False,
                                            encoding=options.encoding),
-            parse_options=pacsv.ParseOptions(delimiter=options.sep),
+            # a whole file may have quoted fields with line breaks; a byte range cannot
+            parse_options=pacsv.ParseOptions(delimiter=options.sep,
+                                             newlines_in_values=block.length < 0),
             convert_options=pacsv.ConvertOptions(
                 column_types={k: v for k, v in overrides.items() if k in names},
                 strings_can_be_null=True,
@@ -360,7 +362,9 @@ def read_block(block: Block, options: ReadOptions) -> pd.DataFrame:
             f"Cannot parse {block.describe()}: {str(err).strip()}\n"
             "Expected rows with the header's columns "
             f"({len(names)}: {', '.join(names[:8])}{', ...' if len(names) > 8 else ''}).\n"
-            "Hint: check this part of the file for malformed lines or a different delimiter."
+            "Hint: check this part of the file for malformed lines or a different delimiter. "
+            "Quoted fields with line breaks are read only when a file is not split: pass a "
+            "blocksize larger than the file."
         ) from err
     for name, t in zip(table.column_names, table.schema.types, strict=True):
         if pa.types.is_binary(t) or pa.types.is_large_binary(t):  # pyarrow's fallback: not text

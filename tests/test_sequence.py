@@ -71,6 +71,20 @@ def test_same_batches_whatever_the_number_of_workers(id_data, client):
     assert all(np.array_equal(two[i], one[i]) for i in two)
 
 
+def test_default_windows_do_not_depend_on_the_number_of_workers(id_data, client):
+    from distributed import Client, LocalCluster
+
+    from daskfeed.cluster import Budget
+
+    assert len({Budget.split("8GB", nworkers=n).window_bytes for n in (1, 2, 3, 4)}) == 1
+    with make(id_data, client, window_rows=None) as seq:
+        rows, first = seq.window_rows, seq[0][0]["row_id"].copy()
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as lc, \
+            Client(lc) as one_worker, make(id_data, one_worker, window_rows=None) as seq1:
+        assert seq1.window_rows == rows
+        assert np.array_equal(seq1[0][0]["row_id"], first)
+
+
 def test_random_index_order_gives_the_same_batches(id_data, client):
     with make(id_data, client) as seq:
         sequential = epoch_ids(seq)

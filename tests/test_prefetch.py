@@ -1,0 +1,119 @@
+"""Prefetcher: bounded in bytes, reads ahead in plan order, recovers from errors and resets."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from daskfeed import FeedTimeoutError
+from daskfeed.prefetch import Prefetcher, WindowCancelled
+
+
+def _arrays(n: int, w: int) -> np.ndarray:
+    return np.full(n, w, dtype=np.uint8)
+
+
+def make(client, order, *, budget, size=100, delay=0.0, timeout=30.0):
+    submitted: list[int] = []
+
+    def submit(w: int):
+        submitted.append(w)
+        if delay:
+            import time
+
+            return client.submit(lambda n, w: (time.sleep(delay), _arrays(n, w))[1], size, w, pure=False)
+        return client.submit(_arrays, size, w, pure=False)
+
+    pf = Prefetcher(submit, lambda w: size, order, budget=budget, timeout=timeout)
+    return pf, submitted
+
+
+def test_reads_ahead_in_order_within_the_byte_budget(client):
+    pf, submitted = make(client, [3, 1, 0, 2], budget=250)
+    pf.start()
+    assert submitted == [3, 1]  # 2 × 100 bytes fit in 250, a third does not
+    assert pf.get(3)[0] == 3
+    pf.done_serving(3)  # 3 may now be evicted: the next window in order starts
+    assert submitted == [3, 1, 0]
+    assert pf.get(1)[0] == 1 and pf.held_bytes <= 250
+    pf.done_serving(1)
+    assert submitted == [3, 1, 0, 2]
+    assert [pf.get(w)[0] for w in (0, 2)] == [0, 2]
+    assert len(submitted) == 4  # nothing computed twice
+
+
+def test_served_windows_stay_until_their_room_is_needed(client):
+    pf, submitted = make(client, [0, 1, 2], budget=1000)
+    pf.start()
+    for w in (0, 1, 2):
+        pf.get(w)
+        pf.done_serving(w)
+    pf.get(0)  # re-read of a served window (Keras' peek): still held, not recomputed
+    assert submitted == [0, 1, 2]
+
+
+def test_concurrent_gets_of_one_window_compute_it_once(client):
+    pf, submitted = make(client, [0, 1], budget=1000, delay=0.3)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(pf.get(0)[0])) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [0, 0, 0, 0] and submitted.count(0) == 1
+
+
+def test_timeout_is_an_error_naming_the_window_and_a_retry_recomputes(client):
+    pf, submitted = make(client, [0], budget=1000, delay=2.0, timeout=0.2)
+    with pytest.raises(FeedTimeoutError, match="Window 0"):
+        pf.get(0)
+    pf.timeout = 30
+    assert pf.get(0)[0] == 0 and submitted == [0, 0]
+
+
+def test_reset_cancels_and_a_waiting_caller_is_told(client):
+    pf, _ = make(client, [0, 1], budget=1000, delay=1.0)
+    pf.start()
+    errors = []
+
+    def wait():
+        try:
+            pf.get(0)
+        except WindowCancelled as e:
+            errors.append(e)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.3)  # the thread is now blocked on the 1 s window
+    pf.reset()
+    t.join(10)
+    assert not t.is_alive()
+    assert len(errors) == 1
+    assert pf.held_bytes == 0
+
+
+class _InterruptOnce:
+    """A future whose first result() is interrupted (Ctrl-C), as a notebook user would."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def result(self, timeout=None):
+        self.calls += 1
+        if self.calls == 1:
+            raise KeyboardInterrupt
+        return _arrays(10, 0)
+
+    def cancel(self):
+        pass
+
+
+def test_interrupted_wait_does_not_poison_the_window():
+    fut = _InterruptOnce()
+    pf = Prefetcher(lambda w: fut, lambda w: 10, [0], budget=100, timeout=5)
+    with pytest.raises(KeyboardInterrupt):
+        pf.get(0)
+    assert pf.get(0)[0] == 0
