@@ -198,7 +198,13 @@ def start_local_cluster(
         dhost = dhost or host
         port = free_port(dhost, int(dport or 8787)) if dport not in ("", "0") else 0
         dashboard_address = f"{dhost}:{port}"
+    import tempfile
+
+    # workers spill here: private to this user (0700), removed with the cluster
+    spill = tempfile.mkdtemp(prefix="daskfeed-spill-")
+    os.chmod(spill, 0o700)
     kwargs: dict[str, Any] = {
+        "local_directory": spill,
         "host": host,
         "processes": processes,
         "dashboard_address": dashboard_address or None,
@@ -211,6 +217,7 @@ def start_local_cluster(
     cluster = LocalCluster(**kwargs)
     client = Client(cluster, set_as_default=False)
     client._daskfeed_cluster = cluster  # type: ignore[attr-defined]
+    client._daskfeed_spill = spill  # type: ignore[attr-defined]
     return client
 
 
@@ -222,6 +229,11 @@ def close_client(client: Any) -> None:
     if cluster is not None:
         with contextlib.suppress(Exception):
             cluster.close()
+    spill = getattr(client, "_daskfeed_spill", None)
+    if spill:
+        import shutil
+
+        shutil.rmtree(spill, ignore_errors=True)
 
 
 def connect(address: str, *, security: Any = None, timeout: str = "30s") -> Any:
