@@ -46,7 +46,7 @@ def client():
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=":0", memory_limit="2GiB") as cluster, \
+                      dashboard_address="127.0.0.1:0", memory_limit="2GiB") as cluster, \
             Client(cluster) as c:
         yield c
 

@@ -61,7 +61,8 @@ def test_same_batches_whatever_the_number_of_workers(id_data, client):
         seq.set_epoch(1)  # compare epoch 1, not just epoch 0
         two = epoch_ids(seq)
         labels_two = [seq[i][1] for i in range(3)]
-    with LocalCluster(n_workers=1, threads_per_worker=3, processes=False, dashboard_address=":0") as lc, \
+    with LocalCluster(n_workers=1, threads_per_worker=3, processes=False,
+                      dashboard_address="127.0.0.1:0") as lc, \
             Client(lc) as one_worker:
         with make(id_data, one_worker) as seq1:
             seq1.set_epoch(1)
@@ -79,7 +80,8 @@ def test_default_windows_do_not_depend_on_the_number_of_workers(id_data, client)
     assert len({Budget.split("8GB", nworkers=n).window_bytes for n in (1, 2, 3, 4)}) == 1
     with make(id_data, client, window_rows=None) as seq:
         rows, first = seq.window_rows, seq[0][0]["row_id"].copy()
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as lc, \
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address="127.0.0.1:0") as lc, \
             Client(lc) as one_worker, make(id_data, one_worker, window_rows=None) as seq1:
         assert seq1.window_rows == rows
         assert np.array_equal(seq1[0][0]["row_id"], first)
