@@ -100,8 +100,8 @@ def _train_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _run_train(data: Any, label: str, validation: Any, output: str, **kw: Any) -> Any:
     from daskfeed.train import train
 
-    scheduler = kw.pop("scheduler") or kw.pop("scheduler_file", None)
-    kw.pop("scheduler_file", None)
+    scheduler_file = kw.pop("scheduler_file")
+    scheduler = kw.pop("scheduler") or scheduler_file
     verbose = kw.pop("verbose")
     return train(
         data, label=label, validation=validation or None, output=output, scheduler=scheduler,

@@ -115,9 +115,8 @@ class Budget:
             prefetch = total - base - nworkers * worker
         # The shuffle window is part of the epoch plan, so it must not change with --nworkers:
         # size it for max(nworkers, 4) workers sharing the budget (smaller only beyond 4).
-        per_task = (total - base - prefetch) / max(nworkers, 4) * WORKER_TARGET / (PARSE_FACTOR * nthreads)
-        window_bytes = int(max(min(per_task, config.get_bytes("window-bytes") * 4), 4 * 2**20))
-        blocksize = int(min(MAX_BLOCKSIZE, config.get_bytes("blocksize"), window_bytes))
+        window_bytes, blocksize = _window_and_block((total - base - prefetch) / max(nworkers, 4),
+                                                    nthreads)
         return cls(total, base + prefetch, prefetch, nworkers, nthreads, worker, window_bytes,
                    blocksize)
 
@@ -143,9 +142,7 @@ class Budget:
         worker = min((m for m in limits if m), default=4 * 2**30)
         nthreads = max((w.get("nthreads") or 1 for w in workers), default=1)
         prefetch = int(min(max(0.25 * total, 32 * 2**20), 2**30))
-        per_task = worker * WORKER_TARGET / (PARSE_FACTOR * nthreads)
-        window_bytes = int(max(min(per_task, config.get_bytes("window-bytes") * 4), 4 * 2**20))
-        blocksize = int(min(MAX_BLOCKSIZE, config.get_bytes("blocksize"), window_bytes))
+        window_bytes, blocksize = _window_and_block(worker, nthreads)
         return cls(total, total, prefetch, len(limits), nthreads, worker, window_bytes, blocksize)
 
     def describe(self, text: str | None = None) -> str:
@@ -159,6 +156,14 @@ class Budget:
             f" each); partitions of {format_bytes(self.blocksize)}, shuffle windows of "
             f"{format_bytes(self.window_bytes)} CSV"
         )
+
+
+def _window_and_block(worker_memory: float, nthreads: int) -> tuple[int, int]:
+    """CSV bytes per shuffle window and per partition so a window's parse peak fits a worker."""
+    per_task = worker_memory * WORKER_TARGET / (PARSE_FACTOR * nthreads)
+    window_bytes = int(max(min(per_task, config.get_bytes("window-bytes") * 4), 4 * 2**20))
+    blocksize = int(min(MAX_BLOCKSIZE, config.get_bytes("blocksize"), window_bytes))
+    return window_bytes, blocksize
 
 
 def default_nworkers() -> int:

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["ColumnCode", "Encoding", "WindowData", "encode_frame", "encode_window", "read_window"]
+__all__ = ["ColumnCode", "Encoding", "WindowData", "concat", "encode_frame", "encode_window",
+           "read_window"]
 
 MISSING_CODE = 0
 OOV_CODE = 1
@@ -84,11 +85,11 @@ class WindowData:
         xs = self.x.values() if isinstance(self.x, dict) else [self.x]
         return int(sum(a.nbytes for a in xs) + self.y.nbytes)
 
-    def take(self, start: int, stop: int) -> tuple[Any, np.ndarray]:
+    def take(self, start: int, stop: int) -> WindowData:
         """Rows ``[start, stop)`` as views (no copy)."""
         if isinstance(self.x, dict):
-            return {k: v[start:stop] for k, v in self.x.items()}, self.y[start:stop]
-        return self.x[start:stop], self.y[start:stop]
+            return WindowData({k: v[start:stop] for k, v in self.x.items()}, self.y[start:stop])
+        return WindowData(self.x[start:stop], self.y[start:stop])
 
 
 def _encode_column(s: pd.Series, code: ColumnCode) -> np.ndarray:
@@ -135,7 +136,8 @@ def encode_frame(df: pd.DataFrame, encoding: Encoding) -> WindowData:
     return WindowData({c.name: _encode_column(df[c.name], c) for c in encoding.columns}, y)
 
 
-def _concat(parts: list[WindowData]) -> WindowData:
+def concat(parts: list[WindowData]) -> WindowData:
+    """Rows of several pieces, in order (the piece itself when there is one)."""
     if len(parts) == 1:
         return parts[0]
     y = np.concatenate([p.y for p in parts])
@@ -162,7 +164,7 @@ def _empty(encoding: Encoding) -> WindowData:
 def encode_window(*frames: pd.DataFrame, encoding: Encoding, seed: Any = None) -> WindowData:
     """Encode a window's partitions and shuffle rows across all of them (on a worker)."""
     parts = [encode_frame(f, encoding) for f in frames if len(f)]
-    return _permute(_concat(parts), seed) if parts else _empty(encoding)
+    return _permute(concat(parts), seed) if parts else _empty(encoding)
 
 
 def read_window(blocks: list[Any], options: Any, encoding: Encoding, seed: Any = None) -> WindowData:
@@ -179,4 +181,4 @@ def read_window(blocks: list[Any], options: Any, encoding: Encoding, seed: Any =
         if len(df):
             parts.append(encode_frame(df, encoding))
         del df
-    return _permute(_concat(parts), seed) if parts else _empty(encoding)
+    return _permute(concat(parts), seed) if parts else _empty(encoding)

@@ -48,10 +48,7 @@ def _kind(s: pd.Series) -> str:
     if pd.api.types.is_bool_dtype(dt) or pd.api.types.is_integer_dtype(dt):
         return "int"
     if pd.api.types.is_float_dtype(dt):
-        nonnull = s.dropna()
-        if len(nonnull) and bool(np.all(np.mod(nonnull.to_numpy(), 1) == 0)):
-            return "int"  # an int column with blanks, as pyarrow/pandas hand it over
-        return "float"
+        return "float"  # an int column with blanks arrives as float too: both are numeric
     if pd.api.types.is_datetime64_any_dtype(dt):
         return "datetime"
     if pd.api.types.is_string_dtype(dt) or dt is np.dtype(object):
@@ -391,7 +388,7 @@ def scan(
 
     t0 = time.perf_counter()
     with client_context(client) as c:
-        summaries, stats = _run_scan(src, label, c)
+        summaries, stats = _run_scan(src, label, c, fingerprint)
     manifest = _build_manifest(
         src, label, summaries, stats, config.get("vocabulary-size", vocabulary_size), fingerprint
     )
@@ -401,11 +398,11 @@ def scan(
     return manifest
 
 
-def _run_scan(src: Any, label: str, client: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _run_scan(src: Any, label: str, client: Any,
+              token: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from dask import delayed
 
     parts = src.partitions()
-    token = src.fingerprint()
     summ = [delayed(summarize_partition, pure=True)(p, label, dask_key_name=f"daskfeed-scan-{i}-{token}")
             for i, p in enumerate(parts)]
     facts = [delayed(_facts)(s) for s in summ]

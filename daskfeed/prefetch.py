@@ -77,7 +77,6 @@ class Prefetcher:
         self._lock = threading.RLock()
         self.submitted = 0
         self.wait_seconds = 0.0
-        self.peak_bytes = 0
 
     # -- public -------------------------------------------------------------------------
     def get(self, w: int) -> Any:
@@ -94,12 +93,12 @@ class Prefetcher:
             raise entry.error
         return entry.data
 
-    def start(self, first: int | None = None) -> None:
+    def start(self) -> None:
         """Put the first windows of the order in flight (call before the first ``get``)."""
         if not self._order:
             return
         with self._lock:
-            w = self._order[0] if first is None else first
+            w = self._order[0]
             if w not in self._entries:
                 self._start(w)
             self._fill_ahead(w)
@@ -175,7 +174,6 @@ class Prefetcher:
                 entry.data = data
                 entry.nbytes = int(getattr(data, "nbytes", entry.nbytes))
                 entry.future = None  # drop our reference: the cluster frees its copy
-                self.peak_bytes = max(self.peak_bytes, self._used())
         finally:
             with self._lock:
                 self.wait_seconds += time.perf_counter() - t0

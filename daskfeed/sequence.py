@@ -16,7 +16,7 @@ from daskfeed import config
 from daskfeed._keras import keras
 from daskfeed.cluster import acquire_client, close_client
 from daskfeed.exceptions import ManifestMismatchError, SchemaError
-from daskfeed.feed import Encoding, WindowData, encode_window, read_window
+from daskfeed.feed import Encoding, WindowData, concat, encode_window, read_window
 from daskfeed.manifest import Manifest, scan
 from daskfeed.plan import EpochPlan, make_plan
 from daskfeed.prefetch import Prefetcher, WindowCancelled
@@ -212,15 +212,15 @@ class DaskSequence(keras.utils.PyDataset):
             self._jumps = 0
             self._last_index = -1
             self._epoch_t0 = time.perf_counter()
-            self._epoch_submitted0 = old_pf.submitted if old_pf else 0
-            self._epoch_wait0 = old_pf.wait_seconds if old_pf else 0.0
             if old is not None and old_pf is not None and plan.same_batches(old):
+                # same batches (unshuffled): keep the windows, count this epoch from here
+                self._epoch_submitted0, self._epoch_wait0 = old_pf.submitted, old_pf.wait_seconds
                 for w in plan.windows:
-                    old_pf.done_serving(w.index)  # keep them cached; evictable if room needed
+                    old_pf.done_serving(w.index)  # evictable if room is needed
                 return
             if old_pf is not None:
                 old_pf.reset()
-                self._epoch_submitted0 = self._epoch_wait0 = 0
+            self._epoch_submitted0, self._epoch_wait0 = 0, 0.0
             self._prefetcher = Prefetcher(  # bound to THIS plan, whatever epoch comes next
                 functools.partial(self._submit, plan),
                 functools.partial(self._estimate, plan),
@@ -351,8 +351,9 @@ class DaskSequence(keras.utils.PyDataset):
                 raise IndexError(f"Batch index {index} out of range for {n} batches.")
             self._note_access(i)
         assert pf is not None
+        slices = plan.batch(i)
         pieces = []
-        for s in plan.batch(i):
+        for s in slices:
             data: WindowData = pf.get(s.window)
             expected = plan.windows[s.window].rows
             if len(data) != expected:
@@ -362,22 +363,15 @@ class DaskSequence(keras.utils.PyDataset):
                     "Hint: rescan (remove the cached manifest) and restart."
                 )
             pieces.append(data.take(s.start, s.stop))
-        if len(pieces) == 1:
-            x, y = pieces[0]
-        elif isinstance(pieces[0][0], dict):
-            x = {k: np.concatenate([p[0][k] for p in pieces]) for k in pieces[0][0]}
-            y = np.concatenate([p[1] for p in pieces])
-        else:
-            x = np.concatenate([p[0] for p in pieces])
-            y = np.concatenate([p[1] for p in pieces])
+        batch = concat(pieces)
         with self._lock:
             if plan is self._plan and i not in self._served:
                 self._served.add(i)
-                for s in plan.batch(i):
+                for s in slices:
                     self._left[s.window] -= 1
                     if self._left[s.window] == 0:
                         pf.done_serving(s.window)
-        return x, y
+        return batch.x, batch.y
 
     def _note_access(self, i: int) -> None:
         last = self._last_index

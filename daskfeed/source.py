@@ -113,19 +113,18 @@ def expand_paths(
         fs = _filesystem(pattern, storage_options)
         proto = _protocol(pattern)
         stripped = fs._strip_protocol(pattern)
-        try:
-            if fs.isdir(stripped):
-                found = [
-                    p
-                    for p in fs.find(stripped)
-                    if p.lower().endswith(_CSV_SUFFIXES + _PARQUET_SUFFIXES)
-                ]
-            elif fsspec.core.has_magic(stripped):
-                found = [p for p in fs.glob(stripped) if not fs.isdir(p)]
+        try:  # one listing gives names, sizes and mtimes: no request per file afterwards
+            found: dict[str, dict[str, Any]]
+            if fsspec.core.has_magic(stripped):
+                found = {p: i for p, i in fs.glob(stripped, detail=True).items()
+                         if i.get("type") != "directory"}
+            elif fs.isdir(stripped):
+                found = {p: i for p, i in fs.find(stripped, detail=True).items()
+                         if p.lower().endswith(_CSV_SUFFIXES + _PARQUET_SUFFIXES)}
             elif fs.exists(stripped):
-                found = [stripped]
+                found = {stripped: fs.info(stripped)}
             else:
-                found = []
+                found = {}
         except PermissionError as err:
             raise DataNotFoundError(
                 f"Cannot read {pattern!r}: permission denied.\n"
@@ -143,7 +142,7 @@ def expand_paths(
             full = p if proto == "file" else f"{proto}://{p}"
             if full in files:
                 continue
-            info = fs.info(p)
+            info = found[p]
             mtime = info.get("mtime") or info.get("LastModified") or info.get("created") or 0
             if hasattr(mtime, "timestamp"):
                 mtime = mtime.timestamp()
