@@ -79,6 +79,16 @@ def test_nonsense_memory_limit_is_a_usage_error(bad, tmp_path):
     assert "Traceback" not in out.stderr
 
 
+def test_demo_writes_the_old_layout_and_trains(tmp_path):
+    out = run("demo", "--rows", "6000", "--validate-rows", "2000", "--epochs", "1",
+              "--nworkers", "1", "--dashboard-address", "127.0.0.1:0", cwd=str(tmp_path))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (tmp_path / "demo-data/log_quest/splited/split_data_00005.csv").exists()
+    assert (tmp_path / "demo-data/log_quest_validate/splited/split_data_00001.csv").exists()
+    assert "val accuracy:" in out.stdout
+    assert (tmp_path / "demo-out" / "model.keras").exists()
+
+
 def test_train_end_to_end_with_real_worker_processes(demo_data, tmp_path):
     out_dir = tmp_path / "run"
     out = run("train", demo_data.train_glob, "--label", "cleared", "--validation",

@@ -176,6 +176,16 @@ def test_dask_dataframe_input(client):
         assert np.array_equal(np.sort(ids), np.arange(5000))
 
 
+def test_list_of_paths(id_data, client, tmp_path):
+    import glob
+
+    files = sorted(glob.glob(id_data.train_glob, recursive=True))[:3]
+    with daskfeed.DaskSequence(files, label="cleared", client=client, batch_size=500) as seq:
+        assert [p["path"] for p in seq.manifest.partitions] == files
+        ids = np.concatenate([seq[i][0]["row_id"] for i in range(len(seq))]).astype(int)
+        assert np.array_equal(np.sort(ids), np.arange(3 * 700))
+
+
 def test_validation_set_encoded_with_the_training_manifest(id_data, client):
     with make(id_data, client) as train:
         with daskfeed.DaskSequence(id_data.validate_glob, label="cleared", client=client,
