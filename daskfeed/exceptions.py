@@ -4,6 +4,9 @@ from __future__ import annotations
 
 __all__ = [
     "BudgetError",
+    "CacheError",
+    "CheckpointError",
+    "ClusterError",
     "DaskfeedError",
     "DataError",
     "DataNotFoundError",
@@ -33,8 +36,20 @@ class BudgetError(DaskfeedError, ValueError):
     """A memory budget that is malformed or too small to work."""
 
 
+class CacheError(DaskfeedError, OSError):
+    """A parse-cache directory that cannot be used (not writable, not enough free space)."""
+
+
 class ManifestMismatchError(DaskfeedError, ValueError):
     """A manifest (or checkpoint) made for other data or other read options."""
+
+
+class CheckpointError(DaskfeedError, ValueError):
+    """A checkpoint that cannot be resumed: other data, batch size or seed; or unreadable."""
+
+
+class ClusterError(DaskfeedError, ConnectionError):
+    """The Dask scheduler cannot be reached, refused the connection, or was lost."""
 
 
 class FeedTimeoutError(DaskfeedError, TimeoutError):

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["ColumnCode", "Encoding", "WindowData", "concat", "encode_frame", "encode_window",
-           "read_window"]
+__all__ = ["ColumnCode", "Encoding", "WindowData", "concat", "encode_frame", "encode_table",
+           "encode_window", "read_window"]
 
 MISSING_CODE = 0
 OOV_CODE = 1
@@ -167,18 +167,101 @@ def encode_window(*frames: pd.DataFrame, encoding: Encoding, seed: Any = None) -
     return _permute(concat(parts), seed) if parts else _empty(encoding)
 
 
-def read_window(blocks: list[Any], options: Any, encoding: Encoding, seed: Any = None) -> WindowData:
-    """Read, encode and shuffle a window of file blocks in one task (on a worker).
+def _label_array(col: Any, encoding: Encoding) -> tuple[np.ndarray, np.ndarray | None]:
+    """Label values as float64 and the mask of rows that have one (None: all do)."""
+    import pyarrow as pa
 
-    Each block is encoded as soon as it is parsed, so the task's peak memory is one parsed
-    block plus the window's compact arrays, and no parsed frame crosses the network.
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type) or pa.types.is_dictionary(
+            col.type):
+        v = pd.to_numeric(col.to_pandas(), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    else:
+        v = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    keep = ~np.isnan(v)
+    return v, (None if keep.all() else keep)
+
+
+def _table_column(col: Any, code: ColumnCode) -> np.ndarray:
+    """One Arrow column → the feed's array (the pandas path for anything unusual)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = col.type
+    if pa.types.is_null(t):
+        if code.kind == "categorical":
+            return np.full(len(col), MISSING_CODE, dtype=np.int32)
+        return np.full(len(col), np.float32(code.fill), dtype=np.float32)
+    if code.kind == "numeric" and (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        arr = col.cast(pa.float32()).to_numpy(zero_copy_only=False)
+        nan = np.isnan(arr)
+        if nan.any():
+            arr = arr.copy() if not arr.flags.writeable else arr
+            arr[nan] = np.float32(code.fill)
+        return arr
+    if code.kind == "categorical" and (pa.types.is_string(t) or pa.types.is_large_string(t)
+                                       or pa.types.is_dictionary(t)):
+        if not pa.types.is_dictionary(t):
+            col = pc.dictionary_encode(col)
+        col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        if isinstance(col, pa.ChunkedArray):  # zero chunks
+            return np.zeros(0, dtype=np.int32)
+        lookup = pd.Index(list(code.vocabulary)).get_indexer(col.dictionary.to_pandas())
+        lookup = (lookup + VOCAB_OFFSET).astype(np.int32)
+        lookup[lookup < VOCAB_OFFSET] = OOV_CODE  # not in the vocabulary
+        idx = pc.fill_null(col.indices, 0).to_numpy(zero_copy_only=False)
+        valid = np.asarray(col.is_valid())
+        out = lookup[idx] if len(lookup) else np.full(len(idx), OOV_CODE, np.int32)
+        out[~valid] = MISSING_CODE
+        return out.astype(np.int32, copy=False)
+    if code.kind == "datetime" and pa.types.is_timestamp(t):
+        secs = col.cast(pa.timestamp("ns")).cast(pa.int64()).to_numpy(zero_copy_only=False)
+        arr = (secs / 1e9).astype(np.float32)
+        arr[~np.asarray(col.is_valid())] = np.float32(code.fill)
+        return arr
+    return _encode_column(col.to_pandas(), code)
+
+
+def encode_table(table: Any, encoding: Encoding) -> WindowData:
+    """Encode an Arrow table in row order, without pandas (rows without a label are dropped).
+
+    Same result as :func:`encode_frame`; columns are taken by name, so files whose header
+    lists the same columns in another order line up.
     """
-    from daskfeed.source import read_block
+    if encoding.label not in table.column_names:
+        from daskfeed.exceptions import SchemaError
+
+        raise SchemaError(
+            f"Expected label column {encoding.label!r} in every partition. Received: columns "
+            f"{table.column_names[:20]}.\nHint: give all files the same header."
+        )
+    y, keep = _label_array(table.column(encoding.label), encoding)
+    if keep is not None:
+        import pyarrow as pa
+
+        table = table.filter(pa.array(keep))
+        y = y[keep]
+    y = y.astype(encoding.label_dtype)
+    if encoding.as_matrix:
+        x = np.empty((table.num_rows, len(encoding.columns)), dtype=np.float32)
+        for j, code in enumerate(encoding.columns):
+            x[:, j] = _table_column(table.column(code.name), code)
+        return WindowData(x, y)
+    return WindowData({c.name: _table_column(table.column(c.name), c) for c in encoding.columns}, y)
+
+
+def read_window(blocks: list[tuple[int, Any]], options: Any, encoding: Encoding, seed: Any = None,
+                cache: Any = None) -> WindowData:
+    """Read, encode and shuffle a window of ``(index, block)`` partitions in one task (on a worker).
+
+    Each table is encoded as soon as it is read — from the parse cache when ``cache`` holds the
+    partition, else parsed from CSV (and written to the cache) — so the task's peak memory is
+    one parsed chunk plus the window's compact arrays, and no parsed frame crosses the network.
+    """
+    from daskfeed.cache import block_tables
 
     parts = []
-    for block in blocks:
-        df = read_block(block, options)
-        if len(df):
-            parts.append(encode_frame(df, encoding))
-        del df
+    for index, block in blocks:
+        for table in block_tables(index, block, options, cache):
+            if table.num_rows:
+                parts.append(encode_table(table, encoding))
+            del table
     return _permute(concat(parts), seed) if parts else _empty(encoding)

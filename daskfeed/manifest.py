@@ -110,6 +110,125 @@ def summarize_partition(df: pd.DataFrame, label: str) -> dict[str, Any]:
     return out
 
 
+def _arrow_kind(col: Any) -> str:
+    """Kind of one Arrow column: int, float, string, datetime or null (all missing)."""
+    import pyarrow as pa
+
+    t = col.type
+    if pa.types.is_null(t) or (len(col) and col.null_count == len(col)):
+        return "null"
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_floating(t):
+        return "float"
+    if pa.types.is_timestamp(t):
+        return "datetime"
+    return "string"
+
+
+def summarize_table(table: Any, label: str) -> dict[str, Any]:
+    """:func:`summarize_partition` of an Arrow table, without pandas (runs on a worker)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rows = table.num_rows
+    out: dict[str, Any] = {"rows": rows, "columns": list(table.column_names), "kinds": {},
+                           "missing": {}, "stats": {}}
+    out["label_rows"] = 0
+    for name in table.column_names:
+        col = table.column(name)
+        kind = _arrow_kind(col)
+        st: dict[str, Any] = {}
+        if kind in _NUMERIC_KINDS:
+            v = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+            v = v[~np.isnan(v)]
+            missing = rows - len(v)
+            if len(v):
+                mean = float(v.mean())
+                st.update(mean=mean, m2=float(((v - mean) ** 2).sum()), min=float(v.min()),
+                          max=float(v.max()))
+            else:
+                st.update(mean=0.0, m2=0.0, min=math.inf, max=-math.inf)
+            if name == label:
+                out["label_rows"] = len(v)
+                uniq, counts = np.unique(v, return_counts=True)
+                top = np.argsort(-counts, kind="stable")[: _MAX_LABEL_VALUES + 1]
+                st["values"] = {repr(float(uniq[i])): int(counts[i]) for i in top}
+        else:
+            missing = col.null_count
+            if kind == "datetime":
+                secs = pc.drop_null(col).cast(pa.timestamp("ns")).cast(pa.int64())
+                v = secs.to_numpy(zero_copy_only=False) / 1e9
+                if len(v):
+                    mean = float(v.mean())
+                    st.update(mean=mean, m2=float(((v - mean) ** 2).sum()), min=float(v.min()),
+                              max=float(v.max()))
+            elif kind == "string":
+                vc = pc.value_counts(pc.drop_null(col))
+                values = vc.field("values").to_pylist()
+                counts = vc.field("counts").to_numpy()
+                order = np.argsort(-counts, kind="stable")
+                st["approximate"] = len(values) > _MAX_TRACKED
+                st["values"] = {str(values[i]): int(counts[i]) for i in order[:_MAX_TRACKED]}
+                if name == label:  # a text label: the manifest refuses it with samples
+                    out["label_rows"] = rows - missing
+        st["count"] = rows - missing
+        out["kinds"][name] = kind
+        out["missing"][name] = missing
+        out["stats"][name] = st
+    return out
+
+
+def _merge_kind(a: str | None, b: str) -> str:
+    if a is None or a == b or b == "null":
+        return a or b
+    if a == "null":
+        return b
+    if {a, b} <= _NUMERIC_KINDS:
+        return "float"
+    return "mixed"
+
+
+def merge_summaries(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:
+    """Merge the summaries of two chunks of one partition (a compressed file's pieces)."""
+    if a is None or not a["columns"]:
+        return b
+    if not b["columns"]:
+        return a
+    out = dict(a)
+    out["rows"] = a["rows"] + b["rows"]
+    out["label_rows"] = a["label_rows"] + b["label_rows"]
+    out["kinds"] = {c: _merge_kind(a["kinds"].get(c), b["kinds"].get(c, "null")) for c in a["columns"]}
+    out["missing"] = {c: a["missing"].get(c, 0) + b["missing"].get(c, 0) for c in a["columns"]}
+    out["stats"] = merge_stats(a["stats"], b["stats"])
+    return out
+
+
+def scan_block(index: int, block: Any, options: Any, label: str, cache: Any = None) -> dict[str, Any]:
+    """Parse partition ``index`` once: summarize it, count bad lines, fill the parse cache."""
+    from daskfeed.cache import block_tables
+
+    rejects: list[str] = []
+    summary: dict[str, Any] | None = None
+    for table in block_tables(index, block, options, cache, rejects, use_cache=False):
+        summary = merge_summaries(summary, summarize_table(table, label))
+    if summary is None:  # an empty file
+        summary = {"rows": 0, "columns": [], "kinds": {}, "missing": {}, "stats": {}, "label_rows": 0}
+    summary["bad_lines"] = len(rejects)
+    if options.bad_lines == "quarantine" and rejects:
+        summary["rejects"] = rejects
+    if rejects and len(rejects) > max(100, summary["rows"]):
+        from daskfeed.exceptions import DataError
+
+        raise DataError(
+            f"Most lines of {block.describe()} are malformed: {len(rejects):,} lines do not have "
+            f"the header's {len(summary['columns']) or 'number of'} fields, {summary['rows']:,} do. "
+            f"Received lines such as {rejects[0][:120]!r}.\nHint: check the delimiter (sep=) and "
+            "the header of this file."
+        )
+    return summary
+
+
 def _merge_numeric(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     na, nb = a.get("count", 0), b.get("count", 0)
     if "mean" not in a or na == 0:
@@ -203,6 +322,10 @@ class Manifest:
     scan_seconds: float = 0.0
     created: float = field(default_factory=time.time)
     version: int = MANIFEST_VERSION
+    bad_lines: int = 0  # malformed lines skipped (bad_lines="skip" | "quarantine")
+    aligned_files: int = 0  # files whose header lists the columns in another order
+    # text of every skipped line with its file and byte range (quarantine); not in the JSON
+    rejects: list[dict[str, str]] = field(default_factory=list, repr=False)
 
     # -- convenience -------------------------------------------------------------------
     @property
@@ -263,6 +386,7 @@ class Manifest:
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON representation."""
         d = asdict(self)
+        d.pop("rejects")
         d["columns"] = {k: asdict(v) for k, v in self.columns.items()}
         return d
 
@@ -337,6 +461,8 @@ def scan(
     dtype: dict[str, str] | None = None,
     storage_options: dict[str, Any] | None = None,
     cache: str | os.PathLike[str] | None = None,
+    bad_lines: str = "error",
+    partition_cache: Any = None,
 ) -> Manifest:
     """Scan ``data`` once on the cluster and return its :class:`Manifest`.
 
@@ -354,6 +480,13 @@ def scan(
     cache
         A JSON path: if it holds a manifest with the data's fingerprint it is returned without
         scanning; otherwise the new manifest is written there.
+    bad_lines
+        ``"error"``, ``"skip"`` or ``"quarantine"`` (see :class:`~daskfeed.source.Source`);
+        skipped lines are counted in ``Manifest.bad_lines`` and, for quarantine, their text
+        kept in ``Manifest.rejects`` (not written to the JSON).
+    partition_cache
+        A :class:`~daskfeed.cache.PartitionCache`: the scan writes every parsed partition
+        there, so the CSV is parsed once for the scan and all epochs.
 
     Returns
     -------
@@ -367,7 +500,8 @@ def scan(
     from daskfeed.source import Source
 
     src = data if isinstance(data, Source) else Source(
-        data, blocksize=blocksize, encoding=encoding, dtype=dtype, storage_options=storage_options)
+        data, blocksize=blocksize, encoding=encoding, dtype=dtype, storage_options=storage_options,
+        bad_lines=bad_lines)
     fingerprint = src.fingerprint()
     if cache is not None and os.path.exists(cache):
         try:
@@ -388,7 +522,7 @@ def scan(
 
     t0 = time.perf_counter()
     with client_context(client) as c:
-        summaries, stats = _run_scan(src, label, c, fingerprint)
+        summaries, stats = _run_scan(src, label, c, fingerprint, partition_cache)
     manifest = _build_manifest(
         src, label, summaries, stats, config.get("vocabulary-size", vocabulary_size), fingerprint
     )
@@ -398,13 +532,17 @@ def scan(
     return manifest
 
 
-def _run_scan(src: Any, label: str, client: Any,
-              token: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _run_scan(src: Any, label: str, client: Any, token: str,
+              partition_cache: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from dask import delayed
 
-    parts = src.partitions()
-    summ = [delayed(summarize_partition, pure=True)(p, label, dask_key_name=f"daskfeed-scan-{i}-{token}")
-            for i, p in enumerate(parts)]
+    if src.frame is not None:
+        summ = [delayed(summarize_partition, pure=True)(p, label, dask_key_name=f"daskfeed-scan-{i}-{token}")
+                for i, p in enumerate(src.partitions())]
+    else:  # parse each block once: summary + bad lines + the parse cache, in one task
+        summ = [delayed(scan_block, pure=True)(i, b, src.options, label, partition_cache,
+                                               dask_key_name=f"daskfeed-scan-{i}-{token}")
+                for i, b in enumerate(src.blocks)]
     facts = [delayed(_facts)(s) for s in summ]
     level = [delayed(_stats)(s) for s in summ]
     while len(level) > 1:  # tree reduction on the cluster, fan-in 8
@@ -434,13 +572,17 @@ def _where(src: Any, i: int) -> str:
 
 def _build_manifest(src: Any, label: str, facts: list[dict[str, Any]], stats: dict[str, Any],
                     vocabulary_size: int, fingerprint: str) -> Manifest:
-    # header consistency: the same column names, in the same order, in every partition
+    # header consistency: the same column names in every partition; another order is aligned
+    # by name (the feed takes columns by name), other names are refused
     ref_cols: list[str] | None = None
+    aligned: set[str] = set()
     for i, f in enumerate(facts):
         if not f["columns"]:
             continue  # empty file
         if ref_cols is None:
             ref_cols, ref_i = f["columns"], i
+        elif f["columns"] != ref_cols and sorted(f["columns"]) == sorted(ref_cols):
+            aligned.add(src.blocks[i].path)
         elif f["columns"] != ref_cols:
             missing = [c for c in ref_cols if c not in f["columns"]]
             extra = [c for c in f["columns"] if c not in ref_cols]
@@ -494,6 +636,24 @@ def _build_manifest(src: Any, label: str, facts: list[dict[str, Any]], stats: di
             f"{label!r}; they are skipped (counted in manifest.label_missing).",
             stacklevel=3,
         )
+    if aligned:
+        warnings.warn(
+            f"{len(aligned)} file(s) list the same columns in another order, e.g. "
+            f"{sorted(aligned)[0]}; their columns are aligned by name (counted in "
+            "manifest.aligned_files).",
+            stacklevel=3,
+        )
+    bad_lines = sum(f.get("bad_lines", 0) for f in facts)
+    rejects = [{"where": src.blocks[i].describe(), "line": line}
+               for i, f in enumerate(facts) for line in f.get("rejects", ())]
+    if bad_lines:
+        first = next(i for i, f in enumerate(facts) if f.get("bad_lines"))
+        warnings.warn(
+            f"{bad_lines:,} malformed line(s) skipped (bad_lines={src.options.bad_lines!r}), first in "
+            f"{_where(src, first)}; counted in manifest.bad_lines"
+            f"{' and kept in manifest.rejects' if rejects else ''}.",
+            stacklevel=3,
+        )
     partitions = [
         {"path": b.path, "offset": b.offset, "length": b.length, "rows": f["label_rows"],
          "raw_rows": f["rows"]}
@@ -504,7 +664,9 @@ def _build_manifest(src: Any, label: str, facts: list[dict[str, Any]], stats: di
         partitions=partitions, rows=label_rows, label_missing=rows_total - label_rows,
         nbytes=src.nbytes, read_options={"blocksize": src.options.blocksize, "sep": src.options.sep,
                                          "encoding": src.options.encoding,
-                                         "dtype": dict(src.options.dtype)},
+                                         "dtype": dict(src.options.dtype),
+                                         "bad_lines": src.options.bad_lines},
+        bad_lines=bad_lines, aligned_files=len(aligned), rejects=rejects,
     )
 
 

@@ -61,6 +61,14 @@ class DaskSequence(keras.utils.PyDataset):
         Return ``x`` as one float32 matrix of the numeric ``features`` instead of a dict.
     manifest
         A :class:`~daskfeed.manifest.Manifest` (or path to its JSON) of this data: no rescan.
+    cache
+        Keep every partition parsed once as Arrow on the workers' disk (see
+        :mod:`daskfeed.cache`), so later epochs never parse CSV: ``True`` (default) uses
+        ``daskfeed.cache-dir`` (``~/.cache/daskfeed``) when the disk has room, a path uses
+        that directory (an error if it lacks room), ``False`` turns it off.
+    bad_lines
+        Lines with the wrong number of fields: ``"error"`` (default), ``"skip"`` (counted in
+        ``manifest.bad_lines``) or ``"quarantine"`` (also kept in ``manifest.rejects``).
     reference
         Manifest whose statistics encode the features (e.g. the training set's, for a
         validation set); default: this data's own manifest.
@@ -111,6 +119,8 @@ class DaskSequence(keras.utils.PyDataset):
         storage_options: dict[str, Any] | None = None,
         vocabulary_size: int | None = None,
         shard: tuple[int, int] = (0, 1),
+        cache: bool | str | os.PathLike[str] = True,
+        bad_lines: str = "error",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -125,10 +135,12 @@ class DaskSequence(keras.utils.PyDataset):
         self.timeout = config.get_seconds("timeout", timeout)
         self.prefetch_bytes = config.get_bytes("prefetch-bytes", prefetch_bytes)
         self.source = Source(data, blocksize=blocksize, encoding=encoding, dtype=dtype,
-                             storage_options=storage_options)
+                             storage_options=storage_options, bad_lines=bad_lines)
         self._client, self._owns_client = acquire_client(client)
         self._scheduler_address = self._client.scheduler.address
+        self._security = getattr(self._client, "security", None)  # tls:// reconnects after pickling
         try:
+            self.cache, self.cache_status = self._open_cache(cache)
             self.manifest = self._resolve_manifest(manifest, label, vocabulary_size)
             ref = reference if reference is not None else self.manifest
             self.features = ref.feature_names(features, exclude)
@@ -151,16 +163,25 @@ class DaskSequence(keras.utils.PyDataset):
         self._lock = threading.RLock()
         self._warned_random = False
         self._epoch = 0
+        self._start = 0
         self._plan: EpochPlan | None = None
         self._prefetcher: Prefetcher | None = None
         self.last_epoch_stats: dict[str, Any] = {}
         self._set_epoch(0)
 
     # -- construction helpers ---------------------------------------------------------
+    def _open_cache(self, cache: bool | str | os.PathLike[str] | None) -> tuple[Any, str]:
+        from daskfeed.cache import open_cache
+
+        if cache is None or cache is False:
+            return None, "cache: off"
+        root = None if cache is True else cache
+        return open_cache(self.source, root, required=root is not None, client=self._client)
+
     def _resolve_manifest(self, manifest: Any, label: str, vocabulary_size: int | None) -> Manifest:
         if manifest is None:
             return scan(self.source, label=label, client=self._client,
-                        vocabulary_size=vocabulary_size)
+                        vocabulary_size=vocabulary_size, partition_cache=self.cache)
         if not isinstance(manifest, Manifest):
             manifest = Manifest.from_json(manifest)
         manifest.check_fingerprint(self.source.fingerprint())
@@ -195,7 +216,7 @@ class DaskSequence(keras.utils.PyDataset):
             drop_remainder=self.drop_remainder, shard=self.shard,
         )
 
-    def _set_epoch(self, epoch: int) -> None:
+    def _set_epoch(self, epoch: int, start: int = 0) -> None:
         plan = self._make_plan(epoch)
         if plan.num_batches == 0:
             raise SchemaError(
@@ -203,16 +224,23 @@ class DaskSequence(keras.utils.PyDataset):
                 f"batch_size={self.batch_size}, drop_remainder={self.drop_remainder}.\n"
                 "Hint: lower batch_size or add data."
             )
+        if not 0 <= start < plan.num_batches:
+            raise ValueError(f"Expected 0 <= start < {plan.num_batches} (batches of epoch {epoch}). "
+                             f"Received: start={start}.")
         with self._lock:
-            old, old_pf = self._plan, self._prefetcher
+            old, old_pf, old_start = self._plan, self._prefetcher, self._start
             self._epoch = epoch
+            self._start = start
             self._plan = plan
             self._served: set[int] = set()
-            self._left = {w.index: len(plan.batches_of(w.index)) for w in plan.windows}
+            # batches of each window still to serve (windows wholly before ``start`` have none)
+            self._left = {w.index: sum(1 for b in plan.batches_of(w.index) if b >= start)
+                          for w in plan.windows}
             self._jumps = 0
             self._last_index = -1
             self._epoch_t0 = time.perf_counter()
-            if old is not None and old_pf is not None and plan.same_batches(old):
+            if (old is not None and old_pf is not None and plan.same_batches(old)
+                    and start == old_start == 0):
                 # same batches (unshuffled): keep the windows, count this epoch from here
                 self._epoch_submitted0, self._epoch_wait0 = old_pf.submitted, old_pf.wait_seconds
                 for w in plan.windows:
@@ -224,7 +252,7 @@ class DaskSequence(keras.utils.PyDataset):
             self._prefetcher = Prefetcher(  # bound to THIS plan, whatever epoch comes next
                 functools.partial(self._submit, plan),
                 functools.partial(self._estimate, plan),
-                [w.index for w in plan.windows],
+                [w.index for w in plan.windows if self._left[w.index]],
                 budget=self.prefetch_bytes, timeout=self.timeout,
                 describe=functools.partial(self._describe, plan),
             )
@@ -241,21 +269,36 @@ class DaskSequence(keras.utils.PyDataset):
         advances.
         """
         with self._lock:
-            complete = len(self._served) == self.plan.num_batches
+            complete = len(self._served) == self.plan.num_batches - self._start
             if not (complete or self.use_multiprocessing):
                 return
             self.last_epoch_stats = self.epoch_stats()
         self._set_epoch(self._epoch + 1)
 
-    def set_epoch(self, epoch: int) -> None:
-        """Jump to ``epoch`` (e.g. when resuming); batches follow that epoch's order."""
-        if epoch != self._epoch:
-            self._set_epoch(int(epoch))
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        """Jump to ``epoch`` (e.g. when resuming); batches follow that epoch's order.
+
+        ``start > 0`` resumes the epoch at its batch ``start``: until the epoch ends,
+        ``len(seq)`` is ``num_batches - start`` and ``seq[i]`` is the epoch's batch
+        ``start + i`` (same order, same rows as an uninterrupted epoch). The rows of batches
+        ``0 .. start - 1`` are not delivered again, and their windows are not computed.
+        The next epoch starts at batch 0. Keras fixes the steps per epoch when ``fit``
+        starts, so fit such a partial epoch on its own (``fit(..., initial_epoch=epoch,
+        epochs=epoch + 1)``), then the remaining epochs in a second ``fit``.
+        """
+        epoch, start = int(epoch), int(start)
+        if epoch != self._epoch or start != self._start:
+            self._set_epoch(epoch, start)
 
     @property
     def epoch(self) -> int:
         """The epoch whose batches ``seq[i]`` returns."""
         return self._epoch
+
+    @property
+    def start(self) -> int:
+        """First batch of the current epoch served (``seq[0]``): 0 except when resuming."""
+        return self._start
 
     @property
     def plan(self) -> EpochPlan:
@@ -279,6 +322,7 @@ class DaskSequence(keras.utils.PyDataset):
                 "batches": len(self._served),
                 "wait_seconds": (pf.wait_seconds - self._epoch_wait0) if pf else 0.0,
                 "windows_computed": (pf.submitted - self._epoch_submitted0) if pf else 0,
+                "start_batch": self._start,
                 "windows": len(plan.windows),
                 "seconds": time.perf_counter() - self._epoch_t0,
             }
@@ -288,7 +332,7 @@ class DaskSequence(keras.utils.PyDataset):
         if self._client is None:  # after unpickling (use_multiprocessing=True)
             from daskfeed.cluster import connect
 
-            self._client = connect(self._scheduler_address)
+            self._client = connect(self._scheduler_address, security=getattr(self, "_security", None))
             self._owns_client = True
         return self._client
 
@@ -300,9 +344,9 @@ class DaskSequence(keras.utils.PyDataset):
         seed = plan.seed_of(w)
         key = f"daskfeed-window-{tokenize(self.manifest.fingerprint, self.encoding, win.partitions, seed)}"
         if self.source.frame is None:
-            blocks = [self.source.blocks[p] for p in win.partitions]
+            blocks = [(p, self.source.blocks[p]) for p in win.partitions]
             return client.submit(read_window, blocks, self.source.options, self.encoding, seed,
-                                 key=key, retries=1)
+                                 self.cache, key=key, retries=1)
         from dask import delayed
 
         parts = self._frame_partitions()
@@ -329,7 +373,7 @@ class DaskSequence(keras.utils.PyDataset):
 
     # -- PyDataset ---------------------------------------------------------------------
     def __len__(self) -> int:
-        return self.plan.num_batches
+        return self.plan.num_batches - self._start
 
     def __getitem__(self, index: int) -> tuple[Any, np.ndarray]:
         """Batch ``index`` of the current epoch as ``(x, y)``."""
@@ -343,13 +387,14 @@ class DaskSequence(keras.utils.PyDataset):
     def _get(self, index: int) -> tuple[Any, np.ndarray]:
         i = operator.index(index)
         with self._lock:
-            plan, pf = self.plan, self._prefetcher
-            n = plan.num_batches
+            plan, pf, start = self.plan, self._prefetcher, self._start
+            n = plan.num_batches - start
             if i < 0:
                 i += n
             if not 0 <= i < n:
                 raise IndexError(f"Batch index {index} out of range for {n} batches.")
             self._note_access(i)
+            i += start  # the plan's batch index (start > 0 only in a resumed epoch)
         assert pf is not None
         slices = plan.batch(i)
         pieces = []
@@ -423,11 +468,12 @@ class DaskSequence(keras.utils.PyDataset):
         self._lock = threading.RLock()
         self._prefetcher = None
         self._plan = None
-        self._set_epoch(self._epoch)
+        self._set_epoch(self._epoch, self._start)
 
     def __repr__(self) -> str:
         return (
             f"DaskSequence({self.source!r}, label={self.label!r}, "
             f"features={len(self.features)}, batch_size={self.batch_size}, "
-            f"batches={len(self)}, epoch={self._epoch}, shuffle={self.shuffle})"
+            f"batches={len(self)}, epoch={self._epoch}, shuffle={self.shuffle}"
+            + (f", start={self._start})" if self._start else ")")
         )

@@ -13,7 +13,7 @@ import io
 import json
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -25,12 +25,14 @@ import pyarrow.csv as pacsv
 from daskfeed import config
 from daskfeed.exceptions import DataError, DataNotFoundError
 
-__all__ = ["Block", "FileInfo", "ReadOptions", "Source", "read_block"]
+__all__ = ["BAD_LINES", "Block", "FileInfo", "ReadOptions", "Source", "iter_tables", "read_block"]
 
 _BOM = b"\xef\xbb\xbf"
 _CSV_SUFFIXES = (".csv", ".tsv", ".txt", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zst")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
 NULL_VALUES = ("", "NA", "N/A", "NaN", "nan", "NULL", "null", "None", "#N/A")
+# what to do with a line whose field count differs from the header's
+BAD_LINES = ("error", "skip", "quarantine")
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class ReadOptions:
     encoding: str = "utf-8"
     dtype: tuple[tuple[str, str], ...] = ()
     storage_options: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
+    bad_lines: str = "error"  # error | skip | quarantine (see BAD_LINES)
 
     def dtype_map(self) -> dict[str, str]:
         """Return the per-column dtype overrides as a dict."""
@@ -176,6 +179,10 @@ class Source:
         Per-column dtype overrides, e.g. ``{"zip": "string"}``.
     storage_options
         Passed to fsspec (credentials, endpoint URL for S3-compatible stores, ...).
+    bad_lines
+        A line whose field count differs from the header's: ``"error"`` (default) stops with
+        the file, byte range and line; ``"skip"`` drops it and counts it in the manifest
+        (``bad_lines``); ``"quarantine"`` also keeps its text for a rejects file.
     """
 
     def __init__(
@@ -187,13 +194,19 @@ class Source:
         encoding: str = "utf-8",
         dtype: dict[str, str] | None = None,
         storage_options: dict[str, Any] | None = None,
+        bad_lines: str = "error",
     ) -> None:
+        if bad_lines not in BAD_LINES:
+            raise ValueError(
+                f"Expected bad_lines to be one of {', '.join(BAD_LINES)}. Received: {bad_lines!r}."
+            )
         self.options = ReadOptions(
             blocksize=config.get_bytes("blocksize", blocksize),
             sep=sep,
             encoding=encoding,
             dtype=tuple(sorted((dtype or {}).items())),
             storage_options=tuple(sorted((storage_options or {}).items())),
+            bad_lines=bad_lines,
         )
         self.frame = None
         self.files: list[FileInfo] = []
@@ -315,40 +328,98 @@ def _parse_header(line: bytes, sep: str, path: str, encoding: str = "utf-8") -> 
 def read_block(block: Block, options: ReadOptions) -> pd.DataFrame:
     """Read one block into a pandas DataFrame (runs on a worker).
 
-    Types are inferred per block by pyarrow; reconciling them across blocks is the scan's
-    job (see :mod:`daskfeed.manifest`). Errors name the file and the byte range.
+    Types are inferred per block (per chunk of a compressed file) by pyarrow; reconciling
+    them across blocks is the scan's job (see :mod:`daskfeed.manifest`). Errors name the file
+    and the byte range.
+    """
+    tables = list(iter_tables(block, options))
+    if not tables:  # an empty file: no header, no rows
+        return pd.DataFrame()
+    if len(tables) == 1:
+        return _to_pandas(tables[0])
+    return pd.concat([_to_pandas(t) for t in tables], ignore_index=True)
+
+
+def iter_tables(block: Block, options: ReadOptions, rejects: list[str] | None = None) -> Iterator[pa.Table]:
+    """Parse one block into Arrow tables, at most about ``blocksize`` of text each (on a worker).
+
+    A byte range or a small file gives one table. A compressed file cannot be split into byte
+    ranges, so it is decompressed as a stream and parsed in chunks of whole lines: memory stays
+    bounded by the blocksize however large the file. Each table's column types are inferred
+    on its own rows. Lines skipped under ``bad_lines="skip"|"quarantine"`` are appended to
+    ``rejects`` (their text).
     """
     so = dict(options.storage_options)
     if _is_parquet(block.path):
         import pyarrow.parquet as pq
 
         with _open(block.path, so) as f:
-            table = pq.read_table(f)
-        return _to_pandas(table)
+            pf = pq.ParquetFile(f)
+            for i in range(pf.num_row_groups):
+                yield _normalize(pf.read_row_group(i))
+        return
     compression = _compression(block.path)
     with _open(block.path, so, compression) as f:
         header = f.readline()
-        if block.length < 0:
-            body = f.read()
-        else:
+        names = _parse_header(header, options.sep, block.path, options.encoding)
+        if not names:
+            return
+        if block.length >= 0:
             f.seek(0)
             body = fsspec.utils.read_block(f, block.offset, block.length, delimiter=b"\n")
             if block.offset == 0:
                 body = body[len(header) :]
-    names = _parse_header(header, options.sep, block.path, options.encoding)
-    if not names:
-        return pd.DataFrame()
+            yield _parse(body, names, block, options, rejects, whole=False)
+            return
+        first = True
+        for start, body in _line_chunks(f, len(header), options.blocksize):
+            where = block if first and len(body) < options.blocksize else Block(
+                block.path, start, len(body), block.file_index)
+            table = _parse(body, names, where, options, rejects, whole=first and where is block)
+            first = False
+            yield table
+
+
+def _line_chunks(f: Any, start: int, size: int) -> Iterator[tuple[int, bytes]]:
+    """Whole-line chunks of about ``size`` bytes of a (decompressed) stream, with offsets."""
+    carry = b""
+    pos = start
+    while True:
+        data = f.read(max(size - len(carry), 1 << 16))
+        if not data:
+            if carry.strip() or pos == start:
+                yield pos, carry
+            return
+        buf = carry + data
+        cut = buf.rfind(b"\n")
+        if cut < 0:
+            carry = buf
+            continue
+        chunk, carry = buf[: cut + 1], buf[cut + 1 :]
+        yield pos, chunk
+        pos += len(chunk)
+
+
+def _parse(body: bytes, names: list[str], block: Block, options: ReadOptions,
+           rejects: list[str] | None, whole: bool) -> pa.Table:
     if not body.strip():
-        return pd.DataFrame({n: pd.Series([], dtype="float64") for n in names})
+        return pa.table({n: pa.nulls(0) for n in names})
     overrides = {k: _arrow_type(v) for k, v in options.dtype}
+    skipped: list[str] = rejects if rejects is not None else []
+
+    def bad_line(row: Any) -> str:
+        skipped.append(row.text)
+        return "skip"
+
     try:
         table = pacsv.read_csv(
             io.BytesIO(body),
             read_options=pacsv.ReadOptions(column_names=names, use_threads=False,
                                            encoding=options.encoding),
             # a whole file may have quoted fields with line breaks; a byte range cannot
-            parse_options=pacsv.ParseOptions(delimiter=options.sep,
-                                             newlines_in_values=block.length < 0),
+            parse_options=pacsv.ParseOptions(
+                delimiter=options.sep, newlines_in_values=whole,
+                invalid_row_handler=None if options.bad_lines == "error" else bad_line),
             convert_options=pacsv.ConvertOptions(
                 column_types={k: v for k, v in overrides.items() if k in names},
                 strings_can_be_null=True,
@@ -357,13 +428,16 @@ def read_block(block: Block, options: ReadOptions) -> pd.DataFrame:
             ),
         )
     except (pa.ArrowInvalid, UnicodeDecodeError) as err:
+        hint = ("Hint: fix or remove the line, or pass bad_lines='skip' (--bad-lines skip) to drop "
+                "such lines and count them, or 'quarantine' to also write them to a rejects file."
+                if "Expected" in str(err) and "columns" in str(err) else
+                "Hint: check this part of the file for malformed lines or a different delimiter.")
         raise DataError(
             f"Cannot parse {block.describe()}: {str(err).strip()}\n"
             "Expected rows with the header's columns "
             f"({len(names)}: {', '.join(names[:8])}{', ...' if len(names) > 8 else ''}).\n"
-            "Hint: check this part of the file for malformed lines or a different delimiter. "
-            "Quoted fields with line breaks are read only when a file is not split: pass a "
-            "blocksize larger than the file."
+            f"{hint} Quoted fields with line breaks are read only when a file is not split: pass "
+            "a blocksize larger than the file."
         ) from err
     for name, t in zip(table.column_names, table.schema.types, strict=True):
         if pa.types.is_binary(t) or pa.types.is_large_binary(t):  # pyarrow's fallback: not text
@@ -374,7 +448,7 @@ def read_block(block: Block, options: ReadOptions) -> pd.DataFrame:
                 f"Received: bytes {bad[:40]!r}.\nHint: pass encoding='latin-1' (or the file's real "
                 "encoding), or re-encode the file as UTF-8."
             )
-    return _to_pandas(table)
+    return _normalize(table)
 
 
 def _decodes(value: bytes, encoding: str) -> bool:
@@ -392,14 +466,23 @@ def _arrow_type(name: str) -> pa.DataType:
     return pa.type_for_alias(name)
 
 
-def _to_pandas(table: pa.Table) -> pd.DataFrame:
-    """Arrow → pandas with types that survive nulls: bool → float, dates → datetime64."""
+def _normalize(table: pa.Table) -> pa.Table:
+    """Types that survive nulls and chunking: bool → float64, dates → timestamps."""
     cols = []
     for i, t in enumerate(table.schema.types):
         col = table.column(i)
-        if pa.types.is_boolean(t) or pa.types.is_null(t):
+        if pa.types.is_boolean(t):
             col = col.cast(pa.float64())
         elif pa.types.is_date(t):
             col = col.cast(pa.timestamp("s"))
         cols.append(col)
-    return pa.Table.from_arrays(cols, names=table.column_names).to_pandas()
+    return pa.Table.from_arrays(cols, names=table.column_names)
+
+
+def _to_pandas(table: pa.Table) -> pd.DataFrame:
+    """Arrow → pandas; an all-null column becomes float64 NaN."""
+    if any(pa.types.is_null(t) for t in table.schema.types):
+        table = pa.Table.from_arrays(
+            [c.cast(pa.float64()) if pa.types.is_null(c.type) else c for c in table.columns],
+            names=table.column_names)
+    return table.to_pandas()

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# the parse cache (and anything else under XDG_CACHE_HOME) of this test session, removed at the
+# end; subprocesses (the CLI, dask workers) inherit it
+_CACHE_HOME = tempfile.mkdtemp(prefix="daskfeed-tests-cache-")
+os.environ["XDG_CACHE_HOME"] = _CACHE_HOME
 
-import pytest
+import pytest  # noqa: E402  (after the environment is set)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(_CACHE_HOME, ignore_errors=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -146,12 +146,28 @@ def test_multiclass_and_regression_labels(tmp_path, client, write_csv):
     assert r.task == "regression"
 
 
-def test_headers_that_differ_between_files_are_refused(tmp_path, client, write_csv):
+def test_headers_in_another_order_are_aligned_by_name(tmp_path, client, write_csv):
+    write_csv("d/a.csv", "x,y,c\n1,0,u\n2,1,v\n")
+    write_csv("d/b.csv", "c,y,x\nv,0,10\nu,1,20\n")
+    with pytest.warns(UserWarning, match="aligned by name"):
+        seq = daskfeed.DaskSequence(str(tmp_path / "d" / "*.csv"), label="y", client=client,
+                                    shuffle=False, batch_size=4)
+    with seq:
+        assert seq.manifest.aligned_files == 1
+        assert seq.manifest.columns["x"].mean == pytest.approx(33 / 4)
+        x, y = seq[0]
+    assert x["x"].tolist() == [1, 2, 10, 20] and y.tolist() == [0, 1, 0, 1]
+    vocab = seq.manifest.columns["c"].vocabulary
+    assert [vocab[c - 2] for c in x["c"]] == ["u", "v", "v", "u"]
+
+
+def test_headers_with_other_names_are_refused_naming_the_file(tmp_path, client, write_csv):
     write_csv("d/a.csv", "x,y\n1,0\n")
-    write_csv("d/b.csv", "y,x\n0,1\n")
+    write_csv("d/b.csv", "y,z\n0,1\n")
     with pytest.raises(SchemaError) as err:
         daskfeed.scan(str(tmp_path / "d" / "*.csv"), label="y", client=client)
-    assert "b.csv" in str(err.value) and "order" in str(err.value)
+    msg = str(err.value)
+    assert "b.csv" in msg and "missing ['x']" in msg and "extra ['z']" in msg and "Hint:" in msg
 
 
 def test_large_file_is_split_into_byte_ranges(tmp_path, client):
