@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 export KERAS_BACKEND := tensorflow
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo test test-slow bench lint clean
+.PHONY: demo test test-slow bench bench-quick lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,9 +23,20 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -ra --runslow tests
 
+# One run, same data and model: in-memory fit, tf.data, the old recipe, daskfeed, feed-only vs
+# pyarrow parse (see daskfeed/bench.py). Data generated once per size under bench-out/.
+BENCH_ROWS   ?= 2000000
+BENCH_MEMORY ?= 4GB
+bench: $(STAMP)
+	$(BIN)/daskfeed bench --rows $(BENCH_ROWS) --memory-limit $(BENCH_MEMORY) \
+		--data-dir bench-out/data-$(BENCH_ROWS) --json bench-out/bench-$(BENCH_ROWS).json
+
+bench-quick:
+	$(MAKE) bench BENCH_ROWS=200000
+
 lint: $(STAMP)
 	$(BIN)/python -m pip install --quiet ruff mypy
-	$(BIN)/ruff check daskfeed tests bench
+	$(BIN)/ruff check daskfeed tests
 	$(BIN)/mypy --ignore-missing-imports daskfeed
 
 clean:

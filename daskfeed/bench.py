@@ -127,10 +127,11 @@ def quest_mlp(mean: Sequence[float], variance: Sequence[float], *, hidden: Seque
     return model
 
 
-def _clock(sequence: Any = None) -> Any:
+def _clock(sequence: Any = None, counter: Callable[[], tuple[int, int]] | None = None) -> Any:
     """A callback recording each epoch's begin/end (perf_counter) and optimizer steps.
 
-    Given a ``DaskSequence``, also a copy of its stats at each epoch's end.
+    Given a ``DaskSequence``, also a copy of its stats at each epoch's end; given ``counter``
+    (returning total batches and rows delivered so far), the batches and rows of each epoch.
     """
     from daskfeed._keras import keras
 
@@ -141,13 +142,17 @@ def _clock(sequence: Any = None) -> Any:
             self.end: list[float] = []
             self.steps: list[int] = []
             self.stats: list[dict[str, Any]] = []
+            self.counted: list[tuple[int, int]] = []
             self._it0 = 0
+            self._c0 = (0, 0)
 
         def _iterations(self) -> int:
             return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self._it0 = self._iterations()
+            if counter is not None:
+                self._c0 = counter()
             self.begin.append(time.perf_counter())
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
@@ -155,6 +160,9 @@ def _clock(sequence: Any = None) -> Any:
             self.steps.append(self._iterations() - self._it0)
             if sequence is not None:
                 self.stats.append(dict(sequence.last_epoch_stats))
+            if counter is not None:
+                b, r = counter()
+                self.counted.append((b - self._c0[0], r - self._c0[1]))
 
     return EpochClock()
 
@@ -218,8 +226,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _tf_dataset(files: list[str], features: Sequence[str], label: str, batch_size: int) -> Any:
-    """tf.data: CsvDataset with a hand-written schema, files shuffled and interleaved."""
+def _tf_dataset(files: list[str], features: Sequence[str], label: str, batch_size: int,
+                counters: Any = None) -> Any:
+    """tf.data: CsvDataset with a hand-written schema, files shuffled and interleaved.
+
+    ``counters``: two int64 ``tf.Variable`` counting the batches and rows the pipeline delivers.
+    """
     import tensorflow as tf
 
     header = _header(files[0])
@@ -236,7 +248,11 @@ def _tf_dataset(files: list[str], features: Sequence[str], label: str, batch_siz
         return tf.data.experimental.CsvDataset(path, defaults, header=True, select_cols=wanted)
 
     def to_xy(*cols: Any) -> Any:
-        return tf.stack([cols[position[c]] for c in features], axis=1), cols[position[label]]
+        y = cols[position[label]]
+        if counters is not None:
+            counters[0].assign_add(1)
+            counters[1].assign_add(tf.cast(tf.shape(y)[0], tf.int64))
+        return tf.stack([cols[position[c]] for c in features], axis=1), y
 
     ds = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files), seed=0)
     ds = ds.interleave(read, cycle_length=tf.data.AUTOTUNE, num_parallel_calls=tf.data.AUTOTUNE,
@@ -306,14 +322,22 @@ def _bench_in_memory(files: list[str], features: Sequence[str], label: str, batc
 
 def _bench_tf_data(files: list[str], features: Sequence[str], label: str, batch_size: int, epochs: int,
                    rows: int, stats: tuple[list[float], list[float]], val: Any) -> dict[str, Any]:
+    import tensorflow as tf
+
+    counters = (tf.Variable(0, dtype=tf.int64), tf.Variable(0, dtype=tf.int64))
     t0 = time.perf_counter()
-    ds = _tf_dataset(files, features, label, batch_size)
+    ds = _tf_dataset(files, features, label, batch_size, counters)
     model = quest_mlp(*stats)
-    clock = _clock()
+    clock = _clock(counter=lambda: (int(counters[0].numpy()), int(counters[1].numpy())))
     with warnings.catch_warnings():  # Keras: "Your input ran out of data" (unknown cardinality)
         warnings.filterwarnings("ignore", message=".*ran out of data.*")
         hist = model.fit(ds, epochs=epochs, shuffle=False, verbose=0, callbacks=[clock])
-    return {"rows": rows, "epochs": _epochs(clock, rows, t0),
+    eps = _epochs(clock, rows, t0)
+    for ep, (batches, counted) in zip(eps, clock.counted, strict=True):
+        # Keras bumps optimizer.iterations once more on the step that finds the dataset empty
+        ep["optimizer_steps"], ep["steps"], ep["rows"] = ep["steps"], batches, counted
+        ep["rows_per_s"] = round(counted / ep["seconds"], 1)
+    return {"rows": rows, "epochs": eps,
             "expected_steps": math.ceil(rows / batch_size),
             "note": "CsvDataset, float32 record_defaults, files shuffled + interleaved (AUTOTUNE), "
                     "batch, map(stack), prefetch(AUTOTUNE)",
@@ -395,6 +419,7 @@ def _bench_daskfeed(data: Any, features: Sequence[str], label: str, batch_size: 
            "cluster_start_seconds": round(t_cluster - t0, 4),
            "scan_seconds": round(t_scan - t_cluster, 4),
            "windows": len(seq.plan.windows), "window_rows": seq.window_rows,
+           "cache_status": getattr(seq, "cache_status", None),
            "budget": {**budget.__dict__, "text": str(memory_limit)},
            "trainer_rss_before_bytes": trainer_rss_before, "peak_rss_bytes": peak,
            **_losses(model, hist, val, batch_size)}
@@ -412,6 +437,7 @@ def _bench_feed_only(data: Any, features: Sequence[str], label: str, batch_size:
                        window_bytes=budget["window_bytes"], blocksize=budget["blocksize"],
                        prefetch_bytes=budget["prefetch"] * 2 // 3, **_cache_kwargs(workdir, "feed"))
     scan_s = time.perf_counter() - t0
+    cache_status = getattr(seq, "cache_status", None)
     eps = []
     try:
         for e in range(epochs):
@@ -432,19 +458,18 @@ def _bench_feed_only(data: Any, features: Sequence[str], label: str, batch_size:
         seq.close()
     rows = eps[0]["rows"]
     return {"rows": rows, "epochs": eps, "expected_steps": math.ceil(rows / batch_size),
-            "scan_seconds": round(scan_s, 4),
+            "scan_seconds": round(scan_s, 4), "cache_status": cache_status,
             "epoch1_cold_incl_scan_rows_per_s": round(rows / (scan_s + eps[0]["seconds"]), 1)}
 
 
 def _warm_up(batch_size: int) -> float:
-    """One tiny fit + evaluate so TensorFlow's start-up costs land on no method."""
+    """One tiny fit so TensorFlow's start-up costs land on no method."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(0)
     x = rng.normal(size=(4 * batch_size, len(DEFAULT_FEATURES))).astype(np.float32)
     y = (rng.random(len(x)) < 0.5).astype(np.float32)
     model = quest_mlp([0.0] * x.shape[1], [1.0] * x.shape[1])
     model.fit(x, y, batch_size=batch_size, epochs=1, verbose=0)
-    model.evaluate(x, y, batch_size=batch_size, verbose=0)
     return time.perf_counter() - t0
 
 
@@ -583,8 +608,8 @@ def _summarize(results: dict[str, Any], **config: Any) -> dict[str, Any]:
         row(f"old recipe ({old['mode']}), epoch 1", old["epochs"][0]["rows_per_s"], vs_load_fit=True),
         row(f"old recipe ({old['mode']}), epoch {last}", old["epochs"][-1]["rows_per_s"]),
         row("daskfeed epoch 1 cold (cluster+scan+epoch)", dsk["epoch1_cold_rows_per_s"], vs_load_fit=True,
-            notes=f"cluster {dsk['cluster_start_seconds']:.1f}s, scan {dsk['scan_seconds']:.1f}s, "
-                  + wait(dsk["epochs"][0])),
+            notes=f"cluster {dsk['cluster_start_seconds']:.1f}s, scan {dsk['scan_seconds']:.1f}s"
+                  + (f", {dsk['cache_status']}" if dsk.get("cache_status") else "")),
         *[row(f"daskfeed epoch {e['epoch']}", e["rows_per_s"], vs_load_fit=e["epoch"] == 1,
               notes=wait(e)) for e in dsk["epochs"]],
         row("feed-only epoch 1 cold incl. scan", feed["epoch1_cold_incl_scan_rows_per_s"], vs_parse=True,
