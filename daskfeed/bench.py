@@ -22,6 +22,7 @@ keras and TensorFlow are imported only when the benchmark runs.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import glob
 import json
@@ -31,7 +32,7 @@ import platform
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -344,6 +345,26 @@ def _bench_tf_data(files: list[str], features: Sequence[str], label: str, batch_
             **_losses(model, hist, val, batch_size)}
 
 
+@contextlib.contextmanager
+def _default_sigterm() -> Iterator[None]:
+    """Default SIGTERM handling while the old recipe forks its pool.
+
+    Keras ends its pool workers with SIGTERM; a Python handler inherited from the CLI would
+    make each of them print a traceback. (No cluster is running at this point.)
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _bench_old_recipe(files: list[str], features: Sequence[str], label: str, batch_size: int,
                       epochs: int, rows: int, stats: tuple[list[float], list[float]], val: Any,
                       threads: bool) -> dict[str, Any]:
@@ -357,7 +378,8 @@ def _bench_old_recipe(files: list[str], features: Sequence[str], label: str, bat
         clock = _clock()
         t0 = time.perf_counter()
         try:
-            hist = model.fit(seq, epochs=epochs, shuffle=True, verbose=0, callbacks=[clock])
+            with _default_sigterm():
+                hist = model.fit(seq, epochs=epochs, shuffle=True, verbose=0, callbacks=[clock])
         except Exception as err:  # multiprocessing + TF may break: fall back to threads
             error = f"{type(err).__name__}: {err}"
             continue
