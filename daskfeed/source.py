@@ -224,7 +224,9 @@ class Source:
                 warnings.warn(
                     f"{len(packed)} compressed file(s) cannot be split into byte ranges: each is "
                     f"one partition (largest: {biggest.path}, {biggest.size / 1e6:.1f} MB "
-                    "compressed). Hint: for large files prefer uncompressed CSV or Parquet.",
+                    "compressed), decompressed as a stream and parsed in blocksize chunks, so "
+                    "memory stays bounded, but a whole file is one unit of the shuffle and of "
+                    "the work. Hint: for large files prefer uncompressed CSV or Parquet.",
                     stacklevel=2,
                 )
 

@@ -88,3 +88,84 @@ def test_byte_ranges_lose_and_duplicate_no_row(tmp_path, client):
             assert len(seq.manifest.partitions) > 20
             a = np.concatenate([seq[i][0]["a"] for i in range(len(seq))])
             assert np.array_equal(a, np.arange(5000)), name
+
+
+_MALFORMED = "x,y,c\n1,0,a\n2,1,b,EXTRA\n3,0,c\n4\n5,1,d\n"
+
+
+def test_malformed_line_is_an_error_naming_file_and_the_policy(tmp_path, client, write_csv):
+    write_csv("bad.csv", _MALFORMED)
+    with pytest.raises(DataError) as err:
+        daskfeed.scan(str(tmp_path / "bad.csv"), label="y", client=client)
+    msg = str(err.value)
+    assert "bad.csv" in msg and "Expected" in msg and "Hint:" in msg and "--bad-lines skip" in msg
+
+
+@pytest.mark.parametrize("policy", ["skip", "quarantine"])
+def test_bad_lines_skipped_are_counted_never_silent(tmp_path, client, write_csv, policy):
+    write_csv("bad.csv", _MALFORMED)
+    with pytest.warns(UserWarning, match="2 malformed line"):
+        seq = daskfeed.DaskSequence(str(tmp_path / "bad.csv"), label="y", client=client,
+                                    shuffle=False, batch_size=10, bad_lines=policy)
+    with seq:
+        m = seq.manifest
+        assert (m.rows, m.bad_lines) == (3, 2)
+        assert np.array_equal(seq[0][0]["x"], [1, 3, 5])
+        if policy == "quarantine":
+            assert [r["line"] for r in m.rejects] == ["2,1,b,EXTRA", "4"]
+            assert "bad.csv" in m.rejects[0]["where"]
+        else:
+            assert m.rejects == []
+
+
+def test_a_file_that_is_mostly_malformed_is_refused_even_when_skipping(tmp_path, client, write_csv):
+    write_csv("semi.csv", "x,y\n" + "".join(f"{i};{i % 2};x\n" for i in range(300)) + "1,0\n")
+    with pytest.raises(DataError, match="delimiter"):
+        daskfeed.scan(str(tmp_path / "semi.csv"), label="y", client=client, bad_lines="skip")
+
+
+def test_quoted_newlines_give_the_right_rows_in_a_whole_file(tmp_path, client, write_csv):
+    write_csv("q.csv", 'x,note,y\n1,"two\nlines, and a comma",0\n2,plain,1\n3,"a ""quote""",0\n')
+    with daskfeed.DaskSequence(str(tmp_path / "q.csv"), label="y", client=client, shuffle=False,
+                               batch_size=10) as seq:
+        x, _ = seq[0]
+        assert seq.manifest.rows == 3 and np.array_equal(x["x"], [1, 2, 3])
+        assert seq.manifest.columns["note"].vocabulary == sorted(
+            ["two\nlines, and a comma", "plain", 'a "quote"'])
+
+
+def test_cli_quarantine_writes_rejects_and_counts_them_in_history(demo_data, tmp_path):
+    import glob
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    files = sorted(glob.glob(demo_data.train_glob, recursive=True))[:6]
+    (tmp_path / "d").mkdir()
+    for i, f in enumerate(files):
+        text = open(f, encoding="utf-8").read()
+        if i == 2:  # two malformed lines in the middle of one file
+            lines = text.splitlines(keepends=True)
+            text = "".join([*lines[:100], "oops,only,three\n", "1,2\n", *lines[100:]])
+        (tmp_path / "d" / os.path.basename(f)).write_text(text, encoding="utf-8")
+    exe = shutil.which("daskfeed", path=os.path.dirname(sys.executable)) or "daskfeed"
+    args = [exe, "train", str(tmp_path / "d" / "*.csv"), "--label", "cleared", "--epochs", "1",
+            "--memory-limit", "3GB", "--dashboard-address", "127.0.0.1:0", "--verbose", "0"]
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    out = subprocess.run([*args, "--output", str(tmp_path / "e")], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "split_data_00002.csv" in out.stderr and "--bad-lines skip" in out.stderr
+    out = subprocess.run([*args, "--bad-lines", "quarantine", "--cache", str(tmp_path / "cache"),
+                          "--output", str(tmp_path / "q")], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"cache: {tmp_path / 'cache'}" in out.stdout
+    hist = json.loads((tmp_path / "q" / "history.json").read_text())
+    assert hist["bad_lines"]["policy"] == "quarantine" and hist["bad_lines"]["train"] == 2
+    assert hist["epochs"][0]["rows"] == 6000
+    rejects = (tmp_path / "q" / "rejects.csv").read_text(encoding="utf-8").splitlines()
+    assert rejects[0] == "data,where,line" and len(rejects) == 3
+    assert "oops,only,three" in rejects[1] and "split_data_00002.csv" in rejects[1]

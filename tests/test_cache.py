@@ -1,0 +1,138 @@
+"""The parse cache: the scan parses each block once, later epochs read Arrow, never CSV."""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import os
+import shutil
+import stat
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import daskfeed
+from daskfeed.cache import PartitionCache, open_cache
+from daskfeed.exceptions import CacheError
+from daskfeed.source import Source, iter_tables
+
+
+def _copy_ids(id_data, dest) -> list[str]:
+    """A private copy of the id-tagged files (tests below delete or touch them)."""
+    files = sorted(glob.glob(id_data.train_glob, recursive=True))
+    os.makedirs(dest, exist_ok=True)
+    out = []
+    for f in files:
+        target = os.path.join(dest, os.path.basename(f))
+        with open(f, "rb") as src, open(target, "wb") as dst:
+            dst.write(src.read())
+        out.append(target)
+    return out
+
+
+def _epoch_ids(seq) -> np.ndarray:
+    ids = np.concatenate([seq[i][0]["row_id"] for i in range(len(seq))])
+    seq.on_epoch_end()
+    return ids
+
+
+def test_epochs_after_the_scan_read_no_csv(id_data, tmp_path, client):
+    files = _copy_ids(id_data, tmp_path / "data")
+    with daskfeed.DaskSequence(str(tmp_path / "data" / "*.csv"), label="cleared", client=client,
+                               batch_size=500, cache=tmp_path / "cache") as seq:
+        assert seq.cache is not None
+        assert seq.cache.cached_partitions() == len(seq.source.blocks)  # written by the scan
+        assert stat.S_IMODE(os.stat(seq.cache.path).st_mode) == 0o700
+        for f in files:  # from here on, the CSV cannot be read at all
+            os.remove(f)
+        for _ in range(2):
+            ids = _epoch_ids(seq)
+            assert len(ids) == id_data.train_rows
+            assert np.array_equal(np.sort(ids), np.arange(id_data.train_rows))
+
+
+def test_cached_batches_equal_parsed_batches(demo_data, tmp_path, client):
+    kw = {"label": "cleared", "client": client, "batch_size": 1000, "seed": 3}
+    expected = []
+    with daskfeed.DaskSequence(demo_data.train_glob, cache=False, **kw) as plain:
+        manifest = plain.manifest
+        for _ in range(2):
+            expected.append([plain[i] for i in range(len(plain))])
+            plain.on_epoch_end()
+    with daskfeed.DaskSequence(demo_data.train_glob, cache=tmp_path / "c", manifest=manifest,
+                               **kw) as cached:
+        assert cached.cache.cached_partitions() == 0  # no scan ran: the first epoch fills it
+        for epoch in range(2):  # epoch 0 parses CSV (and writes the cache), epoch 1 reads it
+            for i, (xa, ya) in enumerate(expected[epoch]):
+                xb, yb = cached[i]
+                assert np.array_equal(ya, yb)
+                for k in xa:
+                    assert np.array_equal(xa[k], xb[k]), (epoch, i, k)
+            cached.on_epoch_end()
+            if epoch == 0:
+                assert cached.cache.cached_partitions() == len(cached.source.blocks)
+
+
+def test_touching_a_file_invalidates_its_cache(id_data, tmp_path, client):
+    files = _copy_ids(id_data, tmp_path / "data")
+    pattern = str(tmp_path / "data" / "*.csv")
+    with daskfeed.DaskSequence(pattern, label="cleared", client=client, cache=tmp_path / "c") as a:
+        old = a.cache.path
+    os.utime(files[3], (1_700_000_000, 1_700_000_000))
+    with daskfeed.DaskSequence(pattern, label="cleared", client=client, cache=tmp_path / "c") as b:
+        assert b.cache.path != old
+        assert not os.path.exists(old)  # the stale copy of the same files is gone
+        assert b.cache.cached_partitions() == len(b.source.blocks)
+
+
+def test_a_disk_without_room_is_refused_up_front(tmp_path, write_csv):
+    write_csv("d/a.csv", "x,y\n1,0\n")
+    huge = tmp_path / "d" / "b.csv"
+    with open(huge, "wb") as f:  # a sparse file 4x the free space: listed with its size, never read
+        f.truncate(min(4 * shutil.disk_usage(tmp_path).free, 15 * 10**12))
+    src = Source(str(tmp_path / "d" / "*.csv"))
+    with pytest.raises(CacheError) as err:
+        open_cache(src, tmp_path / "cache", required=True)
+    msg = str(err.value)
+    assert "GB free" in msg and str(tmp_path / "cache") in msg and "--no-cache" in msg
+    cache, why = open_cache(src, tmp_path / "cache", required=False)
+    assert cache is None and "cache: off" in why and "GB free" in why
+
+
+def test_gzip_is_parsed_in_bounded_chunks_with_types_per_chunk(tmp_path, client):
+    from daskfeed.demo import generate_rows
+
+    df = pd.DataFrame(generate_rows(20_000, seed=2, stream=0, row_id_start=0))
+    df["drift"] = np.where(np.arange(len(df)) < 15_000, "1", "2.5")  # int early, float late
+    text = df.to_csv(index=False).encode()
+    (tmp_path / "big.csv.gz").write_bytes(gzip.compress(text))
+    src = Source(str(tmp_path / "big.csv.gz"), blocksize="200kB")
+    assert len(src.blocks) == 1  # not splittable: one partition ...
+    tables = list(iter_tables(src.blocks[0], src.options))
+    assert len(tables) >= len(text) // 200_000  # ... parsed in pieces of ~blocksize of text
+    assert max(t.num_rows for t in tables) < 200_000 / 40
+    assert sum(t.num_rows for t in tables) == 20_000
+    with pytest.warns(UserWarning, match="cannot be split"):
+        seq = daskfeed.DaskSequence(str(tmp_path / "big.csv.gz"), label="cleared", client=client,
+                                    blocksize="200kB", batch_size=3000, cache=tmp_path / "c")
+    with seq:
+        assert seq.manifest.columns["drift"].kind == "numeric"
+        assert seq.manifest.columns["drift"].mean == pytest.approx((15_000 + 2.5 * 5_000) / 20_000)
+        ids = _epoch_ids(seq)
+    assert np.array_equal(np.sort(ids), np.arange(20_000))
+    chunks = glob.glob(os.path.join(seq.cache.path, "p000000-*.arrow"))
+    assert len(chunks) == len(tables)
+
+
+def test_an_incomplete_partition_is_never_read(tmp_path):
+    cache = PartitionCache(str(tmp_path))
+    import pyarrow as pa
+
+    w = cache.writer(0)
+    w.add(pa.table({"x": [1, 2, 3]}))
+    assert cache.tables(0) is None and not cache.has(0)  # no marker yet: not visible
+    w.commit()
+    (table,) = list(cache.tables(0))
+    assert table.column("x").to_pylist() == [1.0, 2.0, 3.0]
+    assert not glob.glob(str(tmp_path / "*.tmp-*"))
