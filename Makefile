@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 export KERAS_BACKEND := tensorflow
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo test test-slow bench bench-quick lint clean
+.PHONY: demo test test-slow bench bench-quick soak lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ BENCH_MEMORY ?= 4GB
 bench: $(STAMP)
 	$(BIN)/daskfeed bench --rows $(BENCH_ROWS) --memory-limit $(BENCH_MEMORY) \
 		--data-dir bench-out/data-$(BENCH_ROWS) --json bench-out/bench-$(BENCH_ROWS).json
+
+# memory soak: daskfeed train --memory-limit 2GB over 1x, 4x, 6.25x, 8x the budget (tests/test_soak.py)
+soak: $(STAMP)
+	DASKFEED_SOAK_DIR=$${DASKFEED_SOAK_DIR:-soak-out} $(BIN)/python -m pytest -q -ra --runslow -s tests/test_soak.py
 
 bench-quick:
 	$(MAKE) bench BENCH_ROWS=200000

@@ -307,7 +307,14 @@ def _is_dask_frame(data: Any) -> bool:
 
 
 def _open(path: str, storage_options: dict[str, Any], compression: str | None = None) -> Any:
-    return fsspec.open(path, "rb", compression=compression, **storage_options).open()
+    try:
+        return fsspec.open(path, "rb", compression=compression, **storage_options).open()
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as err:
+        raise DataNotFoundError(
+            f"Cannot read {path}: {err.strerror or type(err).__name__}.\n"
+            "Expected the file listed when the data were opened. Hint: it was moved or deleted "
+            "since (rerun to list the files again), or check its permissions / credentials."
+        ) from err
 
 
 def _parse_header(line: bytes, sep: str, path: str, encoding: str = "utf-8") -> list[str]:

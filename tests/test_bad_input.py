@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 
 import numpy as np
 import pytest
@@ -169,3 +170,16 @@ def test_cli_quarantine_writes_rejects_and_counts_them_in_history(demo_data, tmp
     rejects = (tmp_path / "q" / "rejects.csv").read_text(encoding="utf-8").splitlines()
     assert rejects[0] == "data,where,line" and len(rejects) == 3
     assert "oops,only,three" in rejects[1] and "split_data_00002.csv" in rejects[1]
+
+
+def test_a_file_gone_after_listing_is_a_clear_error_naming_it(tmp_path, client, write_csv):
+    from daskfeed import DataNotFoundError
+    from daskfeed.source import Source
+
+    write_csv("d/a.csv", "x,y\n1,0\n")
+    gone = write_csv("d/b.csv", "x,y\n2,1\n")
+    src = Source(str(tmp_path / "d" / "*.csv"))
+    os.remove(gone)
+    with pytest.raises(DataNotFoundError) as err:
+        daskfeed.scan(src, label="y", client=client)
+    assert "b.csv" in str(err.value) and "Hint:" in str(err.value)
