@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import os
 import time
 import warnings
@@ -539,12 +540,17 @@ def _run_scan(src: Any, label: str, client: Any, token: str,
     if src.frame is not None:
         summ = [delayed(summarize_partition, pure=True)(p, label, dask_key_name=f"daskfeed-scan-{i}-{token}")
                 for i, p in enumerate(src.partitions())]
-    else:  # parse each block once: summary + bad lines + the parse cache, in one task
-        summ = [delayed(scan_block, pure=True)(i, b, src.options, label, partition_cache,
-                                               dask_key_name=f"daskfeed-scan-{i}-{token}")
-                for i, b in enumerate(src.blocks)]
-    facts = [delayed(_facts)(s) for s in summ]
-    level = [delayed(_stats)(s) for s in summ]
+        facts = [delayed(_facts_list)(s) for s in summ]
+        level = [delayed(_stats)(s) for s in summ]
+    else:  # parse each block once: summary + bad lines + the parse cache; small files grouped
+        nthreads = sum(client.nthreads().values()) or 1
+        groups = [
+            delayed(scan_blocks, pure=True)([(i, src.blocks[i]) for i in g], src.options, label,
+                                            partition_cache, dask_key_name=f"daskfeed-scan-{g[0]}-{token}")
+            for g in _scan_groups(src, nthreads)
+        ]
+        facts = [delayed(operator.getitem)(g, "facts") for g in groups]
+        level = [delayed(operator.getitem)(g, "stats") for g in groups]
     while len(level) > 1:  # tree reduction on the cluster, fan-in 8
         level = [delayed(merge_stats)(*level[i : i + 8]) for i in range(0, len(level), 8)]
     futures = client.compute([*facts, level[0]])
@@ -553,7 +559,39 @@ def _run_scan(src: Any, label: str, client: Any, token: str,
     finally:
         for f in futures:
             f.release()
-    return results[:-1], results[-1]
+    return [f for group in results[:-1] for f in group], results[-1]
+
+
+def _scan_groups(src: Any, nthreads: int) -> list[list[int]]:
+    """Consecutive blocks in groups of about blocksize bytes (one task each), at least
+    four groups per worker thread when there is enough data: thousands of small files
+    cost a few tasks, not thousands."""
+    sizes = [b.length if b.length >= 0 else src.files[b.file_index].size for b in src.blocks]
+    target = max(1, min(src.options.blocksize, sum(sizes) // (4 * nthreads)))
+    groups: list[list[int]] = []
+    current: list[int] = []
+    acc = 0
+    for i, n in enumerate(sizes):
+        current.append(i)
+        acc += n
+        if acc >= target:
+            groups.append(current)
+            current, acc = [], 0
+    if current:
+        groups.append(current)
+    return groups
+
+
+def scan_blocks(items: list[tuple[int, Any]], options: Any, label: str,
+                cache: Any = None) -> dict[str, Any]:
+    """:func:`scan_block` of several blocks in one task: their facts and merged statistics."""
+    summaries = [scan_block(i, b, options, label, cache) for i, b in items]
+    return {"facts": [_facts(s) for s in summaries],
+            "stats": merge_stats(*[s["stats"] for s in summaries])}
+
+
+def _facts_list(s: dict[str, Any]) -> list[dict[str, Any]]:
+    return [_facts(s)]
 
 
 def _facts(s: dict[str, Any]) -> dict[str, Any]:
