@@ -563,9 +563,11 @@ def _run_scan(src: Any, label: str, client: Any, token: str,
 
 
 def _scan_groups(src: Any, nthreads: int) -> list[list[int]]:
-    """Consecutive blocks in groups of about blocksize bytes (one task each), at least
-    four groups per worker thread when there is enough data: thousands of small files
-    cost a few tasks, not thousands."""
+    """Consecutive blocks in groups of about blocksize bytes, one scan task each.
+
+    At least four groups per worker thread when there is enough data; thousands of small
+    files cost a few tasks, not thousands.
+    """
     sizes = [b.length if b.length >= 0 else src.files[b.file_index].size for b in src.blocks]
     target = max(1, min(src.options.blocksize, sum(sizes) // (4 * nthreads)))
     groups: list[list[int]] = []
