@@ -7,7 +7,11 @@ tensorflow. Library errors become one clear message and exit 1; bad flags exit 2
 from __future__ import annotations
 
 import functools
+import logging
 import os
+import signal
+import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +36,24 @@ class MemorySize(click.ParamType):
         return str(value)
 
 
+class Duration(click.ParamType):
+    """A duration such as ``300``, ``300s`` or ``5min`` (``dask.utils.parse_timedelta``), positive."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        """Seconds as a float."""
+        from dask.utils import parse_timedelta
+
+        try:
+            seconds = float(parse_timedelta(value, default="seconds"))
+        except (ValueError, TypeError, KeyError):
+            self.fail(f"expected a duration such as 300, 300s or 5min. Received: {value!r}", param, ctx)
+        if seconds <= 0:
+            self.fail(f"expected a positive duration. Received: {value!r}", param, ctx)
+        return seconds
+
+
 def _columns(ctx: Any, param: Any, value: str | None) -> list[str] | None:
     if value is None:
         return None
@@ -41,17 +63,42 @@ def _columns(ctx: Any, param: Any, value: str | None) -> list[str] | None:
     return cols
 
 
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread on SIGTERM so it unwinds like Ctrl-C (clusters closed)."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    # once: a second SIGTERM while shutting down must not abort the shutdown itself
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated
+
+
 def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn daskfeed's user-facing errors into ``click.ClickException`` (exit 1, no traceback)."""
+    """Turn daskfeed's user-facing errors into ``click.ClickException`` (exit 1, no traceback).
+
+    Ctrl-C (SIGINT) and SIGTERM stop the command the same way: the exception unwinds through
+    ``train``, which closes the sequences and the local cluster (workers and ports gone), then
+    one line is printed and the exit status is 130 (SIGINT) or 143 (SIGTERM).
+    """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _on_sigterm) if main else None
         try:
             return fn(*args, **kwargs)
         except DaskfeedError as err:
             raise click.ClickException(str(err)) from err
-        except KeyboardInterrupt:
-            raise click.Abort() from None
+        except KeyboardInterrupt as err:
+            if main:  # a second Ctrl-C while we print must not spew a traceback
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+            term = isinstance(err, Terminated)
+            click.echo(f"daskfeed: stopped by {'SIGTERM' if term else 'Ctrl-C (SIGINT)'}; "
+                       "cluster connections closed.", err=True)
+            sys.exit(128 + (signal.SIGTERM if term else signal.SIGINT))
+        finally:
+            if main and previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
     return wrapper
 
@@ -83,6 +130,17 @@ def _train_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                           "of a local cluster."),
         click.option("--scheduler-file", type=click.Path(exists=True, dir_okay=False), default=None,
                      help="Scheduler file of a running Dask cluster."),
+        click.option("--tls-ca-file", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="CA certificate (PEM) of a tls:// scheduler and its workers."),
+        click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="This client's certificate (PEM, signed by --tls-ca-file) for a tls:// "
+                          "scheduler; may also hold the key."),
+        click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="This client's private key (PEM) when not in --tls-cert."),
+        click.option("--timeout", type=Duration(), default=None,
+                     help="Longest wait for one window of batches from the cluster (e.g. 300, "
+                          "90s, 5min) before stopping with an error naming its partitions. "
+                          "[default: 300s]"),
         click.option("--model", default=None,
                      help="Your model builder, module:function or file.py:function, called with "
                           "the manifest."),
@@ -98,10 +156,20 @@ def _train_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _run_train(data: Any, label: str, validation: Any, output: str, **kw: Any) -> Any:
+    from daskfeed.cluster import make_security
     from daskfeed.train import train
 
     scheduler_file = kw.pop("scheduler_file")
     scheduler = kw.pop("scheduler") or scheduler_file
+    kw["security"] = make_security(kw.pop("tls_ca_file"), kw.pop("tls_cert"), kw.pop("tls_key"))
+    # a lost scheduler makes the client log each reconnect attempt with a traceback; daskfeed
+    # reports the loss itself, once, naming the window (ClusterError). After distributed's import,
+    # which configures its loggers.
+    import distributed  # noqa: F401
+
+    logging.getLogger("distributed.client").setLevel(logging.CRITICAL)
+    if kw["security"] is not None and not scheduler:
+        raise click.UsageError("--tls-ca-file/--tls-cert/--tls-key need --scheduler or --scheduler-file")
     verbose = kw.pop("verbose")
     return train(
         data, label=label, validation=validation or None, output=output, scheduler=scheduler,

@@ -20,7 +20,8 @@ from dask.utils import format_bytes, parse_bytes
 from daskfeed import config
 from daskfeed.exceptions import BudgetError
 
-__all__ = ["Budget", "acquire_client", "client_context", "parse_memory_limit", "start_local_cluster"]
+__all__ = ["Budget", "acquire_client", "client_context", "connect", "make_security", "parse_memory_limit",
+           "start_local_cluster"]
 
 logger = logging.getLogger(__name__)
 
@@ -216,6 +217,8 @@ def start_local_cluster(
         # task errors are re-raised in the trainer with file/partition named; don't log twice
         "silence_logs": logging.CRITICAL,
     }
+    if processes:  # Ctrl-C in a terminal reaches the workers too: see dask_setup below
+        kwargs["preload"] = ["daskfeed.cluster"]
     if budget is not None:
         kwargs.update(n_workers=budget.nworkers, threads_per_worker=budget.nthreads,
                       memory_limit=budget.worker)
@@ -224,6 +227,20 @@ def start_local_cluster(
     client._daskfeed_cluster = cluster  # type: ignore[attr-defined]
     client._daskfeed_spill = spill  # type: ignore[attr-defined]
     return client
+
+
+def dask_setup(worker: Any) -> None:
+    """Worker preload of the local cluster's worker processes: Ctrl-C is the trainer's to handle.
+
+    A terminal sends SIGINT to the whole process group; the trainer then unwinds and closes the
+    cluster, which stops its workers. Ignoring SIGINT in the workers keeps them from dying
+    mid-task (and the nannies from restarting them) and from printing tracebacks.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def close_client(client: Any) -> None:
@@ -241,14 +258,79 @@ def close_client(client: Any) -> None:
         shutil.rmtree(spill, ignore_errors=True)
 
 
+def make_security(
+    tls_ca_file: str | None = None, tls_cert: str | None = None, tls_key: str | None = None
+) -> Any:
+    """A ``distributed.Security`` for ``tls://`` schedulers (``None`` when no file is given).
+
+    ``tls_cert`` / ``tls_key``: this client's certificate and key (one PEM file may hold both);
+    ``tls_ca_file``: the CA that signed the scheduler's and workers' certificates.
+    """
+    if not (tls_ca_file or tls_cert or tls_key):
+        return None
+    from distributed import Security
+
+    from daskfeed.exceptions import ClusterError
+
+    for flag, path in (("--tls-ca-file", tls_ca_file), ("--tls-cert", tls_cert), ("--tls-key", tls_key)):
+        if path and not os.path.isfile(path):
+            raise ClusterError(f"Expected a PEM file for {flag}. Received: {path!r} (no such file).")
+    if not (tls_ca_file and tls_cert):
+        raise ClusterError(
+            "Expected both a CA file and a client certificate for TLS. Received: "
+            f"tls_ca_file={tls_ca_file!r}, tls_cert={tls_cert!r}.\n"
+            "Hint: pass --tls-ca-file ca.pem --tls-cert client.pem [--tls-key client.key]."
+        )
+    return Security(tls_ca_file=tls_ca_file, tls_client_cert=tls_cert, tls_client_key=tls_key,
+                    require_encryption=True)
+
+
 def connect(address: str, *, security: Any = None, timeout: str = "30s") -> Any:
-    """Connect to a running scheduler (``tcp://``/``tls://`` address or scheduler-file path)."""
+    """Connect to a running scheduler (``tcp://``/``tls://`` address or scheduler-file path).
+
+    Raises
+    ------
+    ClusterError
+        When the scheduler cannot be reached within ``timeout`` or refuses the connection
+        (e.g. a ``tls://`` scheduler without TLS credentials).
+    """
     from distributed import Client
 
-    if os.path.exists(address):
-        return Client(scheduler_file=address, security=security, timeout=timeout,
-                      set_as_default=False)
-    return Client(address, security=security, timeout=timeout, set_as_default=False)
+    from daskfeed.exceptions import ClusterError
+
+    kind = "scheduler file" if os.path.exists(address) else "scheduler"
+    target = address
+    if kind == "scheduler file":
+        try:
+            with open(address, encoding="utf-8") as f:
+                import json
+
+                target = json.load(f).get("address", address)
+        except (OSError, ValueError):
+            pass
+    tls = str(target).startswith("tls://")
+    import dask.config
+
+    if tls and security is None and not dask.config.get("distributed.comm.tls.ca-file", None):
+        raise ClusterError(
+            f"The scheduler at {target} speaks TLS; expected TLS credentials to connect. "
+            "Received: no --tls-ca-file / --tls-cert / --tls-key.\n"
+            "Hint: pass the CA file and a client certificate and key signed by that CA."
+        )
+    try:
+        if kind == "scheduler file":
+            return Client(scheduler_file=address, security=security, timeout=timeout,
+                          set_as_default=False)
+        return Client(address, security=security, timeout=timeout, set_as_default=False)
+    except (OSError, TimeoutError, TypeError, ValueError) as err:
+        how = ("Hint: check the CA file and that the client certificate is signed by it."
+               if tls else
+               "Hint: check the address and that 'dask scheduler' is running; for a tls:// "
+               "scheduler pass --tls-ca-file, --tls-cert and --tls-key.")
+        raise ClusterError(
+            f"Cannot connect to the Dask {kind} {address} within {timeout}.\n"
+            f"Received: {type(err).__name__}: {str(err).strip()[:500]}\n{how}"
+        ) from err
 
 
 def acquire_client(client: Any = None) -> tuple[Any, bool]:

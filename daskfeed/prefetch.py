@@ -18,11 +18,56 @@ from typing import Any
 
 from daskfeed.exceptions import FeedTimeoutError
 
-__all__ = ["Prefetcher", "WindowCancelled"]
+__all__ = ["Prefetcher", "WindowCancelled", "explain"]
 
 
 class WindowCancelled(RuntimeError):
     """The window was dropped by ``reset`` while a caller waited for it."""
+
+
+def explain(err: BaseException, w: int, where: str) -> BaseException:
+    """A failure of window ``w`` on the cluster as a daskfeed error naming its partitions.
+
+    The task was already retried (``retries=1``; a lost worker's tasks are recomputed by
+    distributed), so what arrives here fails every time: a file removed, replaced or unreadable
+    after the scan, workers dying on the window, or the scheduler gone. daskfeed's own errors
+    (which name file and byte range), ``KeyboardInterrupt`` and the like pass through.
+    """
+    from daskfeed.exceptions import ClusterError, DaskfeedError, DataError
+
+    if isinstance(err, (DaskfeedError, WindowCancelled)) or not isinstance(err, Exception):
+        return err
+    kind = type(err).__name__
+    text = f"{kind}: {str(err).strip()}"
+    new: DaskfeedError
+    if kind in ("FutureCancelledError", "CancelledError"):
+        lost = "connection-lost" in str(err) or "closed" in str(err)
+        new = ClusterError(
+            (f"Lost the connection to the Dask scheduler while waiting for window {w} ({where})."
+             if lost else f"Window {w} ({where}) was cancelled on the cluster.")
+            + f"\nReceived: {text}\nHint: check that the scheduler is still running (or restart "
+            "it and its workers), then run again."
+        )
+    elif kind == "KilledWorker":
+        new = ClusterError(
+            f"Workers died every time they ran window {w} ({where}).\nReceived: {text}\n"
+            "Hint: a worker is killed when it exceeds its memory limit: raise --memory-limit, "
+            "use fewer --nworkers, or check the worker logs."
+        )
+    elif isinstance(err, OSError):
+        new = DataError(
+            f"Cannot read window {w} ({where}) on the cluster, even after a retry. Expected the "
+            f"files as they were when scanned.\nReceived: {text}\nHint: a file removed, replaced "
+            "or unreadable after the scan fails every time: restore it, or rescan (delete the "
+            "cached manifest.json) and restart."
+        )
+    else:
+        new = DataError(
+            f"Window {w} ({where}) failed on the cluster, even after a retry.\nReceived: {text}\n"
+            "Hint: the worker's traceback is in the worker logs (and chained to this error)."
+        )
+    new.__cause__ = err
+    return new
 
 
 @dataclass
@@ -159,8 +204,9 @@ class Prefetcher:
                 return
             entry.error = FeedTimeoutError(
                 f"Window {w} ({self._describe(w)}) did not arrive within {self.timeout:g}s.\n"
-                "Hint: check the workers on the dashboard; raise daskfeed.timeout for very slow "
-                "storage."
+                "Hint: a read that blocks (hung storage, a FIFO) never finishes: check the "
+                "workers on the dashboard; for very slow storage raise --timeout "
+                "(daskfeed.timeout)."
             )
             entry.error.__cause__ = err
         except BaseException as err:  # surfaced to the caller by get(), KeyboardInterrupt too
@@ -168,7 +214,7 @@ class Prefetcher:
                 entry.error = WindowCancelled(f"window {w} was cancelled by an epoch change")
                 entry.error.__cause__ = err
             else:
-                entry.error = err
+                entry.error = explain(err, w, self._describe(w))
         else:
             with self._lock:
                 entry.data = data

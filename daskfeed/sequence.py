@@ -15,7 +15,7 @@ import numpy as np
 from daskfeed import config
 from daskfeed._keras import keras
 from daskfeed.cluster import acquire_client, close_client
-from daskfeed.exceptions import ManifestMismatchError, SchemaError
+from daskfeed.exceptions import DaskfeedError, ManifestMismatchError, SchemaError
 from daskfeed.feed import Encoding, WindowData, concat, encode_window, read_window
 from daskfeed.manifest import Manifest, scan
 from daskfeed.plan import EpochPlan, make_plan
@@ -167,6 +167,7 @@ class DaskSequence(keras.utils.PyDataset):
         self._plan: EpochPlan | None = None
         self._prefetcher: Prefetcher | None = None
         self.last_epoch_stats: dict[str, Any] = {}
+        self.failure: DaskfeedError | None = None  # the last error a batch raised
         self._set_epoch(0)
 
     # -- construction helpers ---------------------------------------------------------
@@ -377,12 +378,18 @@ class DaskSequence(keras.utils.PyDataset):
 
     def __getitem__(self, index: int) -> tuple[Any, np.ndarray]:
         """Batch ``index`` of the current epoch as ``(x, y)``."""
-        for _ in range(3):
-            try:
-                return self._get(index)
-            except WindowCancelled:
-                continue  # the epoch changed while we waited: serve from the current plan
-        return self._get(index)
+        try:
+            for _ in range(3):
+                try:
+                    return self._get(index)
+                except WindowCancelled:
+                    continue  # the epoch changed while we waited: serve from the current plan
+            return self._get(index)
+        except DaskfeedError as err:
+            # Keras' TF backend reads batches in a tf.data py_function, which re-raises our error
+            # as a tf UnknownError; train() re-raises this one instead (see ``failure``)
+            self.failure = err
+            raise
 
     def _get(self, index: int) -> tuple[Any, np.ndarray]:
         i = operator.index(index)

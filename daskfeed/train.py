@@ -111,6 +111,8 @@ def train(
     verbose: int | str = "auto",
     echo: Callable[[str], None] = print,
     processes: bool = True,
+    timeout: float | str | None = None,
+    security: Any = None,
 ) -> TrainResult:
     """Train a Keras model on ``data`` within ``memory_limit``; write model, manifest, history.
 
@@ -129,6 +131,12 @@ def train(
         ``keras.Model``; compiled for the label's task if it is not yet.
     output
         Directory for ``model.keras``, ``manifest.json`` and ``history.json``.
+    timeout
+        Longest wait for one window of batches (seconds or ``"300s"``; default
+        ``daskfeed.timeout``) before :class:`~daskfeed.exceptions.FeedTimeoutError`.
+    security
+        A ``distributed.Security`` for a ``tls://`` scheduler (see
+        :func:`daskfeed.cluster.make_security`).
     """
     from daskfeed._keras import keras
     from daskfeed.exceptions import ManifestMismatchError
@@ -144,7 +152,7 @@ def train(
     shown = memory_limit if isinstance(memory_limit, str) else None
     limit = memory_limit if memory_limit is not None else default_memory_limit()
     if scheduler:
-        client = connect(scheduler)
+        client = connect(scheduler, security=security)
         try:
             budget = Budget.remote(limit, client)
         except BaseException:
@@ -168,7 +176,7 @@ def train(
             cached = _cached_manifest(os.path.join(out, "manifest.json"), label)
             common = {"label": label, "batch_size": batch_size, "client": client,
                       "window_bytes": budget.window_bytes, "blocksize": budget.blocksize,
-                      "as_matrix": as_matrix, "encoding": encoding}
+                      "as_matrix": as_matrix, "encoding": encoding, "timeout": timeout}
             t0 = time.perf_counter()
             try:
                 train_seq = DaskSequence(data, features=features, exclude=exclude, seed=seed,
@@ -213,8 +221,12 @@ def train(
             telemetry = EpochTelemetry(train_seq, rss)
             if verbose == "auto":
                 verbose = 1 if sys.stdout.isatty() else 2
-            fit = net.fit(train_seq, validation_data=val_seq, epochs=epochs, shuffle=False,
-                          verbose=verbose, callbacks=[telemetry])
+            try:
+                fit = net.fit(train_seq, validation_data=val_seq, epochs=epochs, shuffle=False,
+                              verbose=verbose, callbacks=[telemetry])
+            except Exception as err:
+                _reraise_feed_error(err, train_seq, val_seq)
+                raise
             history = _merge_history(fit.history, telemetry.epochs)
             net.save(os.path.join(out, "model.keras"))
             with open(os.path.join(out, "history.json"), "w", encoding="utf-8") as f:
@@ -232,6 +244,23 @@ def train(
         for s in seqs:
             s.close()
         close_client(client)
+
+
+def _reraise_feed_error(err: Exception, *seqs: Any) -> None:
+    """Raise the daskfeed error behind ``err`` if a batch failed with one.
+
+    Keras' TF backend reads batches inside a tf.data ``py_function``: an error raised by
+    ``DaskSequence.__getitem__`` reaches ``fit``'s caller as a TF ``UnknownError`` holding its
+    text. The sequence keeps the original (``failure``): raise that, clear and typed.
+    """
+    from daskfeed.exceptions import DaskfeedError
+
+    if isinstance(err, DaskfeedError):
+        return
+    for seq in seqs:
+        failure = getattr(seq, "failure", None)
+        if failure is not None:
+            raise failure from None
 
 
 def _cached_manifest(path: str, label: str) -> Any:

@@ -1,0 +1,450 @@
+"""Faults with real processes: a worker SIGKILLed mid-epoch, a partition that always fails, a hung
+partition, the scheduler gone, SIGINT / SIGTERM of ``daskfeed train``.
+
+Library-level scenarios run on a real LocalCluster (worker processes under nannies); CLI scenarios
+run ``daskfeed train`` as a subprocess and check its exit, its message and that no process or
+listening port of its tree survives it.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+BIN = pathlib.Path(sys.executable).parent
+ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _copy_data(id_data, dest: pathlib.Path) -> str:
+    """A private copy of the id_data train files (tests below break some of them)."""
+    src = pathlib.Path(id_data.train_glob.split("*")[0])
+    dest.mkdir(parents=True, exist_ok=True)
+    files = sorted(src.rglob("*.csv"))
+    for f in files:
+        shutil.copy(f, dest / f.name)
+    return str(dest / "*.csv")
+
+
+def _local_client(nworkers: int = 2):
+    from daskfeed.cluster import Budget, start_local_cluster
+
+    return start_local_cluster(Budget.split("3GB", nworkers=nworkers), dashboard_address="127.0.0.1:0")
+
+
+def _seq(glob: str, client, **kw):
+    from daskfeed.sequence import DaskSequence
+
+    opts = {"label": "cleared", "batch_size": 256, "client": client, "window_rows": 1400,
+            "prefetch_bytes": 2_000_000, "timeout": 60, "seed": 3}
+    opts.update(kw)
+    return DaskSequence(glob, **opts)
+
+
+def _last_window_file(seq) -> pathlib.Path:
+    """A file read only by the epoch's last window (not yet in flight with a small prefetch)."""
+    last = seq.plan.windows[-1].partitions
+    others = {seq.source.blocks[p].path for w in seq.plan.windows[:-1] for p in w.partitions}
+    path = next(seq.source.blocks[p].path for p in last if seq.source.blocks[p].path not in others)
+    return pathlib.Path(path)
+
+
+def _ids(batch) -> np.ndarray:
+    return np.asarray(batch[0]["row_id"]).astype(np.int64)
+
+
+def _held_window(client, seq, timeout: float = 20.0) -> tuple[str, str]:
+    """(worker address, key) of a window computed on a worker and not yet gathered."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pf = seq._prefetcher
+        with pf._lock:
+            futures = [e.future for e in pf._entries.values()
+                       if e.future is not None and not e.ready.is_set()]
+        who = client.who_has(futures) if futures else {}
+        for f in futures:
+            if who.get(f.key):
+                return who[f.key][0], f.key
+        time.sleep(0.05)
+    raise AssertionError("no computed window waiting on a worker")
+
+
+# -- 1. a worker SIGKILLed mid-epoch ----------------------------------------------------------------
+def test_sigkill_worker_mid_epoch_every_row_exactly_once(id_data):
+    """The worker holding the next (computed, not yet fetched) window is SIGKILLed: distributed
+    recomputes it from lineage; the epoch completes with the same batches as without the kill."""
+    client = _local_client()
+    try:
+        with _seq(id_data.train_glob, client) as ref_seq:
+            reference = [_ids(ref_seq[i]) for i in range(len(ref_seq))]
+        pids = client.run(os.getpid)
+        seq = _seq(id_data.train_glob, client)
+        got, killed = [], []
+        for i in range(len(seq)):
+            if i in (2, len(seq) // 2):  # two faults in one epoch
+                addr, key = _held_window(client, seq)
+                os.kill(pids[addr], signal.SIGKILL)
+                killed.append((pids[addr], key))
+                pids = {a: p for a, p in pids.items() if a != addr}
+            got.append(_ids(seq[i]))
+        stats = seq.epoch_stats()
+        seq.close()
+    finally:
+        from daskfeed.cluster import close_client
+
+        close_client(client)
+    assert len(killed) == 2 and all(not psutil.pid_exists(p) for p, _ in killed)
+    ids = np.concatenate(got)
+    assert len(ids) == id_data.train_rows == len(np.unique(ids))  # every row exactly once
+    assert set(ids.tolist()) == set(range(id_data.train_rows))
+    assert len(got) == len(reference)
+    for i, (a, b) in enumerate(zip(got, reference, strict=True)):  # no batch twice, none moved
+        assert np.array_equal(a, b), f"batch {i} differs after the worker was killed"
+    assert stats["rows"] == id_data.train_rows and stats["batches"] == len(reference)
+
+
+class _Recording:
+    """Mixin for DaskSequence recording, per epoch, the row ids served at each batch index."""
+
+    def __getitem__(self, index):
+        x, y = super().__getitem__(index)
+        rec = self.served.setdefault(self.epoch, {})
+        ids = np.asarray(x["row_id"]).astype(np.int64)
+        if index in rec:  # Keras re-reads batches 0 and 1: they must be identical
+            assert np.array_equal(rec[index], ids)
+        rec[index] = ids
+        return x, y
+
+
+@pytest.mark.slow
+def test_sigkill_worker_during_keras_fit_each_epoch_exactly_once(id_data):
+    """A real ``model.fit`` over 2 epochs; a worker is SIGKILLed in the middle of each."""
+    from daskfeed._keras import keras
+    from daskfeed.cluster import close_client
+    from daskfeed.model import default_model
+    from daskfeed.sequence import DaskSequence
+
+    class Seq(_Recording, DaskSequence):
+        pass
+
+    client = _local_client()
+    kills: list[int] = []
+
+    class KillWorker(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 10:
+                addr, _ = _held_window(client, seq)
+                pid = client.run(os.getpid, workers=[addr])[addr]
+                os.kill(pid, signal.SIGKILL)
+                kills.append(pid)
+
+    try:
+        seq = Seq(id_data.train_glob, label="cleared", batch_size=128, client=client,
+                  window_rows=1400, prefetch_bytes=2_000_000, timeout=60, seed=5)
+        seq.served = {}
+        model = default_model(seq.manifest, features=seq.features)
+        hist = model.fit(seq, epochs=2, shuffle=False, verbose=0, callbacks=[KillWorker()])
+        seq.close()
+    finally:
+        close_client(client)
+    assert len(kills) == 2
+    assert len(hist.history["loss"]) == 2 and all(np.isfinite(hist.history["loss"]))
+    for epoch in (0, 1):
+        rec = seq.served[epoch]
+        assert sorted(rec) == list(range(len(rec)))
+        ids = np.concatenate([rec[i] for i in sorted(rec)])
+        assert len(ids) == id_data.train_rows == len(np.unique(ids)), f"epoch {epoch}"
+
+
+# -- 2. a partition that always fails ------------------------------------------------------------
+@pytest.mark.parametrize("fault", ["deleted", "replaced", "truncated"])
+def test_partition_failing_every_time_is_named(id_data, tmp_path, fault):
+    """A file removed, replaced by other content or truncated after the scan: every retry fails;
+    the error names the file and arrives within 60 s."""
+    from daskfeed.cluster import close_client
+    from daskfeed.exceptions import DaskfeedError
+
+    glob = _copy_data(id_data, tmp_path / "data")
+    client = _local_client()
+    try:
+        seq = _seq(glob, client, cache=False, prefetch_bytes=250_000)  # ~3 windows ahead
+        victim = _last_window_file(seq)
+        if fault == "deleted":
+            victim.unlink()
+        elif fault == "replaced":  # same name, other content: not a CSV of these columns
+            victim.write_text("some,other,file\n" + "1,2\n" * 500 + '"unterminated\n', encoding="utf-8")
+        else:
+            lines = victim.read_text(encoding="utf-8").splitlines(keepends=True)
+            victim.write_text("".join(lines[: len(lines) // 2]), encoding="utf-8")
+        t0 = time.monotonic()
+        with pytest.raises(DaskfeedError) as info:
+            for i in range(len(seq)):
+                seq[i]
+        elapsed = time.monotonic() - t0
+        seq.close()
+    finally:
+        close_client(client)
+    msg = str(info.value)
+    assert victim.name in msg, msg
+    assert "Hint:" in msg, msg
+    assert elapsed < 60
+
+
+# -- 3. a hung partition -------------------------------------------------------------------------
+def test_hung_partition_is_a_timeout_error_not_a_hang(id_data, tmp_path):
+    """A file replaced by a FIFO nobody writes to: its read blocks forever on the worker. The
+    batch that needs it raises FeedTimeoutError naming the partitions after ``timeout``."""
+    from daskfeed.cluster import close_client
+    from daskfeed.exceptions import FeedTimeoutError
+
+    glob = _copy_data(id_data, tmp_path / "data")
+    client = _local_client()
+    t_close = 0.0
+    try:
+        seq = _seq(glob, client, timeout=3, cache=False, prefetch_bytes=250_000)
+        victim = _last_window_file(seq)
+        victim.unlink()
+        os.mkfifo(victim)
+        t0 = time.monotonic()
+        with pytest.raises(FeedTimeoutError) as info:
+            for i in range(len(seq)):
+                seq[i]
+        elapsed = time.monotonic() - t0
+        seq.close()
+    finally:
+        t1 = time.monotonic()
+        close_client(client)
+        t_close = time.monotonic() - t1
+    msg = str(info.value)
+    assert "did not arrive within 3s" in msg and "Hint:" in msg, msg
+    assert elapsed < 3 * 3 + 10, elapsed
+    assert t_close < 30, t_close  # the cluster closes although a worker thread is stuck
+
+
+# -- CLI: real `daskfeed train` subprocesses ---------------------------------------------------------
+HOOK = '''
+import os, pathlib, time
+
+from daskfeed.model import default_model
+
+
+def build(manifest):
+    """Model builder run by train() after the scan, right before fit: breaks data on demand."""
+    action, target = os.environ.get("FAULT_ACTION", ""), os.environ.get("FAULT_TARGET", "")
+    if action == "delete":
+        os.remove(target)
+    elif action == "fifo":
+        os.remove(target)
+        os.mkfifo(target)
+    pathlib.Path(os.environ["FAULT_MARKER"]).write_text(str(time.time()))
+    return default_model(manifest)
+'''
+
+
+class Train:
+    """``daskfeed train`` as a subprocess in its own session; records its process tree and sockets."""
+
+    def __init__(self, tmp_path: pathlib.Path, data: str, *extra: str, env: dict | None = None):
+        (tmp_path / "hook.py").write_text(HOOK, encoding="utf-8")
+        self.marker = tmp_path / "fit-starts"
+        self.out, self.err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+        args = [str(BIN / "daskfeed"), "train", data, "--label", "cleared", "--batch-size", "256",
+                "--model", f"{tmp_path / 'hook.py'}:build", "--output", str(tmp_path / "out"),
+                "--verbose", "0", *extra]
+        if not any(a in extra for a in ("--scheduler", "--scheduler-file")):
+            args += ["--memory-limit", "3GB", "--nworkers", "2", "--dashboard-address", "127.0.0.1:0"]
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            self.proc = subprocess.Popen(args, stdout=out, stderr=err, start_new_session=True,
+                                         env={**ENV, "FAULT_MARKER": str(self.marker), **(env or {})})
+        self.t0 = time.monotonic()
+        self.tree: dict[int, float] = {}  # pid -> create_time of every descendant seen
+        self.ports: set[tuple[str, int]] = set()
+
+    def watch(self) -> None:
+        """Record the descendants and the listening sockets of the process tree now."""
+        try:
+            root = psutil.Process(self.proc.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        for p in procs[1:]:
+            try:
+                self.tree[p.pid] = p.create_time()
+            except psutil.NoSuchProcess:
+                pass
+        pids = {p.pid for p in procs}
+        for c in psutil.net_connections(kind="inet"):
+            if c.status == psutil.CONN_LISTEN and c.pid in pids:
+                self.ports.add((c.laddr.ip, c.laddr.port))
+
+    def wait_marker(self, timeout: float = 180) -> float:
+        """Wait until fit is about to start; return the time (monotonic) it was seen."""
+        deadline = time.monotonic() + timeout
+        while not self.marker.exists():
+            assert self.proc.poll() is None, self.stderr()[-3000:]
+            assert time.monotonic() < deadline, "training never started"
+            self.watch()
+            time.sleep(0.2)
+        self.watch()
+        return time.monotonic()
+
+    def wait(self, timeout: float) -> tuple[int, float]:
+        """(exit status, seconds waited) — the process is killed if it outlives ``timeout``."""
+        t = time.monotonic()
+        while self.proc.poll() is None and time.monotonic() - t < timeout:
+            self.watch()
+            time.sleep(0.2)
+        if self.proc.poll() is None:
+            self.kill()
+            raise AssertionError(f"daskfeed train still running after {timeout}s: {self.stderr()[-2000:]}")
+        return self.proc.returncode, time.monotonic() - t
+
+    def survivors(self, grace: float = 10) -> list[str]:
+        """Descendants (or listening ports of the tree) still alive ``grace`` s after the exit."""
+        alive = []
+        for pid, created in self.tree.items():
+            try:
+                p = psutil.Process(pid)
+                if p.create_time() == created:
+                    alive.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(alive, timeout=grace)
+        left = [f"pid {p.pid}: {' '.join(p.cmdline())[:200]}" for p in alive
+                if p.status() != psutil.STATUS_ZOMBIE]
+        listening = {(c.laddr.ip, c.laddr.port): c.pid for c in psutil.net_connections(kind="inet")
+                     if c.status == psutil.CONN_LISTEN}
+        left += [f"port {ip}:{port} still listening" for (ip, port) in self.ports
+                 if (ip, port) in listening and listening[(ip, port)] in (None, *self.tree)]
+        return left
+
+    def stderr(self) -> str:
+        return self.err.read_text(errors="replace")
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        for pid in self.tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture()
+def private_data(id_data, tmp_path):
+    return _copy_data(id_data, tmp_path / "data")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["delete", "fifo"])
+def test_cli_failing_or_hung_partition_clear_error_no_orphans(private_data, tmp_path, fault):
+    """A file removed (fails every time) or turned into a FIFO (a read that never returns) once
+    training started: exit 1 with one message naming the file, within 60 s, no process left."""
+    victim = sorted(pathlib.Path(private_data).parent.glob("*.csv"))[7]
+    run = Train(tmp_path, private_data, "--epochs", "3", "--no-cache", "--timeout", "5",
+                env={"FAULT_ACTION": fault, "FAULT_TARGET": str(victim)})
+    try:
+        t_fault = run.wait_marker()
+        rc, _ = run.wait(timeout=90)
+        elapsed = time.monotonic() - t_fault
+        err = run.stderr()
+        assert rc == 1, err[-3000:]
+        assert "Traceback" not in err, err[-3000:]
+        assert victim.name in err and "Hint:" in err, err[-3000:]
+        if fault == "fifo":
+            assert "did not arrive within 5s" in err, err[-3000:]
+        assert elapsed < 60, elapsed
+        assert len(run.tree) >= 2  # the local cluster's workers were seen
+        assert not run.survivors(), run.survivors()
+    finally:
+        run.kill()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig,group", [(signal.SIGTERM, False), (signal.SIGINT, False),
+                                       (signal.SIGINT, True)], ids=["SIGTERM", "SIGINT", "Ctrl-C-group"])
+def test_cli_signal_clean_shutdown(private_data, tmp_path, sig, group):
+    """SIGTERM / SIGINT to ``daskfeed train`` mid-fit (and Ctrl-C: SIGINT to the whole process
+    group, workers included): a one-line message, exit 128+signal within 30 s, no process and no
+    listening port of its tree left."""
+    run = Train(tmp_path, private_data, "--epochs", "500")
+    try:
+        run.wait_marker()
+        time.sleep(3)  # well into fit
+        run.watch()
+        assert run.proc.poll() is None, run.stderr()[-3000:]
+        assert len(run.ports) >= 4, run.ports  # scheduler, dashboard, nannies, workers
+        if group:
+            os.killpg(run.proc.pid, sig)
+        else:
+            os.kill(run.proc.pid, sig)
+        rc, took = run.wait(timeout=30)
+        err = run.stderr()
+        assert rc == 128 + sig, (rc, err[-3000:])
+        assert "Traceback" not in err, err[-3000:]
+        assert f"stopped by {'SIGTERM' if sig == signal.SIGTERM else 'Ctrl-C'}" in err, err[-2000:]
+        assert took < 30
+        assert all(ip == "127.0.0.1" for ip, _ in run.ports), run.ports
+        assert not run.survivors(), run.survivors()
+    finally:
+        run.kill()
+
+
+@pytest.mark.slow
+def test_cli_scheduler_killed_mid_training_is_a_clear_error(private_data, tmp_path):
+    """The real ``dask scheduler`` is SIGKILLed while ``daskfeed train --scheduler-file`` runs:
+    exit 1 with one message (no traceback) within 45 s (bound: distributed's reconnect window,
+    the 30 s connect timeout, when no window is in flight; < 1 s when one is)."""
+    sf = str(tmp_path / "scheduler.json")
+    dask = str(BIN / "dask")
+    sched = subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0",
+                              "--dashboard-address", "127.0.0.1:0", "--scheduler-file", sf],
+                             env=ENV, start_new_session=True, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    procs = [sched]
+    run = None
+    try:
+        for _ in range(150):
+            if os.path.exists(sf) and os.path.getsize(sf):
+                break
+            time.sleep(0.2)
+        procs.append(subprocess.Popen([dask, "worker", "--scheduler-file", sf, "--host", "127.0.0.1",
+                                       "--nthreads", "1", "--dashboard-address", "127.0.0.1:0",
+                                       "--memory-limit", "1GB"],
+                                      env=ENV, start_new_session=True, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+        run = Train(tmp_path, private_data, "--epochs", "500", "--scheduler-file", sf,
+                    "--memory-limit", "2GB")
+        run.wait_marker()
+        time.sleep(3)
+        assert run.proc.poll() is None, run.stderr()[-3000:]
+        os.kill(sched.pid, signal.SIGKILL)
+        rc, took = run.wait(timeout=90)
+        err = run.stderr()
+        assert rc == 1, err[-3000:]
+        assert "Traceback" not in err, err[-3000:]
+        assert "Error: Lost the connection to the Dask scheduler" in err, err[-3000:]
+        assert "Hint:" in err
+        assert took < 45, took
+        assert not run.survivors()
+    finally:
+        if run is not None:
+            run.kill()
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(timeout=20)
