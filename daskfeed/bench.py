@@ -46,7 +46,7 @@ DEFAULT_FEATURES = ("level", "party_size", "attempt", "duration_s", "deaths", "h
 ORDER = ("pyarrow_parse", "in_memory", "tf_data", "old_recipe", "daskfeed", "feed_only")
 # issue 3's targets: (key, description, threshold, higher is better)
 TARGETS = (
-    ("epoch1_vs_load_fit", "daskfeed epoch 1 cold ≥ 0.85× in-memory load + fit", 0.85, True),
+    ("epoch1_vs_load_fit", "daskfeed epoch 1 cold (scan + epoch) ≥ 0.85× in-memory load + fit", 0.85, True),
     ("epoch2_vs_fit", "daskfeed epoch 2 ≥ 0.95× in-memory fit", 0.95, True),
     ("feed_vs_parse", "feed-only epoch 1 cold (incl. scan) ≥ 0.8× pyarrow parse", 0.8, True),
     ("data_wait", "daskfeed data_wait_fraction at steady state (epoch 2) < 5 %", 0.05, False),
@@ -439,6 +439,8 @@ def _bench_daskfeed(data: Any, features: Sequence[str], label: str, batch_size: 
     rec = {"rows": rows, "epochs": eps, "expected_steps": math.ceil(rows / batch_size),
            "epoch1_cold_seconds": round(cold_s, 4),
            "epoch1_cold_rows_per_s": round(rows / cold_s, 1),
+           # the issue's figure: from reading the files to the end of epoch 1 (scan + epoch)
+           "epoch1_from_files_rows_per_s": round(rows / (clock.end[0] - t_cluster), 1),
            "cluster_start_seconds": round(t_cluster - t0, 4),
            "scan_seconds": round(t_scan - t_cluster, 4),
            "windows": len(seq.plan.windows), "window_rows": seq.window_rows,
@@ -629,9 +631,11 @@ def _summarize(results: dict[str, Any], **config: Any) -> dict[str, Any]:
         row("tf.data CsvDataset, epoch 2", tfd["epochs"][1]["rows_per_s"]),
         row(f"old recipe ({old['mode']}), epoch 1", old["epochs"][0]["rows_per_s"], vs_load_fit=True),
         row(f"old recipe ({old['mode']}), epoch 2", old["epochs"][1]["rows_per_s"]),
-        row("daskfeed epoch 1 cold (cluster+scan+epoch)", dsk["epoch1_cold_rows_per_s"], vs_load_fit=True,
-            notes=f"cluster {dsk['cluster_start_seconds']:.1f}s, scan {dsk['scan_seconds']:.1f}s"
+        row("daskfeed epoch 1 cold (scan+epoch)", dsk["epoch1_from_files_rows_per_s"], vs_load_fit=True,
+            notes=f"scan {dsk['scan_seconds']:.1f}s"
                   + (f", {_short(dsk['cache_status'])}" if dsk.get("cache_status") else "")),
+        row("daskfeed epoch 1 cold incl. cluster start", dsk["epoch1_cold_rows_per_s"], vs_load_fit=True,
+            notes=f"cluster {dsk['cluster_start_seconds']:.1f}s"),
         *[row(f"daskfeed epoch {e['epoch']}", e["rows_per_s"], vs_load_fit=e["epoch"] == 1,
               notes=wait(e)) for e in dsk["epochs"]],
         row("feed-only epoch 1 cold incl. scan", feed["epoch1_cold_incl_scan_rows_per_s"], vs_parse=True,
@@ -641,7 +645,7 @@ def _summarize(results: dict[str, Any], **config: Any) -> dict[str, Any]:
         *[row(f"pyarrow parse ({k})", v, vs_parse=True) for k, v in parse["variants_rows_per_s"].items()],
     ]
     values = {
-        "epoch1_vs_load_fit": dsk["epoch1_cold_rows_per_s"] / load_fit,
+        "epoch1_vs_load_fit": dsk["epoch1_from_files_rows_per_s"] / load_fit,
         "epoch2_vs_fit": dsk["epochs"][1]["rows_per_s"] / ceiling,
         "feed_vs_parse": feed["epoch1_cold_incl_scan_rows_per_s"] / parse["rows_per_s"],
         "data_wait": dsk["epochs"][1]["data_wait_fraction"],
