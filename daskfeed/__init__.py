@@ -11,6 +11,7 @@ from typing import Any
 
 from daskfeed.exceptions import (
     BudgetError,
+    CheckpointError,
     DaskfeedError,
     DataError,
     DataNotFoundError,
@@ -36,6 +37,7 @@ _LAZY = {
 __all__ = [
     "Budget",
     "BudgetError",
+    "CheckpointError",
     "DaskSequence",
     "DaskfeedError",
     "DataError",

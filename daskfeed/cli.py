@@ -148,7 +148,26 @@ def _train_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--encoding", default="utf-8", show_default=True,
                      help="Text encoding of the CSV files (e.g. latin-1)."),
         click.option("--as-matrix", is_flag=True, help="Feed x as one float32 matrix of numeric features."),
+        click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None,
+                     help="Directory of the parse cache (each CSV block parsed once, kept as Arrow; "
+                          "later epochs read no CSV); an error if it lacks room. Default: "
+                          "~/.cache/daskfeed when the disk has room."),
+        click.option("--no-cache", is_flag=True, help="Parse the CSV every epoch; write no cache."),
+        click.option("--bad-lines", type=click.Choice(["error", "skip", "quarantine"]), default="error",
+                     show_default=True,
+                     help="Lines with the wrong number of fields: stop with an error, skip them "
+                          "(counted in history.json), or quarantine them (also written to "
+                          "OUTPUT/rejects.csv)."),
         click.option("--verbose", type=click.IntRange(0, 2), default=None, help="Keras verbosity."),
+        click.option("--checkpoint-every", type=click.IntRange(0), default=None,
+                     help="Batches between checkpoints (model + optimizer + data cursor) in "
+                          "OUTPUT/checkpoints; epoch ends are always checkpointed; 0: only those. "
+                          "[default: 1000]"),
+        click.option("--resume", is_flag=True,
+                     help="Continue from the newest good checkpoint in OUTPUT at exactly its epoch "
+                          "and batch (refused if data, batch size or seed changed). Batches trained "
+                          "after that checkpoint were not committed and are trained again. Without "
+                          "--resume, old checkpoints in OUTPUT are removed."),
     ]
     for opt in reversed(options):
         fn = opt(fn)
@@ -170,6 +189,10 @@ def _run_train(data: Any, label: str, validation: Any, output: str, **kw: Any) -
     logging.getLogger("distributed.client").setLevel(logging.CRITICAL)
     if kw["security"] is not None and not scheduler:
         raise click.UsageError("--tls-ca-file/--tls-cert/--tls-key need --scheduler or --scheduler-file")
+    cache_dir, no_cache = kw.pop("cache_dir"), kw.pop("no_cache")
+    if cache_dir and no_cache:
+        raise click.UsageError("--cache DIR and --no-cache exclude each other")
+    kw["cache"] = False if no_cache else (cache_dir or True)
     verbose = kw.pop("verbose")
     return train(
         data, label=label, validation=validation or None, output=output, scheduler=scheduler,

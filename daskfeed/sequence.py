@@ -240,12 +240,15 @@ class DaskSequence(keras.utils.PyDataset):
             self._jumps = 0
             self._last_index = -1
             self._epoch_t0 = time.perf_counter()
-            if (old is not None and old_pf is not None and plan.same_batches(old)
-                    and start == old_start == 0):
-                # same batches (unshuffled): keep the windows, count this epoch from here
+            same_epoch = plan == old  # this epoch again, at another start (resuming)
+            if (old is not None and old_pf is not None
+                    and (same_epoch or (plan.same_batches(old) and start == old_start == 0))):
+                # same windows (same epoch, or unshuffled): keep them held or in flight -- cancelling
+                # and resubmitting the same keys races in distributed -- and count from here
                 self._epoch_submitted0, self._epoch_wait0 = old_pf.submitted, old_pf.wait_seconds
                 for w in plan.windows:
-                    old_pf.done_serving(w.index)  # evictable if room is needed
+                    if not (same_epoch and self._left[w.index]):
+                        old_pf.done_serving(w.index)  # evictable if room is needed
                 return
             if old_pf is not None:
                 old_pf.reset()

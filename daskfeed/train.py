@@ -113,6 +113,10 @@ def train(
     processes: bool = True,
     timeout: float | str | None = None,
     security: Any = None,
+    resume: bool = False,
+    checkpoint_every: int | None = None,
+    cache: bool | str | os.PathLike[str] = True,
+    bad_lines: str = "error",
 ) -> TrainResult:
     """Train a Keras model on ``data`` within ``memory_limit``; write model, manifest, history.
 
@@ -137,6 +141,16 @@ def train(
     security
         A ``distributed.Security`` for a ``tls://`` scheduler (see
         :func:`daskfeed.cluster.make_security`).
+    checkpoint_every
+        Batches between mid-epoch checkpoints in ``<output>/checkpoints`` (default
+        ``daskfeed.checkpoint-every``, 1000); 0: only at epoch ends, which are always
+        checkpointed. A checkpoint holds model + optimizer state + the data cursor.
+    resume
+        Continue from the newest good checkpoint in ``<output>/checkpoints`` at exactly its
+        epoch and batch, with the same batch order (refused if the data, batch size or seed
+        changed). Batches trained after that checkpoint and before the interruption were never
+        committed: they are trained again. Without ``resume``, old checkpoints are removed.
+        See :mod:`daskfeed.checkpoint`.
     """
     from daskfeed._keras import keras
     from daskfeed.exceptions import ManifestMismatchError
@@ -148,6 +162,13 @@ def train(
     os.makedirs(out, mode=0o700, exist_ok=True)
     keras.utils.set_random_seed(seed)
     builder = load_builder(model) if isinstance(model, str) else model
+    from daskfeed import config
+    from daskfeed.checkpoint import Checkpointer, Cursor, fit_from, open_store
+
+    every = int(config.get("checkpoint-every", checkpoint_every))
+    store, ckpt = open_store(out, resume=resume, echo=echo)
+    # resuming: the same partitions and windows as the interrupted run, whatever the budget
+    pinned: dict[str, Any] = {"window_rows": ckpt.cursor.window_rows} if ckpt else {}
 
     shown = memory_limit if isinstance(memory_limit, str) else None
     limit = memory_limit if memory_limit is not None else default_memory_limit()
@@ -176,23 +197,30 @@ def train(
             cached = _cached_manifest(os.path.join(out, "manifest.json"), label)
             common = {"label": label, "batch_size": batch_size, "client": client,
                       "window_bytes": budget.window_bytes, "blocksize": budget.blocksize,
-                      "as_matrix": as_matrix, "encoding": encoding, "timeout": timeout}
+                      "as_matrix": as_matrix, "encoding": encoding, "timeout": timeout,
+                      "cache": cache, "bad_lines": bad_lines}
+            if ckpt:
+                common["blocksize"] = ckpt.cursor.blocksize
             t0 = time.perf_counter()
             try:
                 train_seq = DaskSequence(data, features=features, exclude=exclude, seed=seed,
                                          prefetch_bytes=budget.prefetch * 2 // 3, manifest=cached,
-                                         **common)
+                                         **common, **pinned)
             except ManifestMismatchError:
                 if cached is None:
                     raise
                 cached = None  # data or read options changed since: rescan
                 train_seq = DaskSequence(data, features=features, exclude=exclude, seed=seed,
-                                         prefetch_bytes=budget.prefetch * 2 // 3, **common)
+                                         prefetch_bytes=budget.prefetch * 2 // 3, **common, **pinned)
             seqs.append(train_seq)
             manifest: Manifest = train_seq.manifest
+            if ckpt:  # refuse other data, batch size, seed, features before anything is trained
+                ckpt.cursor.check(Cursor.of(train_seq, ckpt.cursor.epoch, ckpt.cursor.batch),
+                                  where=ckpt.path)
             manifest.to_json(os.path.join(out, "manifest.json"))
             how = "manifest reused" if manifest is cached else f"scanned in {time.perf_counter() - t0:.1f}s"
             echo(f"train data: {manifest.summary()} ({how})")
+            echo(train_seq.cache_status)
             echo(f"features ({len(train_seq.features)}): {', '.join(train_seq.features)}")
             nwin = len(train_seq.plan.windows)
             echo(f"{len(train_seq)} batches of {train_seq.batch_size} per epoch; rows shuffled in "
@@ -219,20 +247,38 @@ def train(
             else:
                 net = default_model(manifest, features=train_seq.features, as_matrix=as_matrix)
             telemetry = EpochTelemetry(train_seq, rss)
+            start_epoch = start_batch = 0
+            if ckpt:
+                ckpt.restore(net)  # weights + optimizer state (its iteration count checked)
+                start_epoch, start_batch = ckpt.cursor.epoch, ckpt.cursor.batch
+                echo(f"resuming from {ckpt.path}: epoch {start_epoch + 1}/{epochs} at batch "
+                     f"{start_batch + 1}/{len(train_seq)} (optimizer iteration {ckpt.iterations})"
+                     if start_epoch < epochs else
+                     f"{ckpt.path} is at the end of epoch {start_epoch}: nothing left to train "
+                     "(raise --epochs to train more)")
+            echo(f"checkpoints: {f'every {every} batches and ' if every else ''}at epoch ends in "
+                 f"{store.directory} (the last {store.keep} kept)")
+            checkpointer = Checkpointer(store, train_seq, every=every, telemetry=telemetry,
+                                        history=ckpt.history if ckpt else [])
             if verbose == "auto":
                 verbose = 1 if sys.stdout.isatty() else 2
             try:
-                fit = net.fit(train_seq, validation_data=val_seq, epochs=epochs, shuffle=False,
-                              verbose=verbose, callbacks=[telemetry])
+                fit_from(net, train_seq, epochs=epochs, epoch=start_epoch, batch=start_batch,
+                         validation_data=val_seq, shuffle=False, verbose=verbose,
+                         callbacks=[telemetry, checkpointer])
             except Exception as err:
                 _reraise_feed_error(err, train_seq, val_seq)
                 raise
-            history = _merge_history(fit.history, telemetry.epochs)
+            history = checkpointer.history
             net.save(os.path.join(out, "model.keras"))
             with open(os.path.join(out, "history.json"), "w", encoding="utf-8") as f:
                 json.dump({"epochs": history, "memory_limit_bytes": budget.total,
                            "budget": budget.__dict__, "rows_per_epoch": train_seq.rows,
-                           "peak_rss_bytes": rss.overall_peak}, f, indent=1)
+                           "peak_rss_bytes": rss.overall_peak,
+                           "bad_lines": _bad_lines(out, bad_lines, train_seq, val_seq),
+                           "resumed_from": ({"checkpoint": ckpt.path, "epoch": ckpt.cursor.epoch,
+                                             "batch": ckpt.cursor.batch} if ckpt else None)},
+                          f, indent=1)
         last = history[-1] if history else {}
         metric = next((k for k in ("val_accuracy", "val_mean_absolute_error", "val_loss")
                        if k in last), None)
@@ -275,10 +321,23 @@ def _cached_manifest(path: str, label: str) -> Any:
     return m if m.label == label else None
 
 
-def _merge_history(logs: dict[str, list[float]], telemetry: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for i, rec in enumerate(telemetry):
-        row = {k: float(v[i]) for k, v in logs.items() if i < len(v)}
-        row.update(rec)
-        out.append(row)
-    return out
+def _bad_lines(out: str, policy: str, *seqs: Any) -> dict[str, Any]:
+    """Malformed lines skipped per data set; under quarantine their text goes to rejects.csv."""
+    import csv
+
+    names = ("train", "validation")
+    report: dict[str, Any] = {"policy": policy}
+    rejects = []
+    for name, seq in zip(names, seqs, strict=False):
+        if seq is not None:
+            report[name] = seq.manifest.bad_lines
+            rejects += [(name, r["where"], r["line"]) for r in seq.manifest.rejects]
+    if policy == "quarantine":
+        path = os.path.join(out, "rejects.csv")
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["data", "where", "line"])
+            w.writerows(rejects)
+        report["rejects_file"] = path
+    return report
+

@@ -1,0 +1,475 @@
+"""Checkpoints for exact resume: model + optimizer state + the data cursor, written atomically.
+
+A checkpoint is a directory ``<output>/checkpoints/ckpt-<epoch>-<batch>/`` holding
+
+* ``model.weights.h5`` -- ``model.save_weights``: every layer's weights *and* the optimizer's
+  variables (its ``iterations`` counter, Adam's moments, ...), so training continues with the
+  same optimizer state;
+* ``state.json`` -- the data :class:`Cursor` (epoch, next batch, seed, batch size, manifest
+  fingerprint, and what else fixes the batch order), the history of the completed epochs,
+  the optimizer's iteration count, and the size and SHA-256 of every file of the checkpoint.
+
+It is written into a temporary directory beside it, each file fsync'ed, then renamed into
+place with ``os.replace``: a crash while writing leaves the previous checkpoints untouched and
+never a half-written one under a checkpoint's name. The last :data:`KEEP` checkpoints are kept;
+when the newest is unreadable (truncated, corrupt) :meth:`CheckpointStore.latest` warns and
+falls back to the previous good one.
+
+What "exact" means. The cursor of a checkpoint is the first batch *not yet trained*: batches
+before it were trained and are committed in the saved weights. Resuming (``train(resume=True)``,
+``daskfeed train --resume``) continues the interrupted epoch at that batch, in the same order
+(plans are a pure function of the data, seed, batch size and epoch), so every row of that epoch
+is trained exactly once counting committed progress. Batches trained after the last checkpoint
+but before the process died were never committed: their effect on the weights is lost with the
+process, and they are trained again after the resume (once in the weights that survive).
+Checkpoint more often (``checkpoint_every``) to lose less work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from daskfeed._keras import keras
+from daskfeed.exceptions import CheckpointError
+
+__all__ = ["KEEP", "Checkpoint", "CheckpointStore", "Checkpointer", "Cursor", "fit_from", "open_store"]
+
+KEEP = 2
+"""Checkpoints kept: the newest and the one before it (the fallback)."""
+
+VERSION = 1
+WEIGHTS = "model.weights.h5"
+STATE = "state.json"
+_NAME = re.compile(r"^ckpt-(\d{6,})-(\d{9,})$")
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where training stands in the data: epoch ``epoch`` continues at batch ``batch``.
+
+    The other fields fix the order of the batches; resuming requires all of them to match.
+    """
+
+    epoch: int
+    batch: int
+    seed: int
+    batch_size: int
+    fingerprint: str
+    num_batches: int
+    rows: int
+    window_rows: int
+    blocksize: int
+    shuffle: bool
+    drop_remainder: bool
+    label: str
+    features: tuple[str, ...]
+    shard: tuple[int, int] = (0, 1)
+
+    @classmethod
+    def of(cls, seq: Any, epoch: int, batch: int) -> Cursor:
+        """The cursor of :class:`~daskfeed.DaskSequence` ``seq`` at ``(epoch, batch)``."""
+        return cls(
+            epoch=int(epoch), batch=int(batch), seed=seq.seed, batch_size=seq.batch_size,
+            fingerprint=seq.manifest.fingerprint, num_batches=seq.plan.num_batches,
+            rows=seq.plan.rows, window_rows=seq.window_rows,
+            blocksize=seq.source.options.blocksize, shuffle=seq.shuffle,
+            drop_remainder=seq.drop_remainder, label=seq.label, features=tuple(seq.features),
+            shard=tuple(seq.shard),  # type: ignore[arg-type]
+        )
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Cursor:
+        """Inverse of ``asdict``."""
+        d = dict(d)
+        d["features"] = tuple(d["features"])
+        d["shard"] = tuple(d.get("shard", (0, 1)))
+        return cls(**d)
+
+    def check(self, other: Cursor, where: str) -> None:
+        """Refuse to resume with ``other`` (the current run) unless it has the same batches.
+
+        Raises
+        ------
+        CheckpointError
+            Naming what differs, the checkpoint's value, the received one, and a hint.
+        """
+        if self.fingerprint != other.fingerprint:
+            raise CheckpointError(
+                f"The checkpoint {where} was made on other data: expected data with fingerprint "
+                f"{self.fingerprint} ({self.rows:,} rows, {self.num_batches} batches per epoch). "
+                f"Received: fingerprint {other.fingerprint} ({other.rows:,} rows; files, sizes, "
+                "mtimes or read options changed).\nHint: resume on exactly the files the run "
+                "started with, or train from scratch without --resume (the old checkpoints are "
+                "then removed)."
+            )
+        flag = {"batch_size": "--batch-size", "seed": "--seed", "label": "--label",
+                "features": "--features/--exclude"}
+        for name in ("batch_size", "seed", "label", "features", "shuffle", "drop_remainder",
+                     "shard", "num_batches", "rows"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if mine != theirs:
+                shown = ",".join(mine) if name == "features" else mine
+                raise CheckpointError(
+                    f"The checkpoint {where} was made with {name}={mine!r}; resuming needs the "
+                    f"same batches. Received: {name}={theirs!r}.\nHint: resume with "
+                    f"{flag.get(name, name)} {shown}, or train from scratch without --resume "
+                    "(the old checkpoints are then removed)."
+                )
+
+
+@dataclass
+class Checkpoint:
+    """A checkpoint read back from disk (validated)."""
+
+    path: str
+    cursor: Cursor
+    history: list[dict[str, Any]] = field(default_factory=list)
+    iterations: int | None = None
+    created: float = 0.0
+
+    @property
+    def weights(self) -> str:
+        """Path of the weights file (model and optimizer variables)."""
+        return os.path.join(self.path, WEIGHTS)
+
+    def restore(self, model: Any) -> None:
+        """Load the weights and optimizer state into ``model`` (built and compiled like the saved one).
+
+        Raises
+        ------
+        CheckpointError
+            When the model does not fit the checkpoint, or the optimizer's iteration count
+            read back differs from the saved one.
+        """
+        if not model.built:
+            raise CheckpointError(
+                f"Expected a built model to restore the checkpoint {self.path} into. Received: an "
+                f"unbuilt {type(model).__name__}.\nHint: build the model in your builder (e.g. "
+                "call it on keras.Input tensors) before returning it."
+            )
+        opt = getattr(model, "optimizer", None)
+        if opt is not None and not opt.built:
+            opt.build(model.trainable_variables)  # create its variables so they can be loaded
+        try:
+            model.load_weights(self.weights)
+        except Exception as err:
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+            raise CheckpointError(
+                f"The checkpoint {self.path} does not fit this model: {first}\nHint: resume with "
+                "the same model (--model builder and its settings) the run started with."
+            ) from err
+        if opt is not None and self.iterations is not None:
+            got = int(opt.iterations.numpy())
+            if got != self.iterations:
+                raise CheckpointError(
+                    f"Expected the optimizer to resume at iteration {self.iterations} (checkpoint "
+                    f"{self.path}). Received: {got}.\nHint: resume with the same optimizer."
+                )
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _digest(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, (int, str, bool)) or v is None:
+        return v
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+class CheckpointStore:
+    """The checkpoints of one output directory (``<output>/checkpoints``, mode 0700).
+
+    Parameters
+    ----------
+    directory
+        Where the checkpoints live; created (0700) on the first save.
+    keep
+        How many checkpoints to keep (at least 2, so there is a fallback).
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], keep: int = KEEP) -> None:
+        self.directory = os.fspath(directory)
+        self.keep = max(2, int(keep))
+
+    # -- listing -----------------------------------------------------------------------
+    def names(self) -> list[str]:
+        """Checkpoint directory names, oldest first (ordered by epoch, then batch)."""
+        try:
+            entries = os.listdir(self.directory)
+        except FileNotFoundError:
+            return []
+        found = [(tuple(int(g) for g in m.groups()), n) for n in entries if (m := _NAME.match(n))]
+        return [n for _, n in sorted(found)]
+
+    def read(self, name: str) -> Checkpoint:
+        """Read and validate one checkpoint (sizes and SHA-256 of its files).
+
+        Raises
+        ------
+        CheckpointError
+            When it is incomplete, truncated or corrupt.
+        """
+        path = os.path.join(self.directory, name)
+        try:
+            with open(os.path.join(path, STATE), encoding="utf-8") as f:
+                state = json.load(f)
+            if state.get("version") != VERSION:
+                raise ValueError(f"version {state.get('version')!r}, expected {VERSION}")
+            for fname, meta in state["files"].items():
+                fpath = os.path.join(path, fname)
+                size = os.path.getsize(fpath)
+                if size != meta["size"]:
+                    raise ValueError(f"{fname} has {size} bytes, expected {meta['size']} (truncated?)")
+                if _digest(fpath) != meta["sha256"]:
+                    raise ValueError(f"{fname} does not match its SHA-256 (corrupt)")
+            if WEIGHTS not in state["files"]:
+                raise ValueError(f"no {WEIGHTS}")
+            cursor = Cursor.from_dict(state["cursor"])
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise CheckpointError(
+                f"The checkpoint {path} is unreadable: {err}.\nHint: it was damaged after it was "
+                "written (it is written atomically); an older checkpoint can be used instead."
+            ) from err
+        return Checkpoint(path, cursor, list(state.get("history", [])), state.get("iterations"),
+                          float(state.get("created", 0.0)))
+
+    def latest(self, warn: Callable[[str], None] | None = None) -> Checkpoint | None:
+        """The newest readable checkpoint, or None when there is none.
+
+        An unreadable newer one is renamed ``<name>.corrupt`` (kept for inspection, never
+        used again) and a warning says which checkpoint is used instead.
+
+        Raises
+        ------
+        CheckpointError
+            When there are checkpoints but none of them is readable.
+        """
+        errors = []
+        for name in reversed(self.names()):
+            try:
+                ckpt = self.read(name)
+            except CheckpointError as err:
+                errors.append(str(err).split("\nHint:")[0])
+                bad = os.path.join(self.directory, name)
+                os.replace(bad, f"{bad}.corrupt")
+                continue
+            if errors:
+                msg = (f"{' '.join(errors)} Resuming from the previous good checkpoint {ckpt.path} "
+                       f"instead (epoch {ckpt.cursor.epoch}, batch {ckpt.cursor.batch}); the "
+                       "damaged one was renamed *.corrupt.")
+                warnings.warn(msg, stacklevel=2)
+                if warn is not None:
+                    warn(f"warning: {msg}")
+            return ckpt
+        if errors:
+            raise CheckpointError(
+                f"No readable checkpoint in {self.directory}: {' '.join(errors)}\nHint: train from "
+                "scratch without --resume."
+            )
+        return None
+
+    # -- writing -----------------------------------------------------------------------
+    def _prepare(self) -> None:
+        os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        os.chmod(self.directory, 0o700)
+
+    def save(self, model: Any, cursor: Cursor, history: list[dict[str, Any]] | None = None) -> str:
+        """Write a checkpoint of ``model`` (weights + optimizer) at ``cursor``; return its path.
+
+        Written into a temporary directory and renamed into place (``os.replace``); then only
+        the newest ``keep`` checkpoints are kept.
+        """
+        self._prepare()
+        name = f"ckpt-{cursor.epoch:06d}-{cursor.batch:09d}"
+        final = os.path.join(self.directory, name)
+        tmp = os.path.join(self.directory, f".tmp-{name}-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.mkdir(tmp, 0o700)
+        try:
+            weights = os.path.join(tmp, WEIGHTS)
+            model.save_weights(weights)
+            with open(weights, "rb+") as f:
+                os.fsync(f.fileno())
+            opt = getattr(model, "optimizer", None)
+            state = {
+                "version": VERSION,
+                "cursor": asdict(cursor),
+                "history": [{k: _jsonable(v) for k, v in rec.items()} for rec in history or []],
+                "iterations": int(opt.iterations.numpy()) if opt is not None else None,
+                "created": time.time(),
+                "files": {WEIGHTS: {"size": os.path.getsize(weights), "sha256": _digest(weights)}},
+            }
+            with open(os.path.join(tmp, STATE), "w", encoding="utf-8") as f:
+                json.dump(state, f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            _fsync_dir(tmp)
+            if os.path.exists(final):  # the same cursor again (e.g. after a fallback): replace it
+                old = os.path.join(self.directory, f".old-{name}-{os.getpid()}")
+                os.replace(final, old)
+                shutil.rmtree(old, ignore_errors=True)
+            os.replace(tmp, final)
+            _fsync_dir(self.directory)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._prune()
+        return final
+
+    def _prune(self) -> None:
+        names = self.names()
+        for name in names[: max(0, len(names) - self.keep)]:
+            shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+        for entry in os.listdir(self.directory):  # leftovers of writers killed mid-write
+            if entry.startswith((".tmp-", ".old-")) and not entry.endswith(f"-{os.getpid()}"):
+                shutil.rmtree(os.path.join(self.directory, entry), ignore_errors=True)
+
+    def clear(self) -> int:
+        """Remove every checkpoint (a fresh run); return how many there were."""
+        n = len(self.names())
+        if os.path.isdir(self.directory):
+            for entry in os.listdir(self.directory):
+                if _NAME.match(entry.removesuffix(".corrupt")) or entry.startswith((".tmp-", ".old-")):
+                    shutil.rmtree(os.path.join(self.directory, entry), ignore_errors=True)
+        return n
+
+
+class Checkpointer(keras.callbacks.Callback):
+    """Keras callback: a checkpoint every ``every`` batches and at the end of every epoch.
+
+    Mid-epoch checkpoints are written after the batches ``every, 2 * every, ...`` of an
+    epoch (counted from the epoch's batch 0, also in a resumed epoch), so the cursor is the
+    next batch to train; ``every=0`` writes only the epoch-end ones. The epoch-end checkpoint
+    is written after validation, with the cursor at ``(epoch + 1, 0)`` and the epoch's record
+    (Keras logs + ``telemetry``'s) in the history.
+
+    Parameters
+    ----------
+    store
+        Where to write.
+    sequence
+        The training :class:`~daskfeed.DaskSequence` (its ``start`` gives the offset of a
+        resumed epoch).
+    every
+        Batches between mid-epoch checkpoints; 0: at epoch ends only.
+    history
+        Records of the epochs completed before this run (from the resumed checkpoint).
+    telemetry
+        An :class:`~daskfeed.model.EpochTelemetry` placed before this callback; its records
+        are merged into the history.
+    """
+
+    def __init__(self, store: CheckpointStore, sequence: Any, *, every: int = 0,
+                 history: list[dict[str, Any]] | None = None, telemetry: Any = None) -> None:
+        super().__init__()
+        self.store = store
+        self.sequence = sequence
+        self.every = max(0, int(every))
+        self.history: list[dict[str, Any]] = list(history or [])
+        self.telemetry = telemetry
+        self.saved: list[str] = []
+        self._epoch = 0
+        self._start = 0
+        self._last = 0
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        """Note the epoch and the batch it starts at (> 0 only in a resumed epoch)."""
+        self._epoch = int(epoch)
+        self._start = self._last = int(self.sequence.start)
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        """Checkpoint when the next batch to train crosses a multiple of ``every``."""
+        if not self.every:
+            return
+        nxt = self._start + int(batch) + 1  # ``batch`` is the step's last batch within this fit
+        if nxt >= self.sequence.plan.num_batches or nxt // self.every <= self._last // self.every:
+            return  # the epoch-end checkpoint follows
+        self._save(self._epoch, nxt)
+        self._last = nxt
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        """Record the epoch and checkpoint at the start of the next one."""
+        rec = {k: _jsonable(v) for k, v in (logs or {}).items()}
+        if self.telemetry is not None and self.telemetry.epochs:
+            rec.update(self.telemetry.epochs[-1])
+        rec["epoch"] = int(epoch)
+        if self._start:
+            rec["resumed_at_batch"] = self._start
+        self.history.append(rec)
+        self._save(int(epoch) + 1, 0)
+
+    def _save(self, epoch: int, batch: int) -> None:
+        cursor = Cursor.of(self.sequence, epoch, batch)
+        self.saved.append(self.store.save(self.model, cursor, self.history))
+
+
+def open_store(output: str | os.PathLike[str], *, resume: bool,
+               echo: Callable[[str], None] = print) -> tuple[CheckpointStore, Checkpoint | None]:
+    """The checkpoint store of ``output`` and the checkpoint to resume from (None: from scratch).
+
+    Without ``resume`` the checkpoints of an earlier run in ``output`` are removed (they would
+    mix with this run's). With ``resume`` and no checkpoint, training starts from scratch, as
+    Keras' ``BackupAndRestore`` does; both cases are echoed.
+    """
+    store = CheckpointStore(os.path.join(os.fspath(output), "checkpoints"))
+    if not resume:
+        n = store.clear()
+        if n:
+            echo(f"removed {n} checkpoint{'s' if n > 1 else ''} of an earlier run in "
+                 f"{store.directory} (pass --resume to continue a run)")
+        return store, None
+    ckpt = store.latest(warn=echo)
+    if ckpt is None:
+        echo(f"no checkpoint in {store.directory}: starting from scratch")
+    return store, ckpt
+
+
+def fit_from(model: Any, sequence: Any, *, epochs: int, epoch: int = 0, batch: int = 0,
+             **kwargs: Any) -> list[Any]:
+    """``model.fit(sequence, ...)`` from epoch ``epoch``, batch ``batch`` to the end of ``epochs``.
+
+    Keras fixes the steps per epoch when ``fit`` starts, so a resumed epoch (``batch > 0``)
+    is fitted on its own, ``sequence`` serving its batches ``batch ..`` (see
+    :meth:`~daskfeed.DaskSequence.set_epoch`); the remaining epochs follow in a second
+    ``fit``. Both use ``initial_epoch``, so epochs keep their numbers in callbacks and logs,
+    and the optimizer state carries over. Returns the ``History`` of each ``fit``.
+    """
+    fits = []
+    if batch and epoch < epochs:
+        sequence.set_epoch(epoch, batch)
+        fits.append(model.fit(sequence, initial_epoch=epoch, epochs=epoch + 1, **kwargs))
+        epoch += 1
+    if epoch < epochs:
+        sequence.set_epoch(epoch)
+        fits.append(model.fit(sequence, initial_epoch=epoch, epochs=epochs, **kwargs))
+    return fits
