@@ -307,7 +307,8 @@ def _read_log(path) -> list:
 
 
 @pytest.mark.slow
-def test_cli_sigkill_mid_epoch_then_resume_trains_every_row_exactly_once(id_data, tmp_path):
+@pytest.mark.parametrize("kill_epoch", [0, 1])
+def test_cli_sigkill_mid_epoch_then_resume_trains_every_row_exactly_once(id_data, tmp_path, kill_epoch):
     import psutil
 
     from daskfeed.checkpoint import CheckpointStore
@@ -319,19 +320,19 @@ def test_cli_sigkill_mid_epoch_then_resume_trains_every_row_exactly_once(id_data
     args = ["train", id_data.train_glob, "--label", "cleared", "--epochs", "2", "--batch-size",
             str(BATCH), "--seed", "5", "--checkpoint-every", "10", "--model",
             f"{tmp_path / 'rec.py'}:build", "--features", ",".join(FEATURES), "--as-matrix",
-            "--memory-limit", "3GB", "--nworkers", "1",
-            "--dashboard-address", "", "--output", str(out), "--verbose", "0"]
+            "--memory-limit", "3GB", "--nworkers", "1", "--dashboard-address", "",
+            "--output", str(out), "--verbose", "0"]
     n = -(-id_data.train_rows // BATCH)
     store = CheckpointStore(out / "checkpoints")
     proc = _daskfeed(*args, output=tmp_path / "run1.txt")
-    try:  # kill once a mid-epoch checkpoint of epoch 1 exists and 3+ more batches were trained
+    try:  # kill once kill_epoch's checkpoint at batch 30 exists and 7+ more batches were trained
         deadline = time.time() + 240
         while time.time() < deadline and proc.poll() is None:
             names = store.names()
             last = names[-1] if names else ""
-            if last.startswith("ckpt-000001-") and not last.endswith("-000000000"):
+            if last.startswith(f"ckpt-{kill_epoch:06d}-") and int(last.rsplit("-", 1)[1]) >= 30:
                 done = int(last.rsplit("-", 1)[1])
-                if len(_read_log(log)) >= n + done + 3:
+                if len(_read_log(log)) >= kill_epoch * n + done + 7:
                     break
             time.sleep(0.02)
         assert proc.poll() is None, (tmp_path / "run1.txt").read_text()[-3000:]
@@ -345,38 +346,44 @@ def test_cli_sigkill_mid_epoch_then_resume_trains_every_row_exactly_once(id_data
     assert not [p for p in tree if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
     first = _read_log(log)
     ckpt = store.latest()
-    assert ckpt is not None and ckpt.cursor.epoch == 1 and ckpt.cursor.batch > 0
-    assert ckpt.cursor.batch % 10 == 0 and ckpt.iterations == n + ckpt.cursor.batch
+    assert ckpt is not None and ckpt.cursor.epoch == kill_epoch and ckpt.cursor.batch >= 30
+    k = ckpt.cursor.batch
+    assert k % 10 == 0 and ckpt.iterations == kill_epoch * n + k  # optimizer state of batch k
     assert len(first) > ckpt.iterations  # some batches were trained after the checkpoint
 
     resumed = _daskfeed(*args, "--resume", output=tmp_path / "run2.txt")
     resumed.wait(300)
     text = (tmp_path / "run2.txt").read_text()
     assert resumed.returncode == 0, text[-3000:]
-    assert f"resuming from {ckpt.path}: epoch 2/2 at batch {ckpt.cursor.batch + 1}/{n}" in text
-    runs = {}
+    assert f"resuming from {ckpt.path}: epoch {kill_epoch + 1}/2 at batch {k + 1}/{n}" in text
+    runs: dict[int, list] = {}
     for it, pid, ids in _read_log(log):
         runs.setdefault(pid, []).append((it, ids))
     assert len(runs) == 2
-    (_, before), (_, after) = runs.items()
-    assert [it for it, _ in before][: n + 1] == list(range(n + 1))
-    # the resumed run starts at the checkpoint's next batch and trains the rest of epoch 1 once
+    before, after = runs.values()
+    assert [it for it, _ in before] == list(range(len(before)))
+    # the resumed run starts at the checkpoint's next batch and trains each batch once from there
     assert [it for it, _ in after] == list(range(ckpt.iterations, 2 * n))
     uncommitted = [ids for it, ids in before if it >= ckpt.iterations]
     assert [ids for _, ids in after[: len(uncommitted)]] == uncommitted  # same order, retrained
-    epoch0 = [r for it, ids in before if it < n for r in ids]
-    epoch1 = [r for it, ids in before if n <= it < ckpt.iterations for r in ids] + \
-             [r for _, ids in after for r in ids]
     all_ids = set(range(id_data.train_rows))
-    assert len(epoch0) == len(set(epoch0)) and set(epoch0) == all_ids
-    assert len(epoch1) == len(set(epoch1)) and set(epoch1) == all_ids  # 0 lost, 0 duplicated
+    for epoch in range(2):
+        span = range(epoch * n, (epoch + 1) * n)
+        rows = [r for it, ids in before if it in span and it < ckpt.iterations for r in ids]
+        rows += [r for it, ids in after if it in span for r in ids]
+        lost, duplicated = len(all_ids - set(rows)), len(rows) - len(set(rows))
+        print(f"\nepoch {epoch}: killed after {len(first)} batches, checkpoint at epoch "
+              f"{kill_epoch} batch {k}, {len(uncommitted)} uncommitted batches retrained; rows "
+              f"{len(rows)}, lost {lost}, duplicated {duplicated}")
+        assert lost == duplicated == 0 and len(rows) == id_data.train_rows
     hist = json.loads((out / "history.json").read_text())
     assert [e["epoch"] for e in hist["epochs"]] == [0, 1]
-    assert hist["epochs"][1]["resumed_at_batch"] == ckpt.cursor.batch
-    assert hist["epochs"][1]["rows"] == id_data.train_rows - ckpt.cursor.batch * BATCH
-    assert hist["resumed_from"]["batch"] == ckpt.cursor.batch
-
-    # resuming onto another batch size, or changed data, is refused (exit 1, clear message)
+    assert hist["epochs"][kill_epoch]["resumed_at_batch"] == k
+    assert hist["epochs"][kill_epoch]["rows"] == id_data.train_rows - k * BATCH
+    assert hist["resumed_from"]["batch"] == k
+    if kill_epoch:
+        return
+    # resuming onto another batch size is refused (exit 1, clear message, no traceback)
     other = [a if a != str(BATCH) else "100" for a in args]
     refused = subprocess.run([*_daskfeed_cmd(), *other, "--resume"], capture_output=True,
                              text=True, env=ENV, timeout=300)
@@ -389,8 +396,8 @@ def _daskfeed_cmd() -> list[str]:
     return [shutil.which("daskfeed", path=os.path.dirname(sys.executable)) or "daskfeed"]
 
 
-def test_train_resume_refuses_changed_data(tmp_path):
-    """train(resume=True) on data that changed since the checkpoint: CheckpointError, nothing trained."""
+def test_train_resume_continues_and_refuses_changed_data(tmp_path):
+    """train(resume=True): continues after the last epoch; on changed data: CheckpointError."""
     from daskfeed import write_demo_data
     from daskfeed.exceptions import CheckpointError
     from daskfeed.train import train
@@ -399,14 +406,19 @@ def test_train_resume_refuses_changed_data(tmp_path):
                            row_ids=True)
     kw = dict(label="cleared", epochs=1, batch_size=256, memory_limit="2GB", nworkers=1,
               dashboard_address="", output=tmp_path / "out", echo=lambda s: None, verbose=0)
-    train(data.train_glob, **kw)
+    first = train(data.train_glob, **kw)
+    # the run finished epoch 0; --resume with more epochs continues at epoch 1, batch 0
+    said: list[str] = []
+    more = train(data.train_glob, resume=True, **{**kw, "epochs": 2, "echo": said.append})
+    assert any("epoch 2/2 at batch 1/12 (optimizer iteration 12)" in line for line in said), said
+    assert more.history[0] == first.history[0] and [h["epoch"] for h in more.history] == [0, 1]
+    assert int(more.model.optimizer.iterations.numpy()) == 24
     names = sorted(os.listdir(tmp_path / "out" / "checkpoints"))
-    assert names == ["ckpt-000001-000000000"]
+    assert names == ["ckpt-000001-000000000", "ckpt-000002-000000000"]
     files = sorted(p for p in (tmp_path / "d").rglob("*.csv") if "validate" not in str(p))
     with open(files[-1], "a") as f:  # one more row in the last file
         f.write(open(files[-1]).read().splitlines()[-1] + "\n")
-    said: list[str] = []
     with pytest.raises(CheckpointError, match=r"(?s)made on other data.*Received: "
                                                 r"fingerprint.*3,001 rows.*Hint:"):
-        train(data.train_glob, resume=True, **{**kw, "epochs": 2, "echo": said.append})
+        train(data.train_glob, resume=True, **{**kw, "epochs": 3})
     assert sorted(os.listdir(tmp_path / "out" / "checkpoints")) == names  # left as it was
