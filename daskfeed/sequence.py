@@ -288,7 +288,9 @@ class DaskSequence(keras.utils.PyDataset):
         ``0 .. start - 1`` are not delivered again, and their windows are not computed.
         The next epoch starts at batch 0. Keras fixes the steps per epoch when ``fit``
         starts, so fit such a partial epoch on its own (``fit(..., initial_epoch=epoch,
-        epochs=epoch + 1)``), then the remaining epochs in a second ``fit``.
+        epochs=epoch + 1)``), then the remaining epochs in a second ``fit``
+        (:func:`daskfeed.checkpoint.fit_from` does both). Not with ``use_multiprocessing=True``,
+        where Keras' fit-start ``on_epoch_end`` advances to the next epoch.
         """
         epoch, start = int(epoch), int(start)
         if epoch != self._epoch or start != self._start:
