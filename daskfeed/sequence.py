@@ -229,7 +229,7 @@ class DaskSequence(keras.utils.PyDataset):
             raise ValueError(f"Expected 0 <= start < {plan.num_batches} (batches of epoch {epoch}). "
                              f"Received: start={start}.")
         with self._lock:
-            old, old_pf, old_start = self._plan, self._prefetcher, self._start
+            old, old_pf = self._plan, self._prefetcher
             self._epoch = epoch
             self._start = start
             self._plan = plan
@@ -240,14 +240,12 @@ class DaskSequence(keras.utils.PyDataset):
             self._jumps = 0
             self._last_index = -1
             self._epoch_t0 = time.perf_counter()
-            same_epoch = plan == old  # this epoch again, at another start (resuming)
-            if (old is not None and old_pf is not None
-                    and (same_epoch or (plan.same_batches(old) and start == old_start == 0))):
-                # same windows (same epoch, or unshuffled): keep them held or in flight -- cancelling
-                # and resubmitting the same keys races in distributed -- and count from here
+            if old is not None and old_pf is not None and (plan == old or plan.same_batches(old)):
+                # same windows (this epoch at another start, or unshuffled): keep them held or in
+                # flight -- cancelling and resubmitting the same keys races in distributed
                 self._epoch_submitted0, self._epoch_wait0 = old_pf.submitted, old_pf.wait_seconds
                 for w in plan.windows:
-                    if not (same_epoch and self._left[w.index]):
+                    if not (start and self._left[w.index]):
                         old_pf.done_serving(w.index)  # evictable if room is needed
                 return
             if old_pf is not None:

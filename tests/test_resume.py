@@ -70,6 +70,14 @@ def test_sequence_start_offset_serves_the_rest_of_the_epoch_exactly_once(id_data
         assert sorted(r for i in range(n) for r in _ids(seq[i])) == sorted(both)
     with pytest.raises(ValueError, match="start"):
         seq.set_epoch(0, n)
+    # unshuffled: every epoch has the same windows (same keys); resuming epoch 2 at batch k
+    # right after construction keeps the windows in flight instead of cancelling them
+    with _seq(id_data, client, manifest=full.manifest, shuffle=False) as plain:
+        expected = [_ids(plain[i]) for i in (k, n - 1)]
+        plain.set_epoch(2, k)
+        assert [_ids(plain[0]), _ids(plain[n - k - 1])] == expected
+        plain.set_epoch(2, 0)
+        assert len(plain) == n and _ids(plain[k]) == expected[0]
 
 
 # -- checkpoints on disk ----------------------------------------------------------------
