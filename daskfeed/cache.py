@@ -172,7 +172,7 @@ def _compact(table: Any) -> Any:
     for col in table.columns:
         t = col.type
         if pa.types.is_integer(t) or pa.types.is_floating(t):
-            col = col.cast(pa.float32())
+            col = col.cast(pa.float32(), safe=False)  # what the feed makes of it anyway
         elif pa.types.is_string(t) or pa.types.is_large_string(t):
             col = pc.dictionary_encode(col)
         cols.append(col)

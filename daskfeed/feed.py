@@ -175,7 +175,7 @@ def _label_array(col: Any, encoding: Encoding) -> tuple[np.ndarray, np.ndarray |
             col.type):
         v = pd.to_numeric(col.to_pandas(), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     else:
-        v = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        v = col.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
     keep = ~np.isnan(v)
     return v, (None if keep.all() else keep)
 
@@ -191,7 +191,8 @@ def _table_column(col: Any, code: ColumnCode) -> np.ndarray:
             return np.full(len(col), MISSING_CODE, dtype=np.int32)
         return np.full(len(col), np.float32(code.fill), dtype=np.float32)
     if code.kind == "numeric" and (pa.types.is_integer(t) or pa.types.is_floating(t)):
-        arr = col.cast(pa.float32()).to_numpy(zero_copy_only=False)
+        # safe=False: rounding to float32 as numpy does (ints above 2**24, e.g. timestamps)
+        arr = col.cast(pa.float32(), safe=False).to_numpy(zero_copy_only=False)
         nan = np.isnan(arr)
         if nan.any():
             arr = arr.copy() if not arr.flags.writeable else arr
@@ -213,11 +214,19 @@ def _table_column(col: Any, code: ColumnCode) -> np.ndarray:
         out[~valid] = MISSING_CODE
         return out.astype(np.int32, copy=False)
     if code.kind == "datetime" and pa.types.is_timestamp(t):
-        secs = col.cast(pa.timestamp("ns")).cast(pa.int64()).to_numpy(zero_copy_only=False)
-        arr = (secs / 1e9).astype(np.float32)
+        arr = epoch_seconds(col).astype(np.float32)
         arr[~np.asarray(col.is_valid())] = np.float32(code.fill)
         return arr
     return _encode_column(col.to_pandas(), code)
+
+
+def epoch_seconds(col: Any) -> np.ndarray:
+    """Seconds since 1970 of a timestamp column, in its own unit (no overflow past 2262)."""
+    import pyarrow as pa
+
+    scale = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}[col.type.unit]
+    ticks = col.cast(pa.int64()).to_numpy(zero_copy_only=False)
+    return np.asarray(ticks, dtype=np.float64) / scale
 
 
 def encode_table(table: Any, encoding: Encoding) -> WindowData:

@@ -141,7 +141,7 @@ def summarize_table(table: Any, label: str) -> dict[str, Any]:
         kind = _arrow_kind(col)
         st: dict[str, Any] = {}
         if kind in _NUMERIC_KINDS:
-            v = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+            v = col.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
             v = v[~np.isnan(v)]
             missing = rows - len(v)
             if len(v):
@@ -158,8 +158,9 @@ def summarize_table(table: Any, label: str) -> dict[str, Any]:
         else:
             missing = col.null_count
             if kind == "datetime":
-                secs = pc.drop_null(col).cast(pa.timestamp("ns")).cast(pa.int64())
-                v = secs.to_numpy(zero_copy_only=False) / 1e9
+                from daskfeed.feed import epoch_seconds
+
+                v = epoch_seconds(pc.drop_null(col))
                 if len(v):
                     mean = float(v.mean())
                     st.update(mean=mean, m2=float(((v - mean) ** 2).sum()), min=float(v.min()),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import operator
 import os
+import sys
 import threading
 import time
 import warnings
@@ -25,6 +26,19 @@ from daskfeed.source import Source
 __all__ = ["DaskSequence"]
 
 MIN_WINDOWS = 8
+
+
+def _called_by_keras_reset() -> bool:
+    """Whether Keras' ``EpochIterator.reset`` (the start of fit / evaluate) is calling us."""
+    frame: Any = sys._getframe(2)
+    for _ in range(4):
+        if frame is None:
+            return False
+        code = frame.f_code
+        if code.co_name == "reset" and code.co_filename.endswith("epoch_iterator.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 class DaskSequence(keras.utils.PyDataset):
@@ -265,11 +279,14 @@ class DaskSequence(keras.utils.PyDataset):
         """Move to the next epoch's order once every batch of this epoch was delivered.
 
         Keras also calls this when ``fit`` starts (``EpochIterator.reset``), after the TF
-        backend peeked at batches 0 and 1; that call finds an incomplete epoch and changes
-        nothing, so the peeked windows are reused and training starts with epoch 0. With
+        backend peeked at batches 0 and 1; that call never advances (even when those two
+        batches are all that is left of a resumed epoch), so the peeked windows are reused
+        and training starts with the current epoch. With
         ``use_multiprocessing=True`` the batches are served in child processes, so every call
         advances.
         """
+        if _called_by_keras_reset():
+            return  # fit / evaluate is starting: no batch was trained, whatever was peeked
         with self._lock:
             complete = len(self._served) == self.plan.num_batches - self._start
             if not (complete or self.use_multiprocessing):

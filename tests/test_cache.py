@@ -136,3 +136,21 @@ def test_an_incomplete_partition_is_never_read(tmp_path):
     (table,) = list(cache.tables(0))
     assert table.column("x").to_pylist() == [1.0, 2.0, 3.0]
     assert not glob.glob(str(tmp_path / "*.tmp-*"))
+
+
+def test_big_integers_and_far_dates_read_the_same_from_cache_and_csv(tmp_path, client, write_csv):
+    rows = "".join(f"{1_700_000_000_123 + i * 977},{'9999-12-31' if i % 3 else '2020-01-0' + str(i % 9 + 1)},"
+                   f"{i % 2}\n" for i in range(300))
+    write_csv("d/big.csv", "ms,day,y\n" + rows)
+    kw = {"label": "y", "client": client, "batch_size": 100, "shuffle": False}
+    with daskfeed.DaskSequence(str(tmp_path / "d" / "big.csv"), cache=False, **kw) as plain:
+        parsed = [plain[i] for i in range(len(plain))]
+    with daskfeed.DaskSequence(str(tmp_path / "d" / "big.csv"), cache=tmp_path / "c", **kw) as cached:
+        assert cached.manifest.columns["day"].kind == "datetime"
+        assert cached.manifest.columns["day"].max == pytest.approx(253402214400.0)  # 9999-12-31
+        for i, (x, y) in enumerate(parsed):
+            xc, yc = cached[i]  # from the cache written by the scan
+            assert np.array_equal(y, yc)
+            assert np.array_equal(x["ms"], xc["ms"]) and np.array_equal(x["day"], xc["day"])
+    ms = np.array([1_700_000_000_123 + i * 977 for i in range(100)], dtype=np.float64)
+    assert np.array_equal(parsed[0][0]["ms"], ms.astype(np.float32))  # numpy's rounding

@@ -259,3 +259,29 @@ def test_keras_thread_workers(id_data, client):
         hist = model.fit(seq, epochs=2, shuffle=False, verbose=0)
         assert len(hist.history["loss"]) == 2
         assert seq.last_epoch_stats["rows"] == id_data.train_rows
+
+
+@pytest.mark.parametrize("left", [1, 2])
+def test_fit_on_a_resumed_epoch_with_one_or_two_batches_left(id_data, client, left):
+    """Keras peeks at batches 0 and 1 and calls on_epoch_end before training: when those are
+    all that is left, the epoch must still be the one trained (and end only after it)."""
+    from daskfeed._keras import keras
+
+    with make(id_data, client, features=["row_id"], as_matrix=True, batch_size=1000) as seq:
+        n = seq.plan.num_batches
+        expected = np.concatenate([seq[i][0][:, 0] for i in range(n - left, n)])
+        seq.set_epoch(0, start=n - left)
+        seen: list[np.ndarray] = []
+
+        class Record(keras.layers.Layer):
+            def call(self, x):
+                import tensorflow as tf
+
+                tf.numpy_function(lambda v: seen.append(v[:, 0].copy()) or v, [x], tf.float32)
+                return x
+
+        model = keras.Sequential([keras.Input((1,)), Record(), keras.layers.Dense(1)])
+        model.compile("sgd", "mse", run_eagerly=True)
+        model.fit(seq, epochs=1, shuffle=False, verbose=0)
+        assert np.array_equal(np.sort(np.concatenate(seen)), np.sort(expected))
+        assert seq.epoch == 1 and seq.start == 0
