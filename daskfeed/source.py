@@ -384,7 +384,7 @@ def iter_tables(block: Block, options: ReadOptions, rejects: list[str] | None = 
         for start, body in _line_chunks(f, len(header), options.blocksize):
             where = block if first and len(body) < options.blocksize else Block(
                 block.path, start, len(body), block.file_index)
-            table = _parse(body, names, where, options, rejects, whole=first and where is block)
+            table = _parse(body, names, where, options, rejects, whole=True)  # chunks end outside quotes
             first = False
             yield table
 
@@ -394,19 +394,36 @@ def _line_chunks(f: Any, start: int, size: int) -> Iterator[tuple[int, bytes]]:
     carry = b""
     pos = start
     while True:
-        data = f.read(max(size - len(carry), 1 << 16))
-        if not data:
-            if carry.strip() or pos == start:
-                yield pos, carry
+        want = max(size - len(carry), 1 << 16)
+        data = f.read(want)
+        if len(data) < want:  # the end of the stream: the rest is one chunk
+            rest = carry + data
+            if rest.strip() or pos == start:
+                yield pos, rest
             return
         buf = carry + data
-        cut = buf.rfind(b"\n")
+        cut = _balanced_cut(buf)
         if cut < 0:
             carry = buf
             continue
         chunk, carry = buf[: cut + 1], buf[cut + 1 :]
         yield pos, chunk
         pos += len(chunk)
+
+
+def _balanced_cut(buf: bytes) -> int:
+    """Index of the last line break outside quotes (-1: none), so quoted line breaks stay whole."""
+    cut = buf.rfind(b"\n")
+    if cut < 0:
+        return -1
+    quotes = buf.count(b'"', 0, cut)
+    while quotes % 2:  # inside a quoted field: step back one line
+        prev = buf.rfind(b"\n", 0, cut)
+        if prev < 0:
+            return -1
+        quotes -= buf.count(b'"', prev, cut)
+        cut = prev
+    return cut
 
 
 def _parse(body: bytes, names: list[str], block: Block, options: ReadOptions,

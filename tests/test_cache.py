@@ -154,3 +154,17 @@ def test_big_integers_and_far_dates_read_the_same_from_cache_and_csv(tmp_path, c
             assert np.array_equal(x["ms"], xc["ms"]) and np.array_equal(x["day"], xc["day"])
     ms = np.array([1_700_000_000_123 + i * 977 for i in range(100)], dtype=np.float64)
     assert np.array_equal(parsed[0][0]["ms"], ms.astype(np.float32))  # numpy's rounding
+
+
+def test_gzip_chunks_keep_quoted_line_breaks_whole(tmp_path, client):
+    rows = "".join(f'{i},"note {i}\nsecond line, with comma",{i % 2}\n' for i in range(10_000))
+    (tmp_path / "q.csv.gz").write_bytes(gzip.compress(("x,note,y\n" + rows).encode()))
+    src = Source(str(tmp_path / "q.csv.gz"), blocksize="20kB")
+    tables = list(iter_tables(src.blocks[0], src.options))
+    assert len(tables) > 3 and sum(t.num_rows for t in tables) == 10_000  # chunks of >= 64 KiB
+    notes = [n for t in tables for n in t.column("note").to_pylist()]
+    assert notes[1234] == "note 1234\nsecond line, with comma"
+    (tmp_path / "small.csv").write_text('a,b\n1,2\n3,"x\ny"', encoding="utf-8")  # no final newline
+    small = Source(str(tmp_path / "small.csv"))
+    (table,) = list(iter_tables(small.blocks[0], small.options))  # a small file: one piece
+    assert table.column("b").to_pylist() == ["2", "x\ny"]
