@@ -206,8 +206,9 @@ def block_tables(index: int, block: Any, options: Any, cache: PartitionCache | N
 # ------------------------------------------------------------------------- trainer side
 def _identity(source: Any) -> str:
     """The same files read the same way, whatever their sizes and mtimes (for clean-up)."""
-    payload = json.dumps([[f.path for f in source.files], source.options.sep,
-                          source.options.encoding, list(source.options.dtype)])
+    o = source.options  # everything in the fingerprint but sizes and mtimes
+    payload = json.dumps([[f.path for f in source.files], o.sep, o.encoding, list(o.dtype),
+                          o.blocksize, o.bad_lines])
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
