@@ -233,6 +233,8 @@ def train(
                 seqs.append(val_seq)
                 echo(f"validation data: {val_seq.manifest.rows:,} rows in "
                      f"{len(val_seq.manifest.partitions)} partitions")
+            # written now, not at the end: an interrupted run keeps its quarantined lines
+            bad_report = _bad_lines(out, bad_lines, manifest is cached, train_seq, val_seq)
             if builder is not None:
                 net = builder(manifest)
                 if not isinstance(net, keras.Model):
@@ -275,7 +277,7 @@ def train(
                 json.dump({"epochs": history, "memory_limit_bytes": budget.total,
                            "budget": budget.__dict__, "rows_per_epoch": train_seq.rows,
                            "peak_rss_bytes": rss.overall_peak,
-                           "bad_lines": _bad_lines(out, bad_lines, train_seq, val_seq),
+                           "bad_lines": bad_report,
                            "resumed_from": ({"checkpoint": ckpt.path, "epoch": ckpt.cursor.epoch,
                                              "batch": ckpt.cursor.batch} if ckpt else None)},
                           f, indent=1)
@@ -321,8 +323,12 @@ def _cached_manifest(path: str, label: str) -> Any:
     return m if m.label == label else None
 
 
-def _bad_lines(out: str, policy: str, *seqs: Any) -> dict[str, Any]:
-    """Malformed lines skipped per data set; under quarantine their text goes to rejects.csv."""
+def _bad_lines(out: str, policy: str, reused: bool, *seqs: Any) -> dict[str, Any]:
+    """Malformed lines skipped per data set; under quarantine their text goes to rejects.csv.
+
+    When the manifest was reused from ``out`` (a rerun, ``--resume``), the rejects file that
+    the scan of that manifest wrote is kept as it is.
+    """
     import csv
 
     names = ("train", "validation")
@@ -334,10 +340,12 @@ def _bad_lines(out: str, policy: str, *seqs: Any) -> dict[str, Any]:
             rejects += [(name, r["where"], r["line"]) for r in seq.manifest.rejects]
     if policy == "quarantine":
         path = os.path.join(out, "rejects.csv")
+        report["rejects_file"] = path
+        if reused and os.path.exists(path):
+            return report
         with open(path, "w", encoding="utf-8", newline="") as f:
             w = csv.writer(f)
             w.writerow(["data", "where", "line"])
             w.writerows(rejects)
-        report["rejects_file"] = path
     return report
 

@@ -170,6 +170,12 @@ def test_cli_quarantine_writes_rejects_and_counts_them_in_history(demo_data, tmp
     rejects = (tmp_path / "q" / "rejects.csv").read_text(encoding="utf-8").splitlines()
     assert rejects[0] == "data,where,line" and len(rejects) == 3
     assert "oops,only,three" in rejects[1] and "split_data_00002.csv" in rejects[1]
+    again = subprocess.run([*args, "--bad-lines", "quarantine", "--cache", str(tmp_path / "cache"),
+                            "--output", str(tmp_path / "q")], capture_output=True, text=True,
+                           env=env, timeout=300)
+    assert again.returncode == 0 and "manifest reused" in again.stdout, again.stderr[-3000:]
+    kept = (tmp_path / "q" / "rejects.csv").read_text(encoding="utf-8").splitlines()
+    assert kept == rejects  # a rerun on the reused manifest keeps the quarantined lines
 
 
 def test_a_file_gone_after_listing_is_a_clear_error_naming_it(tmp_path, client, write_csv):
