@@ -226,14 +226,11 @@ def open_cache(source: Any, root: str | os.PathLike[str] | None = None, *, requi
     base = os.path.abspath(os.path.expanduser(os.fspath(root))) if root else default_root()
     entry = os.path.join(base, source.fingerprint())
     need = estimate_bytes(source)
-    runner = _prepare if client is None else None
+    args = (base, entry, _identity(source), source.nbytes)
     try:
-        if runner is not None:
-            free, reused = runner(base, entry, _identity(source), source.nbytes)
-        else:
-            results = client.run(_prepare, base, entry, _identity(source), source.nbytes)
-            free = min(r[0] for r in results.values())
-            reused = min(r[1] for r in results.values())
+        results = [_prepare(*args)] if client is None else list(client.run(_prepare, *args).values())
+        free = min(r[0] for r in results)
+        reused = min(r[1] for r in results)
     except OSError as err:
         if required:
             raise CacheError(

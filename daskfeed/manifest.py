@@ -68,6 +68,18 @@ def _kind(s: pd.Series) -> str:
     return "mixed"
 
 
+_NO_VALUES = {"mean": 0.0, "m2": 0.0, "min": math.inf, "max": -math.inf}
+
+
+def _moments(v: np.ndarray) -> dict[str, float]:
+    """Mean, sum of squared deviations, min and max of ``v`` (empty: none)."""
+    if not len(v):
+        return {}
+    mean = float(v.mean())
+    return {"mean": mean, "m2": float(((v - mean) ** 2).sum()), "min": float(v.min()),
+            "max": float(v.max())}
+
+
 def summarize_partition(df: pd.DataFrame, label: str) -> dict[str, Any]:
     """Facts and partial statistics of one partition (runs on a worker)."""
     rows = len(df)
@@ -88,21 +100,13 @@ def summarize_partition(df: pd.DataFrame, label: str) -> dict[str, Any]:
         st: dict[str, Any] = {"count": rows - missing}
         if kind in _NUMERIC_KINDS:
             v = pd.to_numeric(s, errors="coerce").dropna().to_numpy(dtype="float64")
-            if len(v):
-                mean = float(v.mean())
-                st.update(mean=mean, m2=float(((v - mean) ** 2).sum()), min=float(v.min()),
-                          max=float(v.max()))
-            else:
-                st.update(mean=0.0, m2=0.0, min=math.inf, max=-math.inf)
+            st.update(_moments(v) or _NO_VALUES)
             if key == label:
                 vc = pd.Series(v).value_counts()
                 st["values"] = {repr(float(k)): int(c) for k, c in vc.head(_MAX_LABEL_VALUES + 1).items()}
         elif kind == "datetime":
             v = s.dropna().astype("int64").to_numpy() / 1e9
-            if len(v):
-                mean = float(v.mean())
-                st.update(mean=mean, m2=float(((v - mean) ** 2).sum()), min=float(v.min()),
-                          max=float(v.max()))
+            st.update(_moments(v))
         elif kind in ("string", "mixed"):
             vc = s.dropna().astype(str).value_counts()
             st["approximate"] = len(vc) > _MAX_TRACKED
@@ -144,12 +148,7 @@ def summarize_table(table: Any, label: str) -> dict[str, Any]:
             v = col.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
             v = v[~np.isnan(v)]
             missing = rows - len(v)
-            if len(v):
-                mean = float(v.mean())
-                st.update(mean=mean, m2=float(((v - mean) ** 2).sum()), min=float(v.min()),
-                          max=float(v.max()))
-            else:
-                st.update(mean=0.0, m2=0.0, min=math.inf, max=-math.inf)
+            st.update(_moments(v) or _NO_VALUES)
             if name == label:
                 out["label_rows"] = len(v)
                 uniq, counts = np.unique(v, return_counts=True)
@@ -161,10 +160,7 @@ def summarize_table(table: Any, label: str) -> dict[str, Any]:
                 from daskfeed.feed import epoch_seconds
 
                 v = epoch_seconds(pc.drop_null(col))
-                if len(v):
-                    mean = float(v.mean())
-                    st.update(mean=mean, m2=float(((v - mean) ** 2).sum()), min=float(v.min()),
-                              max=float(v.max()))
+                st.update(_moments(v))
             elif kind == "string":
                 vc = pc.value_counts(pc.drop_null(col))
                 values = vc.field("values").to_pylist()

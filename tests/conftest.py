@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -59,6 +60,29 @@ def client():
                       dashboard_address="127.0.0.1:0", memory_limit="2GiB") as cluster, \
             Client(cluster) as c:
         yield c
+
+
+def _stop_process_groups(procs) -> None:
+    """SIGTERM each process group (last started first), SIGKILL what outlives 20 s."""
+    import signal
+
+    for p in reversed(procs):
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for p in procs:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def stop_process_groups():
+    """``stop_process_groups(procs)``: end real ``dask scheduler`` / ``dask worker`` processes
+    started with ``start_new_session=True``, and everything they started."""
+    return _stop_process_groups
 
 
 @pytest.fixture()

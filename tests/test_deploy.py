@@ -6,7 +6,6 @@ import json
 import os
 import pathlib
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -104,7 +103,7 @@ def _compose_commands(scheduler_file: str) -> tuple[list[str], list[str]]:
 
 
 @pytest.mark.timeout(400)
-def test_scale_out_on_real_dask_scheduler_and_workers(demo_data, tmp_path):
+def test_scale_out_on_real_dask_scheduler_and_workers(demo_data, tmp_path, stop_process_groups):
     sf = str(tmp_path / "scheduler.json")
     sched_cmd, worker_cmd = _compose_commands(sf)
     dask = str(BIN / "dask")
@@ -135,13 +134,4 @@ def test_scale_out_on_real_dask_scheduler_and_workers(demo_data, tmp_path):
         assert hist["epochs"][0]["rows"] == demo_data.train_rows
         assert hist["epochs"][0]["val_accuracy"] > 0.7
     finally:
-        for p in reversed(procs):
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+        stop_process_groups(procs)

@@ -8,7 +8,6 @@ import ipaddress
 import json
 import os
 import pathlib
-import signal
 import subprocess
 import sys
 import time
@@ -76,7 +75,7 @@ def _write(directory: pathlib.Path, name: str, key, cert) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def tls_cluster(tmp_path_factory):
+def tls_cluster(tmp_path_factory, stop_process_groups):
     """A TLS ``dask scheduler`` + ``dask worker`` on 127.0.0.1; yields paths and the address."""
     d = tmp_path_factory.mktemp("tls")
     ca_key, ca_cert = _ca("daskfeed test CA")
@@ -107,16 +106,7 @@ def tls_cluster(tmp_path_factory):
         yield {"address": address, "scheduler_file": sf, "ca": ca, "cert": client_crt,
                "key": client_key, "other_cert": other_crt, "other_key": other_pem}
     finally:
-        for p in reversed(procs):
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+        stop_process_groups(procs)
 
 
 def test_tls_scheduler_through_security(tls_cluster):
