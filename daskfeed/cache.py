@@ -1,15 +1,18 @@
-"""Cache: every partition parsed once, kept as zstd Arrow IPC on the workers' disk.
+"""Cache: every partition parsed once, kept as Arrow IPC (lz4) on the workers' disk.
 
 The scan parses each CSV block once and, while it is in memory, writes it here; every epoch
-after that reads Arrow instead of CSV (about 3-4x smaller than the CSV and several times
-faster to read than to parse). A partition that is missing (the manifest came from an
-earlier run, a worker on another machine, a deleted file) is parsed again and written then.
+after that reads Arrow instead of CSV (several times faster to read than to parse). A partition
+that is missing (the manifest came from an earlier run, a worker on another machine, a damaged
+or deleted cache file) is parsed again and written then.
 
-Layout: ``<root>/<fingerprint>/p<index>-<chunk>.arrow`` plus a ``p<index>.json`` marker
-written last (atomically), so a reader never sees half a partition. The fingerprint covers
-every file's path, size and mtime and the read options (:meth:`daskfeed.source.Source.
-fingerprint`): changed data or options get a new directory, and older directories of the
-same files are removed when a new one is made. Directories are created with mode 0700.
+Layout: ``<root>/<fingerprint>/g<first>-<tag>-<segment>.arrow`` holds the partitions of one scan
+group (thousands of small files make a few segment files, not thousands), each partition a run
+of record batches; the group's ``g<first>-<tag>.json`` marker, written last (after an fsync of
+the segments, atomically), says where each partition is, so a reader never sees half a group.
+The fingerprint covers every file's path, size and mtime and the read options (:meth:`daskfeed.
+source.Source.fingerprint`): changed data or options get a new directory, and older directories
+of the same files are removed when a new one is made, as are temporary files that writers killed
+mid-write left behind. Directories are created with mode 0700.
 
 What is stored is what the feed needs, not the CSV's exact text: numeric columns as float32
 (the feed's type), string columns dictionary-encoded, timestamps as they are.
@@ -22,6 +25,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -33,7 +37,9 @@ from daskfeed.exceptions import CacheError
 
 __all__ = ["PartitionCache", "block_tables", "default_root", "estimate_bytes", "open_cache"]
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+FLUSH_BYTES = 16 << 20  # a segment file holds about this much Arrow data (memory: one per task)
+STALE_TMP_SECONDS = 3600  # a writer renames its files within seconds; older ones were killed
 # cache bytes per byte of CSV (measured ~0.3 with zstd on the demo data; kept conservative)
 _PER_CSV_BYTE = 0.6
 _PER_COMPRESSED_BYTE = 3.0
@@ -65,103 +71,203 @@ class PartitionCache:
 
     path: str
 
-    def _marker(self, index: int) -> str:
-        return os.path.join(self.path, f"p{index:06d}.json")
-
-    def _chunk(self, index: int, k: int) -> str:
-        return os.path.join(self.path, f"p{index:06d}-{k:04d}.arrow")
+    def lookup(self, index: int) -> list[tuple[str, int, int]] | None:
+        """Where partition ``index`` is: ``[(segment file, first batch, batches), ...]`` or None."""
+        found = _index(self.path, refresh=False).get(index)
+        if found is None:
+            found = _index(self.path, refresh=True).get(index)
+        return found
 
     def has(self, index: int) -> bool:
         """Whether partition ``index`` is complete in the cache."""
-        return os.path.exists(self._marker(index))
+        return self.lookup(index) is not None
 
-    def tables(self, index: int) -> Iterator[Any] | None:
-        """The cached tables of partition ``index`` (None when it is not cached)."""
+    def tables(self, index: int) -> list[Any] | None:
+        """The cached tables of partition ``index`` (None: not cached, or unreadable)."""
+        pieces = self.lookup(index)
+        if pieces is None:
+            return None
         try:
-            with open(self._marker(index), encoding="utf-8") as f:
-                meta = json.load(f)
-        except (OSError, ValueError):
-            return None
-        if meta.get("version") != CACHE_VERSION:
-            return None
-        paths = [self._chunk(index, k) for k in range(int(meta["chunks"]))]
-        if not all(os.path.exists(p) for p in paths):
-            return None
-        return _read_chunks(paths)
+            return [_read_piece(os.path.join(self.path, name), first, count)
+                    for name, first, count in pieces]
+        except (OSError, ValueError, IndexError, KeyError) as err:  # damaged: parse the CSV again
+            import warnings
 
-    def writer(self, index: int) -> _Writer:
-        """A writer for partition ``index``: ``add`` tables, then ``commit``."""
-        return _Writer(self, index)
+            warnings.warn(f"daskfeed: cached partition {index} in {self.path} is unreadable "
+                          f"({type(err).__name__}: {err}); parsing it from the CSV again.",
+                          stacklevel=2)
+            _forget(self.path, index)
+            return None
+
+    def writer(self, first: int) -> _Writer:
+        """A writer for a group of partitions starting at ``first``: ``add``, then ``commit``."""
+        return _Writer(self, first)
 
     def cached_partitions(self) -> int:
         """Number of complete partitions in the cache."""
+        return len(_index(self.path, refresh=True))
+
+
+# Per worker process: cache path -> (markers already read, partition -> pieces). Markers are
+# written once and never change, so only new ones are read when a partition is not found.
+_INDEXES: dict[str, tuple[set[str], dict[int, list[tuple[str, int, int]]]]] = {}
+_INDEX_LOCK = threading.Lock()
+
+
+def _index(path: str, refresh: bool) -> dict[int, list[tuple[str, int, int]]]:
+    with _INDEX_LOCK:
+        seen, parts = _INDEXES.setdefault(path, (set(), {}))
+        if not refresh and parts:
+            return parts
         try:
-            return sum(1 for n in os.listdir(self.path) if n.endswith(".json") and n != "meta.json")
+            names = sorted(n for n in os.listdir(path) if n.startswith("g") and n.endswith(".json"))
         except OSError:
-            return 0
+            return parts
+        fresh = []
+        for name in names:
+            if name in seen:
+                continue
+            try:
+                with open(os.path.join(path, name), encoding="utf-8") as f:
+                    meta = json.load(f)
+                stamp = os.stat(os.path.join(path, name)).st_mtime_ns
+            except (OSError, ValueError):
+                continue
+            seen.add(name)
+            if meta.get("version") == CACHE_VERSION:
+                fresh.append((stamp, meta))
+        for _, meta in sorted(fresh, key=lambda m: m[0]):  # a rewritten partition: newest wins
+            for key, pieces in meta["parts"].items():
+                parts[int(key)] = [(str(n), int(b), int(c)) for n, b, c in pieces]
+        return parts
 
 
-def _read_chunks(paths: list[str]) -> Iterator[Any]:
+def _forget(path: str, index: int) -> None:
+    with _INDEX_LOCK:
+        if path in _INDEXES:
+            _INDEXES[path][1].pop(index, None)
+
+
+def _read_piece(path: str, first: int, count: int) -> Any:
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    for p in paths:
-        with pa.OSFile(p, "rb") as f:
-            yield ipc.open_file(f).read_all()
+    with pa.memory_map(path) as source:
+        reader = ipc.open_file(source)
+        batches = [reader.get_batch(b) for b in range(first, first + count)]
+        return pa.Table.from_batches(batches, schema=reader.schema)  # decompressed: owns its memory
 
 
 class _Writer:
-    """Writes a partition's chunks under temporary names; ``commit`` publishes them."""
+    """Writes a group of partitions as a few Arrow IPC segment files, then one marker.
 
-    def __init__(self, cache: PartitionCache, index: int) -> None:
+    Tables are kept until about ``FLUSH_BYTES`` have accumulated (or the next table's columns
+    cannot share a file with them), then written as one segment: numeric columns float32,
+    strings dictionary-encoded with one dictionary per segment, lz4. Every partition is a run of
+    record batches of a segment. ``commit`` renames the segments into place and writes the marker
+    last, so a reader never sees half a group.
+    """
+
+    def __init__(self, cache: PartitionCache, first: int) -> None:
         self.cache = cache
-        self.index = index
-        self.tag = f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.chunks = 0
-        self.rows = 0
+        self.stem = f"g{first:06d}-{uuid.uuid4().hex[:8]}"
+        self.tag = f".tmp-{os.getpid()}"
+        self.pending: list[tuple[int, Any]] = []
+        self.pending_bytes = 0
+        self.parts: dict[int, list[tuple[str, int, int]]] = {}
+        self.segments: list[str] = []
         self.failed = False
 
-    def add(self, table: Any) -> None:
-        """Write one chunk (numeric → float32, strings dictionary-encoded, zstd)."""
+    def begin(self, index: int) -> None:
+        """Partition ``index`` starts (it is cached even if it has no rows)."""
+        self.parts.setdefault(index, [])
+
+    def add(self, index: int, table: Any) -> None:
+        """One table of partition ``index``."""
         if self.failed:
+            return
+        import pyarrow as pa
+
+        table = _compact(table)
+        if self.pending:
+            try:
+                pa.unify_schemas([self.pending[0][1].schema, table.schema],
+                                 promote_options="permissive")
+            except (pa.ArrowInvalid, pa.ArrowTypeError):  # e.g. text here, numbers before
+                self._flush()
+        self.begin(index)
+        self.pending.append((index, table))
+        self.pending_bytes += table.nbytes
+        if self.pending_bytes >= FLUSH_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.failed or not self.pending:
             return
         import pyarrow as pa
         import pyarrow.ipc as ipc
 
-        table = _compact(table)
-        path = self.cache._chunk(self.index, self.chunks) + self.tag
+        name = f"{self.stem}-{len(self.segments):03d}.arrow"
+        path = os.path.join(self.cache.path, name + self.tag)
         try:
+            tables = [t for _, t in self.pending]
+            schema = pa.unify_schemas([t.schema for t in tables], promote_options="permissive")
+            whole = pa.concat_tables(tables, promote_options="permissive")
+            whole = whole.unify_dictionaries()  # one dictionary per column per file
             with pa.OSFile(path, "wb") as f, ipc.new_file(
-                f, table.schema, options=ipc.IpcWriteOptions(compression="zstd")
+                f, schema, options=ipc.IpcWriteOptions(compression="lz4")
             ) as w:
-                w.write_table(table)
-        except OSError:  # disk full or gone: the feed still works, from CSV
+                batch = 0
+                offset = 0
+                for index, t in self.pending:
+                    batches = whole.slice(offset, t.num_rows).to_batches()  # [] if no rows
+                    offset += t.num_rows
+                    for b in batches:
+                        w.write_batch(b)
+                    self.parts[index].append((name, batch, len(batches)))
+                    batch += len(batches)
+            _fsync(path)  # the data is on disk before a marker can point at it
+        except (OSError, pa.ArrowException):  # disk full or gone: the feed still works, from CSV
             self.failed = True
             self.abort()
             return
-        self.chunks += 1
-        self.rows += table.num_rows
+        finally:
+            self.pending = []
+            self.pending_bytes = 0
+        self.segments.append(name)
 
     def commit(self) -> None:
-        """Rename the chunks into place, then write the marker (atomically)."""
+        """Write what is pending, rename the segments into place, then write the marker."""
+        self._flush()
         if self.failed:
             return
         try:
-            for k in range(self.chunks):
-                final = self.cache._chunk(self.index, k)
+            for name in self.segments:
+                final = os.path.join(self.cache.path, name)
                 os.replace(final + self.tag, final)
-            marker = self.cache._marker(self.index)
+            marker = os.path.join(self.cache.path, f"{self.stem}.json")
             with open(marker + self.tag, "w", encoding="utf-8") as f:
-                json.dump({"version": CACHE_VERSION, "chunks": self.chunks, "rows": self.rows}, f)
+                json.dump({"version": CACHE_VERSION, "parts": {str(k): v for k, v in self.parts.items()}},
+                          f)
             os.replace(marker + self.tag, marker)
         except OSError:
             self.abort()
 
     def abort(self) -> None:
         """Remove whatever this writer left behind."""
-        for k in range(self.chunks + 1):
-            with contextlib.suppress(OSError):
-                os.remove(self.cache._chunk(self.index, k) + self.tag)
+        self.failed = True
+        for name in self.segments + [f"{self.stem}-{len(self.segments):03d}.arrow"]:
+            for suffix in (self.tag, ""):
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(self.cache.path, name + suffix))
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _compact(table: Any) -> Any:
@@ -180,8 +286,13 @@ def _compact(table: Any) -> Any:
 
 
 def block_tables(index: int, block: Any, options: Any, cache: PartitionCache | None,
-                 rejects: list[str] | None = None, *, use_cache: bool = True) -> Iterator[Any]:
-    """Arrow tables of partition ``index``: from the cache, else parsed (and then cached)."""
+                 rejects: list[str] | None = None, *, use_cache: bool = True,
+                 writer: _Writer | None = None) -> Iterator[Any]:
+    """Arrow tables of partition ``index``: from the cache, else parsed (and then cached).
+
+    ``writer``: the scan's writer of a group of partitions (committed by the caller); without
+    one, a partition parsed here is cached on its own.
+    """
     from daskfeed.source import iter_tables
 
     if cache is not None and use_cache:
@@ -189,17 +300,22 @@ def block_tables(index: int, block: Any, options: Any, cache: PartitionCache | N
         if cached is not None:
             yield from cached
             return
-    writer = cache.writer(index) if cache is not None and not cache.has(index) else None
+    own = writer is None and cache is not None
+    if own:
+        assert cache is not None
+        writer = cache.writer(index)
     try:
+        if writer is not None:
+            writer.begin(index)
         for table in iter_tables(block, options, rejects):
             if writer is not None:
-                writer.add(table)
+                writer.add(index, table)
             yield table
     except BaseException:
-        if writer is not None:
+        if own and writer is not None:
             writer.abort()
         raise
-    if writer is not None:
+    if own and writer is not None:
         writer.commit()
 
 
@@ -267,6 +383,7 @@ def _prepare(base: str, entry: str, identity: str, nbytes: int) -> tuple[int, in
             shutil.rmtree(other, ignore_errors=True)
     os.makedirs(entry, mode=0o700, exist_ok=True)
     os.chmod(entry, 0o700)
+    _sweep(entry)
     meta = os.path.join(entry, "meta.json")
     if not os.path.exists(meta):
         tmp = f"{meta}.tmp-{os.getpid()}"
@@ -276,3 +393,20 @@ def _prepare(base: str, entry: str, identity: str, nbytes: int) -> tuple[int, in
         os.replace(tmp, meta)
     cached = PartitionCache(entry).cached_partitions()
     return shutil.disk_usage(entry).free, cached
+
+
+def _sweep(entry: str, now: float | None = None) -> int:
+    """Remove what killed writers left (temporary files older than an hour) and files of an
+    older cache layout; return how many files were removed."""
+    now = time.time() if now is None else now
+    removed = 0
+    for name in os.listdir(entry):
+        path = os.path.join(entry, name)
+        try:
+            stale = ".tmp-" in name and now - os.stat(path).st_mtime > STALE_TMP_SECONDS
+            if stale or (name.startswith("p") and name.endswith((".arrow", ".json"))):  # version 1
+                os.remove(path)
+                removed += 1
+        except OSError:
+            continue
+    return removed

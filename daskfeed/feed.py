@@ -257,20 +257,43 @@ def encode_table(table: Any, encoding: Encoding) -> WindowData:
     return WindowData({c.name: _table_column(table.column(c.name), c) for c in encoding.columns}, y)
 
 
+ENCODE_BYTES = 16 << 20  # tables of small partitions are concatenated up to this, then encoded
+
+
 def read_window(blocks: list[tuple[int, Any]], options: Any, encoding: Encoding, seed: Any = None,
                 cache: Any = None) -> WindowData:
     """Read, encode and shuffle a window of ``(index, block)`` partitions in one task (on a worker).
 
-    Each table is encoded as soon as it is read — from the parse cache when ``cache`` holds the
-    partition, else parsed from CSV (and written to the cache) — so the task's peak memory is
-    one parsed chunk plus the window's compact arrays, and no parsed frame crosses the network.
+    Tables come from the parse cache when ``cache`` holds the partition, else are parsed from CSV
+    (and written to the cache). They are encoded in runs of about ``ENCODE_BYTES`` (thousands of
+    small files are not encoded one by one), so the task's peak memory is one such run plus the
+    window's compact arrays, and no parsed frame crosses the network.
     """
     from daskfeed.cache import block_tables
 
-    parts = []
+    parts: list[WindowData] = []
+    run: list[Any] = []
+    size = 0
     for index, block in blocks:
         for table in block_tables(index, block, options, cache):
             if table.num_rows:
-                parts.append(encode_table(table, encoding))
+                run.append(table)
+                size += table.nbytes
             del table
+            if size >= ENCODE_BYTES:
+                parts.extend(_encode_run(run, encoding))
+                run, size = [], 0
+    parts.extend(_encode_run(run, encoding))
     return _permute(concat(parts), seed) if parts else _empty(encoding)
+
+
+def _encode_run(tables: list[Any], encoding: Encoding) -> list[WindowData]:
+    """Encode tables in order: as one when their columns line up, else one by one."""
+    import pyarrow as pa
+
+    if len(tables) > 1:
+        try:
+            tables = [pa.concat_tables(tables, promote_options="permissive")]
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # e.g. numbers in one file, text in another
+            pass
+    return [encode_table(t, encoding) for t in tables]

@@ -202,13 +202,18 @@ def merge_summaries(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, An
     return out
 
 
-def scan_block(index: int, block: Any, options: Any, label: str, cache: Any = None) -> dict[str, Any]:
-    """Parse partition ``index`` once: summarize it, count bad lines, fill the parse cache."""
+def scan_block(index: int, block: Any, options: Any, label: str, cache: Any = None,
+               writer: Any = None) -> dict[str, Any]:
+    """Parse partition ``index`` once: summarize it, count bad lines, fill the parse cache.
+
+    ``writer``: the group's cache writer (see :func:`scan_blocks`); without one the partition
+    is cached on its own when ``cache`` is given.
+    """
     from daskfeed.cache import block_tables
 
     rejects: list[str] = []
     summary: dict[str, Any] | None = None
-    for table in block_tables(index, block, options, cache, rejects, use_cache=False):
+    for table in block_tables(index, block, options, cache, rejects, use_cache=False, writer=writer):
         summary = merge_summaries(summary, summarize_table(table, label))
     if summary is None:  # an empty file
         summary = {"rows": 0, "columns": [], "kinds": {}, "missing": {}, "stats": {}, "label_rows": 0}
@@ -583,8 +588,22 @@ def _scan_groups(src: Any, nthreads: int) -> list[list[int]]:
 
 def scan_blocks(items: list[tuple[int, Any]], options: Any, label: str,
                 cache: Any = None) -> dict[str, Any]:
-    """:func:`scan_block` of several blocks in one task: their facts and merged statistics."""
-    summaries = [scan_block(i, b, options, label, cache) for i, b in items]
+    """:func:`scan_block` of several blocks in one task: their facts and merged statistics.
+
+    The blocks' parsed tables go to the cache as one group (a few segment files and one
+    marker), unless every one of them is cached already.
+    """
+    writer = None
+    if cache is not None and not all(cache.has(i) for i, _ in items):
+        writer = cache.writer(items[0][0])
+    try:
+        summaries = [scan_block(i, b, options, label, writer=writer) for i, b in items]
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    if writer is not None:
+        writer.commit()
     return {"facts": [_facts(s) for s in summaries],
             "stats": merge_stats(*[s["stats"] for s in summaries])}
 

@@ -121,8 +121,8 @@ def test_gzip_is_parsed_in_bounded_chunks_with_types_per_chunk(tmp_path, client)
         assert seq.manifest.columns["drift"].mean == pytest.approx((15_000 + 2.5 * 5_000) / 20_000)
         ids = _epoch_ids(seq)
     assert np.array_equal(np.sort(ids), np.arange(20_000))
-    chunks = glob.glob(os.path.join(seq.cache.path, "p000000-*.arrow"))
-    assert len(chunks) == len(tables)
+    (pieces,) = [seq.cache.lookup(0)]  # every chunk of the stream was cached, as batches
+    assert sum(count for _, _, count in pieces) == len(tables)
 
 
 def test_an_incomplete_partition_is_never_read(tmp_path):
@@ -130,12 +130,50 @@ def test_an_incomplete_partition_is_never_read(tmp_path):
     import pyarrow as pa
 
     w = cache.writer(0)
-    w.add(pa.table({"x": [1, 2, 3]}))
+    w.add(0, pa.table({"x": [1, 2, 3]}))
+    w.add(1, pa.table({"x": ["a", "b"]}))  # text after numbers: another segment file
+    w.begin(2)  # an empty partition is cached too
     assert cache.tables(0) is None and not cache.has(0)  # no marker yet: not visible
     w.commit()
-    (table,) = list(cache.tables(0))
+    (table,) = cache.tables(0)
     assert table.column("x").to_pylist() == [1.0, 2.0, 3.0]
+    assert cache.tables(1)[0].column("x").to_pylist() == ["a", "b"]
+    assert cache.has(2) and sum(t.num_rows for t in cache.tables(2)) == 0
+    assert cache.cached_partitions() == 3
     assert not glob.glob(str(tmp_path / "*.tmp-*"))
+    assert len(glob.glob(str(tmp_path / "g000000-*.arrow"))) == 2
+
+
+def test_a_damaged_cache_file_falls_back_to_the_csv(tmp_path, client, write_csv):
+    """A cache file damaged after its marker was written (a crash, a bad disk) is not fatal:
+    the partition is parsed from the CSV again, with a warning, and the epoch is complete."""
+    for i in range(4):
+        write_csv(f"d/f{i}.csv", "x,y\n" + "".join(f"{i * 100 + r},{r % 2}\n" for r in range(100)))
+    kw = {"label": "y", "client": client, "batch_size": 50, "cache": tmp_path / "c"}
+    with daskfeed.DaskSequence(str(tmp_path / "d" / "*.csv"), **kw) as seq:
+        path = seq.cache.path
+    files = glob.glob(os.path.join(path, "g*.arrow"))
+    assert files
+    for f in files:  # truncate every segment: the markers still point at them
+        with open(f, "r+b") as fh:
+            fh.truncate(os.path.getsize(f) // 2)
+    with daskfeed.DaskSequence(str(tmp_path / "d" / "*.csv"), **kw) as seq:
+        assert seq.cache.path == path
+        ids = np.concatenate([seq[i][0]["x"] for i in range(len(seq))])
+    assert np.array_equal(np.sort(ids), np.arange(400, dtype=np.float32))
+
+
+def test_stale_temporary_files_of_killed_writers_are_swept(tmp_path):
+    from daskfeed.cache import STALE_TMP_SECONDS, _sweep
+
+    old = tmp_path / "g000000-abcd-000.arrow.tmp-123"
+    new = tmp_path / "g000004-abcd-000.arrow.tmp-456"
+    for f in (old, new):
+        f.write_bytes(b"x")
+    past = os.path.getmtime(old) - STALE_TMP_SECONDS - 10
+    os.utime(old, (past, past))
+    assert _sweep(str(tmp_path)) == 1  # a live writer's file (young) stays
+    assert not old.exists() and new.exists()
 
 
 def test_big_integers_and_far_dates_read_the_same_from_cache_and_csv(tmp_path, client, write_csv):
