@@ -256,7 +256,7 @@ class _Writer:
     def abort(self) -> None:
         """Remove whatever this writer left behind."""
         self.failed = True
-        for name in self.segments + [f"{self.stem}-{len(self.segments):03d}.arrow"]:
+        for name in [*self.segments, f"{self.stem}-{len(self.segments):03d}.arrow"]:
             for suffix in (self.tag, ""):
                 with contextlib.suppress(OSError):
                     os.remove(os.path.join(self.cache.path, name + suffix))
@@ -396,8 +396,10 @@ def _prepare(base: str, entry: str, identity: str, nbytes: int) -> tuple[int, in
 
 
 def _sweep(entry: str, now: float | None = None) -> int:
-    """Remove what killed writers left (temporary files older than an hour) and files of an
-    older cache layout; return how many files were removed."""
+    """Remove temporary files killed writers left (older than an hour) and old-layout files.
+
+    Returns how many files were removed.
+    """
     now = time.time() if now is None else now
     removed = 0
     for name in os.listdir(entry):
