@@ -304,7 +304,8 @@ def _bench_pyarrow(files: list[str]) -> dict[str, Any]:
 
 
 def _bench_in_memory(files: list[str], features: Sequence[str], label: str, batch_size: int,
-                     epochs: int, val: Any) -> tuple[dict[str, Any], tuple[list[float], list[float]]]:
+                     epochs: int, val: Any
+                     ) -> tuple[dict[str, Any], tuple[list[float], list[float]], dict[str, Any]]:
     t0 = time.perf_counter()
     x, y = _load_numpy(files, features, label)
     mean, var = x.mean(axis=0).tolist(), x.var(axis=0).tolist()
