@@ -466,6 +466,7 @@ def scan(
     cache: str | os.PathLike[str] | None = None,
     bad_lines: str = "error",
     partition_cache: Any = None,
+    timeout: float | str | None = None,
 ) -> Manifest:
     """Scan ``data`` once on the cluster and return its :class:`Manifest`.
 
@@ -490,6 +491,9 @@ def scan(
     partition_cache
         A :class:`~daskfeed.cache.PartitionCache`: the scan writes every parsed partition
         there, so the CSV is parsed once for the scan and all epochs.
+    timeout
+        Seconds without any scan task finishing before :class:`~daskfeed.exceptions.
+        FeedTimeoutError` (default ``daskfeed.timeout``): a read that blocks never hangs the run.
 
     Returns
     -------
@@ -525,7 +529,8 @@ def scan(
 
     t0 = time.perf_counter()
     with client_context(client) as c:
-        summaries, stats = _run_scan(src, label, c, fingerprint, partition_cache)
+        summaries, stats = _run_scan(src, label, c, fingerprint, partition_cache,
+                                     config.get_seconds("timeout", timeout))
     manifest = _build_manifest(
         src, label, summaries, stats, config.get("vocabulary-size", vocabulary_size), fingerprint
     )
@@ -535,33 +540,95 @@ def scan(
     return manifest
 
 
-def _run_scan(src: Any, label: str, client: Any, token: str,
-              partition_cache: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _run_scan(src: Any, label: str, client: Any, token: str, partition_cache: Any,
+              timeout: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from dask import delayed
+
+    from daskfeed.prefetch import explain
 
     if src.frame is not None:
         summ = [delayed(summarize_partition, pure=True)(p, label, dask_key_name=f"daskfeed-scan-{i}-{token}")
                 for i, p in enumerate(src.partitions())]
         facts = [delayed(_facts_list)(s) for s in summ]
         level = [delayed(_stats)(s) for s in summ]
-    else:  # parse each block once: summary + bad lines + the parse cache; small files grouped
-        nthreads = sum(client.nthreads().values()) or 1
-        groups = [
-            delayed(scan_blocks, pure=True)([(i, src.blocks[i]) for i in g], src.options, label,
-                                            partition_cache, dask_key_name=f"daskfeed-scan-{g[0]}-{token}")
-            for g in _scan_groups(src, nthreads)
-        ]
-        facts = [delayed(operator.getitem)(g, "facts") for g in groups]
-        level = [delayed(operator.getitem)(g, "stats") for g in groups]
-    while len(level) > 1:  # tree reduction on the cluster, fan-in 8
-        level = [delayed(merge_stats)(*level[i : i + 8]) for i in range(0, len(level), 8)]
-    futures = client.compute([*facts, level[0]])
+        while len(level) > 1:  # tree reduction on the cluster, fan-in 8
+            level = [delayed(merge_stats)(*level[i : i + 8]) for i in range(0, len(level), 8)]
+        futures = client.compute([*facts, level[0]])
+        try:
+            results = client.gather(futures)
+        finally:
+            for f in futures:
+                f.release()
+        return [f for group in results[:-1] for f in group], results[-1]
+    # parse each block once: summary + bad lines + the parse cache; small files grouped
+    nthreads = sum(client.nthreads().values()) or 1
+    groups = _scan_groups(src, nthreads)
+    futures = [client.submit(scan_blocks, [(i, src.blocks[i]) for i in g], src.options, label,
+                             partition_cache, key=f"daskfeed-scan-{g[0]}-{token}", retries=1)
+               for g in groups]
     try:
-        results = client.gather(futures)
+        _await_scan(futures, groups, src, timeout)
+        level = [client.submit(operator.getitem, f, "stats", pure=False) for f in futures]
+        while len(level) > 1:  # tree reduction on the cluster, fan-in 8
+            level = [client.submit(merge_stats, *level[i : i + 8], pure=False)
+                     for i in range(0, len(level), 8)]
+        facts = client.gather([client.submit(operator.getitem, f, "facts", pure=False) for f in futures])
+        stats = level[0].result()
+    except Exception as err:
+        new = explain(err, "the scan's statistics")
+        if new is err:
+            raise
+        raise new from err
     finally:
         for f in futures:
             f.release()
-    return [f for group in results[:-1] for f in group], results[-1]
+    return [f for group in facts for f in group], stats
+
+
+def _await_scan(futures: list[Any], groups: list[list[int]], src: Any, timeout: float) -> None:
+    """Wait for the scan tasks, failing fast with the files named.
+
+    A task that fails for good (after its retry) or no task finishing within ``timeout``
+    seconds (a read that blocks: hung storage, a FIFO) ends the scan with a clear error.
+    """
+    from daskfeed.exceptions import FeedTimeoutError
+    from daskfeed.prefetch import explain
+
+    def what(g: list[int]) -> str:
+        first, last = src.blocks[g[0]], src.blocks[g[-1]]
+        more = f" … {last.describe()} ({len(g)} partitions)" if len(g) > 1 else ""
+        return f"the scan of {first.describe()}{more}"
+
+    task = {f.key: g for f, g in zip(futures, groups, strict=True)}
+    pending = list(futures)
+    progress = time.monotonic()
+    while pending:
+        still = []
+        for f in pending:
+            if f.status in ("pending", "lost"):  # lost: recomputed after a worker died
+                still.append(f)
+            elif f.status != "finished":
+                try:
+                    f.result()
+                except Exception as err:
+                    new = explain(err, what(task[f.key]))
+                    if new is err:
+                        raise
+                    raise new from err
+        if len(still) < len(pending):
+            progress = time.monotonic()
+        elif time.monotonic() - progress > timeout:
+            stuck = sorted(still, key=lambda f: task[f.key][0])[:3]
+            raise FeedTimeoutError(
+                f"No scan task finished within {timeout:g}s; still reading "
+                f"{'; '.join(what(task[f.key]) for f in stuck)}"
+                f"{f' and {len(still) - 3} more' if len(still) > 3 else ''}.\n"
+                "Hint: a read that blocks (hung storage, a FIFO) never finishes: check the workers "
+                "on the dashboard; for very slow storage raise --timeout (daskfeed.timeout)."
+            )
+        pending = still
+        if pending:
+            time.sleep(0.05)
 
 
 def _scan_groups(src: Any, nthreads: int) -> list[list[int]]:

@@ -25,13 +25,14 @@ class WindowCancelled(RuntimeError):
     """The window was dropped by ``reset`` while a caller waited for it."""
 
 
-def explain(err: BaseException, w: int, where: str) -> BaseException:
-    """A failure of window ``w`` on the cluster as a daskfeed error naming its partitions.
+def explain(err: BaseException, what: str) -> BaseException:
+    """A failure of a task on the cluster as a daskfeed error naming ``what`` it was reading.
 
-    The task was already retried (``retries=1``; a lost worker's tasks are recomputed by
-    distributed), so what arrives here fails every time: a file removed, replaced or unreadable
-    after the scan, workers dying on the window, or the scheduler gone. daskfeed's own errors
-    (which name file and byte range), ``KeyboardInterrupt`` and the like pass through.
+    ``what``: e.g. "window 3 (epoch 0, partitions a.csv[0:64MB], ...)". The task was already
+    retried (``retries=1``; a lost worker's tasks are recomputed by distributed), so what
+    arrives here fails every time: a file removed, replaced or unreadable after the scan,
+    workers dying on the task, or the scheduler gone. daskfeed's own errors (which name file
+    and byte range), ``KeyboardInterrupt`` and the like pass through.
     """
     from daskfeed.exceptions import ClusterError, DaskfeedError, DataError
 
@@ -43,27 +44,27 @@ def explain(err: BaseException, w: int, where: str) -> BaseException:
     if kind in ("FutureCancelledError", "CancelledError"):
         lost = "connection-lost" in str(err) or "closed" in str(err)
         new = ClusterError(
-            (f"Lost the connection to the Dask scheduler while waiting for window {w} ({where})."
-             if lost else f"Window {w} ({where}) was cancelled on the cluster.")
+            (f"Lost the connection to the Dask scheduler while waiting for {what}."
+             if lost else f"The task reading {what} was cancelled on the cluster.")
             + f"\nReceived: {text}\nHint: check that the scheduler is still running (or restart "
             "it and its workers), then run again."
         )
     elif kind == "KilledWorker":
         new = ClusterError(
-            f"Workers died every time they ran window {w} ({where}).\nReceived: {text}\n"
+            f"Workers died every time they read {what}.\nReceived: {text}\n"
             "Hint: a worker is killed when it exceeds its memory limit: raise --memory-limit, "
             "use fewer --nworkers, or check the worker logs."
         )
     elif isinstance(err, OSError):
         new = DataError(
-            f"Cannot read window {w} ({where}) on the cluster, even after a retry. Expected the "
-            f"files as they were when scanned.\nReceived: {text}\nHint: a file removed, replaced "
-            "or unreadable after the scan fails every time: restore it, or rescan (delete the "
-            "cached manifest.json) and restart."
+            f"Cannot read {what} on the cluster, even after a retry. Expected the files as they "
+            f"were listed.\nReceived: {text}\nHint: a file removed, replaced or unreadable after "
+            "it was listed fails every time: restore it, or rescan (delete the cached "
+            "manifest.json) and restart."
         )
     else:
         new = DataError(
-            f"Window {w} ({where}) failed on the cluster, even after a retry.\nReceived: {text}\n"
+            f"Reading {what} failed on the cluster, even after a retry.\nReceived: {text}\n"
             "Hint: the worker's traceback is in the worker logs (and chained to this error)."
         )
     new.__cause__ = err
@@ -214,7 +215,7 @@ class Prefetcher:
                 entry.error = WindowCancelled(f"window {w} was cancelled by an epoch change")
                 entry.error.__cause__ = err
             else:
-                entry.error = explain(err, w, self._describe(w))
+                entry.error = explain(err, f"window {w} ({self._describe(w)})")
         else:
             with self._lock:
                 entry.data = data

@@ -195,7 +195,7 @@ class DaskSequence(keras.utils.PyDataset):
 
     def _resolve_manifest(self, manifest: Any, label: str, vocabulary_size: int | None) -> Manifest:
         if manifest is None:
-            return scan(self.source, label=label, client=self._client,
+            return scan(self.source, label=label, client=self._client, timeout=self.timeout,
                         vocabulary_size=vocabulary_size, partition_cache=self.cache)
         if not isinstance(manifest, Manifest):
             manifest = Manifest.from_json(manifest)

@@ -230,6 +230,32 @@ def test_hung_partition_is_a_timeout_error_not_a_hang(id_data, tmp_path):
     assert t_close < 30, t_close  # the cluster closes although a worker thread is stuck
 
 
+def test_hung_file_during_the_scan_is_a_timeout_error_not_a_hang(id_data, tmp_path):
+    """A FIFO among the files when the scan starts: the scan task reading it never finishes.
+    The scan fails with FeedTimeoutError naming it once no scan task finished for ``timeout``."""
+    from daskfeed.cluster import close_client
+    from daskfeed.exceptions import FeedTimeoutError
+
+    glob = _copy_data(id_data, tmp_path / "data")
+    victim = sorted(pathlib.Path(glob).parent.glob("*.csv"))[-1]
+    victim.unlink()
+    os.mkfifo(victim)
+    client = _local_client()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(FeedTimeoutError) as info:
+            _seq(glob, client, timeout=3, cache=False)
+        elapsed = time.monotonic() - t0
+    finally:
+        t1 = time.monotonic()
+        close_client(client)
+        t_close = time.monotonic() - t1
+    msg = str(info.value)
+    assert "No scan task finished within 3s" in msg and victim.name in msg and "Hint:" in msg, msg
+    assert elapsed < 3 + 15, elapsed
+    assert t_close < 30, t_close
+
+
 # -- CLI: real `daskfeed train` subprocesses ---------------------------------------------------------
 HOOK = '''
 import os, pathlib, time
