@@ -202,6 +202,10 @@ def merge_summaries(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, An
     return out
 
 
+MAX_REJECTS_KEPT = 1000  # quarantined lines kept per partition (all are counted)
+MAX_REJECT_CHARS = 4096  # characters kept of one quarantined line
+
+
 def scan_block(index: int, block: Any, options: Any, label: str, cache: Any = None,
                writer: Any = None) -> dict[str, Any]:
     """Parse partition ``index`` once: summarize it, count bad lines, fill the parse cache.
@@ -218,8 +222,8 @@ def scan_block(index: int, block: Any, options: Any, label: str, cache: Any = No
     if summary is None:  # an empty file
         summary = {"rows": 0, "columns": [], "kinds": {}, "missing": {}, "stats": {}, "label_rows": 0}
     summary["bad_lines"] = len(rejects)
-    if options.bad_lines == "quarantine" and rejects:
-        summary["rejects"] = rejects
+    if options.bad_lines == "quarantine" and rejects:  # bounded: a pathological file stays cheap
+        summary["rejects"] = [line[:MAX_REJECT_CHARS] for line in rejects[:MAX_REJECTS_KEPT]]
     if rejects and len(rejects) > max(100, summary["rows"]):
         from daskfeed.exceptions import DataError
 
@@ -769,6 +773,10 @@ def _build_manifest(src: Any, label: str, facts: list[dict[str, Any]], stats: di
     bad_lines = sum(f.get("bad_lines", 0) for f in facts)
     rejects = [{"where": src.blocks[i].describe(), "line": line}
                for i, f in enumerate(facts) for line in f.get("rejects", ())]
+    kept = [(i, f["bad_lines"] - len(f.get("rejects", ()))) for i, f in enumerate(facts) if f.get("rejects")]
+    rejects += [{"where": src.blocks[i].describe(),
+                 "line": f"[{n:,} more malformed lines of this partition not kept (first "
+                         f"{MAX_REJECTS_KEPT:,} are)]"} for i, n in kept if n > 0]
     if bad_lines:
         first = next(i for i, f in enumerate(facts) if f.get("bad_lines"))
         warnings.warn(

@@ -119,6 +119,23 @@ def test_bad_lines_skipped_are_counted_never_silent(tmp_path, client, write_csv,
             assert m.rejects == []
 
 
+def test_quarantine_keeps_a_bounded_text_and_counts_every_line(tmp_path, client, write_csv):
+    """A partition with many malformed lines: all counted, the first MAX_REJECTS_KEPT kept (each
+    at most MAX_REJECT_CHARS), and one line saying how many more there were."""
+    from daskfeed import manifest
+
+    good = "".join(f"{i},{i % 2}\n" for i in range(3000))
+    bad = "".join(f"{i},1,{'z' * 5000}\n" for i in range(1200))
+    write_csv("many.csv", "x,y\n" + good + bad)
+    with pytest.warns(UserWarning, match="1,200 malformed line"):
+        m = daskfeed.scan(str(tmp_path / "many.csv"), label="y", client=client, bad_lines="quarantine")
+    assert m.bad_lines == 1200 and m.rows == 3000
+    assert len(m.rejects) == manifest.MAX_REJECTS_KEPT + 1
+    assert all(len(r["line"]) <= manifest.MAX_REJECT_CHARS for r in m.rejects)
+    assert m.rejects[0]["line"].startswith("0,1,zzz")
+    assert "200 more malformed lines" in m.rejects[-1]["line"] and "many.csv" in m.rejects[-1]["where"]
+
+
 def test_a_file_that_is_mostly_malformed_is_refused_even_when_skipping(tmp_path, client, write_csv):
     write_csv("semi.csv", "x,y\n" + "".join(f"{i};{i % 2};x\n" for i in range(300)) + "1,0\n")
     with pytest.raises(DataError, match="delimiter"):
