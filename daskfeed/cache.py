@@ -67,9 +67,20 @@ def estimate_bytes(source: Any) -> int:
 
 @dataclass(frozen=True)
 class PartitionCache:
-    """One data set's cache directory (picklable: it travels to the workers with each task)."""
+    """One data set's cache directory (picklable: it travels to the workers with each task).
 
-    path: str
+    ``root`` None: :func:`default_root` where the cache is used, i.e. on each worker (a remote
+    worker's home, not the trainer's); ``key``: the data's directory under the root.
+    """
+
+    root: str | None
+    key: str = ""
+
+    @property
+    def path(self) -> str:
+        """The directory, as seen by the process asking."""
+        root = default_root() if self.root is None else self.root
+        return os.path.join(root, self.key) if self.key else root
 
     def lookup(self, index: int) -> list[tuple[str, int, int]] | None:
         """Where partition ``index`` is: ``[(segment file, first batch, batches), ...]`` or None."""
@@ -339,36 +350,47 @@ def open_cache(source: Any, root: str | os.PathLike[str] | None = None, *, requi
     """
     if source.frame is not None:
         return None, "cache: off (the data is a dask DataFrame)"
-    base = os.path.abspath(os.path.expanduser(os.fspath(root))) if root else default_root()
-    entry = os.path.join(base, source.fingerprint())
+    # an explicit directory is taken as given; the default is resolved on each worker
+    base = os.path.abspath(os.path.expanduser(os.fspath(root))) if root else None
+    key = source.fingerprint()
     need = estimate_bytes(source)
-    args = (base, entry, _identity(source), source.nbytes)
+    args = (base, key, _identity(source), source.nbytes)
+    where = base or "the workers' default cache directory"
     try:
         results = [_prepare(*args)] if client is None else list(client.run(_prepare, *args).values())
         free = min(r[0] for r in results)
         reused = min(r[1] for r in results)
+        entries = sorted({r[2] for r in results})
     except OSError as err:
+        where = getattr(err, "filename", None) or where
         if required:
             raise CacheError(
-                f"Expected a writable cache directory. Received: {base} ({err.strerror or err}).\n"
+                f"Expected a writable cache directory. Received: {where} ({err.strerror or err}).\n"
                 "Hint: pass --cache DIR on a writable disk, or --no-cache."
             ) from err
-        return None, f"cache: off ({base} is not writable: {err.strerror or err})"
+        return None, f"cache: off ({where} is not writable: {err.strerror or err})"
+    where = entries[0] if len(entries) == 1 else f"{entries[0]} and {len(entries) - 1} other path(s)"
     if reused == 0 and free < need + _MARGIN:
         msg = (f"Expected at least {(need + _MARGIN) / 1e9:.1f} GB free for the parse cache "
-               f"({need / 1e9:.1f} GB estimated + 1 GB margin) in {base}. Received: "
-               f"{free / 1e9:.1f} GB free.")
+               f"({need / 1e9:.1f} GB estimated + 1 GB margin) in {os.path.dirname(where)}. "
+               f"Received: {free / 1e9:.1f} GB free.")
         if required:
             raise CacheError(f"{msg}\nHint: pass --cache DIR on a larger disk, or --no-cache.")
         return None, f"cache: off — {msg}"
-    cache = PartitionCache(entry)
+    cache = PartitionCache(base, key)
     state = (f"{reused} of the partitions cached" if reused else
              f"~{need / 1e9:.2f} GB to write, {free / 1e9:.0f} GB free")
-    return cache, f"cache: {entry} ({state})"
+    return cache, f"cache: {where} ({state})"
 
 
-def _prepare(base: str, entry: str, identity: str, nbytes: int) -> tuple[int, int]:
-    """Create ``entry`` (0700), drop stale entries of the same files; (free bytes, cached parts)."""
+def _prepare(base: str | None, key: str, identity: str, nbytes: int) -> tuple[int, int, str]:
+    """Create the entry ``key`` (0700) under ``base`` and drop stale entries of the same files.
+
+    ``base`` None: this process's default root (run on each worker). Returns (free bytes,
+    cached partitions, the entry's path).
+    """
+    base = default_root() if base is None else base
+    entry = os.path.join(base, key)
     os.makedirs(base, mode=0o700, exist_ok=True)
     for name in os.listdir(base):
         other = os.path.join(base, name)
@@ -392,7 +414,7 @@ def _prepare(base: str, entry: str, identity: str, nbytes: int) -> tuple[int, in
                        "version": CACHE_VERSION}, f)
         os.replace(tmp, meta)
     cached = PartitionCache(entry).cached_partitions()
-    return shutil.disk_usage(entry).free, cached
+    return shutil.disk_usage(entry).free, cached, entry
 
 
 def _sweep(entry: str, now: float | None = None) -> int:

@@ -206,3 +206,25 @@ def test_gzip_chunks_keep_quoted_line_breaks_whole(tmp_path, client):
     small = Source(str(tmp_path / "small.csv"))
     (table,) = list(iter_tables(small.blocks[0], small.options))  # a small file: one piece
     assert table.column("b").to_pylist() == ["2", "x\ny"]
+
+
+def test_the_default_cache_directory_is_the_workers_not_the_trainers(tmp_path, write_csv):
+    """Workers elsewhere (here: another XDG_CACHE_HOME) cache under their own default root."""
+    from distributed import Client, LocalCluster
+
+    from daskfeed.cache import default_root
+
+    for i in range(3):
+        write_csv(f"d/f{i}.csv", "x,y\n" + "".join(f"{i * 10 + r},{r % 2}\n" for r in range(10)))
+    workers_home = tmp_path / "worker-home"
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      host="127.0.0.1", env={"XDG_CACHE_HOME": str(workers_home)}) as cluster, \
+            Client(cluster) as client:
+        with daskfeed.DaskSequence(str(tmp_path / "d" / "*.csv"), label="y", client=client,
+                                   batch_size=10) as seq:
+            assert len(np.concatenate([seq[i][1] for i in range(len(seq))])) == 30
+            status = seq.cache_status
+    entry = workers_home / "daskfeed" / seq.cache.key
+    assert str(entry) in status
+    assert glob.glob(str(entry / "g*.arrow")) and oct(os.stat(entry).st_mode & 0o777) == "0o700"
+    assert not os.path.exists(os.path.join(default_root(), seq.cache.key))  # not the trainer's
