@@ -112,9 +112,10 @@ class Cursor:
                 "then removed)."
             )
         flag = {"batch_size": "--batch-size", "seed": "--seed", "label": "--label",
-                "features": "--features/--exclude"}
+                "features": "--features/--exclude",
+                "window_rows": "the same --memory-limit (it sets the window size) and"}
         for name in ("batch_size", "seed", "label", "features", "shuffle", "drop_remainder",
-                     "shard", "num_batches", "rows"):
+                     "shard", "num_batches", "rows", "window_rows"):
             mine, theirs = getattr(self, name), getattr(other, name)
             if mine != theirs:
                 shown = ",".join(mine) if name == "features" else mine
@@ -281,6 +282,7 @@ class CheckpointStore:
             except CheckpointError as err:
                 errors.append(str(err).split("\nHint:")[0])
                 bad = os.path.join(self.directory, name)
+                shutil.rmtree(f"{bad}.corrupt", ignore_errors=True)  # the same one damaged before
                 os.replace(bad, f"{bad}.corrupt")
                 continue
             if errors:

@@ -123,6 +123,9 @@ def test_checkpoints_atomic_keep_two_and_truncated_newest_falls_back(tmp_path):
     assert newest.iterations == saved[6][1] == 6 and newest.history == [{"epoch": -1, "loss": 1.0}]
 
     # truncate the newest checkpoint's weights: the previous good one is used, with a warning
+    # (a damaged copy of the same name from an earlier crash is already there: replaced)
+    os.makedirs(newest.path + ".corrupt")
+    open(os.path.join(newest.path + ".corrupt", "old"), "w").close()
     with open(newest.weights, "r+b") as f:
         f.truncate(os.path.getsize(newest.weights) // 2)
     said = []
@@ -156,6 +159,8 @@ def test_cursor_check_refuses_other_data_batch_size_seed():
         ({"batch_size": 16}, r"batch_size=8.*Received: batch_size=16.*Hint: resume with --batch-size 8"),
         ({"seed": 3}, r"seed=0.*Received: seed=3.*Hint: resume with --seed 0"),
         ({"features": ("a", "b")}, r"Received: features=\('a', 'b'\).*--features/--exclude a,b,c"),
+        # another --memory-limit makes other windows, so other batches: refused, not misread
+        ({"window_rows": 128}, r"window_rows=64.*Received: window_rows=128.*same --memory-limit"),
     ]:
         with pytest.raises(CheckpointError, match="(?s)" + pattern) as info:
             ck.check(_cursor(1, 5, **change), where="c")
