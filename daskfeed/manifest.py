@@ -131,15 +131,40 @@ def _arrow_kind(col: Any) -> str:
     return "string"
 
 
-def summarize_table(table: Any, label: str) -> dict[str, Any]:
-    """:func:`summarize_partition` of an Arrow table, without pandas (runs on a worker)."""
+def table_facts(table: Any, label: str) -> dict[str, Any]:
+    """What the manifest needs per partition, of one Arrow table (cheap: no statistics).
+
+    Rows, columns, kinds, missing values, rows with a label, a few values of text columns.
+    """
     import pyarrow as pa
     import pyarrow.compute as pc
 
     rows = table.num_rows
     out: dict[str, Any] = {"rows": rows, "columns": list(table.column_names), "kinds": {},
-                           "missing": {}, "stats": {}}
-    out["label_rows"] = 0
+                           "missing": {}, "label_rows": 0, "samples": {}}
+    for name in table.column_names:
+        col = table.column(name)
+        kind = _arrow_kind(col)
+        missing = col.null_count
+        if pa.types.is_floating(col.type) and rows:
+            missing += int(pc.sum(pc.is_nan(col)).as_py() or 0)
+        if kind == "string":
+            head = pc.drop_null(col.slice(0, 1000))
+            out["samples"][name] = [str(v) for v in pc.unique(head).to_pylist()[:3]]
+        if name == label and kind in (*_NUMERIC_KINDS, "string"):
+            out["label_rows"] = rows - missing
+        out["kinds"][name] = kind
+        out["missing"][name] = missing
+    return out
+
+
+def table_stats(table: Any, label: str) -> dict[str, dict[str, Any]]:
+    """Per-column statistics of one Arrow table (mergeable with :func:`merge_stats`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rows = table.num_rows
+    out: dict[str, dict[str, Any]] = {}
     for name in table.column_names:
         col = table.column(name)
         kind = _arrow_kind(col)
@@ -150,7 +175,6 @@ def summarize_table(table: Any, label: str) -> dict[str, Any]:
             missing = rows - len(v)
             st.update(_moments(v) or _NO_VALUES)
             if name == label:
-                out["label_rows"] = len(v)
                 uniq, counts = np.unique(v, return_counts=True)
                 top = np.argsort(-counts, kind="stable")[: _MAX_LABEL_VALUES + 1]
                 st["values"] = {repr(float(uniq[i])): int(counts[i]) for i in top}
@@ -159,8 +183,7 @@ def summarize_table(table: Any, label: str) -> dict[str, Any]:
             if kind == "datetime":
                 from daskfeed.feed import epoch_seconds
 
-                v = epoch_seconds(pc.drop_null(col))
-                st.update(_moments(v))
+                st.update(_moments(epoch_seconds(pc.drop_null(col))))
             elif kind == "string":
                 vc = pc.value_counts(pc.drop_null(col))
                 values = vc.field("values").to_pylist()
@@ -168,13 +191,48 @@ def summarize_table(table: Any, label: str) -> dict[str, Any]:
                 order = np.argsort(-counts, kind="stable")
                 st["approximate"] = len(values) > _MAX_TRACKED
                 st["values"] = {str(values[i]): int(counts[i]) for i in order[:_MAX_TRACKED]}
-                if name == label:  # a text label: the manifest refuses it with samples
-                    out["label_rows"] = rows - missing
         st["count"] = rows - missing
-        out["kinds"][name] = kind
-        out["missing"][name] = missing
-        out["stats"][name] = st
+        out[name] = st
     return out
+
+
+def summarize_table(table: Any, label: str) -> dict[str, Any]:
+    """:func:`summarize_partition` of an Arrow table, without pandas (runs on a worker)."""
+    return {**table_facts(table, label), "stats": table_stats(table, label)}
+
+
+class _StatsRun:
+    """Statistics of many small tables, computed a run (about ``ENCODE_BYTES``) at a time.
+
+    Thousands of small files cost a few passes over concatenated columns, not thousands.
+    """
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.tables: list[Any] = []
+        self.size = 0
+        self.stats: dict[str, dict[str, Any]] = {}
+
+    def add(self, table: Any) -> None:
+        from daskfeed.feed import ENCODE_BYTES
+
+        self.tables.append(table)
+        self.size += table.nbytes
+        if self.size >= ENCODE_BYTES:
+            self.flush()
+
+    def flush(self) -> dict[str, dict[str, Any]]:
+        import pyarrow as pa
+
+        tables, self.tables, self.size = self.tables, [], 0
+        if len(tables) > 1:
+            try:
+                tables = [pa.concat_tables(tables, promote_options="permissive")]
+            except (pa.ArrowInvalid, pa.ArrowTypeError):  # text in one file, numbers in another
+                pass
+        for t in tables:
+            self.stats = merge_stats(self.stats, table_stats(t, self.label))
+        return self.stats
 
 
 def _merge_kind(a: str | None, b: str) -> str:
@@ -188,7 +246,7 @@ def _merge_kind(a: str | None, b: str) -> str:
 
 
 def merge_summaries(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:
-    """Merge the summaries of two chunks of one partition (a compressed file's pieces)."""
+    """Merge the summaries (or facts) of two chunks of one partition (a compressed file's pieces)."""
     if a is None or not a["columns"]:
         return b
     if not b["columns"]:
@@ -198,7 +256,10 @@ def merge_summaries(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, An
     out["label_rows"] = a["label_rows"] + b["label_rows"]
     out["kinds"] = {c: _merge_kind(a["kinds"].get(c), b["kinds"].get(c, "null")) for c in a["columns"]}
     out["missing"] = {c: a["missing"].get(c, 0) + b["missing"].get(c, 0) for c in a["columns"]}
-    out["stats"] = merge_stats(a["stats"], b["stats"])
+    out["samples"] = {c: a.get("samples", {}).get(c) or b.get("samples", {}).get(c, [])
+                      for c in a["columns"] if c in a.get("samples", {}) or c in b.get("samples", {})}
+    if "stats" in a or "stats" in b:
+        out["stats"] = merge_stats(a.get("stats", {}), b.get("stats", {}))
     return out
 
 
@@ -207,20 +268,26 @@ MAX_REJECT_CHARS = 4096  # characters kept of one quarantined line
 
 
 def scan_block(index: int, block: Any, options: Any, label: str, cache: Any = None,
-               writer: Any = None) -> dict[str, Any]:
-    """Parse partition ``index`` once: summarize it, count bad lines, fill the parse cache.
+               writer: Any = None, run: _StatsRun | None = None) -> dict[str, Any]:
+    """Parse partition ``index`` once: its facts, bad lines and statistics; fill the parse cache.
 
-    ``writer``: the group's cache writer (see :func:`scan_blocks`); without one the partition
-    is cached on its own when ``cache`` is given.
+    ``writer``: the group's cache writer and ``run`` the group's statistics (see
+    :func:`scan_blocks`): then the result holds the facts only. Without ``writer`` the
+    partition is cached on its own when ``cache`` is given.
     """
     from daskfeed.cache import block_tables
 
+    own = run is None
+    run = _StatsRun(label) if run is None else run
     rejects: list[str] = []
     summary: dict[str, Any] | None = None
     for table in block_tables(index, block, options, cache, rejects, use_cache=False, writer=writer):
-        summary = merge_summaries(summary, summarize_table(table, label))
+        summary = merge_summaries(summary, table_facts(table, label))
+        run.add(table)
     if summary is None:  # an empty file
-        summary = {"rows": 0, "columns": [], "kinds": {}, "missing": {}, "stats": {}, "label_rows": 0}
+        summary = {"rows": 0, "columns": [], "kinds": {}, "missing": {}, "label_rows": 0, "samples": {}}
+    if own:
+        summary["stats"] = run.flush()
     summary["bad_lines"] = len(rejects)
     if options.bad_lines == "quarantine" and rejects:  # bounded: a pathological file stays cheap
         summary["rejects"] = [line[:MAX_REJECT_CHARS] for line in rejects[:MAX_REJECTS_KEPT]]
@@ -667,16 +734,17 @@ def scan_blocks(items: list[tuple[int, Any]], options: Any, label: str,
     writer = None
     if cache is not None and not all(cache.has(i) for i, _ in items):
         writer = cache.writer(items[0][0])
+    run = _StatsRun(label)
     try:
-        summaries = [scan_block(i, b, options, label, writer=writer) for i, b in items]
+        summaries = [scan_block(i, b, options, label, writer=writer, run=run) for i, b in items]
+        stats = run.flush()
     except BaseException:
         if writer is not None:
             writer.abort()
         raise
     if writer is not None:
         writer.commit()
-    return {"facts": [_facts(s) for s in summaries],
-            "stats": merge_stats(*[s["stats"] for s in summaries])}
+    return {"facts": summaries, "stats": stats}
 
 
 def _facts_list(s: dict[str, Any]) -> list[dict[str, Any]]:
@@ -684,6 +752,8 @@ def _facts_list(s: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _facts(s: dict[str, Any]) -> dict[str, Any]:
+    if "samples" in s:
+        return {k: v for k, v in s.items() if k != "stats"}
     return {k: v for k, v in s.items() if k != "stats"} | {
         "samples": {c: list(st.get("values", {}))[:3] for c, st in s["stats"].items()
                     if s["kinds"].get(c) in ("string", "mixed")}}
