@@ -1,4 +1,4 @@
-"""Cache: every partition parsed once, kept as Arrow IPC (lz4) on the workers' disk.
+"""Cache: every partition parsed once, kept as Arrow IPC files on the workers' disk.
 
 The scan parses each CSV block once and, while it is in memory, writes it here; every epoch
 after that reads Arrow instead of CSV (several times faster to read than to parse). A partition
@@ -40,9 +40,10 @@ __all__ = ["PartitionCache", "block_tables", "default_root", "estimate_bytes", "
 CACHE_VERSION = 2
 FLUSH_BYTES = 16 << 20  # a segment file holds about this much Arrow data (memory: one per task)
 STALE_TMP_SECONDS = 3600  # a writer renames its files within seconds; older ones were killed
-# cache bytes per byte of CSV (measured ~0.3 with zstd on the demo data; kept conservative)
-_PER_CSV_BYTE = 0.6
-_PER_COMPRESSED_BYTE = 3.0
+# cache bytes per byte of input, per compression (measured on the demo data: uncompressed 0.87,
+# lz4 0.61, zstd 0.32 of the CSV; kept conservative), for CSV and for compressed (.gz ...) files
+_PER_INPUT_BYTE = {None: (1.0, 8.0), "lz4": (0.75, 5.0), "zstd": (0.6, 3.0)}
+COMPRESSIONS = ("auto", "none", "lz4", "zstd")
 _MARGIN = 1 << 30  # keep this much disk free beyond the estimate
 
 
@@ -55,14 +56,12 @@ def default_root() -> str:
     return os.path.join(base, "daskfeed")
 
 
-def estimate_bytes(source: Any) -> int:
-    """Disk the cache of ``source`` will take, estimated from the input sizes (generous)."""
+def estimate_bytes(source: Any, compression: str | None = "zstd") -> int:
+    """Disk the cache of ``source`` will take with ``compression``, from the input sizes (generous)."""
     from daskfeed.source import _compression
 
-    total = 0.0
-    for f in source.files:
-        total += f.size * (_PER_COMPRESSED_BYTE if _compression(f.path) else _PER_CSV_BYTE)
-    return int(total)
+    plain, packed = _PER_INPUT_BYTE[compression]
+    return int(sum(f.size * (packed if _compression(f.path) else plain) for f in source.files))
 
 
 @dataclass(frozen=True)
@@ -75,6 +74,7 @@ class PartitionCache:
 
     root: str | None
     key: str = ""
+    compression: str | None = None  # of the files this cache writes (None: memory-mapped reads)
 
     @property
     def path(self) -> str:
@@ -93,13 +93,19 @@ class PartitionCache:
         """Whether partition ``index`` is complete in the cache."""
         return self.lookup(index) is not None
 
-    def tables(self, index: int) -> list[Any] | None:
-        """The cached tables of partition ``index`` (None: not cached, or unreadable)."""
+    def tables(self, index: int, columns: list[str] | None = None,
+               readers: dict[str, Any] | None = None) -> list[Any] | None:
+        """The cached tables of partition ``index`` (None: not cached, or unreadable).
+
+        ``columns``: only these (the others are not even decompressed); ``readers``: open
+        segment files to reuse across calls (a window reads many partitions of one file).
+        """
         pieces = self.lookup(index)
         if pieces is None:
             return None
+        readers = {} if readers is None else readers
         try:
-            return [_read_piece(os.path.join(self.path, name), first, count)
+            return [_read_piece(os.path.join(self.path, name), first, count, columns, readers)
                     for name, first, count in pieces]
         except (OSError, ValueError, IndexError, KeyError) as err:  # damaged: parse the CSV again
             import warnings
@@ -159,14 +165,21 @@ def _forget(path: str, index: int) -> None:
             _INDEXES[path][1].pop(index, None)
 
 
-def _read_piece(path: str, first: int, count: int) -> Any:
+def _read_piece(path: str, first: int, count: int, columns: list[str] | None,
+                readers: dict[str, Any]) -> Any:
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    with pa.memory_map(path) as source:
+    reader = readers.get(path)
+    if reader is None:
+        source = pa.memory_map(path)  # batches of an uncompressed file are views of the mapping
         reader = ipc.open_file(source)
-        batches = [reader.get_batch(b) for b in range(first, first + count)]
-        return pa.Table.from_batches(batches, schema=reader.schema)  # decompressed: owns its memory
+        if columns is not None:
+            keep = [i for i, f in enumerate(reader.schema) if f.name in set(columns)]
+            reader = ipc.open_file(source, options=ipc.IpcReadOptions(included_fields=keep))
+        readers[path] = reader
+    batches = [reader.get_batch(b) for b in range(first, first + count)]
+    return pa.Table.from_batches(batches, schema=reader.schema)
 
 
 class _Writer:
@@ -174,7 +187,8 @@ class _Writer:
 
     Tables are kept until about ``FLUSH_BYTES`` have accumulated (or the next table's columns
     cannot share a file with them), then written as one segment: numeric columns float32,
-    strings dictionary-encoded with one dictionary per segment, lz4. Every partition is a run of
+    strings dictionary-encoded with one dictionary per segment; uncompressed (read as a memory
+    map, nothing to decode) or zstd, see :func:`open_cache`. Every partition is a run of
     record batches of a segment. ``commit`` renames the segments into place and writes the marker
     last, so a reader never sees half a group.
     """
@@ -226,7 +240,7 @@ class _Writer:
             whole = pa.concat_tables(tables, promote_options="permissive")
             whole = whole.unify_dictionaries()  # one dictionary per column per file
             with pa.OSFile(path, "wb") as f, ipc.new_file(
-                f, schema, options=ipc.IpcWriteOptions(compression="lz4")
+                f, schema, options=ipc.IpcWriteOptions(compression=self.cache.compression)
             ) as w:
                 batch = 0
                 offset = 0
@@ -298,16 +312,18 @@ def _compact(table: Any) -> Any:
 
 def block_tables(index: int, block: Any, options: Any, cache: PartitionCache | None,
                  rejects: list[str] | None = None, *, use_cache: bool = True,
-                 writer: _Writer | None = None) -> Iterator[Any]:
+                 writer: _Writer | None = None, columns: list[str] | None = None,
+                 readers: dict[str, Any] | None = None) -> Iterator[Any]:
     """Arrow tables of partition ``index``: from the cache, else parsed (and then cached).
 
     ``writer``: the scan's writer of a group of partitions (committed by the caller); without
-    one, a partition parsed here is cached on its own.
+    one, a partition parsed here is cached on its own. ``columns`` and ``readers``: see
+    :meth:`PartitionCache.tables` (tables parsed from CSV have every column).
     """
     from daskfeed.source import iter_tables
 
     if cache is not None and use_cache:
-        cached = cache.tables(index)
+        cached = cache.tables(index, columns, readers)
         if cached is not None:
             yield from cached
             return
@@ -340,20 +356,26 @@ def _identity(source: Any) -> str:
 
 
 def open_cache(source: Any, root: str | os.PathLike[str] | None = None, *, required: bool = False,
-               client: Any = None) -> tuple[PartitionCache | None, str]:
+               client: Any = None, compression: str | None = None) -> tuple[PartitionCache | None, str]:
     """Prepare the cache directory of ``source``; return it (or None) and a line saying why.
 
-    The free space is checked up front against :func:`estimate_bytes`. With ``required``
-    (an explicit ``--cache DIR``) too little room is a :class:`CacheError`; otherwise the
-    cache is left off and the reason returned. On a remote cluster the directory is a path on
-    the workers, so it is created and checked there.
+    The free space is checked up front against :func:`estimate_bytes`. ``compression``
+    (default ``daskfeed.cache-compression``): ``"auto"`` writes uncompressed files (epochs read
+    them as memory maps: several times faster than decoding) when the disk has room for them,
+    else zstd (about a third of the CSV); or ``"none"``, ``"lz4"``, ``"zstd"``. With
+    ``required`` (an explicit ``--cache DIR``) too little room is a :class:`CacheError`;
+    otherwise the cache is left off and the reason returned. The default directory is
+    resolved, created and checked on the workers (on a remote cluster: their disk).
     """
     if source.frame is not None:
         return None, "cache: off (the data is a dask DataFrame)"
+    choice = str(config.get("cache-compression", compression))
+    if choice not in COMPRESSIONS:
+        raise ValueError(f"Expected cache compression in {COMPRESSIONS}. Received: {choice!r}.")
+    candidates = [None, "zstd"] if choice == "auto" else [None if choice == "none" else choice]
     # an explicit directory is taken as given; the default is resolved on each worker
     base = os.path.abspath(os.path.expanduser(os.fspath(root))) if root else None
     key = source.fingerprint()
-    need = estimate_bytes(source)
     args = (base, key, _identity(source), source.nbytes)
     where = base or "the workers' default cache directory"
     try:
@@ -370,16 +392,19 @@ def open_cache(source: Any, root: str | os.PathLike[str] | None = None, *, requi
             ) from err
         return None, f"cache: off ({where} is not writable: {err.strerror or err})"
     where = entries[0] if len(entries) == 1 else f"{entries[0]} and {len(entries) - 1} other path(s)"
-    if reused == 0 and free < need + _MARGIN:
+    fits = [c for c in candidates if reused or free >= estimate_bytes(source, c) + _MARGIN]
+    if not fits:
+        need = estimate_bytes(source, candidates[-1])
         msg = (f"Expected at least {(need + _MARGIN) / 1e9:.1f} GB free for the parse cache "
                f"({need / 1e9:.1f} GB estimated + 1 GB margin) in {os.path.dirname(where)}. "
                f"Received: {free / 1e9:.1f} GB free.")
         if required:
             raise CacheError(f"{msg}\nHint: pass --cache DIR on a larger disk, or --no-cache.")
         return None, f"cache: off — {msg}"
-    cache = PartitionCache(base, key)
+    cache = PartitionCache(base, key, fits[0])
+    need = estimate_bytes(source, fits[0])
     state = (f"{reused} of the partitions cached" if reused else
-             f"~{need / 1e9:.2f} GB to write, {free / 1e9:.0f} GB free")
+             f"~{need / 1e9:.2f} GB to write {fits[0] or 'uncompressed'}, {free / 1e9:.0f} GB free")
     return cache, f"cache: {where} ({state})"
 
 

@@ -264,18 +264,21 @@ def read_window(blocks: list[tuple[int, Any]], options: Any, encoding: Encoding,
                 cache: Any = None) -> WindowData:
     """Read, encode and shuffle a window of ``(index, block)`` partitions in one task (on a worker).
 
-    Tables come from the parse cache when ``cache`` holds the partition, else are parsed from CSV
-    (and written to the cache). They are encoded in runs of about ``ENCODE_BYTES`` (thousands of
-    small files are not encoded one by one), so the task's peak memory is one such run plus the
-    window's compact arrays, and no parsed frame crosses the network.
+    Tables come from the parse cache when ``cache`` holds the partition (only the columns the
+    encoding needs), else are parsed from CSV (and written to the cache). They are encoded in
+    runs of about ``ENCODE_BYTES`` (thousands of small files are not encoded one by one), so the
+    task's peak memory is one such run plus the window's compact arrays, and no parsed frame
+    crosses the network.
     """
     from daskfeed.cache import block_tables
 
     parts: list[WindowData] = []
     run: list[Any] = []
     size = 0
+    columns = [encoding.label, *(c.name for c in encoding.columns)]
+    readers: dict[str, Any] = {}  # each cache file opened once per window
     for index, block in blocks:
-        for table in block_tables(index, block, options, cache):
+        for table in block_tables(index, block, options, cache, columns=columns, readers=readers):
             if table.num_rows:
                 run.append(table)
                 size += table.nbytes

@@ -13,6 +13,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,8 +122,10 @@ class Prefetcher:
         self._describe = describe
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
         self._lock = threading.RLock()
+        self._fetcher: ThreadPoolExecutor | None = None
         self.submitted = 0
         self.wait_seconds = 0.0
+        self.fetched_ahead = 0
 
     # -- public -------------------------------------------------------------------------
     def get(self, w: int) -> Any:
@@ -160,6 +163,9 @@ class Prefetcher:
     def reset(self) -> None:
         """Cancel everything in flight and drop every held window."""
         with self._lock:
+            if self._fetcher is not None:
+                self._fetcher.shutdown(wait=False, cancel_futures=True)
+                self._fetcher = None
             for entry in self._entries.values():
                 entry.cancelled = True
                 if entry.future is not None and not entry.ready.is_set():
@@ -184,11 +190,34 @@ class Prefetcher:
         future = self._submit(w)
         entry.future = future
         self.submitted += 1
+        if hasattr(future, "add_done_callback"):  # fetch it to this process as soon as it is done
+            future.add_done_callback(lambda _, w=w, entry=entry: self._fetch_soon(w, entry))
         return entry
 
-    def _wait(self, w: int, entry: _Entry) -> None:
+    def _fetch_soon(self, w: int, entry: _Entry) -> None:
+        """Window ``w`` is computed (called on the client's event loop: never block here)."""
+        with self._lock:
+            if entry.claimed or entry.cancelled or self._entries.get(w) is not entry:
+                return
+            if getattr(entry.future, "status", None) != "finished":
+                return  # a failure is explained to the caller who needs the window
+            if self._fetcher is None:
+                self._fetcher = ThreadPoolExecutor(1, thread_name_prefix="daskfeed-fetch")
+            try:
+                self._fetcher.submit(self._wait, w, entry, False)
+            except RuntimeError:  # shut down by reset(): nobody wants this window any more
+                pass
+
+    def _wait(self, w: int, entry: _Entry, waiting: bool = True) -> None:
+        """Gather window ``w`` into ``entry`` (or wait for whoever gathers it).
+
+        ``waiting``: a caller needs the window now (its time counts as data wait); False for the
+        background fetch of a finished window, which lets the next ``get`` find it here.
+        """
         t0 = time.perf_counter()
         with self._lock:
+            if not waiting and (entry.claimed or entry.cancelled):
+                return
             claimed = not entry.claimed
             entry.claimed = True
             future = entry.future
@@ -223,7 +252,10 @@ class Prefetcher:
                 entry.future = None  # drop our reference: the cluster frees its copy
         finally:
             with self._lock:
-                self.wait_seconds += time.perf_counter() - t0
+                if waiting:
+                    self.wait_seconds += time.perf_counter() - t0
+                else:
+                    self.fetched_ahead += 1
                 if entry.error is not None and self._entries.get(w) is entry:
                     del self._entries[w]  # a later get retries from scratch
             if claimed or entry.error is not None:

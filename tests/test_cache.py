@@ -52,7 +52,10 @@ def test_epochs_after_the_scan_read_no_csv(id_data, tmp_path, client):
             assert np.array_equal(np.sort(ids), np.arange(id_data.train_rows))
 
 
-def test_cached_batches_equal_parsed_batches(demo_data, tmp_path, client):
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_cached_batches_equal_parsed_batches(demo_data, tmp_path, client, compression):
+    import dask
+
     kw = {"label": "cleared", "client": client, "batch_size": 1000, "seed": 3}
     expected = []
     with daskfeed.DaskSequence(demo_data.train_glob, cache=False, **kw) as plain:
@@ -60,8 +63,9 @@ def test_cached_batches_equal_parsed_batches(demo_data, tmp_path, client):
         for _ in range(2):
             expected.append([plain[i] for i in range(len(plain))])
             plain.on_epoch_end()
-    with daskfeed.DaskSequence(demo_data.train_glob, cache=tmp_path / "c", manifest=manifest,
-                               **kw) as cached:
+    with dask.config.set({"daskfeed.cache-compression": compression}), daskfeed.DaskSequence(
+            demo_data.train_glob, cache=tmp_path / "c", manifest=manifest, **kw) as cached:
+        assert cached.cache.compression == (None if compression == "none" else compression)
         assert cached.cache.cached_partitions() == 0  # no scan ran: the first epoch fills it
         for epoch in range(2):  # epoch 0 parses CSV (and writes the cache), epoch 1 reads it
             for i, (xa, ya) in enumerate(expected[epoch]):
@@ -98,6 +102,23 @@ def test_a_disk_without_room_is_refused_up_front(tmp_path, write_csv):
     assert "GB free" in msg and str(tmp_path / "cache") in msg and "--no-cache" in msg
     cache, why = open_cache(src, tmp_path / "cache", required=False)
     assert cache is None and "cache: off" in why and "GB free" in why
+
+
+def test_auto_compression_writes_plain_files_where_there_is_room_else_zstd(tmp_path, write_csv):
+    from daskfeed.cache import estimate_bytes
+
+    write_csv("d/a.csv", "x,y\n1,0\n")
+    cache, why = open_cache(Source(str(tmp_path / "d" / "*.csv")), tmp_path / "c0")
+    assert cache is not None and cache.compression is None and "uncompressed" in why
+    free = shutil.disk_usage(tmp_path).free
+    with open(tmp_path / "d" / "b.csv", "wb") as f:  # room for zstd (0.6x), not for plain (1x)
+        f.truncate(int((free - 2**30) / 0.8))
+    src = Source(str(tmp_path / "d" / "*.csv"))
+    assert estimate_bytes(src, "zstd") + 2**30 < free < estimate_bytes(src, None) + 2**30
+    cache, why = open_cache(src, tmp_path / "c1")
+    assert cache is not None and cache.compression == "zstd" and "zstd" in why
+    with pytest.raises(CacheError, match="GB free"):
+        open_cache(src, tmp_path / "c2", required=True, compression="none")
 
 
 def test_gzip_is_parsed_in_bounded_chunks_with_types_per_chunk(tmp_path, client):
