@@ -269,8 +269,8 @@ def scan(data: tuple[str, ...], label: str, output: str | None) -> None:
 @click.option("--features", callback=_columns, default=None,
               help="Numeric feature columns [default: level,party_size,attempt,duration_s,deaths,hour].")
 @click.option("--batch-size", type=click.IntRange(1), default=1024, show_default=True)
-@click.option("--epochs", type=click.IntRange(2), default=2, show_default=True,
-              help="Epochs per fit: epoch 1 cold, the last one the steady state.")
+@click.option("--epochs", type=click.IntRange(2), default=3, show_default=True,
+              help="Epochs per fit: epoch 1 cold; the fastest later one is the steady state.")
 @click.option("--memory-limit", type=MemorySize(), default="4GB", show_default=True,
               help="daskfeed's budget for the whole process tree.")
 @click.option("--nworkers", type=click.IntRange(1), default=None,
