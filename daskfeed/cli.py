@@ -73,6 +73,53 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated
 
 
+def _watch_signals() -> Callable[[], None]:
+    """Stop waiting for data as soon as SIGTERM / SIGINT arrives; return the undo function.
+
+    Python runs signal handlers in the main thread only between bytecodes; while it waits
+    inside TensorFlow for a batch that is stuck on a hung read, the handler would run only
+    after ``--timeout``. The C-level handler also writes the signal number to the wakeup fd at
+    once: a thread reading it sets :data:`daskfeed.prefetch.ABORT`, the wait for the window
+    ends, TensorFlow returns, and the handler runs (exit 143 / 130 as usual).
+    """
+    import socket
+
+    from daskfeed.prefetch import ABORT, ABORT_SIGNAL
+
+    ABORT.clear()
+    ABORT_SIGNAL.clear()
+    r, w = socket.socketpair()
+    w.setblocking(False)
+    try:
+        old = signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
+    except ValueError:  # not the main thread of the main interpreter: nothing to watch
+        r.close()
+        w.close()
+        return lambda: None
+
+    def watch() -> None:
+        while True:
+            try:
+                data = r.recv(64)
+            except OSError:
+                return
+            if not data:
+                return
+            stops = [b for b in data if b in (signal.SIGTERM, signal.SIGINT)]
+            if stops:
+                ABORT_SIGNAL.append(stops[0])
+                ABORT.set()
+
+    threading.Thread(target=watch, daemon=True, name="daskfeed-signals").start()
+
+    def undo() -> None:
+        signal.set_wakeup_fd(old)
+        w.close()
+        r.close()
+
+    return undo
+
+
 def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn daskfeed's user-facing errors into ``click.ClickException`` (exit 1, no traceback).
 
@@ -85,18 +132,27 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, _on_sigterm) if main else None
+        unwatch = _watch_signals() if main else None
+        from daskfeed.prefetch import ABORT_SIGNAL
+
         try:
             return fn(*args, **kwargs)
-        except DaskfeedError as err:
-            raise click.ClickException(str(err)) from err
-        except KeyboardInterrupt as err:
+        except BaseException as err:
+            stopping = isinstance(err, KeyboardInterrupt) or (main and bool(ABORT_SIGNAL))
+            if not stopping:  # (a signal can surface as any error raised where it landed)
+                if isinstance(err, DaskfeedError):
+                    raise click.ClickException(str(err)) from err
+                raise
             if main:  # a second Ctrl-C while we print must not spew a traceback
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
-            term = isinstance(err, Terminated)
+            term = isinstance(err, Terminated) or (
+                not isinstance(err, KeyboardInterrupt) and ABORT_SIGNAL[:1] == [signal.SIGTERM])
             click.echo(f"daskfeed: stopped by {'SIGTERM' if term else 'Ctrl-C (SIGINT)'}; "
                        "cluster connections closed.", err=True)
             sys.exit(128 + (signal.SIGTERM if term else signal.SIGINT))
         finally:
+            if unwatch is not None:
+                unwatch()
             if main and previous is not None:
                 signal.signal(signal.SIGTERM, previous)
 

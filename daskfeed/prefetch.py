@@ -19,21 +19,59 @@ from typing import Any
 
 from daskfeed.exceptions import FeedTimeoutError
 
-__all__ = ["Prefetcher", "WindowCancelled", "explain"]
+__all__ = ["ABORT", "Prefetcher", "WindowCancelled", "explain"]
+
+# Set when the process is asked to stop (SIGTERM / SIGINT seen by the CLI's signal watcher):
+# waits for windows end at once, so a batch blocked on a hung read does not hold up the
+# shutdown until the timeout (the main thread may be inside TensorFlow, where Python signal
+# handlers cannot run).
+ABORT = threading.Event()
+ABORT_SIGNAL: list[int] = []  # the signal that set ABORT (the CLI's watcher records it)
+_POLL = 0.25  # seconds between checks of ABORT while waiting
 
 
 class WindowCancelled(RuntimeError):
     """The window was dropped by ``reset`` while a caller waited for it."""
 
 
-def explain(err: BaseException, what: str) -> BaseException:
+class Aborted(KeyboardInterrupt):
+    """Waiting for a window was abandoned because the process is stopping (:data:`ABORT`)."""
+
+
+def _result(future: Any, timeout: float) -> Any:
+    """``future.result(timeout)``, abandoned as soon as :data:`ABORT` is set."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if ABORT.is_set():
+            raise Aborted("stopping: no longer waiting for data")
+        try:
+            return future.result(timeout=max(min(_POLL, left), 0.001))
+        except TimeoutError:
+            if left <= _POLL:
+                raise
+
+
+def _wait_event(event: threading.Event, timeout: float) -> bool:
+    """``event.wait(timeout)``, abandoned as soon as :data:`ABORT` is set."""
+    deadline = time.monotonic() + timeout
+    while not event.wait(max(min(_POLL, deadline - time.monotonic()), 0.0)):
+        if ABORT.is_set():
+            raise Aborted("stopping: no longer waiting for data")
+        if time.monotonic() >= deadline:
+            return False
+    return True
+
+
+def explain(err: BaseException, what: str, client: Any = None) -> BaseException:
     """A failure of a task on the cluster as a daskfeed error naming ``what`` it was reading.
 
     ``what``: e.g. "window 3 (epoch 0, partitions a.csv[0:64MB], ...)". The task was already
     retried (``retries=1``; a lost worker's tasks are recomputed by distributed), so what
     arrives here fails every time: a file removed, replaced or unreadable after the scan,
     workers dying on the task, or the scheduler gone. daskfeed's own errors (which name file
-    and byte range), ``KeyboardInterrupt`` and the like pass through.
+    and byte range), ``KeyboardInterrupt`` and the like pass through. ``client``: the task's
+    client, asked whether the scheduler connection is gone when the task was cancelled.
     """
     from daskfeed.exceptions import ClusterError, DaskfeedError, DataError
 
@@ -43,7 +81,8 @@ def explain(err: BaseException, what: str) -> BaseException:
     text = f"{kind}: {str(err).strip()}"
     new: DaskfeedError
     if kind in ("FutureCancelledError", "CancelledError"):
-        lost = "connection-lost" in str(err) or "closed" in str(err)
+        lost = ("connection-lost" in str(err) or "closed" in str(err)
+                or getattr(client, "status", "running") not in ("running", "newly-created"))
         new = ClusterError(
             (f"Lost the connection to the Dask scheduler while waiting for {what}."
              if lost else f"The task reading {what} was cancelled on the cluster.")
@@ -102,6 +141,8 @@ class Prefetcher:
     describe
         ``describe(w) -> str`` for error messages (which partitions).
     """
+
+    fetch_ahead = True  # gather finished windows in the background (off: on first use)
 
     def __init__(
         self,
@@ -190,7 +231,7 @@ class Prefetcher:
         future = self._submit(w)
         entry.future = future
         self.submitted += 1
-        if hasattr(future, "add_done_callback"):  # fetch it to this process as soon as it is done
+        if self.fetch_ahead and hasattr(future, "add_done_callback"):  # fetch it as soon as done
             future.add_done_callback(lambda _, w=w, entry=entry: self._fetch_soon(w, entry))
         return entry
 
@@ -223,12 +264,12 @@ class Prefetcher:
             future = entry.future
         try:
             if not claimed:  # another thread gathers this window: wait for it
-                if not entry.ready.wait(self.timeout + 5):
+                if not _wait_event(entry.ready, self.timeout + 5):
                     raise TimeoutError
                 return
             if future is None or entry.cancelled:  # reset() (an epoch change) cancelled it
                 raise WindowCancelled(f"window {w} was cancelled by an epoch change")
-            data = future.result(timeout=self.timeout)
+            data = _result(future, self.timeout)
         except TimeoutError as err:
             if entry.ready.is_set():
                 return
@@ -244,7 +285,8 @@ class Prefetcher:
                 entry.error = WindowCancelled(f"window {w} was cancelled by an epoch change")
                 entry.error.__cause__ = err
             else:
-                entry.error = explain(err, f"window {w} ({self._describe(w)})")
+                entry.error = explain(err, f"window {w} ({self._describe(w)})",
+                                      getattr(future, "client", None))
         else:
             with self._lock:
                 entry.data = data

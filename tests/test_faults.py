@@ -79,9 +79,13 @@ def _held_window(client, seq, timeout: float = 20.0) -> tuple[str, str]:
 
 
 # -- 1. a worker SIGKILLed mid-epoch ----------------------------------------------------------------
-def test_sigkill_worker_mid_epoch_every_row_exactly_once(id_data):
+def test_sigkill_worker_mid_epoch_every_row_exactly_once(id_data, monkeypatch):
     """The worker holding the next (computed, not yet fetched) window is SIGKILLed: distributed
-    recomputes it from lineage; the epoch completes with the same batches as without the kill."""
+    recomputes it from lineage; the epoch completes with the same batches as without the kill.
+    (Background fetching is off here so that such a window waits on the worker to be lost.)"""
+    from daskfeed.prefetch import Prefetcher
+
+    monkeypatch.setattr(Prefetcher, "fetch_ahead", False)
     client = _local_client()
     try:
         with _seq(id_data.train_glob, client) as ref_seq:
@@ -126,8 +130,12 @@ class _Recording:
 
 
 @pytest.mark.slow
-def test_sigkill_worker_during_keras_fit_each_epoch_exactly_once(id_data):
-    """A real ``model.fit`` over 2 epochs; a worker is SIGKILLed in the middle of each."""
+def test_sigkill_worker_during_keras_fit_each_epoch_exactly_once(id_data, monkeypatch):
+    """A real ``model.fit`` over 2 epochs; a worker is SIGKILLed in the middle of each, while it
+    holds a computed window (background fetching off, so such a window exists to lose)."""
+    from daskfeed.prefetch import Prefetcher
+
+    monkeypatch.setattr(Prefetcher, "fetch_ahead", False)
     from daskfeed._keras import keras
     from daskfeed.cluster import close_client
     from daskfeed.model import default_model
@@ -423,6 +431,29 @@ def test_cli_signal_clean_shutdown(private_data, tmp_path, sig, group):
         assert f"stopped by {'SIGTERM' if sig == signal.SIGTERM else 'Ctrl-C'}" in err, err[-2000:]
         assert took < 30
         assert all(ip == "127.0.0.1" for ip, _ in run.ports), run.ports
+        assert not run.survivors(), run.survivors()
+    finally:
+        run.kill()
+
+
+@pytest.mark.slow
+def test_cli_sigterm_while_a_batch_waits_on_a_hung_read_exits_at_once(private_data, tmp_path):
+    """SIGTERM while the trainer waits inside TensorFlow for a batch whose file became a FIFO
+    (a read that never returns; --timeout 120): exit 143 within seconds, not at the timeout,
+    one line, no process left."""
+    victim = sorted(pathlib.Path(private_data).parent.glob("*.csv"))[7]
+    run = Train(tmp_path, private_data, "--epochs", "50", "--no-cache", "--timeout", "120",
+                env={"FAULT_ACTION": "fifo", "FAULT_TARGET": str(victim)})
+    try:
+        run.wait_marker()
+        time.sleep(8)  # the epoch reaches the window of the FIFO and blocks there
+        assert run.proc.poll() is None, run.stderr()[-3000:]
+        os.kill(run.proc.pid, signal.SIGTERM)
+        rc, took = run.wait(timeout=100)
+        err = run.stderr()
+        assert rc == 143, (rc, err[-3000:])
+        assert "stopped by SIGTERM" in err and "Traceback" not in err, err[-3000:]
+        assert took < 20, took
         assert not run.survivors(), run.survivors()
     finally:
         run.kill()
