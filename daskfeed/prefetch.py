@@ -39,17 +39,23 @@ class Aborted(KeyboardInterrupt):
 
 
 def _result(future: Any, timeout: float) -> Any:
-    """``future.result(timeout)``, abandoned as soon as :data:`ABORT` is set."""
+    """``future.result(timeout)``, abandoned as soon as :data:`ABORT` is set.
+
+    Waits for the future to finish without gathering (a done-callback sets an event), then
+    gathers once: polling ``result`` with short timeouts would cancel and restart the transfer
+    of a large window again and again (and trips a race in ``distributed.utils.sync``).
+    """
+    if not hasattr(future, "add_done_callback"):
+        return future.result(timeout=timeout)
     deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
+    finished = threading.Event()
+    future.add_done_callback(lambda _: finished.set())
+    while not finished.wait(max(min(_POLL, deadline - time.monotonic()), 0.0)):
         if ABORT.is_set():
             raise Aborted("stopping: no longer waiting for data")
-        try:
-            return future.result(timeout=max(min(_POLL, left), 0.001))
-        except TimeoutError:
-            if left <= _POLL:
-                raise
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout} s.")
+    return future.result(timeout=max(deadline - time.monotonic(), 1.0))
 
 
 def _wait_event(event: threading.Event, timeout: float) -> bool:
@@ -326,7 +332,13 @@ class Prefetcher:
         return free >= need
 
     def _make_room(self, need: int, keep: int) -> None:
-        """Evict served windows first, then least recently used ones, until ``need`` fits."""
+        """Evict served windows first, then ones behind ``keep`` in the order, until ``need`` fits.
+
+        Windows ahead of ``keep`` are never evicted (the budget is exceeded by the window asked
+        for instead): they would be computed again soon, and releasing a key and submitting it
+        again at once can leave the new future waiting forever in distributed.
+        """
+        here = self._pos.get(keep, len(self._order))
         for only_served in (True, False):
             for w in list(self._entries):
                 if self._used() + need <= self.budget:
@@ -334,8 +346,8 @@ class Prefetcher:
                 e = self._entries[w]
                 if w == keep or (only_served and not e.done_serving):
                     continue
-                if not only_served and not e.ready.is_set():
-                    continue  # never cancel what someone may be waiting for
+                if not only_served and (not e.ready.is_set() or self._pos.get(w, -1) > here):
+                    continue  # never cancel what someone may be waiting for, nor the future
                 if e.future is not None and not e.ready.is_set():
                     e.future.cancel()
                 del self._entries[w]
