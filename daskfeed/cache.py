@@ -100,6 +100,8 @@ class PartitionCache:
         ``columns``: only these (the others are not even decompressed); ``readers``: open
         segment files to reuse across calls (a window reads many partitions of one file).
         """
+        import pyarrow as pa
+
         pieces = self.lookup(index)
         if pieces is None:
             return None
@@ -107,7 +109,7 @@ class PartitionCache:
         try:
             return [_read_piece(os.path.join(self.path, name), first, count, columns, readers)
                     for name, first, count in pieces]
-        except (OSError, ValueError, IndexError, KeyError) as err:  # damaged: parse the CSV again
+        except (OSError, ValueError, IndexError, KeyError, pa.ArrowException) as err:  # damaged: reparse
             import warnings
 
             warnings.warn(f"daskfeed: cached partition {index} in {self.path} is unreadable "
@@ -199,6 +201,7 @@ class _Writer:
         self.tag = f".tmp-{os.getpid()}"
         self.pending: list[tuple[int, Any]] = []
         self.pending_bytes = 0
+        self.schema: Any = None  # the pending tables' columns, unified
         self.parts: dict[int, list[tuple[str, int, int]]] = {}
         self.segments: list[str] = []
         self.failed = False
@@ -214,12 +217,13 @@ class _Writer:
         import pyarrow as pa
 
         table = _compact(table)
+        schema = table.schema
         if self.pending:
             try:
-                pa.unify_schemas([self.pending[0][1].schema, table.schema],
-                                 promote_options="permissive")
+                schema = pa.unify_schemas([self.schema, table.schema], promote_options="permissive")
             except (pa.ArrowInvalid, pa.ArrowTypeError):  # e.g. text here, numbers before
                 self._flush()
+        self.schema = schema
         self.begin(index)
         self.pending.append((index, table))
         self.pending_bytes += table.nbytes
@@ -259,6 +263,7 @@ class _Writer:
         finally:
             self.pending = []
             self.pending_bytes = 0
+            self.schema = None
         self.segments.append(name)
 
     def commit(self) -> None:
@@ -416,6 +421,8 @@ def _prepare(base: str | None, key: str, identity: str, nbytes: int) -> tuple[in
     """
     base = default_root() if base is None else base
     entry = os.path.join(base, key)
+    with _INDEX_LOCK:  # this process may have read an earlier directory of that name
+        _INDEXES.pop(entry, None)
     os.makedirs(base, mode=0o700, exist_ok=True)
     for name in os.listdir(base):
         other = os.path.join(base, name)

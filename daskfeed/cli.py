@@ -113,6 +113,7 @@ def _watch_signals() -> Callable[[], None]:
     threading.Thread(target=watch, daemon=True, name="daskfeed-signals").start()
 
     def undo() -> None:
+        ABORT.clear()
         signal.set_wakeup_fd(old)
         w.close()
         r.close()
@@ -133,7 +134,7 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
         main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, _on_sigterm) if main else None
         unwatch = _watch_signals() if main else None
-        from daskfeed.prefetch import ABORT_SIGNAL
+        from daskfeed.prefetch import ABORT_SIGNAL, Aborted
 
         try:
             return fn(*args, **kwargs)
@@ -145,8 +146,8 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
                 raise
             if main:  # a second Ctrl-C while we print must not spew a traceback
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
-            term = isinstance(err, Terminated) or (
-                not isinstance(err, KeyboardInterrupt) and ABORT_SIGNAL[:1] == [signal.SIGTERM])
+            recorded = not isinstance(err, KeyboardInterrupt) or isinstance(err, Aborted)
+            term = isinstance(err, Terminated) or (recorded and ABORT_SIGNAL[:1] == [signal.SIGTERM])
             click.echo(f"daskfeed: stopped by {'SIGTERM' if term else 'Ctrl-C (SIGINT)'}; "
                        "cluster connections closed.", err=True)
             sys.exit(128 + (signal.SIGTERM if term else signal.SIGINT))

@@ -286,6 +286,7 @@ def read_window(blocks: list[tuple[int, Any]], options: Any, encoding: Encoding,
             if size >= ENCODE_BYTES:
                 parts.extend(_encode_run(run, encoding))
                 run, size = [], 0
+                readers.clear()  # unmap what was read: the task holds one run, not the window
     parts.extend(_encode_run(run, encoding))
     return _permute(concat(parts), seed) if parts else _empty(encoding)
 

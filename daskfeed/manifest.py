@@ -670,6 +670,16 @@ def _await_scan(futures: list[Any], groups: list[list[int]], src: Any, timeout: 
         more = f" … {last.describe()} ({len(g)} partitions)" if len(g) > 1 else ""
         return f"the scan of {first.describe()}{more}"
 
+    from daskfeed.source import _compression
+
+    def nbytes(i: int) -> int:  # text to parse; a compressed file inflates (about 5x)
+        b = src.blocks[i]
+        size = b.length if b.length >= 0 else src.files[b.file_index].size
+        return size * (5 if _compression(b.path) else 1)
+
+    # a healthy task parses at least ~2 MB/s: the largest one (a big .gz file is one task)
+    # gets that long on top of ``timeout`` before the scan counts as stuck
+    timeout += max((sum(nbytes(i) for i in g) for g in groups), default=0) / 2e6
     task = {f.key: g for f, g in zip(futures, groups, strict=True)}
     pending = list(futures)
     progress = time.monotonic()
@@ -691,7 +701,7 @@ def _await_scan(futures: list[Any], groups: list[list[int]], src: Any, timeout: 
         elif time.monotonic() - progress > timeout:
             stuck = sorted(still, key=lambda f: task[f.key][0])[:3]
             raise FeedTimeoutError(
-                f"No scan task finished within {timeout:g}s; still reading "
+                f"No scan task finished within {timeout:.0f}s; still reading "
                 f"{'; '.join(what(task[f.key]) for f in stuck)}"
                 f"{f' and {len(still) - 3} more' if len(still) > 3 else ''}.\n"
                 "Hint: a read that blocks (hung storage, a FIFO) never finishes: check the workers "
@@ -699,7 +709,7 @@ def _await_scan(futures: list[Any], groups: list[list[int]], src: Any, timeout: 
             )
         pending = still
         if pending:
-            time.sleep(0.05)
+            time.sleep(0.1)
 
 
 def _scan_groups(src: Any, nthreads: int) -> list[list[int]]:

@@ -242,7 +242,7 @@ class Prefetcher:
         return entry
 
     def _fetch_soon(self, w: int, entry: _Entry) -> None:
-        """Window ``w`` is computed (called on the client's event loop: never block here)."""
+        """Window ``w`` is computed (called on distributed's callback thread: never block here)."""
         with self._lock:
             if entry.claimed or entry.cancelled or self._entries.get(w) is not entry:
                 return
@@ -351,3 +351,11 @@ class Prefetcher:
                 if e.future is not None and not e.ready.is_set():
                     e.future.cancel()
                 del self._entries[w]
+        # still no room (random access): windows ahead that are already here, farthest first;
+        # their keys were released when they arrived, so nothing is cancelled on the cluster
+        ahead = [w for w, e in self._entries.items()
+                 if w != keep and e.ready.is_set() and e.future is None and e.error is None]
+        for w in sorted(ahead, key=lambda w: -self._pos.get(w, -1)):
+            if self._used() + need <= self.budget:
+                return
+            del self._entries[w]

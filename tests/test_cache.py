@@ -164,6 +164,15 @@ def test_an_incomplete_partition_is_never_read(tmp_path):
     assert not glob.glob(str(tmp_path / "*.tmp-*"))
     assert len(glob.glob(str(tmp_path / "g000000-*.arrow"))) == 2
 
+    # a column empty in one file, numeric in the next, text in the third: never a lost group
+    w = cache.writer(10)
+    w.add(10, pa.table({"x": pa.nulls(2)}))
+    w.add(11, pa.table({"x": [1.5, 2.5]}))
+    w.add(12, pa.table({"x": ["a", None]}))
+    w.commit()
+    assert [cache.tables(i)[0].column("x").to_pylist() for i in (10, 11, 12)] == [
+        [None, None], [1.5, 2.5], ["a", None]]
+
 
 def test_a_damaged_cache_file_falls_back_to_the_csv(tmp_path, client, write_csv):
     """A cache file damaged after its marker was written (a crash, a bad disk) is not fatal:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -259,7 +260,8 @@ def test_hung_file_during_the_scan_is_a_timeout_error_not_a_hang(id_data, tmp_pa
         close_client(client)
         t_close = time.monotonic() - t1
     msg = str(info.value)
-    assert "No scan task finished within 3s" in msg and victim.name in msg and "Hint:" in msg, msg
+    assert re.search(r"No scan task finished within [34]s", msg), msg  # 3 s + the size allowance
+    assert victim.name in msg and "Hint:" in msg, msg
     assert elapsed < 3 + 15, elapsed
     assert t_close < 30, t_close
 
