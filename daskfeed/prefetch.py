@@ -332,11 +332,12 @@ class Prefetcher:
         return free >= need
 
     def _make_room(self, need: int, keep: int) -> None:
-        """Evict served windows first, then ones behind ``keep`` in the order, until ``need`` fits.
+        """Evict served windows, then arrived ones behind ``keep``, then ahead, until ``need`` fits.
 
-        Windows ahead of ``keep`` are never evicted (the budget is exceeded by the window asked
-        for instead): they would be computed again soon, and releasing a key and submitting it
-        again at once can leave the new future waiting forever in distributed.
+        Arrived windows ahead of ``keep`` go farthest first. Windows still in flight are never
+        cancelled for room (the budget is exceeded by the window asked for instead): releasing
+        a key and submitting it again at once can leave the new future waiting forever in
+        distributed.
         """
         here = self._pos.get(keep, len(self._order))
         for only_served in (True, False):
