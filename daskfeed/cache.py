@@ -240,9 +240,9 @@ class _Writer:
         path = os.path.join(self.cache.path, name + self.tag)
         try:
             tables = [t for _, t in self.pending]
-            schema = pa.unify_schemas([t.schema for t in tables], promote_options="permissive")
             whole = pa.concat_tables(tables, promote_options="permissive")
             whole = whole.unify_dictionaries()  # one dictionary per column per file
+            schema = whole.schema
             with pa.OSFile(path, "wb") as f, ipc.new_file(
                 f, schema, options=ipc.IpcWriteOptions(compression=self.cache.compression)
             ) as w:
