@@ -1,0 +1,88 @@
+"""Where an epoch's CPU goes: trainer process vs worker processes, per epoch, for the bench's setup.
+
+    .venv/bin/python bench/epoch_cpu.py "bench-out/data-1000000/log_quest/**/*.csv" [--nworkers 2]
+    .venv/bin/python bench/epoch_cpu.py "...csv" --in-memory   # the same model fit from numpy
+
+Prints, per epoch: rows/s, wall seconds, CPU seconds of the trainer process and of its children
+(the local cluster's workers), and the seconds ``__getitem__`` waited for windows. Used for the
+issue-3 profile (with ``py-spy record --gil -p PID`` on the trainer for the GIL picture).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+
+def main() -> None:
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    p = argparse.ArgumentParser()
+    p.add_argument("data")
+    p.add_argument("--nworkers", type=int, default=None)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--memory-limit", default="4GB")
+    p.add_argument("--in-memory", action="store_true")
+    a = p.parse_args()
+
+    import keras
+    import psutil
+
+    from daskfeed.bench import DEFAULT_FEATURES, _load_numpy, quest_mlp, resolve_files
+    from daskfeed.cluster import Budget, close_client, start_local_cluster
+    from daskfeed.sequence import DaskSequence
+
+    me = psutil.Process()
+
+    def cpu() -> tuple[float, float]:
+        kids = sum(sum(k.cpu_times()[:2]) for k in me.children(recursive=True))
+        return sum(me.cpu_times()[:2]), kids
+
+    features = list(DEFAULT_FEATURES)
+    client = seq = None
+    if a.in_memory:
+        x, y = _load_numpy(resolve_files(a.data), features, "cleared")
+        rows = len(y)
+        model = quest_mlp(x.mean(axis=0).tolist(), x.var(axis=0).tolist())
+    else:
+        budget = Budget.split(a.memory_limit, nworkers=a.nworkers)
+        client = start_local_cluster(budget, dashboard_address="")
+        seq = DaskSequence(a.data, label="cleared", features=features, as_matrix=True, batch_size=1024,
+                           client=client, seed=0, window_bytes=budget.window_bytes,
+                           blocksize=budget.blocksize, prefetch_bytes=budget.prefetch * 2 // 3,
+                           cache=tempfile.mkdtemp(prefix="daskfeed-cpu-"))
+        m = seq.manifest
+        rows = m.rows
+        model = quest_mlp([m.columns[c].mean for c in features], [m.columns[c].var for c in features])
+
+    class Clock(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch: int, logs: object = None) -> None:
+            self.t, self.c = time.perf_counter(), cpu()
+
+        def on_epoch_end(self, epoch: int, logs: object = None) -> None:
+            wall = time.perf_counter() - self.t
+            c = cpu()
+            waited = 0.0
+            if seq is not None:  # Keras may advance the sequence before or after this callback
+                st = seq.last_epoch_stats
+                st = st if st.get("epoch") == epoch else seq.epoch_stats()
+                waited = st.get("wait_seconds", 0.0)
+            print(f"epoch {epoch + 1}: {rows / wall:,.0f} rows/s, wall {wall:.2f}s, CPU trainer "
+                  f"{c[0] - self.c[0]:.2f}s, workers {c[1] - self.c[1]:.2f}s, data wait {waited:.3f}s",
+                  flush=True)
+
+    try:
+        if a.in_memory:
+            model.fit(x, y, batch_size=1024, epochs=a.epochs, shuffle=False, verbose=0, callbacks=[Clock()])
+        else:
+            model.fit(seq, epochs=a.epochs, shuffle=False, verbose=0, callbacks=[Clock()])
+    finally:
+        if seq is not None:
+            seq.close()
+        if client is not None:
+            close_client(client)
+
+
+if __name__ == "__main__":
+    main()
