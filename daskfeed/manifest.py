@@ -196,11 +196,6 @@ def table_stats(table: Any, label: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def summarize_table(table: Any, label: str) -> dict[str, Any]:
-    """:func:`summarize_partition` of an Arrow table, without pandas (runs on a worker)."""
-    return {**table_facts(table, label), "stats": table_stats(table, label)}
-
-
 class _StatsRun:
     """Statistics of many small tables, computed a run (about ``ENCODE_BYTES``) at a time.
 
@@ -245,8 +240,8 @@ def _merge_kind(a: str | None, b: str) -> str:
     return "mixed"
 
 
-def merge_summaries(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:
-    """Merge the summaries (or facts) of two chunks of one partition (a compressed file's pieces)."""
+def merge_facts(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:
+    """Merge the :func:`table_facts` of two chunks of one partition (a compressed file's pieces)."""
     if a is None or not a["columns"]:
         return b
     if not b["columns"]:
@@ -256,10 +251,8 @@ def merge_summaries(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, An
     out["label_rows"] = a["label_rows"] + b["label_rows"]
     out["kinds"] = {c: _merge_kind(a["kinds"].get(c), b["kinds"].get(c, "null")) for c in a["columns"]}
     out["missing"] = {c: a["missing"].get(c, 0) + b["missing"].get(c, 0) for c in a["columns"]}
-    out["samples"] = {c: a.get("samples", {}).get(c) or b.get("samples", {}).get(c, [])
-                      for c in a["columns"] if c in a.get("samples", {}) or c in b.get("samples", {})}
-    if "stats" in a or "stats" in b:
-        out["stats"] = merge_stats(a.get("stats", {}), b.get("stats", {}))
+    out["samples"] = {c: a["samples"].get(c) or b["samples"].get(c, [])
+                      for c in a["columns"] if c in a["samples"] or c in b["samples"]}
     return out
 
 
@@ -267,27 +260,22 @@ MAX_REJECTS_KEPT = 1000  # quarantined lines kept per partition (all are counted
 MAX_REJECT_CHARS = 4096  # characters kept of one quarantined line
 
 
-def scan_block(index: int, block: Any, options: Any, label: str, cache: Any = None,
-               writer: Any = None, run: _StatsRun | None = None) -> dict[str, Any]:
-    """Parse partition ``index`` once: its facts, bad lines and statistics; fill the parse cache.
+def scan_block(index: int, block: Any, options: Any, label: str, writer: Any,
+               run: _StatsRun) -> dict[str, Any]:
+    """Parse partition ``index`` once: its facts and bad lines (see :func:`scan_blocks`).
 
-    ``writer``: the group's cache writer and ``run`` the group's statistics (see
-    :func:`scan_blocks`): then the result holds the facts only. Without ``writer`` the
-    partition is cached on its own when ``cache`` is given.
+    Its tables go to ``run`` (the group's statistics) and to ``writer`` (the group's parse
+    cache writer, or None).
     """
     from daskfeed.cache import block_tables
 
-    own = run is None
-    run = _StatsRun(label) if run is None else run
     rejects: list[str] = []
     summary: dict[str, Any] | None = None
-    for table in block_tables(index, block, options, cache, rejects, use_cache=False, writer=writer):
-        summary = merge_summaries(summary, table_facts(table, label))
+    for table in block_tables(index, block, options, None, rejects, use_cache=False, writer=writer):
+        summary = merge_facts(summary, table_facts(table, label))
         run.add(table)
     if summary is None:  # an empty file
         summary = {"rows": 0, "columns": [], "kinds": {}, "missing": {}, "label_rows": 0, "samples": {}}
-    if own:
-        summary["stats"] = run.flush()
     summary["bad_lines"] = len(rejects)
     if options.bad_lines == "quarantine" and rejects:  # bounded: a pathological file stays cheap
         summary["rejects"] = [line[:MAX_REJECT_CHARS] for line in rejects[:MAX_REJECTS_KEPT]]
@@ -746,7 +734,7 @@ def scan_blocks(items: list[tuple[int, Any]], options: Any, label: str,
         writer = cache.writer(items[0][0])
     run = _StatsRun(label)
     try:
-        summaries = [scan_block(i, b, options, label, writer=writer, run=run) for i, b in items]
+        summaries = [scan_block(i, b, options, label, writer, run) for i, b in items]
         stats = run.flush()
     except BaseException:
         if writer is not None:

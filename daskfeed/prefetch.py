@@ -50,11 +50,8 @@ def _result(future: Any, timeout: float) -> Any:
     deadline = time.monotonic() + timeout
     finished = threading.Event()
     future.add_done_callback(lambda _: finished.set())
-    while not finished.wait(max(min(_POLL, deadline - time.monotonic()), 0.0)):
-        if ABORT.is_set():
-            raise Aborted("stopping: no longer waiting for data")
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout} s.")
+    if not _wait_event(finished, timeout):
+        raise TimeoutError(f"timed out after {timeout} s.")
     return future.result(timeout=max(deadline - time.monotonic(), 1.0))
 
 
@@ -172,7 +169,6 @@ class Prefetcher:
         self._fetcher: ThreadPoolExecutor | None = None
         self.submitted = 0
         self.wait_seconds = 0.0
-        self.fetched_ahead = 0
 
     # -- public -------------------------------------------------------------------------
     def get(self, w: int) -> Any:
@@ -302,8 +298,6 @@ class Prefetcher:
             with self._lock:
                 if waiting:
                     self.wait_seconds += time.perf_counter() - t0
-                else:
-                    self.fetched_ahead += 1
                 if entry.error is not None and self._entries.get(w) is entry:
                     del self._entries[w]  # a later get retries from scratch
             if claimed or entry.error is not None:
