@@ -14,8 +14,9 @@ source.Source.fingerprint`): changed data or options get a new directory, and ol
 of the same files are removed when a new one is made, as are temporary files that writers killed
 mid-write left behind. Directories are created with mode 0700.
 
-What is stored is what the feed needs, not the CSV's exact text: numeric columns as float32
-(the feed's type), string columns dictionary-encoded, timestamps as they are.
+What is stored is what the feed needs, not the CSV's exact text: whole numbers exactly (int32
+when they fit, else int64), decimals as parsed (float64), string columns dictionary-encoded,
+timestamps as they are.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from daskfeed.exceptions import CacheError
 
 __all__ = ["PartitionCache", "block_tables", "default_root", "estimate_bytes", "open_cache"]
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3  # 3: whole numbers kept exact (int32/int64), decimals float64
 FLUSH_BYTES = 16 << 20  # a segment file holds about this much Arrow data (memory: one per task)
 STALE_TMP_SECONDS = 3600  # a writer renames its files within seconds; older ones were killed
 # cache bytes per byte of input, per compression (measured on the demo data: uncompressed 0.87,
@@ -188,8 +189,8 @@ class _Writer:
     """Writes a group of partitions as a few Arrow IPC segment files, then one marker.
 
     Tables are kept until about ``FLUSH_BYTES`` have accumulated (or the next table's columns
-    cannot share a file with them), then written as one segment: numeric columns float32,
-    strings dictionary-encoded with one dictionary per segment; uncompressed (read as a memory
+    cannot share a file with them), then written as one segment (see :func:`_compact` for the
+    column types; one dictionary per string column per segment); uncompressed (read as a memory
     map, nothing to decode) or zstd, see :func:`open_cache`. Every partition is a run of
     record batches of a segment. ``commit`` renames the segments into place and writes the marker
     last, so a reader never sees half a group.
@@ -301,14 +302,19 @@ def _fsync(path: str) -> None:
 
 
 def _compact(table: Any) -> Any:
+    """Columns as the cache keeps them: whole numbers exact (int32 when they fit, else int64),
+    decimals as parsed (float64), strings dictionary-encoded."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     cols = []
     for col in table.columns:
         t = col.type
-        if pa.types.is_integer(t) or pa.types.is_floating(t):
-            col = col.cast(pa.float32(), safe=False)  # what the feed makes of it anyway
+        if pa.types.is_integer(t) and t != pa.int32():
+            bounds = pc.min_max(col)
+            lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+            if lo is None or (-(2**31) <= lo and hi < 2**31):
+                col = col.cast(pa.int32())
         elif pa.types.is_string(t) or pa.types.is_large_string(t):
             col = pc.dictionary_encode(col)
         cols.append(col)

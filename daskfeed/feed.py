@@ -1,8 +1,15 @@
 """Feed: runs ON WORKERS — a window's partitions → compact, shuffled numpy arrays.
 
-Only what the model needs crosses the wire: float32 numeric features (missing → the mean),
-int32 codes for string columns (0 = missing, 1 = out of vocabulary, 2.. = vocabulary), and the
-label. Rows are permuted across all partitions of the window with the plan's window seed.
+Only what the model needs crosses the wire: numeric features (missing → the mean), int32 codes
+for string columns (0 = missing, 1 = out of vocabulary, 2.. = vocabulary), and the label. Rows
+are permuted across all partitions of the window with the plan's window seed.
+
+Numbers keep their value. A numeric column travels as float32 (the model's dtype) when every
+value's magnitude is below 2**24 = 16,777,216, where float32 still holds every whole number
+exactly; a column reaching that magnitude travels as int64 (whole numbers) or float64, so ids,
+counts and timestamps arrive exactly as the CSV wrote them. Decimal fractions are carried at
+float32 precision (about 7 significant digits) in the narrow case. Dates travel as float64
+seconds since 1970. The same rule applies to a regression label.
 """
 
 from __future__ import annotations
@@ -14,26 +21,41 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["ColumnCode", "Encoding", "WindowData", "concat", "encode_frame", "encode_table",
-           "encode_window", "read_window"]
+           "encode_window", "numeric_dtype", "read_window"]
 
 MISSING_CODE = 0
 OOV_CODE = 1
 VOCAB_OFFSET = 2
+EXACT_FLOAT32 = 2**24  # float32 holds every whole number up to this magnitude
+
+
+def numeric_dtype(column: Any) -> str:
+    """The dtype a numeric manifest column travels as: float32, or int64/float64 when wide."""
+    bounds = [abs(v) for v in (column.min, column.max) if v is not None]
+    if not bounds or max(bounds) < EXACT_FLOAT32:
+        return "float32"
+    return "int64" if getattr(column, "integer", False) else "float64"
 
 
 @dataclass(frozen=True)
 class ColumnCode:
-    """How one column is encoded."""
+    """How one column is encoded: its kind, the array dtype, the fill value, the vocabulary."""
 
     name: str
     kind: str  # numeric | categorical | datetime
     fill: float = 0.0
     vocabulary: tuple[str, ...] = ()
+    dtype: str = "float32"  # int32 (categorical) | float32 | float64 | int64
 
     @property
     def input_dim(self) -> int:
         """Embedding input size for a categorical column (missing + OOV + vocabulary)."""
         return len(self.vocabulary) + VOCAB_OFFSET
+
+    @property
+    def fill_value(self) -> Any:
+        """The fill value in the column's dtype (a whole-number column: the rounded mean)."""
+        return np.dtype(self.dtype).type(round(self.fill) if self.dtype == "int64" else self.fill)
 
 
 @dataclass(frozen=True)
@@ -41,7 +63,7 @@ class Encoding:
     """What a worker needs to turn rows into arrays; derived from a Manifest."""
 
     label: str
-    label_dtype: str  # float32 | int32
+    label_dtype: str  # float32 | int32 (classes) | int64 / float64 (a wide regression label)
     columns: tuple[ColumnCode, ...]
     as_matrix: bool = False
 
@@ -50,23 +72,48 @@ class Encoding:
         """Build the encoding of ``features`` from a manifest's statistics."""
         from daskfeed.exceptions import SchemaError
 
-        codes = []
-        for name in features:
-            col = manifest.columns[name]
-            if as_matrix and col.kind != "numeric":
+        if as_matrix:
+            text = [n for n in features if manifest.columns[n].kind != "numeric"]
+            if text:
+                numeric = [n for n in features if n not in text]
                 raise SchemaError(
-                    f"as_matrix=True stacks numeric columns into one float32 matrix. Received: "
-                    f"column {name!r} of kind {col.kind!r}.\nHint: pass features=[...] with "
-                    "numeric columns only, or use the dict form (as_matrix=False)."
+                    f"as_matrix=True stacks numeric columns into one matrix. Received: "
+                    f"{len(text)} non-numeric column(s): {', '.join(map(repr, text))}.\nHint: leave "
+                    f"them out with exclude={text} (--exclude {','.join(text)}) or pick numeric "
+                    f"columns with features=[...] (--features {','.join(numeric) or 'COL,...'}), or "
+                    "use the dict form (as_matrix=False)."
                 )
-            codes.append(ColumnCode(name, col.kind, col.fill_value, tuple(col.vocabulary)))
-        label_dtype = "int32" if manifest.task == "multiclass" else "float32"
-        return cls(manifest.label, label_dtype, tuple(codes), as_matrix)
+        codes = [_column_code(manifest.columns[name]) for name in features]
+        return cls(manifest.label, _label_dtype(manifest), tuple(codes), as_matrix)
+
+    @property
+    def matrix_dtype(self) -> str:
+        """The dtype of the ``as_matrix`` matrix: float64 when any column needs it."""
+        return "float64" if any(c.dtype != "float32" for c in self.columns) else "float32"
 
     @property
     def bytes_per_row(self) -> int:
         """Encoded bytes per row (features + label)."""
-        return 4 * (len(self.columns) + 1)
+        if self.as_matrix:
+            feats = np.dtype(self.matrix_dtype).itemsize * len(self.columns)
+        else:
+            feats = sum(np.dtype(c.dtype).itemsize for c in self.columns)
+        return int(feats + np.dtype(self.label_dtype).itemsize)
+
+
+def _column_code(col: Any) -> ColumnCode:
+    if col.kind == "categorical":
+        return ColumnCode(col.name, col.kind, col.fill_value, tuple(col.vocabulary), "int32")
+    dtype = "float64" if col.kind == "datetime" else numeric_dtype(col)
+    return ColumnCode(col.name, col.kind, col.fill_value, (), dtype)
+
+
+def _label_dtype(manifest: Any) -> str:
+    if manifest.task == "multiclass":
+        return "int32"
+    if manifest.task == "binary":
+        return "float32"
+    return numeric_dtype(manifest.columns[manifest.label])
 
 
 @dataclass
@@ -103,13 +150,18 @@ def _encode_column(s: pd.Series, code: ColumnCode) -> np.ndarray:
         return codes
     if code.kind == "datetime":
         ts = pd.to_datetime(s, errors="coerce")
-        arr = (ts.astype("int64").to_numpy() / 1e9).astype(np.float32)
-        arr[ts.isna().to_numpy()] = np.float32(code.fill)
-        return arr
-    arr = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float32, na_value=np.nan)
-    nan = np.isnan(arr)
-    if nan.any():
-        arr[nan] = np.float32(code.fill)
+        arr = ts.astype("int64").to_numpy() / 1e9
+        arr[ts.isna().to_numpy()] = code.fill
+        return arr.astype(code.dtype)
+    num = pd.to_numeric(s, errors="coerce")
+    missing = num.isna().to_numpy()
+    if pd.api.types.is_integer_dtype(num.dtype):  # exact, whatever the magnitude
+        arr = num.to_numpy(dtype=np.int64, na_value=0)
+    else:
+        arr = num.to_numpy(dtype=np.float64, na_value=np.nan)
+    arr = arr.astype(code.dtype)
+    if missing.any():
+        arr[missing] = code.fill_value
     return arr
 
 
@@ -127,9 +179,10 @@ def encode_frame(df: pd.DataFrame, encoding: Encoding) -> WindowData:
     if not keep.all():
         df = df.loc[keep]
         label = label.loc[keep]
-    y = label.to_numpy(dtype=np.float64).astype(encoding.label_dtype)
+    exact = np.int64 if pd.api.types.is_integer_dtype(label.dtype) else np.float64
+    y = label.to_numpy(dtype=exact).astype(encoding.label_dtype)
     if encoding.as_matrix:
-        x = np.empty((len(df), len(encoding.columns)), dtype=np.float32)
+        x = np.empty((len(df), len(encoding.columns)), dtype=encoding.matrix_dtype)
         for j, code in enumerate(encoding.columns):
             x[:, j] = _encode_column(df[code.name], code)
         return WindowData(x, y)
@@ -168,9 +221,14 @@ def encode_window(*frames: pd.DataFrame, encoding: Encoding, seed: Any = None) -
 
 
 def _label_array(col: Any, encoding: Encoding) -> tuple[np.ndarray, np.ndarray | None]:
-    """Label values as float64 and the mask of rows that have one (None: all do)."""
+    """Label values (int64 for whole numbers, else float64) and the mask of rows with one."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
+    if pa.types.is_integer(col.type):
+        keep = np.asarray(col.is_valid()) if col.null_count else None
+        v = pc.fill_null(col, 0).cast(pa.int64()).to_numpy(zero_copy_only=False)
+        return v, keep
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type) or pa.types.is_dictionary(
             col.type):
         v = pd.to_numeric(col.to_pandas(), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
@@ -189,14 +247,19 @@ def _table_column(col: Any, code: ColumnCode) -> np.ndarray:
     if pa.types.is_null(t):
         if code.kind == "categorical":
             return np.full(len(col), MISSING_CODE, dtype=np.int32)
-        return np.full(len(col), np.float32(code.fill), dtype=np.float32)
+        return np.full(len(col), code.fill_value, dtype=code.dtype)
     if code.kind == "numeric" and (pa.types.is_integer(t) or pa.types.is_floating(t)):
-        # safe=False: rounding to float32 as numpy does (ints above 2**24, e.g. timestamps)
-        arr = col.cast(pa.float32(), safe=False).to_numpy(zero_copy_only=False)
-        nan = np.isnan(arr)
-        if nan.any():
-            arr = arr.copy() if not arr.flags.writeable else arr
-            arr[nan] = np.float32(code.fill)
+        valid = None if not col.null_count else np.asarray(col.is_valid())
+        if pa.types.is_integer(t):  # whole numbers: exact in int64, and in float32 below 2**24
+            arr = pc.fill_null(col, 0).cast(pa.int64()).to_numpy(zero_copy_only=False)
+            arr = arr.astype(code.dtype, copy=False)
+        else:
+            arr = col.to_numpy(zero_copy_only=False).astype(code.dtype)
+            nan = np.isnan(arr)
+            valid = ~nan if nan.any() else valid
+        if valid is not None:
+            arr = arr if arr.flags.writeable else arr.copy()
+            arr[~valid] = code.fill_value
         return arr
     if code.kind == "categorical" and (pa.types.is_string(t) or pa.types.is_large_string(t)
                                        or pa.types.is_dictionary(t)):
@@ -214,8 +277,8 @@ def _table_column(col: Any, code: ColumnCode) -> np.ndarray:
         out[~valid] = MISSING_CODE
         return out.astype(np.int32, copy=False)
     if code.kind == "datetime" and pa.types.is_timestamp(t):
-        arr = epoch_seconds(col).astype(np.float32)
-        arr[~np.asarray(col.is_valid())] = np.float32(code.fill)
+        arr = epoch_seconds(col).astype(code.dtype)
+        arr[~np.asarray(col.is_valid())] = code.fill
         return arr
     return _encode_column(col.to_pandas(), code)
 
@@ -250,7 +313,7 @@ def encode_table(table: Any, encoding: Encoding) -> WindowData:
         y = y[keep]
     y = y.astype(encoding.label_dtype)
     if encoding.as_matrix:
-        x = np.empty((table.num_rows, len(encoding.columns)), dtype=np.float32)
+        x = np.empty((table.num_rows, len(encoding.columns)), dtype=encoding.matrix_dtype)
         for j, code in enumerate(encoding.columns):
             x[:, j] = _table_column(table.column(code.name), code)
         return WindowData(x, y)

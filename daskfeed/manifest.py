@@ -174,6 +174,9 @@ def table_stats(table: Any, label: str) -> dict[str, dict[str, Any]]:
             v = v[~np.isnan(v)]
             missing = rows - len(v)
             st.update(_moments(v) or _NO_VALUES)
+            if kind == "int" and len(v):  # the exact bounds (float64 rounds above 2**53)
+                bounds = pc.min_max(col)
+                st["min"], st["max"] = bounds["min"].as_py(), bounds["max"].as_py()
             if name == label:
                 uniq, counts = np.unique(v, return_counts=True)
                 top = np.argsort(-counts, kind="stable")[: _MAX_LABEL_VALUES + 1]
@@ -360,6 +363,7 @@ class Column:
     distinct: int = 0
     oov_rows: int = 0
     approximate: bool = False
+    integer: bool = False  # every value a whole number (missing values aside)
 
     @property
     def fill_value(self) -> float:
@@ -388,6 +392,12 @@ class Manifest:
     aligned_files: int = 0  # files whose header lists the columns in another order
     # text of every skipped line with its file and byte range (quarantine); not in the JSON
     rejects: list[dict[str, str]] = field(default_factory=list, repr=False)
+    notes: list[str] = field(default_factory=list, repr=False)  # the scan's warnings
+
+    def warn_notes(self, stacklevel: int = 2) -> None:
+        """Repeat the scan's warnings (rows without a label, bad lines, wide numbers...)."""
+        for note in self.notes:
+            warnings.warn(note, stacklevel=stacklevel + 1)
 
     # -- convenience -------------------------------------------------------------------
     @property
@@ -767,6 +777,7 @@ def _where(src: Any, i: int) -> str:
 
 def _build_manifest(src: Any, label: str, facts: list[dict[str, Any]], stats: dict[str, Any],
                     vocabulary_size: int, fingerprint: str) -> Manifest:
+    notes: list[str] = []  # what the scan has to say; kept in the manifest, repeated on reuse
     # header consistency: the same column names in every partition; another order is aligned
     # by name (the feed takes columns by name), other names are refused
     ref_cols: list[str] | None = None
@@ -790,9 +801,8 @@ def _build_manifest(src: Any, label: str, facts: list[dict[str, Any]], stats: di
             )
     empty = [src.blocks[i].path for i, f in enumerate(facts) if not f["columns"]]
     if empty and ref_cols is not None:
-        warnings.warn(
-            f"{len(empty)} empty file(s) skipped (no header, no rows), e.g. {empty[0]}.",
-            stacklevel=3,
+        notes.append(
+            f"{len(empty)} empty file(s) skipped (no header, no rows), e.g. {empty[0]}."
         )
     if ref_cols is None:
         raise SchemaError(
@@ -826,17 +836,15 @@ def _build_manifest(src: Any, label: str, facts: list[dict[str, Any]], stats: di
     if label_rows == 0:
         raise SchemaError(f"Label column {label!r} is empty in every row.\nHint: check the label name.")
     if rows_total - label_rows:
-        warnings.warn(
+        notes.append(
             f"{rows_total - label_rows:,} of {rows_total:,} rows have no value in label "
-            f"{label!r}; they are skipped (counted in manifest.label_missing).",
-            stacklevel=3,
+            f"{label!r}; they are skipped (counted in manifest.label_missing)."
         )
     if aligned:
-        warnings.warn(
+        notes.append(
             f"{len(aligned)} file(s) list the same columns in another order, e.g. "
             f"{sorted(aligned)[0]}; their columns are aligned by name (counted in "
-            "manifest.aligned_files).",
-            stacklevel=3,
+            "manifest.aligned_files)."
         )
     bad_lines = sum(f.get("bad_lines", 0) for f in facts)
     rejects = [{"where": src.blocks[i].describe(), "line": line}
@@ -847,12 +855,14 @@ def _build_manifest(src: Any, label: str, facts: list[dict[str, Any]], stats: di
                          f"{MAX_REJECTS_KEPT:,} are)]"} for i, n in kept if n > 0]
     if bad_lines:
         first = next(i for i, f in enumerate(facts) if f.get("bad_lines"))
-        warnings.warn(
+        notes.append(
             f"{bad_lines:,} malformed line(s) skipped (bad_lines={src.options.bad_lines!r}), first in "
             f"{_where(src, first)}; counted in manifest.bad_lines"
-            f"{' and kept in manifest.rejects' if rejects else ''}.",
-            stacklevel=3,
+            f"{' and kept in manifest.rejects' if rejects else ''}."
         )
+    notes += _wide_notes(columns, label)
+    for note in notes:
+        warnings.warn(note, stacklevel=3)
     partitions = [
         {"path": b.path, "offset": b.offset, "length": b.length, "rows": f["label_rows"],
          "raw_rows": f["rows"]}
@@ -865,8 +875,31 @@ def _build_manifest(src: Any, label: str, facts: list[dict[str, Any]], stats: di
                                          "encoding": src.options.encoding,
                                          "dtype": dict(src.options.dtype),
                                          "bad_lines": src.options.bad_lines},
-        bad_lines=bad_lines, aligned_files=len(aligned), rejects=rejects,
+        bad_lines=bad_lines, aligned_files=len(aligned), rejects=rejects, notes=notes,
     )
+
+
+def _wide_notes(columns: dict[str, Column], label: str) -> list[str]:
+    """A note per numeric column whose values reach 2**24, where float32 stops being exact."""
+    from daskfeed.feed import EXACT_FLOAT32, numeric_dtype
+
+    notes = []
+    for c in columns.values():
+        if c.kind != "numeric" or numeric_dtype(c) == "float32":
+            continue
+        big = max((v for v in (c.min, c.max) if v is not None), key=abs)
+        what = "label" if c.name == label else "column"
+        notes.append(
+            f"{what.capitalize()} {c.name!r} holds values up to {big:,} (beyond 2**24 = "
+            f"{EXACT_FLOAT32:,}, where float32 stops holding every whole number): batches carry "
+            f"it as {numeric_dtype(c)}, exactly; "
+            + ("a float32 model input rounds it (the default model standardizes it in float64 "
+               f"first). Hint: if it is an id, leave it out (exclude={[c.name]})."
+               if what == "column" else
+               "Keras computes the loss in float32, which rounds it. Hint: predict a scaled "
+               "label (e.g. thousands, or a log).")
+        )
+    return notes
 
 
 def _resolve_column(src: Any, name: str, kinds: dict[str, int], missing: int,
@@ -900,7 +933,8 @@ def _resolve_column(src: Any, name: str, kinds: dict[str, int], missing: int,
         n = max(count, 1)
         return Column(name, "numeric", dtype, missing=missing, count=count,
                       mean=float(st.get("mean", 0.0)), var=float(st.get("m2", 0.0)) / n,
-                      min=_finite(st.get("min")), max=_finite(st.get("max")))
+                      min=_finite(st.get("min")), max=_finite(st.get("max")),
+                      integer=real.keys() == {"int"})
     if real.keys() == {"datetime"}:
         n = max(count, 1)
         return Column(name, "datetime", "datetime64", missing=missing, count=count,
@@ -915,6 +949,8 @@ def _resolve_column(src: Any, name: str, kinds: dict[str, int], missing: int,
 
 
 def _finite(x: Any) -> float | None:
+    if isinstance(x, int):  # exact bounds of a whole-number column
+        return x
     return float(x) if x is not None and math.isfinite(float(x)) else None
 
 

@@ -64,10 +64,12 @@ def default_model(
     names = manifest.feature_names(features, exclude)
     enc = Encoding.from_manifest(manifest, names, as_matrix)
     if as_matrix:
-        inputs: Any = keras.Input(shape=(len(names),), name="features", dtype="float32")
-        mean = np.array([manifest.columns[n].mean for n in names], dtype="float32")
-        var = np.array([max(manifest.columns[n].var, 1e-12) for n in names], dtype="float32")
-        h = keras.layers.Normalization(mean=mean, variance=var, name="normalize")(inputs)
+        dtype = enc.matrix_dtype
+        inputs: Any = keras.Input(shape=(len(names),), name="features", dtype=dtype)
+        mean = np.array([manifest.columns[n].mean for n in names], dtype="float64")
+        var = np.array([max(manifest.columns[n].var, 1e-12) for n in names], dtype="float64")
+        # a matrix with wide columns (float64) is standardized in float64, then cast to float32
+        h = keras.layers.Normalization(mean=mean, variance=var, name="normalize", dtype=dtype)(inputs)
     else:
         inputs = {}
         parts = []
@@ -78,10 +80,11 @@ def default_model(
                 dim = embedding_dim or min(16, max(2, math.ceil(1.6 * code.input_dim**0.56)))
                 e = keras.layers.Embedding(code.input_dim, dim, name=_layer_name("embed", code.name))(inp)
                 parts.append(keras.layers.Flatten(name=_layer_name("flat", code.name))(e))
-            else:
-                inp = keras.Input(shape=(1,), name=_input_name(code.name), dtype="float32")
+            else:  # a wide column (int64 / float64) is standardized in float64 before float32
+                inp = keras.Input(shape=(1,), name=_input_name(code.name), dtype=code.dtype)
+                exact = "float32" if code.dtype == "float32" else "float64"
                 parts.append(keras.layers.Normalization(
-                    mean=[col.mean], variance=[max(col.var, 1e-12)],
+                    mean=[col.mean], variance=[max(col.var, 1e-12)], dtype=exact,
                     name=_layer_name("norm", code.name))(inp))
             inputs[code.name] = inp
         h = parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="features")(parts)

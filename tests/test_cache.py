@@ -221,8 +221,8 @@ def test_big_integers_and_far_dates_read_the_same_from_cache_and_csv(tmp_path, c
             xc, yc = cached[i]  # from the cache written by the scan
             assert np.array_equal(y, yc)
             assert np.array_equal(x["ms"], xc["ms"]) and np.array_equal(x["day"], xc["day"])
-    ms = np.array([1_700_000_000_123 + i * 977 for i in range(100)], dtype=np.float64)
-    assert np.array_equal(parsed[0][0]["ms"], ms.astype(np.float32))  # numpy's rounding
+    ms = np.array([1_700_000_000_123 + i * 977 for i in range(100)], dtype=np.int64)
+    assert np.array_equal(parsed[0][0]["ms"], ms)  # exact: wide whole numbers travel as int64
 
 
 def test_gzip_chunks_keep_quoted_line_breaks_whole(tmp_path, client):
