@@ -20,6 +20,31 @@ import click
 from daskfeed.exceptions import DaskfeedError
 
 
+class ByteSize(click.ParamType):
+    """A size such as ``64MiB`` or ``200MB`` (``dask.utils.parse_bytes``), positive; as bytes.
+
+    ``parse_bytes`` reads ``""`` as 1 byte and takes negative sizes: both are refused here.
+    """
+
+    name = "size"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        """Bytes as an int."""
+        from dask.utils import parse_bytes
+
+        if isinstance(value, int):
+            n = value
+        else:
+            text = str(value).strip()
+            try:
+                n = int(parse_bytes(text)) if text else 0
+            except (ValueError, TypeError):
+                self.fail(f"expected a size such as 64MiB or 200MB. Received: {value!r}", param, ctx)
+        if n <= 0:
+            self.fail(f"expected a positive size such as 64MiB. Received: {value!r}", param, ctx)
+        return n
+
+
 class MemorySize(click.ParamType):
     """A size such as ``14GB`` or ``14GiB`` (``dask.utils.parse_bytes``), positive."""
 
@@ -121,6 +146,34 @@ def _watch_signals() -> Callable[[], None]:
     return undo
 
 
+def _warnings_as_lines() -> Callable[[], None]:
+    """Print warnings as one line, ``warning: <message>``, here and in local workers; undo fn.
+
+    The workers of a local cluster are new processes: they read ``daskfeed.warnings`` from the
+    environment and from the config the nanny hands them, and format their warnings the same
+    way when they import daskfeed (the cluster's preload does).
+    """
+    import dask.config
+
+    from daskfeed import config
+
+    env = "DASK_DASKFEED__WARNINGS"
+    before = os.environ.get(env)
+    os.environ[env] = "line"
+    setting = dask.config.set({"daskfeed.warnings": "line"})
+    config.one_line_warnings(True)
+
+    def undo() -> None:
+        config.one_line_warnings(False)
+        setting.__exit__(None, None, None)
+        if before is None:
+            os.environ.pop(env, None)
+        else:
+            os.environ[env] = before
+
+    return undo
+
+
 def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn daskfeed's user-facing errors into ``click.ClickException`` (exit 1, no traceback).
 
@@ -136,6 +189,7 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
         unwatch = _watch_signals() if main else None
         from daskfeed.prefetch import ABORT_SIGNAL, Aborted
 
+        undo_warnings = _warnings_as_lines()
         try:
             return fn(*args, **kwargs)
         except BaseException as err:
@@ -152,6 +206,7 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
                        "cluster connections closed.", err=True)
             sys.exit(128 + (signal.SIGTERM if term else signal.SIGINT))
         finally:
+            undo_warnings()
             if unwatch is not None:
                 unwatch()
             if main and previous is not None:
@@ -166,13 +221,45 @@ def cli() -> None:
     """Train Keras models on CSV data sets far larger than memory, fed by a Dask cluster."""
 
 
-def _train_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    options = [
-        click.option("--features", callback=_columns,
-                     help="Comma-separated feature columns (default: all but label)."),
-        click.option("--exclude", callback=_columns, help="Comma-separated columns to leave out."),
-        click.option("--epochs", type=click.IntRange(1), default=3, show_default=True),
-        click.option("--batch-size", type=click.IntRange(1), default=1024, show_default=True),
+class ConfigOption(click.Option):
+    """A flag whose default is the ``daskfeed.<key>`` config value, resolved by the library.
+
+    The flag's own default is ``None`` (so ``DASK_DASKFEED__BATCH_SIZE=512`` or a dask YAML
+    file is not masked by a click default); ``--help`` shows the value in effect and its key,
+    e.g. ``[default: 1024 (daskfeed.batch-size)]``.
+    """
+
+    def __init__(self, *args: Any, config_key: str, **kwargs: Any) -> None:
+        kwargs["default"] = None
+        super().__init__(*args, **kwargs)
+        self.config_key = config_key
+
+    def get_help_extra(self, ctx: click.Context) -> Any:
+        """Click's help extras with the configured default."""
+        from daskfeed import config
+
+        extra = super().get_help_extra(ctx)
+        value = config.get(self.config_key)
+        shown = '""' if value == "" else "none" if value is None else str(value)
+        if self.config_key == "blocksize" and not config.configured("blocksize"):
+            shown = f"from the budget, at most {shown}"  # see config.resolve_blocksize
+        extra["default"] = f"{shown} (daskfeed.{self.config_key})"
+        return extra
+
+
+def _config_option(*decls: str, key: str, **kwargs: Any) -> Callable[[Any], Any]:
+    return click.option(*decls, cls=ConfigOption, config_key=key, **kwargs)
+
+
+def _apply(options: list[Callable[[Any], Any]], fn: Callable[..., Any]) -> Callable[..., Any]:
+    for opt in reversed(options):
+        fn = opt(fn)
+    return fn
+
+
+def _cluster_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Where the work runs and within which memory: shared by train, demo and scan."""
+    return _apply([
         click.option("--memory-limit", type=MemorySize(), default=None,
                      help="Budget of the whole process tree (trainer + workers), e.g. 14GB or 14GiB. "
                           "Default: 75% of RAM."),
@@ -180,8 +267,8 @@ def _train_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Dask workers of the local cluster (default: cores, at most 4)."),
         click.option("--nthreads", type=click.IntRange(1), default=1, show_default=True,
                      help="Threads per worker."),
-        click.option("--dashboard-address", default="127.0.0.1:8787", show_default=True,
-                     help="Where the Dask dashboard listens (next free port if taken)."),
+        _config_option("--dashboard-address", key="dashboard-address",
+                       help="Where the Dask dashboard listens (next free port if taken)."),
         click.option("--scheduler", default=None,
                      help="Address (tcp://host:8786) of a running Dask scheduler to use instead "
                           "of a local cluster."),
@@ -194,62 +281,117 @@ def _train_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                           "scheduler; may also hold the key."),
         click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None,
                      help="This client's private key (PEM) when not in --tls-cert."),
-        click.option("--timeout", type=Duration(), default=None,
-                     help="Longest wait for one window of batches from the cluster (e.g. 300, "
-                          "90s, 5min) before stopping with an error naming its partitions. "
-                          "[default: 300s]"),
-        click.option("--model", default=None,
-                     help="Your model builder, module:function or file.py:function, called with "
-                          "the manifest."),
-        click.option("--seed", type=int, default=0, show_default=True),
+    ], fn)
+
+
+def _data_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """How the files are read (part of the manifest's fingerprint): shared by train, demo, scan."""
+    return _apply([
         click.option("--encoding", default="utf-8", show_default=True,
                      help="Text encoding of the CSV files (e.g. latin-1)."),
-        click.option("--as-matrix", is_flag=True, help="Feed x as one float32 matrix of numeric features."),
-        click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None,
-                     help="Directory of the parse cache (each CSV block parsed once, kept as Arrow; "
-                          "later epochs read no CSV); an error if it lacks room. Default: "
-                          "~/.cache/daskfeed when the disk has room."),
-        click.option("--no-cache", is_flag=True, help="Parse the CSV every epoch; write no cache."),
+        _config_option("--blocksize", key="blocksize", type=ByteSize(),
+                       help="CSV bytes per partition, e.g. 16MiB. Without it (and without a "
+                            "daskfeed.blocksize other than the shipped 64MiB) it follows from "
+                            "--memory-limit."),
         click.option("--bad-lines", type=click.Choice(["error", "skip", "quarantine"]), default="error",
                      show_default=True,
                      help="Lines with the wrong number of fields: stop with an error, skip them "
-                          "(counted in history.json), or quarantine them (also written to "
+                          "(counted), or quarantine them (train: also written to "
                           "OUTPUT/rejects.csv)."),
+        click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None,
+                     help="Directory of the parse cache (each CSV block parsed once, kept as Arrow; "
+                          "later epochs read no CSV); an error if it lacks room. Default: "
+                          "daskfeed.cache-dir, else ~/.cache/daskfeed, when the disk has room."),
+        click.option("--no-cache", is_flag=True, help="Parse the CSV every epoch; write no cache."),
+        _config_option("--timeout", key="timeout", type=Duration(),
+                       help="Longest wait for one window of batches (or one scan task) from the "
+                            "cluster (e.g. 300, 90s, 5min) before stopping with an error naming "
+                            "its partitions."),
+    ], fn)
+
+
+def _train_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return _apply([
+        click.option("--features", callback=_columns,
+                     help="Comma-separated feature columns (default: all but label)."),
+        click.option("--exclude", callback=_columns, help="Comma-separated columns to leave out."),
+        click.option("--epochs", type=click.IntRange(1), default=3, show_default=True),
+        _config_option("--batch-size", key="batch-size", type=click.IntRange(1)),
+        _cluster_options,
+        click.option("--model", default=None,
+                     help="Your model builder, module:function or file.py:function, called with "
+                          "the manifest (compiled for the label's task if it is not)."),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--as-matrix", is_flag=True, help="Feed x as one float32 matrix of numeric features."),
+        _data_options,
         click.option("--verbose", type=click.IntRange(0, 2), default=None, help="Keras verbosity."),
-        click.option("--checkpoint-every", type=click.IntRange(0), default=None,
-                     help="Batches between checkpoints (model + optimizer + data cursor) in "
-                          "OUTPUT/checkpoints; epoch ends are always checkpointed; 0: only those. "
-                          "[default: 1000]"),
+        _config_option("--checkpoint-every", key="checkpoint-every", type=click.IntRange(0),
+                       help="Batches between checkpoints (model + optimizer + data cursor) in "
+                            "OUTPUT/checkpoints; epoch ends are always checkpointed; 0: only those."),
         click.option("--resume", is_flag=True,
                      help="Continue from the newest good checkpoint in OUTPUT at exactly its epoch "
                           "and batch (refused if data, batch size or seed changed). Batches trained "
                           "after that checkpoint were not committed and are trained again. Without "
                           "--resume, old checkpoints in OUTPUT are removed."),
-    ]
-    for opt in reversed(options):
-        fn = opt(fn)
-    return fn
+    ], fn)
 
 
-def _run_train(data: Any, label: str, validation: Any, output: str, **kw: Any) -> Any:
+def _scheduler_and_security(kw: dict[str, Any]) -> tuple[str | None, Any]:
+    """Pop the scheduler and TLS flags: the scheduler address (or file) and a Security."""
     from daskfeed.cluster import make_security
-    from daskfeed.train import train
 
     scheduler_file = kw.pop("scheduler_file")
     scheduler = kw.pop("scheduler") or scheduler_file
-    kw["security"] = make_security(kw.pop("tls_ca_file"), kw.pop("tls_cert"), kw.pop("tls_key"))
+    security = make_security(kw.pop("tls_ca_file"), kw.pop("tls_cert"), kw.pop("tls_key"))
     # a lost scheduler makes the client log each reconnect attempt with a traceback; daskfeed
     # reports the loss itself, once, naming the window (ClusterError). After distributed's import,
     # which configures its loggers.
     import distributed  # noqa: F401
 
     logging.getLogger("distributed.client").setLevel(logging.CRITICAL)
-    if kw["security"] is not None and not scheduler:
+    if security is not None and not scheduler:
         raise click.UsageError("--tls-ca-file/--tls-cert/--tls-key need --scheduler or --scheduler-file")
+    return scheduler, security
+
+
+def _cache_choice(kw: dict[str, Any]) -> bool | str:
+    """Pop ``--cache DIR`` / ``--no-cache``: False, a directory, or True (the default place)."""
     cache_dir, no_cache = kw.pop("cache_dir"), kw.pop("no_cache")
     if cache_dir and no_cache:
         raise click.UsageError("--cache DIR and --no-cache exclude each other")
-    kw["cache"] = False if no_cache else (cache_dir or True)
+    return False if no_cache else (cache_dir or True)
+
+
+def _start_cluster(memory_limit: str | None, *, nworkers: int | None, nthreads: int,
+                   scheduler: str | None, security: Any, dashboard_address: str | None) -> Any:
+    """A client and its budget, as ``train`` makes them (a LocalCluster or a running scheduler)."""
+    from daskfeed.cluster import Budget, close_client, connect, start_local_cluster
+    from daskfeed.train import default_memory_limit
+
+    limit = memory_limit if memory_limit is not None else default_memory_limit()
+    if scheduler:
+        client = connect(scheduler, security=security)
+        try:
+            budget = Budget.remote(limit, client)
+        except BaseException:
+            close_client(client)
+            raise
+        click.echo(f"connected to {client.scheduler.address}: {budget.nworkers} workers × "
+                   f"{budget.worker / 1e9:.2f} GB ({budget.nthreads} threads)")
+        return client, budget
+    budget = Budget.split(limit, nworkers=nworkers, nthreads=nthreads)
+    click.echo(f"memory limit: {budget.describe(memory_limit)}")
+    client = start_local_cluster(budget, dashboard_address=dashboard_address)
+    if getattr(client, "dashboard_link", None):
+        click.echo(f"dashboard: {client.dashboard_link}")
+    return client, budget
+
+
+def _run_train(data: Any, label: str, validation: Any, output: str, **kw: Any) -> Any:
+    from daskfeed.train import train
+
+    scheduler, kw["security"] = _scheduler_and_security(kw)
+    kw["cache"] = _cache_choice(kw)
     verbose = kw.pop("verbose")
     return train(
         data, label=label, validation=validation or None, output=output, scheduler=scheduler,
@@ -293,17 +435,46 @@ def demo(data_dir: str, rows: int, validate_rows: int, output: str, **kw: Any) -
 
 @cli.command()
 @click.argument("data", nargs=-1, required=True)
-@click.option("--label", required=True)
+@click.option("--label", required=True, help="The label column (numeric).")
 @click.option("--output", type=click.Path(dir_okay=False), default=None,
               help="Write the manifest JSON here.")
+@_cluster_options
+@_data_options
 @_friendly
-def scan(data: tuple[str, ...], label: str, output: str | None) -> None:
-    """Scan DATA once and print (or write) its manifest summary."""
-    from daskfeed.cluster import client_context
-    from daskfeed.manifest import scan as run_scan
+def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> None:
+    """Scan DATA once and print (or write) its manifest summary.
 
-    with client_context(None) as client:
-        m = run_scan(list(data), label=label, client=client)
+    Takes train's data options: the same --blocksize, --encoding, --bad-lines and
+    --memory-limit give the same partitions, so a later train reuses the parse cache.
+    """
+    from dask.utils import format_bytes
+
+    from daskfeed.cluster import close_client
+    from daskfeed.manifest import scan as run_scan
+    from daskfeed.source import Source
+
+    scheduler, security = _scheduler_and_security(kw)
+    cache = _cache_choice(kw)
+    client, budget = _start_cluster(kw.pop("memory_limit"), nworkers=kw.pop("nworkers"),
+                                    nthreads=kw.pop("nthreads"), scheduler=scheduler,
+                                    security=security, dashboard_address=kw.pop("dashboard_address"))
+    try:
+        from daskfeed import config
+        from daskfeed.cache import open_cache
+
+        source = Source(list(data), blocksize=config.resolve_blocksize(kw.pop("blocksize"),
+                                                                       budget.blocksize),
+                        encoding=kw.pop("encoding"), bad_lines=kw.pop("bad_lines"))
+        part_cache, status = (None, "cache: off") if cache is False else open_cache(
+            source, None if cache is True else cache, required=cache is not True, client=client)
+        if source.options.blocksize != budget.blocksize:
+            click.echo(f"partitions of {format_bytes(source.options.blocksize)} (--blocksize / "
+                       f"daskfeed.blocksize; the budget alone gives {format_bytes(budget.blocksize)})")
+        click.echo(status)
+        m = run_scan(source, label=label, client=client, timeout=kw.pop("timeout"),
+                     partition_cache=part_cache)
+    finally:
+        close_client(client)
     click.echo(m.summary())
     for c in m.columns.values():
         extra = (f"mean {c.mean:.4g} sd {c.var ** 0.5:.4g}" if c.kind == "numeric"
@@ -325,7 +496,7 @@ def scan(data: tuple[str, ...], label: str, output: str | None) -> None:
 @click.option("--label", default="cleared", show_default=True)
 @click.option("--features", callback=_columns, default=None,
               help="Numeric feature columns [default: level,party_size,attempt,duration_s,deaths,hour].")
-@click.option("--batch-size", type=click.IntRange(1), default=1024, show_default=True)
+@_config_option("--batch-size", key="batch-size", type=click.IntRange(1))
 @click.option("--epochs", type=click.IntRange(2), default=3, show_default=True,
               help="Epochs per fit: epoch 1 cold; the fastest later one is the steady state.")
 @click.option("--memory-limit", type=MemorySize(), default="4GB", show_default=True,
@@ -343,10 +514,12 @@ def bench(data: tuple[str, ...], rows: int | None, data_dir: str, validation: tu
     import json
 
     from daskfeed import bench as b
+    from daskfeed import config
 
     if bool(data) == (rows is not None):
         raise click.UsageError("give either DATA or --rows N (generate demo data), not both")
     kw["features"] = features or list(b.DEFAULT_FEATURES)
+    kw["batch_size"] = int(config.get("batch-size", kw["batch_size"]))
     if rows is not None:
         result = b.run_demo_bench(rows, data_dir=data_dir, echo=click.echo, **kw)
     else:

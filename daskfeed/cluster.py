@@ -102,12 +102,16 @@ class Budget:
         base = config.get_bytes("trainer-reserve", trainer_reserve)
         minimum = base + 32 * 2**20 + nworkers * MIN_WORKER
         if total < minimum:
+            # the hint fits the shape asked for: fewer workers only when there are several and
+            # fewer would fit this budget
+            fit = min(nworkers - 1, (total - base - 32 * 2**20) // MIN_WORKER)
+            fewer = f", or lower --nworkers to {fit}" if fit >= 1 else ""
             raise BudgetError(
                 f"A memory limit of {format_bytes(total)} is too small for a trainer and "
                 f"{nworkers} worker(s). Expected at least {format_bytes(minimum)} "
                 f"({minimum / 1e9:.2f}GB): trainer {format_bytes(base)} + "
                 f"{nworkers} × {format_bytes(MIN_WORKER)} per worker.\n"
-                "Hint: raise --memory-limit or lower --nworkers."
+                f"Hint: raise --memory-limit to {-(-minimum // 10**8) / 10:.1f}GB or more{fewer}."
             )
         prefetch = int(min(max(0.1 * total, 32 * 2**20), 2**30))
         worker = (total - base - prefetch) // nworkers

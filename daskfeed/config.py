@@ -1,7 +1,10 @@
 """daskfeed's dask.config defaults and the helpers that read them.
 
-Precedence is keyword argument > ``dask.config`` (``daskfeed.*`` keys, YAML, ``DASK_DASKFEED__*``
-environment variables) > the YAML shipped beside this module.
+Precedence, the same for the CLI and for Python: a flag or keyword argument > ``dask.config``
+(``daskfeed.*`` keys: a YAML file in ``~/.config/dask/``, ``DASK_DASKFEED__*`` environment
+variables, ``dask.config.set``) > the YAML shipped beside this module. The CLI's flags default
+to ``None`` and are resolved here, so ``DASK_DASKFEED__BATCH_SIZE=512 daskfeed train …`` trains
+with batches of 512.
 """
 
 from __future__ import annotations
@@ -38,3 +41,74 @@ def get_seconds(key: str, value: float | str | None = None) -> float:
     from dask.utils import parse_timedelta
 
     return float(parse_timedelta(get(key, value)))
+
+
+def shipped(key: str) -> Any:
+    """The default of ``daskfeed.<key>`` in the YAML shipped with daskfeed."""
+    return _defaults["daskfeed"][key]
+
+
+def configured(key: str) -> bool:
+    """Whether ``daskfeed.<key>`` was set to something other than the shipped default.
+
+    ``dask.config`` does not record where a value came from, so a value equal to the shipped
+    default (for sizes: the same number of bytes, ``64MiB`` = ``67108864``) counts as not set.
+    """
+    value, default = dask.config.get(f"daskfeed.{key}"), shipped(key)
+    if isinstance(default, str) and key in _SIZES:
+        from dask.utils import parse_bytes
+
+        try:
+            return int(parse_bytes(value)) != int(parse_bytes(default))
+        except (TypeError, ValueError):
+            return True
+    return bool(value != default)
+
+
+_SIZES = frozenset({"blocksize", "window-bytes", "prefetch-bytes", "trainer-reserve"})
+
+
+def resolve_blocksize(value: int | str | None, derived: int) -> int:
+    """CSV bytes per partition: ``value`` > a configured ``daskfeed.blocksize`` > ``derived``.
+
+    ``derived`` is what the memory budget allows (:class:`daskfeed.cluster.Budget`): at most
+    the shipped ``daskfeed.blocksize`` and small enough that a window's parse peak fits a
+    worker. A ``daskfeed.blocksize`` set in the config (``DASK_DASKFEED__BLOCKSIZE=200MiB``)
+    is taken as asked, like ``--blocksize``; the shipped default only caps the derivation.
+    """
+    if value is not None:
+        return get_bytes("blocksize", value)
+    if configured("blocksize"):
+        return get_bytes("blocksize")
+    return int(derived)
+
+
+def _one_line(message: Any, category: type[Warning], filename: str, lineno: int,
+              line: str | None = None) -> str:
+    text = " ".join(str(message).split())
+    kind = "" if issubclass(category, UserWarning) else f"{category.__name__}: "
+    return f"warning: {kind}{text}\n"
+
+
+_python_format = None
+
+
+def one_line_warnings(enable: bool = True) -> None:
+    """Print warnings as ``warning: <message>``, one line, no source line; or undo that.
+
+    The CLI turns this on (``daskfeed.warnings: line``); a process that imports daskfeed with
+    that setting (a local cluster's worker processes inherit it) does the same.
+    """
+    import warnings
+
+    global _python_format
+    if enable:
+        if warnings.formatwarning is not _one_line:
+            _python_format = warnings.formatwarning
+            warnings.formatwarning = _one_line
+    elif warnings.formatwarning is _one_line and _python_format is not None:
+        warnings.formatwarning = _python_format
+
+
+if get("warnings") == "line":  # a worker process started by the CLI
+    one_line_warnings()

@@ -122,8 +122,19 @@ def expand_paths(
                 found = {p: i for p, i in fs.glob(stripped, detail=True).items()
                          if i.get("type") != "directory"}
             elif fs.isdir(stripped):
-                found = {p: i for p, i in fs.find(stripped, detail=True).items()
+                listed = fs.find(stripped, detail=True)
+                found = {p: i for p, i in listed.items()
                          if p.lower().endswith(_CSV_SUFFIXES + _PARQUET_SUFFIXES)}
+                if not found:
+                    where = os.path.abspath(stripped) if proto == "file" else pattern
+                    held = (f"it holds {len(listed)} other file(s), e.g. "
+                            f"{os.path.basename(sorted(listed)[0])!r}" if listed else "it is empty")
+                    raise DataNotFoundError(
+                        f"Expected CSV or Parquet files in the directory {pattern!r} ({where}). "
+                        f"Received: no file ending in {', '.join(_CSV_SUFFIXES + _PARQUET_SUFFIXES)} "
+                        f"there or below; {held}.\nHint: point at the directory holding the data, "
+                        "or give a glob such as \"data/**/*.csv\" for other file names."
+                    )
             elif fs.exists(stripped):
                 found = {stripped: fs.info(stripped)}
             else:

@@ -117,6 +117,7 @@ def train(
     checkpoint_every: int | None = None,
     cache: bool | str | os.PathLike[str] = True,
     bad_lines: str = "error",
+    blocksize: int | str | None = None,
 ) -> TrainResult:
     """Train a Keras model on ``data`` within ``memory_limit``; write model, manifest, history.
 
@@ -151,6 +152,13 @@ def train(
         changed). Batches trained after that checkpoint and before the interruption were never
         committed: they are trained again. Without ``resume``, old checkpoints are removed.
         See :mod:`daskfeed.checkpoint`.
+    blocksize
+        CSV bytes per partition (``"16MiB"`` or bytes). Default: a ``daskfeed.blocksize`` set in
+        the config (other than the shipped 64MiB), else derived from the budget (at most 64MiB,
+        small enough that a window's parse peak fits a worker); see
+        :func:`daskfeed.config.resolve_blocksize`.
+    batch_size, checkpoint_every, timeout, dashboard_address
+        ``None``: the ``daskfeed.*`` config value (``DASK_DASKFEED__BATCH_SIZE=…``).
     """
     from daskfeed._keras import keras
     from daskfeed.exceptions import ManifestMismatchError
@@ -195,8 +203,14 @@ def train(
     try:
         with RSSSampler() as rss:
             cached = _cached_manifest(os.path.join(out, "manifest.json"), label)
+            block = config.resolve_blocksize(blocksize, budget.blocksize)
+            if block != budget.blocksize and not ckpt:  # (a resumed run keeps its partitions)
+                from dask.utils import format_bytes
+
+                echo(f"partitions of {format_bytes(block)} (blocksize / daskfeed.blocksize; the "
+                     f"budget alone gives {format_bytes(budget.blocksize)})")
             common = {"label": label, "batch_size": batch_size, "client": client,
-                      "window_bytes": budget.window_bytes, "blocksize": budget.blocksize,
+                      "window_bytes": budget.window_bytes, "blocksize": block,
                       "as_matrix": as_matrix, "encoding": encoding, "timeout": timeout,
                       "cache": cache, "bad_lines": bad_lines}
             if ckpt:
@@ -246,6 +260,9 @@ def train(
                     )
                 if not net.compiled:
                     compile_for(net, manifest)
+                    echo(f"model from {model if isinstance(model, str) else 'the builder'} was not "
+                         f"compiled; compiled for the {manifest.task} label with "
+                         f"{_describe_compile(net)}")
             else:
                 net = default_model(manifest, features=train_seq.features, as_matrix=as_matrix)
             telemetry = EpochTelemetry(train_seq, rss)
@@ -292,6 +309,23 @@ def train(
         for s in seqs:
             s.close()
         close_client(client)
+
+
+def _describe_compile(net: Any) -> str:
+    """``loss …, optimizer Adam(learning_rate=0.001), metrics […]`` of a compiled model."""
+    cfg = net.get_compile_config() or {}
+    opt = net.optimizer
+    lr = getattr(opt, "learning_rate", None)
+    try:
+        lr_text = f"(learning_rate={float(lr):g})" if lr is not None else ""
+    except (TypeError, ValueError):  # a schedule
+        lr_text = f"(learning_rate={type(lr).__name__})"
+    metrics = cfg.get("metrics")
+    names = [m if isinstance(m, str) else getattr(m, "name", type(m).__name__)
+             for m in (metrics if isinstance(metrics, (list, tuple)) else [metrics] if metrics else [])]
+    loss = cfg.get("loss", getattr(net, "loss", None))
+    return (f"loss {loss if isinstance(loss, str) else getattr(loss, 'name', loss)}, optimizer "
+            f"{type(opt).__name__}{lr_text}, metrics {names}")
 
 
 def _reraise_feed_error(err: Exception, *seqs: Any) -> None:
