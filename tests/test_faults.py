@@ -59,6 +59,19 @@ def _last_window_file(seq) -> pathlib.Path:
     return pathlib.Path(path)
 
 
+def _wait_for(condition, timeout: float, what, interval: float = 0.1):
+    """Poll ``condition()`` until it returns something true (returned); after ``timeout`` s fail
+    the test saying ``what`` never happened (``what``: a str, or a callable giving one)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"waited {timeout:g}s for {what() if callable(what) else what}")
+        time.sleep(interval)
+
+
 def _ids(batch) -> np.ndarray:
     return np.asarray(batch[0]["row_id"]).astype(np.int64)
 
@@ -268,9 +281,46 @@ def test_hung_file_during_the_scan_is_a_timeout_error_not_a_hang(id_data, tmp_pa
 
 # -- CLI: real `daskfeed train` subprocesses ---------------------------------------------------------
 HOOK = '''
-import os, pathlib, time
+import os, pathlib, sys, threading, time
 
+from daskfeed._keras import keras
 from daskfeed.model import default_model
+
+
+class _Progress(keras.callbacks.Callback):
+    """One line in $FAULT_PROGRESS per trained batch."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        with open(os.environ["FAULT_PROGRESS"], "a") as f:
+            f.write(f"{batch}\\n")
+
+
+class Reporting(keras.Model):
+    """The default model; its fit also reports each trained batch (train() compiles it)."""
+
+    def fit(self, *args, callbacks=None, **kwargs):
+        return super().fit(*args, callbacks=[*(callbacks or []), _Progress()], **kwargs)
+
+
+def _watch_waits(victim, marker):
+    """Write ``marker`` (what is awaited) once a thread of this process waits in
+    ``Prefetcher.get`` for a window that reads ``victim``: the trainer is blocked on it."""
+    here = os.path.join("daskfeed", "prefetch.py")
+    while True:
+        for frame in list(sys._current_frames().values()):
+            waiting = False
+            while frame is not None:
+                code = frame.f_code
+                if code.co_filename.endswith(here):
+                    if code.co_name == "_wait_event":
+                        waiting = True
+                    elif code.co_name == "get" and waiting:
+                        what = frame.f_locals["self"]._describe(frame.f_locals["w"])
+                        if victim in what:
+                            pathlib.Path(marker).write_text(what)
+                            return
+                frame = frame.f_back
+        time.sleep(0.1)  # polling interval
 
 
 def build(manifest):
@@ -281,8 +331,11 @@ def build(manifest):
     elif action == "fifo":
         os.remove(target)
         os.mkfifo(target)
+        threading.Thread(target=_watch_waits, daemon=True,
+                         args=(os.path.basename(target), os.environ["FAULT_BLOCKED"])).start()
     pathlib.Path(os.environ["FAULT_MARKER"]).write_text(str(time.time()))
-    return default_model(manifest)
+    base = default_model(manifest)
+    return Reporting(base.inputs, base.outputs)
 '''
 
 
@@ -292,6 +345,8 @@ class Train:
     def __init__(self, tmp_path: pathlib.Path, data: str, *extra: str, env: dict | None = None):
         (tmp_path / "hook.py").write_text(HOOK, encoding="utf-8")
         self.marker = tmp_path / "fit-starts"
+        self.progress = tmp_path / "trained-batches"  # one line per trained batch
+        self.blocked = tmp_path / "trainer-blocked"  # what the trainer waits for (fifo faults)
         self.out, self.err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
         args = [str(BIN / "daskfeed"), "train", data, "--label", "cleared", "--batch-size", "256",
                 "--model", f"{tmp_path / 'hook.py'}:build", "--output", str(tmp_path / "out"),
@@ -300,7 +355,9 @@ class Train:
             args += ["--memory-limit", "3GB", "--nworkers", "2", "--dashboard-address", "127.0.0.1:0"]
         with open(self.out, "w") as out, open(self.err, "w") as err:
             self.proc = subprocess.Popen(args, stdout=out, stderr=err, start_new_session=True,
-                                         env={**ENV, "FAULT_MARKER": str(self.marker), **(env or {})})
+                                         env={**ENV, "FAULT_MARKER": str(self.marker),
+                                              "FAULT_PROGRESS": str(self.progress),
+                                              "FAULT_BLOCKED": str(self.blocked), **(env or {})})
         self.t0 = time.monotonic()
         self.tree: dict[int, float] = {}  # pid -> create_time of every descendant seen
         self.ports: set[tuple[str, int]] = set()
@@ -322,16 +379,35 @@ class Train:
             if c.status == psutil.CONN_LISTEN and c.pid in pids:
                 self.ports.add((c.laddr.ip, c.laddr.port))
 
+    def _running_and(self, condition):
+        """``condition()``, after checking the process still runs (and recording its tree)."""
+        def check():
+            assert self.proc.poll() is None, f"daskfeed train exited: {self.stderr()[-3000:]}"
+            self.watch()
+            return condition()
+        return check
+
     def wait_marker(self, timeout: float = 180) -> float:
         """Wait until fit is about to start; return the time (monotonic) it was seen."""
-        deadline = time.monotonic() + timeout
-        while not self.marker.exists():
-            assert self.proc.poll() is None, self.stderr()[-3000:]
-            assert time.monotonic() < deadline, "training never started"
-            self.watch()
-            time.sleep(0.2)
+        _wait_for(self._running_and(self.marker.exists), timeout, "fit to start (the model builder)")
         self.watch()
         return time.monotonic()
+
+    def trained(self) -> int:
+        """Batches trained so far (by the Keras callback of the hook's model)."""
+        return len(self.progress.read_text().splitlines()) if self.progress.exists() else 0
+
+    def wait_trained(self, batches: int, timeout: float = 120) -> None:
+        """Wait until fit has trained ``batches`` batches (the process must keep running)."""
+        _wait_for(self._running_and(lambda: self.trained() >= batches), timeout,
+                  lambda: f"{batches} trained batches (trained: {self.trained()})")
+
+    def wait_blocked(self, timeout: float = 120) -> str:
+        """Wait until the trainer waits for the FIFO's window; return that window's description."""
+        _wait_for(self._running_and(self.blocked.exists), timeout,
+                  lambda: f"the trainer to wait for the FIFO's window (trained {self.trained()} "
+                          "batches)")
+        return self.blocked.read_text()
 
     def wait(self, timeout: float) -> tuple[int, float]:
         """(exit status, seconds waited) — the process is killed if it outlives ``timeout``."""
@@ -418,15 +494,14 @@ def test_cli_signal_clean_shutdown(private_data, tmp_path, sig, group):
     run = Train(tmp_path, private_data, "--epochs", "500")
     try:
         run.wait_marker()
-        time.sleep(3)  # well into fit
+        run.wait_trained(5)  # fit is running: batches are being trained
         run.watch()
-        assert run.proc.poll() is None, run.stderr()[-3000:]
         assert len(run.ports) >= 4, run.ports  # scheduler, dashboard, nannies, workers
         if group:
             os.killpg(run.proc.pid, sig)
         else:
             os.kill(run.proc.pid, sig)
-        rc, took = run.wait(timeout=30)
+        rc, took = run.wait(timeout=60)
         err = run.stderr()
         assert rc == 128 + sig, (rc, err[-3000:])
         assert "Traceback" not in err, err[-3000:]
@@ -448,8 +523,8 @@ def test_cli_sigterm_while_a_batch_waits_on_a_hung_read_exits_at_once(private_da
                 env={"FAULT_ACTION": "fifo", "FAULT_TARGET": str(victim)})
     try:
         run.wait_marker()
-        time.sleep(8)  # the epoch reaches the window of the FIFO and blocks there
-        assert run.proc.poll() is None, run.stderr()[-3000:]
+        awaited = run.wait_blocked()  # the epoch reached the FIFO's window and waits there
+        assert victim.name in awaited, awaited
         os.kill(run.proc.pid, signal.SIGTERM)
         rc, took = run.wait(timeout=100)
         err = run.stderr()
@@ -475,10 +550,8 @@ def test_cli_scheduler_killed_mid_training_is_a_clear_error(private_data, tmp_pa
     procs = [sched]
     run = None
     try:
-        for _ in range(150):
-            if os.path.exists(sf) and os.path.getsize(sf):
-                break
-            time.sleep(0.2)
+        _wait_for(lambda: sched.poll() is None and os.path.exists(sf) and os.path.getsize(sf), 60,
+                  lambda: f"the scheduler file (scheduler exit status {sched.poll()})")
         procs.append(subprocess.Popen([dask, "worker", "--scheduler-file", sf, "--host", "127.0.0.1",
                                        "--nthreads", "1", "--dashboard-address", "127.0.0.1:0",
                                        "--memory-limit", "1GB"],
@@ -487,8 +560,7 @@ def test_cli_scheduler_killed_mid_training_is_a_clear_error(private_data, tmp_pa
         run = Train(tmp_path, private_data, "--epochs", "500", "--scheduler-file", sf,
                     "--memory-limit", "2GB")
         run.wait_marker()
-        time.sleep(3)
-        assert run.proc.poll() is None, run.stderr()[-3000:]
+        run.wait_trained(5)  # fit is running on the scheduler's worker
         os.kill(sched.pid, signal.SIGKILL)
         rc, took = run.wait(timeout=90)
         err = run.stderr()

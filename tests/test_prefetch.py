@@ -16,16 +16,21 @@ def _arrays(n: int, w: int) -> np.ndarray:
     return np.full(n, w, dtype=np.uint8)
 
 
-def make(client, order, *, budget, size=100, delay=0.0, timeout=30.0):
+def make(client, order, *, budget, size=100, delay=0.0, timeout=30.0, on_submit=None):
+    """A Prefetcher over real tasks; ``delay``: seconds each task takes on its worker (a slow
+    read: the behaviour under test, not a synchronisation); ``on_submit(w)`` runs after each
+    submit (inside ``get`` / ``start``, with the Prefetcher's lock held)."""
     submitted: list[int] = []
 
     def submit(w: int):
         submitted.append(w)
         if delay:
-            import time
-
-            return client.submit(lambda n, w: (time.sleep(delay), _arrays(n, w))[1], size, w, pure=False)
-        return client.submit(_arrays, size, w, pure=False)
+            fut = client.submit(lambda n, w: (time.sleep(delay), _arrays(n, w))[1], size, w, pure=False)
+        else:
+            fut = client.submit(_arrays, size, w, pure=False)
+        if on_submit is not None:
+            on_submit(w)
+        return fut
 
     pf = Prefetcher(submit, lambda w: size, order, budget=budget, timeout=timeout)
     return pf, submitted
@@ -75,24 +80,32 @@ def test_timeout_is_an_error_naming_the_window_and_a_retry_recomputes(client):
 
 
 def test_reset_cancels_and_a_waiting_caller_is_told(client):
-    pf, _ = make(client, [0, 1], budget=1000, delay=1.0)
-    pf.start()
-    errors = []
+    """``reset`` while a caller waits inside ``get`` for a window still computing (a 5 s task):
+    the caller is told at once (WindowCancelled), not after the task or the timeout."""
+    in_get = threading.Event()
+    # no start(): the caller's own get(0) submits window 0, so in_get means the caller is inside
+    # get() holding the lock; reset() (which takes the lock) then runs once it waits for the data
+    pf, submitted = make(client, [0, 1], budget=1000, delay=5.0,
+                         on_submit=lambda w: w == 0 and in_get.set())
+    outcome: list[BaseException | object] = []
 
     def wait():
         try:
-            pf.get(0)
-        except WindowCancelled as e:
-            errors.append(e)
+            outcome.append(pf.get(0))
+        except BaseException as e:  # noqa: BLE001 -- recorded, asserted below
+            outcome.append(e)
 
-    t = threading.Thread(target=wait)
+    t = threading.Thread(target=wait, daemon=True)
     t.start()
-    time.sleep(0.3)  # the thread is now blocked on the 1 s window
+    assert in_get.wait(10), "the caller never submitted window 0"
+    t0 = time.monotonic()
     pf.reset()
     t.join(10)
-    assert not t.is_alive()
-    assert len(errors) == 1
-    assert pf.held_bytes == 0
+    assert not t.is_alive(), "the caller still waits 10 s after reset()"
+    assert time.monotonic() - t0 < 4, "the caller was told only after the task ended"
+    assert len(outcome) == 1 and isinstance(outcome[0], WindowCancelled), outcome
+    assert "window 0" in str(outcome[0])
+    assert pf.held_bytes == 0 and submitted[0] == 0
 
 
 class _InterruptOnce:

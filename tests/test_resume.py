@@ -285,7 +285,7 @@ def record(iteration, ids):  # one line per batch, before its update is applied
     with open(LOG, "a") as f:
         f.write(json.dumps([int(iteration.numpy()), os.getpid(),
                             ids.numpy().reshape(-1).astype(np.int64).tolist()]) + "\\n")
-    time.sleep({delay})  # a slower model: time to kill it mid-epoch
+    time.sleep({delay})  # a throttled model (the behaviour under test): the kill lands mid-epoch
     return 0
 
 
@@ -310,6 +310,19 @@ def _daskfeed(*args: str, output) -> subprocess.Popen:
     with open(output, "w") as f:  # a file, not a pipe nobody reads while it runs
         return subprocess.Popen([*_daskfeed_cmd(), *args], stdout=f, stderr=subprocess.STDOUT,
                                 text=True, env=ENV, start_new_session=True)
+
+
+def _wait_for(condition, timeout: float, what, interval: float = 0.05):
+    """Poll ``condition()`` until it returns something true (returned); after ``timeout`` s fail
+    the test saying ``what`` never happened (``what``: a str, or a callable giving one)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"waited {timeout:g}s for {what() if callable(what) else what}")
+        time.sleep(interval)
 
 
 def _read_log(path) -> list:
@@ -338,25 +351,29 @@ def test_cli_sigkill_mid_epoch_then_resume_trains_every_row_exactly_once(id_data
     n = -(-id_data.train_rows // BATCH)
     store = CheckpointStore(out / "checkpoints")
     proc = _daskfeed(*args, output=tmp_path / "run1.txt")
-    try:  # kill once kill_epoch's checkpoint at batch 30 exists and 7+ more batches were trained
-        deadline = time.time() + 240
-        while time.time() < deadline and proc.poll() is None:
-            names = store.names()
-            last = names[-1] if names else ""
-            if last.startswith(f"ckpt-{kill_epoch:06d}-") and int(last.rsplit("-", 1)[1]) >= 30:
-                done = int(last.rsplit("-", 1)[1])
-                if len(_read_log(log)) >= kill_epoch * n + done + 7:
-                    break
-            time.sleep(0.02)
+
+    def ready_to_kill() -> bool:  # kill_epoch's checkpoint at batch 30+, then 7+ more batches
         assert proc.poll() is None, (tmp_path / "run1.txt").read_text()[-3000:]
-        tree = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        names = store.names()
+        last = names[-1] if names else ""
+        if not (last.startswith(f"ckpt-{kill_epoch:06d}-") and int(last.rsplit("-", 1)[1]) >= 30):
+            return False
+        return len(_read_log(log)) >= kill_epoch * n + int(last.rsplit("-", 1)[1]) + 7
+
+    try:
+        _wait_for(ready_to_kill, 240, lambda: f"a checkpoint of epoch {kill_epoch} at batch 30+ "
+                  f"and 7 more batches (checkpoints {store.names()}, {len(_read_log(log))} batches)",
+                  interval=0.02)
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
         os.killpg(proc.pid, signal.SIGKILL)  # the whole job dies: trainer and its workers
         proc.wait(30)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    time.sleep(1)
-    assert not [p for p in tree if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+    # every process of the job is gone (reaped, or a zombie of a parent that is itself gone)
+    _, alive = psutil.wait_procs(tree, timeout=30)
+    alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"still running 30 s after SIGKILL: {alive}"
     first = _read_log(log)
     ckpt = store.latest()
     assert ckpt is not None and ckpt.cursor.epoch == kill_epoch and ckpt.cursor.batch >= 30

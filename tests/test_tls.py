@@ -20,6 +20,15 @@ BIN = pathlib.Path(sys.executable).parent
 ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
+def _wait_for_file(path: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+    """Wait until ``proc`` (a starting ``dask scheduler``) has written its scheduler file."""
+    deadline = time.monotonic() + timeout
+    while not (os.path.exists(path) and os.path.getsize(path)):
+        assert proc.poll() is None, f"dask scheduler exited with status {proc.returncode}"
+        assert time.monotonic() < deadline, f"no scheduler file {path} after {timeout:g}s"
+        time.sleep(0.1)  # polling interval
+
+
 def _ca(name: str):
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
@@ -93,10 +102,7 @@ def tls_cluster(tmp_path_factory, stop_process_groups):
                               env=ENV, start_new_session=True, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)]
     try:
-        for _ in range(150):
-            if os.path.exists(sf) and os.path.getsize(sf):
-                break
-            time.sleep(0.2)
+        _wait_for_file(sf, procs[0])
         address = json.loads(pathlib.Path(sf).read_text())["address"]
         procs.append(subprocess.Popen([dask, "worker", address, "--host", "127.0.0.1",
                                        "--nthreads", "1", "--dashboard-address", "127.0.0.1:0",
