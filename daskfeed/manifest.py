@@ -264,7 +264,7 @@ MAX_REJECT_CHARS = 4096  # characters kept of one quarantined line
 
 
 def scan_block(index: int, block: Any, options: Any, label: str, writer: Any,
-               run: _StatsRun) -> dict[str, Any]:
+               run: _StatsRun, topic: str | None = None, task: int = 0) -> dict[str, Any]:
     """Parse partition ``index`` once: its facts and bad lines (see :func:`scan_blocks`).
 
     Its tables go to ``run`` (the group's statistics) and to ``writer`` (the group's parse
@@ -274,9 +274,11 @@ def scan_block(index: int, block: Any, options: Any, label: str, writer: Any,
 
     rejects: list[str] = []
     summary: dict[str, Any] | None = None
+    report(topic, task, index)  # a read that hangs here is named by the watchdog
     for table in block_tables(index, block, options, None, rejects, use_cache=False, writer=writer):
         summary = merge_facts(summary, table_facts(table, label))
         run.add(table)
+        report(topic, task, index, table.num_rows, table.nbytes)
     if summary is None:  # an empty file
         summary = {"rows": 0, "columns": [], "kinds": {}, "missing": {}, "label_rows": 0, "samples": {}}
     summary["bad_lines"] = len(rejects)
@@ -632,11 +634,12 @@ def _run_scan(src: Any, label: str, client: Any, token: str, partition_cache: An
     # parse each block once: summary + bad lines + the parse cache; small files grouped
     nthreads = sum(client.nthreads().values()) or 1
     groups = _scan_groups(src, nthreads)
+    topic = f"daskfeed-scan-{token}"
     futures = [client.submit(scan_blocks, [(i, src.blocks[i]) for i in g], src.options, label,
-                             partition_cache, key=f"daskfeed-scan-{g[0]}-{token}", retries=1)
+                             partition_cache, topic, key=f"daskfeed-scan-{g[0]}-{token}", retries=1)
                for g in groups]
     try:
-        _await_scan(futures, groups, src, timeout)
+        _await_scan(client, futures, groups, src, timeout, topic)
         level = [client.submit(operator.getitem, f, "stats", pure=False) for f in futures]
         while len(level) > 1:  # tree reduction on the cluster, fan-in 8
             level = [client.submit(merge_stats, *level[i : i + 8], pure=False)
@@ -654,60 +657,112 @@ def _run_scan(src: Any, label: str, client: Any, token: str, partition_cache: An
     return [f for group in facts for f in group], stats
 
 
-def _await_scan(futures: list[Any], groups: list[list[int]], src: Any, timeout: float) -> None:
-    """Wait for the scan tasks, failing fast with the files named.
+class ScanProgress:
+    """What the scan tasks report while they run (events on ``topic``, see :func:`report`).
 
-    A task that fails for good (after its retry) or no task finishing within ``timeout``
-    seconds (a read that blocks: hung storage, a FIFO) ends the scan with a clear error.
+    Each event says a task parsed a table of partition ``block`` (rows and bytes so far) or
+    wrote a cache segment: progress, whether or not a task has finished yet.
     """
+
+    def __init__(self, groups: list[list[int]]) -> None:
+        self.last = time.monotonic()
+        self.rows = 0
+        self.nbytes = 0
+        self.at: dict[int, int] = {}  # scan task (its first partition) -> partition being read
+        self._first = {g[0] for g in groups}
+
+    def __call__(self, event: tuple[float, dict[str, Any]]) -> None:
+        msg = event[1]
+        if not isinstance(msg, dict) or msg.get("task") not in self._first:
+            return
+        self.last = time.monotonic()
+        self.rows += int(msg.get("rows", 0))
+        self.nbytes += int(msg.get("bytes", 0))
+        self.at[int(msg["task"])] = int(msg.get("block", msg["task"]))
+
+
+REPORT_EVERY = 0.5  # seconds between progress events of one scan task
+_pending: dict[tuple[str, int], list[int]] = {}  # (topic, task) -> [rows, bytes, last time]
+
+
+def report(topic: str | None, task: int, block: int, rows: int = 0, nbytes: int = 0) -> None:
+    """Tell the trainer's scan watchdog that task ``task`` is at partition ``block`` (on a worker).
+
+    Rows and bytes parsed accumulate; at most one event per ``REPORT_EVERY`` seconds per task.
+    """
+    if topic is None:
+        return
+    acc = _pending.setdefault((topic, task), [0, 0, 0])
+    acc[0] += rows
+    acc[1] += nbytes
+    now = time.monotonic()
+    if now - acc[2] < REPORT_EVERY:
+        return
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except ValueError:  # not running on a dask worker (called directly)
+        return
+    worker.log_event(topic, {"task": task, "block": block, "rows": acc[0], "bytes": acc[1]})
+    acc[:] = [0, 0, now]
+
+
+def _await_scan(client: Any, futures: list[Any], groups: list[list[int]], src: Any,
+                timeout: float, topic: str) -> ScanProgress:
+    """Wait for the scan tasks, judging progress, not completion; fail fast with the files named.
+
+    A scan task reports each table it parses and each cache segment it writes (:func:`report`);
+    the scan is stuck only when no task reported progress or finished for ``timeout`` seconds
+    (a read that blocks: hung storage, a FIFO), however slow the disk. A task that fails for
+    good (after its retry) ends the scan with a clear error.
+    """
+    from distributed import wait
+
     from daskfeed.exceptions import FeedTimeoutError
     from daskfeed.prefetch import explain
 
-    def what(g: list[int]) -> str:
+    def what(g: list[int], at: int | None = None) -> str:
+        if at is not None and at != g[0]:
+            return f"the scan of {src.blocks[at].describe()} (partition {at})"
         first, last = src.blocks[g[0]], src.blocks[g[-1]]
         more = f" … {last.describe()} ({len(g)} partitions)" if len(g) > 1 else ""
         return f"the scan of {first.describe()}{more}"
 
-    from daskfeed.source import _compression
-
-    def nbytes(i: int) -> int:  # text to parse; a compressed file inflates (about 5x)
-        b = src.blocks[i]
-        size = b.length if b.length >= 0 else src.files[b.file_index].size
-        return size * (5 if _compression(b.path) else 1)
-
-    # a healthy task parses at least ~2 MB/s: the largest one (a big .gz file is one task)
-    # gets that long on top of ``timeout`` before the scan counts as stuck
-    timeout += max((sum(nbytes(i) for i in g) for g in groups), default=0) / 2e6
+    progress = ScanProgress(groups)
     task = {f.key: g for f, g in zip(futures, groups, strict=True)}
-    pending = list(futures)
-    progress = time.monotonic()
-    while pending:
-        still = []
-        for f in pending:
-            if f.status in ("pending", "lost"):  # lost: recomputed after a worker died
-                still.append(f)
-            elif f.status != "finished":
-                try:
-                    f.result()
-                except Exception as err:
-                    new = explain(err, what(task[f.key]))
-                    if new is err:
-                        raise
-                    raise new from err
-        if len(still) < len(pending):
-            progress = time.monotonic()
-        elif time.monotonic() - progress > timeout:
-            stuck = sorted(still, key=lambda f: task[f.key][0])[:3]
-            raise FeedTimeoutError(
-                f"No scan task finished within {timeout:.0f}s; still reading "
-                f"{'; '.join(what(task[f.key]) for f in stuck)}"
-                f"{f' and {len(still) - 3} more' if len(still) > 3 else ''}.\n"
-                "Hint: a read that blocks (hung storage, a FIFO) never finishes: check the workers "
-                "on the dashboard; for very slow storage raise --timeout (daskfeed.timeout)."
-            )
-        pending = still
-        if pending:
-            time.sleep(0.1)
+    client.subscribe_topic(topic, progress)
+    try:
+        pending = set(futures)
+        while pending:
+            try:
+                done, pending = wait(list(pending), timeout=min(1.0, timeout),
+                                     return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                done = set()
+            for f in done:
+                progress.last = time.monotonic()
+                if f.status != "finished":
+                    try:
+                        f.result()
+                    except Exception as err:
+                        new = explain(err, what(task[f.key]))
+                        if new is err:
+                            raise
+                        raise new from err
+            if pending and time.monotonic() - progress.last > timeout:
+                stuck = sorted(pending, key=lambda f: task[f.key][0])[:3]
+                raise FeedTimeoutError(
+                    f"No scan task made progress within {timeout:.0f}s; still reading "
+                    f"{'; '.join(what(task[f.key], progress.at.get(task[f.key][0])) for f in stuck)}"
+                    f"{f' and {len(pending) - 3} more' if len(pending) > 3 else ''}.\n"
+                    "Hint: a read that blocks (hung storage, a FIFO) never finishes: check the "
+                    "workers on the dashboard; for storage that stalls longer between reads raise "
+                    "--timeout (daskfeed.timeout)."
+                )
+    finally:
+        client.unsubscribe_topic(topic)
+    return progress
 
 
 def _scan_groups(src: Any, nthreads: int) -> list[list[int]]:
@@ -733,7 +788,7 @@ def _scan_groups(src: Any, nthreads: int) -> list[list[int]]:
 
 
 def scan_blocks(items: list[tuple[int, Any]], options: Any, label: str,
-                cache: Any = None) -> dict[str, Any]:
+                cache: Any = None, topic: str | None = None) -> dict[str, Any]:
     """:func:`scan_block` of several blocks in one task: their facts and merged statistics.
 
     The blocks' parsed tables go to the cache as one group (a few segment files and one
@@ -743,8 +798,9 @@ def scan_blocks(items: list[tuple[int, Any]], options: Any, label: str,
     if cache is not None and not all(cache.has(i) for i, _ in items):
         writer = cache.writer(items[0][0])
     run = _StatsRun(label)
+    task = items[0][0]
     try:
-        summaries = [scan_block(i, b, options, label, writer, run) for i, b in items]
+        summaries = [scan_block(i, b, options, label, writer, run, topic, task) for i, b in items]
         stats = run.flush()
     except BaseException:
         if writer is not None:
@@ -752,6 +808,7 @@ def scan_blocks(items: list[tuple[int, Any]], options: Any, label: str,
         raise
     if writer is not None:
         writer.commit()
+    _pending.pop((topic or "", task), None)
     return {"facts": summaries, "stats": stats}
 
 

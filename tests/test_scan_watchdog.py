@@ -1,0 +1,93 @@
+"""The scan's watchdog judges progress, not task completion (issue 11, item 7)."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import time
+import warnings
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+import pytest
+
+import daskfeed
+from daskfeed.exceptions import FeedTimeoutError
+
+HEADER = "x,label\n"
+
+
+def _rows(start: int, n: int) -> bytes:
+    return "".join(f"{i},{i % 2}\n" for i in range(start, start + n)).encode()
+
+
+class _SlowLocalFileSystem(LocalFileSystem):
+    """The local disk, throttled: every read returns at most 32 KiB after ``DELAY`` seconds."""
+
+    protocol = "slowfile"
+    DELAY = 0.1
+
+    def _open(self, path, mode="rb", **kwargs):
+        f = super()._open(path, mode=mode, **kwargs)
+        if "r" not in mode:
+            return f
+        slow = self
+
+        class Throttled(io.RawIOBase):
+            def readable(self) -> bool:
+                return True
+
+            def readinto(self, buf) -> int:
+                time.sleep(slow.DELAY)  # the behaviour under test: a slow disk, never a stall
+                data = f.read(min(len(buf), 32 << 10))
+                buf[: len(data)] = data
+                return len(data)
+
+            def close(self) -> None:
+                f.close()
+                super().close()
+
+        return io.BufferedReader(Throttled())
+
+
+def test_a_slow_read_that_keeps_making_progress_never_trips_the_watchdog(tmp_path):
+    from distributed import Client, LocalCluster
+
+    fsspec.register_implementation("slowfile", _SlowLocalFileSystem, clobber=True)
+    (tmp_path / "a.csv").write_text(HEADER + _rows(0, 100).decode())
+    # ~1.4 MB of CSV, gzip'd: ~45 throttled reads of 32 KiB → several seconds in all, more than
+    # the 2 s timeout, parsed in 64 KiB chunks that each report progress
+    body = HEADER.encode() + _rows(0, 120_000)
+    (tmp_path / "z.csv.gz").write_bytes(gzip.compress(body, compresslevel=0))
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
+        t0 = time.monotonic()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the compressed file's one-partition warning
+            m = daskfeed.scan(f"slowfile://{tmp_path}/*.csv*", label="label", client=client,
+                              timeout=2, blocksize="64KiB")
+        elapsed = time.monotonic() - t0
+    assert elapsed > 2 * 2  # the read really outlasted the timeout
+    assert m.rows == 100 + 120_000  # and every row of the slow file arrived
+
+
+def test_a_hung_read_fails_within_the_timeout_naming_the_partition(tmp_path):
+    from daskfeed.cluster import Budget, close_client, start_local_cluster
+
+    (tmp_path / "a.csv").write_text(HEADER + _rows(0, 100).decode())
+    fifo = tmp_path / "z.csv"
+    os.mkfifo(fifo)  # nobody ever writes: opening it blocks forever
+    client = start_local_cluster(Budget.split("3GB", nworkers=1), dashboard_address="127.0.0.1:0")
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(FeedTimeoutError) as info:
+            daskfeed.scan(str(tmp_path / "*.csv"), label="label", client=client, timeout=3)
+        elapsed = time.monotonic() - t0
+    finally:
+        close_client(client)
+    msg = str(info.value)
+    assert "No scan task made progress within 3s" in msg, msg
+    assert "z.csv" in msg and "Hint:" in msg, msg
+    assert elapsed < 3 + 10, elapsed
