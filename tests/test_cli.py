@@ -103,3 +103,106 @@ def test_train_end_to_end_with_real_worker_processes(demo_data, tmp_path):
     assert hist["epochs"][0]["rows"] == demo_data.train_rows
     man = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
     assert "東京" in man["columns"]["region"]["vocabulary"]
+
+
+# -- settings: flag > dask.config (DASK_DASKFEED__…) > shipped default, for the CLI too ----------
+
+@pytest.fixture(scope="module")
+def small_data(tmp_path_factory):
+    """6 files of 1000 quest rows (about 100 kB each)."""
+    from daskfeed.demo import write_demo_data
+
+    return write_demo_data(tmp_path_factory.mktemp("small"), rows=6000, validate_rows=2000)
+
+
+def run_env(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    exe = shutil.which("daskfeed", path=BIN) or "daskfeed"
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**ENV, **env})
+
+
+def _partitions(stdout: str) -> int:
+    import re
+
+    m = re.search(r"train data: [\d,]+ rows in ([\d,]+) partitions", stdout)
+    assert m, stdout
+    return int(m.group(1).replace(",", ""))
+
+
+def test_config_env_var_reaches_train_and_a_flag_beats_it(small_data, tmp_path):
+    common = ("train", small_data.train_glob, "--label", "cleared", "--epochs", "1",
+              "--memory-limit", "3GB", "--nworkers", "1", "--dashboard-address", "127.0.0.1:0",
+              "--verbose", "0", "--no-cache")
+    env = {"DASK_DASKFEED__BATCH_SIZE": "77"}
+    out = run_env(env, *common, "--output", str(tmp_path / "env"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "78 batches of 77 per epoch" in out.stdout  # ceil(6000 / 77)
+    hist = json.loads((tmp_path / "env" / "history.json").read_text())
+    assert hist["epochs"][0]["rows"] == 6000
+    assert _partitions(out.stdout) == 6  # one per 100 kB file: the budget's blocksize is larger
+
+    out = run_env(env, *common, "--batch-size", "500", "--blocksize", "30kB",
+                  "--output", str(tmp_path / "flag"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "12 batches of 500 per epoch" in out.stdout
+    assert "partitions of 29.30 kiB" in out.stdout
+    assert _partitions(out.stdout) > 6  # each file split into byte ranges of 30 kB
+
+
+def test_help_shows_the_configured_default():
+    out = run_env({"DASK_DASKFEED__BATCH_SIZE": "77"}, "train", "--help")
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert "[default: 77 (daskfeed.batch-size); x>=1]" in text
+    assert "[default: 300s (daskfeed.timeout)]" in text
+    assert "(daskfeed.blocksize)" in text and "--blocksize SIZE" in text
+    out = run_env({}, "train", "--help")
+    assert "[default: 1024 (daskfeed.batch-size); x>=1]" in " ".join(out.stdout.split())
+
+
+def _scan_partitions(stdout: str) -> int:
+    import re
+
+    m = re.search(r"^[\d,]+ rows in ([\d,]+) partitions", stdout, re.M)
+    assert m, stdout
+    return int(m.group(1).replace(",", ""))
+
+
+def test_scan_takes_blocksize_from_config_and_flag(small_data, tmp_path):
+    args = ("scan", small_data.train_glob, "--label", "cleared", "--memory-limit", "3GB",
+            "--nworkers", "1", "--dashboard-address", "127.0.0.1:0", "--no-cache")
+    out = run_env({}, *args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert _scan_partitions(out.stdout) == 6
+    assert "cleared" in out.stdout and "categorical" in out.stdout  # the column summary
+    out = run_env({"DASK_DASKFEED__BLOCKSIZE": "30kB"}, *args, "--output", str(tmp_path / "m.json"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert _scan_partitions(out.stdout) > 6
+    assert json.loads((tmp_path / "m.json").read_text(encoding="utf-8"))["rows"] == 6000
+    out = run_env({"DASK_DASKFEED__BLOCKSIZE": "30kB"}, *args, "--blocksize", "1MB")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert _scan_partitions(out.stdout) == 6  # the flag beats the environment
+
+
+@pytest.mark.parametrize("bad", ["", "0", "-1MB", "lots"])
+def test_nonsense_blocksize_is_a_usage_error(bad, tmp_path):
+    for command in ("train", "scan"):
+        out = run(command, str(tmp_path), "--label", "y", "--blocksize", bad)
+        assert out.returncode == 2, (command, out.stderr)
+        assert "Usage:" in out.stderr and "--blocksize" in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr
+
+
+def test_configured_blocksize_is_told_from_the_shipped_default():
+    import dask.config
+
+    from daskfeed import config
+
+    assert not config.configured("blocksize")
+    assert config.resolve_blocksize(None, 1234) == 1234  # the budget's derivation
+    with dask.config.set({"daskfeed.blocksize": "64 MiB"}):  # the shipped value, spelled otherwise
+        assert not config.configured("blocksize")
+    with dask.config.set({"daskfeed.blocksize": "200MiB"}):
+        assert config.configured("blocksize")
+        assert config.resolve_blocksize(None, 1234) == 200 * 2**20
+        assert config.resolve_blocksize("1MB", 1234) == 10**6  # an argument wins
