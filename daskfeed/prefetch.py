@@ -4,16 +4,30 @@
 ones in plan order as ``distributed`` futures, while their (estimated, then actual) bytes fit the
 budget. Windows whose batches have all been served stay until their room is needed, so Keras'
 re-reads (the TF backend peeks at batches 0 and 1) never recompute a window. Waiting is bounded
-by ``timeout``; ``reset`` cancels everything in flight.
+by ``timeout``; ``reset`` cancels everything in flight; ``close`` stops for good.
+
+Nothing here can keep a process alive. Finished windows are gathered ahead by a daemon thread
+that lives only while windows are in flight and looks at their futures every few milliseconds
+(no done-callbacks: distributed runs those on a thread pool that the interpreter joins at exit
+and that refuses work once shutdown began). Every wait ends when its window is cancelled, the
+prefetcher is closed, the futures' client closes, the process is asked to stop (SIGINT or
+SIGTERM, even while the main thread is blocked inside TensorFlow) or the timeout passes.
+Prefetchers still open at interpreter exit are closed then.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import functools
+import os
+import signal
+import socket
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,43 +41,226 @@ __all__ = ["ABORT", "Prefetcher", "WindowCancelled", "explain"]
 # handlers cannot run).
 ABORT = threading.Event()
 ABORT_SIGNAL: list[int] = []  # the signal that set ABORT (the CLI's watcher records it)
-_POLL = 0.25  # seconds between checks of ABORT while waiting
+_POLL = 0.25  # seconds between checks of ABORT while waiting for another thread's gather
+_WATCH = 0.01  # seconds between looks at a future in flight
+_CLOSE_LOCK_WAIT = 2.0  # close(): longest wait for a busy lock (the client's close frees the rest)
+_STOP_GRACE = 2.0  # a wait that begins this soon after SIGINT / SIGTERM still ends at once
 
 
 class WindowCancelled(RuntimeError):
-    """The window was dropped by ``reset`` while a caller waited for it."""
+    """The window was dropped by ``reset`` or ``close`` while a caller waited for it."""
 
 
 class Aborted(KeyboardInterrupt):
     """Waiting for a window was abandoned because the process is stopping (:data:`ABORT`)."""
 
 
-def _result(future: Any, timeout: float) -> Any:
-    """``future.result(timeout)``, abandoned as soon as :data:`ABORT` is set.
+class _StopSignals:
+    """SIGINT / SIGTERM counted as they arrive, even while the main thread waits inside C code.
 
-    Waits for the future to finish without gathering (a done-callback sets an event), then
-    gathers once: polling ``result`` with short timeouts would cancel and restart the transfer
-    of a large window again and again (and trips a race in ``distributed.utils.sync``).
+    Python runs signal handlers in the main thread only between bytecodes: while ``fit`` waits
+    inside TensorFlow for a batch stuck on a hung read, Ctrl-C would act only at ``timeout``.
+    The C-level handler also writes the signal number to the wakeup fd at once: a daemon thread
+    reading it notes the time, every wait for a window that began before it (or up to
+    ``_STOP_GRACE`` seconds after it: TensorFlow may ask for the next batch meanwhile) ends
+    with :class:`Aborted`, TensorFlow returns, and the main thread raises
+    ``KeyboardInterrupt`` as usual. Later waits are not affected (a notebook fits again). A
+    wakeup fd set before (asyncio, the CLI's watcher) still receives every byte.
     """
-    if not hasattr(future, "add_done_callback"):
+
+    def __init__(self) -> None:
+        self.last = float("-inf")  # time.monotonic() of the last stop signal
+        self._lock = threading.Lock()
+        self._pid = -1
+        self._writer: socket.socket | None = None
+        self._forward = -1  # our duplicate of the wakeup fd we replaced, or -1
+
+    def install(self) -> None:
+        """Listen on the wakeup fd (main thread only); idempotent, again after a fork."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        with self._lock:
+            if self._pid != os.getpid():
+                self._start_reader()
+            assert self._writer is not None
+            mine = self._writer.fileno()
+            try:
+                previous = signal.set_wakeup_fd(mine, warn_on_full_buffer=False)
+            except ValueError:  # not the main interpreter
+                return
+            if previous != mine:
+                self._set_forward(previous)
+
+    def _start_reader(self) -> None:
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)
+        self._writer, self._pid, self._forward = writer, os.getpid(), -1
+        threading.Thread(target=self._read, args=(reader,), name="daskfeed-signals",
+                         daemon=True).start()
+
+    def _set_forward(self, fd: int) -> None:
+        old, self._forward = self._forward, (os.dup(fd) if fd >= 0 else -1)
+        if old >= 0:
+            with contextlib.suppress(OSError):
+                os.close(old)
+
+    def _read(self, reader: socket.socket) -> None:
+        while True:
+            try:
+                data = reader.recv(64)
+            except OSError:
+                return
+            if not data:
+                return
+            if any(b in (signal.SIGINT, signal.SIGTERM) and signal.getsignal(b) is not signal.SIG_IGN
+                   for b in data):
+                self.last = time.monotonic()
+            if self._forward >= 0:
+                with contextlib.suppress(OSError):
+                    os.write(self._forward, data)
+
+
+_SIGNALS = _StopSignals()
+
+
+def _wait_for(ready: Callable[[], bool], timeout: float, pause: Callable[[float], Any],
+              interval: float, stop: Callable[[], BaseException | None] | None = None) -> bool:
+    """Wait until ``ready()``; False once ``timeout`` seconds passed.
+
+    ``pause(s)`` waits up to ``s`` seconds between looks (an event's ``wait`` returns early).
+
+    Raises
+    ------
+    Aborted
+        The process was asked to stop (:data:`ABORT`, or SIGINT / SIGTERM since the wait began
+        or just before it).
+    BaseException
+        What ``stop()`` returns (a cancelled window, a closed client), as soon as it returns one.
+    """
+    deadline = time.monotonic() + timeout
+    since = time.monotonic() - _STOP_GRACE
+    while not ready():
+        if ABORT.is_set() or _SIGNALS.last > since:
+            raise Aborted("stopping: no longer waiting for data")
+        err = stop() if stop is not None else None
+        if err is not None:
+            raise err
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        pause(min(interval, left))
+    return True
+
+
+def _result(future: Any, timeout: float,
+            stop: Callable[[], BaseException | None] | None = None) -> Any:
+    """``future.result(timeout)``, abandoned as soon as the process stops or ``stop()`` says so.
+
+    Waits for the future to finish without gathering (looking at its state), then gathers once:
+    polling ``result`` with short timeouts would cancel and restart the transfer of a large
+    window again and again (and trips a race in ``distributed.utils.sync``).
+    """
+    if not hasattr(future, "done"):
         return future.result(timeout=timeout)
     deadline = time.monotonic() + timeout
-    finished = threading.Event()
-    future.add_done_callback(lambda _: finished.set())
-    if not _wait_event(finished, timeout):
+    if not _wait_for(future.done, timeout, time.sleep, _WATCH, stop):
         raise TimeoutError(f"timed out after {timeout} s.")
+    err = stop() if stop is not None else None  # a closed client cancelled it: nothing to gather
+    if err is not None:
+        raise err
     return future.result(timeout=max(deadline - time.monotonic(), 1.0))
 
 
-def _wait_event(event: threading.Event, timeout: float) -> bool:
-    """``event.wait(timeout)``, abandoned as soon as :data:`ABORT` is set."""
+def _client_status(future: Any) -> str:
+    return str(getattr(getattr(future, "client", None), "status", "running"))
+
+
+def _drop(future: Any, *, cancel: bool) -> None:
+    """Cancel ``future`` (a round trip to the scheduler), or release it (no wait); never raises.
+
+    Cancelling is only tried while its client runs: a closed or reconnecting client could make
+    it wait for a scheduler that is gone.
+    """
+    with contextlib.suppress(Exception):
+        if (cancel and _client_status(future) == "running") or not hasattr(future, "release"):
+            future.cancel()
+        else:
+            future.release()
+
+
+def _settle(futures: list[Any], timeout: float) -> None:
+    """Wait (at most ``timeout`` s) until the scheduler knows the keys of ``futures``.
+
+    A task submitted just before the process exits may still be queued in the scheduler's
+    ``update-graph``, which runs on a thread pool that refuses work once the interpreter shuts
+    down (an in-process scheduler then logs "cannot schedule new futures after shutdown");
+    releasing the future does not cancel that. Usually one round trip. Never raises.
+    """
+    by_client: dict[int, tuple[Any, list[str]]] = {}
+    for f in futures:
+        client = getattr(f, "client", None)
+        if client is not None and hasattr(f, "key") and not f.done():
+            by_client.setdefault(id(client), (client, []))[1].append(f.key)
     deadline = time.monotonic() + timeout
-    while not event.wait(max(min(_POLL, deadline - time.monotonic()), 0.0)):
-        if ABORT.is_set():
-            raise Aborted("stopping: no longer waiting for data")
-        if time.monotonic() >= deadline:
-            return False
-    return True
+    for client, keys in by_client.values():
+        with contextlib.suppress(Exception):
+            while client.status == "running" and time.monotonic() < deadline:
+                known = client.sync(client.scheduler.get_task_status, keys=keys,
+                                    callback_timeout=max(deadline - time.monotonic(), 0.01))
+                if all(v is not None for v in known.values()):
+                    break
+                time.sleep(_WATCH)  # the scheduler is still materializing the graph
+
+
+_SETTLE = 2.0  # seconds close() may wait for the scheduler to know what it releases
+_LIVE: weakref.WeakSet[Prefetcher] = weakref.WeakSet()
+_EXIT_CALLBACKS: list[Callable[[], None]] = []
+_EXIT_HOOK: list[bool] = []  # [True] once registered (a fork inherits the registration)
+
+
+def run_at_exit(fn: Callable[[], None]) -> None:
+    """Run ``fn`` when the interpreter exits, after the open prefetchers are closed.
+
+    Runs early in the shutdown, before the interpreter joins the ``concurrent.futures``
+    threads and makes their pools refuse work (which distributed's clients, schedulers and
+    callbacks rely on); ``fn`` must not raise.
+    """
+    _EXIT_CALLBACKS.append(fn)
+    _register_exit_hook()
+
+
+def _register_exit_hook() -> None:
+    if _EXIT_HOOK:
+        return
+    _EXIT_HOOK.append(True)
+    import concurrent.futures.thread  # noqa: F401  (its hook first: ours, registered after, runs before)
+
+    try:
+        threading._register_atexit(_close_all)  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):  # another Python, or already shutting down
+        atexit.register(_close_all)
+
+
+def _close_all() -> None:
+    """At exit: finish gathers in progress, close every open prefetcher, run the callbacks."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    live = [pf for pf in list(_LIVE) if pf._pid == os.getpid()]
+    deadline = time.monotonic() + _SETTLE
+    for pf in live:
+        pf._finish_gathers(deadline)
+    for pf in live:
+        pf.close()
+    for fn in _EXIT_CALLBACKS:
+        with contextlib.suppress(Exception):
+            fn()
+
+
+def _track(pf: Prefetcher) -> None:
+    """Close ``pf`` at interpreter exit (see :func:`run_at_exit`) and listen for Ctrl-C."""
+    _LIVE.add(pf)
+    _register_exit_hook()
+    _SIGNALS.install()
 
 
 def explain(err: BaseException, what: str, client: Any = None) -> BaseException:
@@ -143,6 +340,12 @@ class Prefetcher:
         Seconds to wait for one window before :class:`FeedTimeoutError`.
     describe
         ``describe(w) -> str`` for error messages (which partitions).
+
+    Notes
+    -----
+    ``close`` (also run at interpreter exit) releases every future without waiting for the
+    scheduler; the fetch thread is a daemon that holds the prefetcher only weakly and ends
+    when nothing is in flight, so an unused prefetcher is collected with its futures.
     """
 
     fetch_ahead = True  # gather finished windows in the background (off: on first use)
@@ -166,14 +369,21 @@ class Prefetcher:
         self._describe = describe
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
         self._lock = threading.RLock()
-        self._fetcher: ThreadPoolExecutor | None = None
+        self._watching: dict[int, _Entry] = {}  # in flight, to gather as soon as finished
+        self._watcher: threading.Thread | None = None
+        self._stop = threading.Event()  # set by close(): the fetch thread ends
+        self._closed = False
+        self._pid = os.getpid()
         self.submitted = 0
         self.wait_seconds = 0.0
+        _track(self)
 
     # -- public -------------------------------------------------------------------------
     def get(self, w: int) -> Any:
         """Return window ``w``'s data, fetching it (and the next ones) if needed."""
         with self._lock:
+            if self._closed:
+                raise WindowCancelled(f"window {w} was not fetched: the prefetcher is closed")
             entry = self._entries.get(w)
             if entry is None:
                 entry = self._start(w)
@@ -187,7 +397,7 @@ class Prefetcher:
 
     def start(self) -> None:
         """Put the first windows of the order in flight (call before the first ``get``)."""
-        if not self._order:
+        if not self._order or self._closed:
             return
         with self._lock:
             w = self._order[0]
@@ -206,18 +416,55 @@ class Prefetcher:
     def reset(self) -> None:
         """Cancel everything in flight and drop every held window."""
         with self._lock:
-            if self._fetcher is not None:
-                self._fetcher.shutdown(wait=False, cancel_futures=True)
-                self._fetcher = None
             for entry in self._entries.values():
                 entry.cancelled = True
                 if entry.future is not None and not entry.ready.is_set():
-                    try:
-                        entry.future.cancel()
-                    except Exception:
-                        pass
+                    _drop(entry.future, cancel=True)
                 entry.future = None
             self._entries.clear()
+            self._watching.clear()  # the fetch thread ends
+
+    def close(self) -> None:
+        """Stop for good: release every window in flight, drop held ones, end the fetch thread.
+
+        Callers waiting for a window get :class:`WindowCancelled` within milliseconds.
+        Futures are released, not cancelled: no wait for the cluster beyond making sure the
+        scheduler knows them (one round trip, at most ``_SETTLE`` s; see :func:`_settle`).
+        Idempotent; a no-op in a forked child (the parent's futures are not its to release).
+        """
+        if self._pid != os.getpid() or self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if not self._lock.acquire(timeout=_CLOSE_LOCK_WAIT):
+            return  # a submit holds the lock: the client's close releases the rest
+        try:
+            entries = list(self._entries.values())
+            self._entries.clear()
+            self._watching.clear()
+            for entry in entries:
+                entry.cancelled = True
+        finally:
+            self._lock.release()
+        in_flight = [e.future for e in entries if e.future is not None and not e.ready.is_set()]
+        for entry in entries:
+            entry.future = None
+        _settle(in_flight, _SETTLE)
+        for future in in_flight:
+            _drop(future, cancel=False)
+
+    def _finish_gathers(self, deadline: float) -> None:
+        """Wait until ``deadline`` for gathers in progress (a transfer cut by the exit may log)."""
+        with self._lock:
+            busy = [e for e in self._entries.values() if e.claimed and not e.ready.is_set()]
+        with contextlib.suppress(BaseException):
+            for e in busy:
+                _wait_for(e.ready.is_set, max(deadline - time.monotonic(), 0.0), e.ready.wait, _POLL)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
 
     @property
     def held_bytes(self) -> int:
@@ -233,23 +480,52 @@ class Prefetcher:
         future = self._submit(w)
         entry.future = future
         self.submitted += 1
-        if self.fetch_ahead and hasattr(future, "add_done_callback"):  # fetch it as soon as done
-            future.add_done_callback(lambda _, w=w, entry=entry: self._fetch_soon(w, entry))
+        if self.fetch_ahead and hasattr(future, "done"):  # gathered as soon as it is done
+            self._watching[w] = entry
+            if self._watcher is None or not self._watcher.is_alive():
+                self._watcher = threading.Thread(
+                    target=_watch, args=(weakref.ref(self), self._stop), daemon=True,
+                    name="daskfeed-fetch")
+                self._watcher.start()
         return entry
 
-    def _fetch_soon(self, w: int, entry: _Entry) -> None:
-        """Window ``w`` is computed (called on distributed's callback thread: never block here)."""
+    def _watch_once(self) -> bool:
+        """Gather the watched windows that finished; False (thread ends) when none is left."""
         with self._lock:
-            if entry.claimed or entry.cancelled or self._entries.get(w) is not entry:
-                return
-            if getattr(entry.future, "status", None) != "finished":
-                return  # a failure is explained to the caller who needs the window
-            if self._fetcher is None:
-                self._fetcher = ThreadPoolExecutor(1, thread_name_prefix="daskfeed-fetch")
-            try:
-                self._fetcher.submit(self._wait, w, entry, False)
-            except RuntimeError:  # shut down by reset(): nobody wants this window any more
-                pass
+            finished = self._finished()
+            if not (finished or self._watching):
+                self._watcher = None
+                return False
+        for w, entry in finished:
+            self._wait(w, entry, False)
+        return True
+
+    def _finished(self) -> list[tuple[int, _Entry]]:
+        """Watched windows whose futures finished (failures are explained to their caller)."""
+        finished = []
+        for w, e in list(self._watching.items()):
+            if e.claimed or e.cancelled or e.future is None or self._entries.get(w) is not e:
+                del self._watching[w]
+            elif e.future.done():
+                del self._watching[w]
+                if getattr(e.future, "status", "finished") == "finished":
+                    finished.append((w, e))
+        return finished
+
+    def _stopped(self, w: int, entry: _Entry, future: Any) -> BaseException | None:
+        """Why waiting for window ``w`` is pointless now, or None."""
+        if entry.cancelled or self._closed:
+            why = "the prefetcher was closed" if self._closed else "an epoch change"
+            return WindowCancelled(f"window {w} was cancelled by {why}")
+        if future is not None and _client_status(future) in ("closing", "closed"):
+            from daskfeed.exceptions import ClusterError
+
+            return ClusterError(
+                f"The Dask client was closed while waiting for window {w} ({self._describe(w)})."
+                "\nHint: close the DaskSequence (or leave its `with` block) before closing its "
+                "client."
+            )
+        return None
 
     def _wait(self, w: int, entry: _Entry, waiting: bool = True) -> None:
         """Gather window ``w`` into ``entry`` (or wait for whoever gathers it).
@@ -264,24 +540,32 @@ class Prefetcher:
             claimed = not entry.claimed
             entry.claimed = True
             future = entry.future
+        stop = functools.partial(self._stopped, w, entry, future)
         try:
-            if not claimed:  # another thread gathers this window: wait for it
-                if not _wait_event(entry.ready, self.timeout + 5):
-                    raise TimeoutError
-                return
+            if claimed:
+                self._gather(w, entry, future, stop)
+            else:
+                self._await_other(w, entry, stop)
+        finally:
+            if waiting:
+                with self._lock:
+                    self.wait_seconds += time.perf_counter() - t0
+
+    def _await_other(self, w: int, entry: _Entry, stop: Callable[[], BaseException | None]) -> None:
+        """Wait for another thread's gather of window ``w``; its errors reach ``get``."""
+        if not _wait_for(entry.ready.is_set, self.timeout + 5, entry.ready.wait, _POLL, stop):
+            raise self._timeout_error(w, TimeoutError())
+
+    def _gather(self, w: int, entry: _Entry, future: Any,
+                stop: Callable[[], BaseException | None]) -> None:
+        """Gather window ``w``'s future into ``entry``: its data, or the error to raise."""
+        try:
             if future is None or entry.cancelled:  # reset() (an epoch change) cancelled it
                 raise WindowCancelled(f"window {w} was cancelled by an epoch change")
-            data = _result(future, self.timeout)
+            data = _result(future, self.timeout, stop)
         except TimeoutError as err:
-            if entry.ready.is_set():
-                return
-            entry.error = FeedTimeoutError(
-                f"Window {w} ({self._describe(w)}) did not arrive within {self.timeout:g}s.\n"
-                "Hint: a read that blocks (hung storage, a FIFO) never finishes: check the "
-                "workers on the dashboard; for very slow storage raise --timeout "
-                "(daskfeed.timeout)."
-            )
-            entry.error.__cause__ = err
+            if not entry.ready.is_set():
+                entry.error = self._timeout_error(w, err)
         except BaseException as err:  # surfaced to the caller by get(), KeyboardInterrupt too
             if entry.cancelled and not isinstance(err, WindowCancelled):
                 entry.error = WindowCancelled(f"window {w} was cancelled by an epoch change")
@@ -296,16 +580,23 @@ class Prefetcher:
                 entry.future = None  # drop our reference: the cluster frees its copy
         finally:
             with self._lock:
-                if waiting:
-                    self.wait_seconds += time.perf_counter() - t0
                 if entry.error is not None and self._entries.get(w) is entry:
                     del self._entries[w]  # a later get retries from scratch
-            if claimed or entry.error is not None:
-                entry.ready.set()
+            entry.ready.set()
+
+    def _timeout_error(self, w: int, cause: BaseException) -> FeedTimeoutError:
+        err = FeedTimeoutError(
+            f"Window {w} ({self._describe(w)}) did not arrive within {self.timeout:g}s.\n"
+            "Hint: a read that blocks (hung storage, a FIFO) never finishes: check the "
+            "workers on the dashboard; for very slow storage raise --timeout "
+            "(daskfeed.timeout)."
+        )
+        err.__cause__ = cause
+        return err
 
     def _fill_ahead(self, w: int) -> None:
         i = self._pos.get(w)
-        if i is None:
+        if i is None or self._closed:
             return
         for nxt in self._order[i + 1 :]:
             if nxt in self._entries:
@@ -344,7 +635,7 @@ class Prefetcher:
                 if not only_served and (not e.ready.is_set() or self._pos.get(w, -1) > here):
                     continue  # never cancel what someone may be waiting for, nor the future
                 if e.future is not None and not e.ready.is_set():
-                    e.future.cancel()
+                    _drop(e.future, cancel=True)
                 del self._entries[w]
         # still no room (random access): windows ahead that are already here, farthest first;
         # their keys were released when they arrived, so nothing is cancelled on the cluster
@@ -354,3 +645,16 @@ class Prefetcher:
             if self._used() + need <= self.budget:
                 return
             del self._entries[w]
+
+
+def _watch(ref: weakref.ref[Prefetcher], stop: threading.Event) -> None:
+    """Body of a prefetcher's fetch thread (a daemon): gather its windows as they finish.
+
+    Holds the prefetcher only weakly between looks, so an unused one is collected (and its
+    futures released); ends when it is closed, collected, or has nothing in flight.
+    """
+    while not stop.wait(_WATCH):
+        pf = ref()
+        if pf is None or not pf._watch_once():
+            return
+        del pf

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from typing import Any
 
 import numpy as np
@@ -16,16 +17,63 @@ import numpy as np
 from daskfeed import config
 from daskfeed._keras import keras
 from daskfeed.cluster import acquire_client, close_client
-from daskfeed.exceptions import DaskfeedError, ManifestMismatchError, SchemaError
+from daskfeed.exceptions import ClusterError, DaskfeedError, ManifestMismatchError, SchemaError
 from daskfeed.feed import Encoding, WindowData, concat, encode_window, read_window
 from daskfeed.manifest import Manifest, scan
 from daskfeed.plan import EpochPlan, make_plan
-from daskfeed.prefetch import Prefetcher, WindowCancelled
+from daskfeed.prefetch import Prefetcher, WindowCancelled, run_at_exit
 from daskfeed.source import Source
 
 __all__ = ["DaskSequence"]
 
 MIN_WINDOWS = 8
+
+
+class _Owner:
+    """What a :class:`DaskSequence` must give back, held apart from it for its finalizer.
+
+    The client (closed only if the sequence started it) and the process that may close it:
+    a forked child inherits the parent's connection, which is not its to close.
+    """
+
+    def __init__(self) -> None:
+        self.client: Any = None
+        self.owns = False
+        self.pid = os.getpid()
+        _OWNERS.add(self)
+
+    def close(self) -> None:
+        """Drop the client, closing it if owned; idempotent, a no-op in another process."""
+        if self.pid != os.getpid():
+            return
+        client, owns = self.client, self.owns
+        self.client, self.owns = None, False
+        if owns and client is not None:
+            close_client(client)
+
+
+_OWNERS: weakref.WeakSet[_Owner] = weakref.WeakSet()
+
+
+def _close_owned_clients() -> None:
+    """At interpreter exit: close the clients (and local clusters) sequences started."""
+    for owner in list(_OWNERS):
+        owner.close()
+
+
+run_at_exit(_close_owned_clients)
+
+
+def _refuse_multiprocessing(kwargs: dict[str, Any]) -> None:
+    """Refuse Keras' worker processes before any scan or cluster work."""
+    if kwargs.get("use_multiprocessing"):
+        raise SchemaError(
+            "DaskSequence does not run in Keras' worker processes. Expected "
+            "use_multiprocessing=False (the default). Received: use_multiprocessing=True.\n"
+            "Hint: the Dask workers already compute the batches and the trainer only slices "
+            "arrays, so a process pool adds nothing: use workers=N (threads) to read batches "
+            "concurrently, or leave the default."
+        )
 
 
 def _called_by_keras_reset() -> bool:
@@ -91,7 +139,15 @@ class DaskSequence(keras.utils.PyDataset):
     window_bytes, prefetch_bytes, timeout
         Memory knobs (see ``daskfeed.yaml``); normally derived from ``--memory-limit``.
     **kwargs
-        ``workers``, ``use_multiprocessing``, ``max_queue_size`` for ``keras.utils.PyDataset``.
+        ``workers`` and ``max_queue_size`` for ``keras.utils.PyDataset``;
+        ``use_multiprocessing=True`` is refused (:class:`~daskfeed.SchemaError`).
+
+    Notes
+    -----
+    A sequence owns threads and futures: close it (:meth:`close`, or ``with DaskSequence(...)
+    as seq:``). It is also closed when garbage-collected or at interpreter exit, and it stops
+    waiting when its client closes; nothing it starts keeps the process alive, and Ctrl-C
+    ends a wait for a batch at once.
 
     Examples
     --------
@@ -137,6 +193,10 @@ class DaskSequence(keras.utils.PyDataset):
         bad_lines: str = "error",
         **kwargs: Any,
     ) -> None:
+        _refuse_multiprocessing(kwargs)
+        self._owner = _Owner()
+        self._finalizer = weakref.finalize(self, self._owner.close)
+        self._closed = False
         super().__init__(**kwargs)
         self.batch_size = int(config.get("batch-size", batch_size))
         if self.batch_size < 1:
@@ -350,11 +410,19 @@ class DaskSequence(keras.utils.PyDataset):
 
     # -- the cluster side ---------------------------------------------------------------
     def _client_or_connect(self) -> Any:
-        if self._client is None:  # after unpickling (use_multiprocessing=True)
+        """The client; after unpickling, a new connection to the same scheduler (owned)."""
+        self._check_usable()
+        if self._client is None:
             from daskfeed.cluster import connect
 
             self._client = connect(self._scheduler_address, security=getattr(self, "_security", None))
             self._owns_client = True
+        if self._client.status in ("closing", "closed"):
+            raise ClusterError(
+                f"The Dask client of this DaskSequence ({self._scheduler_address}) was closed. "
+                "Expected a running client.\nHint: close the DaskSequence before its client, "
+                "or create it again with a running client."
+            )
         return self._client
 
     def _submit(self, plan: EpochPlan, w: int) -> Any:
@@ -398,6 +466,7 @@ class DaskSequence(keras.utils.PyDataset):
 
     def __getitem__(self, index: int) -> tuple[Any, np.ndarray]:
         """Batch ``index`` of the current epoch as ``(x, y)``."""
+        self._check_usable()  # first: a forked child must not touch the parent's locks
         try:
             for _ in range(3):
                 try:
@@ -463,18 +532,63 @@ class DaskSequence(keras.utils.PyDataset):
             )
 
     # -- lifecycle ---------------------------------------------------------------------
+    @property
+    def _client(self) -> Any:
+        return self._owner.client
+
+    @_client.setter
+    def _client(self, client: Any) -> None:
+        self._owner.client = client
+
+    @property
+    def _owns_client(self) -> bool:
+        return self._owner.owns
+
+    @_owns_client.setter
+    def _owns_client(self, owns: bool) -> None:
+        self._owner.owns = bool(owns)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
     def close(self) -> None:
-        """Cancel windows in flight and close the client if this sequence started it."""
-        with self._lock:
-            if self._prefetcher is not None:
-                self._prefetcher.reset()
+        """Stop prefetching, release windows in flight, close the client if this sequence started it.
+
+        Idempotent and quick: futures are released without waiting for the scheduler. Also
+        runs when the sequence is garbage-collected or the interpreter exits. A closed
+        sequence serves no batch. In a forked child it does nothing (the parent's
+        connection is not the child's to close).
+        """
+        if self._owner.pid != os.getpid():
+            return
+        self._closed = True
+        pf = self._prefetcher  # not under self._lock: close never waits for a batch
+        if pf is not None:
+            pf.close()
         self._close_client()
 
     def _close_client(self) -> None:
-        if self._owns_client and self._client is not None:
-            close_client(self._client)
-            self._client = None
-            self._owns_client = False
+        self._owner.close()
+
+    def _check_usable(self) -> None:
+        """Refuse a closed sequence, and a fork's copy (Keras' worker processes)."""
+        if self._owner.pid != os.getpid():
+            raise SchemaError(
+                f"This DaskSequence was created in process {self._owner.pid} and a batch was "
+                f"asked for in process {os.getpid()}, a fork of it (Keras' "
+                "use_multiprocessing=True?). Expected batches in the process that created it. "
+                "Received: a forked copy, whose cluster connection and prefetch threads did not "
+                "survive the fork.\nHint: leave use_multiprocessing=False (use workers=N "
+                "threads); to use the data in another process, pickle the sequence (the copy "
+                "connects to the same scheduler)."
+            )
+        if self._closed:
+            raise DaskfeedError(
+                "This DaskSequence is closed. Expected an open sequence.\nHint: create a new "
+                "DaskSequence (pass manifest=old.manifest to skip the scan)."
+            )
 
     def __enter__(self) -> DaskSequence:
         return self
@@ -484,14 +598,16 @@ class DaskSequence(keras.utils.PyDataset):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for k in ("_client", "_prefetcher", "_lock", "_parts"):
+        for k in ("_owner", "_finalizer", "_closed", "_prefetcher", "_lock", "_parts"):
             state.pop(k, None)
-        state["_owns_client"] = False
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        """A copy in this process: it connects to the same scheduler on its first batch."""
         self.__dict__.update(state)
-        self._client = None
+        self._owner = _Owner()
+        self._finalizer = weakref.finalize(self, self._owner.close)
+        self._closed = False
         self._lock = threading.RLock()
         self._prefetcher = None
         self._plan = None
