@@ -74,7 +74,8 @@ def _fit_machine(command: str) -> str:
     from dask.utils import parse_bytes
 
     def fit(m: re.Match[str]) -> str:
-        return m.group(0) if parse_bytes(m.group(1)) <= psutil.virtual_memory().total else "--memory-limit 4GB"
+        fits = parse_bytes(m.group(1)) <= psutil.virtual_memory().total
+        return m.group(0) if fits else "--memory-limit 4GB"
 
     return re.sub(r"--memory-limit (\S+)", fit, command)
 
