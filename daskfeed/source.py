@@ -8,29 +8,45 @@ their sizes; it never reads data. Uncompressed CSV files are split into byte-ran
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import hashlib
 import io
 import json
+import lzma
 import os
 import warnings
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import fsspec
+import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from daskfeed import config
 from daskfeed.exceptions import DataError, DataNotFoundError
 
-__all__ = ["BAD_LINES", "Block", "FileInfo", "ReadOptions", "Source", "iter_tables", "read_block"]
+__all__ = ["BAD_LINES", "NA_COUNTS_KEY", "NA_MARKERS", "Block", "FileInfo", "ReadOptions", "Source",
+           "iter_tables", "read_block"]
 
 _BOM = b"\xef\xbb\xbf"
-_CSV_SUFFIXES = (".csv", ".tsv", ".txt", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zst")
+# compressions read here, by suffix: each is a stream of members / frames, all of them read
+_COMPRESSIONS = {".gz": "gzip", ".gzip": "gzip", ".bz2": "bz2", ".xz": "xz",
+                 ".zst": "zstd", ".zstd": "zstd"}
+_CSV_SUFFIXES = tuple(base + packed for base in (".csv", ".tsv", ".txt")
+                      for packed in ("", *_COMPRESSIONS))
 _PARQUET_SUFFIXES = (".parquet", ".pq")
-NULL_VALUES = ("", "NA", "N/A", "NaN", "nan", "NULL", "null", "None", "#N/A")
+# values that are missing in numeric columns (text stays text unless the user lists them)
+NA_MARKERS = ("NA", "N/A", "n/a", "#N/A", "#N/A N/A", "#NA", "<NA>", "NULL", "null", "None",
+              "NaN", "nan", "-NaN", "-nan", "1.#IND", "-1.#IND", "1.#QNAN", "-1.#QNAN")
+NULL_VALUES = ("", *NA_MARKERS)  # "" (an empty field) is missing in every column
+# schema metadata of each parsed table: JSON {column: {marker: count of values it made missing}}
+NA_COUNTS_KEY = b"daskfeed.na_counts"
 # what to do with a line whose field count differs from the header's
 BAD_LINES = ("error", "skip", "quarantine")
 
@@ -70,6 +86,7 @@ class ReadOptions:
     dtype: tuple[tuple[str, str], ...] = ()
     storage_options: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
     bad_lines: str = "error"  # error | skip | quarantine (see BAD_LINES)
+    na_values: tuple[str, ...] = ()  # the user's null markers: missing in every column
 
     def dtype_map(self) -> dict[str, str]:
         """Return the per-column dtype overrides as a dict."""
@@ -85,6 +102,15 @@ def _filesystem(path: str, storage_options: dict[str, Any]) -> fsspec.AbstractFi
 
 
 def _compression(path: str) -> str | None:
+    """Name the compression of ``path`` from its suffix; None when it is not compressed.
+
+    ``"gzip"``, ``"bz2"``, ``"xz"`` and ``"zstd"`` are decompressed here (see :func:`_open`);
+    another suffix fsspec knows (``.zip``, ``.lz4``, ...) gives fsspec's name and is read by it.
+    """
+    lower = path.lower()
+    for suffix, name in _COMPRESSIONS.items():
+        if lower.endswith(suffix):
+            return name
     return fsspec.utils.infer_compression(path)
 
 
@@ -194,6 +220,10 @@ class Source:
         A line whose field count differs from the header's: ``"error"`` (default) stops with
         the file, byte range and line; ``"skip"`` drops it and counts it in the manifest
         (``bad_lines``); ``"quarantine"`` also keeps its text for a rejects file.
+    na_values
+        Null markers that are missing in every column, text columns included (e.g.
+        ``["NA"]``). Empty fields are always missing; ``NA``, ``N/A``, ``null``, ``NaN``, ...
+        (:data:`NA_MARKERS`) are missing in numeric columns only.
     """
 
     def __init__(
@@ -206,6 +236,7 @@ class Source:
         dtype: dict[str, str] | None = None,
         storage_options: dict[str, Any] | None = None,
         bad_lines: str = "error",
+        na_values: Sequence[str] | None = None,
     ) -> None:
         if bad_lines not in BAD_LINES:
             raise ValueError(
@@ -218,6 +249,7 @@ class Source:
             dtype=tuple(sorted((dtype or {}).items())),
             storage_options=tuple(sorted((storage_options or {}).items())),
             bad_lines=bad_lines,
+            na_values=_na_values(na_values),
         )
         self.frame = None
         self.files: list[FileInfo] = []
@@ -312,20 +344,123 @@ class Source:
         )
 
 
+def _na_values(values: Sequence[str] | str | None) -> tuple[str, ...]:
+    """The user's null markers as a sorted tuple (a fingerprint does not depend on order)."""
+    if values is None:
+        return ()
+    if isinstance(values, str):
+        values = [values]
+    bad = [v for v in values if not isinstance(v, str)]
+    if bad:
+        raise ValueError(f"Expected na_values to be strings such as 'NA'. Received: {bad[:3]!r}.")
+    return tuple(sorted({v for v in values if v}))
+
+
 def _is_dask_frame(data: Any) -> bool:
     mod = type(data).__module__ or ""
     return mod.startswith("dask") and hasattr(data, "npartitions") and hasattr(data, "columns")
 
 
 def _open(path: str, storage_options: dict[str, Any], compression: str | None = None) -> Any:
+    """Open ``path`` for reading bytes, decompressed when ``compression`` is given.
+
+    gzip (all members), bz2 (all streams), xz and zstd (all frames) are decompressed here,
+    on top of the raw fsspec file; the stream ends only where the file does.
+
+    Raises
+    ------
+    DataNotFoundError
+        When the file is gone or unreadable.
+    DataError
+        When a ``.zst`` file is to be read and the ``zstandard`` module is missing.
+    """
+    own = compression in _COMPRESSIONS.values()
+    if compression == "zstd":
+        _require_zstandard(path)
     try:
-        return fsspec.open(path, "rb", compression=compression, **storage_options).open()
+        raw = fsspec.open(path, "rb", compression=None if own else compression,
+                          **storage_options).open()
     except (FileNotFoundError, PermissionError, IsADirectoryError) as err:
         raise DataNotFoundError(
             f"Cannot read {path}: {err.strerror or type(err).__name__}.\n"
             "Expected the file listed when the data were opened. Hint: it was moved or deleted "
             "since (rerun to list the files again), or check its permissions / credentials."
         ) from err
+    if not own:
+        return raw
+    assert compression is not None
+    try:
+        stream = _decompressor(compression, raw)
+    except BaseException:
+        raw.close()
+        raise
+    return io.BufferedReader(_Decompressed(stream, raw, path, compression), buffer_size=1 << 20)
+
+
+def _require_zstandard(path: str) -> None:
+    try:
+        import zstandard  # noqa: F401
+    except ImportError as err:
+        raise DataError(
+            f"Cannot read {path}: it is zstd-compressed and the 'zstandard' module is not "
+            "installed.\nExpected: zstandard importable wherever the file is read (every Dask "
+            "worker). Received: ImportError.\nHint: pip install 'daskfeed[zstd]' (or pip "
+            "install zstandard), or decompress the file (zstd -d)."
+        ) from err
+
+
+def _decompressor(compression: str, raw: Any) -> Any:
+    """A reader of the decompressed bytes of ``raw``, across all its members / frames."""
+    if compression == "gzip":
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if compression == "bz2":
+        return bz2.BZ2File(raw, "rb")
+    if compression == "xz":
+        return lzma.LZMAFile(raw, "rb")
+    import zstandard
+
+    return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+
+
+def _corrupt_errors() -> tuple[type[BaseException], ...]:
+    """What the decompressors raise on bytes that are not (or no longer) their format."""
+    errors: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error, lzma.LZMAError)
+    try:
+        import zstandard
+    except ImportError:
+        return errors
+    return (*errors, zstandard.ZstdError)
+
+
+class _Decompressed(io.RawIOBase):
+    """Raw reader over a decompressing stream: names the file on corrupt data, closes both."""
+
+    def __init__(self, stream: Any, raw: Any, path: str, compression: str) -> None:
+        super().__init__()
+        self._stream, self._raw = stream, raw
+        self._path, self._compression = path, compression
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            return self._stream.readinto(buffer)
+        except _corrupt_errors() as err:
+            raise DataError(
+                f"Cannot decompress {self._path}: {type(err).__name__}: {err}.\nExpected a "
+                f"complete {self._compression} file (from its suffix). Hint: the file is "
+                "truncated or damaged (was it still being written?), or its suffix does not "
+                "match its format."
+            ) from err
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                self._stream.close()
+            finally:
+                self._raw.close()
+        super().close()
 
 
 def _parse_header(line: bytes, sep: str, path: str, encoding: str = "utf-8") -> list[str]:
@@ -366,17 +501,19 @@ def iter_tables(block: Block, options: ReadOptions, rejects: list[str] | None = 
     A byte range or a small file gives one table. A compressed file cannot be split into byte
     ranges, so it is decompressed as a stream and parsed in chunks of whole lines: memory stays
     bounded by the blocksize however large the file. Each table's column types are inferred
-    on its own rows. Lines skipped under ``bad_lines="skip"|"quarantine"`` are appended to
-    ``rejects`` (their text).
+    on its own rows; what the null markers made missing is in its schema metadata under
+    :data:`NA_COUNTS_KEY` (see :func:`_parse`). Lines skipped under
+    ``bad_lines="skip"|"quarantine"`` are appended to ``rejects`` (their text).
+
+    Raises
+    ------
+    DataError
+        On a line that cannot be parsed, an unbalanced quote (naming file, line and byte), or
+        a damaged compressed file.
     """
     so = dict(options.storage_options)
     if _is_parquet(block.path):
-        import pyarrow.parquet as pq
-
-        with _open(block.path, so) as f:
-            pf = pq.ParquetFile(f)
-            for i in range(pf.num_row_groups):
-                yield _normalize(pf.read_row_group(i))
+        yield from _parquet_tables(block, so)
         return
     compression = _compression(block.path)
     with _open(block.path, so, compression) as f:
@@ -385,14 +522,11 @@ def iter_tables(block: Block, options: ReadOptions, rejects: list[str] | None = 
         if not names:
             return
         if block.length >= 0:
-            f.seek(0)
-            body = fsspec.utils.read_block(f, block.offset, block.length, delimiter=b"\n")
-            if block.offset == 0:
-                body = body[len(header) :]
-            yield _parse(body, names, block, options, rejects, whole=False)
+            yield _byte_range_table(f, block, header, names, options, rejects)
             return
         first = True
-        for start, body in _line_chunks(f, len(header), options.blocksize):
+        for start, body in _line_chunks(f, len(header), options.blocksize, path=block.path,
+                                        sep=options.sep, compressed=bool(compression)):
             where = block if first and len(body) < options.blocksize else Block(
                 block.path, start, len(body), block.file_index)
             table = _parse(body, names, where, options, rejects, whole=True)  # chunks end outside quotes
@@ -400,48 +534,286 @@ def iter_tables(block: Block, options: ReadOptions, rejects: list[str] | None = 
             yield table
 
 
-def _line_chunks(f: Any, start: int, size: int) -> Iterator[tuple[int, bytes]]:
-    """Whole-line chunks of about ``size`` bytes of a (decompressed) stream, with offsets."""
-    carry = b""
-    pos = start
-    while True:
-        want = max(size - len(carry), 1 << 16)
-        data = f.read(want)
-        if len(data) < want:  # the end of the stream: the rest is one chunk
-            rest = carry + data
-            if rest.strip() or pos == start:
-                yield pos, rest
+def _parquet_tables(block: Block, storage_options: dict[str, Any]) -> Iterator[pa.Table]:
+    import pyarrow.parquet as pq
+
+    with _open(block.path, storage_options) as f:
+        pf = pq.ParquetFile(f)
+        for i in range(pf.num_row_groups):
+            yield _normalize(pf.read_row_group(i))
+
+
+def _byte_range_table(f: Any, block: Block, header: bytes, names: list[str],
+                      options: ReadOptions, rejects: list[str] | None) -> pa.Table:
+    """Parse the lines of one byte range of an uncompressed file.
+
+    The range is cut at line breaks: a line belongs to the block its first byte follows
+    from, however long it is (later blocks inside it read nothing), so every line is read
+    once. A quoted field still open at the end of the range is refused: it is looked for
+    when what pyarrow made of the range shows a line break in a value (or in a skipped
+    line), or when pyarrow fails: the only ways such a field can show.
+    """
+    f.seek(0)
+    body = fsspec.utils.read_block(f, block.offset, block.length, delimiter=b"\n")
+    body_start = f.tell() - len(body)
+    if block.offset == 0:
+        body, body_start = body[len(header):], len(header)
+    skipped: list[str] = [] if rejects is None else rejects
+    before = len(skipped)
+    try:
+        table = _parse(body, names, block, options, skipped, whole=False)
+    except DataError:
+        _refuse_open_quote(f, block, body, body_start, options.sep)
+        raise
+    if _has_line_breaks(table) or any("\n" in line for line in skipped[before:]):
+        _refuse_open_quote(f, block, body, body_start, options.sep)
+    return table
+
+
+def _has_line_breaks(table: pa.Table) -> bool:
+    """Whether a text value of ``table`` holds a line break (a quoted field over lines)."""
+    return any(_is_text(c.type) and pc.any(pc.match_substring(c, "\n")).as_py()
+               for c in table.columns)
+
+
+def _refuse_open_quote(f: Any, block: Block, body: bytes, body_start: int, sep: str) -> None:
+    """Raise :class:`DataError` when a quoted field is open at the end of the byte range."""
+    quotes = _Quotes(sep)
+    quotes.scan(body, final=True)
+    if quotes.inside:
+        raise _unclosed_quote(
+            block.path, body, quotes.opened, body_start, _line_number(f, body_start), False,
+            f"is still open at the end of this part of the file, {block.describe()} (files "
+            "are read in byte ranges cut at line breaks)",
+            "If the file has quoted fields with line breaks in them, pass a blocksize larger "
+            "than the file (--blocksize) so it is read whole.")
+
+
+def _line_number(f: Any, offset: int, most: int = 256 * 2**20) -> int | None:
+    """Line number (1-based) of byte ``offset`` of file ``f``; None past ``most`` bytes."""
+    if offset > most:
+        return None
+    f.seek(0)
+    lines, left = 1, offset
+    while left > 0 and (data := f.read(min(left, 16 * 2**20))):
+        lines += data.count(b"\n")
+        left -= len(data)
+    return lines
+
+
+def _quote_limit(blocksize: int) -> int:
+    """Bytes a quoted field may stay open in a stream before it is taken for an unbalanced quote."""
+    return max(4 * blocksize, 64 * 2**20)
+
+
+def _line_chunks(f: Any, start: int, size: int, *, path: str = "", sep: str = ",",
+                 limit: int | None = None, compressed: bool = True) -> Iterator[tuple[int, bytes]]:
+    """Whole-record chunks of about ``size`` bytes of a (decompressed) stream, with offsets.
+
+    Chunks end at a line break outside quoted fields. The stream is scanned once, in order
+    (:class:`_Quotes`), so the work is linear in its length; ``start`` is the stream offset of
+    its first byte (the header is before it). Only an empty read ends the stream.
+
+    Raises
+    ------
+    DataError
+        When a quoted field stays open for more than ``limit`` bytes (default
+        :func:`_quote_limit`) or up to the end of the stream: an unbalanced quote.
+    """
+    limit = _quote_limit(size) if limit is None else limit
+    buf = bytearray()
+    quotes = _Quotes(sep)
+    pos, line = start, 2  # stream offset and line number of buf[0] (the header is line 1)
+    while data := f.read(max(size - len(buf), min(size, 1 << 20), 1 << 16)):
+        buf += data
+        quotes.scan(buf, final=False)
+        if quotes.inside and len(buf) - quotes.opened > limit:
+            raise _unclosed_quote(path, buf, quotes.opened, pos, line, compressed,
+                                  f"is still open {len(buf) - quotes.opened:,} bytes later "
+                                  f"(the limit is {limit:,})")
+        if quotes.cut and len(buf) >= size:
+            cut = quotes.cut
+            with memoryview(buf) as view:
+                chunk = bytes(view[:cut])
+            yield pos, chunk
+            del buf[:cut]
+            quotes.drop(cut)
+            pos, line = pos + cut, line + chunk.count(b"\n")
+    quotes.scan(buf, final=True)
+    if quotes.inside:
+        raise _unclosed_quote(path, buf, quotes.opened, pos, line, compressed,
+                              "is never closed before the end of the file")
+    if buf.strip() or pos == start:
+        yield pos, bytes(buf)
+
+
+_QUOTE, _LF, _CR = ord('"'), ord("\n"), ord("\r")
+_WINDOW = 4 << 20  # bytes scanned at a time: bounds the scanner's temporary arrays
+
+
+@dataclass
+class _Quotes:
+    """Quoted fields of a CSV buffer, by pyarrow's rules, scanned incrementally.
+
+    ``buf[0]`` starts a record. A quote opens a quoted field only at the start of a field
+    (after the separator or a line break); inside one, ``""`` is a quote and a lone ``"``
+    closes it; any other quote is text (``5'11"``). :meth:`scan` goes on from ``scanned``,
+    never re-reading what it saw.
+
+    Attributes
+    ----------
+    window
+        Bytes scanned at a time (bounds the temporary arrays).
+    scanned
+        Bytes of the buffer scanned so far.
+    inside
+        Whether a quoted field is open at ``scanned``.
+    opened
+        Index of the quote that opened it (meaningful while ``inside``).
+    cut
+        Index just after the last line break outside quoted fields (0: none yet).
+    """
+
+    sep: str = ","
+    window: int = _WINDOW
+    scanned: int = 0
+    inside: bool = False
+    opened: int = -1
+    cut: int = 0
+
+    def scan(self, buf: bytes | bytearray, *, final: bool) -> None:
+        """Scan the bytes added to ``buf`` since the last call.
+
+        A run of quotes at the end of a buffer that may grow (``final=False``) waits for the
+        next call: whether ``""`` follows decides what it means.
+        """
+        end = len(buf)
+        if not final:
+            while end > self.scanned and buf[end - 1] == _QUOTE:
+                end -= 1
+        while self.scanned < end:
+            stop = min(self.scanned + self.window, end)
+            while stop < end and buf[stop - 1] == _QUOTE:  # never split a run of quotes
+                stop += 1
+            self._window(buf, self.scanned, stop)
+            self.scanned = stop
+
+    def drop(self, n: int) -> None:
+        """Forget the first ``n`` bytes of the buffer (``n`` is :attr:`cut`)."""
+        self.scanned -= n
+        self.opened -= n
+        self.cut = 0
+
+    def _window(self, buf: bytes | bytearray, start: int, stop: int) -> None:
+        if buf.find(b'"', start, stop) < 0:  # the usual case: no quote, only line breaks
+            if not self.inside and (nl := buf.rfind(b"\n", start, stop)) >= 0:
+                self.cut = nl + 1
             return
-        buf = carry + data
-        cut = _balanced_cut(buf)
-        if cut < 0:
-            carry = buf
-            continue
-        chunk, carry = buf[: cut + 1], buf[cut + 1 :]
-        yield pos, chunk
-        pos += len(chunk)
+        arr = np.frombuffer(buf, np.uint8, stop - start, start)
+        prev = buf[start - 1] if start else _LF
+        flips = _quote_flips(arr, ord(self.sep), self.inside, prev)
+        inside_after = self.inside ^ bool(flips.size & 1)
+        nl = -1
+        if not inside_after:  # after the last flip is outside: its last line break, if any
+            nl = buf.rfind(b"\n", start + (int(flips[-1]) if flips.size else 0), stop)
+        if nl < 0 and flips.size:
+            breaks = np.flatnonzero(arr == _LF)
+            outside = breaks[(np.searchsorted(flips, breaks) & 1) == int(self.inside)]
+            nl = start + int(outside[-1]) if outside.size else -1
+        if nl >= 0:
+            self.cut = nl + 1
+        if inside_after and flips.size:
+            self.opened = start + int(flips[-1])
+        self.inside = inside_after
 
 
-def _balanced_cut(buf: bytes) -> int:
-    """Index of the last line break outside quotes (-1: none), so quoted line breaks stay whole."""
-    cut = buf.rfind(b"\n")
-    if cut < 0:
-        return -1
-    quotes = buf.count(b'"', 0, cut)
-    while quotes % 2:  # inside a quoted field: step back one line
-        prev = buf.rfind(b"\n", 0, cut)
-        if prev < 0:
-            return -1
-        quotes -= buf.count(b'"', prev, cut)
-        cut = prev
-    return cut
+def _quote_flips(arr: np.ndarray, sep: int, inside: bool, prev: int) -> np.ndarray:
+    """Positions in ``arr`` where a quoted field opens or closes, in order.
+
+    Only runs of an odd number of quotes can change the state (``""`` never does). Inside a
+    field every such run closes it; outside, it opens one only at the start of a field. When
+    every opening run is at a field start (well-formed CSV) the state simply alternates.
+    """
+    is_quote = arr == _QUOTE
+    run_start, run_end = is_quote.copy(), is_quote.copy()  # first / last quote of each run
+    run_start[1:] &= ~is_quote[:-1]
+    run_end[:-1] &= ~is_quote[1:]
+    starts, ends = np.flatnonzero(run_start), np.flatnonzero(run_end)
+    odd = starts[((ends - starts) & 1) == 0]
+    if odd.size == 0:
+        return odd
+    before = arr[odd - 1]
+    if odd[0] == 0:
+        before[0] = prev
+    at_field_start = (before == sep) | (before == _LF) | (before == _CR)
+    opening = at_field_start[int(inside)::2]  # the runs that open a field if the state alternates
+    if bool(opening.all()):
+        return odd
+    return _quote_flips_in_order(odd, at_field_start, inside)
+
+
+def _quote_flips_in_order(odd: np.ndarray, at_field_start: np.ndarray, inside: bool) -> np.ndarray:
+    """:func:`_quote_flips` one run at a time, for text with quotes inside unquoted fields."""
+    flips = []
+    for pos, field_start in zip(odd.tolist(), at_field_start.tolist(), strict=True):
+        if inside or field_start:
+            flips.append(pos)
+            inside = not inside
+    return np.asarray(flips, dtype=np.int64)
+
+
+def _unclosed_quote(path: str, buf: bytes | bytearray, opened: int, pos: int, line: int | None,
+                    compressed: bool, what: str, hint: str = "") -> DataError:
+    """The error for an unbalanced quote at ``buf[opened]``; ``buf[0]`` is at ``pos``, ``line``.
+
+    ``line`` None: the line number is not known (counted from ``pos`` instead).
+    """
+    line_start = buf.rfind(b"\n", 0, opened) + 1
+    at_line = buf.count(b"\n", 0, opened)
+    where = (f"line {line + at_line}" if line is not None else
+             f"line {at_line + 1} counted from byte {pos:,}")
+    text = bytes(buf[line_start:min(opened + 60, line_start + 160)]).split(b"\n")[0]
+    return DataError(
+        f"Expected every quoted field to be closed. Received: the quote at {where}, byte "
+        f"{pos + opened:,}{' of the decompressed text' if compressed else ''} of {path} opens "
+        f"a field that {what}; the lines after it would be read as one field.\n"
+        f"  that line starts: {text.decode('utf-8', 'replace')!r}\n"
+        'Hint: an unbalanced " in that line: fix the line, or its quoting (a field with a '
+        'quote in it is written in quotes, its quotes doubled: "5\'11"""). ' + hint
+    )
 
 
 def _parse(body: bytes, names: list[str], block: Block, options: ReadOptions,
-           rejects: list[str] | None, whole: bool) -> pa.Table:
+           rejects: list[str] | None, whole: bool = True) -> pa.Table:
+    """Parse whole CSV records into an Arrow table, null markers stated and counted.
+
+    Empty fields are missing in every column. The usual markers (:data:`NA_MARKERS`) are
+    missing only in a column whose other values are all numbers; in a text column they stay
+    text, unless listed in ``options.na_values``: those are missing in every column. A column
+    holding only markers and empties stays text (the scan decides, knowing the other blocks).
+    How many values each marker made missing, per column, is in the schema metadata under
+    :data:`NA_COUNTS_KEY`: JSON ``{column: {marker: count}}``, non-zero counts only; ``""``
+    counts empty fields, ``"NaN"`` every NaN pyarrow read as a float (``NaN``, ``nan``, ...).
+    """
     if not body.strip():
-        return pa.table({n: pa.nulls(0) for n in names})
-    overrides = {k: _arrow_type(v) for k, v in options.dtype}
+        return _with_na_counts(pa.table({n: pa.nulls(0) for n in names}), {})
+    forced = {k: _arrow_type(v) for k, v in options.dtype if k in names}
+    table = _read_csv(body, names, block, options, rejects, forced, whole)
+    _check_text(table, block, options.encoding)
+    counts: dict[str, dict[str, int]] = {}
+    columns = []
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        column, made = _column_markers(name, column, forced.get(name), options.na_values, block)
+        columns.append(column)
+        if made:
+            counts[name] = made
+    table = pa.Table.from_arrays(columns, names=table.column_names)
+    return _with_na_counts(_normalize(table), counts)
+
+
+def _read_csv(body: bytes, names: list[str], block: Block, options: ReadOptions,
+              rejects: list[str] | None, forced: dict[str, pa.DataType], whole: bool) -> pa.Table:
+    """Parse ``body`` with pyarrow: only empty fields are null; forced columns read as text."""
     skipped: list[str] = rejects if rejects is not None else []
 
     def bad_line(row: Any) -> str:
@@ -449,18 +821,19 @@ def _parse(body: bytes, names: list[str], block: Block, options: ReadOptions,
         return "skip"
 
     try:
-        table = pacsv.read_csv(
-            io.BytesIO(body),
+        return pacsv.read_csv(
+            pa.BufferReader(body),
+            # one block for the whole body: a line is never longer than pyarrow's block
             read_options=pacsv.ReadOptions(column_names=names, use_threads=False,
-                                           encoding=options.encoding),
-            # a whole file may have quoted fields with line breaks; a byte range cannot
+                                           encoding=options.encoding,
+                                           block_size=min(max(len(body) + 1, 1 << 20), 2**31 - 1)),
             parse_options=pacsv.ParseOptions(
                 delimiter=options.sep, newlines_in_values=whole,
                 invalid_row_handler=None if options.bad_lines == "error" else bad_line),
             convert_options=pacsv.ConvertOptions(
-                column_types={k: v for k, v in overrides.items() if k in names},
+                column_types={k: pa.string() for k in forced},  # converted in _column_markers
                 strings_can_be_null=True,
-                null_values=list(NULL_VALUES),
+                null_values=[""],
                 timestamp_parsers=[],
             ),
         )
@@ -473,19 +846,147 @@ def _parse(body: bytes, names: list[str], block: Block, options: ReadOptions,
             f"Cannot parse {block.describe()}: {str(err).strip()}\n"
             "Expected rows with the header's columns "
             f"({len(names)}: {', '.join(names[:8])}{', ...' if len(names) > 8 else ''}).\n"
-            f"{hint} Quoted fields with line breaks are read only when a file is not split: pass "
-            "a blocksize larger than the file."
+            f"{hint}"
         ) from err
+
+
+def _check_text(table: pa.Table, block: Block, encoding: str) -> None:
+    """Refuse a column pyarrow left as binary: bytes that are not ``encoding`` text."""
     for name, t in zip(table.column_names, table.schema.types, strict=True):
         if pa.types.is_binary(t) or pa.types.is_large_binary(t):  # pyarrow's fallback: not text
             bad = next(v for v in table.column(name).to_pylist() if v is not None
-                       and not _decodes(v, options.encoding))
+                       and not _decodes(v, encoding))
             raise DataError(
-                f"Expected {options.encoding} text in column {name!r} of {block.describe()}. "
+                f"Expected {encoding} text in column {name!r} of {block.describe()}. "
                 f"Received: bytes {bad[:40]!r}.\nHint: pass encoding='latin-1' (or the file's real "
                 "encoding), or re-encode the file as UTF-8."
             )
-    return _normalize(table)
+
+
+_NUMBER_TYPES = (pa.int64(), pa.float64(), pa.bool_())  # pyarrow's order of inference
+
+
+def _column_markers(name: str, column: pa.ChunkedArray, forced: pa.DataType | None,
+                    na_values: tuple[str, ...], block: Block) -> tuple[pa.ChunkedArray, dict[str, int]]:
+    """Apply the null-marker rule to one parsed column; return it and the counts per marker.
+
+    ``forced``: the column's dtype override (the column was read as text).
+    """
+    counts = {"": column.null_count} if column.null_count else {}
+    markers = tuple(dict.fromkeys(NA_MARKERS + na_values))
+    if _is_text(column.type):
+        if forced is None:
+            is_marker = _is_in(column, markers)
+            numbers = _as_numbers(column, is_marker)
+            if numbers is None:  # text: only the user's markers are missing
+                column, made = _null_where_in(column, na_values)
+            else:
+                column, made = numbers, _value_counts(column, is_marker)
+        elif _is_text(forced):
+            column, made = _null_where_in(column, na_values)
+        else:
+            column, made = _as_forced(name, column, forced, markers, block)
+    elif pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+        column, made = _null_numbers(column, na_values)
+    else:
+        made = {}
+    if pa.types.is_floating(column.type):
+        column, nans = _nan_to_null(column)
+        made.update(nans)
+    counts.update(made)
+    return column, counts
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _is_in(column: pa.ChunkedArray, values: Sequence[str]) -> pa.ChunkedArray:
+    return pc.is_in(column, value_set=pa.array(list(values), pa.string()))
+
+
+def _null(column: pa.ChunkedArray, where: pa.ChunkedArray) -> pa.ChunkedArray:
+    return pc.if_else(where, pa.scalar(None, column.type), column)
+
+
+def _value_counts(column: pa.ChunkedArray, where: pa.ChunkedArray) -> dict[str, int]:
+    """How many times each value of ``column`` occurs where ``where`` is true."""
+    return {r["values"]: r["counts"] for r in pc.value_counts(pc.filter(column, where)).to_pylist()}
+
+
+def _as_numbers(column: pa.ChunkedArray, is_marker: pa.ChunkedArray) -> pa.ChunkedArray | None:
+    """Convert a text column whose values other than markers are all numbers.
+
+    Returns ``column`` as int64, float64 or bool with its markers missing; None for text, and
+    for a column of only markers and empties.
+    """
+    keep = pc.invert(is_marker)
+    head = pc.drop_null(pc.filter(column.slice(0, 256), keep.slice(0, 256)))
+    if len(head) == 0:  # the first values are markers: look further
+        head = pc.drop_null(pc.filter(column, keep)).slice(0, 256)
+        if len(head) == 0:
+            return None
+    for target in _NUMBER_TYPES:
+        try:
+            pc.cast(head, target)  # text fails here, on its first values
+            return pc.cast(_null(column, is_marker), target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    return None
+
+
+def _null_where_in(column: pa.ChunkedArray, markers: Sequence[str]) -> tuple[pa.ChunkedArray, dict[str, int]]:
+    """Text column: ``markers`` become missing; counted per marker."""
+    if not markers:
+        return column, {}
+    hit = _is_in(column, markers)
+    made = _value_counts(column, hit)
+    return (_null(column, hit), made) if made else (column, {})
+
+
+def _as_forced(name: str, column: pa.ChunkedArray, target: pa.DataType, markers: Sequence[str],
+               block: Block) -> tuple[pa.ChunkedArray, dict[str, int]]:
+    """A column with a dtype override (read as text): markers missing, the rest cast."""
+    hit = _is_in(column, markers)
+    try:
+        converted = pc.cast(_null(column, hit), target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+        raise DataError(
+            f"Expected {target} values in column {name!r} of {block.describe()} (its dtype "
+            f"override). Received: {err}.\nHint: fix the value, list it as a null marker "
+            "(na_values / --na-values), or change the column's dtype override."
+        ) from err
+    return converted, _value_counts(column, hit)
+
+
+def _null_numbers(column: pa.ChunkedArray,
+                  na_values: Sequence[str]) -> tuple[pa.ChunkedArray, dict[str, int]]:
+    """Numeric column: the user's markers that are numbers (``-999``) become missing."""
+    made = {}
+    for marker in na_values:
+        try:
+            value = float(marker)
+        except ValueError:
+            continue
+        hit = pc.fill_null(pc.equal(column, value), False)
+        n = pc.sum(hit).as_py() or 0
+        if n:
+            made[marker] = n
+            column = _null(column, hit)
+    return column, made
+
+
+def _nan_to_null(column: pa.ChunkedArray) -> tuple[pa.ChunkedArray, dict[str, int]]:
+    """Float column: NaN (however it was spelled: NaN, nan, -nan) becomes missing, as "NaN"."""
+    nan = pc.fill_null(pc.is_nan(column), False)
+    n = pc.sum(nan).as_py() or 0
+    return (_null(column, nan), {"NaN": n}) if n else (column, {})
+
+
+def _with_na_counts(table: pa.Table, counts: dict[str, dict[str, int]]) -> pa.Table:
+    meta = dict(table.schema.metadata or {})
+    meta[NA_COUNTS_KEY] = json.dumps(counts, sort_keys=True).encode()
+    return table.replace_schema_metadata(meta)
 
 
 def _decodes(value: bytes, encoding: str) -> bool:
