@@ -624,7 +624,7 @@ def _line_chunks(f: Any, start: int, size: int, *, path: str = "", sep: str = ",
     buf = bytearray()
     quotes = _Quotes(sep)
     pos, line = start, 2  # stream offset and line number of buf[0] (the header is line 1)
-    while data := f.read(max(size - len(buf), min(size, 1 << 20), 1 << 16)):
+    while data := f.read(max(size - len(buf), min(size, 1 << 20), 1)):
         buf += data
         quotes.scan(buf, final=False)
         if quotes.inside and len(buf) - quotes.opened > limit:
@@ -779,7 +779,7 @@ def _unclosed_quote(path: str, buf: bytes | bytearray, opened: int, pos: int, li
         f"a field that {what}; the lines after it would be read as one field.\n"
         f"  that line starts: {text.decode('utf-8', 'replace')!r}\n"
         'Hint: an unbalanced " in that line: fix the line, or its quoting (a field with a '
-        'quote in it is written in quotes, its quotes doubled: "5\'11"""). ' + hint
+        'quote in it is written in quotes, its quotes doubled: "5\'11""").' + (f" {hint}" if hint else "")
     )
 
 

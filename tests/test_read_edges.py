@@ -1,0 +1,298 @@
+"""Edges of reading CSV: unbalanced quotes, quotes that are text, lines longer than a block,
+null markers stated and counted. Real files, real gzip streams, real pyarrow."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import subprocess
+import sys
+import tracemalloc
+import warnings
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from daskfeed import DataError
+from daskfeed.source import NA_COUNTS_KEY, Source, _line_chunks, _open, _Quotes, iter_tables
+
+MiB = 2**20
+
+
+def _tables(path, **kwargs) -> list[pa.Table]:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "1 compressed file", UserWarning)
+        src = Source(str(path), **kwargs)
+    return [t for b in src.blocks for t in iter_tables(b, src.options)]
+
+
+# ------------------------------------------------------------------ unbalanced quotes
+_HEAD = b'id,text,y\n1,a,0\n2,b,1\n3,"unclosed,1\n'  # the quote opens on line 4, at byte 24
+
+
+@pytest.fixture(scope="module")
+def unclosed(tmp_path_factory):
+    """~70 MB of CSV with an unclosed quote on line 4: plain and gzip."""
+    d = tmp_path_factory.mktemp("unclosed")
+    data = _HEAD + b"".join(b"%d,word %d,1\n" % (i, i % 97) for i in range(4, 4_000_000))
+    assert len(data) > 50e6
+    (d / "big.csv").write_bytes(data)
+    (d / "big.csv.gz").write_bytes(gzip.compress(data, 1))
+    return d
+
+
+_READ_ALL = """
+import json, resource, sys, time, warnings
+warnings.simplefilter("ignore")
+from daskfeed import DataError
+from daskfeed.source import Source, iter_tables
+src = Source(sys.argv[1], **json.loads(sys.argv[2]))
+before, start, msg = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter(), None
+try:
+    for block in src.blocks:
+        for _ in iter_tables(block, src.options):
+            pass
+except DataError as err:
+    msg = str(err)
+print(json.dumps({"wall_s": time.perf_counter() - start, "msg": msg,
+                  "grew_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024}))
+"""
+
+
+@pytest.mark.parametrize(("name", "blocksize", "what"), [
+    ("big.csv", None, "still open at the end of this part of the file"),  # byte ranges
+    ("big.csv", MiB, "still open at the end of this part of the file"),
+    ("big.csv.gz", None, "never closed before the end of the file"),  # the limit is 256 MiB
+    ("big.csv.gz", MiB, "still open"),  # the limit is 64 MiB: before the end of the file
+])
+def test_an_unclosed_quote_in_a_large_file_is_a_prompt_error_naming_line_and_byte(
+        unclosed, name, blocksize, what):
+    options = {"blocksize": blocksize} if blocksize else {}
+    out = subprocess.run([sys.executable, "-c", _READ_ALL, str(unclosed / name), json.dumps(options)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    msg = result["msg"]
+    assert msg is not None, "an unclosed quote was read without an error"
+    assert name in msg and "line 4, byte 24" in msg and what in msg
+    assert "'3,\"unclosed,1'" in msg and 'unbalanced "' in msg and "Hint:" in msg
+    assert result["wall_s"] < 30
+    assert result["grew_mb"] < 400  # the file is 70 MB; at most a few copies of the open field
+
+
+def test_an_open_quote_stops_the_stream_at_the_limit_with_bounded_memory(unclosed):
+    path = str(unclosed / "big.csv.gz")
+    limit = MiB
+    tracemalloc.start()
+    try:
+        with _open(path, {}, "gzip") as f:
+            header = f.readline()
+            chunks = _line_chunks(f, len(header), 64 * 1024, path=path, limit=limit)
+            with pytest.raises(DataError, match="still open") as err:
+                for _ in chunks:
+                    pass
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    later = int(str(err.value).split("still open ")[1].split(" bytes later")[0].replace(",", ""))
+    assert limit < later <= limit + 64 * 1024  # stopped one read past the limit, not at the end
+    assert peak < 8 * MiB  # the stream is 70 MB: only the open field (and one read) were held
+
+
+def test_an_open_quote_at_the_end_of_a_whole_file_is_an_error_not_a_merged_row(write_csv):
+    path = write_csv("tail.csv", 'x,y\n1,"ok"\n2,"open\n3,z\n')  # pyarrow alone reads 2 rows
+    with pytest.raises(DataError) as err:
+        _tables(path)
+    assert "line 3, byte 13" in str(err.value) and "tail.csv" in str(err.value)
+
+
+def test_quotes_that_are_text_are_read_as_pyarrow_reads_them(tmp_path):
+    """A quote inside an unquoted field is text (5'11"), in a stream cut into many chunks."""
+    rows = []
+    for i in range(60_000):
+        if i % 7 == 0:
+            rows.append(f'{i},"{i} in\nquotes, ""said""",5\'{i % 12}"\n')
+        else:
+            rows.append(f'{i},plain {i},5\'{i % 12}"\n')
+    text = ("id,note,height\n" + "".join(rows)).encode()
+    (tmp_path / "h.csv.gz").write_bytes(gzip.compress(text, 1))
+    whole = pacsv.read_csv(io.BytesIO(text), parse_options=pacsv.ParseOptions(newlines_in_values=True),
+                           convert_options=pacsv.ConvertOptions(
+                               column_types={"note": pa.string(), "height": pa.string()}))
+
+    tables = _tables(tmp_path / "h.csv.gz", blocksize=16 * 1024)
+
+    assert len(tables) > 30
+    read = pa.concat_tables([t.select(["id", "note", "height"]) for t in tables]).replace_schema_metadata()
+    assert read.equals(whole)
+
+
+# ------------------------------------------------ the quote scanner, by pyarrow's rules
+_Q, _SEP, _LF, _CR = ord('"'), ord(","), ord("\n"), ord("\r")
+
+
+def _reference(text: bytes) -> tuple[int, bool, int]:
+    """pyarrow's quoting, one byte at a time: (cut, inside, opened) at the end of ``text``."""
+    inside, field_start, cut, opened, i = False, True, 0, -1, 0
+    while i < len(text):
+        c = text[i]
+        if inside:
+            if c == _Q and i + 1 < len(text) and text[i + 1] == _Q:
+                i += 2
+                continue
+            inside = c != _Q
+        elif c == _Q and field_start:
+            inside, opened, field_start = True, i, False
+        else:
+            field_start = c in (_SEP, _LF, _CR)
+            cut = i + 1 if c == _LF else cut
+        i += 1
+    return cut, inside, opened
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.binary(max_size=300).map(lambda b: bytes(b'a,"\n\r'[x % 5] for x in b)),
+       window=st.integers(1, 40), steps=st.lists(st.integers(1, 50), max_size=20))
+def test_the_quote_scanner_agrees_with_pyarrows_rules_however_it_is_fed(text, window, steps):
+    quotes = _Quotes(",", window=window)
+    end = 0
+    for step in steps:  # the buffer grows as reads arrive
+        end = min(end + step, len(text))
+        quotes.scan(text[:end], final=False)
+    quotes.scan(text, final=True)
+    cut, inside, opened = _reference(text)
+    assert (quotes.cut, quotes.inside) == (cut, inside)
+    if inside:
+        assert quotes.opened == opened
+
+
+_FIELD = st.one_of(
+    st.text("ab1 '\"", max_size=6).filter(lambda s: not s.startswith('"')),  # unquoted: quotes are text
+    st.text('ab,\n"', max_size=8).map(lambda s: '"' + s.replace('"', '""') + '"'),  # quoted
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.lists(st.tuples(_FIELD, _FIELD), min_size=1, max_size=40),
+       size=st.integers(1, 64))
+def test_chunks_parse_to_what_the_whole_text_parses_to(rows, size):
+    text = "".join(f"{i},{a},{b}\n" for i, (a, b) in enumerate(rows)).encode()
+    read = pacsv.ReadOptions(column_names=["i", "a", "b"])
+    convert = pacsv.ConvertOptions(column_types={"a": pa.string(), "b": pa.string()},
+                                   strings_can_be_null=False)
+    whole = pacsv.read_csv(io.BytesIO(text), read_options=read, convert_options=convert)
+
+    chunks = [body for _, body in _line_chunks(io.BytesIO(text), 0, size)]
+
+    assert b"".join(chunks) == text
+    parsed = pa.concat_tables(pacsv.read_csv(io.BytesIO(c), read_options=read, convert_options=convert)
+                              for c in chunks if c)
+    assert parsed.equals(whole)
+
+
+# --------------------------------------------------------- lines longer than a block
+def _long_line_file(tmp_path, where: str) -> tuple[str, int]:
+    rows = [f"{i},short {i},{i % 2}" for i in range(3000)]
+    at = {"start": 0, "middle": 1500, "end": 2999}[where]
+    rows[at] = f"{at},{'x' * 5_000_000},{at % 2}"  # 5 MB: more than a block, and than pyarrow's 1 MiB
+    path = tmp_path / f"long-{where}.csv"
+    path.write_text("id,text,y\n" + "\n".join(rows) + "\n")
+    return str(path), at
+
+
+@pytest.mark.parametrize("where", ["start", "middle", "end"])
+@pytest.mark.parametrize("blocksize", [MiB, 2_500_000, 4 * MiB])
+def test_a_line_longer_than_a_block_is_read_once(tmp_path, where, blocksize):
+    path, at = _long_line_file(tmp_path, where)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        src = Source(path, blocksize=blocksize)
+    assert src.options.bad_lines == "error"
+    tables = [t for b in src.blocks for t in iter_tables(b, src.options)]
+
+    assert len(src.blocks) > 1
+    assert sum(t.num_rows for t in tables) == 3000
+    ids = sorted(i for t in tables for i in t.column("id").to_pylist())
+    assert ids == list(range(3000))
+    long = next(t for t in tables if at in t.column("id").to_pylist())
+    assert len(long.column("text")[long.column("id").to_pylist().index(at)].as_py()) == 5_000_000
+
+
+def test_a_line_longer_than_a_block_is_read_in_a_compressed_stream(tmp_path):
+    path, _ = _long_line_file(tmp_path, "middle")
+    (tmp_path / "long.csv.gz").write_bytes(gzip.compress(open(path, "rb").read(), 1))
+    tables = _tables(tmp_path / "long.csv.gz", blocksize=MiB)
+    assert sum(t.num_rows for t in tables) == 3000
+    assert max(max(map(len, t.column("text").to_pylist())) for t in tables) == 5_000_000
+
+
+# ------------------------------------------------------------------------ null markers
+def _na_counts(table: pa.Table) -> dict:
+    return json.loads(table.schema.metadata[NA_COUNTS_KEY])
+
+
+def test_markers_in_a_text_column_stay_text(write_csv):
+    path = write_csv("r.csv", "region,memo,y\nNA,N/A,1\nEU,none yet,0\nJP,,1\nNA,null,0\n")
+    (table,) = _tables(path)
+    assert table.column("region").to_pylist() == ["NA", "EU", "JP", "NA"]
+    assert len(set(table.column("region").to_pylist())) == 3
+    assert table.column("memo").to_pylist() == ["N/A", "none yet", None, "null"]
+    assert _na_counts(table) == {"memo": {"": 1}}  # the empty field only
+
+
+def test_markers_in_a_numeric_column_are_missing_and_counted(write_csv):
+    path = write_csv("n.csv", "gold,score,y\n10,1.5,1\nNA,N/A,0\nnull,NaN,1\nN/A,,0\n12,2.5,1\n,nan,0\n")
+    (table,) = _tables(path)
+    assert table.schema.field("gold").type == pa.int64()
+    assert table.column("gold").to_pylist() == [10, None, None, None, 12, None]
+    assert table.schema.field("score").type == pa.float64()
+    assert table.column("score").to_pylist() == [1.5, None, None, None, 2.5, None]
+    assert _na_counts(table) == {"gold": {"NA": 1, "null": 1, "N/A": 1, "": 1},
+                                 "score": {"N/A": 1, "NaN": 1, "nan": 1, "": 1}}
+
+
+def test_nan_that_pyarrow_reads_as_a_float_is_missing_and_counted_as_nan(write_csv):
+    path = write_csv("f.csv", "score,y\n1.5,1\nNaN,0\nnan,1\n2.5,0\n")
+    (table,) = _tables(path)
+    assert table.column("score").to_pylist() == [1.5, None, None, 2.5]
+    assert _na_counts(table) == {"score": {"NaN": 2}}  # however spelled: one key
+
+
+def test_markers_the_user_lists_are_missing_in_every_column(write_csv):
+    path = write_csv("u.csv", "region,gold,y\nNA,-999,1\nEU,5,0\nJP,NA,1\n")
+    (plain,) = _tables(path)
+    (table,) = _tables(path, na_values=["NA", "-999"])
+    assert plain.column("region").to_pylist() == ["NA", "EU", "JP"]
+    assert table.column("region").to_pylist() == [None, "EU", "JP"]
+    assert table.column("gold").to_pylist() == [None, 5, None]
+    assert _na_counts(table) == {"region": {"NA": 1}, "gold": {"-999": 1, "NA": 1}}
+    assert Source(path, na_values=["NA"]).fingerprint() != Source(path).fingerprint()
+    same = Source(path, na_values=["NA", "x"]), Source(path, na_values=["x", "NA"])
+    assert same[0].fingerprint() == same[1].fingerprint()
+
+
+def test_a_block_of_only_markers_stays_text_for_the_scan_to_decide(write_csv):
+    lines = [f"{i},{i * 2}" for i in range(2000)] + ["NA,NA", "null,", "N/A,NA"] * 700
+    path = write_csv("m.csv", "x,z\n" + "\n".join(lines) + "\n")
+    tables = _tables(path, blocksize=8000)
+    last = tables[-1]
+    assert last.num_rows > 0 and set(last.column("x").to_pylist()) == {"NA", "null", "N/A"}
+    assert last.schema.field("x").type == pa.string()  # not turned missing: the scan decides
+    assert _na_counts(last) == {"z": {"": last.column("z").null_count}}
+    assert tables[0].schema.field("x").type == pa.int64()
+
+
+def test_a_dtype_override_takes_markers_as_missing_and_names_a_bad_value(write_csv):
+    path = write_csv("d.csv", "zip,n,y\n01234,NA,1\nNA,7,0\n")
+    (table,) = _tables(path, dtype={"zip": "string", "n": "float64"})
+    assert table.column("zip").to_pylist() == ["01234", "NA"]  # text: NA stays text
+    assert table.column("n").to_pylist() == [None, 7.0]
+    assert _na_counts(table) == {"n": {"NA": 1}}
+    bad = write_csv("e.csv", "n,y\n1,0\nabc,1\n")
+    with pytest.raises(DataError) as err:
+        _tables(bad, dtype={"n": "int64"})
+    assert "'n'" in str(err.value) and "abc" in str(err.value) and "Hint:" in str(err.value)
