@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -51,14 +52,6 @@ def _seq(glob: str, client, **kw):
     return DaskSequence(glob, **opts)
 
 
-def _last_window_file(seq) -> pathlib.Path:
-    """A file read only by the epoch's last window (not yet in flight with a small prefetch)."""
-    last = seq.plan.windows[-1].partitions
-    others = {seq.source.blocks[p].path for w in seq.plan.windows[:-1] for p in w.partitions}
-    path = next(seq.source.blocks[p].path for p in last if seq.source.blocks[p].path not in others)
-    return pathlib.Path(path)
-
-
 def _wait_for(condition, timeout: float, what, interval: float = 0.1):
     """Poll ``condition()`` until it returns something true (returned); after ``timeout`` s fail
     the test saying ``what`` never happened (``what``: a str, or a callable giving one)."""
@@ -72,55 +65,165 @@ def _wait_for(condition, timeout: float, what, interval: float = 0.1):
         time.sleep(interval)
 
 
+def _window_file(seq, w: int) -> pathlib.Path:
+    """A file read only by window ``w`` of the current epoch."""
+    mine = seq.plan.windows[w].partitions
+    others = {seq.source.blocks[p].path for x in seq.plan.windows if x.index != w
+              for p in x.partitions}
+    return pathlib.Path(next(seq.source.blocks[p].path for p in mine
+                             if seq.source.blocks[p].path not in others))
+
+
+def _last_window_file(seq) -> pathlib.Path:
+    """A file read only by the epoch's last window (not yet in flight with a small prefetch)."""
+    return _window_file(seq, len(seq.plan.windows) - 1)
+
+
 def _ids(batch) -> np.ndarray:
     return np.asarray(batch[0]["row_id"]).astype(np.int64)
 
 
-def _held_window(client, seq, timeout: float = 20.0) -> tuple[str, str]:
-    """(worker address, key) of a window computed on a worker and not yet gathered."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pf = seq._prefetcher
-        with pf._lock:
-            futures = [e.future for e in pf._entries.values()
-                       if e.future is not None and not e.ready.is_set()]
-        who = client.who_has(futures) if futures else {}
-        for f in futures:
-            if who.get(f.key):
-                return who[f.key][0], f.key
-        time.sleep(0.05)
-    raise AssertionError("no computed window waiting on a worker")
+def _reading(path: str):
+    """On a worker: ``(pid, thread id, innermost frame)`` of a thread other than this one with
+    ``path`` among the locals of its stack (a task reading that file), else None."""
+    import os
+    import sys
+    import threading
+
+    me = threading.get_ident()
+    for tid, top in sys._current_frames().items():
+        frame = top if tid != me else None
+        while frame is not None:
+            if any(isinstance(v, str) and v == path for v in frame.f_locals.values()):
+                return os.getpid(), tid, (top.f_code.co_filename, top.f_lineno, top.f_lasti)
+            frame = frame.f_back
+    return None
+
+
+def _gone(pids) -> bool:
+    """Whether every pid has exited (a zombie not yet reaped counts as exited)."""
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            pass
+    return True
+
+
+class _KillMidRead:
+    """SIGKILL the worker that computes a window while it is stuck reading one of its files.
+
+    ``arm(path)`` turns a data file into a FIFO nobody writes to (its content kept aside): a
+    task reading it blocks in ``open``. A thread polls the workers (``client.run``) for a thread
+    holding that path; once the same thread is seen stuck at the same place twice, the file's
+    content is put back (the stuck ``open`` stays on the FIFO) and that worker is SIGKILLed, so
+    the read distributed starts again elsewhere gets the real file. ``killed``: (pid, file
+    name, ``note()`` at the kill).
+    """
+
+    def __init__(self, client, spare: pathlib.Path, *, note=lambda: None, timeout: float = 60):
+        self.client, self.spare, self.note, self.timeout = client, spare, note, timeout
+        spare.mkdir(parents=True, exist_ok=True)
+        self.killed: list[tuple[int, str, object]] = []
+        self.error: BaseException | None = None
+        self._armed: dict[pathlib.Path, tuple[pathlib.Path, float, tuple | None]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="kill-mid-read")
+
+    def arm(self, path) -> None:
+        path = pathlib.Path(path)
+        assert path.is_file(), f"{path} is not a regular file"
+        keep = self.spare / f"{path.name}.{len(self.killed)}"
+        shutil.copy(path, keep)
+        with self._lock:
+            path.unlink()
+            os.mkfifo(path)
+            self._armed[path] = (keep, time.monotonic(), None)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(self.timeout)
+        with self._lock:  # put back what was never read (a failed test): no worker stays stuck
+            for path, (keep, _, _) in self._armed.items():
+                os.replace(keep, path)
+
+    def check(self) -> None:
+        """Fail the test with the thread's error, if it had one."""
+        if self.error is not None:
+            raise AssertionError(f"killing a worker mid-read failed: {self.error!r}") from self.error
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(0.1):  # polling interval
+                with self._lock:
+                    armed = dict(self._armed)
+                for path, (keep, since, seen) in armed.items():
+                    found = self.client.run(_reading, str(path), on_error="return")
+                    hits = [r for r in found.values() if isinstance(r, tuple)]
+                    assert len(hits) <= 1, f"{path.name} read by several workers at once: {hits}"
+                    if not hits:
+                        assert time.monotonic() - since < 10 * self.timeout, f"{path.name} never read"
+                        continue
+                    with self._lock:
+                        if hits[0] != seen:  # first seen there (or moved on): look again
+                            self._armed[path] = (keep, since, hits[0])
+                            continue
+                        del self._armed[path]
+                        os.replace(keep, path)  # the next read of the file gets its content
+                    pid = hits[0][0]
+                    assert pid in {p.pid for p in psutil.Process().children(recursive=True)}, pid
+                    os.kill(pid, signal.SIGKILL)  # stuck in the read: the window is computing
+                    self.killed.append((pid, path.name, self.note()))
+        except BaseException as err:  # reported by check()
+            self.error = err
 
 
 # -- 1. a worker SIGKILLed mid-epoch ----------------------------------------------------------------
-def test_sigkill_worker_mid_epoch_every_row_exactly_once(id_data, monkeypatch):
-    """The worker holding the next (computed, not yet fetched) window is SIGKILLed: distributed
-    recomputes it from lineage; the epoch completes with the same batches as without the kill.
-    (Background fetching is off here so that such a window waits on the worker to be lost.)"""
+def test_sigkill_worker_mid_epoch_every_row_exactly_once(id_data, tmp_path):
+    """Background fetching on (the default). Twice in one epoch the worker computing a window
+    the trainer needs is SIGKILLed in the middle of reading it (a read made to hang on a FIFO,
+    see _KillMidRead); distributed recomputes the window elsewhere, and the epoch delivers the
+    same batches as without the kills: every row exactly once, no batch moved."""
+    from daskfeed.cluster import close_client
     from daskfeed.prefetch import Prefetcher
 
-    monkeypatch.setattr(Prefetcher, "fetch_ahead", False)
+    assert Prefetcher.fetch_ahead is True  # the default, not switched off here
+    glob = _copy_data(id_data, tmp_path / "data")
     client = _local_client()
     try:
-        with _seq(id_data.train_glob, client) as ref_seq:
+        with _seq(glob, client, cache=False) as ref_seq:
             reference = [_ids(ref_seq[i]) for i in range(len(ref_seq))]
-        pids = client.run(os.getpid)
-        seq = _seq(id_data.train_glob, client)
-        got, killed = [], []
-        for i in range(len(seq)):
-            if i in (2, len(seq) // 2):  # two faults in one epoch
-                addr, key = _held_window(client, seq)
-                os.kill(pids[addr], signal.SIGKILL)
-                killed.append((pids[addr], key))
-                pids = {a: p for a, p in pids.items() if a != addr}
-            got.append(_ids(seq[i]))
+        seq = _seq(glob, client, cache=False, prefetch_bytes=250_000)  # ~3 windows ahead
+        n_windows = len(seq.plan.windows)
+        victims = [_window_file(seq, w) for w in (n_windows // 2, n_windows - 1)]
+        # not yet submitted, so read only once they are FIFOs (this thread asks for no batch
+        # meanwhile, and nothing else submits windows)
+        assert seq.epoch_stats()["windows_computed"] <= n_windows // 2, seq.epoch_stats()
+        got = []
+        with _KillMidRead(client, tmp_path / "spare") as killer:
+            for path in victims:
+                killer.arm(path)
+            try:
+                for i in range(len(seq)):
+                    got.append(_ids(seq[i]))
+            except Exception:
+                killer.check()  # the thread's failure explains a batch that never came
+                raise
+        killer.check()
         stats = seq.epoch_stats()
         seq.close()
     finally:
-        from daskfeed.cluster import close_client
-
         close_client(client)
-    assert len(killed) == 2 and all(not psutil.pid_exists(p) for p, _ in killed)
+    assert sorted(name for _, name, _ in killer.killed) == sorted(p.name for p in victims)
+    killed = {pid for pid, _, _ in killer.killed}
+    assert len(killed) == 2, killer.killed
+    _wait_for(lambda: _gone(killed), 30, f"the killed workers {killed} to exit")
     ids = np.concatenate(got)
     assert len(ids) == id_data.train_rows == len(np.unique(ids))  # every row exactly once
     assert set(ids.tolist()) == set(range(id_data.train_rows))
@@ -131,7 +234,10 @@ def test_sigkill_worker_mid_epoch_every_row_exactly_once(id_data, monkeypatch):
 
 
 class _Recording:
-    """Mixin for DaskSequence recording, per epoch, the row ids served at each batch index."""
+    """Mixin for DaskSequence recording, per epoch, the row ids served at each batch index;
+    ``after_batch(epoch, index)`` (if set) runs after each batch is served."""
+
+    after_batch = None
 
     def __getitem__(self, index):
         x, y = super().__getitem__(index)
@@ -140,45 +246,65 @@ class _Recording:
         if index in rec:  # Keras re-reads batches 0 and 1: they must be identical
             assert np.array_equal(rec[index], ids)
         rec[index] = ids
+        if self.after_batch is not None:
+            self.after_batch(self.epoch, index)
         return x, y
 
 
 @pytest.mark.slow
-def test_sigkill_worker_during_keras_fit_each_epoch_exactly_once(id_data, monkeypatch):
-    """A real ``model.fit`` over 2 epochs; a worker is SIGKILLed in the middle of each, while it
-    holds a computed window (background fetching off, so such a window exists to lose)."""
-    from daskfeed.prefetch import Prefetcher
-
-    monkeypatch.setattr(Prefetcher, "fetch_ahead", False)
-    from daskfeed._keras import keras
+def test_sigkill_worker_during_keras_fit_each_epoch_exactly_once(id_data, tmp_path):
+    """A real ``model.fit`` over 2 epochs with background fetching on; in each epoch the worker
+    computing the window that reads one file is SIGKILLed in the middle of that read (see
+    _KillMidRead). Every epoch still trains every row exactly once."""
     from daskfeed.cluster import close_client
     from daskfeed.model import default_model
+    from daskfeed.plan import make_plan
+    from daskfeed.prefetch import Prefetcher
     from daskfeed.sequence import DaskSequence
 
     class Seq(_Recording, DaskSequence):
         pass
 
+    assert Prefetcher.fetch_ahead is True
+    glob = _copy_data(id_data, tmp_path / "data")
     client = _local_client()
-    kills: list[int] = []
-
-    class KillWorker(keras.callbacks.Callback):
-        def on_train_batch_end(self, batch, logs=None):
-            if batch == 10:
-                addr, _ = _held_window(client, seq)
-                pid = client.run(os.getpid, workers=[addr])[addr]
-                os.kill(pid, signal.SIGKILL)
-                kills.append(pid)
-
     try:
-        seq = Seq(id_data.train_glob, label="cleared", batch_size=128, client=client,
-                  window_rows=1400, prefetch_bytes=2_000_000, timeout=60, seed=5)
+        seq = Seq(glob, label="cleared", batch_size=128, client=client, window_rows=1400,
+                  prefetch_bytes=250_000, timeout=60, seed=5, cache=False)
         seq.served = {}
+        plans = [make_plan(seq.manifest.counts, batch_size=seq.batch_size, epoch=e, seed=seq.seed,
+                           shuffle=seq.shuffle, window_rows=seq.window_rows,
+                           drop_remainder=seq.drop_remainder, shard=seq.shard) for e in (0, 1)]
+        assert plans[0] == seq.plan
+        ahead = seq.epoch_stats()["windows_computed"]  # windows in flight when an epoch starts
+
+        def window_of(plan, path):
+            return next(w for w in plan.windows
+                        if any(seq.source.blocks[p].path == str(path) for p in w.partitions))
+
+        # a file whose window is not in flight when either epoch starts: read only once armed
+        files = sorted(pathlib.Path(glob).parent.glob("*.csv"))
+        victim = next(f for f in files if all(window_of(p, f).index > ahead for p in plans))
+        last_batch = max(plans[0].batches_of(window_of(plans[0], victim).index))
         model = default_model(seq.manifest, features=seq.features)
-        hist = model.fit(seq, epochs=2, shuffle=False, verbose=0, callbacks=[KillWorker()])
+        with _KillMidRead(client, tmp_path / "spare", note=lambda: seq.epoch) as killer:
+            killer.arm(victim)
+
+            def rearm(epoch, index):  # epoch 0 has read the victim: its next read is epoch 1's
+                if (epoch, index) == (0, last_batch):
+                    killer.arm(victim)
+
+            seq.after_batch = rearm
+            try:
+                hist = model.fit(seq, epochs=2, shuffle=False, verbose=0)
+            except Exception:
+                killer.check()
+                raise
+        killer.check()
         seq.close()
     finally:
         close_client(client)
-    assert len(kills) == 2
+    assert [(name, epoch) for _, name, epoch in killer.killed] == [(victim.name, 0), (victim.name, 1)]
     assert len(hist.history["loss"]) == 2 and all(np.isfinite(hist.history["loss"]))
     for epoch in (0, 1):
         rec = seq.served[epoch]
