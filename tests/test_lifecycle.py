@@ -1,0 +1,357 @@
+"""Lifecycle: a script that trains on a DaskSequence exits promptly and cleanly however ``fit``
+ended and whatever was (not) closed; Ctrl-C ends a wait for a batch; Keras' worker processes
+are refused, a fork's copy says so, a pickled copy works in a spawned process.
+
+The exit tests run real scripts (a real LocalCluster with worker processes, a real
+``model.fit``) as subprocesses and time them from a timestamp printed right after ``fit``.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import pathlib
+import pickle
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import daskfeed
+from daskfeed import SchemaError
+
+ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
+EXIT_WITHIN = 10.0  # seconds from fit's return to the end of the process
+
+# Trains with EarlyStopping (stops after epoch 2 of 5), prints FIT_DONE <time>, then ends the way
+# MODE says: close both / close nothing / close the client first / `with` block.
+SCRIPT = '''
+import json, os, sys, threading, time
+
+MODE, DATA = sys.argv[1], sys.argv[2]
+
+
+def main():
+    import keras
+    from distributed import Client
+
+    import daskfeed
+
+    client = Client(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                    dashboard_address="127.0.0.1:0", memory_limit="1GiB")
+    kw = dict(label="cleared", client=client, batch_size=256, window_rows=1400,
+              prefetch_bytes=2_000_000, cache=False, seed=1)
+    stop = keras.callbacks.EarlyStopping(monitor="loss", patience=0, min_delta=1e9)
+
+    def fit(seq):
+        model = daskfeed.default_model(seq.manifest)
+        history = model.fit(seq, epochs=5, callbacks=[stop], shuffle=False, verbose=0)
+        print("FIT_DONE", time.time(), len(history.history["loss"]), flush=True)
+
+    if MODE == "with":
+        with daskfeed.DaskSequence(DATA, **kw) as seq:
+            fit(seq)
+        pf = seq._prefetcher
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(
+                str(k).startswith("daskfeed-window") for k in client.futures):
+            time.sleep(0.05)  # released keys leave client.futures on the client's loop
+        print("STATE", json.dumps({
+            "closed": seq.closed, "prefetcher_closed": pf.closed,
+            "futures": sorted(str(k) for k in client.futures if str(k).startswith("daskfeed")),
+            "fetch_threads": [t.name for t in threading.enumerate() if t.name == "daskfeed-fetch"
+                              and t.is_alive()]}), flush=True)
+        try:
+            seq[0]
+        except daskfeed.DaskfeedError as err:
+            print("AFTER_CLOSE", type(err).__name__, str(err).splitlines()[0], flush=True)
+        client.close()
+        return
+    seq = daskfeed.DaskSequence(DATA, **kw)
+    fit(seq)
+    if MODE == "close":
+        seq.close()
+        seq.close()  # idempotent
+        client.close()
+    elif MODE == "client-first":
+        client.close()
+        seq.close()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def _run_script(tmp_path: pathlib.Path, script: str, *args: str, timeout: float = 300):
+    """Run ``script`` to its end; (stdout, stderr, returncode, time.time() at its exit)."""
+    path = tmp_path / "script.py"
+    path.write_text(script, encoding="utf-8")
+    out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with open(out, "wb") as o, open(err, "wb") as e:
+        proc = subprocess.Popen([sys.executable, str(path), *args], stdout=o, stderr=e, env=ENV,
+                                cwd=tmp_path, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise AssertionError(f"the script did not end within {timeout}s:\n"
+                                 + err.read_text(errors="replace")[-3000:]) from None
+        ended = time.time()
+    return out.read_text(), err.read_text(errors="replace"), rc, ended
+
+
+def _exit_delay(stdout: str, ended: float) -> float:
+    """Seconds from the FIT_DONE timestamp (checking that fit stopped early, at epoch 2)."""
+    line = next(ln for ln in stdout.splitlines() if ln.startswith("FIT_DONE"))
+    _, stamp, epochs = line.split()
+    assert epochs == "2", f"EarlyStopping should stop after 2 of 5 epochs: {line}"
+    return ended - float(stamp)
+
+
+def _check_clean_exit(tmp_path: pathlib.Path, data: str, mode: str) -> tuple[float, str]:
+    out, err, rc, ended = _run_script(tmp_path, SCRIPT, mode, data)
+    assert rc == 0, (rc, err[-3000:])
+    delay = _exit_delay(out, ended)
+    assert "Traceback" not in err, err[-4000:]
+    assert "cannot schedule new futures" not in err, err[-4000:]
+    assert delay < EXIT_WITHIN, f"exited {delay:.1f}s after fit returned\n{err[-3000:]}"
+    return delay, out
+
+
+def test_script_exits_promptly_after_early_stopping_five_runs(id_data, tmp_path):
+    """The issue's "done when": EarlyStopping ends fit at epoch 2 of 5; the script closes the
+    sequence and the client and exits within 10 s of fit returning, five runs in a row, with
+    no traceback."""
+    delays = []
+    for i in range(5):
+        run_dir = tmp_path / f"run{i}"
+        run_dir.mkdir()
+        delays.append(_check_clean_exit(run_dir, id_data.train_glob, "close")[0])
+    print("exit delays after fit (s):", [round(d, 2) for d in delays])
+
+
+@pytest.mark.parametrize("mode", ["never", "client-first"])
+def test_script_exits_promptly_whatever_is_closed(id_data, tmp_path, mode):
+    """Nothing closed at all (the interpreter's exit does it), or the client closed before the
+    sequence: the same prompt, clean exit."""
+    delay, _ = _check_clean_exit(tmp_path, id_data.train_glob, mode)
+    print(f"{mode}: exit {delay:.2f}s after fit")
+
+
+def test_with_block_closes_the_sequence(id_data, tmp_path):
+    """Leaving ``with DaskSequence(...) as seq:`` closes it: prefetcher closed, its futures
+    released on the cluster, no fetch thread left; a closed sequence refuses batches."""
+    _, out = _check_clean_exit(tmp_path, id_data.train_glob, "with")
+    state = json.loads(next(ln for ln in out.splitlines() if ln.startswith("STATE"))[6:])
+    assert state == {"closed": True, "prefetcher_closed": True, "futures": [],
+                     "fetch_threads": []}, state
+    assert "AFTER_CLOSE DaskfeedError This DaskSequence is closed." in out, out
+
+
+# A file of the epoch's last window becomes a FIFO after the scan: the batch that needs it waits
+# (timeout 120 s) inside fit; WAITING is printed when Keras asks for that batch, INTERRUPTED when
+# fit raises KeyboardInterrupt.
+SIGINT_SCRIPT = '''
+import os, sys, time
+
+DATA = sys.argv[1]
+
+
+def main():
+    import keras
+    from distributed import Client
+
+    import daskfeed
+
+    class Marked(daskfeed.DaskSequence):
+        def __getitem__(self, i):
+            if i == self.block_at:
+                print("WAITING", time.time(), flush=True)
+            return super().__getitem__(i)
+
+    client = Client(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                    dashboard_address="127.0.0.1:0", memory_limit="1GiB")
+    seq = Marked(DATA, label="cleared", client=client, batch_size=256, window_rows=1400,
+                 prefetch_bytes=250_000, cache=False, seed=1, timeout=120)
+    plan = seq.plan
+    last = plan.windows[-1]
+    others = {seq.source.blocks[p].path for w in plan.windows[:-1] for p in w.partitions}
+    victim = next(seq.source.blocks[p].path for p in last.partitions
+                  if seq.source.blocks[p].path not in others)
+    seq.block_at = min(b for b in range(len(seq)) if any(s.window == last.index
+                                                          for s in plan.batch(b)))
+    os.remove(victim)
+    os.mkfifo(victim)
+    model = daskfeed.default_model(seq.manifest)
+    try:
+        model.fit(seq, epochs=1, shuffle=False, verbose=0)
+    except KeyboardInterrupt:
+        print("INTERRUPTED", time.time(), flush=True)
+        raise
+    print("FIT_RETURNED", flush=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def _copy_data(id_data, dest: pathlib.Path) -> str:
+    """A private copy of the id_data train files (the SIGINT test breaks one of them)."""
+    import shutil
+
+    src = pathlib.Path(id_data.train_glob.split("*")[0])
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in sorted(src.rglob("*.csv")):
+        shutil.copy(f, dest / f.name)
+    return str(dest / "*.csv")
+
+
+class _Lines:
+    """The stdout lines of ``proc``, read by a thread, awaited with a deadline."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        import queue
+        import threading
+
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, args=(proc.stdout,), daemon=True).start()
+
+    def _read(self, stream) -> None:
+        for raw in stream:
+            self._lines.put(raw.decode(errors="replace"))
+        self._lines.put(None)
+
+    def wait(self, prefix: str, timeout: float) -> str:
+        """The next line starting with ``prefix``."""
+        import queue
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(deadline - time.monotonic(), 0.001))
+            except queue.Empty:
+                raise AssertionError(f"no {prefix} line within {timeout:g}s") from None
+            if line is None:
+                raise AssertionError(f"the script ended before printing {prefix}")
+            if line.startswith(prefix):
+                return line
+
+
+def test_sigint_while_fit_waits_for_a_batch_exits_within_seconds(id_data, tmp_path):
+    """Ctrl-C (SIGINT) while fit waits inside TensorFlow for a batch whose window never comes
+    (a FIFO nobody writes; timeout 120 s): fit raises KeyboardInterrupt within 5 s and the
+    process ends within seconds, not at the timeout. (The exit includes distributed closing
+    the script's LocalCluster, whose nanny kills the worker stuck on the FIFO after 4 s.)"""
+    data = _copy_data(id_data, tmp_path / "data")
+    script = tmp_path / "sigint.py"
+    script.write_text(SIGINT_SCRIPT, encoding="utf-8")
+    err_path = tmp_path / "stderr.txt"
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen([sys.executable, str(script), data], stdout=subprocess.PIPE,
+                                stderr=err, env=ENV, cwd=tmp_path, start_new_session=True)
+        try:
+            lines = _Lines(proc)
+            lines.wait("WAITING", timeout=240)
+            t0, sent = time.monotonic(), time.time()
+            os.kill(proc.pid, signal.SIGINT)
+            interrupted = float(lines.wait("INTERRUPTED", timeout=60).split()[1]) - sent
+            rc = proc.wait(timeout=60)
+            took = time.monotonic() - t0
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    stderr = err_path.read_text(errors="replace")
+    print(f"SIGINT to KeyboardInterrupt out of fit: {interrupted:.2f}s, to exit: {took:.2f}s")
+    assert rc in (-signal.SIGINT, 128 + signal.SIGINT, 1), (rc, stderr[-3000:])
+    assert "KeyboardInterrupt" in stderr, stderr[-3000:]
+    assert "FeedTimeoutError" not in stderr, stderr[-3000:]
+    assert interrupted < 5, f"fit was interrupted {interrupted:.1f}s after SIGINT"
+    assert took < 15, f"the process ended {took:.1f}s after SIGINT\n{stderr[-3000:]}"
+
+
+# -- use_multiprocessing (issue 11 item 3) -------------------------------------------------------
+def test_use_multiprocessing_is_refused_before_any_work():
+    """Refused at construction, before the data or the cluster is touched: a path that does not
+    exist and a scheduler nobody listens on are never looked at."""
+    seq_class = daskfeed.DaskSequence  # (imports keras: not part of the timing)
+    t0 = time.monotonic()
+    with pytest.raises(SchemaError) as info:
+        seq_class("/nonexistent/dir/*.csv", label="cleared", client="tcp://127.0.0.1:9",
+                  use_multiprocessing=True, workers=2)
+    assert time.monotonic() - t0 < 1
+    err = info.value
+    assert isinstance(err, ValueError) and isinstance(err, daskfeed.DaskfeedError)
+    msg = str(err)
+    assert "Expected use_multiprocessing=False" in msg and "Received: use_multiprocessing=True" in msg
+    assert "Hint:" in msg and "workers=N" in msg, msg
+
+
+def _make(id_data, client):
+    return daskfeed.DaskSequence(id_data.train_glob, label="cleared", client=client,
+                                 batch_size=256, window_rows=2000, seed=5)
+
+
+def _batch_in_child(seq, conn) -> None:
+    """Child process body: ``seq[0]``'s row ids, or the error it raised, sent back on ``conn``."""
+    try:
+        conn.send(("ok", np.asarray(seq[0][0]["row_id"])))
+    except BaseException as err:  # reported to the parent, asserted there
+        conn.send(("error", type(err).__name__, str(err)))
+
+
+def _batches_in_spawned_child(blob: bytes, conn) -> None:
+    """Spawned child body: unpickle the sequence, send batches 0 and 3's row ids, close it."""
+    seq = pickle.loads(blob)
+    try:
+        conn.send([np.asarray(seq[i][0]["row_id"]) for i in (0, 3)])
+    finally:
+        seq.close()
+
+
+def _join(proc, conn, timeout: float):
+    """What the child sent (within ``timeout`` s) and its exit code."""
+    assert conn.poll(timeout), "the child sent nothing"
+    got = conn.recv()
+    proc.join(timeout)
+    assert proc.exitcode is not None, "the child did not end"
+    return got, proc.exitcode
+
+
+def test_a_forked_copy_says_so_at_once(id_data, client):
+    """A fork's inherited sequence (what Keras' process pool would use) raises a clear error
+    on its first batch instead of waiting for a timeout."""
+    ctx = multiprocessing.get_context("fork")
+    with _make(id_data, client) as seq:
+        seq[0]
+        parent, child = ctx.Pipe()
+        t0 = time.monotonic()
+        proc = ctx.Process(target=_batch_in_child, args=(seq, child))
+        proc.start()
+        got, code = _join(proc, parent, 30)
+        took = time.monotonic() - t0
+        assert np.asarray(seq[1][0]["row_id"]).size  # the parent's sequence still works
+    assert got[0] == "error" and got[1] == "SchemaError", got
+    assert "a fork of it" in got[2] and "use_multiprocessing" in got[2] and "Hint:" in got[2], got
+    assert code == 0 and took < 10, (code, took)
+
+
+def test_a_pickled_copy_works_in_a_spawned_process(id_data, client):
+    """A spawned process given the pickled sequence connects to the same scheduler and gets the
+    same batches as the parent."""
+    ctx = multiprocessing.get_context("spawn")
+    with _make(id_data, client) as seq:
+        expected = [np.asarray(seq[i][0]["row_id"]) for i in (0, 3)]
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_batches_in_spawned_child, args=(pickle.dumps(seq), child))
+        proc.start()
+        got, code = _join(proc, parent, 180)
+    assert code == 0
+    assert len(got) == 2 and all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
