@@ -23,6 +23,25 @@ is trained exactly once counting committed progress. Batches trained after the l
 but before the process died were never committed: their effect on the weights is lost with the
 process, and they are trained again after the resume (once in the weights that survive).
 Checkpoint more often (``checkpoint_every``) to lose less work.
+
+How the cursor is counted. Keras' ``batch`` argument of ``on_train_batch_end`` is not a
+batch count one can rely on: with ``steps_per_execution=N`` a callback comes once per group of
+``N`` batches and its ``batch`` is the group's *last* batch in Keras 3.15 but its *first* in
+Keras 3.10 and 3.3. The cursor is therefore counted from the optimizer's step counter: the next
+batch is the epoch's start batch plus the steps the optimizer took since the epoch began. The
+counter is the raw one, which counts every batch also with ``gradient_accumulation_steps``
+(Keras 3.5+ keeps it in ``optimizer._iterations``; its public ``iterations`` is then the number
+of *applied* updates, ``batches // gradient_accumulation_steps``). The count is checked against
+what the group just run can have trained (batches ``begin + 1 .. begin + N``, ``begin`` being
+the group's first batch, which ``on_train_batch_begin`` receives in every Keras 3 release).
+Where the optimizer does not take exactly one step per batch -- a model without an optimizer,
+a ``LossScaleOptimizer`` (mixed precision: it skips the steps whose gradients overflow), a
+``train_step`` that applies it twice or never -- the cursor is the end of that group instead
+(``begin + N``, or the end of the epoch), with a warning when the count was out of range.
+
+An epoch cut short by ``model.stop_training`` (set by a callback after a batch) ends with a
+checkpoint at its true next batch, not with an epoch-end checkpoint, and :func:`fit_from`
+then stops, as ``fit`` does.
 """
 
 from __future__ import annotations
@@ -41,7 +60,8 @@ from typing import Any
 from daskfeed._keras import keras
 from daskfeed.exceptions import CheckpointError
 
-__all__ = ["KEEP", "Checkpoint", "CheckpointStore", "Checkpointer", "Cursor", "fit_from", "open_store"]
+__all__ = ["KEEP", "Checkpoint", "CheckpointStore", "Checkpointer", "Cursor", "fit_from", "open_store",
+           "optimizer_steps"]
 
 KEEP = 2
 """Checkpoints kept: the newest and the one before it (the fallback)."""
@@ -135,6 +155,7 @@ class Checkpoint:
     cursor: Cursor
     history: list[dict[str, Any]] = field(default_factory=list)
     iterations: int | None = None
+    """The optimizer's raw step counter (:func:`optimizer_steps`); None: no optimizer."""
     created: float = 0.0
 
     @property
@@ -169,7 +190,7 @@ class Checkpoint:
                 "the same model (--model builder and its settings) the run started with."
             ) from err
         if opt is not None and self.iterations is not None:
-            got = int(opt.iterations.numpy())
+            got = optimizer_steps(model)
             if got != self.iterations:
                 raise CheckpointError(
                     f"Expected the optimizer to resume at iteration {self.iterations} (checkpoint "
@@ -322,12 +343,11 @@ class CheckpointStore:
             model.save_weights(weights)
             with open(weights, "rb+") as f:
                 os.fsync(f.fileno())
-            opt = getattr(model, "optimizer", None)
             state = {
                 "version": VERSION,
                 "cursor": asdict(cursor),
                 "history": [{k: _jsonable(v) for k, v in rec.items()} for rec in history or []],
-                "iterations": int(opt.iterations.numpy()) if opt is not None else None,
+                "iterations": optimizer_steps(model),
                 "created": time.time(),
                 "files": {WEIGHTS: {"size": os.path.getsize(weights), "sha256": _digest(weights)}},
             }
@@ -366,14 +386,61 @@ class CheckpointStore:
         return n
 
 
+def _step_variable(model: Any) -> Any:
+    """The optimizer variable that counts train steps, or None when there is no optimizer.
+
+    Keras 3.5+ keeps the raw count in ``_iterations`` and makes ``iterations`` the count of
+    applied updates when ``gradient_accumulation_steps`` is set; before 3.5 ``iterations`` is
+    the raw count itself. A ``LossScaleOptimizer`` counts in its inner optimizer.
+    """
+    opt = getattr(model, "optimizer", None)
+    if opt is None:
+        return None
+    opt = getattr(opt, "inner_optimizer", opt)
+    raw = getattr(opt, "_iterations", None)
+    return raw if raw is not None else opt.iterations
+
+
+def optimizer_steps(model: Any) -> int | None:
+    """The train steps ``model``'s optimizer has taken (every batch, accumulated or applied).
+
+    Parameters
+    ----------
+    model
+        A compiled Keras model.
+
+    Returns
+    -------
+    int or None
+        The raw step counter (also with ``gradient_accumulation_steps``); None when the model
+        has no optimizer.
+    """
+    var = _step_variable(model)
+    return None if var is None else int(keras.ops.convert_to_numpy(var))
+
+
+def _counts_batches(model: Any) -> bool:
+    """Whether ``model``'s optimizer takes one step per trained batch (so it can count them).
+
+    Not without an optimizer, nor with a ``LossScaleOptimizer``: it skips the inner
+    optimizer's step when the gradients overflow.
+    """
+    opt = getattr(model, "optimizer", None)
+    return opt is not None and not hasattr(opt, "inner_optimizer")
+
+
 class Checkpointer(keras.callbacks.Callback):
     """Keras callback: a checkpoint every ``every`` batches and at the end of every epoch.
 
-    Mid-epoch checkpoints are written after the batches ``every, 2 * every, ...`` of an
-    epoch (counted from the epoch's batch 0, also in a resumed epoch), so the cursor is the
-    next batch to train; ``every=0`` writes only the epoch-end ones. The epoch-end checkpoint
-    is written after validation, with the cursor at ``(epoch + 1, 0)`` and the epoch's record
-    (Keras logs + ``telemetry``'s) in the history.
+    A mid-epoch checkpoint is written when the next batch to train crosses a multiple of
+    ``every`` (counted from the epoch's batch 0, also in a resumed epoch); its cursor is that
+    true next batch, counted from the optimizer's steps (see the module docstring), so it is
+    exact whatever ``every`` and the model's ``steps_per_execution`` are (with
+    ``steps_per_execution=4`` callbacks, hence checkpoints, come every 4 batches at most).
+    ``every=0`` writes only the epoch-end ones. The epoch-end checkpoint is written after
+    validation, with the cursor at ``(epoch + 1, 0)`` and the epoch's record (Keras logs +
+    ``telemetry``'s) in the history; an epoch cut short by ``model.stop_training`` gets a
+    checkpoint at its true next batch instead, and no record.
 
     Parameters
     ----------
@@ -389,6 +456,13 @@ class Checkpointer(keras.callbacks.Callback):
     telemetry
         An :class:`~daskfeed.model.EpochTelemetry` placed before this callback; its records
         are merged into the history.
+
+    Attributes
+    ----------
+    saved
+        Paths of the checkpoints written, in order.
+    cursors
+        ``(epoch, batch)`` of each of them.
     """
 
     def __init__(self, store: CheckpointStore, sequence: Any, *, every: int = 0,
@@ -400,27 +474,41 @@ class Checkpointer(keras.callbacks.Callback):
         self.history: list[dict[str, Any]] = list(history or [])
         self.telemetry = telemetry
         self.saved: list[str] = []
+        self.cursors: list[tuple[int, int]] = []
         self._epoch = 0
-        self._start = 0
-        self._last = 0
+        self._start = 0  # the batch this epoch started at (> 0 in a resumed epoch)
+        self._begin = 0  # first batch (within this fit's epoch) of the group being trained
+        self._next = 0  # the next batch to train (within the whole epoch)
+        self._base: int | None = None  # optimizer steps at epoch begin; None: not counted
+        self._warned = False
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        """Note the epoch and the batch it starts at (> 0 only in a resumed epoch)."""
+        """Note the epoch, the batch it starts at, and the optimizer's step count."""
         self._epoch = int(epoch)
-        self._start = self._last = int(self.sequence.start)
+        self._start = self._next = int(self.sequence.start)
+        self._base = optimizer_steps(self.model) if _counts_batches(self.model) else None
+
+    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        """Note the group's first batch (what every Keras 3 passes here)."""
+        self._begin = int(batch)
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        """Checkpoint when the next batch to train crosses a multiple of ``every``."""
-        if not self.every:
-            return
-        nxt = self._start + int(batch) + 1  # ``batch`` is the step's last batch within this fit
-        if nxt >= self.sequence.plan.num_batches or nxt // self.every <= self._last // self.every:
+        """Count the batches trained; checkpoint when the next one crosses a multiple of ``every``.
+
+        ``batch`` itself is not used: its meaning depends on the Keras version.
+        """
+        last, self._next = self._next, self._trained_to()
+        if not self.every or self._next >= self.sequence.plan.num_batches:
             return  # the epoch-end checkpoint follows
-        self._save(self._epoch, nxt)
-        self._last = nxt
+        if self._next // self.every > last // self.every:
+            self._save(self._epoch, self._next)
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        """Record the epoch and checkpoint at the start of the next one."""
+        """Record the epoch and checkpoint at the start of the next one (or where it stopped)."""
+        if self._next < self.sequence.plan.num_batches and getattr(self.model, "stop_training", False):
+            if self.cursors[-1:] != [(self._epoch, self._next)]:
+                self._save(self._epoch, self._next)  # stopped mid-epoch: not a complete epoch
+            return
         rec = {k: _jsonable(v) for k, v in (logs or {}).items()}
         if self.telemetry is not None and self.telemetry.epochs:
             rec.update(self.telemetry.epochs[-1])
@@ -430,9 +518,34 @@ class Checkpointer(keras.callbacks.Callback):
         self.history.append(rec)
         self._save(int(epoch) + 1, 0)
 
+    def _trained_to(self) -> int:
+        """The next batch to train after the group that just ran (see the module docstring)."""
+        group = int(getattr(self.model, "steps_per_execution", 1) or 1)
+        low = self._start + self._begin + 1
+        high = min(self._start + self._begin + group, self.sequence.plan.num_batches)
+        if self._base is None:
+            return high
+        counted = self._start + optimizer_steps(self.model) - self._base
+        if low <= counted <= high:
+            return counted
+        self._warn(counted, low, high)
+        return high
+
+    def _warn(self, counted: int, low: int, high: int) -> None:
+        if self._warned:
+            return
+        self._warned = True
+        span = f"{low}" if low == high else f"{low} .. {high}"
+        warnings.warn(
+            f"Checkpoints of epoch {self._epoch}: the optimizer's step count puts the next batch "
+            f"at {counted}, but the group of steps Keras just ran puts it at {span}: the optimizer "
+            "does not take one step per batch (a custom train_step?). Checkpoint cursors are "
+            "counted from Keras' batch numbers instead.", stacklevel=2)
+
     def _save(self, epoch: int, batch: int) -> None:
         cursor = Cursor.of(self.sequence, epoch, batch)
         self.saved.append(self.store.save(self.model, cursor, self.history))
+        self.cursors.append((epoch, batch))
 
 
 def open_store(output: str | os.PathLike[str], *, resume: bool,
@@ -464,13 +577,17 @@ def fit_from(model: Any, sequence: Any, *, epochs: int, epoch: int = 0, batch: i
     is fitted on its own, ``sequence`` serving its batches ``batch ..`` (see
     :meth:`~daskfeed.DaskSequence.set_epoch`); the remaining epochs follow in a second
     ``fit``. Both use ``initial_epoch``, so epochs keep their numbers in callbacks and logs,
-    and the optimizer state carries over. Returns the ``History`` of each ``fit``.
+    and the optimizer state carries over. When a callback stops training
+    (``model.stop_training``) during the resumed epoch, the remaining epochs are not fitted.
+    Returns the ``History`` of each ``fit``.
     """
     fits = []
     if batch and epoch < epochs:
         sequence.set_epoch(epoch, batch)
         fits.append(model.fit(sequence, initial_epoch=epoch, epochs=epoch + 1, **kwargs))
         epoch += 1
+        if getattr(model, "stop_training", False):
+            return fits
     if epoch < epochs:
         sequence.set_epoch(epoch)
         fits.append(model.fit(sequence, initial_epoch=epoch, epochs=epochs, **kwargs))
