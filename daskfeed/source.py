@@ -550,8 +550,8 @@ def _byte_range_table(f: Any, block: Block, header: bytes, names: list[str],
     The range is cut at line breaks: a line belongs to the block its first byte follows
     from, however long it is (later blocks inside it read nothing), so every line is read
     once. A quoted field still open at the end of the range is refused: it is looked for
-    when what pyarrow made of the range shows a line break in a value (or in a skipped
-    line), or when pyarrow fails: the only ways such a field can show.
+    when pyarrow fails or gives fewer rows (skipped ones included) than the range has lines,
+    the only ways such a field can show.
     """
     f.seek(0)
     body = fsspec.utils.read_block(f, block.offset, block.length, delimiter=b"\n")
@@ -565,15 +565,10 @@ def _byte_range_table(f: Any, block: Block, header: bytes, names: list[str],
     except DataError:
         _refuse_open_quote(f, block, body, body_start, options.sep)
         raise
-    if _has_line_breaks(table) or any("\n" in line for line in skipped[before:]):
+    lines = body.count(b"\n") + (not body.endswith(b"\n"))
+    if table.num_rows + len(skipped) - before < lines:  # a field over lines, or blank lines
         _refuse_open_quote(f, block, body, body_start, options.sep)
     return table
-
-
-def _has_line_breaks(table: pa.Table) -> bool:
-    """Whether a text value of ``table`` holds a line break (a quoted field over lines)."""
-    return any(_is_text(c.type) and pc.any(pc.match_substring(c, "\n")).as_py()
-               for c in table.columns)
 
 
 def _refuse_open_quote(f: Any, block: Block, body: bytes, body_start: int, sep: str) -> None:
@@ -643,7 +638,7 @@ def _line_chunks(f: Any, start: int, size: int, *, path: str = "", sep: str = ",
     if quotes.inside:
         raise _unclosed_quote(path, buf, quotes.opened, pos, line, compressed,
                               "is never closed before the end of the file")
-    if buf.strip() or pos == start:
+    if (buf and not buf.isspace()) or pos == start:
         yield pos, bytes(buf)
 
 
@@ -710,8 +705,9 @@ class _Quotes:
                 self.cut = nl + 1
             return
         arr = np.frombuffer(buf, np.uint8, stop - start, start)
+        odd = _odd_quote_runs(arr)
         prev = buf[start - 1] if start else _LF
-        flips = _quote_flips(arr, ord(self.sep), self.inside, prev)
+        flips = _quote_flips(arr, odd, ord(self.sep), self.inside, prev)
         inside_after = self.inside ^ bool(flips.size & 1)
         nl = -1
         if not inside_after:  # after the last flip is outside: its last line break, if any
@@ -727,19 +723,26 @@ class _Quotes:
         self.inside = inside_after
 
 
-def _quote_flips(arr: np.ndarray, sep: int, inside: bool, prev: int) -> np.ndarray:
+def _odd_quote_runs(arr: np.ndarray) -> np.ndarray:
+    """Positions in ``arr`` of the first quote of each run of an odd number of quotes."""
+    q = np.flatnonzero(arr == _QUOTE)
+    adjacent = q[1:] - q[:-1] == 1
+    if not adjacent.any():  # most text: every quote is a run of one
+        return q
+    first = np.ones(q.size, dtype=bool)
+    first[1:] = ~adjacent
+    starts = np.flatnonzero(first)
+    return q[starts[(np.diff(starts, append=q.size) & 1) == 1]]
+
+
+def _quote_flips(arr: np.ndarray, odd: np.ndarray, sep: int, inside: bool, prev: int) -> np.ndarray:
     """Positions in ``arr`` where a quoted field opens or closes, in order.
 
-    Only runs of an odd number of quotes can change the state (``""`` never does). Inside a
-    field every such run closes it; outside, it opens one only at the start of a field. When
-    every opening run is at a field start (well-formed CSV) the state simply alternates.
+    ``odd``: the runs of an odd number of quotes (:func:`_odd_quote_runs`), the only ones
+    that can change the state (``""`` never does). Inside a field every such run closes it;
+    outside, it opens one only at the start of a field. When every opening run is at a field
+    start (well-formed CSV) the state simply alternates.
     """
-    is_quote = arr == _QUOTE
-    run_start, run_end = is_quote.copy(), is_quote.copy()  # first / last quote of each run
-    run_start[1:] &= ~is_quote[:-1]
-    run_end[:-1] &= ~is_quote[1:]
-    starts, ends = np.flatnonzero(run_start), np.flatnonzero(run_end)
-    odd = starts[((ends - starts) & 1) == 0]
     if odd.size == 0:
         return odd
     before = arr[odd - 1]
@@ -795,7 +798,7 @@ def _parse(body: bytes, names: list[str], block: Block, options: ReadOptions,
     :data:`NA_COUNTS_KEY`: JSON ``{column: {marker: count}}``, non-zero counts only; ``""``
     counts empty fields, ``"NaN"`` every NaN pyarrow read as a float (``NaN``, ``nan``, ...).
     """
-    if not body.strip():
+    if not body or body.isspace():  # (no copy of the body)
         return _with_na_counts(pa.table({n: pa.nulls(0) for n in names}), {})
     forced = {k: _arrow_type(v) for k, v in options.dtype if k in names}
     table = _read_csv(body, names, block, options, rejects, forced, whole)
@@ -876,12 +879,11 @@ def _column_markers(name: str, column: pa.ChunkedArray, forced: pa.DataType | No
     markers = tuple(dict.fromkeys(NA_MARKERS + na_values))
     if _is_text(column.type):
         if forced is None:
-            is_marker = _is_in(column, markers)
-            numbers = _as_numbers(column, is_marker)
+            numbers = _as_numbers(column, markers)
             if numbers is None:  # text: only the user's markers are missing
                 column, made = _null_where_in(column, na_values)
             else:
-                column, made = numbers, _value_counts(column, is_marker)
+                column, made = numbers[0], _value_counts(column, numbers[1])
         elif _is_text(forced):
             column, made = _null_where_in(column, na_values)
         else:
@@ -914,25 +916,37 @@ def _value_counts(column: pa.ChunkedArray, where: pa.ChunkedArray) -> dict[str, 
     return {r["values"]: r["counts"] for r in pc.value_counts(pc.filter(column, where)).to_pylist()}
 
 
-def _as_numbers(column: pa.ChunkedArray, is_marker: pa.ChunkedArray) -> pa.ChunkedArray | None:
+def _as_numbers(column: pa.ChunkedArray,
+                markers: Sequence[str]) -> tuple[pa.ChunkedArray, pa.ChunkedArray] | None:
     """Convert a text column whose values other than markers are all numbers.
 
-    Returns ``column`` as int64, float64 or bool with its markers missing; None for text, and
-    for a column of only markers and empties.
+    Returns ``column`` as int64, float64 or bool with its markers missing, and where the
+    markers were; None for text (told by its first values, before the whole column is
+    looked at), and for a column of only markers and empties.
     """
-    keep = pc.invert(is_marker)
-    head = pc.drop_null(pc.filter(column.slice(0, 256), keep.slice(0, 256)))
-    if len(head) == 0:  # the first values are markers: look further
-        head = pc.drop_null(pc.filter(column, keep)).slice(0, 256)
-        if len(head) == 0:
-            return None
-    for target in _NUMBER_TYPES:
+    head = column.slice(0, 256)
+    values = pc.drop_null(pc.filter(head, pc.invert(_is_in(head, markers))))
+    targets = [t for t in _NUMBER_TYPES if _casts(values, t)]
+    if len(values) and not targets:
+        return None
+    is_marker = _is_in(column, markers)
+    if not len(values):  # the first values are markers: look further
+        values = pc.drop_null(pc.filter(column, pc.invert(is_marker))).slice(0, 256)
+        targets = [t for t in _NUMBER_TYPES if len(values) and _casts(values, t)]
+    for target in targets:
         try:
-            pc.cast(head, target)  # text fails here, on its first values
-            return pc.cast(_null(column, is_marker), target)
+            return pc.cast(_null(column, is_marker), target), is_marker
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             continue
     return None
+
+
+def _casts(values: pa.ChunkedArray, target: pa.DataType) -> bool:
+    try:
+        pc.cast(values, target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    return True
 
 
 def _null_where_in(column: pa.ChunkedArray, markers: Sequence[str]) -> tuple[pa.ChunkedArray, dict[str, int]]:
