@@ -131,6 +131,30 @@ def test_quotes_that_are_text_are_read_as_pyarrow_reads_them(tmp_path):
     assert read.equals(whole)
 
 
+def test_quoted_line_breaks_in_a_split_file_are_read_whole_or_refused_never_cut(tmp_path):
+    """Byte ranges are cut at line breaks: a quoted field with one is read when a block holds
+    all of it, and is a clear error when a cut falls inside it, never two broken rows."""
+    rows = [f'{i},"note {i}\nsecond, line",{i % 2}' if i % 7 == 0 else f"{i},plain {i},{i % 2}"
+            for i in range(300)]
+    path = tmp_path / "notes.csv"
+    path.write_text("id,note,y\n" + "\n".join(rows) + "\n")
+    outcomes = set()
+    for blocksize in range(150, 3000, 97):
+        src = Source(str(path), blocksize=blocksize)
+        try:
+            tables = [t for b in src.blocks for t in iter_tables(b, src.options)]
+        except DataError as err:
+            assert "notes.csv" in str(err) and "quoted fields with line breaks" in str(err)
+            assert "--blocksize" in str(err)
+            outcomes.add("refused")
+            continue
+        read = pa.concat_tables(t.select(["id", "note"]) for t in tables)
+        assert read.column("id").to_pylist() == list(range(300))
+        assert read.column("note").to_pylist()[7] == "note 7\nsecond, line"
+        outcomes.add("read")
+    assert outcomes == {"read", "refused"}
+
+
 # ------------------------------------------------ the quote scanner, by pyarrow's rules
 _Q, _SEP, _LF, _CR = ord('"'), ord(","), ord("\n"), ord("\r")
 
