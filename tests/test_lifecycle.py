@@ -28,7 +28,8 @@ ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
 EXIT_WITHIN = 10.0  # seconds from fit's return to the end of the process
 
 # Trains with EarlyStopping (stops after epoch 2 of 5), prints FIT_DONE <time>, then ends the way
-# MODE says: close both / close nothing / close the client first / `with` block.
+# MODE says: close both / close nothing / close the client first / `with` block / close nothing
+# of a sequence that started its own LocalCluster.
 SCRIPT = '''
 import json, os, sys, threading, time
 
@@ -41,8 +42,10 @@ def main():
 
     import daskfeed
 
-    client = Client(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                    dashboard_address="127.0.0.1:0", memory_limit="1GiB")
+    client = None
+    if MODE != "owned":
+        client = Client(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                        dashboard_address="127.0.0.1:0", memory_limit="1GiB")
     kw = dict(label="cleared", client=client, batch_size=256, window_rows=1400,
               prefetch_bytes=2_000_000, cache=False, seed=1)
     stop = keras.callbacks.EarlyStopping(monitor="loss", patience=0, min_delta=1e9)
@@ -72,6 +75,7 @@ def main():
         client.close()
         return
     seq = daskfeed.DaskSequence(DATA, **kw)
+    assert seq._owns_client == (MODE == "owned")
     fit(seq)
     if MODE == "close":
         seq.close()
@@ -103,7 +107,31 @@ def _run_script(tmp_path: pathlib.Path, script: str, *args: str, timeout: float 
             raise AssertionError(f"the script did not end within {timeout}s:\n"
                                  + err.read_text(errors="replace")[-3000:]) from None
         ended = time.time()
+    _assert_no_survivors(proc.pid)
     return out.read_text(), err.read_text(errors="replace"), rc, ended
+
+
+def _assert_no_survivors(session: int, timeout: float = 10) -> None:
+    """No process of the script's session (its Dask workers, nannies) outlives it by long."""
+    import psutil
+
+    def survivors() -> list[int]:
+        alive = []
+        for p in psutil.process_iter():
+            try:
+                if os.getsid(p.pid) == session and p.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(p.pid)
+            except (OSError, psutil.Error):
+                continue
+        return alive
+
+    deadline = time.monotonic() + timeout
+    while survivors() and time.monotonic() < deadline:
+        time.sleep(0.1)  # polling interval
+    left = survivors()
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes of the script outlived it: {left}"
 
 
 def _exit_delay(stdout: str, ended: float) -> float:
@@ -136,10 +164,11 @@ def test_script_exits_promptly_after_early_stopping_five_runs(id_data, tmp_path)
     print("exit delays after fit (s):", [round(d, 2) for d in delays])
 
 
-@pytest.mark.parametrize("mode", ["never", "client-first"])
+@pytest.mark.parametrize("mode", ["never", "client-first", "owned"])
 def test_script_exits_promptly_whatever_is_closed(id_data, tmp_path, mode):
-    """Nothing closed at all (the interpreter's exit does it), or the client closed before the
-    sequence: the same prompt, clean exit."""
+    """Nothing closed at all (the interpreter's exit does it), the client closed before the
+    sequence, or nothing closed of a sequence that started its own LocalCluster (its exit hook
+    closes it): the same prompt, clean exit."""
     delay, _ = _check_clean_exit(tmp_path, id_data.train_glob, mode)
     print(f"{mode}: exit {delay:.2f}s after fit")
 
@@ -268,6 +297,7 @@ def test_sigint_while_fit_waits_for_a_batch_exits_within_seconds(id_data, tmp_pa
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+    _assert_no_survivors(proc.pid)
     stderr = err_path.read_text(errors="replace")
     print(f"SIGINT to KeyboardInterrupt out of fit: {interrupted:.2f}s, to exit: {took:.2f}s")
     assert rc in (-signal.SIGINT, 128 + signal.SIGINT, 1), (rc, stderr[-3000:])
