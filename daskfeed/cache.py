@@ -36,7 +36,8 @@ from typing import Any
 from daskfeed import config
 from daskfeed.exceptions import CacheError
 
-__all__ = ["PartitionCache", "block_tables", "default_root", "estimate_bytes", "open_cache"]
+__all__ = ["CacheEntry", "PartitionCache", "block_tables", "clear", "default_root", "estimate_bytes",
+           "list_entries", "open_cache"]
 
 CACHE_VERSION = 3  # 3: whole numbers kept exact (int32/int64), decimals float64
 FLUSH_BYTES = 16 << 20  # a segment file holds about this much Arrow data (memory: one per task)
@@ -359,10 +360,12 @@ def block_tables(index: int, block: Any, options: Any, cache: PartitionCache | N
 
 # ------------------------------------------------------------------------- trainer side
 def _identity(source: Any) -> str:
-    """The same files read the same way, whatever their sizes and mtimes (for clean-up)."""
-    o = source.options  # everything in the fingerprint but sizes and mtimes
-    payload = json.dumps([[f.path for f in source.files], o.sep, o.encoding, list(o.dtype),
-                          o.blocksize, o.bad_lines])
+    """The same files, whatever their sizes, mtimes, partitioning and read options (for clean-up).
+
+    One data set has one cache entry: an entry of the same paths made for other file contents
+    or other read options is replaced by the new one, not kept beside it.
+    """
+    payload = json.dumps([f.path for f in source.files])
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -387,7 +390,7 @@ def open_cache(source: Any, root: str | os.PathLike[str] | None = None, *, requi
     # an explicit directory is taken as given; the default is resolved on each worker
     base = os.path.abspath(os.path.expanduser(os.fspath(root))) if root else None
     key = source.fingerprint()
-    args = (base, key, _identity(source), source.nbytes)
+    args = (base, key, _identity(source), source.nbytes, _describe_data(source))
     where = base or "the workers' default cache directory"
     try:
         results = [_prepare(*args)] if client is None else list(client.run(_prepare, *args).values())
@@ -419,7 +422,15 @@ def open_cache(source: Any, root: str | os.PathLike[str] | None = None, *, requi
     return cache, f"cache: {where} ({state})"
 
 
-def _prepare(base: str | None, key: str, identity: str, nbytes: int) -> tuple[int, int, str]:
+def _describe_data(source: Any) -> str:
+    """E.g. ``data/log_quest/a.csv and 1,599 more files`` (for ``daskfeed cache list``)."""
+    first = source.files[0].path if source.files else "?"
+    more = len(source.files) - 1
+    return f"{first} and {more:,} more file{'s' if more > 1 else ''}" if more else first
+
+
+def _prepare(base: str | None, key: str, identity: str, nbytes: int,
+             data: str = "") -> tuple[int, int, str]:
     """Create the entry ``key`` (0700) under ``base`` and drop stale entries of the same files.
 
     ``base`` None: this process's default root (run on each worker). Returns (free bytes,
@@ -449,7 +460,7 @@ def _prepare(base: str | None, key: str, identity: str, nbytes: int) -> tuple[in
         tmp = f"{meta}.tmp-{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump({"identity": identity, "csv_bytes": nbytes, "created": time.time(),
-                       "version": CACHE_VERSION}, f)
+                       "version": CACHE_VERSION, "data": data}, f)
         os.replace(tmp, meta)
     cached = PartitionCache(entry).cached_partitions()
     return shutil.disk_usage(entry).free, cached, entry
@@ -471,4 +482,52 @@ def _sweep(entry: str, now: float | None = None) -> int:
                 removed += 1
         except OSError:
             continue
+    return removed
+
+
+# ------------------------------------------------------------------ daskfeed cache list / clear
+@dataclass(frozen=True)
+class CacheEntry:
+    """One data set's cache directory, as ``daskfeed cache list`` shows it."""
+
+    path: str
+    data: str  # which files (the first path and how many more)
+    size: int  # bytes on disk
+    csv_bytes: int  # bytes of the input it holds
+    created: float
+
+
+def list_entries(root: str | os.PathLike[str] | None = None) -> list[CacheEntry]:
+    """The cache entries under ``root`` (default :func:`default_root`), largest first."""
+    base = os.fspath(root) if root is not None else default_root()
+    entries = []
+    try:
+        names = os.listdir(base)
+    except FileNotFoundError:
+        return []
+    for name in names:
+        path = os.path.join(base, name)
+        try:
+            with open(os.path.join(path, "meta.json"), encoding="utf-8") as f:
+                meta = json.load(f)
+        except (OSError, ValueError):
+            continue  # not a daskfeed cache entry
+        size = sum(os.path.getsize(os.path.join(d, n)) for d, _, fs in os.walk(path) for n in fs)
+        entries.append(CacheEntry(path, str(meta.get("data") or "(files not recorded)"), size,
+                                  int(meta.get("csv_bytes", 0)), float(meta.get("created", 0.0))))
+    return sorted(entries, key=lambda e: -e.size)
+
+
+def clear(root: str | os.PathLike[str] | None = None, keys: list[str] | None = None) -> list[CacheEntry]:
+    """Remove the cache entries under ``root`` (all, or those whose directory name is in ``keys``).
+
+    Returns what was removed.
+    """
+    removed = []
+    for entry in list_entries(root):
+        if keys is None or os.path.basename(entry.path) in keys:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            with _INDEX_LOCK:
+                _INDEXES.pop(entry.path, None)
+            removed.append(entry)
     return removed

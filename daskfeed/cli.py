@@ -284,11 +284,41 @@ def _cluster_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     ], fn)
 
 
+def _separator(ctx: Any, param: Any, value: str) -> str:
+    text = {"\\t": "\t", "tab": "\t", "TAB": "\t"}.get(value, value)
+    if len(text) != 1:
+        raise click.BadParameter(f"expected one character such as ',' ';' or '\\t' (tab). "
+                                 f"Received: {value!r}")
+    return text
+
+
+def _dtypes(ctx: Any, param: Any, value: str | None) -> dict[str, str] | None:
+    if not value:
+        return None
+    pairs = [p.strip() for p in value.split(",") if p.strip()]
+    bad = [p for p in pairs if "=" not in p]
+    if bad:
+        raise click.BadParameter(f"expected COLUMN=TYPE pairs such as zip=string. Received: {bad[0]!r}")
+    return {k.strip(): v.strip() for k, v in (p.split("=", 1) for p in pairs)}
+
+
 def _data_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """How the files are read (part of the manifest's fingerprint): shared by train, demo, scan."""
     return _apply([
+        click.option("--sep", "--delimiter", "sep", default=",", show_default=True,
+                     callback=_separator, help="Field delimiter: ';', '|', or '\\t' (tab) for TSV."),
         click.option("--encoding", default="utf-8", show_default=True,
                      help="Text encoding of the CSV files (e.g. latin-1)."),
+        click.option("--na-values", callback=_columns, default=None,
+                     help="Comma-separated null markers that are missing in EVERY column, text "
+                          "too (e.g. NA,N/A). Without it empty fields are missing everywhere and "
+                          "NA, N/A, null, NaN... only in numeric columns."),
+        click.option("--dtype", callback=_dtypes, default=None,
+                     help="Column types to force, COLUMN=TYPE[,...]: e.g. zip=string keeps a "
+                          "column of digits as text (a category)."),
+        _config_option("--vocabulary-size", key="vocabulary-size", type=click.IntRange(1),
+                       help="Most frequent values kept per text column; the rest share one "
+                            "out-of-vocabulary code."),
         _config_option("--blocksize", key="blocksize", type=ByteSize(),
                        help="CSV bytes per partition, e.g. 16MiB. Without it (and without a "
                             "daskfeed.blocksize other than the shipped 64MiB) it follows from "
@@ -464,7 +494,8 @@ def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> No
 
         source = Source(list(data), blocksize=config.resolve_blocksize(kw.pop("blocksize"),
                                                                        budget.blocksize),
-                        encoding=kw.pop("encoding"), bad_lines=kw.pop("bad_lines"))
+                        encoding=kw.pop("encoding"), bad_lines=kw.pop("bad_lines"),
+                        sep=kw.pop("sep"), na_values=kw.pop("na_values"), dtype=kw.pop("dtype"))
         part_cache, status = (None, "cache: off") if cache is False else open_cache(
             source, None if cache is True else cache, required=cache is not True, client=client)
         if source.options.blocksize != budget.blocksize:
@@ -472,15 +503,12 @@ def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> No
                        f"daskfeed.blocksize; the budget alone gives {format_bytes(budget.blocksize)})")
         click.echo(status)
         m = run_scan(source, label=label, client=client, timeout=kw.pop("timeout"),
-                     partition_cache=part_cache)
+                     partition_cache=part_cache, vocabulary_size=kw.pop("vocabulary_size"))
     finally:
         close_client(client)
     click.echo(m.summary())
-    for c in m.columns.values():
-        extra = (f"mean {c.mean:.4g} sd {c.var ** 0.5:.4g}" if c.kind == "numeric"
-                 else f"{len(c.vocabulary)} of {c.distinct} values kept" if c.kind == "categorical"
-                 else "")
-        click.echo(f"  {c.name:<24} {c.kind:<12} {c.dtype:<8} missing {c.missing:<10,} {extra}")
+    for line in m.column_lines():
+        click.echo(f"  {line}")
     if output:
         m.to_json(output)
         click.echo(f"wrote {output}")
@@ -531,6 +559,59 @@ def bench(data: tuple[str, ...], rows: int | None, data_dir: str, validation: tu
         with open(json_path, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)
         click.echo(f"wrote {json_path}")
+
+
+@cli.group(name="cache")
+def cache_group() -> None:
+    """Show and remove the parse cache on this machine (one entry per data set)."""
+
+
+_CACHE_ROOT = click.option("--cache", "root", type=click.Path(file_okay=False), default=None,
+                           help="The cache directory [default: daskfeed.cache-dir, else "
+                                "~/.cache/daskfeed].")
+
+
+@cache_group.command(name="list")
+@_CACHE_ROOT
+def cache_list(root: str | None) -> None:
+    """List the cache entries with their size on disk and the data they hold."""
+    import time as _time
+
+    from dask.utils import format_bytes
+
+    from daskfeed.cache import default_root, list_entries
+
+    entries = list_entries(root)
+    where = root or default_root()
+    if not entries:
+        click.echo(f"no cache entries in {where}")
+        return
+    for e in entries:
+        made = _time.strftime("%Y-%m-%d %H:%M", _time.localtime(e.created))
+        click.echo(f"{os.path.basename(e.path)}  {format_bytes(e.size):>10}  (of "
+                   f"{format_bytes(e.csv_bytes)} input, {made})  {e.data}")
+    total = sum(e.size for e in entries)
+    click.echo(f"{len(entries)} entr{'ies' if len(entries) > 1 else 'y'}, {format_bytes(total)} in "
+               f"{where}")
+
+
+@cache_group.command(name="clear")
+@click.argument("entries", nargs=-1)
+@_CACHE_ROOT
+def cache_clear(entries: tuple[str, ...], root: str | None) -> None:
+    """Remove cache ENTRIES (names as `daskfeed cache list` shows them), or all of them."""
+    from dask.utils import format_bytes
+
+    from daskfeed.cache import clear, default_root, list_entries
+
+    known = {os.path.basename(e.path) for e in list_entries(root)}
+    unknown = [e for e in entries if e not in known]
+    if unknown:
+        raise click.BadParameter(f"no cache entry {unknown[0]!r} in {root or default_root()} "
+                                 "(see: daskfeed cache list)", param_hint="ENTRIES")
+    removed = clear(root, list(entries) or None)
+    click.echo(f"removed {len(removed)} cache entr{'y' if len(removed) == 1 else 'ies'}, "
+               f"{format_bytes(sum(e.size for e in removed))}")
 
 
 if __name__ == "__main__":  # pragma: no cover

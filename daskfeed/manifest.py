@@ -111,8 +111,33 @@ def summarize_partition(df: pd.DataFrame, label: str) -> dict[str, Any]:
             vc = s.dropna().astype(str).value_counts()
             st["approximate"] = len(vc) > _MAX_TRACKED
             st["values"] = {str(k): int(c) for k, c in vc.head(_MAX_TRACKED).items()}
+            st["kmv"] = _kmv(list(vc.index))
         out["stats"][key] = st
     return out
+
+
+KMV_SIZE = 2048  # smallest value hashes kept per text column: distinct counts within ~2 %
+
+
+def _kmv(values: list[Any]) -> list[int]:
+    """The ``KMV_SIZE`` smallest 64-bit hashes of distinct ``values`` (a mergeable sketch)."""
+    if not len(values):
+        return []
+    hashes = pd.util.hash_array(np.asarray([str(v) for v in values], dtype=object), categorize=False)
+    if len(hashes) > KMV_SIZE:
+        hashes = np.partition(hashes, KMV_SIZE)[:KMV_SIZE]
+    return sorted(int(h) for h in hashes)
+
+
+def _merge_kmv(a: list[int], b: list[int]) -> list[int]:
+    return sorted(set(a) | set(b))[:KMV_SIZE]
+
+
+def distinct_estimate(kmv: list[int]) -> int:
+    """Distinct values from a k-minimum-values sketch (exact below ``KMV_SIZE`` values)."""
+    if len(kmv) < KMV_SIZE:
+        return len(kmv)
+    return int(round((KMV_SIZE - 1) / (kmv[-1] / 2.0**64)))
 
 
 def _arrow_kind(col: Any) -> str:
@@ -131,17 +156,48 @@ def _arrow_kind(col: Any) -> str:
     return "string"
 
 
+def _markers_only(col: Any) -> dict[str, int] | None:
+    """``{marker: count}`` when every value of a text column is a null marker (``NA``, ...).
+
+    Such a column of one partition may be a numeric column's missing values or text that
+    happens to read ``NA``; which, the other partitions decide (see :func:`_resolve_column`).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from daskfeed.source import NA_MARKERS
+
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        return None
+    values = pc.drop_null(col)
+    if not len(values) or not pc.all(pc.is_in(values, value_set=pa.array(NA_MARKERS))).as_py():
+        return None
+    vc = pc.value_counts(values)
+    return dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist(), strict=True))
+
+
+def _na_counts(table: Any) -> dict[str, dict[str, int]]:
+    """What the parser's null markers made missing, per column (the table's schema metadata)."""
+    from daskfeed.source import NA_COUNTS_KEY
+
+    raw = (table.schema.metadata or {}).get(NA_COUNTS_KEY)
+    return json.loads(raw) if raw else {}
+
+
 def table_facts(table: Any, label: str) -> dict[str, Any]:
     """What the manifest needs per partition, of one Arrow table (cheap: no statistics).
 
-    Rows, columns, kinds, missing values, rows with a label, a few values of text columns.
+    Rows, columns, kinds, missing values (and what each null marker made missing), rows with
+    a label, a few values of text columns. A text column holding only null markers is of kind
+    ``"markers"`` with their counts in ``marker_values``: missing if the column is numeric.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
 
     rows = table.num_rows
     out: dict[str, Any] = {"rows": rows, "columns": list(table.column_names), "kinds": {},
-                           "missing": {}, "label_rows": 0, "samples": {}}
+                           "missing": {}, "label_rows": 0, "samples": {},
+                           "na_counts": _na_counts(table), "marker_values": {}}
     for name in table.column_names:
         col = table.column(name)
         kind = _arrow_kind(col)
@@ -149,6 +205,10 @@ def table_facts(table: Any, label: str) -> dict[str, Any]:
         if pa.types.is_floating(col.type) and rows:
             missing += int(pc.sum(pc.is_nan(col)).as_py() or 0)
         if kind == "string":
+            markers = _markers_only(col)
+            if markers is not None:
+                kind = "markers"
+                out["marker_values"][name] = markers
             head = pc.drop_null(col.slice(0, 1000))
             out["samples"][name] = [str(v) for v in pc.unique(head).to_pylist()[:3]]
         if name == label and kind in (*_NUMERIC_KINDS, "string"):
@@ -194,6 +254,10 @@ def table_stats(table: Any, label: str) -> dict[str, dict[str, Any]]:
                 order = np.argsort(-counts, kind="stable")
                 st["approximate"] = len(values) > _MAX_TRACKED
                 st["values"] = {str(values[i]): int(counts[i]) for i in order[:_MAX_TRACKED]}
+                st["kmv"] = _kmv(values)
+                if _markers_only(col) is not None:  # missing if numeric, text if text
+                    st["markers"] = rows - missing
+                    missing = rows
         st["count"] = rows - missing
         out[name] = st
     return out
@@ -234,13 +298,23 @@ class _StatsRun:
 
 
 def _merge_kind(a: str | None, b: str) -> str:
-    if a is None or a == b or b == "null":
-        return a or b
-    if a == "null":
+    """The kind of a column over two chunks; null markers give way to any other kind."""
+    if a is None or a == b or b in ("null", "markers"):
+        return b if a in (None, "null") else a
+    if a in ("null", "markers"):
         return b
     if {a, b} <= _NUMERIC_KINDS:
         return "float"
     return "mixed"
+
+
+def _add_counts(a: dict[str, dict[str, int]], b: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """``{column: {marker: count}}`` summed."""
+    out = {c: dict(m) for c, m in a.items()}
+    for c, m in b.items():
+        for k, n in m.items():
+            out.setdefault(c, {})[k] = out.get(c, {}).get(k, 0) + n
+    return out
 
 
 def merge_facts(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:
@@ -256,6 +330,8 @@ def merge_facts(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:
     out["missing"] = {c: a["missing"].get(c, 0) + b["missing"].get(c, 0) for c in a["columns"]}
     out["samples"] = {c: a["samples"].get(c) or b["samples"].get(c, [])
                       for c in a["columns"] if c in a["samples"] or c in b["samples"]}
+    out["na_counts"] = _add_counts(a.get("na_counts", {}), b.get("na_counts", {}))
+    out["marker_values"] = _add_counts(a.get("marker_values", {}), b.get("marker_values", {}))
     return out
 
 
@@ -341,7 +417,9 @@ def merge_stats(*parts: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
                     approx = True
                     merged = dict(Counter(merged).most_common(_MAX_TRACKED))
                 out[col] = {"count": cur.get("count", 0) + st.get("count", 0),
-                            "values": merged, "approximate": approx}
+                            "values": merged, "approximate": approx,
+                            "markers": cur.get("markers", 0) + st.get("markers", 0),
+                            "kmv": _merge_kmv(cur.get("kmv", []), st.get("kmv", []))}
             else:
                 out[col] = {"count": cur.get("count", 0) + st.get("count", 0)}
     return out
@@ -362,10 +440,12 @@ class Column:
     min: float | None = None
     max: float | None = None
     vocabulary: list[str] = field(default_factory=list)
-    distinct: int = 0
-    oov_rows: int = 0
+    distinct: int = 0  # distinct values (an estimate within ~2 % when ``approximate``)
+    oov_rows: int = 0  # rows whose value is out of the vocabulary (a lower bound when approximate)
     approximate: bool = False
     integer: bool = False  # every value a whole number (missing values aside)
+    # values each null marker made missing ("": empty fields; "NA", "null"...: numeric columns)
+    missing_markers: dict[str, int] = field(default_factory=dict)
 
     @property
     def fill_value(self) -> float:
@@ -390,6 +470,7 @@ class Manifest:
     scan_seconds: float = 0.0
     created: float = field(default_factory=time.time)
     version: int = MANIFEST_VERSION
+    vocabulary_size: int = 0  # the K of the top-K vocabularies (0: not recorded)
     bad_lines: int = 0  # malformed lines skipped (bad_lines="skip" | "quarantine")
     aligned_files: int = 0  # files whose header lists the columns in another order
     # text of every skipped line with its file and byte range (quarantine); not in the JSON
@@ -446,6 +527,42 @@ class Manifest:
             )
         return chosen
 
+    def mismatch(self, source: Any, *, label: str,
+                 vocabulary_size: int) -> tuple[str, Any, Any] | None:
+        """The first setting that shaped this manifest and differs now: ``(name, made with, now)``.
+
+        None when the label, the vocabulary size and every read option match (the files
+        themselves are checked by :meth:`check_fingerprint`).
+        """
+        now = {"label": label, "vocabulary_size": vocabulary_size, **_read_settings(source)}
+        made = {"label": self.label, "vocabulary_size": self.vocabulary_size, **self.read_options}
+        for name, value in now.items():
+            old = made.get(name, _DEFAULT_SETTINGS.get(name))
+            if name == "vocabulary_size" and not old:  # a manifest from before it was recorded
+                continue
+            if _comparable(old) != _comparable(value):
+                return name, old, value
+        return None
+
+    def check_settings(self, source: Any, *, label: str, vocabulary_size: int) -> None:
+        """Refuse a manifest made with another setting or for other files, naming what differs.
+
+        Raises
+        ------
+        ManifestMismatchError
+            When the label, the vocabulary size or a read option (sep, encoding, dtype,
+            bad_lines, na_values, blocksize) differs, or the files changed.
+        """
+        diff = self.mismatch(source, label=label, vocabulary_size=vocabulary_size)
+        if diff is not None:
+            name, old, new = diff
+            raise ManifestMismatchError(
+                f"The manifest was made with {name}={old!r}. Received: {name}={new!r}.\nHint: "
+                "rescan (pass manifest=None, or remove the manifest.json) to use the new setting, "
+                "or keep the one the manifest was made with."
+            )
+        self.check_fingerprint(source.fingerprint())
+
     def check_fingerprint(self, fingerprint: str, what: str = "data") -> None:
         """Refuse a manifest that was made for other data or other read options."""
         if fingerprint != self.fingerprint:
@@ -490,6 +607,23 @@ class Manifest:
         with open(path, encoding="utf-8") as f:
             return cls.from_dict(json.load(f))
 
+    def column_lines(self) -> list[str]:
+        """One line per column: kind, dtype, missing (by null marker), statistics or vocabulary."""
+        lines = []
+        for c in self.columns.values():
+            if c.kind in ("numeric", "datetime"):
+                extra = f"mean {c.mean:.4g} sd {c.var ** 0.5:.4g}"
+            elif c.kind == "categorical":
+                extra = (f"{len(c.vocabulary):,} of {'~' if c.approximate else ''}{c.distinct:,} "
+                         "values kept")
+            else:
+                extra = ""
+            shown = {("empty" if k == "" else k): n for k, n in c.missing_markers.items()}
+            how = f" ({', '.join(f'{k} {n:,}' for k, n in shown.items())})" if shown else ""
+            lines.append(f"{c.name:<24} {c.kind:<12} {c.dtype:<8} missing "
+                         f"{f'{c.missing:,}{how}':<28} {extra}".rstrip())
+        return lines
+
     def summary(self) -> str:
         """A few human lines: rows, partitions, task, columns by kind."""
         kinds: dict[str, list[str]] = {}
@@ -502,6 +636,25 @@ class Manifest:
             f"{f' ({self.num_classes} classes)' if self.task == 'multiclass' else ''}; "
             f"columns: {parts}"
         )
+
+
+# what a manifest from before a setting was recorded was made with
+_DEFAULT_SETTINGS: dict[str, Any] = {"na_values": [], "dtype": {}}
+
+
+def _read_settings(source: Any) -> dict[str, Any]:
+    """The read options of ``source`` that shape a manifest, as the manifest records them."""
+    o = source.options
+    return {"blocksize": o.blocksize, "sep": o.sep, "encoding": o.encoding, "dtype": dict(o.dtype),
+            "bad_lines": o.bad_lines, "na_values": list(getattr(o, "na_values", ()))}
+
+
+def _comparable(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_comparable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items()}
+    return value
 
 
 def _jsonable(x: Any) -> Any:
@@ -538,6 +691,8 @@ def scan(
     bad_lines: str = "error",
     partition_cache: Any = None,
     timeout: float | str | None = None,
+    sep: str = ",",
+    na_values: list[str] | tuple[str, ...] | None = None,
 ) -> Manifest:
     """Scan ``data`` once on the cluster and return its :class:`Manifest`.
 
@@ -553,8 +708,12 @@ def scan(
     vocabulary_size
         Most frequent K values kept per string column (default ``daskfeed.vocabulary-size``).
     cache
-        A JSON path: if it holds a manifest with the data's fingerprint it is returned without
-        scanning; otherwise the new manifest is written there.
+        A JSON path: if it holds a manifest of these files made with the same settings (label,
+        vocabulary size, read options) it is returned without scanning (its warnings repeated);
+        otherwise the new manifest is written there.
+    sep, na_values
+        The delimiter, and null markers that are missing in every column (text too); see
+        :class:`~daskfeed.source.Source`.
     bad_lines
         ``"error"``, ``"skip"`` or ``"quarantine"`` (see :class:`~daskfeed.source.Source`);
         skipped lines are counted in ``Manifest.bad_lines`` and, for quarantine, their text
@@ -579,15 +738,17 @@ def scan(
 
     src = data if isinstance(data, Source) else Source(
         data, blocksize=blocksize, encoding=encoding, dtype=dtype, storage_options=storage_options,
-        bad_lines=bad_lines)
+        bad_lines=bad_lines, sep=sep, na_values=na_values)
     fingerprint = src.fingerprint()
+    vocabulary_size = int(config.get("vocabulary-size", vocabulary_size))
     if cache is not None and os.path.exists(cache):
         try:
             cached = Manifest.from_json(cache)
-            if cached.fingerprint == fingerprint and cached.label == label:
-                return cached
+            cached.check_settings(src, label=label, vocabulary_size=vocabulary_size)
+            cached.warn_notes(stacklevel=2)
+            return cached
         except (ValueError, TypeError, KeyError, ManifestMismatchError):
-            pass  # unreadable or stale cache: rescan and overwrite
+            pass  # unreadable, stale, or made with other settings: rescan and overwrite
     header = src.header()
     if label not in header:
         raise SchemaError(
@@ -602,9 +763,7 @@ def scan(
     with client_context(client) as c:
         summaries, stats = _run_scan(src, label, c, fingerprint, partition_cache,
                                      config.get_seconds("timeout", timeout))
-    manifest = _build_manifest(
-        src, label, summaries, stats, config.get("vocabulary-size", vocabulary_size), fingerprint
-    )
+    manifest = _build_manifest(src, label, summaries, stats, vocabulary_size, fingerprint)
     manifest.scan_seconds = time.perf_counter() - t0
     if cache is not None:
         manifest.to_json(cache)
@@ -736,8 +895,9 @@ def _await_scan(client: Any, futures: list[Any], groups: list[list[int]], src: A
         pending = set(futures)
         while pending:
             try:
-                done, pending = wait(list(pending), timeout=min(1.0, timeout),
-                                     return_when="FIRST_COMPLETED")
+                with client.as_current():  # wait() takes the current client
+                    done, pending = wait(list(pending), timeout=min(1.0, timeout),
+                                         return_when="FIRST_COMPLETED")
             except TimeoutError:
                 done = set()
             for f in done:
@@ -875,7 +1035,11 @@ def _build_manifest(src: Any, label: str, facts: list[dict[str, Any]], stats: di
                 kinds[k] = i
         missing = sum(f["missing"].get(name, 0) for f in facts)
         st = stats.get(name, {})
-        columns[name] = _resolve_column(src, name, kinds, missing, st, facts, vocabulary_size)
+        col = _resolve_column(src, name, kinds, missing, st, facts, vocabulary_size)
+        col.missing_markers = _markers_of(name, col.kind, facts)
+        if col.kind != "categorical":  # partitions of nothing but markers: missing values too
+            col.missing += sum(n for f in facts for n in f.get("marker_values", {}).get(name, {}).values())
+        columns[name] = col
 
     lab = columns[label]
     if lab.kind != "numeric":
@@ -928,10 +1092,7 @@ def _build_manifest(src: Any, label: str, facts: list[dict[str, Any]], stats: di
     return Manifest(
         fingerprint=fingerprint, label=label, task=task, num_classes=num_classes, columns=columns,
         partitions=partitions, rows=label_rows, label_missing=rows_total - label_rows,
-        nbytes=src.nbytes, read_options={"blocksize": src.options.blocksize, "sep": src.options.sep,
-                                         "encoding": src.options.encoding,
-                                         "dtype": dict(src.options.dtype),
-                                         "bad_lines": src.options.bad_lines},
+        nbytes=src.nbytes, read_options=_read_settings(src), vocabulary_size=vocabulary_size,
         bad_lines=bad_lines, aligned_files=len(aligned), rejects=rejects, notes=notes,
     )
 
@@ -959,9 +1120,27 @@ def _wide_notes(columns: dict[str, Column], label: str) -> list[str]:
     return notes
 
 
+def _markers_of(name: str, kind: str, facts: list[dict[str, Any]]) -> dict[str, int]:
+    """Values each null marker made missing in column ``name`` (``""``: empty fields).
+
+    The parser's counts, plus, when the column is not text, the partitions where it held
+    nothing but markers (text there, missing here).
+    """
+    counts: dict[str, dict[str, int]] = {}
+    for f in facts:
+        counts = _add_counts(counts, {name: f.get("na_counts", {}).get(name, {})})
+        if kind != "categorical":
+            counts = _add_counts(counts, {name: f.get("marker_values", {}).get(name, {})})
+    return {k: n for k, n in sorted(counts.get(name, {}).items(), key=lambda kv: -kv[1]) if n}
+
+
 def _resolve_column(src: Any, name: str, kinds: dict[str, int], missing: int,
                     st: dict[str, Any], facts: list[dict[str, Any]], k: int) -> Column:
     real = {kd: i for kd, i in kinds.items() if kd != "null"}
+    if len(real) > 1:  # markers only in some partitions: the other partitions say what it is
+        real.pop("markers", None)
+    if "markers" in real:  # nothing but markers anywhere: text, as written
+        real["string"] = real.pop("markers")
     count = int(st.get("count", 0))
     if not real:
         return Column(name, "empty", "null", missing=missing)
@@ -1001,8 +1180,18 @@ def _resolve_column(src: Any, name: str, kinds: dict[str, int], missing: int,
     ranked = sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))
     vocab = [v for v, _ in ranked[:k]]
     oov = sum(c for _, c in ranked[k:])
+    count += int(st.get("markers", 0))  # text that reads "NA" is a value here
     return Column(name, "categorical", "string", missing=missing, count=count, vocabulary=vocab,
-                  distinct=len(values), oov_rows=oov, approximate=bool(st.get("approximate")))
+                  distinct=distinct_estimate(st["kmv"]) if st.get("approximate") and st.get("kmv")
+                  else len(values), oov_rows=oov, approximate=bool(st.get("approximate")))
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _finite(x: Any) -> float | None:
@@ -1012,9 +1201,9 @@ def _finite(x: Any) -> float | None:
 
 
 def _label_task(values: dict[str, int]) -> tuple[str, int]:
-    if not values or len(values) > _MAX_LABEL_VALUES:
+    nums = sorted(float(v) for v in values if _is_number(v))  # (null markers of text partitions)
+    if not nums or len(nums) > _MAX_LABEL_VALUES:
         return "regression", 0
-    nums = sorted(float(v) for v in values)
     if all(v == int(v) for v in nums) and nums[0] >= 0:
         if set(nums) <= {0.0, 1.0}:
             return "binary", 2

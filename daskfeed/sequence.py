@@ -123,11 +123,17 @@ class DaskSequence(keras.utils.PyDataset):
         Return ``x`` as one float32 matrix of the numeric ``features`` instead of a dict.
     manifest
         A :class:`~daskfeed.manifest.Manifest` (or path to its JSON) of this data: no rescan.
+        It must have been made with the same settings (label, vocabulary size, read options;
+        else :class:`~daskfeed.exceptions.ManifestMismatchError` names the one that differs);
+        its partitions are used as they are (``blocksize=None`` takes the manifest's).
     cache
         Keep every partition parsed once as Arrow on the workers' disk (see
         :mod:`daskfeed.cache`), so later epochs never parse CSV: ``True`` (default) uses
         ``daskfeed.cache-dir`` (``~/.cache/daskfeed``) when the disk has room, a path uses
         that directory (an error if it lacks room), ``False`` turns it off.
+    sep, encoding, dtype, na_values
+        How the CSV is read: delimiter, text encoding, per-column dtype overrides, null
+        markers missing in every column (see :class:`~daskfeed.source.Source`).
     bad_lines
         Lines with the wrong number of fields: ``"error"`` (default), ``"skip"`` (counted in
         ``manifest.bad_lines``) or ``"quarantine"`` (also kept in ``manifest.rejects``).
@@ -191,6 +197,8 @@ class DaskSequence(keras.utils.PyDataset):
         shard: tuple[int, int] = (0, 1),
         cache: bool | str | os.PathLike[str] = True,
         bad_lines: str = "error",
+        sep: str = ",",
+        na_values: list[str] | tuple[str, ...] | None = None,
         **kwargs: Any,
     ) -> None:
         _refuse_multiprocessing(kwargs)
@@ -208,8 +216,13 @@ class DaskSequence(keras.utils.PyDataset):
         self.shard = (int(shard[0]), int(shard[1]))
         self.timeout = config.get_seconds("timeout", timeout)
         self.prefetch_bytes = config.get_bytes("prefetch-bytes", prefetch_bytes)
+        if manifest is not None and not isinstance(manifest, Manifest):
+            manifest = Manifest.from_json(manifest)
+        if manifest is not None and blocksize is None:  # its partitions: the same blocks
+            blocksize = manifest.read_options.get("blocksize")
         self.source = Source(data, blocksize=blocksize, encoding=encoding, dtype=dtype,
-                             storage_options=storage_options, bad_lines=bad_lines)
+                             storage_options=storage_options, bad_lines=bad_lines, sep=sep,
+                             na_values=na_values)
         self._client, self._owns_client = acquire_client(client)
         self._scheduler_address = self._client.scheduler.address
         self._security = getattr(self._client, "security", None)  # tls:// reconnects after pickling
@@ -253,18 +266,14 @@ class DaskSequence(keras.utils.PyDataset):
         root = None if cache is True else cache
         return open_cache(self.source, root, required=root is not None, client=self._client)
 
-    def _resolve_manifest(self, manifest: Any, label: str, vocabulary_size: int | None) -> Manifest:
+    def _resolve_manifest(self, manifest: Manifest | None, label: str,
+                          vocabulary_size: int | None) -> Manifest:
+        k = int(config.get("vocabulary-size", vocabulary_size))
         if manifest is None:
             return scan(self.source, label=label, client=self._client, timeout=self.timeout,
-                        vocabulary_size=vocabulary_size, partition_cache=self.cache)
-        if not isinstance(manifest, Manifest):
-            manifest = Manifest.from_json(manifest)
-        manifest.check_fingerprint(self.source.fingerprint())
-        if manifest.label != label:
-            raise ManifestMismatchError(
-                f"The manifest was made for label {manifest.label!r}. Received: label={label!r}."
-                "\nHint: rescan with the label you train on."
-            )
+                        vocabulary_size=k, partition_cache=self.cache)
+        manifest.check_settings(self.source, label=label, vocabulary_size=k)
+        manifest.warn_notes(stacklevel=4)  # what the scan said still holds: say it again
         return manifest
 
     def _check_compatible(self, reference: Manifest) -> None:

@@ -118,6 +118,10 @@ def train(
     cache: bool | str | os.PathLike[str] = True,
     bad_lines: str = "error",
     blocksize: int | str | None = None,
+    sep: str = ",",
+    na_values: list[str] | tuple[str, ...] | None = None,
+    vocabulary_size: int | None = None,
+    dtype: dict[str, str] | None = None,
 ) -> TrainResult:
     """Train a Keras model on ``data`` within ``memory_limit``; write model, manifest, history.
 
@@ -157,8 +161,16 @@ def train(
         the config (other than the shipped 64MiB), else derived from the budget (at most 64MiB,
         small enough that a window's parse peak fits a worker); see
         :func:`daskfeed.config.resolve_blocksize`.
-    batch_size, checkpoint_every, timeout, dashboard_address
+    batch_size, checkpoint_every, timeout, dashboard_address, vocabulary_size
         ``None``: the ``daskfeed.*`` config value (``DASK_DASKFEED__BATCH_SIZE=…``).
+    sep, na_values, dtype
+        Delimiter, null markers that are missing in every column (text too), and column
+        types to force (``{"zip": "string"}``).
+
+    A manifest in ``output`` from an earlier run is reused, with its partitions and parse cache,
+    whatever the budget, cluster shape, batch size or model; when the files or a setting that
+    shapes it (label, vocabulary size, a read option) changed, the data are scanned again and
+    the new manifest and cache replace the old ones.
     """
     from daskfeed._keras import keras
     from daskfeed.exceptions import ManifestMismatchError
@@ -202,17 +214,13 @@ def train(
     seqs: list[Any] = []
     try:
         with RSSSampler() as rss:
-            cached = _cached_manifest(os.path.join(out, "manifest.json"), label)
-            block = config.resolve_blocksize(blocksize, budget.blocksize)
-            if block != budget.blocksize and not ckpt:  # (a resumed run keeps its partitions)
-                from dask.utils import format_bytes
-
-                echo(f"partitions of {format_bytes(block)} (blocksize / daskfeed.blocksize; the "
-                     f"budget alone gives {format_bytes(budget.blocksize)})")
+            cached = _cached_manifest(os.path.join(out, "manifest.json"))
+            block = _layout(blocksize, budget, cached, cache, echo)
             common = {"label": label, "batch_size": batch_size, "client": client,
                       "window_bytes": budget.window_bytes, "blocksize": block,
                       "as_matrix": as_matrix, "encoding": encoding, "timeout": timeout,
-                      "cache": cache, "bad_lines": bad_lines}
+                      "cache": cache, "bad_lines": bad_lines, "sep": sep, "na_values": na_values,
+                      "vocabulary_size": vocabulary_size, "dtype": dtype}
             if ckpt:
                 common["blocksize"] = ckpt.cursor.blocksize
             t0 = time.perf_counter()
@@ -220,10 +228,12 @@ def train(
                 train_seq = DaskSequence(data, features=features, exclude=exclude, seed=seed,
                                          prefetch_bytes=budget.prefetch * 2 // 3, manifest=cached,
                                          **common, **pinned)
-            except ManifestMismatchError:
+            except ManifestMismatchError as err:
                 if cached is None:
                     raise
-                cached = None  # data or read options changed since: rescan
+                # other files, or a setting that shapes the manifest changed: rebuild it
+                echo(f"rescanning: {str(err).splitlines()[0]}")
+                cached = None
                 train_seq = DaskSequence(data, features=features, exclude=exclude, seed=seed,
                                          prefetch_bytes=budget.prefetch * 2 // 3, **common, **pinned)
             seqs.append(train_seq)
@@ -345,16 +355,40 @@ def _reraise_feed_error(err: Exception, *seqs: Any) -> None:
             raise failure from None
 
 
-def _cached_manifest(path: str, label: str) -> Any:
+def _cached_manifest(path: str) -> Any:
+    """The manifest an earlier run wrote to ``path`` (None: none, or unreadable)."""
     from daskfeed.manifest import Manifest
 
     if not os.path.exists(path):
         return None
     try:
-        m = Manifest.from_json(path)
+        return Manifest.from_json(path)
     except Exception:
         return None
-    return m if m.label == label else None
+
+
+def _layout(blocksize: int | str | None, budget: Budget, cached: Any, cache: Any,
+            echo: Callable[[str], None]) -> int:
+    """CSV bytes per partition: asked for > the reused manifest's > what the budget gives.
+
+    A manifest (and its parse cache) made under another budget is reused with its partitions:
+    one scan per data set, whatever the budget. Without a parse cache, its partitions must
+    also fit this budget's parse peak, else the data are scanned again in smaller ones.
+    """
+    from dask.utils import format_bytes
+
+    from daskfeed import config
+
+    asked = config.resolve_blocksize(blocksize, 0)
+    if asked:
+        if asked != budget.blocksize:
+            echo(f"partitions of {format_bytes(asked)} (blocksize / daskfeed.blocksize; the "
+                 f"budget alone gives {format_bytes(budget.blocksize)})")
+        return asked
+    reused = (cached.read_options or {}).get("blocksize") if cached is not None else None
+    if reused and (cache is not False or reused <= budget.blocksize):
+        return int(reused)
+    return budget.blocksize
 
 
 def _bad_lines(out: str, policy: str, reused: bool, *seqs: Any) -> dict[str, Any]:

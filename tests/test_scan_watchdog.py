@@ -24,24 +24,24 @@ def _rows(start: int, n: int) -> bytes:
 
 
 class _SlowLocalFileSystem(LocalFileSystem):
-    """The local disk, throttled: every read returns at most 32 KiB after ``DELAY`` seconds."""
+    """The local disk, throttled to ``RATE`` bytes per second (each read waits its share)."""
 
     protocol = "slowfile"
-    DELAY = 0.1
+    RATE = 2.5e6
 
     def _open(self, path, mode="rb", **kwargs):
         f = super()._open(path, mode=mode, **kwargs)
         if "r" not in mode:
             return f
-        slow = self
+        rate = self.RATE
 
         class Throttled(io.RawIOBase):
             def readable(self) -> bool:
                 return True
 
             def readinto(self, buf) -> int:
-                time.sleep(slow.DELAY)  # the behaviour under test: a slow disk, never a stall
-                data = f.read(min(len(buf), 32 << 10))
+                data = f.read(min(len(buf), 256 << 10))
+                time.sleep(len(data) / rate)  # the behaviour under test: a slow disk, no stall
                 buf[: len(data)] = data
                 return len(data)
 
@@ -57,9 +57,9 @@ def test_a_slow_read_that_keeps_making_progress_never_trips_the_watchdog(tmp_pat
 
     fsspec.register_implementation("slowfile", _SlowLocalFileSystem, clobber=True)
     (tmp_path / "a.csv").write_text(HEADER + _rows(0, 100).decode())
-    # ~1.4 MB of CSV, gzip'd: ~45 throttled reads of 32 KiB → several seconds in all, more than
-    # the 2 s timeout, parsed in 64 KiB chunks that each report progress
-    body = HEADER.encode() + _rows(0, 120_000)
+    # ~13 MB of CSV, gzip'd (stored): 2.5 MB/s, so ~5 s in all, more than twice the 2 s timeout,
+    # decompressed in 1 MiB reads and parsed in chunks that each report progress
+    body = HEADER.encode() + _rows(0, 1_000_000)
     (tmp_path / "z.csv.gz").write_bytes(gzip.compress(body, compresslevel=0))
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                       dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
@@ -67,10 +67,10 @@ def test_a_slow_read_that_keeps_making_progress_never_trips_the_watchdog(tmp_pat
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the compressed file's one-partition warning
             m = daskfeed.scan(f"slowfile://{tmp_path}/*.csv*", label="label", client=client,
-                              timeout=2, blocksize="64KiB")
+                              timeout=2, blocksize="1MiB")
         elapsed = time.monotonic() - t0
     assert elapsed > 2 * 2  # the read really outlasted the timeout
-    assert m.rows == 100 + 120_000  # and every row of the slow file arrived
+    assert m.rows == 100 + 1_000_000  # and every row of the slow file arrived
 
 
 def test_a_hung_read_fails_within_the_timeout_naming_the_partition(tmp_path):

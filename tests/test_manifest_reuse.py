@@ -1,0 +1,120 @@
+"""One scan and one cache per data set; every setting that shapes a manifest is checked on reuse
+(issue 11 item 2, issue 18 item 2)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+
+import daskfeed
+from daskfeed.exceptions import ManifestMismatchError
+
+
+def _entries(root) -> list[str]:
+    return sorted(n for n in os.listdir(root) if os.path.isdir(os.path.join(root, n)))
+
+
+def _size(path) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def test_four_budgets_scan_once_and_keep_one_cache_entry(demo_data, tmp_path):
+    from daskfeed.train import train
+
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    sizes, scans = [], 0
+    for limit in ("4GB", "6GB", "3GB", "2GB"):  # each gives another window (and block) size
+        lines: list[str] = []
+        train(demo_data.train_glob, label="cleared", epochs=1, memory_limit=limit, nworkers=2,
+              dashboard_address="127.0.0.1:0", output=out, verbose=0, echo=lines.append,
+              cache=cache)
+        scans += sum("scanned in" in line for line in lines)
+        assert len(_entries(cache)) == 1, (limit, _entries(cache))
+        sizes.append(_size(cache))
+    assert scans == 1
+    assert sizes == [sizes[0]] * 4  # no second copy written
+
+
+def test_a_changed_setting_rebuilds_the_manifest_in_train(demo_data, tmp_path):
+    from daskfeed.train import train
+
+    out = tmp_path / "out"
+    common = {"label": "cleared", "epochs": 1, "memory_limit": "3GB", "nworkers": 1,
+              "dashboard_address": "127.0.0.1:0", "output": out, "verbose": 0, "cache": False}
+    train(demo_data.train_glob, vocabulary_size=5, echo=lambda _: None, **common)
+    assert daskfeed.Manifest.from_json(out / "manifest.json").vocabulary_size == 5
+    lines: list[str] = []
+    result = train(demo_data.train_glob, vocabulary_size=2, echo=lines.append, **common)
+    assert any("rescanning: The manifest was made with vocabulary_size=5. Received: "
+               "vocabulary_size=2." in line for line in lines), lines
+    assert not any("manifest reused" in line for line in lines)
+    assert max(len(c.vocabulary) for c in result.manifest.columns.values()) == 2
+
+
+@pytest.fixture(scope="module")
+def scanned(demo_data, client):
+    return daskfeed.scan(demo_data.train_glob, label="cleared", client=client, vocabulary_size=5)
+
+
+@pytest.mark.parametrize(("setting", "value", "shown"), [
+    ("vocabulary_size", 2, "vocabulary_size=5. Received: vocabulary_size=2"),
+    ("encoding", "latin-1", "encoding='utf-8'. Received: encoding='latin-1'"),
+    ("sep", ";", "sep=','. Received: sep=';'"),
+    ("bad_lines", "skip", "bad_lines='error'. Received: bad_lines='skip'"),
+    ("dtype", {"region": "string"}, "dtype={}. Received: dtype={'region': 'string'}"),
+    ("na_values", ["NA"], "na_values=[]. Received: na_values=['NA']"),
+    ("blocksize", "1MiB", "blocksize="),
+    ("label", "level", "label='cleared'. Received: label='level'"),
+])
+def test_a_reused_manifest_made_with_another_setting_is_refused(demo_data, client, scanned, setting,
+                                                                 value, shown):
+    kw = {"label": "cleared", "vocabulary_size": 5, setting: value}
+    with pytest.raises(ManifestMismatchError) as info:
+        daskfeed.DaskSequence(demo_data.train_glob, client=client, manifest=scanned, cache=False, **kw)
+    msg = str(info.value)
+    assert f"The manifest was made with {shown}" in msg, msg
+    assert "Hint:" in msg
+
+
+def test_the_same_settings_reuse_and_features_do_not_shape_the_manifest(demo_data, client, scanned):
+    with daskfeed.DaskSequence(demo_data.train_glob, label="cleared", client=client, cache=False,
+                               manifest=scanned, vocabulary_size=5, features=["level", "region"]) as a:
+        assert a.manifest is scanned and a.features == ["level", "region"]
+        assert a.source.options.blocksize == scanned.read_options["blocksize"]
+        assert a.encoding.columns[1].input_dim == 5 + 2
+
+
+def test_scan_with_a_json_cache_rescans_on_another_setting(demo_data, client, tmp_path):
+    path = tmp_path / "m.json"
+    first = daskfeed.scan(demo_data.train_glob, label="cleared", client=client, vocabulary_size=5,
+                          cache=path)
+    again = daskfeed.scan(demo_data.train_glob, label="cleared", client=client, vocabulary_size=5,
+                          cache=path)
+    assert again.created == first.created  # reused
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        other = daskfeed.scan(demo_data.train_glob, label="cleared", client=client,
+                              vocabulary_size=2, cache=path)
+    assert other.vocabulary_size == 2 and other.created != first.created
+
+
+def test_cache_list_and_clear_show_and_remove_entries(demo_data, tmp_path, client):
+    from click.testing import CliRunner
+
+    from daskfeed.cli import cli
+
+    root = tmp_path / "cache"
+    with daskfeed.DaskSequence(demo_data.train_glob, label="cleared", client=client, cache=root):
+        pass
+    runner = CliRunner()
+    listed = runner.invoke(cli, ["cache", "list", "--cache", str(root)])
+    assert listed.exit_code == 0, listed.output
+    (entry,) = _entries(root)
+    assert entry in listed.output and "1 entry" in listed.output
+    assert "and 39 more files" in listed.output  # the data it holds: 40 demo files
+    cleared = runner.invoke(cli, ["cache", "clear", "--cache", str(root)])
+    assert cleared.exit_code == 0 and "removed 1 cache entry" in cleared.output, cleared.output
+    assert _entries(root) == []
+    assert "no cache entries" in runner.invoke(cli, ["cache", "list", "--cache", str(root)]).output
