@@ -380,7 +380,7 @@ def test_hung_partition_is_a_timeout_error_not_a_hang(id_data, tmp_path):
 
 def test_hung_file_during_the_scan_is_a_timeout_error_not_a_hang(id_data, tmp_path):
     """A FIFO among the files when the scan starts: the scan task reading it never finishes.
-    The scan fails with FeedTimeoutError naming it once no scan task finished for ``timeout``."""
+    The scan fails with FeedTimeoutError naming it once no scan task made progress for ``timeout``."""
     from daskfeed.cluster import close_client
     from daskfeed.exceptions import FeedTimeoutError
 
@@ -399,7 +399,7 @@ def test_hung_file_during_the_scan_is_a_timeout_error_not_a_hang(id_data, tmp_pa
         close_client(client)
         t_close = time.monotonic() - t1
     msg = str(info.value)
-    assert re.search(r"No scan task finished within [34]s", msg), msg  # 3 s + the size allowance
+    assert "No scan task made progress within 3s" in msg, msg
     assert victim.name in msg and "Hint:" in msg, msg
     assert elapsed < 3 + 15, elapsed
     assert t_close < 30, t_close
