@@ -118,3 +118,13 @@ def test_cache_list_and_clear_show_and_remove_entries(demo_data, tmp_path, clien
     assert cleared.exit_code == 0 and "removed 1 cache entry" in cleared.output, cleared.output
     assert _entries(root) == []
     assert "no cache entries" in runner.invoke(cli, ["cache", "list", "--cache", str(root)]).output
+
+
+def test_a_reused_manifest_repeats_what_the_scan_warned(tmp_path, client):
+    rows = "".join(f"{i},{'' if i % 10 == 0 else i % 2}\n" for i in range(200))  # 20 unlabeled
+    (tmp_path / "d.csv").write_text("x,y\n" + rows)
+    with pytest.warns(UserWarning, match="20 of 200 rows have no value in label 'y'"):
+        m = daskfeed.scan(str(tmp_path / "d.csv"), label="y", client=client)
+    with pytest.warns(UserWarning, match="20 of 200 rows have no value in label 'y'"):
+        daskfeed.DaskSequence(str(tmp_path / "d.csv"), label="y", client=client, manifest=m,
+                              cache=False).close()
