@@ -303,8 +303,11 @@ def _fsync(path: str) -> None:
 
 
 def _compact(table: Any) -> Any:
-    """Columns as the cache keeps them: whole numbers exact (int32 when they fit, else int64),
-    decimals as parsed (float64), strings dictionary-encoded."""
+    """Columns as the cache keeps them.
+
+    Whole numbers exact (int32 when they fit, else int64), decimals as parsed (float64),
+    strings dictionary-encoded.
+    """
     import pyarrow as pa
     import pyarrow.compute as pc
 

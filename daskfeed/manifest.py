@@ -137,7 +137,7 @@ def distinct_estimate(kmv: list[int]) -> int:
     """Distinct values from a k-minimum-values sketch (exact below ``KMV_SIZE`` values)."""
     if len(kmv) < KMV_SIZE:
         return len(kmv)
-    return int(round((KMV_SIZE - 1) / (kmv[-1] / 2.0**64)))
+    return round((KMV_SIZE - 1) / (kmv[-1] / 2.0**64))
 
 
 def _arrow_kind(col: Any) -> str:
@@ -476,6 +476,10 @@ class Manifest:
     # text of every skipped line with its file and byte range (quarantine); not in the JSON
     rejects: list[dict[str, str]] = field(default_factory=list, repr=False)
     notes: list[str] = field(default_factory=list, repr=False)  # the scan's warnings
+    # rows per class of a binary / multiclass label ({"0": n0, "1": n1}); {} for regression
+    label_counts: dict[str, int] = field(default_factory=dict)
+    # the part of a split this manifest describes (see :func:`scan`); None: the whole data
+    split: dict[str, Any] | None = None
 
     def warn_notes(self, stacklevel: int = 2) -> None:
         """Repeat the scan's warnings (rows without a label, bad lines, wide numbers...)."""
@@ -527,15 +531,67 @@ class Manifest:
             )
         return chosen
 
-    def mismatch(self, source: Any, *, label: str,
-                 vocabulary_size: int) -> tuple[str, Any, Any] | None:
+    def class_weights(self, spec: str | dict[Any, float] = "balanced") -> dict[int, float]:
+        """Weights per class for ``model.fit(..., class_weight=...)``, from the scan's label counts.
+
+        No pass over the data: the scan counted the rows of every class (``label_counts``; of
+        the training part only when the manifest is made for a split).
+
+        Parameters
+        ----------
+        spec
+            ``"balanced"``: ``rows / (classes * rows of the class)`` for every class present,
+            as scikit-learn's ``compute_class_weight("balanced", ...)``, so each class weighs
+            as much in total. Or a mapping ``{class: weight}`` (keys as ints or their text,
+            e.g. parsed from ``'{"0": 1, "1": 9}'``), checked against the label's classes;
+            classes it leaves out get 1.0, as Keras gives them, and are listed.
+
+        Returns
+        -------
+        dict of int to float
+            ``{class id: weight}`` of every class present in the data.
+
+        Raises
+        ------
+        SchemaError
+            For a regression label, an unknown class, a negative or non-finite weight, or a
+            manifest without label counts (made by an older daskfeed: rescan).
+        """
+        if self.task == "regression":
+            raise SchemaError(
+                f"Expected a class label (0/1 or class ids) for class weights. Received: label "
+                f"{self.label!r}, a regression label.\nHint: weigh rows with a weight column "
+                "instead (weight='COL', --weight COL)."
+            )
+        if not self.label_counts:
+            raise SchemaError(
+                f"Expected the label counts of {self.label!r} in the manifest. Received: a "
+                "manifest without them (made by an older daskfeed).\nHint: rescan the data "
+                "(remove manifest.json, or pass manifest=None)."
+            )
+        counts = {int(k): int(n) for k, n in self.label_counts.items() if n > 0}
+        if isinstance(spec, str):
+            if spec != "balanced":
+                raise SchemaError(f"Expected class weights 'balanced' or a mapping {{class: "
+                                  f"weight}}. Received: {spec!r}.\nHint: e.g. "
+                                  "'{\"0\": 1, \"1\": 9}'.")
+            total = sum(counts.values())
+            return {c: total / (len(counts) * n) for c, n in sorted(counts.items())}
+        given = {_class_id(k, counts, self.label): _class_weight(k, v) for k, v in spec.items()}
+        return {c: given.get(c, 1.0) for c in sorted(counts)}
+
+    def mismatch(self, source: Any, *, label: str, vocabulary_size: int,
+                 split: dict[str, Any] | None = None) -> tuple[str, Any, Any] | None:
         """The first setting that shaped this manifest and differs now: ``(name, made with, now)``.
 
-        None when the label, the vocabulary size and every read option match (the files
-        themselves are checked by :meth:`check_fingerprint`).
+        None when the label, the vocabulary size, the split (:func:`split_settings`) and every
+        read option match (the files themselves are checked by :meth:`check_fingerprint`).
         """
-        now = {"label": label, "vocabulary_size": vocabulary_size, **_read_settings(source)}
-        made = {"label": self.label, "vocabulary_size": self.vocabulary_size, **self.read_options}
+        now = {"label": label, "vocabulary_size": vocabulary_size, **_read_settings(source),
+               "split": split}
+        made = {"label": self.label, "vocabulary_size": self.vocabulary_size, **self.read_options,
+                "split": {k: v for k, v in self.split.items() if k != "validation_partitions"}
+                if self.split else None}
         for name, value in now.items():
             old = made.get(name, _DEFAULT_SETTINGS.get(name))
             if name == "vocabulary_size" and not old:  # a manifest from before it was recorded
@@ -544,16 +600,17 @@ class Manifest:
                 return name, old, value
         return None
 
-    def check_settings(self, source: Any, *, label: str, vocabulary_size: int) -> None:
+    def check_settings(self, source: Any, *, label: str, vocabulary_size: int,
+                       split: dict[str, Any] | None = None) -> None:
         """Refuse a manifest made with another setting or for other files, naming what differs.
 
         Raises
         ------
         ManifestMismatchError
-            When the label, the vocabulary size or a read option (sep, encoding, dtype,
-            bad_lines, na_values, blocksize) differs, or the files changed.
+            When the label, the vocabulary size, the split or a read option (sep, encoding,
+            dtype, bad_lines, na_values, blocksize) differs, or the files changed.
         """
-        diff = self.mismatch(source, label=label, vocabulary_size=vocabulary_size)
+        diff = self.mismatch(source, label=label, vocabulary_size=vocabulary_size, split=split)
         if diff is not None:
             name, old, new = diff
             raise ManifestMismatchError(
@@ -630,8 +687,14 @@ class Manifest:
         for c in self.columns.values():
             kinds.setdefault(c.kind, []).append(c.name)
         parts = ", ".join(f"{len(v)} {k}" for k, v in kinds.items())
+        used = len(self.partitions)
+        if self.split:
+            used = len(scanned_partitions(len(self.partitions), self.split))
+        part = (f" ({self.split['subset']} part of validation_split="
+                f"{self.split['validation_split']:g}, seed={self.split['seed']}: {used} of "
+                f"{len(self.partitions)} partitions)" if self.split else "")
         return (
-            f"{self.rows:,} rows in {len(self.partitions)} partitions "
+            f"{self.rows:,} rows in {used} partitions{part} "
             f"({self.nbytes / 1e9:.2f} GB); label {self.label!r}: {self.task}"
             f"{f' ({self.num_classes} classes)' if self.task == 'multiclass' else ''}; "
             f"columns: {parts}"
@@ -693,6 +756,9 @@ def scan(
     timeout: float | str | None = None,
     sep: str = ",",
     na_values: list[str] | tuple[str, ...] | None = None,
+    validation_split: float | None = None,
+    subset: str | None = None,
+    seed: int = 0,
 ) -> Manifest:
     """Scan ``data`` once on the cluster and return its :class:`Manifest`.
 
@@ -724,6 +790,12 @@ def scan(
     timeout
         Seconds without any scan task finishing before :class:`~daskfeed.exceptions.
         FeedTimeoutError` (default ``daskfeed.timeout``): a read that blocks never hangs the run.
+    validation_split, subset, seed
+        Scan one part of a split of the data into whole partitions
+        (:func:`~daskfeed.plan.split_partitions`): ``subset="training"`` scans only the
+        partitions left for training, ``"validation"`` only the held-out ones. The other
+        partitions count 0 rows in the manifest (its ``split`` names them), so every statistic
+        comes from that part alone, and the two parts together cost one pass over the data.
 
     Returns
     -------
@@ -741,10 +813,11 @@ def scan(
         bad_lines=bad_lines, sep=sep, na_values=na_values)
     fingerprint = src.fingerprint()
     vocabulary_size = int(config.get("vocabulary-size", vocabulary_size))
+    split = split_settings(validation_split, subset, seed)
     if cache is not None and os.path.exists(cache):
         try:
             cached = Manifest.from_json(cache)
-            cached.check_settings(src, label=label, vocabulary_size=vocabulary_size)
+            cached.check_settings(src, label=label, vocabulary_size=vocabulary_size, split=split)
             cached.warn_notes(stacklevel=2)
             return cached
         except (ValueError, TypeError, KeyError, ManifestMismatchError):
@@ -759,11 +832,17 @@ def scan(
         )
     from daskfeed.cluster import client_context
 
+    if split is not None:
+        split["validation_partitions"] = list(held_out(src, split))
+    only = scanned_partitions(src.npartitions, split)
     t0 = time.perf_counter()
     with client_context(client) as c:
         summaries, stats = _run_scan(src, label, c, fingerprint, partition_cache,
-                                     config.get_seconds("timeout", timeout))
-    manifest = _build_manifest(src, label, summaries, stats, vocabulary_size, fingerprint)
+                                     config.get_seconds("timeout", timeout), only)
+    facts: list[dict[str, Any]] = [_unscanned() for _ in range(src.npartitions)]
+    for i, f in zip(only, summaries, strict=True):
+        facts[i] = f
+    manifest = _build_manifest(src, label, facts, stats, vocabulary_size, fingerprint, split)
     manifest.scan_seconds = time.perf_counter() - t0
     if cache is not None:
         manifest.to_json(cache)
@@ -771,14 +850,17 @@ def scan(
 
 
 def _run_scan(src: Any, label: str, client: Any, token: str, partition_cache: Any,
-              timeout: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+              timeout: float, only: list[int]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Facts of partitions ``only`` (in that order) and their merged statistics."""
     from dask import delayed
 
     from daskfeed.prefetch import explain
 
     if src.frame is not None:
-        summ = [delayed(summarize_partition, pure=True)(p, label, dask_key_name=f"daskfeed-scan-{i}-{token}")
-                for i, p in enumerate(src.partitions())]
+        parts = src.partitions()
+        summ = [delayed(summarize_partition, pure=True)(parts[i], label,
+                                                        dask_key_name=f"daskfeed-scan-{i}-{token}")
+                for i in only]
         facts = [delayed(_facts_list)(s) for s in summ]
         level = [delayed(_stats)(s) for s in summ]
         while len(level) > 1:  # tree reduction on the cluster, fan-in 8
@@ -792,7 +874,7 @@ def _run_scan(src: Any, label: str, client: Any, token: str, partition_cache: An
         return [f for group in results[:-1] for f in group], results[-1]
     # parse each block once: summary + bad lines + the parse cache; small files grouped
     nthreads = sum(client.nthreads().values()) or 1
-    groups = _scan_groups(src, nthreads)
+    groups = _scan_groups(src, nthreads, only)
     topic = f"daskfeed-scan-{token}"
     futures = [client.submit(scan_blocks, [(i, src.blocks[i]) for i in g], src.options, label,
                              partition_cache, topic, key=f"daskfeed-scan-{g[0]}-{token}", retries=1)
@@ -925,18 +1007,26 @@ def _await_scan(client: Any, futures: list[Any], groups: list[list[int]], src: A
     return progress
 
 
-def _scan_groups(src: Any, nthreads: int) -> list[list[int]]:
-    """Consecutive blocks in groups of about blocksize bytes, one scan task each.
+def block_sizes(src: Any) -> list[int]:
+    """Bytes of every partition of ``src`` (a whole file: its size; a frame's partition: 1)."""
+    if src.frame is not None:
+        return [1] * src.npartitions
+    return [b.length if b.length >= 0 else src.files[b.file_index].size for b in src.blocks]
+
+
+def _scan_groups(src: Any, nthreads: int, only: list[int]) -> list[list[int]]:
+    """The blocks ``only``, in order, in groups of about blocksize bytes, one scan task each.
 
     At least four groups per worker thread when there is enough data; thousands of small
     files cost a few tasks, not thousands.
     """
-    sizes = [b.length if b.length >= 0 else src.files[b.file_index].size for b in src.blocks]
-    target = max(1, min(src.options.blocksize, sum(sizes) // (4 * nthreads)))
+    sizes = block_sizes(src)
+    target = max(1, min(src.options.blocksize, sum(sizes[i] for i in only) // (4 * nthreads)))
     groups: list[list[int]] = []
     current: list[int] = []
     acc = 0
-    for i, n in enumerate(sizes):
+    for i in only:
+        n = sizes[i]
         current.append(i)
         acc += n
         if acc >= target:
@@ -993,7 +1083,8 @@ def _where(src: Any, i: int) -> str:
 
 
 def _build_manifest(src: Any, label: str, facts: list[dict[str, Any]], stats: dict[str, Any],
-                    vocabulary_size: int, fingerprint: str) -> Manifest:
+                    vocabulary_size: int, fingerprint: str,
+                    split: dict[str, Any] | None = None) -> Manifest:
     notes: list[str] = []  # what the scan has to say; kept in the manifest, repeated on reuse
     # header consistency: the same column names in every partition; another order is aligned
     # by name (the feed takes columns by name), other names are refused
@@ -1016,7 +1107,8 @@ def _build_manifest(src: Any, label: str, facts: list[dict[str, Any]], stats: di
                 f"{what or 'same names in another order'}.\nExpected: {ref_cols}.\n"
                 f"Received: {f['columns']}.\nHint: give all files the same header."
             )
-    empty = [src.blocks[i].path for i, f in enumerate(facts) if not f["columns"]]
+    empty = [src.blocks[i].path for i, f in enumerate(facts)
+             if not f["columns"] and not f.get("unscanned")]
     if empty and ref_cols is not None:
         notes.append(
             f"{len(empty)} empty file(s) skipped (no header, no rows), e.g. {empty[0]}."
@@ -1052,6 +1144,7 @@ def _build_manifest(src: Any, label: str, facts: list[dict[str, Any]], stats: di
         )
     values = stats.get(label, {}).get("values") or {}
     task, num_classes = _label_task(values)
+    label_counts = _class_counts(values) if task != "regression" else {}
     label_rows = sum(f["label_rows"] for f in facts)
     rows_total = sum(f["rows"] for f in facts)
     if label_rows == 0:
@@ -1089,12 +1182,110 @@ def _build_manifest(src: Any, label: str, facts: list[dict[str, Any]], stats: di
          "raw_rows": f["rows"]}
         for b, f in zip(src.blocks, facts, strict=False)
     ]
+    scanned = [i for i, f in enumerate(facts) if not f.get("unscanned")]
+    nbytes = src.nbytes if split is None or src.frame is not None else sum(
+        block_sizes(src)[i] for i in scanned)
     return Manifest(
         fingerprint=fingerprint, label=label, task=task, num_classes=num_classes, columns=columns,
         partitions=partitions, rows=label_rows, label_missing=rows_total - label_rows,
-        nbytes=src.nbytes, read_options=_read_settings(src), vocabulary_size=vocabulary_size,
+        nbytes=nbytes, read_options=_read_settings(src), vocabulary_size=vocabulary_size,
         bad_lines=bad_lines, aligned_files=len(aligned), rejects=rejects, notes=notes,
+        label_counts=label_counts, split=split,
     )
+
+
+def _class_id(key: Any, counts: dict[int, int], label: str) -> int:
+    """A class of ``spec`` as an int, checked against the classes present."""
+    try:
+        c = int(str(key).strip())
+    except ValueError:
+        c = None
+    if c is None or c not in counts:
+        raise SchemaError(
+            f"Expected class weights for the classes of label {label!r} "
+            f"({', '.join(map(str, sorted(counts)))}). Received: class {key!r}.\nHint: name "
+            "classes by their id, e.g. '{\"0\": 1, \"1\": 9}'."
+        )
+    return c
+
+
+def _class_weight(key: Any, value: Any) -> float:
+    """A weight of ``spec``: a finite number >= 0."""
+    try:
+        w = float(value)
+    except (TypeError, ValueError):
+        w = math.nan
+    if not (math.isfinite(w) and w >= 0):
+        raise SchemaError(
+            f"Expected a class weight that is a number >= 0. Received: {value!r} for class "
+            f"{key!r}.\nHint: e.g. '{{\"0\": 1, \"1\": 9}}'."
+        )
+    return w
+
+
+def _unscanned() -> dict[str, Any]:
+    """The facts of a partition outside the scanned part of a split: no rows."""
+    return {"rows": 0, "columns": [], "kinds": {}, "missing": {}, "label_rows": 0, "samples": {},
+            "unscanned": True}
+
+
+def _class_counts(values: dict[str, int]) -> dict[str, int]:
+    """``{"0": rows, "1": rows, ...}`` of a class label from the scan's label value counts."""
+    counts: dict[str, int] = {}
+    for value, n in values.items():
+        if _is_number(value):
+            key = str(int(float(value)))
+            counts[key] = counts.get(key, 0) + int(n)
+    return dict(sorted(counts.items(), key=lambda kv: int(kv[0])))
+
+
+SUBSETS = ("training", "validation")
+
+
+def split_settings(validation_split: float | None, subset: str | None,
+                   seed: int) -> dict[str, Any] | None:
+    """The split a manifest is made for, checked (None: the whole data).
+
+    Raises
+    ------
+    ValueError
+        When the fraction is outside (0, 1) or ``subset`` is not "training" / "validation".
+    """
+    if validation_split is None or validation_split == 0:
+        if subset is not None:
+            raise ValueError(f"Expected subset=None without validation_split. Received: "
+                             f"subset={subset!r}.\nHint: pass validation_split=0.1 (for example) "
+                             "to split the data.")
+        return None
+    if not 0.0 < float(validation_split) < 1.0:
+        raise ValueError(f"Expected 0 < validation_split < 1. Received: "
+                         f"validation_split={validation_split!r}.")
+    if subset not in SUBSETS:
+        raise ValueError(
+            f"Expected subset='training' or subset='validation' with validation_split="
+            f"{validation_split}. Received: subset={subset!r}.\nHint: make the training sequence "
+            "with subset='training' and the validation one with subset='validation' and the "
+            "same seed (as Keras' image_dataset_from_directory does)."
+        )
+    return {"validation_split": float(validation_split), "subset": subset, "seed": int(seed)}
+
+
+def held_out(src: Any, split: dict[str, Any]) -> tuple[int, ...]:
+    """The partitions of ``src`` held out for validation by ``split`` (whole partitions)."""
+    from daskfeed.plan import split_partitions
+
+    keys = [f"{b.path}\0{b.offset}" for b in src.blocks]
+    return split_partitions(keys, block_sizes(src), validation_split=split["validation_split"],
+                            seed=split["seed"])
+
+
+def scanned_partitions(npartitions: int, split: dict[str, Any] | None) -> list[int]:
+    """The partitions a manifest made for ``split`` describes (all of them without one)."""
+    if split is None:
+        return list(range(npartitions))
+    validation = set(split["validation_partitions"])
+    keep = split["subset"] == "validation"
+    return [i for i in range(npartitions) if (i in validation) == keep]
 
 
 def _wide_notes(columns: dict[str, Column], label: str) -> list[str]:

@@ -9,9 +9,8 @@ import time
 import warnings
 
 import fsspec
-from fsspec.implementations.local import LocalFileSystem
-
 import pytest
+from fsspec.implementations.local import LocalFileSystem
 
 import daskfeed
 from daskfeed.exceptions import FeedTimeoutError
