@@ -446,7 +446,7 @@ class Prefetcher:
                 entry.cancelled = True
         finally:
             self._lock.release()
-        in_flight = [e.future for e in entries if e.future is not None and not e.ready.is_set()]
+        in_flight = [e.future for e in entries if e.future is not None]
         for entry in entries:
             entry.future = None
         _settle(in_flight, _SETTLE)
@@ -582,6 +582,10 @@ class Prefetcher:
             with self._lock:
                 if entry.error is not None and self._entries.get(w) is entry:
                     del self._entries[w]  # a later get retries from scratch
+                closed = self._closed
+            if closed and future is not None:  # close() may have missed it: release it here
+                entry.future = None
+                _drop(future, cancel=False)
             entry.ready.set()
 
     def _timeout_error(self, w: int, cause: BaseException) -> FeedTimeoutError:

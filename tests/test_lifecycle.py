@@ -385,3 +385,135 @@ def test_a_pickled_copy_works_in_a_spawned_process(id_data, client):
         got, code = _join(proc, parent, 180)
     assert code == 0
     assert len(got) == 2 and all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
+
+
+# -- the prefetcher's threads and futures --------------------------------------------------------
+def _slow_window(seconds: float) -> np.ndarray:
+    time.sleep(seconds)  # a slow read on the worker: the behaviour under test, not a synchronisation
+    return np.zeros(10, dtype=np.uint8)
+
+
+def _fetch_threads() -> list:
+    import threading
+
+    return [t for t in threading.enumerate() if t.name == "daskfeed-fetch" and t.is_alive()]
+
+
+def _until(check, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"waited {timeout:g}s for {what}"
+        time.sleep(0.05)  # polling interval
+
+
+def test_a_wait_ends_when_its_client_closes():
+    """A caller waiting for a window (an 8 s task) is told within seconds when the client is
+    closed under it: a ClusterError saying so, not a wait until the task or the timeout."""
+    import threading
+
+    from distributed import Client, LocalCluster
+
+    from daskfeed.exceptions import ClusterError
+    from daskfeed.prefetch import Prefetcher
+
+    cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                           dashboard_address=None)
+    client = Client(cluster)
+    submitted = threading.Event()
+
+    def submit(w):
+        fut = client.submit(_slow_window, 8.0, pure=False)
+        submitted.set()
+        return fut
+
+    pf = Prefetcher(submit, lambda w: 10, [0], budget=100, timeout=60)
+    outcome: list[BaseException | object] = []
+
+    def wait():
+        try:
+            outcome.append(pf.get(0))
+        except BaseException as e:  # recorded, asserted below
+            outcome.append(e)
+
+    caller = threading.Thread(target=wait, daemon=True)
+    try:
+        caller.start()
+        assert submitted.wait(10)
+        t0 = time.monotonic()
+        client.close()
+        caller.join(10)
+        took = time.monotonic() - t0
+    finally:
+        client.close()
+        cluster.close()
+    assert not caller.is_alive(), "the caller still waits after its client closed"
+    assert len(outcome) == 1 and isinstance(outcome[0], ClusterError), outcome
+    assert "closed" in str(outcome[0]) and "window 0" in str(outcome[0]), outcome[0]
+    assert took < 5, took
+
+
+def test_an_unused_prefetcher_is_collected_with_its_futures_and_thread(client):
+    """Nothing keeps a dropped prefetcher alive: its fetch thread holds it weakly and ends, and
+    its futures are released on the cluster."""
+    import gc
+    import weakref
+
+    from daskfeed.prefetch import Prefetcher
+
+    keys: list[str] = []
+
+    def submit(w):
+        fut = client.submit(_slow_window, 3.0, pure=False)
+        keys.append(fut.key)
+        return fut
+
+    pf = Prefetcher(submit, lambda w: 10, [0, 1, 2], budget=1000, timeout=60)
+    pf.start()
+    assert len(keys) == 3 and _fetch_threads()
+    ref = weakref.ref(pf)
+    del pf
+    # (the fetch thread holds it for a moment at each look: collected once it let go)
+    _until(lambda: (gc.collect(), ref())[1] is None, 10, "the prefetcher to be collected")
+    _until(lambda: not any(k in client.futures for k in keys), 10, "its futures to be released")
+    _until(lambda: not _fetch_threads(), 10, "its fetch thread to end")
+
+
+def test_close_is_idempotent_and_tells_a_waiting_caller(client):
+    """``close`` while a caller waits for a window (a 5 s task): the caller gets WindowCancelled
+    at once, the futures are released, a second close does nothing, later gets are refused."""
+    import threading
+
+    from daskfeed.prefetch import Prefetcher, WindowCancelled
+
+    submitted = threading.Event()
+    keys: list[str] = []
+
+    def submit(w):
+        fut = client.submit(_slow_window, 5.0, pure=False)
+        keys.append(fut.key)
+        submitted.set()
+        return fut
+
+    pf = Prefetcher(submit, lambda w: 10, [0, 1], budget=1000, timeout=60)
+    outcome: list[BaseException | object] = []
+
+    def wait():
+        try:
+            outcome.append(pf.get(0))
+        except BaseException as e:  # recorded, asserted below
+            outcome.append(e)
+
+    caller = threading.Thread(target=wait, daemon=True)
+    caller.start()
+    assert submitted.wait(10)
+    t0 = time.monotonic()
+    pf.close()
+    caller.join(10)
+    took = time.monotonic() - t0
+    pf.close()
+    assert not caller.is_alive() and took < 3, took
+    assert len(outcome) == 1 and isinstance(outcome[0], WindowCancelled), outcome
+    with pytest.raises(WindowCancelled, match="closed"):
+        pf.get(1)
+    _until(lambda: not any(k in client.futures for k in keys), 10, "its futures to be released")
+    assert pf.held_bytes == 0
