@@ -27,9 +27,11 @@ from daskfeed import SchemaError
 ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
 EXIT_WITHIN = 10.0  # seconds from fit's return to the end of the process
 
-# Trains with EarlyStopping (stops after epoch 2 of 5), prints FIT_DONE <time>, then ends the way
-# MODE says: close both / close nothing / close the client first / `with` block / close nothing
-# of a sequence that started its own LocalCluster.
+# Trains with EarlyStopping (stops after epoch 2 of 5), prints FIT_DONE <time> <epochs>, then ends
+# the way MODE says: close both / close nothing / close the client first / `with` block / close
+# nothing of a sequence that started its own LocalCluster. Modes "steps" (steps_per_epoch=3,
+# windows left in flight mid-epoch) and "raises" (a callback raises in epoch 1, caught) close
+# nothing either.
 SCRIPT = '''
 import json, os, sys, threading, time
 
@@ -50,9 +52,21 @@ def main():
               prefetch_bytes=2_000_000, cache=False, seed=1)
     stop = keras.callbacks.EarlyStopping(monitor="loss", patience=0, min_delta=1e9)
 
+    class Raises(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 5:
+                raise RuntimeError("a callback failed")
+
     def fit(seq):
         model = daskfeed.default_model(seq.manifest)
-        history = model.fit(seq, epochs=5, callbacks=[stop], shuffle=False, verbose=0)
+        if MODE == "raises":
+            try:
+                model.fit(seq, epochs=5, callbacks=[Raises()], shuffle=False, verbose=0)
+            except RuntimeError:
+                print("FIT_DONE", time.time(), 0, flush=True)
+            return
+        more = {"steps_per_epoch": 3} if MODE == "steps" else {}
+        history = model.fit(seq, epochs=5, callbacks=[stop], shuffle=False, verbose=0, **more)
         print("FIT_DONE", time.time(), len(history.history["loss"]), flush=True)
 
     if MODE == "with":
@@ -134,18 +148,18 @@ def _assert_no_survivors(session: int, timeout: float = 10) -> None:
     assert not left, f"processes of the script outlived it: {left}"
 
 
-def _exit_delay(stdout: str, ended: float) -> float:
-    """Seconds from the FIT_DONE timestamp (checking that fit stopped early, at epoch 2)."""
+def _exit_delay(stdout: str, ended: float, epochs: int) -> float:
+    """Seconds from the FIT_DONE timestamp (checking that fit ended after ``epochs`` epochs)."""
     line = next(ln for ln in stdout.splitlines() if ln.startswith("FIT_DONE"))
-    _, stamp, epochs = line.split()
-    assert epochs == "2", f"EarlyStopping should stop after 2 of 5 epochs: {line}"
+    _, stamp, trained = line.split()
+    assert int(trained) == epochs, f"fit should have ended after {epochs} of 5 epochs: {line}"
     return ended - float(stamp)
 
 
 def _check_clean_exit(tmp_path: pathlib.Path, data: str, mode: str) -> tuple[float, str]:
     out, err, rc, ended = _run_script(tmp_path, SCRIPT, mode, data)
     assert rc == 0, (rc, err[-3000:])
-    delay = _exit_delay(out, ended)
+    delay = _exit_delay(out, ended, 0 if mode == "raises" else 2)
     assert "Traceback" not in err, err[-4000:]
     assert "cannot schedule new futures" not in err, err[-4000:]
     assert delay < EXIT_WITHIN, f"exited {delay:.1f}s after fit returned\n{err[-3000:]}"
@@ -164,11 +178,12 @@ def test_script_exits_promptly_after_early_stopping_five_runs(id_data, tmp_path)
     print("exit delays after fit (s):", [round(d, 2) for d in delays])
 
 
-@pytest.mark.parametrize("mode", ["never", "client-first", "owned"])
+@pytest.mark.parametrize("mode", ["never", "client-first", "owned", "steps", "raises"])
 def test_script_exits_promptly_whatever_is_closed(id_data, tmp_path, mode):
     """Nothing closed at all (the interpreter's exit does it), the client closed before the
-    sequence, or nothing closed of a sequence that started its own LocalCluster (its exit hook
-    closes it): the same prompt, clean exit."""
+    sequence, nothing closed of a sequence that started its own LocalCluster (its exit hook
+    closes it), fit ended by ``steps_per_epoch`` or by a callback's exception: the same prompt,
+    clean exit."""
     delay, _ = _check_clean_exit(tmp_path, id_data.train_glob, mode)
     print(f"{mode}: exit {delay:.2f}s after fit")
 
