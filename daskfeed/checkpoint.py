@@ -42,11 +42,19 @@ a ``LossScaleOptimizer`` (mixed precision: it skips the steps whose gradients ov
 An epoch cut short by ``model.stop_training`` (set by a callback after a batch) ends with a
 checkpoint at its true next batch, not with an epoch-end checkpoint, and :func:`fit_from`
 then stops, as ``fit`` does.
+
+Early stopping survives a resume. :class:`EarlyStopping` is Keras' callback whose state --
+epochs waited, best value and epoch, whether it stopped, and the best weights -- the
+:class:`Checkpointer` writes into every checkpoint (``state.json`` and
+``best.weights.npz``), and that carries on across the two ``fit`` calls of :func:`fit_from`;
+restored, a resumed run stops at the epoch the uninterrupted run would have stopped at and
+restores the same best weights.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -57,17 +65,20 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from daskfeed._keras import keras
 from daskfeed.exceptions import CheckpointError
 
-__all__ = ["KEEP", "Checkpoint", "CheckpointStore", "Checkpointer", "Cursor", "fit_from", "open_store",
-           "optimizer_steps"]
+__all__ = ["KEEP", "Checkpoint", "CheckpointStore", "Checkpointer", "Cursor", "EarlyStopping",
+           "fit_from", "open_store", "optimizer_steps"]
 
 KEEP = 2
 """Checkpoints kept: the newest and the one before it (the fallback)."""
 
 VERSION = 1
 WEIGHTS = "model.weights.h5"
+BEST = "best.weights.npz"  # EarlyStopping's best weights (model.get_weights(), in order)
 STATE = "state.json"
 _NAME = re.compile(r"^ckpt-(\d{6,})-(\d{9,})$")
 
@@ -93,6 +104,7 @@ class Cursor:
     label: str
     features: tuple[str, ...]
     shard: tuple[int, int] = (0, 1)
+    validation_split: float = 0.0  # the training part of a split (0: the whole data)
 
     @classmethod
     def of(cls, seq: Any, epoch: int, batch: int) -> Cursor:
@@ -104,6 +116,7 @@ class Cursor:
             blocksize=seq.source.options.blocksize, shuffle=seq.shuffle,
             drop_remainder=seq.drop_remainder, label=seq.label, features=tuple(seq.features),
             shard=tuple(seq.shard),  # type: ignore[arg-type]
+            validation_split=float(getattr(seq, "validation_split", 0.0)),
         )
 
     @classmethod
@@ -132,10 +145,10 @@ class Cursor:
                 "then removed)."
             )
         flag = {"batch_size": "--batch-size", "seed": "--seed", "label": "--label",
-                "features": "--features/--exclude",
+                "features": "--features/--exclude", "validation_split": "--validation-split",
                 "window_rows": "the same --memory-limit (it sets the window size) and"}
-        for name in ("batch_size", "seed", "label", "features", "shuffle", "drop_remainder",
-                     "shard", "num_batches", "rows", "window_rows"):
+        for name in ("batch_size", "seed", "label", "features", "validation_split", "shuffle",
+                     "drop_remainder", "shard", "num_batches", "rows", "window_rows"):
             mine, theirs = getattr(self, name), getattr(other, name)
             if mine != theirs:
                 shown = ",".join(mine) if name == "features" else mine
@@ -157,11 +170,21 @@ class Checkpoint:
     iterations: int | None = None
     """The optimizer's raw step counter (:func:`optimizer_steps`); None: no optimizer."""
     created: float = 0.0
+    early_stopping: dict[str, Any] | None = None
+    """:meth:`EarlyStopping.get_state` when the run had early stopping."""
 
     @property
     def weights(self) -> str:
         """Path of the weights file (model and optimizer variables)."""
         return os.path.join(self.path, WEIGHTS)
+
+    def best_weights(self) -> list[np.ndarray] | None:
+        """EarlyStopping's best weights saved with this checkpoint (None: none saved)."""
+        path = os.path.join(self.path, BEST)
+        if not os.path.exists(path):
+            return None
+        with np.load(path) as z:
+            return [z[f"arr_{i}"] for i in range(len(z.files))]
 
     def restore(self, model: Any) -> None:
         """Load the weights and optimizer state into ``model`` (built and compiled like the saved one).
@@ -276,6 +299,8 @@ class CheckpointStore:
                     raise ValueError(f"{fname} does not match its SHA-256 (corrupt)")
             if WEIGHTS not in state["files"]:
                 raise ValueError(f"no {WEIGHTS}")
+            if state.get("early_stopping", {}).get("best_weights") and BEST not in state["files"]:
+                raise ValueError(f"no {BEST}")
             cursor = Cursor.from_dict(state["cursor"])
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise CheckpointError(
@@ -283,7 +308,7 @@ class CheckpointStore:
                 "written (it is written atomically); an older checkpoint can be used instead."
             ) from err
         return Checkpoint(path, cursor, list(state.get("history", [])), state.get("iterations"),
-                          float(state.get("created", 0.0)))
+                          float(state.get("created", 0.0)), state.get("early_stopping"))
 
     def latest(self, warn: Callable[[str], None] | None = None) -> Checkpoint | None:
         """The newest readable checkpoint, or None when there is none.
@@ -326,11 +351,13 @@ class CheckpointStore:
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         os.chmod(self.directory, 0o700)
 
-    def save(self, model: Any, cursor: Cursor, history: list[dict[str, Any]] | None = None) -> str:
+    def save(self, model: Any, cursor: Cursor, history: list[dict[str, Any]] | None = None,
+             early_stopping: EarlyStopping | None = None) -> str:
         """Write a checkpoint of ``model`` (weights + optimizer) at ``cursor``; return its path.
 
-        Written into a temporary directory and renamed into place (``os.replace``); then only
-        the newest ``keep`` checkpoints are kept.
+        With ``early_stopping``, its state goes into ``state.json`` and its best weights into
+        ``best.weights.npz``. Written into a temporary directory and renamed into place
+        (``os.replace``); then only the newest ``keep`` checkpoints are kept.
         """
         self._prepare()
         name = f"ckpt-{cursor.epoch:06d}-{cursor.batch:09d}"
@@ -343,14 +370,20 @@ class CheckpointStore:
             model.save_weights(weights)
             with open(weights, "rb+") as f:
                 os.fsync(f.fileno())
-            state = {
+            files = [weights]
+            state: dict[str, Any] = {
                 "version": VERSION,
                 "cursor": asdict(cursor),
                 "history": [{k: _jsonable(v) for k, v in rec.items()} for rec in history or []],
                 "iterations": optimizer_steps(model),
                 "created": time.time(),
-                "files": {WEIGHTS: {"size": os.path.getsize(weights), "sha256": _digest(weights)}},
             }
+            if early_stopping is not None:
+                state["early_stopping"] = early_stopping.get_state()
+                if early_stopping.best_weights is not None:
+                    files.append(_save_arrays(os.path.join(tmp, BEST), early_stopping.best_weights))
+            state["files"] = {os.path.basename(p): {"size": os.path.getsize(p), "sha256": _digest(p)}
+                              for p in files}
             with open(os.path.join(tmp, STATE), "w", encoding="utf-8") as f:
                 json.dump(state, f, indent=1)
                 f.flush()
@@ -384,6 +417,17 @@ class CheckpointStore:
                 if _NAME.match(entry.removesuffix(".corrupt")) or entry.startswith((".tmp-", ".old-")):
                     shutil.rmtree(os.path.join(self.directory, entry), ignore_errors=True)
         return n
+
+
+def _save_arrays(path: str, arrays: list[Any]) -> str:
+    """Write ``arrays`` (in order) to an ``.npz`` file, fsync'ed; return its path."""
+    buf = io.BytesIO()
+    np.savez(buf, *[np.asarray(a) for a in arrays])  # arr_0, arr_1, ... in order
+    with open(path, "wb") as f:
+        f.write(buf.getvalue())
+        f.flush()
+        os.fsync(f.fileno())
+    return path
 
 
 def _step_variable(model: Any) -> Any:
@@ -456,6 +500,9 @@ class Checkpointer(keras.callbacks.Callback):
     telemetry
         An :class:`~daskfeed.model.EpochTelemetry` placed before this callback; its records
         are merged into the history.
+    early_stopping
+        An :class:`EarlyStopping` placed before this callback: its state (and best weights)
+        is saved with every checkpoint, so a resumed run keeps its patience.
 
     Attributes
     ----------
@@ -466,13 +513,15 @@ class Checkpointer(keras.callbacks.Callback):
     """
 
     def __init__(self, store: CheckpointStore, sequence: Any, *, every: int = 0,
-                 history: list[dict[str, Any]] | None = None, telemetry: Any = None) -> None:
+                 history: list[dict[str, Any]] | None = None, telemetry: Any = None,
+                 early_stopping: EarlyStopping | None = None) -> None:
         super().__init__()
         self.store = store
         self.sequence = sequence
         self.every = max(0, int(every))
         self.history: list[dict[str, Any]] = list(history or [])
         self.telemetry = telemetry
+        self.early_stopping = early_stopping
         self.saved: list[str] = []
         self.cursors: list[tuple[int, int]] = []
         self._epoch = 0
@@ -544,7 +593,7 @@ class Checkpointer(keras.callbacks.Callback):
 
     def _save(self, epoch: int, batch: int) -> None:
         cursor = Cursor.of(self.sequence, epoch, batch)
-        self.saved.append(self.store.save(self.model, cursor, self.history))
+        self.saved.append(self.store.save(self.model, cursor, self.history, self.early_stopping))
         self.cursors.append((epoch, batch))
 
 
@@ -584,7 +633,14 @@ def fit_from(model: Any, sequence: Any, *, epochs: int, epoch: int = 0, batch: i
     fits = []
     if batch and epoch < epochs:
         sequence.set_epoch(epoch, batch)
-        fits.append(model.fit(sequence, initial_epoch=epoch, epochs=epoch + 1, **kwargs))
+        carried = [cb for cb in kwargs.get("callbacks") or () if isinstance(cb, EarlyStopping)]
+        for cb in carried:  # one run in two fits: no restore of best weights in between
+            cb.continuing = epoch + 1 < epochs
+        try:
+            fits.append(model.fit(sequence, initial_epoch=epoch, epochs=epoch + 1, **kwargs))
+        finally:
+            for cb in carried:
+                cb.continuing = False
         epoch += 1
         if getattr(model, "stop_training", False):
             return fits
@@ -592,3 +648,77 @@ def fit_from(model: Any, sequence: Any, *, epochs: int, epoch: int = 0, batch: i
         sequence.set_epoch(epoch)
         fits.append(model.fit(sequence, initial_epoch=epoch, epochs=epochs, **kwargs))
     return fits
+
+
+class EarlyStopping(keras.callbacks.EarlyStopping):
+    """Keras' ``EarlyStopping`` whose state survives a resume and :func:`fit_from`'s two fits.
+
+    Keras' callback starts afresh in every ``fit`` (``on_train_begin``) and restores the
+    best weights at the end of every ``fit``. Here the state is reset only when a run
+    starts: :meth:`set_state` (from a checkpoint, :attr:`Checkpoint.early_stopping` and
+    :meth:`Checkpoint.best_weights`) makes the next ``fit`` continue where the interrupted
+    run was, and ``continuing`` (set by :func:`fit_from` for its first, partial-epoch fit)
+    defers the restore of the best weights to the end of the run. Everything else is Keras'
+    (``monitor``, ``patience``, ``mode``, ``min_delta``, ``restore_best_weights``...).
+
+    Attributes
+    ----------
+    continuing
+        True while a ``fit`` is only the first part of the run.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.continuing = False
+        self._running = False
+        self._loaded = False
+        self.best_epoch = 0
+        self.best: Any = None
+
+    def get_state(self) -> dict[str, Any]:
+        """What the next fit needs to go on as if never interrupted (JSON-ready)."""
+        return {"monitor": self.monitor, "patience": int(self.patience), "wait": int(self.wait),
+                "stopped_epoch": int(self.stopped_epoch), "best_epoch": int(self.best_epoch),
+                "best": None if self.best is None else float(self.best),
+                "best_weights": self.best_weights is not None}
+
+    def set_state(self, state: dict[str, Any], best_weights: list[Any] | None = None) -> None:
+        """Continue from ``state`` (:meth:`get_state` of the interrupted run) at the next fit.
+
+        Raises
+        ------
+        CheckpointError
+            When the checkpoint's early stopping watched another quantity.
+        """
+        if state.get("monitor") != self.monitor:
+            raise CheckpointError(
+                f"The checkpoint's early stopping monitored {state.get('monitor')!r}. Received: "
+                f"monitor={self.monitor!r}.\nHint: resume with --monitor "
+                f"{state.get('monitor')}, or train from scratch without --resume."
+            )
+        self.wait, self.stopped_epoch = int(state["wait"]), int(state["stopped_epoch"])
+        self.best_epoch, self.best = int(state["best_epoch"]), state["best"]
+        self.best_weights = best_weights
+        self._loaded = True
+        self._running = False
+
+    @property
+    def stopped(self) -> bool:
+        """Whether this run stopped early."""
+        return self.stopped_epoch > 0
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        """Start afresh (or from :meth:`set_state`) when a run starts; go on within one."""
+        if self._running:
+            return
+        if not self._loaded:
+            super().on_train_begin(logs)
+        self._loaded = False
+        self._running = True
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        """Restore the best weights when the run ends (not between :func:`fit_from`'s fits)."""
+        if self.continuing and not getattr(self.model, "stop_training", False):
+            return
+        self._running = False
+        super().on_train_end(logs)

@@ -88,6 +88,19 @@ def _columns(ctx: Any, param: Any, value: str | None) -> list[str] | None:
     return cols
 
 
+def _sizes(ctx: Any, param: Any, value: str | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    try:
+        sizes = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise click.BadParameter(f"expected comma-separated layer sizes >= 1 such as 128,64. "
+                                 f"Received: {value!r}")
+    return sizes
+
+
 class Terminated(KeyboardInterrupt):
     """Raised in the main thread on SIGTERM so it unwinds like Ctrl-C (clusters closed)."""
 
@@ -363,6 +376,38 @@ def _train_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                           "and batch (refused if data, batch size or seed changed). Batches trained "
                           "after that checkpoint were not committed and are trained again. Without "
                           "--resume, old checkpoints in OUTPUT are removed."),
+        _fit_options,
+    ], fn)
+
+
+def _fit_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Weights, validation split, early stopping and the default model's knobs (train, demo)."""
+    return _apply([
+        click.option("--weight", metavar="COL", default=None,
+                     help="Column of per-row sample weights (>= 0; not a feature): batches are "
+                          "(x, y, w); validation is weighted too when its data have the column."),
+        click.option("--class-weight", metavar="balanced|JSON", default=None,
+                     help="Class weights: 'balanced' (from the scan's label counts) or JSON such "
+                          "as '{\"0\": 1, \"1\": 9}'. Printed and written to history.json. Not "
+                          "with --weight."),
+        click.option("--validation-split", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+                     default=None, metavar="FRACTION",
+                     help="Without --validation: hold out about this fraction of the data (whole "
+                          "partitions drawn with --seed) for validation; statistics come from the "
+                          "rest."),
+        click.option("--early-stopping", type=click.IntRange(0), default=None, metavar="PATIENCE",
+                     help="Stop after PATIENCE epochs without improvement of --monitor and "
+                          "restore the best epoch's weights; kept across --resume."),
+        click.option("--monitor", default=None,
+                     help="What early stopping watches [default: val_loss with validation data, "
+                          "else loss]."),
+        click.option("--hidden", callback=_sizes, default=None, metavar="N,N,...",
+                     help="Hidden layer sizes of the default model [default: 64,64]."),
+        click.option("--learning-rate", type=click.FloatRange(0, min_open=True), default=None,
+                     help="Adam's learning rate [default: 0.001]; with --model, used if the "
+                          "builder's model comes uncompiled."),
+        click.option("--dropout", type=click.FloatRange(0, 1, max_open=True), default=None,
+                     help="Dropout after each hidden layer of the default model [default: 0]."),
     ], fn)
 
 
@@ -418,8 +463,16 @@ def _start_cluster(memory_limit: str | None, *, nworkers: int | None, nthreads: 
 
 
 def _run_train(data: Any, label: str, validation: Any, output: str, **kw: Any) -> Any:
-    from daskfeed.train import train
+    from daskfeed.exceptions import SchemaError
+    from daskfeed.train import FitOptions, train
 
+    try:  # flags that exclude each other: a usage error, before any work
+        FitOptions.resolve(validation=validation or None, builder=kw["model"] is not None,
+                           **{k: kw[k] for k in ("weight", "class_weight", "validation_split",
+                                                 "early_stopping", "monitor", "hidden",
+                                                 "dropout", "learning_rate")})
+    except SchemaError as err:
+        raise click.UsageError(str(err)) from err
     scheduler, kw["security"] = _scheduler_and_security(kw)
     kw["cache"] = _cache_choice(kw)
     verbose = kw.pop("verbose")

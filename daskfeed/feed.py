@@ -4,6 +4,11 @@ Only what the model needs crosses the wire: numeric features (missing → the me
 for string columns (0 = missing, 1 = out of vocabulary, 2.. = vocabulary), and the label. Rows
 are permuted across all partitions of the window with the plan's window seed.
 
+A weight column (``Encoding.weight``) travels as float32, the dtype of Keras' sample weights; it
+is not a feature. Every row with a label must have a weight >= 0: the sequence checks the
+manifest before training (and names the file and line of the first bad weight, see
+:func:`weight_faults` and :func:`record_line`), and encoding refuses one that slipped through.
+
 Numbers keep their value. A numeric column travels as float32 (the model's dtype) when every
 value's magnitude is below 2**24 = 16,777,216, where float32 still holds every whole number
 exactly; a column reaching that magnitude travels as int64 (whole numbers) or float64, so ids,
@@ -21,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["ColumnCode", "Encoding", "WindowData", "concat", "encode_frame", "encode_table",
-           "encode_window", "numeric_dtype", "read_window"]
+           "encode_window", "numeric_dtype", "read_window", "record_line", "weight_faults"]
 
 MISSING_CODE = 0
 OOV_CODE = 1
@@ -66,10 +71,12 @@ class Encoding:
     label_dtype: str  # float32 | int32 (classes) | int64 / float64 (a wide regression label)
     columns: tuple[ColumnCode, ...]
     as_matrix: bool = False
+    weight: str | None = None  # the sample-weight column (float32), not a feature
 
     @classmethod
-    def from_manifest(cls, manifest: Any, features: list[str], as_matrix: bool = False) -> Encoding:
-        """Build the encoding of ``features`` from a manifest's statistics."""
+    def from_manifest(cls, manifest: Any, features: list[str], as_matrix: bool = False,
+                      weight: str | None = None) -> Encoding:
+        """Build the encoding of ``features`` (and the ``weight`` column) from a manifest."""
         from daskfeed.exceptions import SchemaError
 
         if as_matrix:
@@ -84,7 +91,12 @@ class Encoding:
                     "use the dict form (as_matrix=False)."
                 )
         codes = [_column_code(manifest.columns[name]) for name in features]
-        return cls(manifest.label, _label_dtype(manifest), tuple(codes), as_matrix)
+        return cls(manifest.label, _label_dtype(manifest), tuple(codes), as_matrix, weight)
+
+    @property
+    def names(self) -> list[str]:
+        """The columns a window reads: label, weight (if any), features."""
+        return [self.label, *([self.weight] if self.weight else []), *(c.name for c in self.columns)]
 
     @property
     def matrix_dtype(self) -> str:
@@ -98,7 +110,7 @@ class Encoding:
             feats = np.dtype(self.matrix_dtype).itemsize * len(self.columns)
         else:
             feats = sum(np.dtype(c.dtype).itemsize for c in self.columns)
-        return int(feats + np.dtype(self.label_dtype).itemsize)
+        return int(feats + np.dtype(self.label_dtype).itemsize + (4 if self.weight else 0))
 
 
 def _column_code(col: Any) -> ColumnCode:
@@ -118,10 +130,11 @@ def _label_dtype(manifest: Any) -> str:
 
 @dataclass
 class WindowData:
-    """A window's encoded rows: ``x`` (dict or matrix) and ``y``."""
+    """A window's encoded rows: ``x`` (dict or matrix), ``y`` and the sample weights ``w``."""
 
     x: dict[str, np.ndarray] | np.ndarray
     y: np.ndarray
+    w: np.ndarray | None = None  # float32 sample weights (a weight column), else None
 
     def __len__(self) -> int:
         return len(self.y)
@@ -130,13 +143,20 @@ class WindowData:
     def nbytes(self) -> int:
         """Bytes held by the arrays."""
         xs = self.x.values() if isinstance(self.x, dict) else [self.x]
-        return int(sum(a.nbytes for a in xs) + self.y.nbytes)
+        return int(sum(a.nbytes for a in xs) + self.y.nbytes + (0 if self.w is None else self.w.nbytes))
+
+    def rows(self, index: Any) -> WindowData:
+        """The rows ``index`` selects (a slice: views; an index array: copies)."""
+        x = {k: v[index] for k, v in self.x.items()} if isinstance(self.x, dict) else self.x[index]
+        return WindowData(x, self.y[index], None if self.w is None else self.w[index])
 
     def take(self, start: int, stop: int) -> WindowData:
         """Rows ``[start, stop)`` as views (no copy)."""
-        if isinstance(self.x, dict):
-            return WindowData({k: v[start:stop] for k, v in self.x.items()}, self.y[start:stop])
-        return WindowData(self.x[start:stop], self.y[start:stop])
+        return self.rows(slice(start, stop))
+
+    def batch(self) -> tuple[Any, ...]:
+        """``(x, y)``, or ``(x, y, w)`` with a weight column: what ``fit`` takes."""
+        return (self.x, self.y) if self.w is None else (self.x, self.y, self.w)
 
 
 def _encode_column(s: pd.Series, code: ColumnCode) -> np.ndarray:
@@ -181,12 +201,33 @@ def encode_frame(df: pd.DataFrame, encoding: Encoding) -> WindowData:
         label = label.loc[keep]
     exact = np.int64 if pd.api.types.is_integer_dtype(label.dtype) else np.float64
     y = label.to_numpy(dtype=exact).astype(encoding.label_dtype)
+    w = None
+    if encoding.weight:
+        w = _checked_weights(pd.to_numeric(df[encoding.weight], errors="coerce").to_numpy(
+            dtype=np.float64, na_value=np.nan), encoding.weight)
     if encoding.as_matrix:
         x = np.empty((len(df), len(encoding.columns)), dtype=encoding.matrix_dtype)
         for j, code in enumerate(encoding.columns):
             x[:, j] = _encode_column(df[code.name], code)
-        return WindowData(x, y)
-    return WindowData({c.name: _encode_column(df[c.name], c) for c in encoding.columns}, y)
+        return WindowData(x, y, w)
+    return WindowData({c.name: _encode_column(df[c.name], c) for c in encoding.columns}, y, w)
+
+
+def _checked_weights(values: np.ndarray, name: str) -> np.ndarray:
+    """Weights as float32, refusing a missing or negative one (the scan said there is none)."""
+    bad = np.isnan(values) | (values < 0)
+    if bad.any():
+        from daskfeed.exceptions import ManifestMismatchError
+
+        first = values[bad][0]
+        raise ManifestMismatchError(
+            f"Expected a weight >= 0 in every row with a label, as the scan found in weight "
+            f"column {name!r}. Received: {int(bad.sum())} row(s) with a "
+            f"{'missing' if np.isnan(first) else f'negative ({first:g})'} weight in this window. "
+            "The data changed after the scan.\nHint: rescan (remove the cached manifest) and "
+            "restart."
+        )
+    return values.astype(np.float32)
 
 
 def concat(parts: list[WindowData]) -> WindowData:
@@ -194,23 +235,22 @@ def concat(parts: list[WindowData]) -> WindowData:
     if len(parts) == 1:
         return parts[0]
     y = np.concatenate([p.y for p in parts])
+    w = None if parts[0].w is None else np.concatenate([p.w for p in parts])  # type: ignore[misc]
     if isinstance(parts[0].x, dict):
-        return WindowData({k: np.concatenate([p.x[k] for p in parts]) for k in parts[0].x}, y)
-    return WindowData(np.concatenate([p.x for p in parts]), y)
+        return WindowData({k: np.concatenate([p.x[k] for p in parts]) for k in parts[0].x}, y, w)
+    return WindowData(np.concatenate([p.x for p in parts]), y, w)
 
 
 def _permute(data: WindowData, seed: Any) -> WindowData:
     if seed is None or len(data) < 2:
         return data
-    perm = np.random.default_rng(list(seed)).permutation(len(data))
-    if isinstance(data.x, dict):
-        return WindowData({k: v[perm] for k, v in data.x.items()}, data.y[perm])
-    return WindowData(data.x[perm], data.y[perm])
+    return data.rows(np.random.default_rng(list(seed)).permutation(len(data)))
 
 
 def _empty(encoding: Encoding) -> WindowData:
-    empty = pd.DataFrame({c.name: pd.Series([], dtype="float64") for c in encoding.columns}
-                         | {encoding.label: pd.Series([], dtype="float64")})
+    names = [c.name for c in encoding.columns] + [encoding.label] + (
+        [encoding.weight] if encoding.weight else [])
+    empty = pd.DataFrame({n: pd.Series([], dtype="float64") for n in names})
     return encode_frame(empty, encoding)
 
 
@@ -312,12 +352,27 @@ def encode_table(table: Any, encoding: Encoding) -> WindowData:
         table = table.filter(pa.array(keep))
         y = y[keep]
     y = y.astype(encoding.label_dtype)
+    w = None
+    if encoding.weight:
+        w = _checked_weights(_number_array(table.column(encoding.weight)), encoding.weight)
     if encoding.as_matrix:
         x = np.empty((table.num_rows, len(encoding.columns)), dtype=encoding.matrix_dtype)
         for j, code in enumerate(encoding.columns):
             x[:, j] = _table_column(table.column(code.name), code)
-        return WindowData(x, y)
-    return WindowData({c.name: _table_column(table.column(c.name), c) for c in encoding.columns}, y)
+        return WindowData(x, y, w)
+    return WindowData({c.name: _table_column(table.column(c.name), c) for c in encoding.columns}, y, w)
+
+
+def _number_array(col: Any) -> np.ndarray:
+    """An Arrow column's values as float64, NaN where missing (text read as numbers)."""
+    import pyarrow as pa
+
+    t = col.type
+    if pa.types.is_null(t):
+        return np.full(len(col), np.nan)
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        return np.asarray(col.cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+    return pd.to_numeric(col.to_pandas(), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 ENCODE_BYTES = 16 << 20  # tables of small partitions are concatenated up to this, then encoded
@@ -338,7 +393,7 @@ def read_window(blocks: list[tuple[int, Any]], options: Any, encoding: Encoding,
     parts: list[WindowData] = []
     run: list[Any] = []
     size = 0
-    columns = [encoding.label, *(c.name for c in encoding.columns)]
+    columns = encoding.names
     readers: dict[str, Any] = {}  # each cache file opened once per window
     for index, block in blocks:
         for table in block_tables(index, block, options, cache, columns=columns, readers=readers):
@@ -364,3 +419,96 @@ def _encode_run(tables: list[Any], encoding: Encoding) -> list[WindowData]:
         except (pa.ArrowInvalid, pa.ArrowTypeError):  # e.g. numbers in one file, text in another
             pass
     return [encode_table(t, encoding) for t in tables]
+
+
+def weight_faults(index: int, block: Any, options: Any, label: str, weight: str,
+                  cache: Any = None) -> dict[str, Any]:
+    """Rows of partition ``index`` with a label and a missing or negative weight (on a worker).
+
+    Returns ``{"missing": n, "negative": n, "row": k, "value": v}``: the counts, and the first
+    such row (``k``: its place among the partition's parsed rows, ``None`` when there is
+    none) with its weight (NaN: missing).
+    """
+    from daskfeed.cache import block_tables
+
+    out: dict[str, Any] = {"missing": 0, "negative": 0, "row": None, "value": None}
+    offset = 0
+    for table in block_tables(index, block, options, cache, columns=[label, weight]):
+        _count_faults(table, label, weight, offset, out)
+        offset += table.num_rows
+    return out
+
+
+def frame_weight_faults(df: pd.DataFrame, label: str, weight: str) -> dict[str, Any]:
+    """:func:`weight_faults` of a pandas partition (a dask DataFrame's, on a worker)."""
+    import pyarrow as pa
+
+    out: dict[str, Any] = {"missing": 0, "negative": 0, "row": None, "value": None}
+    _count_faults(pa.Table.from_pandas(df[[label, weight]], preserve_index=False), label, weight,
+                  0, out)
+    return out
+
+
+def _count_faults(table: Any, label: str, weight: str, offset: int, out: dict[str, Any]) -> None:
+    labelled = ~np.isnan(_number_array(table.column(label)))
+    w = _number_array(table.column(weight))
+    missing = labelled & np.isnan(w)
+    negative = labelled & (w < 0)
+    out["missing"] += int(missing.sum())
+    out["negative"] += int(negative.sum())
+    bad = np.flatnonzero(missing | negative)
+    if len(bad) and out["row"] is None:
+        out["row"] = offset + int(bad[0])
+        out["value"] = float(w[bad[0]])
+
+
+def record_line(block: Any, options: Any, row: int) -> int | None:
+    """The line of its file (1-based) where row ``row`` of the CSV partition ``block`` starts.
+
+    Rows are counted as the reader makes them: blank lines are no rows, a quoted field may
+    span lines, and under ``bad_lines="skip"|"quarantine"`` a line with the wrong number of
+    fields is no row. None for Parquet, or when the partition has fewer rows.
+    """
+    import csv
+    import io
+
+    import fsspec
+
+    from daskfeed.source import _compression, _is_parquet, _line_number, _open
+
+    if _is_parquet(block.path):
+        return None
+    compression = _compression(block.path)
+    with _open(block.path, dict(options.storage_options), compression) as f:
+        header = f.readline()
+        width = len(next(csv.reader([header.decode(options.encoding, "replace")],
+                                    delimiter=options.sep), []))
+        if block.length >= 0:  # a byte range: its rows start after a line break (see source)
+            f.seek(0)
+            body = fsspec.utils.read_block(f, block.offset, block.length, delimiter=b"\n")
+            start = f.tell() - len(body)
+            if block.offset == 0:
+                body, start = body[len(header):], len(header)
+            first = _line_number(f, start)
+            if first is None:
+                return None
+            stream: Any = io.StringIO(body.decode(options.encoding, "replace"), newline="")
+        else:
+            first = 2
+            stream = io.TextIOWrapper(f, encoding=options.encoding, errors="replace", newline="")
+        return _nth_record_line(csv.reader(stream, delimiter=options.sep), row, width,
+                                options.bad_lines != "error", first)
+
+
+def _nth_record_line(reader: Any, row: int, width: int, skip_bad: bool, first: int) -> int | None:
+    """The line where record ``row`` of ``reader`` starts, counted as the parser counts rows."""
+    n = 0
+    consumed = 0  # lines read before the current record
+    for fields in reader:
+        start, consumed = consumed, reader.line_num
+        if not fields or (skip_bad and len(fields) != width):
+            continue
+        if n == row:
+            return first + start
+        n += 1
+    return None

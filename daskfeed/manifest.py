@@ -687,15 +687,15 @@ class Manifest:
         for c in self.columns.values():
             kinds.setdefault(c.kind, []).append(c.name)
         parts = ", ".join(f"{len(v)} {k}" for k, v in kinds.items())
-        used = len(self.partitions)
+        where = f"{len(self.partitions)} partitions ("
         if self.split:
             used = len(scanned_partitions(len(self.partitions), self.split))
-        part = (f" ({self.split['subset']} part of validation_split="
-                f"{self.split['validation_split']:g}, seed={self.split['seed']}: {used} of "
-                f"{len(self.partitions)} partitions)" if self.split else "")
+            where = (f"{used} of {len(self.partitions)} partitions (the {self.split['subset']} part "
+                     f"of validation_split={self.split['validation_split']:g}, seed="
+                     f"{self.split['seed']}; ")
         return (
-            f"{self.rows:,} rows in {used} partitions{part} "
-            f"({self.nbytes / 1e9:.2f} GB); label {self.label!r}: {self.task}"
+            f"{self.rows:,} rows in {where}"
+            f"{self.nbytes / 1e9:.2f} GB); label {self.label!r}: {self.task}"
             f"{f' ({self.num_classes} classes)' if self.task == 'multiclass' else ''}; "
             f"columns: {parts}"
         )

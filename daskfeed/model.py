@@ -31,15 +31,15 @@ def _input_name(column: str) -> str:
 
 
 def default_model(
-    manifest: Any,
+    data: Any,
     *,
     features: list[str] | None = None,
     exclude: tuple[str, ...] | list[str] = (),
-    hidden: tuple[int, ...] = (64, 64),
+    hidden: tuple[int, ...] | list[int] = (64, 64),
     embedding_dim: int | None = None,
     dropout: float = 0.0,
     learning_rate: float = 1e-3,
-    as_matrix: bool = False,
+    as_matrix: bool | None = None,
 ) -> keras.Model:
     """A compiled functional model over the batches of a :class:`DaskSequence`.
 
@@ -50,18 +50,35 @@ def default_model(
 
     Parameters
     ----------
-    manifest
-        The training data's :class:`~daskfeed.manifest.Manifest`.
+    data
+        The training :class:`~daskfeed.DaskSequence`: its features (``features=`` /
+        ``exclude=`` / ``weight=`` as given to it), its ``as_matrix`` and the statistics it
+        encodes with are taken from it. Or the training data's
+        :class:`~daskfeed.manifest.Manifest`, with ``features`` / ``exclude`` / ``as_matrix``
+        repeating the sequence's selection.
     features, exclude
-        The same selection as given to the ``DaskSequence``.
+        With a manifest: the same selection as given to the ``DaskSequence``. Not with a
+        sequence (it has its selection).
     hidden
         Units of the hidden Dense layers.
     embedding_dim
         Width of each embedding (default: grows with the vocabulary, at most 16).
+    dropout
+        Rate of a ``Dropout`` layer after each hidden layer (0: none).
+    learning_rate
+        Adam's learning rate.
     as_matrix
-        Build for ``DaskSequence(..., as_matrix=True)`` (one float32 matrix input).
+        Build for ``DaskSequence(..., as_matrix=True)`` (one matrix input); default: the
+        sequence's, else False.
+
+    Raises
+    ------
+    ValueError
+        For ``features`` / ``exclude`` / a different ``as_matrix`` given with a sequence, or
+        hidden sizes, dropout or learning rate out of range.
     """
-    names = manifest.feature_names(features, exclude)
+    manifest, names, as_matrix = _selection(data, features, exclude, as_matrix)
+    _check_knobs(hidden, dropout, learning_rate)
     enc = Encoding.from_manifest(manifest, names, as_matrix)
     if as_matrix:
         dtype = enc.matrix_dtype
@@ -99,18 +116,66 @@ def default_model(
     else:
         out = keras.layers.Dense(1, name="output")(h)
     model = keras.Model(inputs, out, name="daskfeed_default")
-    compile_for(model, manifest, learning_rate=learning_rate)
+    compile_for(model, manifest, learning_rate=learning_rate,
+                weighted=bool(getattr(data, "weight", None)))
     return model
 
 
-def compile_for(model: keras.Model, manifest: Any, *, learning_rate: float = 1e-3) -> None:
-    """Compile ``model`` with the loss and metrics that fit the label's task."""
+def _selection(data: Any, features: list[str] | None, exclude: tuple[str, ...] | list[str],
+               as_matrix: bool | None) -> tuple[Any, list[str], bool]:
+    """The manifest whose statistics encode, the feature names and ``as_matrix`` of ``data``."""
+    from daskfeed.sequence import DaskSequence
+
+    if not isinstance(data, DaskSequence):  # a Manifest
+        return data, data.feature_names(features, exclude), bool(as_matrix)
+    if features is not None or exclude:
+        raise ValueError(
+            "Expected the feature selection from the DaskSequence alone. Received: "
+            f"features={features!r}, exclude={list(exclude)!r} as well.\nHint: select features "
+            "when creating the sequence (features=/exclude=), or pass seq.manifest here."
+        )
+    if as_matrix is not None and bool(as_matrix) != data.as_matrix:
+        raise ValueError(
+            f"Expected as_matrix={data.as_matrix} (the sequence's). Received: as_matrix={as_matrix}."
+            "\nHint: leave as_matrix out when passing a DaskSequence."
+        )
+    return data.reference, list(data.features), bool(data.as_matrix)
+
+
+def _check_knobs(hidden: tuple[int, ...] | list[int], dropout: float, learning_rate: float) -> None:
+    """Refuse hidden sizes < 1, a dropout outside [0, 1), a learning rate < 0."""
+    if any(int(u) < 1 for u in hidden):
+        raise ValueError(f"Expected hidden layer sizes >= 1. Received: hidden={list(hidden)}.")
+    if not 0.0 <= float(dropout) < 1.0:
+        raise ValueError(f"Expected 0 <= dropout < 1. Received: dropout={dropout}.")
+    if not float(learning_rate) >= 0.0:
+        raise ValueError(f"Expected learning_rate >= 0. Received: learning_rate={learning_rate}.")
+
+
+def compile_for(model: keras.Model, manifest: Any, *, learning_rate: float = 1e-3,
+                weighted: bool = False) -> None:
+    """Compile ``model`` with the loss and metrics that fit the label's task.
+
+    Parameters
+    ----------
+    model
+        The model to compile.
+    manifest
+        The training data's manifest (its ``task``).
+    learning_rate
+        Adam's learning rate.
+    weighted
+        The batches carry sample weights (a weight column): the metrics are also reported
+        weighted (Keras' ``weighted_metrics``: ``weighted_accuracy``, ``val_weighted_accuracy``
+        ...); the loss is weighted in any case.
+    """
     loss, metrics = {
         "binary": ("binary_crossentropy", ["accuracy"]),
         "multiclass": ("sparse_categorical_crossentropy", ["accuracy"]),
         "regression": ("mean_squared_error", ["mean_absolute_error"]),
     }[manifest.task]
-    model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss=loss, metrics=metrics)
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss=loss, metrics=metrics,
+                  weighted_metrics=list(metrics) if weighted else None)
 
 
 def load_builder(spec: str) -> Callable[..., keras.Model]:

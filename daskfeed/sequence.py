@@ -17,9 +17,25 @@ import numpy as np
 from daskfeed import config
 from daskfeed._keras import keras
 from daskfeed.cluster import acquire_client, close_client
-from daskfeed.exceptions import ClusterError, DaskfeedError, ManifestMismatchError, SchemaError
-from daskfeed.feed import Encoding, WindowData, concat, encode_window, read_window
-from daskfeed.manifest import Manifest, scan
+from daskfeed.exceptions import (
+    ClusterError,
+    DaskfeedError,
+    DataError,
+    ManifestMismatchError,
+    SchemaError,
+)
+from daskfeed.feed import (
+    EXACT_FLOAT32,
+    Encoding,
+    WindowData,
+    concat,
+    encode_window,
+    frame_weight_faults,
+    read_window,
+    record_line,
+    weight_faults,
+)
+from daskfeed.manifest import Manifest, _unknown_column, scan, split_settings
 from daskfeed.plan import EpochPlan, make_plan
 from daskfeed.prefetch import Prefetcher, WindowCancelled, run_at_exit
 from daskfeed.source import Source
@@ -98,7 +114,9 @@ class DaskSequence(keras.utils.PyDataset):
 
     ``seq[i]`` is deterministic for ``(data, seed, batch_size, epoch)``, correct in any call
     order and from concurrent threads. Every row is delivered exactly once per epoch; every
-    batch holds ``batch_size`` rows except possibly the last.
+    batch holds ``batch_size`` rows except possibly the last. A batch is ``(x, y)``, or
+    ``(x, y, w)`` with a ``weight`` column: Keras then weighs the loss and the metrics of
+    each row by ``w``, in ``fit`` as in ``evaluate``.
 
     Parameters
     ----------
@@ -142,6 +160,26 @@ class DaskSequence(keras.utils.PyDataset):
         validation set); default: this data's own manifest.
     drop_remainder
         Drop the epoch's last batch when it is short.
+    weight
+        A numeric column of per-row sample weights: batches become ``(x, y, w)`` (float32)
+        and the column is not a feature. Policy: every row with a label must have a weight
+        >= 0. The scan's statistics of the column tell at construction, without another
+        pass, whether any weight is missing or negative; if so, the rows are found and
+        :class:`~daskfeed.exceptions.DataError` names the first one's file and line and
+        counts them all, before anything is trained (rows without a label are skipped
+        anyway, whatever their weight). A weight of 0 keeps a row out of the loss.
+    validation_split, subset
+        Hold out whole partitions for validation, as Keras' ``image_dataset_from_directory``
+        does with files: ``validation_split=0.1, subset="training"`` serves the partitions
+        left for training, ``subset="validation"`` the held-out ones (pass the same
+        ``seed`` to both). The split is by partition, not by row: partitions are drawn by
+        a hash of ``(seed, file, byte offset)`` until about ``validation_split`` of the
+        bytes are held out (:func:`~daskfeed.plan.split_partitions`), so each part reads
+        only its own partitions, the same rows every epoch and every run with the same seed
+        and partitions (blocksize), never a row of the other part. Each part is scanned on
+        its own, so the training manifest's statistics come from the training rows alone
+        and the two scans together are one pass. Rows of one file region go to the same
+        part.
     window_bytes, prefetch_bytes, timeout
         Memory knobs (see ``daskfeed.yaml``); normally derived from ``--memory-limit``.
     **kwargs
@@ -165,9 +203,19 @@ class DaskSequence(keras.utils.PyDataset):
     >>> val = daskfeed.DaskSequence("data/log_quest_validate/**/*.csv", label="cleared",
     ...                             shuffle=False, reference=train.manifest,
     ...                             client=client)  # doctest: +SKIP
-    >>> model = daskfeed.default_model(train.manifest)  # doctest: +SKIP
+    >>> model = daskfeed.default_model(train)  # doctest: +SKIP
     >>> model.fit(train, validation_data=val, epochs=3, shuffle=False)  # doctest: +SKIP
     >>> train.close(); val.close()  # doctest: +SKIP
+
+    One data set split 90/10 by partition, the validation part encoded like the training part:
+
+    >>> train = daskfeed.DaskSequence("data/log_quest/**/*.csv", label="cleared",
+    ...                               validation_split=0.1, subset="training", seed=1,
+    ...                               client=client)  # doctest: +SKIP
+    >>> val = daskfeed.DaskSequence("data/log_quest/**/*.csv", label="cleared",
+    ...                             validation_split=0.1, subset="validation", seed=1,
+    ...                             shuffle=False, reference=train.manifest,
+    ...                             client=client)  # doctest: +SKIP
     """
 
     def __init__(
@@ -199,9 +247,13 @@ class DaskSequence(keras.utils.PyDataset):
         bad_lines: str = "error",
         sep: str = ",",
         na_values: list[str] | tuple[str, ...] | None = None,
+        weight: str | None = None,
+        validation_split: float | None = None,
+        subset: str | None = None,
         **kwargs: Any,
     ) -> None:
         _refuse_multiprocessing(kwargs)
+        split = split_settings(validation_split, subset, int(seed))  # before any work
         self._owner = _Owner()
         self._finalizer = weakref.finalize(self, self._owner.close)
         self._closed = False
@@ -210,6 +262,9 @@ class DaskSequence(keras.utils.PyDataset):
         if self.batch_size < 1:
             raise ValueError(f"Expected batch_size >= 1. Received: batch_size={batch_size}.")
         self.label = label
+        self.weight = weight
+        self.validation_split = split["validation_split"] if split else 0.0
+        self.subset = subset if split else None
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
         self.drop_remainder = bool(drop_remainder)
@@ -228,12 +283,19 @@ class DaskSequence(keras.utils.PyDataset):
         self._security = getattr(self._client, "security", None)  # tls:// reconnects after pickling
         try:
             self.cache, self.cache_status = self._open_cache(cache)
-            self.manifest = self._resolve_manifest(manifest, label, vocabulary_size)
+            self.manifest = self._resolve_manifest(manifest, label, vocabulary_size, split)
             ref = reference if reference is not None else self.manifest
+            self.reference = ref  # whose statistics encode the features
+            if weight is not None:
+                self._check_weight_column(weight, features)
+                exclude = [*exclude, weight]
             self.features = ref.feature_names(features, exclude)
             if reference is not None:
                 self._check_compatible(reference)
-            self.encoding = Encoding.from_manifest(ref, self.features, as_matrix)
+                self._check_disjoint(reference)
+            self.encoding = Encoding.from_manifest(ref, self.features, as_matrix, weight=weight)
+            if weight is not None:
+                self._check_weights()
         except BaseException:
             self._close_client()
             raise
@@ -267,12 +329,14 @@ class DaskSequence(keras.utils.PyDataset):
         return open_cache(self.source, root, required=root is not None, client=self._client)
 
     def _resolve_manifest(self, manifest: Manifest | None, label: str,
-                          vocabulary_size: int | None) -> Manifest:
+                          vocabulary_size: int | None, split: dict[str, Any] | None) -> Manifest:
         k = int(config.get("vocabulary-size", vocabulary_size))
         if manifest is None:
             return scan(self.source, label=label, client=self._client, timeout=self.timeout,
-                        vocabulary_size=k, partition_cache=self.cache)
-        manifest.check_settings(self.source, label=label, vocabulary_size=k)
+                        vocabulary_size=k, partition_cache=self.cache,
+                        validation_split=split["validation_split"] if split else None,
+                        subset=split["subset"] if split else None, seed=self.seed)
+        manifest.check_settings(self.source, label=label, vocabulary_size=k, split=split)
         manifest.warn_notes(stacklevel=4)  # what the scan said still holds: say it again
         return manifest
 
@@ -291,6 +355,98 @@ class DaskSequence(keras.utils.PyDataset):
                     f"Column {name!r} is {theirs.kind} in the reference data but {mine.kind} "
                     "here.\nHint: give both data sets the same column types."
                 )
+
+    def _check_disjoint(self, reference: Manifest) -> None:
+        """Refuse a sequence over rows of a split's training part that ``reference`` describes."""
+        theirs = reference.split
+        if not theirs or reference.fingerprint != self.manifest.fingerprint:
+            return
+        mine = self.manifest.split or {}
+        same = all(mine.get(k) == theirs[k] for k in ("validation_split", "seed"))
+        if not same or mine.get("subset") == theirs["subset"]:
+            want = "validation" if theirs["subset"] == "training" else "training"
+            raise SchemaError(
+                f"The reference manifest is the {theirs['subset']} part of a split of this data "
+                f"(validation_split={theirs['validation_split']:g}, seed={theirs['seed']}), so "
+                "this sequence would serve some of its rows too. Expected the other part. "
+                f"Received: validation_split={self.validation_split or None}, "
+                f"subset={self.subset!r}, seed={self.seed}.\nHint: pass validation_split="
+                f"{theirs['validation_split']:g}, subset={want!r}, seed={theirs['seed']}."
+            )
+
+    # -- sample weights ------------------------------------------------------------------
+    def _check_weight_column(self, weight: str, features: list[str] | None) -> None:
+        """The weight column exists, is numeric, and is neither the label nor a feature."""
+        col = self.manifest.columns.get(weight)
+        if col is None:
+            raise SchemaError(_unknown_column(weight, list(self.manifest.columns), "weight"))
+        if weight == self.label or weight in (features or ()):
+            what = "the label" if weight == self.label else "a feature"
+            hint = ("pick another weight column" if weight == self.label else
+                    "drop it from features (--features)")
+            raise SchemaError(
+                f"The weight column cannot also be {what}. Received: weight={weight!r}.\nHint: "
+                f"{hint}."
+            )
+        if col.kind != "numeric":
+            raise SchemaError(
+                f"Expected a numeric weight column. Received: weight={weight!r}, a {col.kind} "
+                f"column{f' with values such as {col.vocabulary[:3]}' if col.vocabulary else ''}.\n"
+                "Hint: weights are numbers >= 0; pick a numeric column or fix this one."
+            )
+        wide = max((abs(v) for v in (col.min, col.max) if v is not None), default=0)
+        if wide >= EXACT_FLOAT32:
+            warnings.warn(
+                f"Weight column {weight!r} holds values up to {wide:,}: Keras takes sample weights "
+                "as float32, which rounds values beyond 2**24 (relative error < 6e-8). Hint: "
+                "scale the weights down if that matters.", stacklevel=4)
+
+    def _check_weights(self) -> None:
+        """Refuse missing or negative weights in rows with a label, naming file and line.
+
+        The scan's statistics of the column say whether there can be any; only then are the
+        rows looked for on the cluster (one task per partition of this sequence).
+        """
+        col = self.manifest.columns[self.weight]  # type: ignore[index]
+        if not col.missing and (col.min is None or col.min >= 0):
+            return
+        found = self._weight_faults()
+        missing = sum(f["missing"] for _, f in found)
+        negative = sum(f["negative"] for _, f in found)
+        if not (missing or negative):
+            return  # the missing weights are all in rows without a label (skipped)
+        p, first = next((p, f) for p, f in found if f["row"] is not None)
+        value = "missing" if np.isnan(first["value"]) else f"{first['value']:g}"
+        raise DataError(
+            f"Expected a weight >= 0 in every row with a label (weight column {self.weight!r}). "
+            f"Received: {missing:,} row(s) with a missing weight and {negative:,} with a negative "
+            f"one; the first ({value}) at {self._row_place(p, first['row'])}.\nHint: fill in or fix "
+            "those weights, or drop those rows (a weight of 0 keeps a row out of the loss)."
+        )
+
+    def _weight_faults(self) -> list[tuple[int, dict[str, Any]]]:
+        parts = [p for p, n in enumerate(self.manifest.counts) if n > 0]
+        client = self._client
+        if self.source.frame is not None:
+            from dask import delayed
+
+            frames = self.source.partitions()
+            tasks = [delayed(frame_weight_faults)(frames[p], self.label, self.weight) for p in parts]
+            futures = client.compute(tasks)
+        else:
+            futures = [client.submit(weight_faults, p, self.source.blocks[p], self.source.options,
+                                     self.label, self.weight, self.cache, pure=False)
+                       for p in parts]
+        return list(zip(parts, client.gather(futures), strict=True))
+
+    def _row_place(self, p: int, row: int) -> str:
+        """``<file> line N (its byte range)``: where row ``row`` of partition ``p`` is."""
+        block = self.source.blocks[p]
+        if self.source.frame is not None:
+            return f"partition {p}, row {row}"
+        line = self._client.submit(record_line, block, self.source.options, row, pure=False).result()
+        where = f"line {line}" if line is not None else f"row {row + 1} of the partition"
+        return f"{block.path} {where} (partition {p}: {block.describe()})"
 
     # -- epochs -------------------------------------------------------------------------
     def _make_plan(self, epoch: int) -> EpochPlan:
@@ -473,8 +629,8 @@ class DaskSequence(keras.utils.PyDataset):
     def __len__(self) -> int:
         return self.plan.num_batches - self._start
 
-    def __getitem__(self, index: int) -> tuple[Any, np.ndarray]:
-        """Batch ``index`` of the current epoch as ``(x, y)``."""
+    def __getitem__(self, index: int) -> tuple[Any, ...]:
+        """Batch ``index`` of the current epoch as ``(x, y)``, or ``(x, y, w)`` with ``weight``."""
         self._check_usable()  # first: a forked child must not touch the parent's locks
         try:
             for _ in range(3):
@@ -489,7 +645,7 @@ class DaskSequence(keras.utils.PyDataset):
             self.failure = err
             raise
 
-    def _get(self, index: int) -> tuple[Any, np.ndarray]:
+    def _get(self, index: int) -> tuple[Any, ...]:
         i = operator.index(index)
         with self._lock:
             plan, pf, start = self.plan, self._prefetcher, self._start
@@ -521,7 +677,7 @@ class DaskSequence(keras.utils.PyDataset):
                     self._left[s.window] -= 1
                     if self._left[s.window] == 0:
                         pf.done_serving(s.window)
-        return batch.x, batch.y
+        return batch.batch()
 
     def _note_access(self, i: int) -> None:
         last = self._last_index
@@ -625,7 +781,11 @@ class DaskSequence(keras.utils.PyDataset):
     def __repr__(self) -> str:
         return (
             f"DaskSequence({self.source!r}, label={self.label!r}, "
-            f"features={len(self.features)}, batch_size={self.batch_size}, "
+            f"features={len(self.features)}, "
+            + (f"weight={self.weight!r}, " if self.weight else "")
+            + (f"validation_split={self.validation_split:g}, subset={self.subset!r}, "
+               if self.subset else "")
+            + f"batch_size={self.batch_size}, "
             f"batches={len(self)}, epoch={self._epoch}, shuffle={self.shuffle}"
             + (f", start={self._start})" if self._start else ")")
         )

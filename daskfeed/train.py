@@ -17,7 +17,123 @@ from typing import Any
 
 from daskfeed.cluster import Budget, close_client, connect, start_local_cluster
 
-__all__ = ["RSSSampler", "TrainResult", "default_memory_limit", "train"]
+__all__ = ["FitOptions", "RSSSampler", "TrainResult", "default_memory_limit", "train"]
+
+DEFAULT_HIDDEN = (64, 64)
+DEFAULT_DROPOUT = 0.0
+DEFAULT_LEARNING_RATE = 1e-3
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """How :func:`train` fits, resolved once from its arguments (:meth:`resolve`).
+
+    Attributes
+    ----------
+    weight
+        The sample-weight column, or None.
+    class_weight
+        ``"balanced"`` or ``{class: weight}`` (checked against the manifest later), or None.
+    validation_split
+        Fraction held out by partition when there is no validation data, or None.
+    patience, monitor
+        Early stopping: epochs without improvement of ``monitor``; None: no early stopping.
+    hidden, dropout, learning_rate
+        The default model's shape and Adam's learning rate (None: a ``--model`` builder's
+        own; a learning rate is applied to a builder's model only if it comes uncompiled).
+    """
+
+    weight: str | None = None
+    class_weight: str | dict[int, float] | None = None
+    validation_split: float | None = None
+    patience: int | None = None
+    monitor: str | None = None
+    hidden: tuple[int, ...] | None = DEFAULT_HIDDEN
+    dropout: float | None = DEFAULT_DROPOUT
+    learning_rate: float | None = DEFAULT_LEARNING_RATE
+
+    @classmethod
+    def resolve(cls, *, validation: Any = None, builder: bool = False, weight: str | None = None,
+                class_weight: str | dict[Any, float] | None = None,
+                validation_split: float | None = None, early_stopping: int | None = None,
+                monitor: str | None = None, hidden: Any = None, dropout: float | None = None,
+                learning_rate: float | None = None) -> FitOptions:
+        """Check the fit settings together and fill in defaults (no I/O).
+
+        Raises
+        ------
+        SchemaError
+            For settings that exclude each other, or a value out of range, with a hint.
+        """
+        if validation_split is not None and not 0.0 < float(validation_split) < 1.0:
+            _refuse("Expected 0 < validation_split < 1.", f"validation_split={validation_split!r}",
+                    "e.g. 0.1 holds out about 10% of the data (--validation-split 0.1).")
+        if validation_split and validation:
+            _refuse("Expected validation data or a validation split, not both.",
+                    f"validation={validation!r} and validation_split={validation_split}",
+                    "drop --validation-split to validate on that data, or drop --validation.")
+        if class_weight is not None and weight is not None:
+            _refuse("Expected class weights or a weight column, not both: Keras' fit does not take "
+                    "class_weight and sample weights together.",
+                    f"class_weight={class_weight!r}, weight={weight!r}",
+                    "multiply the class weights into the weight column, or drop one.")
+        has_validation = bool(validation or validation_split)
+        patience, monitor = _early_stopping(early_stopping, monitor, has_validation)
+        if builder and (hidden is not None or dropout is not None):
+            _refuse("Expected --hidden/--dropout only for the default model: a --model builder "
+                    "shapes its own.", f"hidden={hidden!r}, dropout={dropout!r} with a builder",
+                    "set them in your builder, or drop --model.")
+        return cls(
+            weight=weight, class_weight=_class_weight_spec(class_weight),
+            validation_split=float(validation_split) if validation_split else None,
+            patience=patience, monitor=monitor,
+            hidden=None if builder else tuple(int(u) for u in (hidden or DEFAULT_HIDDEN)),
+            dropout=None if builder else float(DEFAULT_DROPOUT if dropout is None else dropout),
+            learning_rate=(learning_rate if builder else
+                           float(DEFAULT_LEARNING_RATE if learning_rate is None else learning_rate)),
+        )
+
+
+def _refuse(expected: str, received: str, hint: str) -> None:
+    from daskfeed.exceptions import SchemaError
+
+    raise SchemaError(f"{expected} Received: {received}.\nHint: {hint}")
+
+
+def _early_stopping(patience: int | None, monitor: str | None,
+                    has_validation: bool) -> tuple[int | None, str | None]:
+    """Patience and the monitored quantity: val_loss with validation data, else loss."""
+    if patience is None:
+        if monitor is not None:
+            _refuse("Expected --monitor only with early stopping.", f"monitor={monitor!r}",
+                    "add --early-stopping PATIENCE (e.g. 3).")
+        return None, None
+    if int(patience) < 0:
+        _refuse("Expected a patience >= 0 (epochs without improvement).",
+                f"early_stopping={patience!r}", "e.g. --early-stopping 3.")
+    monitor = monitor or ("val_loss" if has_validation else "loss")
+    if monitor.startswith("val_") and not has_validation:
+        _refuse(f"Expected validation data to monitor {monitor!r}.", "no validation data",
+                "pass --validation DATA or --validation-split 0.1, or monitor 'loss'.")
+    return int(patience), monitor
+
+
+def _class_weight_spec(spec: Any) -> str | dict[Any, float] | None:
+    """``"balanced"``, a mapping, or JSON text of one (``'{"0": 1, "1": 9}'``)."""
+    if spec is None or isinstance(spec, dict):
+        return spec
+    text = str(spec).strip()
+    if text == "balanced":
+        return text
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict) or not parsed:
+        _refuse("Expected class weights 'balanced' or a JSON object {class: weight}.",
+                f"class_weight={spec!r}", "e.g. --class-weight balanced or --class-weight "
+                "'{\"0\": 1, \"1\": 9}'.")
+    return parsed
 
 
 class RSSSampler:
@@ -122,6 +238,14 @@ def train(
     na_values: list[str] | tuple[str, ...] | None = None,
     vocabulary_size: int | None = None,
     dtype: dict[str, str] | None = None,
+    weight: str | None = None,
+    class_weight: str | dict[Any, float] | None = None,
+    validation_split: float | None = None,
+    early_stopping: int | None = None,
+    monitor: str | None = None,
+    hidden: tuple[int, ...] | list[int] | None = None,
+    dropout: float | None = None,
+    learning_rate: float | None = None,
 ) -> TrainResult:
     """Train a Keras model on ``data`` within ``memory_limit``; write model, manifest, history.
 
@@ -166,6 +290,27 @@ def train(
     sep, na_values, dtype
         Delimiter, null markers that are missing in every column (text too), and column
         types to force (``{"zip": "string"}``).
+    weight
+        A column of per-row sample weights (not a feature): the loss and the
+        ``weighted_`` metrics are weighted, in validation too when the validation data have
+        the column. Every row with a label needs a weight >= 0, else a clear error names the
+        file and line before training (see :class:`~daskfeed.DaskSequence`).
+    class_weight
+        ``"balanced"`` (from the manifest's label counts, no extra pass:
+        :meth:`~daskfeed.manifest.Manifest.class_weights`) or ``{class: weight}`` (also as
+        JSON text); echoed and written to ``history.json``. Not with ``weight``.
+    validation_split
+        Without ``validation``: hold out about this fraction of the data, by whole partitions
+        drawn with ``seed``, as validation data; the manifest describes the training part
+        only (see :class:`~daskfeed.DaskSequence`).
+    early_stopping, monitor
+        Patience of Keras' ``EarlyStopping`` (epochs without improvement of ``monitor``,
+        default ``val_loss`` with validation data, else ``loss``), restoring the best
+        weights; its state is in every checkpoint, so ``resume`` keeps it.
+    hidden, dropout, learning_rate
+        The default model's hidden layer sizes (default ``(64, 64)``), dropout rate (0) and
+        Adam's learning rate (0.001). With ``model``, only ``learning_rate``, used when the
+        builder's model comes uncompiled.
 
     A manifest in ``output`` from an earlier run is reused, with its partitions and parse cache,
     whatever the budget, cluster shape, batch size or model; when the files or a setting that
@@ -175,9 +320,13 @@ def train(
     from daskfeed._keras import keras
     from daskfeed.exceptions import ManifestMismatchError
     from daskfeed.manifest import Manifest
-    from daskfeed.model import EpochTelemetry, compile_for, default_model, load_builder
+    from daskfeed.model import EpochTelemetry, default_model, load_builder
     from daskfeed.sequence import DaskSequence
 
+    opts = FitOptions.resolve(
+        validation=validation, builder=model is not None, weight=weight, class_weight=class_weight,
+        validation_split=validation_split, early_stopping=early_stopping, monitor=monitor,
+        hidden=hidden, dropout=dropout, learning_rate=learning_rate)
     out = os.fspath(output)
     os.makedirs(out, mode=0o700, exist_ok=True)
     keras.utils.set_random_seed(seed)
@@ -223,11 +372,15 @@ def train(
                       "vocabulary_size": vocabulary_size, "dtype": dtype}
             if ckpt:
                 common["blocksize"] = ckpt.cursor.blocksize
+            split: dict[str, Any] = ({"validation_split": opts.validation_split, "subset": "training"}
+                     if opts.validation_split else {})
+            if cached is not None and opts.class_weight == "balanced" and not cached.label_counts:
+                cached = None  # made before the scan kept label counts: rescan
             t0 = time.perf_counter()
             try:
                 train_seq = DaskSequence(data, features=features, exclude=exclude, seed=seed,
                                          prefetch_bytes=budget.prefetch * 2 // 3, manifest=cached,
-                                         **common, **pinned)
+                                         weight=opts.weight, **split, **common, **pinned)
             except ManifestMismatchError as err:
                 if cached is None:
                     raise
@@ -235,7 +388,8 @@ def train(
                 echo(f"rescanning: {str(err).splitlines()[0]}")
                 cached = None
                 train_seq = DaskSequence(data, features=features, exclude=exclude, seed=seed,
-                                         prefetch_bytes=budget.prefetch * 2 // 3, **common, **pinned)
+                                         prefetch_bytes=budget.prefetch * 2 // 3,
+                                         weight=opts.weight, **split, **common, **pinned)
             seqs.append(train_seq)
             manifest: Manifest = train_seq.manifest
             if ckpt:  # refuse other data, batch size, seed, features before anything is trained
@@ -249,32 +403,28 @@ def train(
             nwin = len(train_seq.plan.windows)
             echo(f"{len(train_seq)} batches of {train_seq.batch_size} per epoch; rows shuffled in "
                  f"{nwin} window{'s' if nwin > 1 else ''} of ~{train_seq.rows // nwin:,} rows")
-            val_seq = None
-            if validation:
-                val_seq = DaskSequence(validation, features=train_seq.features, shuffle=False,
-                                       reference=manifest, prefetch_bytes=budget.prefetch // 3,
-                                       **common)
+            val_seq = _validation_sequence(data, validation, train_seq, opts, common,
+                                           budget.prefetch // 3, echo)
+            if val_seq is not None:
                 seqs.append(val_seq)
-                echo(f"validation data: {val_seq.manifest.rows:,} rows in "
-                     f"{len(val_seq.manifest.partitions)} partitions")
+            if opts.weight:
+                echo(f"sample weights: column {opts.weight!r} (not a feature); loss and "
+                     f"weighted_ metrics weighted"
+                     + ("" if val_seq is None else ", validation too" if val_seq.weight else
+                        "; validation unweighted (its data have no such column)"))
+            class_weights = _class_weights(manifest, opts.class_weight, echo)
             # written now, not at the end: an interrupted run keeps its quarantined lines
             bad_report = _bad_lines(out, bad_lines, manifest is cached, train_seq, val_seq)
             if builder is not None:
-                net = builder(manifest)
-                if not isinstance(net, keras.Model):
-                    from daskfeed.exceptions import SchemaError
-
-                    raise SchemaError(
-                        f"Expected the model builder to return a keras.Model. Received: "
-                        f"{type(net).__name__}.\nHint: return the model from your function."
-                    )
-                if not net.compiled:
-                    compile_for(net, manifest)
-                    echo(f"model from {model if isinstance(model, str) else 'the builder'} was not "
-                         f"compiled; compiled for the {manifest.task} label with "
-                         f"{_describe_compile(net)}")
+                net = _built(builder, manifest, model, opts, echo)
             else:
-                net = default_model(manifest, features=train_seq.features, as_matrix=as_matrix)
+                net = default_model(train_seq, hidden=opts.hidden or DEFAULT_HIDDEN,
+                                    dropout=opts.dropout or 0.0,
+                                    learning_rate=DEFAULT_LEARNING_RATE
+                                    if opts.learning_rate is None else opts.learning_rate)
+                echo(f"default model: hidden {list(opts.hidden or DEFAULT_HIDDEN)}, dropout "
+                     f"{opts.dropout or 0.0:g}, Adam(learning_rate={opts.learning_rate:g})")
+            stopper = _early_stopper(opts, net, echo)
             telemetry = EpochTelemetry(train_seq, rss)
             start_epoch = start_batch = 0
             if ckpt:
@@ -285,32 +435,43 @@ def train(
                      if start_epoch < epochs else
                      f"{ckpt.path} is at the end of epoch {start_epoch}: nothing left to train "
                      "(raise --epochs to train more)")
+                if _resume_early_stopping(stopper, ckpt, net, echo):
+                    start_epoch, start_batch = max(start_epoch, epochs), 0
             echo(f"checkpoints: {f'every {every} batches and ' if every else ''}at epoch ends in "
                  f"{store.directory} (the last {store.keep} kept)")
             checkpointer = Checkpointer(store, train_seq, every=every, telemetry=telemetry,
-                                        history=ckpt.history if ckpt else [])
+                                        history=ckpt.history if ckpt else [],
+                                        early_stopping=stopper)
             if verbose == "auto":
                 verbose = 1 if sys.stdout.isatty() else 2
+            callbacks = [telemetry, *([stopper] if stopper else []), checkpointer]
             try:
                 fit_from(net, train_seq, epochs=epochs, epoch=start_epoch, batch=start_batch,
                          validation_data=val_seq, shuffle=False, verbose=verbose,
-                         callbacks=[telemetry, checkpointer])
+                         callbacks=callbacks, class_weight=class_weights)
             except Exception as err:
                 _reraise_feed_error(err, train_seq, val_seq)
                 raise
             history = checkpointer.history
+            stopping = _report_early_stopping(stopper, epochs, echo)
             net.save(os.path.join(out, "model.keras"))
             with open(os.path.join(out, "history.json"), "w", encoding="utf-8") as f:
                 json.dump({"epochs": history, "memory_limit_bytes": budget.total,
                            "budget": budget.__dict__, "rows_per_epoch": train_seq.rows,
                            "peak_rss_bytes": rss.overall_peak,
                            "bad_lines": bad_report,
+                           "sample_weight": opts.weight,
+                           "class_weight": ({str(k): v for k, v in class_weights.items()}
+                                            if class_weights else None),
+                           "validation_split": _split_report(train_seq, val_seq),
+                           "early_stopping": stopping,
                            "resumed_from": ({"checkpoint": ckpt.path, "epoch": ckpt.cursor.epoch,
                                              "batch": ckpt.cursor.batch} if ckpt else None)},
                           f, indent=1)
         last = history[-1] if history else {}
-        metric = next((k for k in ("val_accuracy", "val_mean_absolute_error", "val_loss")
-                       if k in last), None)
+        metric = next((k for k in ("val_weighted_accuracy", "val_accuracy",
+                                   "val_weighted_mean_absolute_error", "val_mean_absolute_error",
+                                   "val_loss") if k in last), None)
         if metric:
             echo(f"{metric.replace('_', ' ')}: {last[metric]:.4f}")
         echo(f"wrote {out}/model.keras, manifest.json, history.json")
@@ -319,6 +480,171 @@ def train(
         for s in seqs:
             s.close()
         close_client(client)
+
+
+def _validation_sequence(data: Any, validation: Any, train_seq: Any, opts: FitOptions,
+                         common: dict[str, Any], prefetch: int,
+                         echo: Callable[[str], None]) -> Any:
+    """The validation DaskSequence: of ``validation``, of the split's held-out part, or None."""
+    from daskfeed.sequence import DaskSequence
+
+    if not (validation or opts.validation_split):
+        return None
+    same = {**common, "blocksize": train_seq.source.options.blocksize}
+    if opts.validation_split:
+        seq = DaskSequence(data, features=train_seq.features, shuffle=False,
+                           reference=train_seq.manifest, prefetch_bytes=prefetch, seed=train_seq.seed,
+                           validation_split=opts.validation_split, subset="validation",
+                           weight=opts.weight, **same)
+        held = len((seq.manifest.split or {})["validation_partitions"])
+        echo(f"validation split: {opts.validation_split:g} of the bytes held out by whole partitions "
+             f"(seed {train_seq.seed}): {seq.manifest.rows:,} rows in {held} of "
+             f"{len(seq.manifest.partitions)} partitions; training on the other "
+             f"{train_seq.manifest.rows:,} rows (their statistics only)")
+        return seq
+    weight = opts.weight if opts.weight and _has_column(validation, opts.weight, common) else None
+    seq = DaskSequence(validation, features=train_seq.features, shuffle=False,
+                       reference=train_seq.manifest, prefetch_bytes=prefetch, weight=weight, **common)
+    echo(f"validation data: {seq.manifest.rows:,} rows in {len(seq.manifest.partitions)} partitions")
+    return seq
+
+
+def _has_column(data: Any, name: str, common: dict[str, Any]) -> bool:
+    """Whether the header of ``data`` names column ``name`` (one line read)."""
+    import warnings
+
+    from daskfeed.source import Source
+
+    with warnings.catch_warnings():  # the DaskSequence says what the Source has to say
+        warnings.simplefilter("ignore")
+        src = Source(data, sep=common["sep"], encoding=common["encoding"], dtype=common["dtype"],
+                     na_values=common["na_values"], bad_lines=common["bad_lines"],
+                     blocksize=common["blocksize"])
+    return name in src.header()
+
+
+def _split_report(train_seq: Any, val_seq: Any) -> dict[str, Any] | None:
+    """What history.json says of a validation split (None: none)."""
+    split = train_seq.manifest.split
+    if not split:
+        return None
+    return {"fraction": split["validation_split"], "seed": split["seed"], "by": "partition",
+            "validation_partitions": split["validation_partitions"],
+            "training_rows": train_seq.manifest.rows,
+            "validation_rows": val_seq.manifest.rows if val_seq is not None else None}
+
+
+def _class_weights(manifest: Any, spec: Any, echo: Callable[[str], None]) -> dict[int, float] | None:
+    """The class weights of ``spec`` from the manifest's label counts, echoed (None: none)."""
+    if spec is None:
+        return None
+    weights = manifest.class_weights(spec)
+    counts = ", ".join(f"{k}: {int(n):,}" for k, n in manifest.label_counts.items())
+    shown = ", ".join(f"{k}: {w:.4g}" for k, w in weights.items())
+    how = "balanced, from the label counts" if spec == "balanced" else "given; label counts"
+    echo(f"class weights ({how} {counts}): {shown}")
+    return weights
+
+
+def _built(builder: Callable[..., Any], manifest: Any, model: Any, opts: FitOptions,
+           echo: Callable[[str], None]) -> Any:
+    """The builder's model, checked, compiled for the task if it comes uncompiled."""
+    from daskfeed._keras import keras
+    from daskfeed.exceptions import SchemaError
+    from daskfeed.model import compile_for
+
+    net = builder(manifest)
+    if not isinstance(net, keras.Model):
+        raise SchemaError(
+            f"Expected the model builder to return a keras.Model. Received: "
+            f"{type(net).__name__}.\nHint: return the model from your function."
+        )
+    if net.compiled and opts.learning_rate is not None:
+        raise SchemaError(
+            "Expected an uncompiled model from the builder to apply --learning-rate. Received: a "
+            f"model compiled with {_describe_compile(net)}.\nHint: set the learning rate in your "
+            "builder's compile, or return the model uncompiled."
+        )
+    if not net.compiled:
+        lr = DEFAULT_LEARNING_RATE if opts.learning_rate is None else opts.learning_rate
+        compile_for(net, manifest, learning_rate=lr, weighted=bool(opts.weight))
+        echo(f"model from {model if isinstance(model, str) else 'the builder'} was not "
+             f"compiled; compiled for the {manifest.task} label with {_describe_compile(net)}")
+    return net
+
+
+def _early_stopper(opts: FitOptions, net: Any, echo: Callable[[str], None]) -> Any:
+    """The EarlyStopping callback of ``opts`` (None: none), its monitor checked against ``net``."""
+    if opts.patience is None:
+        return None
+    from daskfeed.checkpoint import EarlyStopping
+
+    assert opts.monitor is not None
+    names = _logged_names(net)
+    if names is not None and opts.monitor.removeprefix("val_") not in names:
+        _refuse(f"Expected a quantity the model logs to monitor: "
+                f"{', '.join(sorted(names | {f'val_{n}' for n in names}))}.",
+                f"monitor={opts.monitor!r}", "pick one of those (--monitor).")
+    echo(f"early stopping: {opts.monitor}, patience {opts.patience} epoch"
+         f"{'s' if opts.patience != 1 else ''}; the best epoch's weights are restored at the end")
+    return EarlyStopping(monitor=opts.monitor, patience=opts.patience, restore_best_weights=True)
+
+
+def _logged_names(net: Any) -> set[str] | None:
+    """Names ``fit`` logs for ``net`` (without ``val_``); None when they cannot be told."""
+    cfg = net.get_compile_config() or {}
+    names = {"loss"}
+    for key, prefix in (("metrics", ""), ("weighted_metrics", "weighted_")):
+        given = cfg.get(key) or []
+        if not isinstance(given, (list, tuple)):
+            return None
+        for m in given:
+            if not isinstance(m, str):  # a metric object: its logged name is its own business
+                return None
+            names.add(prefix + m)
+    return names
+
+
+def _resume_early_stopping(stopper: Any, ckpt: Any, net: Any, echo: Callable[[str], None]) -> bool:
+    """Carry the checkpoint's early-stopping state on; True when that run had stopped early."""
+    state = ckpt.early_stopping
+    if stopper is None or state is None:
+        if state is not None:
+            echo("the checkpoint's early stopping is not continued (no --early-stopping)")
+        elif stopper is not None:
+            echo("early stopping starts now (the checkpoint's run had none)")
+        return False
+    stopper.set_state(state, ckpt.best_weights())
+    echo(f"early stopping resumed: {state['wait']} epoch(s) without improvement of "
+         f"{state['monitor']} so far, best {state['best']} at epoch {state['best_epoch'] + 1}")
+    if not state["stopped_epoch"]:
+        return False
+    best = ckpt.best_weights()
+    if best is not None:
+        net.set_weights(best)
+    echo(f"the run stopped early after epoch {state['stopped_epoch'] + 1}: nothing left to train; "
+         f"the weights of epoch {state['best_epoch'] + 1} are restored")
+    return True
+
+
+def _report_early_stopping(stopper: Any, epochs: int,
+                           echo: Callable[[str], None]) -> dict[str, Any] | None:
+    """Say whether and where early stopping stopped, and which weights the model has."""
+    if stopper is None:
+        return None
+    state = stopper.get_state()
+    best = state["best"]
+    restored = state["best_weights"]
+    if stopper.stopped:
+        echo(f"early stopping: {state['monitor']} did not improve for {state['patience']} "
+             f"epoch(s); stopped after epoch {state['stopped_epoch'] + 1} of {epochs}")
+    else:
+        echo(f"early stopping: did not stop ({epochs} epochs trained)")
+    if restored and best is not None:
+        echo(f"restored the weights of epoch {state['best_epoch'] + 1}, the best "
+             f"({state['monitor']} {best:.4f})")
+    return {**{k: v for k, v in state.items() if k != "best_weights"},
+            "stopped": stopper.stopped, "restored_best_weights": bool(restored)}
 
 
 def _describe_compile(net: Any) -> str:
