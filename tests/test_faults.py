@@ -437,7 +437,7 @@ def _watch_waits(victim, marker):
             while frame is not None:
                 code = frame.f_code
                 if code.co_filename.endswith(here):
-                    if code.co_name == "_wait_event":
+                    if code.co_name in ("_wait_for", "_wait"):
                         waiting = True
                     elif code.co_name == "get" and waiting:
                         what = frame.f_locals["self"]._describe(frame.f_locals["w"])

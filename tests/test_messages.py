@@ -42,9 +42,9 @@ def help_flags(path: tuple[str, ...]) -> set[str]:
     assert out.exit_code == 0, out.output
     flags: set[str] = set()
     for line in out.output.splitlines():
-        m = re.match(r"^  (-\w, )?(--\S+)(?: [A-Z\[][^ ]*)*(?:\s{2,}|$)", line)
+        m = re.match(r"^  (-\S.*?)(?:\s{2,}|$)", line)  # the option column, aliases included
         if m:
-            flags.update(f for f in m.group(2).split("/") if f.startswith("--"))
+            flags.update(re.findall(r"--[\w-]+", m.group(1)))
     return flags
 
 
