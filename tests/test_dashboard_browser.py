@@ -1,0 +1,146 @@
+"""Headless Chromium renders daskfeed's page and Dask's /status while a real fit runs.
+
+Needs Debian's ``chromium`` (``scripts/install-browser.sh``); skipped with the reason where it
+is missing. Chromium runs with the project's flags and is driven over its DevTools protocol.
+``DASKFEED_SCREENSHOT_DIR=DIR`` keeps the PNGs (the README's screenshot).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_watch import check_probe, fit_watched, live
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-quic", "--no-first-run", "--disable-component-update", "--disable-sync",
+         "--window-size=1200,900"]
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                       reason=f"headless Chromium not installed ({CHROMIUM} missing): run "
+                              "scripts/install-browser.sh (apt-get install -y chromium)"),
+]
+
+
+class Browser:
+    """Headless Chromium driven over the DevTools protocol (tornado's websocket client).
+
+    ``--screenshot=PNG`` shoots when the page has loaded; Bokeh draws /status's plots after
+    that, over its own websocket. So: load the page, then shoot until the picture shows what
+    it should (or the deadline passes).
+    """
+
+    def __init__(self, profile: Path) -> None:
+        profile.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}",
+                                      "--remote-debugging-port=0", "about:blank"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 60
+        while not (port_file.exists() and port_file.read_text().strip()):
+            assert self.proc.poll() is None, f"chromium exited with status {self.proc.returncode}"
+            assert time.monotonic() < deadline, "chromium opened no DevTools port in 60 s"
+            time.sleep(0.1)  # polling interval
+        self.devtools = f"http://127.0.0.1:{int(port_file.read_text().split()[0])}"
+
+    def shoot(self, url: str, png: Path, good: Any, timeout: float = 60) -> Path:
+        """Open ``url`` in a new tab; screenshot until ``good(png)`` or ``timeout`` (the last
+        one stays in ``png``)."""
+        req = urllib.request.Request(f"{self.devtools}/json/new?{url}", method="PUT")
+        with urllib.request.urlopen(req, timeout=30) as r:
+            tab = json.loads(r.read())
+        try:
+            return asyncio.run(self._shoot(tab["webSocketDebuggerUrl"], png, good, timeout))
+        finally:
+            urllib.request.urlopen(f"{self.devtools}/json/close/{tab['id']}", timeout=30).close()
+
+    @staticmethod
+    async def _shoot(ws_url: str, png: Path, good: Any, timeout: float) -> Path:
+        from tornado.websocket import websocket_connect
+
+        ws = await websocket_connect(ws_url, max_message_size=256 * 2**20)
+        ids = iter(range(1, 1 << 30))
+
+        async def call(method: str, **params: Any) -> dict[str, Any]:
+            n = next(ids)
+            await ws.write_message(json.dumps({"id": n, "method": method, "params": params}))
+            while True:
+                msg = json.loads(await ws.read_message())
+                if msg.get("id") == n:
+                    assert "error" not in msg, msg
+                    return msg["result"]
+
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                shot = await call("Page.captureScreenshot", format="png")
+                png.write_bytes(base64.b64decode(shot["data"]))
+                if good(png) or time.monotonic() > deadline:
+                    return png
+                await asyncio.sleep(0.5)  # polling interval
+        finally:
+            ws.close()
+
+    def close(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the browser and its helper processes
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+
+
+def ink(png: Path) -> tuple[int, float]:
+    """Colours below the page's top bar, and the share of those pixels that differ from the
+    background colour (a page whose scripts drew nothing has its top bar alone)."""
+    from PIL import Image
+
+    with Image.open(png) as img:
+        rgb = img.convert("RGB").crop((0, 60, img.width, img.height))
+        colours = rgb.getcolors(1 << 24) or []
+        background = max(colours)[0]
+        return len(colours), 1 - background / (rgb.width * rgb.height)
+
+
+def test_chromium_renders_the_daskfeed_page_and_dask_status_during_fit(client, demo_data, tmp_path):
+    shots: dict[str, Path] = {}
+
+    def page_drawn(png: Path) -> bool:  # cards, bars, text: not a blank page
+        colours, share = ink(png)
+        return colours > 100 and share > 0.1
+
+    def plots_drawn(png: Path) -> bool:  # Bokeh's plots: axes, grids, labels below the top bar
+        colours, share = ink(png)
+        return colours > 100 and share > 0.01
+
+    def take(links):
+        browser = Browser(tmp_path / "profile")
+        try:
+            shots["daskfeed"] = browser.shoot(links.page, tmp_path / "daskfeed.png", page_drawn)
+            shots["status"] = browser.shoot(links.dashboard, tmp_path / "status.png", plots_drawn)
+        finally:
+            browser.close()
+
+    probe, _, history, _ = fit_watched(client, demo_data, seen=live(2, history=1), epochs=40, also=take)
+    s = check_probe(probe)  # the screenshots were taken while fit ran, at epoch >= 2
+    assert s["epoch"] >= 2 and len(history.epoch) < 40
+    assert page_drawn(shots["daskfeed"]), ink(shots["daskfeed"])
+    assert plots_drawn(shots["status"]), ink(shots["status"])
+    keep = os.environ.get("DASKFEED_SCREENSHOT_DIR")
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        for png in shots.values():
+            shutil.copy(png, keep)

@@ -1,0 +1,415 @@
+"""Watching a run: the daskfeed page, status.json and daskfeed_* series answer while fit runs.
+
+Real clusters (a LocalCluster and separate ``dask scheduler`` / ``dask worker`` processes),
+real HTTP against the dashboard port, a real ``model.fit`` on the demo data.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daskfeed.sequence import DaskSequence
+
+BIN = Path(sys.executable).parent
+ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
+POLL = 0.2  # seconds between two looks at the page
+
+
+# -- helpers -----------------------------------------------------------------------------
+def get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        assert r.status == 200, url
+        return r.read().decode()
+
+
+def series(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Prometheus samples by (name, sorted labels)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+class LiveProbe(threading.Thread):
+    """Polls ``/daskfeed/status.json`` while fit runs; once ``seen(status)``, fetches the page
+    and ``/metrics`` (fit still running) and calls ``also(links)``; records what it got."""
+
+    def __init__(self, links: Any, seen: Any, fitting: threading.Event, timeout: float = 150,
+                 also: Any = None) -> None:
+        super().__init__(daemon=True, name="live-probe")
+        self.links, self.seen, self.fitting, self.also = links, seen, fitting, also
+        self.deadline = time.monotonic() + timeout
+        self.done = threading.Event()
+        self.status: dict[str, Any] | None = None
+        self.last: dict[str, Any] | None = None
+        self.page = self.metrics = ""
+        self.fitting_after = False
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while time.monotonic() < self.deadline and self.status is None:
+                status = json.loads(get(self.links.status))
+                self.last = status
+                if self.fitting.is_set() and self.seen(status):
+                    self.status = status
+                    self.page = get(self.links.page)
+                    self.metrics = get(self.links.metrics)
+                    if self.also is not None:
+                        self.also(self.links)
+                    self.fitting_after = self.fitting.is_set()
+                else:
+                    time.sleep(POLL)  # polling interval, not a synchronisation
+        except BaseException as err:
+            self.error = err
+        finally:
+            self.done.set()
+
+
+def stop_when_done(probe: LiveProbe, fitting: threading.Event) -> Any:
+    """A callback: marks fit running, and stops it once the probe has what it came for."""
+    from daskfeed._keras import keras
+
+    class StopWhenSeen(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            fitting.set()
+
+        def on_train_batch_end(self, batch, logs=None):
+            if probe.done.is_set():
+                self.model.stop_training = True
+
+        def on_train_end(self, logs=None):
+            fitting.clear()
+
+    return StopWhenSeen()
+
+
+def check_probe(probe: LiveProbe) -> dict[str, Any]:
+    probe.join(timeout=30)
+    if probe.error is not None:
+        raise probe.error
+    assert probe.status is not None, f"no live figures before the deadline; last status: {probe.last}"
+    assert probe.fitting_after, "fit had ended before the page and /metrics were read"
+    return probe.status
+
+
+def spans_on_scheduler(client: Any) -> dict[str, list[str]]:
+    """Span name -> task prefixes of its groups, as the scheduler's spans extension holds them."""
+    def read(dask_scheduler):
+        ext = dask_scheduler.extensions["spans"]
+        return {"/".join(s.name): sorted({tg.prefix.name for tg in s.groups}) for s in ext.spans.values()}
+
+    return client.run_on_scheduler(read)
+
+
+def fit_watched(client: Any, data: Any, *, seen: Any, epochs: int, spans: bool = False,
+                also: Any = None, **seq_kwargs: Any) -> tuple[LiveProbe, Any, Any, Any]:
+    """A real fit with WatchCallback, read live by a LiveProbe; stopped once the probe is done."""
+    from daskfeed.dashboard import EpochSpans, install, scan_span
+    from daskfeed.model import default_model
+    from daskfeed.train import RSSSampler
+    from daskfeed.watch import WatchCallback
+
+    links = install(client)
+    assert links is not None and links.page.endswith("/daskfeed")
+    if spans:
+        kind: Any = SpannedSequence
+        seq_kwargs["spans"] = EpochSpans()
+    else:
+        kind = DaskSequence
+    with scan_span(client, name="train"):
+        seq = kind(data.train_glob, label="cleared", batch_size=256, client=client, **seq_kwargs)
+    with scan_span(client, name="validation"):
+        val = kind(data.validate_glob, label="cleared", batch_size=1024, client=client, shuffle=False,
+                   reference=seq.manifest, **seq_kwargs)
+    fitting = threading.Event()
+    probe = LiveProbe(links, seen, fitting, also=also)
+    model = default_model(seq.manifest, features=seq.features)
+    with seq, val, RSSSampler() as rss:
+        watch = WatchCallback(client, seq, validation=val, budget_bytes=4_000_000_000, rss_sampler=rss,
+                              every_seconds=0.2)
+        probe.start()
+        history = model.fit(seq, validation_data=val, epochs=epochs, shuffle=False, verbose=0,
+                            callbacks=[watch, stop_when_done(probe, fitting)])
+    return probe, watch, history, seq.manifest
+
+
+class SpannedSequence(DaskSequence):
+    """A DaskSequence that submits each window inside its epoch's span (``spans``): the hook
+    WatchCallback uses, until DaskSequence has it itself."""
+
+    def __init__(self, *args: Any, spans: Any = None, **kwargs: Any) -> None:
+        self.spans = spans  # before the first epoch's windows are submitted (in __init__)
+        super().__init__(*args, **kwargs)
+
+    def _submit(self, plan, w):
+        if self.spans is None:
+            return super()._submit(plan, w)
+        with self.spans(plan.epoch):
+            return super()._submit(plan, w)
+
+
+def live(min_epoch: int, *, history: int = 0):
+    """What the probe waits for: training at ``min_epoch`` (1-based) with a batch, rows/s, loss."""
+    def seen(s: dict[str, Any]) -> bool:
+        return (s.get("state") == "training" and (s.get("epoch") or 0) >= min_epoch
+                and (s.get("batch") or 0) > 0 and (s.get("rows_per_s") or 0) > 0
+                and "loss" in (s.get("logs") or {}) and len(s.get("history") or []) >= history)
+
+    return seen
+
+
+# -- tests -------------------------------------------------------------------------------
+def test_status_from_events_rates_eta_hit_rate_and_runs():
+    from daskfeed.dashboard import Status
+
+    st = Status()
+    assert st.snapshot(now=10.0)["state"] == "waiting"
+    st.apply("daskfeed", {"kind": "scan", "name": "train", "state": "running", "bytes_total": 1000}, now=0.0)
+    st.apply("daskfeed-scan-abc", {"task": 0, "block": 0, "rows": 30, "bytes": 250, "worker": "w"}, now=1.0)
+    st.apply("daskfeed-scan-abc", {"task": 4, "block": 5, "rows": 30, "bytes": 250}, now=2.0)
+    scan = st.snapshot(now=2.0)["scans"]["train"]
+    assert (scan["rows"], scan["bytes"], scan["state"]) == (60, 500, "running")
+    assert scan["bytes_per_s"] == pytest.approx(250.0) and scan["eta_seconds"] == pytest.approx(2.0)
+    st.apply("daskfeed", {"kind": "scan", "name": "train", "state": "done", "seconds": 2.5}, now=2.5)
+    assert st.snapshot(now=9.0)["scans"]["train"]["rows_per_s"] == pytest.approx(24.0)
+    assert not st.apply("other-topic", {"rows": 1}) and not st.apply("daskfeed", "not a dict")
+
+    run = {"kind": "run", "run": "a", "epochs": 3, "batches": 10, "budget_bytes": 100}
+    st.apply("daskfeed", run, now=3.0)
+    st.apply("daskfeed", {"kind": "progress", "state": "training", "epoch": 1, "batch": 4,
+                          "logs": {"loss": float("nan"), "acc": 0.5}, "rss_bytes": 25}, now=4.0)
+    st.apply("daskfeed-cache", {"hits": 3, "misses": 1, "worker": "w"}, now=4.0)
+    st.apply("daskfeed", {"kind": "epoch", "epoch": 1, "loss": 0.7}, now=5.0)
+    st.apply("daskfeed", {"kind": "epoch", "epoch": 1, "loss": 0.6}, now=5.5)  # an epoch fitted again
+    snap = st.snapshot(now=6.0)
+    assert snap["logs"] == {"loss": None, "acc": 0.5}  # NaN is not JSON
+    json.dumps(snap, allow_nan=False)
+    assert snap["memory"]["budget_fraction"] == 0.25 and snap["cache"]["hit_rate"] == 0.75
+    assert [r["loss"] for r in snap["history"]] == [0.6] and snap["age_seconds"] == 0.5
+    st.apply("daskfeed", {"kind": "run", "run": "a", "epochs": 3}, now=7.0)  # the same run's next fit
+    assert st.snapshot()["history"] and st.snapshot()["batch"] == 4
+    st.apply("daskfeed", {"kind": "run", "run": "b", "epochs": 2}, now=8.0)  # a new run
+    snap = st.snapshot(now=8.0)
+    assert snap["history"] == [] and snap["batch"] is None and snap["cache"]["hits"] == 0
+    assert snap["scans"]["train"]["rows"] == 60  # the scan came before the run: kept
+
+
+def test_page_status_and_metrics_live_during_fit_on_a_local_cluster(client, demo_data, tmp_path):
+    probe, watch, history, manifest = fit_watched(client, demo_data, seen=live(2, history=1), epochs=40,
+                                                  spans=True)
+    assert manifest.rows == demo_data.train_rows
+    s = check_probe(probe)
+    # status.json: live figures of epoch 2 while it trains
+    assert s["epochs"] == 40 and s["batches"] == math.ceil(demo_data.train_rows / 256)
+    assert 0 < s["batch"] <= s["batches"] and s["rows_per_s"] > 0 and 0 <= s["data_wait"] <= 1
+    assert 0 < s["rows"] <= demo_data.train_rows and s["rows_trained"] > demo_data.train_rows
+    assert s["memory"]["budget_bytes"] == 4_000_000_000 and s["memory"]["rss_bytes"] > 100e6
+    assert s["memory"]["workers"] == 2 and s["memory"]["workers_bytes"] > 0
+    first = s["history"][0]
+    assert first["epoch"] == 1 and first["rows"] == demo_data.train_rows and first["rows_per_s"] > 0
+    assert 0 < first["loss"] < 5 and 0 < first["val_loss"] < 5 and 0 <= first["val_accuracy"] <= 1
+    assert s["bad_rows"]["train"] == {"malformed": 0, "label_missing": 0}
+    scan = s["scans"]["train"]  # its tasks' events, settled to the manifest's figures when it is done
+    assert (scan["state"], scan["rows"], scan["bytes"]) == ("done", manifest.rows, manifest.nbytes)
+    assert s["scans"]["validation"]["rows"] == demo_data.validate_rows
+    assert s["cache"]["status"].startswith("cache:")
+    # the page shows the same run
+    m = re.search(r"Epoch <b>(\d+)</b> of 40", probe.page)
+    assert m and int(m.group(1)) >= 2, probe.page[:2000]
+    assert re.search(r"Batch <b>[\d,]+</b> of " + f"{s['batches']:,}", probe.page)
+    assert "rows/s" in probe.page and "val_loss" in probe.page and "setInterval" in probe.page
+    # /metrics: the same figures as daskfeed_* series, next to distributed's own
+    m = series(probe.metrics)
+    assert m[("daskfeed_epoch", ())] >= 2 and m[("daskfeed_batch", ())] > 0
+    assert m[("daskfeed_batches", ())] == s["batches"] and m[("daskfeed_rows_per_second", ())] > 0
+    assert 0 < m[("daskfeed_metric", (("name", "loss"),))] < 5
+    assert m[("daskfeed_memory_budget_bytes", ())] == 4e9
+    assert m[("daskfeed_process_tree_memory_bytes", ())] > 100e6
+    assert m[("daskfeed_rows_trained_total", ())] > demo_data.train_rows
+    assert m[("daskfeed_scan_rows_total", (("data", "train"),))] == demo_data.train_rows
+    assert m[("daskfeed_bad_rows", (("data", "train"), ("kind", "malformed")))] == 0
+    assert any(name.startswith("dask_scheduler_") for name, _ in m)
+    # fit stopped because the probe had its figures, not because it ran out of epochs
+    assert 2 <= len(history.epoch) < 40 and watch.reports > 10
+    # the first windows (submitted when the sequences were made) in the span of epoch 1, not in
+    # the scan's. (Later epochs' windows join the span of the live task group "daskfeed-window":
+    # see WatchCallback's notes.)
+    spans = spans_on_scheduler(client)
+    assert "daskfeed-window" in spans.get("daskfeed/epoch 1", []), spans
+    assert spans["daskfeed/scan train"] == ["daskfeed-scan", "getitem", "merge_stats"], spans
+    assert watch.spans is watch.sequence.spans is watch.validation.spans
+    # after fit: the page says it ended, status.json keeps the run
+    done = json.loads(get(watch.links.status))
+    assert done["state"] == "stopped" and len(done["history"]) == len(history.epoch)
+    # the fit's own History as history.png: loss and accuracy, training and validation
+    from PIL import Image
+
+    from daskfeed.watch import history_plot
+
+    with Image.open(history_plot(history, tmp_path / "history.png")) as img:
+        assert len(img.convert("RGB").getcolors(1 << 24)) > 50
+
+
+def test_a_resumed_epoch_is_shown_with_the_run_s_numbers(client, demo_data):
+    from daskfeed.model import default_model
+    from daskfeed.watch import WatchCallback
+
+    with DaskSequence(demo_data.train_glob, label="cleared", batch_size=256, client=client) as seq:
+        seq.set_epoch(1, start=100)  # what --resume does: epoch 2 of 3 from batch 101
+        watch = WatchCallback(client, seq, epochs=3, every_seconds=0.0)
+        model = default_model(seq.manifest, features=seq.features)
+        model.fit(seq, initial_epoch=1, epochs=2, shuffle=False, verbose=0, callbacks=[watch])
+    s = json.loads(get(watch.links.status))
+    batches = math.ceil(demo_data.train_rows / 256)
+    assert (s["state"], s["epoch"], s["epochs"], s["batch"], s["batches"]) == ("done", 2, 3, batches, batches)
+    [rec] = s["history"]
+    assert rec["epoch"] == 2 and rec["rows"] == demo_data.train_rows - 100 * 256 == s["rows_trained"]
+
+
+def test_cache_hits_reported_from_the_workers(client):
+    from daskfeed.dashboard import install, report_cache
+
+    links = install(client)
+    before = json.loads(get(links.status))["cache"]
+    client.submit(report_cache, 3, 1, pure=False).result()
+    report_cache(5, 5)  # not on a worker: nothing
+    deadline = time.monotonic() + 30
+    while (cache := json.loads(get(links.status))["cache"])["misses"] == before["misses"]:
+        assert time.monotonic() < deadline, "the workers' cache counts never reached the page"
+        time.sleep(POLL)  # polling interval: the event travels on the worker's batched stream
+    assert (cache["hits"] - before["hits"], cache["misses"] - before["misses"]) == (3, 1)
+    assert cache["hit_rate"] == cache["hits"] / (cache["hits"] + cache["misses"])
+
+
+def test_page_and_metrics_with_a_separate_dask_scheduler(demo_data, tmp_path, stop_process_groups):
+    from distributed import Client
+
+    sf = str(tmp_path / "scheduler.json")
+    dask = str(BIN / "dask")
+    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0",
+                               "--dashboard-address", "127.0.0.1:0", "--scheduler-file", sf],
+                              env=ENV, start_new_session=True, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)]
+    try:
+        procs.append(subprocess.Popen(
+            [dask, "worker", "--scheduler-file", sf, "--host", "127.0.0.1", "--nworkers", "1",
+             "--nthreads", "1", "--memory-limit", "1.5GiB", "--dashboard-address", "127.0.0.1:0"],
+            env=ENV, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        with Client(scheduler_file=sf, timeout=60) as c:
+            c.wait_for_workers(1, timeout=60)
+            probe, _, history, manifest = fit_watched(c, demo_data, seen=live(1), epochs=20, cache=False)
+            s = check_probe(probe)
+            assert s["epoch"] >= 1 and s["batch"] > 0 and s["rows_per_s"] > 0 and s["logs"]["loss"] > 0
+            assert s["memory"]["workers"] == 1 and s["memory"]["workers_limit_bytes"] == 1.5 * 2**30
+            # the scan tasks' own events reached the separate scheduler (else: "reused")
+            scan = s["scans"]["train"]
+            assert (scan["state"], scan["rows"]) == ("done", manifest.rows) and scan["bytes"] > 0
+            assert "Epoch <b>" in probe.page and "daskfeed" in probe.page
+            m = series(probe.metrics)
+            assert m[("daskfeed_batch", ())] > 0 and m[("daskfeed_rows_per_second", ())] > 0
+            assert m[("daskfeed_metric", (("name", "loss"),))] > 0
+            assert "daskfeed/scan train" in spans_on_scheduler(c)
+            assert len(history.epoch) < 20
+    finally:
+        stop_process_groups(procs)
+
+
+def test_epoch_spans_are_one_per_epoch_from_any_thread(client):
+    from daskfeed.dashboard import EpochSpans
+
+    spans = EpochSpans()
+    assert spans.id(0) == spans.id(0) != spans.id(1)
+
+    def submit(epoch: int, i: int) -> None:
+        with spans(epoch):
+            # a span holds task groups; ('name', i) keys group by name (not "daskfeed-probe")
+            client.submit(lambda x: x, i, key=f"('daskfeed-probe-{epoch}', {i})").result()
+
+    threads = [threading.Thread(target=submit, args=(e, i)) for e in (0, 1) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+
+    ids = (spans.id(0), spans.id(1))
+
+    def read(dask_scheduler):
+        ext = dask_scheduler.extensions["spans"]
+        return [(ext.spans[i].name, sorted(tg.name for tg in ext.spans[i].groups)) for i in ids]
+
+    (name0, groups0), (name1, groups1) = client.run_on_scheduler(read)
+    assert name0 == ("daskfeed", "epoch 1") and name1 == ("daskfeed", "epoch 2")
+    assert (groups0, groups1) == (["daskfeed-probe-0"], ["daskfeed-probe-1"])
+
+
+def test_history_plot_and_closing_summary(tmp_path):
+    from PIL import Image
+
+    from daskfeed.watch import history_plot, summary_lines
+
+    hist = [{"epoch": e, "loss": 0.7 - 0.1 * e, "accuracy": 0.6 + 0.05 * e, "val_loss": 0.72 - 0.08 * e,
+             "val_accuracy": 0.58 + 0.05 * e, "rows": 40_000, "seconds": 8.0, "rows_per_s": 5000.0,
+             "data_wait_seconds": 2.0, "data_wait_fraction": 0.25, "peak_rss_bytes": 900_000_000}
+            for e in range(3)]
+    path = history_plot(hist, tmp_path / "history.png")
+    with Image.open(path) as img:
+        assert img.size[0] >= 800 and len(img.convert("RGB").getcolors(1 << 24)) > 50
+    keras_like = {"loss": [0.5, 0.4], "val_loss": [0.6, 0.5]}  # a Keras History's dict
+    with Image.open(history_plot(keras_like, tmp_path / "k.png")) as img:
+        assert len(img.convert("RGB").getcolors(1 << 24)) > 10
+
+    lines = summary_lines(hist, seconds=30.0, budget_bytes=2_000_000_000, peak_rss_bytes=1_500_000_000,
+                          bad_rows={"policy": "skip", "train": 3, "validation": 0})
+    text = "\n".join(lines)
+    assert "3 epochs, 120,000 rows trained in 30.0s wall time" in text
+    assert "(4,000 rows/s overall, 5,000 rows/s while training)" in text
+    assert "final: loss 0.5000, accuracy 0.7000, val_loss 0.5600, val_accuracy 0.6800" in text
+    assert "data wait: 25.0% of training time" in text
+    assert "peak memory of the process tree: 1.40 GiB of the 1.86 GiB budget (75%)" in text
+    assert "bad rows skipped: train 3, validation 0 (bad_lines=skip)" in text
+
+
+def test_report_is_quiet_once_the_client_is_closed(client):
+    from distributed import Client
+
+    from daskfeed.dashboard import report
+
+    with Client(client.scheduler.address) as other:
+        assert report(other, {"kind": "ping"})
+    assert other.status == "closed" and not report(other, {"kind": "progress"})
+    assert not report(None, {"kind": "progress"})
+
+
+def test_page_under_a_dashboard_prefix_and_metrics_of_the_scheduler_still_running(client):
+    from distributed import Client, LocalCluster
+
+    from daskfeed.dashboard import install, report
+
+    session = install(client)
+    with LocalCluster(n_workers=0, processes=False, protocol="tcp", dashboard_address="127.0.0.1:0",
+                      scheduler_kwargs={"host": "127.0.0.1", "http_prefix": "/feed"}) as cluster, \
+            Client(cluster) as c:
+        links = install(c)
+        assert links.page.endswith("/feed/daskfeed") and links.dashboard.endswith("/feed/status")
+        report(c, {"kind": "progress", "state": "training", "epoch": 1, "batch": 7})
+        assert json.loads(get(links.status))["batch"] == 7
+        assert "Batch <b>7</b>" in get(links.page) and "Batch <b>7</b>" in get(links.page + "?part=body")
+        assert "daskfeed_batch 7.0" in get(links.metrics)
+        with pytest.raises(urllib.error.HTTPError):
+            get(links.page.replace("/feed/", "/"))
+    # one collector per process: once this scheduler closed, the other one's series are back
+    assert "daskfeed_cache_hits_total" in get(session.metrics)
