@@ -315,6 +315,47 @@ def _dtypes(ctx: Any, param: Any, value: str | None) -> dict[str, str] | None:
     return {k.strip(): v.strip() for k, v in (p.split("=", 1) for p in pairs)}
 
 
+def _storage_options(ctx: Any, param: Any, value: tuple[str, ...]) -> dict[str, Any] | None:
+    """``--storage-options`` JSON or KEY=VALUE pairs (repeatable) → one dict for fsspec.
+
+    ``KEY=VALUE`` values are JSON when they parse (``anon=true``, ``max_concurrency=4``), else
+    text; a dotted key nests (``client_kwargs.region_name=eu-west-1``). Values are never
+    echoed: they may hold credentials.
+    """
+    import json
+
+    merged: dict[str, Any] = {}
+    for item in value:
+        text = item.strip()
+        if text.startswith("{"):
+            try:
+                parsed = json.loads(text)
+            except ValueError as err:
+                raise click.BadParameter(f"expected a JSON object such as '{{\"anon\": true}}'. "
+                                         f"Received text that is not JSON ({err.msg} at "
+                                         f"character {err.pos}).") from None
+            if not isinstance(parsed, dict):
+                raise click.BadParameter("expected a JSON object {...}")
+            merged.update(parsed)
+            continue
+        for pair in text.split():
+            key, eq, raw = pair.partition("=")
+            if not eq or not key:
+                raise click.BadParameter(f"expected KEY=VALUE pairs such as endpoint_url=http://"
+                                         f"127.0.0.1:9000 or a JSON object. Received an item "
+                                         f"without '=' (key {key[:40]!r}).")
+            try:
+                val: Any = json.loads(raw)
+            except ValueError:
+                val = raw
+            *parents, last = key.split(".")
+            node = merged
+            for name in parents:
+                node = node.setdefault(name, {})
+            node[last] = val
+    return merged or None
+
+
 def _data_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """How the files are read (part of the manifest's fingerprint): shared by train, demo, scan."""
     return _apply([
@@ -322,6 +363,13 @@ def _data_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      callback=_separator, help="Field delimiter: ';', '|', or '\\t' (tab) for TSV."),
         click.option("--encoding", default="utf-8", show_default=True,
                      help="Text encoding of the CSV files (e.g. latin-1)."),
+        click.option("--storage-options", multiple=True, callback=_storage_options,
+                     metavar="JSON|KEY=VALUE",
+                     help="fsspec options for s3:// and other URLs, as JSON or KEY=VALUE pairs "
+                          "(repeatable), e.g. endpoint_url=http://127.0.0.1:9000. Credentials: "
+                          "prefer the environment (AWS_ACCESS_KEY_ID, AWS_PROFILE ...) on the "
+                          "trainer and every worker; values given here are sent to the workers "
+                          "and never printed."),
         click.option("--na-values", callback=_columns, default=None,
                      help="Comma-separated null markers that are missing in EVERY column, text "
                           "too (e.g. NA,N/A). Without it empty fields are missing everywhere and "
@@ -548,7 +596,8 @@ def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> No
         source = Source(list(data), blocksize=config.resolve_blocksize(kw.pop("blocksize"),
                                                                        budget.blocksize),
                         encoding=kw.pop("encoding"), bad_lines=kw.pop("bad_lines"),
-                        sep=kw.pop("sep"), na_values=kw.pop("na_values"), dtype=kw.pop("dtype"))
+                        sep=kw.pop("sep"), na_values=kw.pop("na_values"), dtype=kw.pop("dtype"),
+                        storage_options=kw.pop("storage_options"))
         part_cache, status = (None, "cache: off") if cache is False else open_cache(
             source, None if cache is True else cache, required=cache is not True, client=client)
         if source.options.blocksize != budget.blocksize:

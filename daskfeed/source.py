@@ -53,11 +53,16 @@ BAD_LINES = ("error", "skip", "quarantine")
 
 @dataclass(frozen=True)
 class FileInfo:
-    """One input file: path (with protocol for remote files), size in bytes, mtime."""
+    """One input file: path (with protocol for remote files), size in bytes, mtime, ETag.
+
+    ``etag`` is the object store's version tag (S3's ``ETag``; ``""`` for local files): an
+    object rewritten within the same second at the same size still gets a new fingerprint.
+    """
 
     path: str
     size: int
     mtime: float
+    etag: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,8 @@ class ReadOptions:
     sep: str = ","
     encoding: str = "utf-8"
     dtype: tuple[tuple[str, str], ...] = ()
-    storage_options: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
+    # credentials may be in here: never compared, printed nor written (repr=False)
+    storage_options: tuple[tuple[str, Any], ...] = field(default=(), compare=False, repr=False)
     bad_lines: str = "error"  # error | skip | quarantine (see BAD_LINES)
     na_values: tuple[str, ...] = ()  # the user's null markers: missing in every column
 
@@ -142,6 +148,9 @@ def expand_paths(
         fs = _filesystem(pattern, storage_options)
         proto = _protocol(pattern)
         stripped = fs._strip_protocol(pattern)
+        # fsspec keeps filesystems (and s3fs their listings) per process: list afresh, so an
+        # object rewritten since an earlier listing gets its new size, mtime and ETag
+        fs.invalidate_cache()
         try:  # one listing gives names, sizes and mtimes: no request per file afterwards
             found: dict[str, dict[str, Any]]
             if fsspec.core.has_magic(stripped):
@@ -167,9 +176,17 @@ def expand_paths(
                 found = {}
         except PermissionError as err:
             raise DataNotFoundError(
-                f"Cannot read {pattern!r}: permission denied.\n"
-                "Hint: check the file permissions or the storage credentials."
+                f"Cannot read {pattern!r}: permission denied. Received: {_reason(err)}.\n"
+                f"Hint: {_credentials_hint(proto)}"
             ) from err
+        except FileNotFoundError as err:  # a bucket that does not exist (the glob lists it)
+            raise DataNotFoundError(
+                f"Cannot list {pattern!r}. Received: {_reason(err)}.\n"
+                "Hint: check the bucket name and the endpoint (storage_options / "
+                "--storage-options endpoint_url=...)."
+            ) from err
+        if not found and proto != "file":
+            _refuse_missing_bucket(fs, pattern, stripped)
         if not found:
             what = "No file matches" if fsspec.core.has_magic(stripped) else "No such file"
             where = os.path.abspath(stripped) if proto == "file" else pattern
@@ -186,8 +203,42 @@ def expand_paths(
             mtime = info.get("mtime") or info.get("LastModified") or info.get("created") or 0
             if hasattr(mtime, "timestamp"):
                 mtime = mtime.timestamp()
-            files[full] = FileInfo(path=full, size=int(info.get("size") or 0), mtime=float(mtime))
+            etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
+            files[full] = FileInfo(path=full, size=int(info.get("size") or 0), mtime=float(mtime),
+                                   etag=etag)
     return list(files.values())
+
+
+def _refuse_missing_bucket(fs: fsspec.AbstractFileSystem, pattern: str, stripped: str) -> None:
+    """Raise a clear error when the bucket (container) of a remote ``pattern`` does not exist."""
+    bucket = stripped.split("/", 1)[0]
+    try:
+        there = bool(bucket) and fs.exists(bucket)
+    except OSError:  # cannot tell (e.g. may not list buckets): the usual "no file" error
+        return
+    if not there:
+        raise DataNotFoundError(
+            f"Cannot list {pattern!r}. Received: the bucket {bucket!r} does not exist.\n"
+            "Hint: check the bucket name and the endpoint (storage_options / "
+            "--storage-options endpoint_url=...)."
+        )
+
+
+def _reason(err: BaseException) -> str:
+    """``PermissionError: <the store's message>`` (never the credentials: they are not in it)."""
+    text = (getattr(err, "strerror", None) or str(err) or "").strip()
+    return f"{type(err).__name__}: {text[:300]}"
+
+
+def _credentials_hint(proto: str) -> str:
+    """Where credentials come from, for a permission error on ``proto``."""
+    if proto in ("s3", "s3a"):
+        return ("check the credentials: storage_options (--storage-options key=... secret=...), "
+                "else AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws/credentials "
+                "on this machine and on every worker, and that they may list and read the bucket.")
+    if proto == "file":
+        return "check the file permissions."
+    return f"check the {proto}:// credentials (storage_options) and the file permissions."
 
 
 def make_blocks(files: Sequence[FileInfo], blocksize: int) -> list[Block]:
@@ -292,7 +343,7 @@ class Source:
         opts = asdict(self.options)
         opts.pop("storage_options")
         payload = json.dumps(
-            {"files": [asdict(f) for f in self.files], "options": opts}, sort_keys=True
+            {"files": [_file_key(f) for f in self.files], "options": opts}, sort_keys=True
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
@@ -307,8 +358,14 @@ class Source:
 
                 with _open(info.path, so) as f:
                     return list(pq.ParquetFile(f).schema_arrow.names)
-            with _open(info.path, so, _compression(info.path)) as f:
-                line = f.readline()
+            try:
+                with _open(info.path, so, _compression(info.path)) as f:
+                    line = f.readline()
+            except PermissionError as err:  # remote files open lazily: refused at the read
+                raise DataNotFoundError(
+                    f"Cannot read {info.path}: permission denied. Received: {_reason(err)}.\n"
+                    f"Hint: {_credentials_hint(_protocol(info.path))}"
+                ) from err
             names = _parse_header(line, self.options.sep, info.path, self.options.encoding)
             if names:
                 return names
@@ -342,6 +399,14 @@ class Source:
             f"Source({len(self.files)} files, {self.nbytes / 1e9:.2f} GB, "
             f"npartitions={self.npartitions})"
         )
+
+
+def _file_key(info: FileInfo) -> dict[str, Any]:
+    """What identifies a file's contents in a fingerprint: path, size, mtime and an ETag if any."""
+    key = asdict(info)
+    if not key["etag"]:  # local files: the same fingerprints as before ETags were kept
+        del key["etag"]
+    return key
 
 
 def _na_values(values: Sequence[str] | str | None) -> tuple[str, ...]:

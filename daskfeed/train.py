@@ -238,6 +238,7 @@ def train(
     na_values: list[str] | tuple[str, ...] | None = None,
     vocabulary_size: int | None = None,
     dtype: dict[str, str] | None = None,
+    storage_options: dict[str, Any] | None = None,
     weight: str | None = None,
     class_weight: str | dict[Any, float] | None = None,
     validation_split: float | None = None,
@@ -290,6 +291,11 @@ def train(
     sep, na_values, dtype
         Delimiter, null markers that are missing in every column (text too), and column
         types to force (``{"zip": "string"}``).
+    storage_options
+        fsspec options for ``s3://`` and other URLs (``{"endpoint_url": ...}``), used here and
+        sent to the workers; without credentials in them, each process takes its own from its
+        environment (``AWS_ACCESS_KEY_ID``, ``AWS_PROFILE``, ...). Never printed nor written to
+        the manifest or ``history.json``.
     weight
         A column of per-row sample weights (not a feature): the loss and the
         ``weighted_`` metrics are weighted, in validation too when the validation data have
@@ -369,7 +375,8 @@ def train(
                       "window_bytes": budget.window_bytes, "blocksize": block,
                       "as_matrix": as_matrix, "encoding": encoding, "timeout": timeout,
                       "cache": cache, "bad_lines": bad_lines, "sep": sep, "na_values": na_values,
-                      "vocabulary_size": vocabulary_size, "dtype": dtype}
+                      "vocabulary_size": vocabulary_size, "dtype": dtype,
+                      "storage_options": storage_options}
             if ckpt:
                 common["blocksize"] = ckpt.cursor.blocksize
             split: dict[str, Any] = ({"validation_split": opts.validation_split, "subset": "training"}
@@ -519,7 +526,7 @@ def _has_column(data: Any, name: str, common: dict[str, Any]) -> bool:
         warnings.simplefilter("ignore")
         src = Source(data, sep=common["sep"], encoding=common["encoding"], dtype=common["dtype"],
                      na_values=common["na_values"], bad_lines=common["bad_lines"],
-                     blocksize=common["blocksize"])
+                     blocksize=common["blocksize"], storage_options=common["storage_options"])
     return name in src.header()
 
 
