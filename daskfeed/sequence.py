@@ -182,6 +182,9 @@ class DaskSequence(keras.utils.PyDataset):
         part.
     window_bytes, prefetch_bytes, timeout
         Memory knobs (see ``daskfeed.yaml``); normally derived from ``--memory-limit``.
+    spans
+        A :class:`daskfeed.dashboard.EpochSpans`: each epoch's windows are computed inside its
+        ``distributed.span`` (the dashboard's Fine Performance Metrics by epoch).
     **kwargs
         ``workers`` and ``max_queue_size`` for ``keras.utils.PyDataset``;
         ``use_multiprocessing=True`` is refused (:class:`~daskfeed.SchemaError`).
@@ -250,6 +253,7 @@ class DaskSequence(keras.utils.PyDataset):
         weight: str | None = None,
         validation_split: float | None = None,
         subset: str | None = None,
+        spans: Any = None,
         **kwargs: Any,
     ) -> None:
         _refuse_multiprocessing(kwargs)
@@ -317,6 +321,7 @@ class DaskSequence(keras.utils.PyDataset):
         self._prefetcher: Prefetcher | None = None
         self.last_epoch_stats: dict[str, Any] = {}
         self.failure: DaskfeedError | None = None  # the last error a batch raised
+        self.spans = spans  # one distributed.span per epoch for the windows (dashboard)
         self._set_epoch(0)
 
     # -- construction helpers ---------------------------------------------------------
@@ -596,7 +601,16 @@ class DaskSequence(keras.utils.PyDataset):
         client = self._client_or_connect()
         win = plan.windows[w]
         seed = plan.seed_of(w)
-        key = f"daskfeed-window-{tokenize(self.manifest.fingerprint, self.encoding, win.partitions, seed)}"
+        # a tuple key: each window its own task group (so its epoch's span), prefix daskfeed-window
+        key = (f"daskfeed-window-{tokenize(self.manifest.fingerprint, self.encoding, win.partitions, seed)}",
+               w)
+        if self.spans is not None:
+            with self.spans(plan.epoch):
+                return self._submit_window(client, plan, w, key, seed)
+        return self._submit_window(client, plan, w, key, seed)
+
+    def _submit_window(self, client: Any, plan: EpochPlan, w: int, key: Any, seed: Any) -> Any:
+        win = plan.windows[w]
         if self.source.frame is None:
             blocks = [(p, self.source.blocks[p]) for p in win.partitions]
             return client.submit(read_window, blocks, self.source.options, self.encoding, seed,
