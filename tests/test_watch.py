@@ -125,11 +125,9 @@ def fit_watched(client: Any, data: Any, *, seen: Any, epochs: int, spans: bool =
 
     links = install(client)
     assert links is not None and links.page.endswith("/daskfeed")
+    kind = DaskSequence
     if spans:
-        kind: Any = SpannedSequence
         seq_kwargs["spans"] = EpochSpans()
-    else:
-        kind = DaskSequence
     with scan_span(client, name="train"):
         seq = kind(data.train_glob, label="cleared", batch_size=256, client=client, **seq_kwargs)
     with scan_span(client, name="validation"):
@@ -145,21 +143,6 @@ def fit_watched(client: Any, data: Any, *, seen: Any, epochs: int, spans: bool =
         history = model.fit(seq, validation_data=val, epochs=epochs, shuffle=False, verbose=0,
                             callbacks=[watch, stop_when_done(probe, fitting)])
     return probe, watch, history, seq.manifest
-
-
-class SpannedSequence(DaskSequence):
-    """A DaskSequence that submits each window inside its epoch's span (``spans``): the hook
-    WatchCallback uses, until DaskSequence has it itself."""
-
-    def __init__(self, *args: Any, spans: Any = None, **kwargs: Any) -> None:
-        self.spans = spans  # before the first epoch's windows are submitted (in __init__)
-        super().__init__(*args, **kwargs)
-
-    def _submit(self, plan, w):
-        if self.spans is None:
-            return super()._submit(plan, w)
-        with self.spans(plan.epoch):
-            return super()._submit(plan, w)
 
 
 def live(min_epoch: int, *, history: int = 0):
@@ -246,10 +229,10 @@ def test_page_status_and_metrics_live_during_fit_on_a_local_cluster(client, demo
     # fit stopped because the probe had its figures, not because it ran out of epochs
     assert 2 <= len(history.epoch) < 40 and watch.reports > 10
     # the first windows (submitted when the sequences were made) in the span of epoch 1, not in
-    # the scan's. (Later epochs' windows join the span of the live task group "daskfeed-window":
-    # see WatchCallback's notes.)
+    # the scan's; epoch 2's in epoch 2's (each window is its own task group)
     spans = spans_on_scheduler(client)
     assert "daskfeed-window" in spans.get("daskfeed/epoch 1", []), spans
+    assert "daskfeed-window" in spans.get("daskfeed/epoch 2", []), spans
     assert spans["daskfeed/scan train"] == ["daskfeed-scan", "getitem", "merge_stats"], spans
     assert watch.spans is watch.sequence.spans is watch.validation.spans
     # after fit: the page says it ended, status.json keeps the run
