@@ -504,9 +504,13 @@ def _validation_sequence(data: Any, validation: Any, train_seq: Any, opts: FitOp
                            validation_split=opts.validation_split, subset="validation",
                            weight=opts.weight, **same)
         held = len((seq.manifest.split or {})["validation_partitions"])
-        echo(f"validation split: {opts.validation_split:g} of the bytes held out by whole partitions "
-             f"(seed {train_seq.seed}): {seq.manifest.rows:,} rows in {held} of "
-             f"{len(seq.manifest.partitions)} partitions; training on the other "
+        share = seq.manifest.rows / max(seq.manifest.rows + train_seq.manifest.rows, 1)
+        coarse = ("; whole partitions: lower --blocksize for a split nearer "
+                  f"{opts.validation_split:g}" if abs(share - opts.validation_split) >
+                  0.5 * opts.validation_split else "")
+        echo(f"validation split {opts.validation_split:g} by whole partitions (seed "
+             f"{train_seq.seed}): {seq.manifest.rows:,} rows ({share:.1%}) in {held} of "
+             f"{len(seq.manifest.partitions)} partitions held out{coarse}; training on the other "
              f"{train_seq.manifest.rows:,} rows (their statistics only)")
         return seq
     weight = opts.weight if opts.weight and _has_column(validation, opts.weight, common) else None
