@@ -23,13 +23,18 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -ra --runslow tests
 
-# One run, same data and model: in-memory fit, tf.data, the old recipe, daskfeed, feed-only vs
-# pyarrow parse (see daskfeed/bench.py). Data generated once per size under bench-out/.
+# One run, same data and model: in-memory fit before and after daskfeed (A-B-A), tf.data (no cache,
+# .cache(file), .cache()), the old recipe, daskfeed, feed-only vs pyarrow parse (benchmarks/bench.py).
+# Data generated once per size under bench-out/; results (JSON, PNG, text) in benchmarks/results/.
 BENCH_ROWS   ?= 2000000
 BENCH_MEMORY ?= 4GB
-bench: $(STAMP)
-	$(BIN)/daskfeed bench --rows $(BENCH_ROWS) --memory-limit $(BENCH_MEMORY) \
-		--data-dir bench-out/data-$(BENCH_ROWS) --json bench-out/bench-$(BENCH_ROWS).json
+BENCH_STAMP  := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/bench.py --rows $(BENCH_ROWS) --memory-limit $(BENCH_MEMORY)
 
 # memory soak: daskfeed train --memory-limit 2GB over 1x, 4x, 6.25x, 8x the budget (tests/test_soak.py)
 soak: $(STAMP)

@@ -1,35 +1,41 @@
 """Where an epoch's CPU goes: trainer process vs worker processes, per epoch, for the bench's setup.
 
-    .venv/bin/python bench/epoch_cpu.py "bench-out/data-1000000/log_quest/**/*.csv" [--nworkers 2]
-    .venv/bin/python bench/epoch_cpu.py "...csv" --in-memory   # the same model fit from numpy
+    .venv/bin/python benchmarks/epoch_cpu.py "bench-out/data-2000000/log_quest/**/*.csv" [--nworkers 2]
+    .venv/bin/python benchmarks/epoch_cpu.py "...csv" --in-memory   # the same model fit from numpy
 
 Prints, per epoch: rows/s, wall seconds, CPU seconds of the trainer process and of its children
-(the local cluster's workers), and the seconds ``__getitem__`` waited for windows. Used for the
-issue-3 profile (with ``py-spy record --gil -p PID`` on the trainer for the GIL picture).
+(the local cluster's workers), and the seconds ``__getitem__`` waited for windows. The model and
+the sequence are the benchmark's (``benchmarks/common.py``, ``benchmarks/ours.py``);
+``benchmarks/profile_trainer.py`` runs it under py-spy for the trainer's profile.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
 
 def main() -> None:
+    """Parse the arguments, fit, print a line per epoch."""
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     p = argparse.ArgumentParser()
     p.add_argument("data")
     p.add_argument("--nworkers", type=int, default=None)
-    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--memory-limit", default="4GB")
     p.add_argument("--in-memory", action="store_true")
     a = p.parse_args()
 
     import keras
     import psutil
+    from common import DEFAULT_FEATURES, load_numpy, quest_mlp, resolve_files
 
-    from daskfeed.bench import DEFAULT_FEATURES, _load_numpy, quest_mlp, resolve_files
     from daskfeed.cluster import Budget, close_client, start_local_cluster
     from daskfeed.sequence import DaskSequence
 
@@ -42,13 +48,14 @@ def main() -> None:
     features = list(DEFAULT_FEATURES)
     client = seq = None
     if a.in_memory:
-        x, y = _load_numpy(resolve_files(a.data), features, "cleared")
+        x, y = load_numpy(resolve_files(a.data), features, "cleared")
         rows = len(y)
         model = quest_mlp(x.mean(axis=0).tolist(), x.var(axis=0).tolist())
     else:
         budget = Budget.split(a.memory_limit, nworkers=a.nworkers)
         client = start_local_cluster(budget, dashboard_address="")
-        seq = DaskSequence(a.data, label="cleared", features=features, as_matrix=True, batch_size=1024,
+        seq = DaskSequence(a.data, label="cleared", features=features, as_matrix=True,
+                           batch_size=a.batch_size,
                            client=client, seed=0, window_bytes=budget.window_bytes,
                            blocksize=budget.blocksize, prefetch_bytes=budget.prefetch * 2 // 3,
                            cache=tempfile.mkdtemp(prefix="daskfeed-cpu-"))
@@ -74,7 +81,8 @@ def main() -> None:
 
     try:
         if a.in_memory:
-            model.fit(x, y, batch_size=1024, epochs=a.epochs, shuffle=False, verbose=0, callbacks=[Clock()])
+            model.fit(x, y, batch_size=a.batch_size, epochs=a.epochs, shuffle=False, verbose=0,
+                      callbacks=[Clock()])
         else:
             model.fit(seq, epochs=a.epochs, shuffle=False, verbose=0, callbacks=[Clock()])
     finally:

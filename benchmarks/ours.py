@@ -1,0 +1,151 @@
+"""daskfeed as its users run it: a LocalCluster inside a memory budget, a ``DaskSequence``, ``fit``.
+
+:func:`daskfeed_fit` times epoch 1 from before the cluster starts (cluster start, scan and the
+first epoch from raw CSV included); :func:`feed_only` reads every batch of each epoch with no
+model, for the feed's own rate. Both use a fresh parse cache, so epoch 1 is always cold.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from common import TreeRSS, epoch_clock, epoch_records, losses, quest_mlp
+
+from daskfeed.cluster import Budget, close_client, start_local_cluster
+from daskfeed.sequence import DaskSequence
+
+
+class TimedSequence(DaskSequence):
+    """A ``DaskSequence`` that adds up the seconds spent inside ``__getitem__``."""
+
+    getitem_seconds = 0.0
+
+    def __getitem__(self, index: int) -> tuple[Any, ...]:
+        t = time.perf_counter()
+        try:
+            return super().__getitem__(index)
+        finally:
+            self.getitem_seconds += time.perf_counter() - t
+
+
+def _sequence(cls: type[DaskSequence], data: Any, features: Sequence[str], label: str, batch_size: int,
+              client: Any, budget: Budget, cache: str) -> DaskSequence:
+    """The sequence ``daskfeed train`` builds for this budget (as in ``daskfeed.train``)."""
+    return cls(data, label=label, features=list(features), as_matrix=True, batch_size=batch_size,
+               client=client, seed=0, window_bytes=budget.window_bytes, blocksize=budget.blocksize,
+               prefetch_bytes=budget.prefetch * 2 // 3, cache=cache)
+
+
+def _epoch_stats(seq: DaskSequence, epoch: int) -> dict[str, Any]:
+    """The sequence's stats of ``epoch`` (Keras may advance it before or after the callbacks)."""
+    st = seq.last_epoch_stats
+    return st if st.get("epoch") == epoch else seq.epoch_stats()
+
+
+def daskfeed_fit(data: Any, features: Sequence[str], label: str, batch_size: int, epochs: int,
+                 memory_limit: str | int, nworkers: int | None, val: Any, workdir: str,
+                 tag: str = "fit") -> dict[str, Any]:
+    """Start a cluster in ``memory_limit``, scan, and ``fit(DaskSequence, shuffle=False)``.
+
+    Returns
+    -------
+    dict
+        Per-epoch records with ``data_wait_fraction`` (seconds ``__getitem__`` blocked on a
+        window not yet arrived, over the epoch), ``getitem_fraction`` (all seconds inside
+        ``__getitem__``: waiting plus batch assembly, over the epoch); the cluster start and
+        scan seconds; the budget; the peak RSS of the process tree (trainer + workers).
+    """
+    client = seq = None
+    with TreeRSS() as rss:
+        t0 = time.perf_counter()
+        budget = Budget.split(memory_limit, nworkers=nworkers)
+        try:
+            client = start_local_cluster(budget, dashboard_address="")
+            t_cluster = time.perf_counter()
+            seq = _sequence(TimedSequence, data, features, label, batch_size, client, budget,
+                            os.path.join(workdir, f"cache-{tag}"))
+            t_scan = time.perf_counter()
+            m = seq.manifest
+            model = quest_mlp([m.columns[c].mean for c in seq.features],
+                              [m.columns[c].var for c in seq.features])
+            seen = {"getitem": 0.0}
+
+            def on_end(epoch: int) -> dict[str, Any]:
+                st = _epoch_stats(seq, epoch)
+                g = seq.getitem_seconds - seen["getitem"]
+                seen["getitem"] = seq.getitem_seconds
+                return {"rows_served": st.get("rows"), "wait_seconds": round(st.get("wait_seconds", 0.0), 4),
+                        "getitem_seconds": round(g, 4), "windows_computed": st.get("windows_computed"),
+                        "rss_bytes": rss.sample()}
+
+            clock = epoch_clock(on_end)
+            hist = model.fit(seq, epochs=epochs, shuffle=False, verbose=0, callbacks=[clock])
+        finally:
+            if seq is not None:
+                seq.close()
+            if client is not None:
+                close_client(client)
+    rows = m.rows
+    eps = epoch_records(clock, rows, t0)
+    for e in eps:
+        e["data_wait_fraction"] = round(min(1.0, e["wait_seconds"] / e["seconds"]), 4)
+        e["getitem_fraction"] = round(min(1.0, e["getitem_seconds"] / e["seconds"]), 4)
+    return {"rows": rows, "epochs": eps, "expected_steps": math.ceil(rows / batch_size),
+            "cluster_start_seconds": round(t_cluster - t0, 4), "scan_seconds": round(t_scan - t_cluster, 4),
+            "windows": len(seq.plan.windows), "window_rows": seq.window_rows,
+            "cache_status": "fresh directory per run (epoch 1 cold)",
+            "budget": {**budget.__dict__, "text": str(memory_limit),
+                       "describe": budget.describe(str(memory_limit))},
+            "data_bytes": int(seq.source.nbytes) if hasattr(seq.source, "nbytes") else None,
+            "peak_rss_bytes": rss.peak, "rss_at_start_bytes": rss.start,
+            "note": "LocalCluster in the budget, DaskSequence(as_matrix=True, fresh cache), "
+                    "fit(shuffle=False); epoch 1 from start = cluster + scan + epoch",
+            **losses(model, hist, val, batch_size)}
+
+
+def feed_only(data: Any, features: Sequence[str], label: str, batch_size: int, epochs: int,
+              memory_limit: str | int, nworkers: int | None, workdir: str) -> dict[str, Any]:
+    """Every batch of ``epochs`` epochs of a ``DaskSequence``, no model: the feed's own rate.
+
+    Epoch 1 is also timed from before the cluster starts (cluster + scan + epoch, cold cache).
+    """
+    client = seq = None
+    eps: list[dict[str, Any]] = []
+    with TreeRSS() as rss:
+        t0 = time.perf_counter()
+        budget = Budget.split(memory_limit, nworkers=nworkers)
+        try:
+            client = start_local_cluster(budget, dashboard_address="")
+            t_cluster = time.perf_counter()
+            seq = _sequence(DaskSequence, data, features, label, batch_size, client, budget,
+                            os.path.join(workdir, "cache-feed"))
+            t_scan = time.perf_counter()
+            for e in range(epochs):
+                t = time.perf_counter()
+                rows = 0
+                for i in range(len(seq)):
+                    rows += len(seq[i][1])
+                done = time.perf_counter()
+                st = seq.epoch_stats()
+                eps.append({"epoch": e + 1, "seconds": round(done - t, 4), "rows": rows,
+                            "rows_per_s": round(rows / (done - t), 1), "steps": len(seq),
+                            "wait_seconds": round(st.get("wait_seconds", 0.0), 4)})
+                if e == 0:
+                    eps[0]["seconds_from_start"] = round(done - t0, 4)
+                    eps[0]["rows_per_s_from_start"] = round(rows / (done - t0), 1)
+                if e + 1 < epochs:
+                    seq.on_epoch_end()
+        finally:
+            if seq is not None:
+                seq.close()
+            if client is not None:
+                close_client(client)
+    rows = eps[0]["rows"]
+    return {"rows": rows, "epochs": eps, "expected_steps": math.ceil(rows / batch_size),
+            "cluster_start_seconds": round(t_cluster - t0, 4), "scan_seconds": round(t_scan - t_cluster, 4),
+            "peak_rss_bytes": rss.peak, "rss_at_start_bytes": rss.start,
+            "note": f"seq[i] for every batch, no model; {len(features) + 1} columns delivered"}
