@@ -538,6 +538,13 @@ def _run_train(data: Any, label: str, validation: Any, output: str, **kw: Any) -
 @click.option("--output", default="daskfeed-out", show_default=True,
               help="Directory for model.keras, manifest.json, history.json.")
 @_train_options
+@click.option("--rank", type=click.IntRange(0), default=None,
+              help="This trainer's rank among --world-size trainers on one --scheduler: it "
+                   "trains on its own shard; all ranks get the same number of batches and share "
+                   "one scan. Default: from TF_CONFIG, else RANK/WORLD_SIZE, else one trainer. "
+                   "Rank N > 0 writes to OUTPUT/rank-N.")
+@click.option("--world-size", type=click.IntRange(1), default=None,
+              help="How many trainers (ranks) share the data (with --rank).")
 @_friendly
 def train(data: tuple[str, ...], label: str, validation: tuple[str, ...], output: str, **kw: Any) -> None:
     """Train a Keras model on DATA (paths, globs such as "logs/**/*.csv", or URLs)."""

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["EpochPlan", "Slice", "Window", "make_plan", "split_partitions", "window_seed"]
+__all__ = ["EpochPlan", "Slice", "Window", "equal_shard_batches", "make_plan", "shard_rows",
+           "split_partitions", "window_seed"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class EpochPlan:
     rows: int
     num_batches: int
     _starts: tuple[int, ...] = field(repr=False, default=())
+    dropped: int = 0  # rows of this shard left out this epoch (max_batches / drop_remainder)
 
     def __len__(self) -> int:
         return self.num_batches
@@ -113,6 +115,7 @@ def make_plan(
     window_rows: int | None = None,
     drop_remainder: bool = False,
     shard: tuple[int, int] = (0, 1),
+    max_batches: int | None = None,
 ) -> EpochPlan:
     """Plan one epoch.
 
@@ -134,6 +137,10 @@ def make_plan(
     shard
         ``(index, count)``: keep only partitions ``p`` with ``p % count == index``; each
         shard then sees its own rows exactly once per epoch.
+    max_batches
+        At most this many (full) batches: the rows after them in this epoch's order are left
+        out and counted in ``dropped``; windows they would need are not planned. Several
+        trainers pass :func:`equal_shard_batches` so every shard has the same count.
     """
     if batch_size < 1:
         raise ValueError(f"Expected batch_size >= 1. Received: batch_size={batch_size}")
@@ -161,16 +168,43 @@ def make_plan(
         offset += rows
     total = offset
     num_batches = total // batch_size if drop_remainder else -(-total // batch_size)
+    rows = num_batches * batch_size if drop_remainder else total
+    if max_batches is not None and max_batches < num_batches:
+        num_batches = max(int(max_batches), 0)
+        rows = num_batches * batch_size
+        windows = [w for w in windows if w.offset < rows]
     return EpochPlan(
         epoch=int(epoch),
         seed=int(seed),
         batch_size=int(batch_size),
         shuffle=bool(shuffle),
         windows=tuple(windows),
-        rows=num_batches * batch_size if drop_remainder else total,
+        rows=rows,
         num_batches=num_batches,
         _starts=tuple(w.offset for w in windows),
+        dropped=total - rows,
     )
+
+
+def shard_rows(counts: Sequence[int], nshards: int) -> list[int]:
+    """Rows of each shard when partition ``p`` goes to shard ``p % nshards``."""
+    rows = [0] * int(nshards)
+    for p, n in enumerate(counts):
+        rows[p % nshards] += max(int(n), 0)
+    return rows
+
+
+def equal_shard_batches(counts: Sequence[int], *, batch_size: int, nshards: int) -> int:
+    """Full batches every shard can serve: ``min`` over shards of ``rows // batch_size``.
+
+    Trainers that step together (one gradient step per batch on every rank) need the same
+    number of batches per epoch. Each rank plans this many full batches of its own shard;
+    the rest of its rows this epoch (the tail of its shuffled order: other rows each epoch)
+    are dropped and counted (:attr:`EpochPlan.dropped`). The shards differ by at most the
+    rows of one partition plus a partial batch, so little is dropped when there are many
+    partitions per shard.
+    """
+    return min(r // int(batch_size) for r in shard_rows(counts, nshards))
 
 
 def _split_rank(seed: int, key: str) -> int:

@@ -36,7 +36,7 @@ from daskfeed.feed import (
     weight_faults,
 )
 from daskfeed.manifest import Manifest, _unknown_column, scan, split_settings
-from daskfeed.plan import EpochPlan, make_plan
+from daskfeed.plan import EpochPlan, equal_shard_batches, make_plan
 from daskfeed.prefetch import Prefetcher, WindowCancelled, run_at_exit
 from daskfeed.source import Source
 
@@ -160,6 +160,13 @@ class DaskSequence(keras.utils.PyDataset):
         validation set); default: this data's own manifest.
     drop_remainder
         Drop the epoch's last batch when it is short.
+    shard
+        ``(rank, world_size)``: serve only partitions ``p`` with ``p % world_size == rank``
+        (one trainer of several; the shards are disjoint and together the whole data). With
+        ``world_size > 1`` every shard serves the same number of full batches per epoch,
+        :func:`~daskfeed.plan.equal_shard_batches` (trainers that step together need that);
+        the rest of each shard's rows that epoch, the tail of its shuffled order, is dropped
+        and counted (``plan.dropped``, ``epoch_stats()["dropped_rows"]``).
     weight
         A numeric column of per-row sample weights: batches become ``(x, y, w)`` (float32)
         and the column is not a feature. Policy: every row with a label must have a weight
@@ -455,10 +462,14 @@ class DaskSequence(keras.utils.PyDataset):
 
     # -- epochs -------------------------------------------------------------------------
     def _make_plan(self, epoch: int) -> EpochPlan:
+        # several shards (trainers stepping together): the same number of full batches on
+        # every shard; each drops the rest of its rows this epoch (counted in plan.dropped)
+        equal = (equal_shard_batches(self.manifest.counts, batch_size=self.batch_size,
+                                     nshards=self.shard[1]) if self.shard[1] > 1 else None)
         return make_plan(
             self.manifest.counts, batch_size=self.batch_size, epoch=epoch, seed=self.seed,
             shuffle=self.shuffle, window_rows=self.window_rows,
-            drop_remainder=self.drop_remainder, shard=self.shard,
+            drop_remainder=self.drop_remainder, shard=self.shard, max_batches=equal,
         )
 
     def _set_epoch(self, epoch: int, start: int = 0) -> None:
@@ -575,6 +586,7 @@ class DaskSequence(keras.utils.PyDataset):
                 "windows_computed": (pf.submitted - self._epoch_submitted0) if pf else 0,
                 "start_batch": self._start,
                 "windows": len(plan.windows),
+                "dropped_rows": plan.dropped,
                 "seconds": time.perf_counter() - self._epoch_t0,
             }
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daskfeed.cluster import Budget, close_client, connect, start_local_cluster
+from daskfeed.ranks import rank_output, resolve_rank, shard_line, shard_report
 
 __all__ = ["FitOptions", "RSSSampler", "TrainResult", "default_memory_limit", "train"]
 
@@ -247,6 +248,8 @@ def train(
     hidden: tuple[int, ...] | list[int] | None = None,
     dropout: float | None = None,
     learning_rate: float | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
 ) -> TrainResult:
     """Train a Keras model on ``data`` within ``memory_limit``; write model, manifest, history.
 
@@ -317,6 +320,12 @@ def train(
         The default model's hidden layer sizes (default ``(64, 64)``), dropout rate (0) and
         Adam's learning rate (0.001). With ``model``, only ``learning_rate``, used when the
         builder's model comes uncompiled.
+    rank, world_size
+        This trainer's place among several on one cluster (default: from ``TF_CONFIG``, else
+        ``RANK``/``WORLD_SIZE``, else a single trainer; :func:`daskfeed.ranks.resolve_rank`).
+        Each rank trains on its own shard of partitions, all with the same number of batches
+        per epoch (the rest of a shard is dropped and counted); the data are scanned once for
+        all ranks (:func:`daskfeed.ranks.join_scan`). Rank N > 0 writes to ``output/rank-N``.
 
     A manifest in ``output`` from an earlier run is reused, with its partitions and parse cache,
     whatever the budget, cluster shape, batch size or model; when the files or a setting that
@@ -333,7 +342,14 @@ def train(
         validation=validation, builder=model is not None, weight=weight, class_weight=class_weight,
         validation_split=validation_split, early_stopping=early_stopping, monitor=monitor,
         hidden=hidden, dropout=dropout, learning_rate=learning_rate)
-    out = os.fspath(output)
+    ranks = resolve_rank(rank, world_size)
+    if ranks.several and not scheduler:
+        _refuse("Expected one Dask cluster shared by the trainers (--scheduler or "
+                "--scheduler-file) with several trainers.",
+                f"{ranks.describe()} and no scheduler",
+                "start 'dask scheduler' and 'dask worker' processes (see deploy/) and pass "
+                "--scheduler to every rank; or --rank 0 --world-size 1 to train alone.")
+    out = rank_output(os.fspath(output), ranks)
     os.makedirs(out, mode=0o700, exist_ok=True)
     keras.utils.set_random_seed(seed)
     builder = load_builder(model) if isinstance(model, str) else model
@@ -366,10 +382,17 @@ def train(
     link = client.dashboard_link if getattr(client, "dashboard_link", None) else None
     if link:
         echo(f"dashboard: {link}")
-    seqs: list[Any] = []
+    seqs: list[Any] = []  # what to close at the end (sequences, the shared scan's lock)
     try:
         with RSSSampler() as rss:
-            cached = _cached_manifest(os.path.join(out, "manifest.json"))
+            shared = _join_scan(client, ranks, echo, data=data, validation=validation,
+                                label=label, vocabulary_size=vocabulary_size, sep=sep,
+                                encoding=encoding, na_values=na_values, dtype=dtype,
+                                bad_lines=bad_lines, blocksize=blocksize,
+                                validation_split=opts.validation_split, seed=seed)
+            seqs += [shared] if shared is not None else []
+            cached = ((shared.get("train") if shared is not None else None)
+                      or _cached_manifest(os.path.join(out, "manifest.json")))
             block = _layout(blocksize, budget, cached, cache, echo)
             common = {"label": label, "batch_size": batch_size, "client": client,
                       "window_bytes": budget.window_bytes, "blocksize": block,
@@ -387,7 +410,8 @@ def train(
             try:
                 train_seq = DaskSequence(data, features=features, exclude=exclude, seed=seed,
                                          prefetch_bytes=budget.prefetch * 2 // 3, manifest=cached,
-                                         weight=opts.weight, **split, **common, **pinned)
+                                         weight=opts.weight, shard=ranks.shard, **split, **common,
+                                         **pinned)
             except ManifestMismatchError as err:
                 if cached is None:
                     raise
@@ -396,7 +420,8 @@ def train(
                 cached = None
                 train_seq = DaskSequence(data, features=features, exclude=exclude, seed=seed,
                                          prefetch_bytes=budget.prefetch * 2 // 3,
-                                         weight=opts.weight, **split, **common, **pinned)
+                                         weight=opts.weight, shard=ranks.shard, **split, **common,
+                                         **pinned)
             seqs.append(train_seq)
             manifest: Manifest = train_seq.manifest
             if ckpt:  # refuse other data, batch size, seed, features before anything is trained
@@ -410,10 +435,15 @@ def train(
             nwin = len(train_seq.plan.windows)
             echo(f"{len(train_seq)} batches of {train_seq.batch_size} per epoch; rows shuffled in "
                  f"{nwin} window{'s' if nwin > 1 else ''} of ~{train_seq.rows // nwin:,} rows")
-            val_seq = _validation_sequence(data, validation, train_seq, opts, common,
-                                           budget.prefetch // 3, echo)
+            if ranks.several:
+                echo(shard_line(ranks, train_seq))
+            val_seq = _validation_sequence(
+                data, validation, train_seq, opts, common, budget.prefetch // 3, echo,
+                manifest=shared.get("validation") if shared is not None else None)
             if val_seq is not None:
                 seqs.append(val_seq)
+            if shared is not None:  # the other ranks reuse what this one scanned
+                shared.share(train=manifest, validation=val_seq.manifest if val_seq else None)
             if opts.weight:
                 echo(f"sample weights: column {opts.weight!r} (not a feature); loss and "
                      f"weighted_ metrics weighted"
@@ -472,6 +502,7 @@ def train(
                                             if class_weights else None),
                            "validation_split": _split_report(train_seq, val_seq),
                            "early_stopping": stopping,
+                           "ranks": shard_report(ranks, train_seq),
                            "resumed_from": ({"checkpoint": ckpt.path, "epoch": ckpt.cursor.epoch,
                                              "batch": ckpt.cursor.batch} if ckpt else None)},
                           f, indent=1)
@@ -491,18 +522,21 @@ def train(
 
 def _validation_sequence(data: Any, validation: Any, train_seq: Any, opts: FitOptions,
                          common: dict[str, Any], prefetch: int,
-                         echo: Callable[[str], None]) -> Any:
-    """The validation DaskSequence: of ``validation``, of the split's held-out part, or None."""
+                         echo: Callable[[str], None], manifest: Any = None) -> Any:
+    """The validation DaskSequence: of ``validation``, of the split's held-out part, or None.
+
+    ``manifest``: one another rank published for it, reused if it still describes the data.
+    """
     from daskfeed.sequence import DaskSequence
 
     if not (validation or opts.validation_split):
         return None
     same = {**common, "blocksize": train_seq.source.options.blocksize}
     if opts.validation_split:
-        seq = DaskSequence(data, features=train_seq.features, shuffle=False,
-                           reference=train_seq.manifest, prefetch_bytes=prefetch, seed=train_seq.seed,
-                           validation_split=opts.validation_split, subset="validation",
-                           weight=opts.weight, **same)
+        seq = _reusing(manifest, lambda m: DaskSequence(
+            data, features=train_seq.features, shuffle=False, reference=train_seq.manifest,
+            prefetch_bytes=prefetch, seed=train_seq.seed, validation_split=opts.validation_split,
+            subset="validation", weight=opts.weight, manifest=m, **same))
         held = len((seq.manifest.split or {})["validation_partitions"])
         share = seq.manifest.rows / max(seq.manifest.rows + train_seq.manifest.rows, 1)
         coarse = ("; whole partitions: lower --blocksize for a split nearer "
@@ -514,10 +548,35 @@ def _validation_sequence(data: Any, validation: Any, train_seq: Any, opts: FitOp
              f"{train_seq.manifest.rows:,} rows (their statistics only)")
         return seq
     weight = opts.weight if opts.weight and _has_column(validation, opts.weight, common) else None
-    seq = DaskSequence(validation, features=train_seq.features, shuffle=False,
-                       reference=train_seq.manifest, prefetch_bytes=prefetch, weight=weight, **common)
+    seq = _reusing(manifest, lambda m: DaskSequence(
+        validation, features=train_seq.features, shuffle=False, reference=train_seq.manifest,
+        prefetch_bytes=prefetch, weight=weight, manifest=m, **common))
     echo(f"validation data: {seq.manifest.rows:,} rows in {len(seq.manifest.partitions)} partitions")
     return seq
+
+
+def _reusing(manifest: Any, make: Callable[[Any], Any]) -> Any:
+    """``make(manifest)`` if that manifest still describes the data, else ``make(None)`` (a scan)."""
+    from daskfeed.exceptions import ManifestMismatchError
+
+    if manifest is None:
+        return make(None)
+    try:
+        return make(manifest)
+    except ManifestMismatchError:
+        return make(None)
+
+
+def _join_scan(client: Any, ranks: Any, echo: Callable[[str], None], **settings: Any) -> Any:
+    """Several trainers: the scan lock of these data on the shared scheduler (None: one trainer)."""
+    from daskfeed import config
+    from daskfeed.ranks import join_scan, scan_key
+
+    if not ranks.several:
+        return None
+    echo(f"trainer {ranks.describe()}")
+    settings["vocabulary_size"] = int(config.get("vocabulary-size", settings["vocabulary_size"]))
+    return join_scan(client, scan_key(**settings), echo=echo)
 
 
 def _has_column(data: Any, name: str, common: dict[str, Any]) -> bool:

@@ -1,0 +1,187 @@
+"""Several trainers: rank resolution, equal shards, one scan, 3 trainer processes on one cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import daskfeed
+from daskfeed.exceptions import SchemaError
+from daskfeed.plan import equal_shard_batches, make_plan, shard_rows
+from daskfeed.ranks import Rank, resolve_rank
+
+BIN = pathlib.Path(sys.executable).parent
+
+
+# ------------------------------------------------------------------ where the rank comes from
+def test_rank_from_flags_then_tf_config_then_rank_world_size():
+    tf_config = json.dumps({"cluster": {"chief": ["a:1"], "worker": ["b:1", "c:1"]},
+                            "task": {"type": "worker", "index": 1}})
+    env = {"TF_CONFIG": tf_config, "RANK": "0", "WORLD_SIZE": "5"}
+    assert resolve_rank(1, 2, env) == Rank(1, 2, "--rank/--world-size")
+    assert resolve_rank(None, None, env) == Rank(2, 3, "TF_CONFIG")  # chief 0, workers 1, 2
+    no_chief = json.dumps({"cluster": {"worker": ["b:1", "c:1"]}, "task": {"type": "worker",
+                                                                           "index": 0}})
+    assert resolve_rank(None, None, {"TF_CONFIG": no_chief}) == Rank(0, 2, "TF_CONFIG")
+    assert resolve_rank(None, None, {"RANK": "3", "WORLD_SIZE": "4"}) == Rank(3, 4, "RANK/WORLD_SIZE")
+    assert resolve_rank(None, None, {}) == Rank(0, 1, "default")
+    assert not Rank().several and Rank(0, 2).shard == (0, 2)
+
+
+@pytest.mark.parametrize("args, env, message", [
+    ((1, None), {}, r"Expected both a rank and a world size.*Received: rank=1, world_size=None"),
+    ((3, 3), {}, r"Expected 0 <= rank < world_size. Received: rank=3, world_size=3"),
+    ((None, None), {"TF_CONFIG": "{not json"}, r"Expected TF_CONFIG as tf.distribute writes it"),
+    ((None, None), {"TF_CONFIG": json.dumps({"cluster": {"worker": ["a"], "ps": ["b"]},
+                                             "task": {"type": "ps", "index": 0}})},
+     r"Expected a TF_CONFIG task of type 'chief' or 'worker'.*Received: task type 'ps'"),
+    ((None, None), {"RANK": "one", "WORLD_SIZE": "2"}, r"Expected integers in RANK and WORLD_SIZE"),
+])
+def test_rank_errors_say_what_and_how(args, env, message):
+    with pytest.raises(SchemaError, match=message) as err:
+        resolve_rank(*args, env)
+    assert "\nHint: " in str(err.value)
+
+
+# ------------------------------------------------------------------ the plan of each rank
+@pytest.mark.parametrize("seed", range(5))
+def test_equal_batches_disjoint_shards_union_is_the_epoch(seed):
+    rng = np.random.default_rng(seed)
+    counts = [int(c) for c in rng.integers(0, 900, size=int(rng.integers(6, 40)))]
+    world, batch = int(rng.integers(2, 5)), int(rng.integers(16, 200))
+    equal = equal_shard_batches(counts, batch_size=batch, nshards=world)
+    assert equal == min(r // batch for r in shard_rows(counts, world))
+    seen: set[int] = set()
+    dropped = 0
+    for epoch in range(2):
+        seen, dropped = set(), 0
+        for r in range(world):
+            plan = make_plan(counts, batch_size=batch, epoch=epoch, seed=seed, shard=(r, world),
+                             window_rows=500, max_batches=equal)
+            assert plan.num_batches == equal and plan.rows == equal * batch
+            assert all(plan.batch_rows(i) == batch for i in range(plan.num_batches))
+            parts = {p for w in plan.windows for p in w.partitions}
+            assert not parts & seen  # disjoint shards
+            seen |= parts
+            assert plan.rows + plan.dropped == shard_rows(counts, world)[r]
+            dropped += plan.dropped
+        assert dropped == sum(counts) - world * equal * batch
+    # the windows left out are planned for no batch (their rows are counted, not read)
+    assert seen <= {p for p, n in enumerate(counts) if n > 0}
+
+
+def test_sequences_of_three_ranks_serve_disjoint_rows(id_data, client):
+    """Real DaskSequences: every row at most once over the ranks, the rest counted as dropped."""
+    base = daskfeed.DaskSequence(id_data.train_glob, label="cleared", client=client, batch_size=256,
+                                 window_rows=1500, seed=3, shard=(0, 3))
+    seqs = [base] + [daskfeed.DaskSequence(id_data.train_glob, label="cleared", client=client,
+                                           batch_size=256, window_rows=1500, seed=3, shard=(r, 3),
+                                           manifest=base.manifest) for r in (1, 2)]
+    try:
+        assert len({len(s) for s in seqs}) == 1  # 4,900 / 4,200 / 4,200 rows → 16 batches each
+        assert len(seqs[0]) == 4200 // 256
+        for epoch in range(2):
+            ids = []
+            for s in seqs:
+                s.set_epoch(epoch)
+                ids.append(np.concatenate([s[i][0]["row_id"].astype(np.int64)
+                                           for i in range(len(s))]))
+            every = np.concatenate(ids)
+            assert len(every) == len(np.unique(every)) == 3 * len(seqs[0]) * 256
+            dropped = sum(s.plan.dropped for s in seqs)
+            assert len(every) + dropped == id_data.train_rows
+            assert [s.epoch_stats()["dropped_rows"] for s in seqs] == [4900 - 4096, 104, 104]
+            shard_of = (every // 700) % 3  # files of 700 rows, one partition each
+            owner = np.repeat(np.arange(3), [len(i) for i in ids])
+            assert np.array_equal(shard_of, owner)
+            if epoch == 0:
+                first = set(every.tolist())
+        assert set(every.tolist()) != first  # another epoch leaves other rows out
+    finally:
+        for s in seqs:
+            s.close()
+
+
+# ------------------------------------------------------------------ 3 trainers, one cluster
+@pytest.fixture(scope="module")
+def rank_data(tmp_path_factory):
+    from daskfeed.demo import write_demo_data
+
+    return write_demo_data(tmp_path_factory.mktemp("ranks"), rows=12_000, validate_rows=2000)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "RANK", "WORLD_SIZE")}
+    return {**env, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2", **extra}
+
+
+@pytest.mark.timeout(900)
+def test_three_trainers_one_scheduler_one_scan(rank_data, tmp_path, stop_process_groups):
+    from test_deploy import _compose_commands, _wait_for_file
+
+    sf = str(tmp_path / "scheduler.json")
+    sched_cmd, worker_cmd = _compose_commands(sf)
+    dask = str(BIN / "dask")
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    procs = [subprocess.Popen([dask, *sched_cmd[1:]], env=_env(), start_new_session=True, **quiet)]
+    try:
+        _wait_for_file(sf, procs[0])
+        procs += [subprocess.Popen([dask, *worker_cmd[1:]], env=_env(), start_new_session=True,
+                                   **quiet) for _ in range(2)]
+        out = tmp_path / "out"
+        common = [str(BIN / "daskfeed"), "train", rank_data.train_glob, "--label", "cleared",
+                  "--validation", rank_data.validate_glob, "--epochs", "1", "--batch-size", "256",
+                  "--scheduler-file", sf, "--memory-limit", "2GB", "--output", str(out),
+                  "--cache", str(tmp_path / "cache"), "--verbose", "0"]
+        tf_config = json.dumps({"cluster": {"worker": ["h0:1", "h1:1", "h2:1"]},
+                                "task": {"type": "worker", "index": 1}})
+        how = [(["--rank", "0", "--world-size", "3"], {}),  # the three ways to say the rank
+               ([], {"TF_CONFIG": tf_config}),
+               ([], {"RANK": "2", "WORLD_SIZE": "3"})]
+        runs = [subprocess.Popen(common + flags, env=_env(**env), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
+                for flags, env in how]
+        procs += runs
+        outputs = [r.communicate(timeout=800) for r in runs]
+        for r, (stdout, stderr) in zip(runs, outputs, strict=True):
+            assert r.returncode == 0, stdout[-2000:] + stderr[-3000:]
+        texts = [o[0] for o in outputs]
+        origins = ["--rank/--world-size", "TF_CONFIG", "RANK/WORLD_SIZE"]
+        for rank, (text, origin) in enumerate(zip(texts, origins, strict=True)):
+            assert f"trainer rank {rank} of 3 (from {origin})" in text, text
+        scanned = [t for t in texts if re.search(r"train data: .*\(scanned in", t)]
+        assert len(scanned) == 1, texts  # ONE scan for the three ranks
+        assert sum("(manifest reused)" in t for t in texts) == 2
+
+        dirs = [out, out / "rank-1", out / "rank-2"]
+        hists = [json.loads((d / "history.json").read_text()) for d in dirs]
+        ranks = [h["ranks"] for h in hists]
+        assert [r["rank"] for r in ranks] == [0, 1, 2]
+        assert sum(r["shard_rows"] for r in ranks) == 12_000  # the shards are the whole data
+        batches = {r["batches_per_epoch"] for r in ranks}
+        assert batches == {4000 // 256}  # 4 files of 1,000 rows per rank
+        for h, r in zip(hists, ranks, strict=True):
+            assert h["epochs"][0]["rows"] == r["rows_per_epoch"] == 15 * 256
+            assert r["dropped_rows_per_epoch"] == r["shard_rows"] - r["rows_per_epoch"] == 160
+            assert h["epochs"][0]["val_accuracy"] > 0.6
+        fingerprints = {json.loads((d / "manifest.json").read_text())["fingerprint"] for d in dirs}
+        assert len(fingerprints) == 1
+        for text in texts:
+            assert "partitions p % 3 ==" in text and "160 rows of this shard left out" in text
+    finally:
+        stop_process_groups(procs)
+
+
+def test_several_trainers_need_a_shared_scheduler(tmp_path, rank_data):
+    from daskfeed.train import train
+
+    with pytest.raises(SchemaError, match=r"Expected one Dask cluster shared by the trainers.*"
+                                          r"Received: rank 1 of 2 \(from --rank/--world-size\)"):
+        train(rank_data.train_glob, label="cleared", rank=1, world_size=2, output=tmp_path)
