@@ -623,53 +623,6 @@ def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> No
         click.echo(f"wrote {output}")
 
 
-@cli.command()
-@click.argument("data", nargs=-1)
-@click.option("--rows", type=click.IntRange(1000), default=None,
-              help="Generate this many rows of demo quest logs (1000-row files) instead of DATA.")
-@click.option("--data-dir", default="bench-out/data", show_default=True,
-              help="Where --rows writes the demo data (reused when already there).")
-@click.option("--validation", multiple=True, help="Validation data for the loss sanity check.")
-@click.option("--label", default="cleared", show_default=True)
-@click.option("--features", callback=_columns, default=None,
-              help="Numeric feature columns [default: level,party_size,attempt,duration_s,deaths,hour].")
-@_config_option("--batch-size", key="batch-size", type=click.IntRange(1))
-@click.option("--epochs", type=click.IntRange(2), default=3, show_default=True,
-              help="Epochs per fit: epoch 1 cold; the fastest later one is the steady state.")
-@click.option("--memory-limit", type=MemorySize(), default="4GB", show_default=True,
-              help="daskfeed's budget for the whole process tree.")
-@click.option("--nworkers", type=click.IntRange(1), default=None,
-              help="Dask workers (default: cores, at most 4).")
-@click.option("--old-recipe-threads", is_flag=True,
-              help="Run the old recipe's 2 workers as threads instead of processes.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="Also write the results as JSON here.")
-@_friendly
-def bench(data: tuple[str, ...], rows: int | None, data_dir: str, validation: tuple[str, ...],
-          json_path: str | None, features: list[str] | None, **kw: Any) -> None:
-    """Benchmark daskfeed against in-memory fit, tf.data and the old recipe on DATA (or --rows N)."""
-    import json
-
-    from daskfeed import bench as b
-    from daskfeed import config
-
-    if bool(data) == (rows is not None):
-        raise click.UsageError("give either DATA or --rows N (generate demo data), not both")
-    kw["features"] = features or list(b.DEFAULT_FEATURES)
-    kw["batch_size"] = int(config.get("batch-size", kw["batch_size"]))
-    if rows is not None:
-        result = b.run_demo_bench(rows, data_dir=data_dir, echo=click.echo, **kw)
-    else:
-        result = b.run_bench(list(data), validation=list(validation) or None, echo=click.echo, **kw)
-    click.echo("")
-    click.echo(b.format_table(result))
-    if json_path:
-        os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
-        with open(json_path, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=1)
-        click.echo(f"wrote {json_path}")
-
-
 @cli.group(name="cache")
 def cache_group() -> None:
     """Show and remove the parse cache on this machine (one entry per data set)."""

@@ -103,7 +103,6 @@ CASES = [
                *QUICK], ["--cache DIR", "--no-cache"], []),
     ("scan", ["{train}", "--label", "cleared", "--cache", "{bad}/sub", "--memory-limit", "3GB",
               *QUICK], ["--cache DIR", "--no-cache"], []),
-    ("bench", ["{empty}"], ["--rows"], []),
 ]
 
 
@@ -127,7 +126,7 @@ def test_a_hint_names_only_flags_of_its_command(data, command, args, present, ab
 
 def test_every_command_is_walked_and_its_help_names_only_its_flags():
     commands = _commands()
-    assert {"train", "scan", "demo", "bench"} <= {p[-1] for p in commands}
+    assert {"train", "scan", "demo"} <= {p[-1] for p in commands}
     for path in commands:
         out = CliRunner().invoke(cli, [*path, "--help"], terminal_width=200)
         own = help_flags(path)
@@ -135,7 +134,7 @@ def test_every_command_is_walked_and_its_help_names_only_its_flags():
         unknown = named_flags(out.output) - own
         assert not unknown, f"{' '.join(path)} --help names {sorted(unknown)}"
     walked = {c[0] for c in CASES}
-    assert {"train", "scan", "demo", "bench"} <= walked
+    assert {"train", "scan", "demo"} <= walked
 
 
 def test_help_flags_parser_reads_the_option_column():
@@ -143,7 +142,7 @@ def test_help_flags_parser_reads_the_option_column():
     assert {"--label", "--batch-size", "--bad-lines", "--no-cache", "--blocksize", "--nworkers",
             "--help"} <= flags
     assert "--rows" not in flags
-    assert "--rows" in help_flags(("bench",))
+    assert "--rows" in help_flags(("demo",))
 
 
 def _daskfeed(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
