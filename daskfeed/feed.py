@@ -395,7 +395,9 @@ def read_window(blocks: list[tuple[int, Any]], options: Any, encoding: Encoding,
     size = 0
     columns = encoding.names
     readers: dict[str, Any] = {}  # each cache file opened once per window
+    hits = 0
     for index, block in blocks:
+        hits += cache is not None and cache.has(index)
         for table in block_tables(index, block, options, cache, columns=columns, readers=readers):
             if table.num_rows:
                 run.append(table)
@@ -406,6 +408,10 @@ def read_window(blocks: list[tuple[int, Any]], options: Any, encoding: Encoding,
                 run, size = [], 0
                 readers.clear()  # unmap what was read: the task holds one run, not the window
     parts.extend(_encode_run(run, encoding))
+    if cache is not None:
+        from daskfeed.dashboard import report_cache
+
+        report_cache(hits, len(blocks) - hits)  # the dashboard's cache hit rate
     return _permute(concat(parts), seed) if parts else _empty(encoding)
 
 

@@ -340,7 +340,8 @@ MAX_REJECT_CHARS = 4096  # characters kept of one quarantined line
 
 
 def scan_block(index: int, block: Any, options: Any, label: str, writer: Any,
-               run: _StatsRun, topic: str | None = None, task: int = 0) -> dict[str, Any]:
+               run: _StatsRun, topic: str | None = None, task: int = 0,
+               nbytes: int = 0) -> dict[str, Any]:
     """Parse partition ``index`` once: its facts and bad lines (see :func:`scan_blocks`).
 
     Its tables go to ``run`` (the group's statistics) and to ``writer`` (the group's parse
@@ -354,7 +355,8 @@ def scan_block(index: int, block: Any, options: Any, label: str, writer: Any,
     for table in block_tables(index, block, options, None, rejects, use_cache=False, writer=writer):
         summary = merge_facts(summary, table_facts(table, label))
         run.add(table)
-        report(topic, task, index, table.num_rows, table.nbytes)
+        report(topic, task, index, table.num_rows)
+    report(topic, task, index, nbytes=nbytes)  # the partition's input bytes, once read
     if summary is None:  # an empty file
         summary = {"rows": 0, "columns": [], "kinds": {}, "missing": {}, "label_rows": 0, "samples": {}}
     summary["bad_lines"] = len(rejects)
@@ -876,8 +878,10 @@ def _run_scan(src: Any, label: str, client: Any, token: str, partition_cache: An
     nthreads = sum(client.nthreads().values()) or 1
     groups = _scan_groups(src, nthreads, only)
     topic = f"daskfeed-scan-{token}"
+    sizes = block_sizes(src)
     futures = [client.submit(scan_blocks, [(i, src.blocks[i]) for i in g], src.options, label,
-                             partition_cache, topic, key=f"daskfeed-scan-{g[0]}-{token}", retries=1)
+                             partition_cache, topic, [sizes[i] for i in g],
+                             key=f"daskfeed-scan-{g[0]}-{token}", retries=1)
                for g in groups]
     try:
         _await_scan(client, futures, groups, src, timeout, topic)
@@ -926,10 +930,12 @@ REPORT_EVERY = 0.5  # seconds between progress events of one scan task
 _pending: dict[tuple[str, int], list[int]] = {}  # (topic, task) -> [rows, bytes, last time]
 
 
-def report(topic: str | None, task: int, block: int, rows: int = 0, nbytes: int = 0) -> None:
+def report(topic: str | None, task: int, block: int, rows: int = 0, nbytes: int = 0,
+           *, flush: bool = False) -> None:
     """Tell the trainer's scan watchdog that task ``task`` is at partition ``block`` (on a worker).
 
-    Rows and bytes parsed accumulate; at most one event per ``REPORT_EVERY`` seconds per task.
+    Rows and bytes parsed accumulate; at most one event per ``REPORT_EVERY`` seconds per task,
+    and one with the rest when ``flush`` (the task's end), so the totals add up.
     """
     if topic is None:
         return
@@ -937,7 +943,7 @@ def report(topic: str | None, task: int, block: int, rows: int = 0, nbytes: int 
     acc[0] += rows
     acc[1] += nbytes
     now = time.monotonic()
-    if now - acc[2] < REPORT_EVERY:
+    if now - acc[2] < REPORT_EVERY and not (flush and (acc[0] or acc[1])):
         return
     try:
         from distributed import get_worker
@@ -1038,7 +1044,8 @@ def _scan_groups(src: Any, nthreads: int, only: list[int]) -> list[list[int]]:
 
 
 def scan_blocks(items: list[tuple[int, Any]], options: Any, label: str,
-                cache: Any = None, topic: str | None = None) -> dict[str, Any]:
+                cache: Any = None, topic: str | None = None,
+                sizes: list[int] | None = None) -> dict[str, Any]:
     """:func:`scan_block` of several blocks in one task: their facts and merged statistics.
 
     The blocks' parsed tables go to the cache as one group (a few segment files and one
@@ -1050,7 +1057,8 @@ def scan_blocks(items: list[tuple[int, Any]], options: Any, label: str,
     run = _StatsRun(label)
     task = items[0][0]
     try:
-        summaries = [scan_block(i, b, options, label, writer, run, topic, task) for i, b in items]
+        summaries = [scan_block(i, b, options, label, writer, run, topic, task, size)
+                     for (i, b), size in zip(items, sizes or [0] * len(items), strict=True)]
         stats = run.flush()
     except BaseException:
         if writer is not None:
@@ -1058,6 +1066,7 @@ def scan_blocks(items: list[tuple[int, Any]], options: Any, label: str,
         raise
     if writer is not None:
         writer.commit()
+    report(topic, task, items[-1][0], flush=True)
     _pending.pop((topic or "", task), None)
     return {"facts": summaries, "stats": stats}
 
