@@ -20,8 +20,8 @@ from dask.utils import format_bytes, parse_bytes
 from daskfeed import config
 from daskfeed.exceptions import BudgetError
 
-__all__ = ["Budget", "acquire_client", "client_context", "connect", "make_security", "parse_memory_limit",
-           "start_local_cluster"]
+__all__ = ["Budget", "WorkerMemory", "acquire_client", "check_worker_memory", "client_context", "connect",
+           "make_security", "parse_memory_limit", "start_local_cluster", "worker_memory"]
 
 logger = logging.getLogger(__name__)
 
@@ -161,6 +161,78 @@ class Budget:
             f" each); partitions of {format_bytes(self.blocksize)}, shuffle windows of "
             f"{format_bytes(self.window_bytes)} CSV"
         )
+
+
+@dataclass(frozen=True)
+class WorkerMemory:
+    """One worker's memory limit, threads, and the fraction at which its nanny restarts it."""
+
+    address: str
+    name: str
+    limit: int  # bytes; 0: no limit
+    nthreads: int
+    terminate: float  # distributed.worker.memory.terminate on that worker (1.0: off)
+
+    @property
+    def usable(self) -> float:
+        """Bytes the worker may hold before its nanny restarts it (inf without a limit)."""
+        return self.limit * self.terminate if self.limit else float("inf")
+
+
+def worker_memory(client: Any) -> list[WorkerMemory]:
+    """Memory limit, threads and restart fraction of every worker of ``client``'s cluster."""
+    info = client.scheduler_info(n_workers=-1)["workers"]
+    try:  # each worker's own setting (its config, its environment)
+        fractions = client.run(_terminate_fraction)
+    except Exception:
+        fractions = {}
+    out = []
+    for address, w in sorted(info.items()):
+        frac = fractions.get(address, 0.95)
+        out.append(WorkerMemory(address, str(w.get("name", address)), int(w.get("memory_limit") or 0),
+                                int(w.get("nthreads") or 1), float(frac) if frac else 1.0))
+    return out
+
+
+def _terminate_fraction() -> Any:
+    """On a worker: the fraction of its memory limit at which the nanny restarts it."""
+    import dask.config
+
+    return dask.config.get("distributed.worker.memory.terminate", 0.95)
+
+
+def check_worker_memory(client: Any, window_bytes: int, *, what: str = "shuffle window") -> None:
+    """Refuse workers whose memory limit cannot hold the parse peak of the planned window.
+
+    Parsing a window of ``window_bytes`` CSV bytes peaks at about :data:`PARSE_FACTOR` times
+    that on the worker, once per thread (each thread may parse a window). A worker whose
+    peak would pass the fraction of its limit at which its nanny restarts it
+    (``distributed.worker.memory.terminate``, 95 %) would die in the first epoch; this says
+    so before anything is trained.
+
+    Raises
+    ------
+    BudgetError
+        Naming the first worker too small (address and name), its limit, the window's size
+        and the memory the window needs, with the limit to start workers with.
+    """
+    need = int(PARSE_FACTOR * window_bytes)
+    small = [w for w in worker_memory(client) if need * w.nthreads > w.usable]
+    if not small:
+        return
+    w = small[0]
+    want = -(-need * w.nthreads / w.terminate // 10**8) / 10  # GB, rounded up to 0.1
+    others = f" ({len(small) - 1} other worker(s) too)" if len(small) > 1 else ""
+    raise BudgetError(
+        f"Expected Dask workers whose memory limit holds the planned {what} of "
+        f"{format_bytes(window_bytes)} CSV: parsing it takes about {format_bytes(need)} "
+        f"({PARSE_FACTOR:g} × its bytes) per thread. Received: worker {w.address} "
+        f"(name {w.name!r}) with a memory limit of {format_bytes(w.limit)} ({w.limit / 1e9:.2f} GB) "
+        f"and {w.nthreads} thread(s), restarted by its nanny at {w.terminate:.0%} of it, "
+        f"{format_bytes(int(w.usable))}{others}.\n"
+        f"Hint: start the workers with --memory-limit {want:g}GB or more (or fewer --nthreads), "
+        "or use smaller partitions (--blocksize) so windows are smaller."
+    )
 
 
 def _window_and_block(worker_memory: float, nthreads: int) -> tuple[int, int]:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from daskfeed.cluster import Budget, close_client, connect, start_local_cluster
+from daskfeed.cluster import Budget, check_worker_memory, close_client, connect, start_local_cluster
 from daskfeed.ranks import rank_output, resolve_rank, shard_line, shard_report
 
 __all__ = ["FitOptions", "RSSSampler", "TrainResult", "default_memory_limit", "train"]
@@ -406,6 +406,8 @@ def train(
                      if opts.validation_split else {})
             if cached is not None and opts.class_weight == "balanced" and not cached.label_counts:
                 cached = None  # made before the scan kept label counts: rescan
+            if scheduler and cached is not None:  # before any window is sent to a worker
+                check_worker_memory(client, _largest_partition(cached), what="partition")
             t0 = time.perf_counter()
             try:
                 train_seq = DaskSequence(data, features=features, exclude=exclude, seed=seed,
@@ -444,6 +446,8 @@ def train(
                 seqs.append(val_seq)
             if shared is not None:  # the other ranks reuse what this one scanned
                 shared.share(train=manifest, validation=val_seq.manifest if val_seq else None)
+            if scheduler:  # workers too small for these windows: say so before training
+                check_worker_memory(client, _planned_window_bytes(train_seq, val_seq))
             if opts.weight:
                 echo(f"sample weights: column {opts.weight!r} (not a feature); loss and "
                      f"weighted_ metrics weighted"
@@ -553,6 +557,17 @@ def _validation_sequence(data: Any, validation: Any, train_seq: Any, opts: FitOp
         prefetch_bytes=prefetch, weight=weight, manifest=m, **common))
     echo(f"validation data: {seq.manifest.rows:,} rows in {len(seq.manifest.partitions)} partitions")
     return seq
+
+
+def _planned_window_bytes(*seqs: Any) -> int:
+    """CSV bytes of the largest planned window: its target rows, or one whole partition."""
+    return max(max(int(seq.window_rows * seq.manifest.bytes_per_row), _largest_partition(seq.manifest))
+               for seq in seqs if seq is not None)
+
+
+def _largest_partition(manifest: Any) -> int:
+    """CSV bytes of the manifest's largest partition (a window holds at least one)."""
+    return int(max(manifest.counts, default=0) * manifest.bytes_per_row)
 
 
 def _reusing(manifest: Any, make: Callable[[Any], Any]) -> Any:

@@ -141,3 +141,76 @@ def test_scale_out_on_real_dask_scheduler_and_workers(demo_data, tmp_path, stop_
         assert hist["epochs"][0]["val_accuracy"] > 0.7
     finally:
         stop_process_groups(procs)
+
+
+def _big_csv(path: pathlib.Path, mbytes: int) -> int:
+    """One CSV file of about ``mbytes`` MB (a 10,000-row block repeated); its row count."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    block = np.column_stack([rng.normal(size=(10_000, 5)).round(4), rng.integers(0, 2, 10_000)])
+    lines = "".join(f"{a},{b},{c},{d},{e},{int(y)}\n" for a, b, c, d, e, y in block)
+    reps = -(-mbytes * 10**6 // len(lines))
+    path.write_text("a,b,c,d,e,cleared\n" + lines * reps, encoding="utf-8")
+    return 10_000 * reps
+
+
+@pytest.mark.timeout(400)
+def test_worker_too_small_for_the_planned_partition_is_refused_before_training(
+        client, tmp_path, stop_process_groups):
+    """A manifest made on a bigger machine (one 60 MB partition) meets 300 MB workers."""
+    from daskfeed.manifest import scan
+    from daskfeed.source import Source
+
+    data = tmp_path / "big.csv"
+    rows = _big_csv(data, 60)
+    out = tmp_path / "out"
+    out.mkdir()
+    m = scan(Source(str(data), blocksize="64MiB"), label="cleared", client=client,
+             partition_cache=None)
+    assert m.rows == rows and len(m.partitions) == 1
+    m.to_json(str(out / "manifest.json"))
+
+    sf = str(tmp_path / "scheduler.json")
+    sched_cmd, worker_cmd = _compose_commands(sf)
+    worker_cmd[worker_cmd.index("--memory-limit") + 1] = "300MB"
+    dask = str(BIN / "dask")
+    procs = [subprocess.Popen([dask, *sched_cmd[1:]], env=ENV, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        _wait_for_file(sf, procs[0])
+        procs.append(subprocess.Popen([dask, *worker_cmd[1:]], env=ENV, start_new_session=True,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        run = subprocess.run(
+            [str(BIN / "daskfeed"), "train", str(data), "--label", "cleared", "--blocksize", "64MiB",
+             "--scheduler-file", sf, "--memory-limit", "2GB", "--output", str(out),
+             "--verbose", "0"], capture_output=True, text=True, env=ENV, timeout=300)
+    finally:
+        stop_process_groups(procs)
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    err = run.stderr
+    assert "Traceback" not in err
+    size = m.nbytes / 2**20
+    assert re.search(rf"Expected Dask workers whose memory limit holds the planned partition of "
+                     rf"{size:.2f} MiB CSV: parsing it takes about [\d.]+ MiB \(6 × its bytes\) per "
+                     rf"thread\. Received: worker tcp://127\.0\.0\.1:\d+ \(name '[^']+'\) with a "
+                     rf"memory limit of 286\.10 MiB \(0\.30 GB\)", err), err
+    assert "restarted by its nanny at 95% of it" in err
+    assert re.search(r"Hint: start the workers with --memory-limit [\d.]+GB or more", err), err
+    assert not (out / "history.json").exists() and not (out / "model.keras").exists()
+
+
+def test_check_worker_memory_against_real_workers(client):
+    """2 GiB workers, one thread: a 256 MiB window (1.5 GiB to parse) fits, 400 MiB does not."""
+    from daskfeed.cluster import check_worker_memory, worker_memory
+    from daskfeed.exceptions import BudgetError
+
+    workers = worker_memory(client)
+    assert len(workers) == 2 and {w.limit for w in workers} == {2 * 2**30}
+    assert {w.terminate for w in workers} == {0.95}
+    check_worker_memory(client, 256 * 2**20)
+    with pytest.raises(BudgetError, match=r"planned shuffle window of 400\.00 MiB CSV: parsing it "
+                                          r"takes about 2\.34 GiB .* Received: worker "
+                                          r"tcp://127\.0\.0\.1:\d+ .*memory limit of 2\.00 GiB "
+                                          r"\(2\.15 GB\).*\(1 other worker\(s\) too\)"):
+        check_worker_memory(client, 400 * 2**20)
