@@ -416,6 +416,10 @@ def _train_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--as-matrix", is_flag=True, help="Feed x as one float32 matrix of numeric features."),
         _data_options,
         click.option("--verbose", type=click.IntRange(0, 2), default=None, help="Keras verbosity."),
+        click.option("--quiet", "-q", is_flag=True,
+                     help="Print only warnings and errors (no progress bars, no summary)."),
+        click.option("--tensorboard", type=click.Path(file_okay=False), default=None,
+                     help="Also write TensorBoard logs to this directory (Keras' callback)."),
         _config_option("--checkpoint-every", key="checkpoint-every", type=click.IntRange(0),
                        help="Batches between checkpoints (model + optimizer + data cursor) in "
                             "OUTPUT/checkpoints; epoch ends are always checkpointed; 0: only those."),
@@ -524,10 +528,14 @@ def _run_train(data: Any, label: str, validation: Any, output: str, **kw: Any) -
     scheduler, kw["security"] = _scheduler_and_security(kw)
     kw["cache"] = _cache_choice(kw)
     verbose = kw.pop("verbose")
+    quiet = kw.pop("quiet")
+    if quiet and verbose:
+        raise click.UsageError("--quiet and --verbose exclude each other")
     return train(
         data, label=label, validation=validation or None, output=output, scheduler=scheduler,
         features=kw.pop("features"), exclude=tuple(kw.pop("exclude") or ()),
-        verbose="auto" if verbose is None else verbose, echo=click.echo, **kw,
+        verbose=0 if quiet else "auto" if verbose is None else verbose,
+        echo=(lambda _line: None) if quiet else click.echo, **kw,
     )
 
 

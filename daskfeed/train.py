@@ -250,6 +250,7 @@ def train(
     learning_rate: float | None = None,
     rank: int | None = None,
     world_size: int | None = None,
+    tensorboard: str | os.PathLike[str] | None = None,
 ) -> TrainResult:
     """Train a Keras model on ``data`` within ``memory_limit``; write model, manifest, history.
 
@@ -294,6 +295,13 @@ def train(
     sep, na_values, dtype
         Delimiter, null markers that are missing in every column (text too), and column
         types to force (``{"zip": "string"}``).
+    tensorboard
+        Also write TensorBoard logs there (Keras' ``TensorBoard`` callback).
+
+    The run is watched on the Dask dashboard: daskfeed's page (``/daskfeed``, printed at the
+    start) and ``daskfeed_*`` series on the scheduler's ``/metrics`` show epoch, batch, loss,
+    rows/s, data-wait and memory live; each epoch is a ``distributed.span``. At the end it
+    writes ``history.png`` and prints a summary.
     storage_options
         fsspec options for ``s3://`` and other URLs (``{"endpoint_url": ...}``), used here and
         sent to the workers; without credentials in them, each process takes its own from its
@@ -337,6 +345,11 @@ def train(
     from daskfeed.manifest import Manifest
     from daskfeed.model import EpochTelemetry, default_model, load_builder
     from daskfeed.sequence import DaskSequence
+    from daskfeed.watch import WatchCallback, history_plot, summary_lines
+
+    t_run = time.perf_counter()
+    if tensorboard:
+        _require_tensorboard()
 
     opts = FitOptions.resolve(
         validation=validation, builder=model is not None, weight=weight, class_weight=class_weight,
@@ -379,9 +392,14 @@ def train(
         echo(f"memory limit: {budget.describe(shown)}")
         client = start_local_cluster(budget, dashboard_address=dashboard_address,
                                      processes=processes)
-    link = client.dashboard_link if getattr(client, "dashboard_link", None) else None
+    from daskfeed.dashboard import EpochSpans, install, scan_span
+
+    links = install(client)  # daskfeed's page and daskfeed_* metrics on the scheduler
+    link = links.dashboard if links else getattr(client, "dashboard_link", None) or None
     if link:
         echo(f"dashboard: {link}")
+    if links:
+        echo(f"daskfeed page: {links.page} (Prometheus: {links.metrics})")
     seqs: list[Any] = []  # what to close at the end (sequences, the shared scan's lock)
     try:
         with RSSSampler() as rss:
@@ -399,7 +417,7 @@ def train(
                       "as_matrix": as_matrix, "encoding": encoding, "timeout": timeout,
                       "cache": cache, "bad_lines": bad_lines, "sep": sep, "na_values": na_values,
                       "vocabulary_size": vocabulary_size, "dtype": dtype,
-                      "storage_options": storage_options}
+                      "storage_options": storage_options, "spans": EpochSpans()}
             if ckpt:
                 common["blocksize"] = ckpt.cursor.blocksize
             split: dict[str, Any] = ({"validation_split": opts.validation_split, "subset": "training"}
@@ -410,20 +428,22 @@ def train(
                 check_worker_memory(client, _largest_partition(cached), what="partition")
             t0 = time.perf_counter()
             try:
-                train_seq = DaskSequence(data, features=features, exclude=exclude, seed=seed,
-                                         prefetch_bytes=budget.prefetch * 2 // 3, manifest=cached,
-                                         weight=opts.weight, shard=ranks.shard, **split, **common,
-                                         **pinned)
+                with scan_span(client, name="train"):
+                    train_seq = DaskSequence(data, features=features, exclude=exclude, seed=seed,
+                                             prefetch_bytes=budget.prefetch * 2 // 3,
+                                             manifest=cached, weight=opts.weight,
+                                             shard=ranks.shard, **split, **common, **pinned)
             except ManifestMismatchError as err:
                 if cached is None:
                     raise
                 # other files, or a setting that shapes the manifest changed: rebuild it
                 echo(f"rescanning: {str(err).splitlines()[0]}")
                 cached = None
-                train_seq = DaskSequence(data, features=features, exclude=exclude, seed=seed,
-                                         prefetch_bytes=budget.prefetch * 2 // 3,
-                                         weight=opts.weight, shard=ranks.shard, **split, **common,
-                                         **pinned)
+                with scan_span(client, name="train"):
+                    train_seq = DaskSequence(data, features=features, exclude=exclude, seed=seed,
+                                             prefetch_bytes=budget.prefetch * 2 // 3,
+                                             weight=opts.weight, shard=ranks.shard, **split,
+                                             **common, **pinned)
             seqs.append(train_seq)
             manifest: Manifest = train_seq.manifest
             if ckpt:  # refuse other data, batch size, seed, features before anything is trained
@@ -439,9 +459,10 @@ def train(
                  f"{nwin} window{'s' if nwin > 1 else ''} of ~{train_seq.rows // nwin:,} rows")
             if ranks.several:
                 echo(shard_line(ranks, train_seq))
-            val_seq = _validation_sequence(
-                data, validation, train_seq, opts, common, budget.prefetch // 3, echo,
-                manifest=shared.get("validation") if shared is not None else None)
+            with scan_span(client, name="validation"):
+                val_seq = _validation_sequence(
+                    data, validation, train_seq, opts, common, budget.prefetch // 3, echo,
+                    manifest=shared.get("validation") if shared is not None else None)
             if val_seq is not None:
                 seqs.append(val_seq)
             if shared is not None:  # the other ranks reuse what this one scanned
@@ -485,7 +506,10 @@ def train(
                                         early_stopping=stopper)
             if verbose == "auto":
                 verbose = 1 if sys.stdout.isatty() else 2
-            callbacks = [telemetry, *([stopper] if stopper else []), checkpointer]
+            watch = WatchCallback(client, train_seq, validation=val_seq, budget_bytes=budget.total,
+                                  rss_sampler=rss, epochs=epochs)  # the daskfeed page, live
+            callbacks = [telemetry, *([stopper] if stopper else []), checkpointer, watch,
+                         *([keras.callbacks.TensorBoard(os.fspath(tensorboard))] if tensorboard else [])]
             try:
                 fit_from(net, train_seq, epochs=epochs, epoch=start_epoch, batch=start_batch,
                          validation_data=val_seq, shuffle=False, verbose=verbose,
@@ -496,6 +520,7 @@ def train(
             history = checkpointer.history
             stopping = _report_early_stopping(stopper, epochs, echo)
             net.save(os.path.join(out, "model.keras"))
+            history_plot(history, os.path.join(out, "history.png"))
             with open(os.path.join(out, "history.json"), "w", encoding="utf-8") as f:
                 json.dump({"epochs": history, "memory_limit_bytes": budget.total,
                            "budget": budget.__dict__, "rows_per_epoch": train_seq.rows,
@@ -516,12 +541,30 @@ def train(
                                    "val_loss") if k in last), None)
         if metric:
             echo(f"{metric.replace('_', ' ')}: {last[metric]:.4f}")
-        echo(f"wrote {out}/model.keras, manifest.json, history.json")
+        for line in summary_lines(history, seconds=time.perf_counter() - t_run,
+                                  budget_bytes=budget.total, peak_rss_bytes=rss.overall_peak,
+                                  bad_rows=bad_report):
+            echo(line)
+        echo(f"wrote {out}/model.keras, manifest.json, history.json, history.png")
         return TrainResult(out, history, manifest, budget, link, net)
     finally:
         for s in seqs:
             s.close()
         close_client(client)
+
+
+def _require_tensorboard() -> None:
+    """Refuse ``tensorboard=`` up front when the ``tensorboard`` package is missing."""
+    import importlib.util
+
+    from daskfeed.exceptions import DaskfeedError
+
+    if importlib.util.find_spec("tensorboard") is None:
+        raise DaskfeedError(
+            "Expected the tensorboard package for --tensorboard. Received: it is not installed "
+            "(tensorflow-cpu does not bring it).\nHint: pip install 'daskfeed[tensorboard]', or "
+            "leave out --tensorboard."
+        )
 
 
 def _validation_sequence(data: Any, validation: Any, train_seq: Any, opts: FitOptions,
