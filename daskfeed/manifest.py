@@ -20,6 +20,7 @@ import os
 import time
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -761,6 +762,7 @@ def scan(
     validation_split: float | None = None,
     subset: str | None = None,
     seed: int = 0,
+    progress: Callable[[int, int, int, float, bool], None] | None = None,
 ) -> Manifest:
     """Scan ``data`` once on the cluster and return its :class:`Manifest`.
 
@@ -782,6 +784,9 @@ def scan(
     sep, na_values
         The delimiter, and null markers that are missing in every column (text too); see
         :class:`~daskfeed.source.Source`.
+    progress
+        Called about every second while the scan runs, and once at its end, with
+        ``(rows, bytes done, bytes in all, seconds, finished)`` (e.g. a progress bar).
     bad_lines
         ``"error"``, ``"skip"`` or ``"quarantine"`` (see :class:`~daskfeed.source.Source`);
         skipped lines are counted in ``Manifest.bad_lines`` and, for quarantine, their text
@@ -840,7 +845,7 @@ def scan(
     t0 = time.perf_counter()
     with client_context(client) as c:
         summaries, stats = _run_scan(src, label, c, fingerprint, partition_cache,
-                                     config.get_seconds("timeout", timeout), only)
+                                     config.get_seconds("timeout", timeout), only, progress)
     facts: list[dict[str, Any]] = [_unscanned() for _ in range(src.npartitions)]
     for i, f in zip(only, summaries, strict=True):
         facts[i] = f
@@ -852,7 +857,8 @@ def scan(
 
 
 def _run_scan(src: Any, label: str, client: Any, token: str, partition_cache: Any,
-              timeout: float, only: list[int]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+              timeout: float, only: list[int], progress: Any = None,
+              ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Facts of partitions ``only`` (in that order) and their merged statistics."""
     from dask import delayed
 
@@ -884,7 +890,7 @@ def _run_scan(src: Any, label: str, client: Any, token: str, partition_cache: An
                              key=f"daskfeed-scan-{g[0]}-{token}", retries=1)
                for g in groups]
     try:
-        _await_scan(client, futures, groups, src, timeout, topic)
+        _await_scan(client, futures, groups, src, timeout, topic, progress)
         level = [client.submit(operator.getitem, f, "stats", pure=False) for f in futures]
         while len(level) > 1:  # tree reduction on the cluster, fan-in 8
             level = [client.submit(merge_stats, *level[i : i + 8], pure=False)
@@ -956,7 +962,7 @@ def report(topic: str | None, task: int, block: int, rows: int = 0, nbytes: int 
 
 
 def _await_scan(client: Any, futures: list[Any], groups: list[list[int]], src: Any,
-                timeout: float, topic: str) -> ScanProgress:
+                timeout: float, topic: str, on_progress: Any = None) -> ScanProgress:
     """Wait for the scan tasks, judging progress, not completion; fail fast with the files named.
 
     A scan task reports each table it parses and each cache segment it writes (:func:`report`);
@@ -977,6 +983,9 @@ def _await_scan(client: Any, futures: list[Any], groups: list[list[int]], src: A
         return f"the scan of {first.describe()}{more}"
 
     progress = ScanProgress(groups)
+    sizes = block_sizes(src)
+    total = sum(sizes[i] for g in groups for i in g)
+    t0 = time.monotonic()
     task = {f.key: g for f, g in zip(futures, groups, strict=True)}
     client.subscribe_topic(topic, progress)
     try:
@@ -988,6 +997,9 @@ def _await_scan(client: Any, futures: list[Any], groups: list[list[int]], src: A
                                          return_when="FIRST_COMPLETED")
             except TimeoutError:
                 done = set()
+            if on_progress is not None:
+                on_progress(progress.rows, progress.nbytes, total, time.monotonic() - t0,
+                            not pending)
             for f in done:
                 progress.last = time.monotonic()
                 if f.status != "finished":

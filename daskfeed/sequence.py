@@ -189,6 +189,8 @@ class DaskSequence(keras.utils.PyDataset):
         part.
     window_bytes, prefetch_bytes, timeout
         Memory knobs (see ``daskfeed.yaml``); normally derived from ``--memory-limit``.
+    scan_progress
+        Called while this data is scanned (see :func:`daskfeed.scan`'s ``progress``).
     spans
         A :class:`daskfeed.dashboard.EpochSpans`: each epoch's windows are computed inside its
         ``distributed.span`` (the dashboard's Fine Performance Metrics by epoch).
@@ -261,6 +263,7 @@ class DaskSequence(keras.utils.PyDataset):
         validation_split: float | None = None,
         subset: str | None = None,
         spans: Any = None,
+        scan_progress: Any = None,
         **kwargs: Any,
     ) -> None:
         _refuse_multiprocessing(kwargs)
@@ -286,6 +289,7 @@ class DaskSequence(keras.utils.PyDataset):
             manifest = Manifest.from_json(manifest)
         if manifest is not None and blocksize is None:  # its partitions: the same blocks
             blocksize = manifest.read_options.get("blocksize")
+        self._scan_progress = scan_progress  # the scan's progress callback (see scan())
         self.source = Source(data, blocksize=blocksize, encoding=encoding, dtype=dtype,
                              storage_options=storage_options, bad_lines=bad_lines, sep=sep,
                              na_values=na_values)
@@ -295,6 +299,7 @@ class DaskSequence(keras.utils.PyDataset):
         try:
             self.cache, self.cache_status = self._open_cache(cache)
             self.manifest = self._resolve_manifest(manifest, label, vocabulary_size, split)
+            self._scan_progress = None  # scanned: not kept (nor pickled)
             ref = reference if reference is not None else self.manifest
             self.reference = ref  # whose statistics encode the features
             if weight is not None:
@@ -345,7 +350,7 @@ class DaskSequence(keras.utils.PyDataset):
         k = int(config.get("vocabulary-size", vocabulary_size))
         if manifest is None:
             return scan(self.source, label=label, client=self._client, timeout=self.timeout,
-                        vocabulary_size=k, partition_cache=self.cache,
+                        vocabulary_size=k, partition_cache=self.cache, progress=self._scan_progress,
                         validation_split=split["validation_split"] if split else None,
                         subset=split["subset"] if split else None, seed=self.seed)
         manifest.check_settings(self.source, label=label, vocabulary_size=k, split=split)

@@ -417,7 +417,8 @@ def train(
                       "as_matrix": as_matrix, "encoding": encoding, "timeout": timeout,
                       "cache": cache, "bad_lines": bad_lines, "sep": sep, "na_values": na_values,
                       "vocabulary_size": vocabulary_size, "dtype": dtype,
-                      "storage_options": storage_options, "spans": EpochSpans()}
+                      "storage_options": storage_options, "spans": EpochSpans(),
+                      "scan_progress": _scan_bar(echo)}
             if ckpt:
                 common["blocksize"] = ckpt.cursor.blocksize
             split: dict[str, Any] = ({"validation_split": opts.validation_split, "subset": "training"}
@@ -551,6 +552,25 @@ def train(
         for s in seqs:
             s.close()
         close_client(client)
+
+
+def _scan_bar(echo: Callable[[str], None]) -> Callable[[int, int, int, float, bool], None]:
+    """A scan progress line every 10 % of the bytes (and at the end): rows/s, bytes, ETA."""
+    from dask.utils import format_bytes
+
+    shown = [-1]
+
+    def show(rows: int, done: int, total: int, seconds: float, finished: bool) -> None:
+        step = int(10 * done / total) if total else 0
+        if finished or step <= shown[0] or seconds < 2:  # small scans: only the summary line
+            return
+        shown[0] = step
+        rate = done / seconds if seconds else 0.0
+        eta = f", ETA {(total - done) / rate:.0f}s" if rate and done < total else ""
+        echo(f"scan: {100 * done / total:.0f}% of {format_bytes(total)}, {rows:,} rows, "
+             f"{rows / seconds:,.0f} rows/s{eta}")
+
+    return show
 
 
 def _require_tensorboard() -> None:

@@ -65,11 +65,16 @@ def test_a_slow_read_that_keeps_making_progress_never_trips_the_watchdog(tmp_pat
         t0 = time.monotonic()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the compressed file's one-partition warning
+            seen: list[tuple[int, int, int, float, bool]] = []
             m = daskfeed.scan(f"slowfile://{tmp_path}/*.csv*", label="label", client=client,
-                              timeout=2, blocksize="1MiB")
+                              timeout=2, blocksize="1MiB", progress=lambda *a: seen.append(a))
         elapsed = time.monotonic() - t0
     assert elapsed > 2 * 2  # the read really outlasted the timeout
     assert m.rows == 100 + 1_000_000  # and every row of the slow file arrived
+    # the progress callback saw rows arrive while the scan ran, then the whole at the end
+    total = seen[-1][2]
+    assert seen[-1][4] and seen[-1][1] == total and seen[-1][0] == m.rows
+    assert any(0 < rows < m.rows and not finished for rows, _, _, _, finished in seen), seen
 
 
 def test_a_hung_read_fails_within_the_timeout_naming_the_partition(tmp_path):
