@@ -452,3 +452,16 @@ def test_train_resume_continues_and_refuses_changed_data(tmp_path):
                                                 r"fingerprint.*3,001 rows.*Hint:"):
         train(data.train_glob, resume=True, **{**kw, "epochs": 3})
     assert sorted(os.listdir(tmp_path / "out" / "checkpoints")) == names  # left as it was
+
+
+def test_a_resumed_epoch_shows_its_real_number_in_keras_bar(id_data, client, capfd):
+    from daskfeed.checkpoint import fit_from
+    from daskfeed.model import default_model
+
+    with _seq(id_data, client, batch_size=400, features=FEATURES, as_matrix=True) as seq:
+        model = default_model(seq)
+        fits = fit_from(model, seq, epochs=3, epoch=1, batch=30, shuffle=False, verbose=2)
+    out = capfd.readouterr().out
+    assert "Epoch 2/3" in out and "Epoch 3/3" in out, out  # not "Epoch 2/2" for epoch 2 of 3
+    assert "Epoch 2/2" not in out and "Epoch 1/3" not in out, out
+    assert [len(f.epoch) for f in fits] == [1, 1]  # the resumed epoch alone, then epoch 3
