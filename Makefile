@@ -20,7 +20,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra tests
 
+# the slow tier also renders the dashboard in headless Chromium (Debian's package, installed here)
 test-slow: $(STAMP)
+	sh scripts/install-browser.sh
 	$(BIN)/python -m pytest -q -ra --runslow tests
 
 # One run, same data and model: in-memory fit before and after daskfeed (A-B-A), tf.data (no cache,
