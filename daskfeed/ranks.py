@@ -24,7 +24,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from daskfeed.exceptions import ClusterError, SchemaError
 
@@ -36,7 +36,7 @@ _METADATA = "daskfeed-manifests"
 
 @dataclass(frozen=True)
 class Rank:
-    """This trainer's place among ``world_size`` trainers, and where that was read."""
+    """A trainer's place among ``world_size`` trainers, and where that was read."""
 
     rank: int = 0
     world_size: int = 1
@@ -59,7 +59,7 @@ class Rank:
 
 def resolve_rank(rank: int | None = None, world_size: int | None = None,
                  environ: Mapping[str, str] | None = None) -> Rank:
-    """This trainer's rank: the arguments, else ``TF_CONFIG``, else ``RANK``/``WORLD_SIZE``.
+    """The rank of this trainer: the arguments, else ``TF_CONFIG``, else ``RANK``/``WORLD_SIZE``.
 
     ``TF_CONFIG`` is ``tf.distribute``'s: ``{"cluster": {"chief": [...], "worker": [...]},
     "task": {"type": "worker", "index": 1}}``; the chief is rank 0, worker ``i`` is rank
@@ -119,7 +119,7 @@ def _from_tf_config(text: str) -> Rank:
     return _checked(rank, chiefs + workers, "TF_CONFIG")
 
 
-def _refuse(expected: str, received: str, hint: str) -> None:
+def _refuse(expected: str, received: str, hint: str) -> NoReturn:
     raise SchemaError(f"{expected} Received: {received}.\nHint: {hint}")
 
 

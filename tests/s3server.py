@@ -88,7 +88,7 @@ def moto_s3(log_dir: pathlib.Path) -> Iterator[S3Server]:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"
-    log = open(log_dir / "moto.log", "wb")  # noqa: SIM115  (closed below)
+    log = open(log_dir / "moto.log", "wb")  # closed below
     proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "moto_server"),
                              "-H", "127.0.0.1", "-p", str(port)], env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)

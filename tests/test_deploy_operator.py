@@ -247,7 +247,7 @@ def test_operator_command_lines_train_on_127_0_0_1(s3_data, tmp_path, stop_proce
                    "DASK_WORKER_NAME": f"daskfeed-default-worker-{i}"}
             args = _listen_on_loopback(_expand(_args(worker), env))
             assert _flag(args, "--name") == f"daskfeed-default-worker-{i}"
-            procs.append(subprocess.Popen(args + ["--host", "127.0.0.1"], env=env,
+            procs.append(subprocess.Popen([*args, "--host", "127.0.0.1"], env=env,
                                           start_new_session=True, **quiet))
         job = _one("Job")["spec"]
         trainer = job["template"]["spec"]["containers"][0]

@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
 
-from s3server import moto_s3  # noqa: E402
+from s3server import moto_s3
 
 BIN = pathlib.Path(sys.executable).parent
 BUCKET = "quests"
@@ -175,12 +175,19 @@ def test_scan_cache_and_a_changed_object_on_s3(s3, tmp_path):
     changed = body.replace(b"\n1,", b"\n2,", 1) if b"\n1," in body else body[:-2] + b"9\n"
     assert len(changed) == len(body) and changed != body
     client.put_object(Bucket=BUCKET, Key=key, Body=changed)
-    third = _cli(args, env)
+    # this time the credentials come as flags, not from the environment
+    flags_only = {k: v for k, v in env.items() if not k.startswith("AWS_")}
+    out = tmp_path / "manifest.json"
+    third = _cli([*args, "--storage-options", f"key={s3.key}", "--storage-options",
+                  json.dumps({"secret": s3.secret}), "--output", str(out)], flags_only)
     assert third.returncode == 0, third.stderr[-3000:]
     assert re.search(r"cache: .*~[\d.]+ GB to write", third.stdout), third.stdout
     now = [p.name for p in cache.iterdir()]
     assert len(now) == 1 and now != entries, (entries, now)
-    _assert_secret_absent(s3.secret, first.stdout + first.stderr, third.stdout + third.stderr)
+    written = [out, *(p for p in cache.rglob("*") if p.is_file())]
+    for secret in (s3.secret, s3.key):
+        _assert_secret_absent(secret, first.stdout + first.stderr, third.stdout + third.stderr,
+                              files=written)
 
 
 def test_cli_scan_of_a_missing_bucket_exits_1(s3):
@@ -192,6 +199,7 @@ def test_cli_scan_of_a_missing_bucket_exits_1(s3):
     assert "Traceback" not in run.stderr
 
 
+@pytest.mark.slow  # a whole train (~80 s here); tests/test_deploy_operator.py trains from S3 too
 @pytest.mark.timeout(600)
 def test_train_on_s3_never_writes_the_secret(s3, tmp_path):
     """train from s3:// with the credentials given as --storage-options (workers get them)."""
