@@ -562,7 +562,7 @@ def _scan_bar(echo: Callable[[str], None]) -> Callable[[int, int, int, float, bo
 
     def show(rows: int, done: int, total: int, seconds: float, finished: bool) -> None:
         step = int(10 * done / total) if total else 0
-        if finished or step <= shown[0] or seconds < 2:  # small scans: only the summary line
+        if finished or not done or step <= shown[0] or seconds < 2:  # small scans: no lines
             return
         shown[0] = step
         rate = done / seconds if seconds else 0.0

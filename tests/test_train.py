@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 
 import numpy as np
 import pandas as pd
@@ -55,10 +56,18 @@ def test_train_writes_model_manifest_history(demo_data, tmp_path):
     out = tmp_path / "out"
     result = train(demo_data.train_glob, label="cleared", validation=demo_data.validate_glob,
                    epochs=2, batch_size=1024, memory_limit="3GB", nworkers=2,
-                   dashboard_address="127.0.0.1:0", output=out, verbose=0, echo=lines.append)
+                   dashboard_address="127.0.0.1:0", output=out, verbose=0, echo=lines.append,
+                   tensorboard=tmp_path / "tb")
     text = "\n".join(lines)
     assert "3GB = 3.00 GB (2.79 GiB): trainer" in text and "2 workers ×" in text
     assert "dashboard: http://127.0.0.1:" in text
+    assert re.search(r"daskfeed page: http://127\.0\.0\.1:\d+/daskfeed \(Prometheus: "
+                     r"http://127\.0\.0\.1:\d+/metrics\)", text), text
+    # the closing summary, history.png, TensorBoard's logs
+    assert re.search(r"summary: 2 epochs, 80,000 rows trained in [\d.]+s wall time", text), text
+    assert re.search(r"peak memory of the process tree: [\d.]+ GiB of the 2.79 GiB budget", text), text
+    assert (out / "history.png").stat().st_size > 10_000
+    assert any((tmp_path / "tb" / "train").iterdir())
     assert "val accuracy:" in text
     model = keras.models.load_model(out / "model.keras")
     assert model.count_params() > 0
