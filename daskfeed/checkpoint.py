@@ -624,9 +624,8 @@ def fit_from(model: Any, sequence: Any, *, epochs: int, epoch: int = 0, batch: i
 
     Keras fixes the steps per epoch when ``fit`` starts, so a resumed epoch (``batch > 0``)
     is fitted on its own, ``sequence`` serving its batches ``batch ..`` (see
-    :meth:`~daskfeed.DaskSequence.set_epoch`), in a ``fit`` to ``epochs`` that a callback
-    ends after that epoch (so Keras' bar says "Epoch 2/6", not "Epoch 2/2"); the remaining
-    epochs follow in a second ``fit``. Both use ``initial_epoch``, so epochs keep their numbers in callbacks and logs,
+    :meth:`~daskfeed.DaskSequence.set_epoch`), its progress bar numbered out of ``epochs``
+    ("Epoch 2/6", not "Epoch 2/2"); the remaining epochs follow in a second ``fit``. Both use ``initial_epoch``, so epochs keep their numbers in callbacks and logs,
     and the optimizer state carries over. When a callback stops training
     (``model.stop_training``) during the resumed epoch, the remaining epochs are not fitted.
     Returns the ``History`` of each ``fit``.
@@ -637,16 +636,18 @@ def fit_from(model: Any, sequence: Any, *, epochs: int, epoch: int = 0, batch: i
         carried = [cb for cb in kwargs.get("callbacks") or () if isinstance(cb, EarlyStopping)]
         for cb in carried:  # one run in two fits: no restore of best weights in between
             cb.continuing = epoch + 1 < epochs
-        # epochs=epochs (not epoch + 1) so Keras' bar says "Epoch 2/6"; _OneEpoch ends this fit
-        one = _OneEpoch()
-        fit_kwargs = {**kwargs, "callbacks": [*(kwargs.get("callbacks") or ()), one]}
+        # a bar that counts to ``epochs`` ("Epoch 2/6", not "Epoch 2/2") for this one-epoch fit
+        callbacks = list(kwargs.get("callbacks") or ())
+        if not any(isinstance(cb, keras.callbacks.ProgbarLogger) for cb in callbacks):
+            callbacks.append(_ProgbarTo(epochs))
         try:
-            fits.append(model.fit(sequence, initial_epoch=epoch, epochs=epochs, **fit_kwargs))
+            fits.append(model.fit(sequence, initial_epoch=epoch, epochs=epoch + 1,
+                                  **{**kwargs, "callbacks": callbacks}))
         finally:
             for cb in carried:
                 cb.continuing = False
         epoch += 1
-        if one.stopped_by_others:
+        if getattr(model, "stop_training", False):
             return fits
     if epoch < epochs:
         sequence.set_epoch(epoch)
@@ -654,20 +655,16 @@ def fit_from(model: Any, sequence: Any, *, epochs: int, epoch: int = 0, batch: i
     return fits
 
 
-class _OneEpoch(keras.callbacks.Callback):
-    """Ends a ``fit`` after its first epoch, noting whether another callback stopped it first.
+class _ProgbarTo(keras.callbacks.ProgbarLogger):
+    """Keras' progress bar, numbering epochs out of ``epochs`` whatever the ``fit`` was given."""
 
-    Placed last among the callbacks, so it sees what the others decided at that epoch's end.
-    """
-
-    def __init__(self) -> None:
+    def __init__(self, epochs: int) -> None:
         super().__init__()
-        self.stopped_by_others = False
+        self._total = int(epochs)
 
-    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        """Stop ``fit`` here."""
-        self.stopped_by_others = bool(self.model.stop_training)
-        self.model.stop_training = True
+    def set_params(self, params: dict[str, Any]) -> None:
+        """Keras' params, with the run's epoch count."""
+        super().set_params({**params, "epochs": self._total})
 
 
 class EarlyStopping(keras.callbacks.EarlyStopping):
