@@ -174,6 +174,8 @@ def expand_paths(
                 found = {stripped: fs.info(stripped)}
             else:
                 found = {}
+        except DataNotFoundError:  # (also a FileNotFoundError): ours, already clear
+            raise
         except PermissionError as err:
             raise DataNotFoundError(
                 f"Cannot read {pattern!r}: permission denied. Received: {_reason(err)}.\n"
