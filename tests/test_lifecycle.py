@@ -166,6 +166,7 @@ def _check_clean_exit(tmp_path: pathlib.Path, data: str, mode: str) -> tuple[flo
     return delay, out
 
 
+@pytest.mark.slow
 def test_script_exits_promptly_after_early_stopping_five_runs(id_data, tmp_path):
     """The issue's "done when": EarlyStopping ends fit at epoch 2 of 5; the script closes the
     sequence and the client and exits within 10 s of fit returning, five runs in a row, with
@@ -178,9 +179,10 @@ def test_script_exits_promptly_after_early_stopping_five_runs(id_data, tmp_path)
     print("exit delays after fit (s):", [round(d, 2) for d in delays])
 
 
-@pytest.mark.parametrize("mode", ["never", "client-first", "owned", "steps", "raises"])
+@pytest.mark.parametrize("mode", ["close", "never", "client-first", "owned", "steps", "raises"])
 def test_script_exits_promptly_whatever_is_closed(id_data, tmp_path, mode):
-    """Nothing closed at all (the interpreter's exit does it), the client closed before the
+    """Closed as the README says (one run of the five-run test, which is slow), nothing closed at
+    all (the interpreter's exit does it), the client closed before the
     sequence, nothing closed of a sequence that started its own LocalCluster (its exit hook
     closes it), fit ended by ``steps_per_epoch`` or by a callback's exception: the same prompt,
     clean exit."""
