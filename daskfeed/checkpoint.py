@@ -625,8 +625,9 @@ def fit_from(model: Any, sequence: Any, *, epochs: int, epoch: int = 0, batch: i
     Keras fixes the steps per epoch when ``fit`` starts, so a resumed epoch (``batch > 0``)
     is fitted on its own, ``sequence`` serving its batches ``batch ..`` (see
     :meth:`~daskfeed.DaskSequence.set_epoch`), its progress bar numbered out of ``epochs``
-    ("Epoch 2/6", not "Epoch 2/2"); the remaining epochs follow in a second ``fit``. Both use ``initial_epoch``, so epochs keep their numbers in callbacks and logs,
-    and the optimizer state carries over. When a callback stops training
+    ("Epoch 2/6", not "Epoch 2/2"); the remaining epochs follow in a second ``fit``. Both use
+    ``initial_epoch``, so epochs keep their numbers in callbacks and logs, and the optimizer
+    state carries over. When a callback stops training
     (``model.stop_training``) during the resumed epoch, the remaining epochs are not fitted.
     Returns the ``History`` of each ``fit``.
     """

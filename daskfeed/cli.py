@@ -444,9 +444,9 @@ def _fit_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                           "with --weight."),
         click.option("--validation-split", type=click.FloatRange(0, 1, min_open=True, max_open=True),
                      default=None, metavar="FRACTION",
-                     help="When no validation data are given, hold out about this fraction of the data (whole "
-                          "partitions drawn with --seed) for validation; statistics come from the "
-                          "rest."),
+                     help="When no validation data are given, hold out about this fraction of "
+                          "the data (whole partitions drawn with --seed) for validation; "
+                          "statistics come from the rest."),
         click.option("--early-stopping", type=click.IntRange(0), default=None, metavar="PATIENCE",
                      help="Stop after PATIENCE epochs without improvement of --monitor and "
                           "restore the best epoch's weights; kept across --resume."),
