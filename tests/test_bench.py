@@ -31,6 +31,7 @@ def _run(script: str, *args: str, cwd: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow  # a whole benchmark run (~80 s): make test-slow / make bench
 def test_bench_end_to_end(tmp_path):
     out = tmp_path / "out"
     proc = _run("bench.py", "--rows", "3000", "--data-dir", str(tmp_path / "data"), "--memory-limit", "2GB",
