@@ -993,6 +993,8 @@ def _as_numbers(column: pa.ChunkedArray,
     """
     head = column.slice(0, 256)
     values = pc.drop_null(pc.filter(head, pc.invert(_is_in(head, markers))))
+    if len(values) and not _looks_like_a_number(values[0].as_py()):
+        return None  # text, told by its first value without a failing cast (they are slow)
     targets = [t for t in _NUMBER_TYPES if _casts(values, t)]
     if len(values) and not targets:
         return None
@@ -1006,6 +1008,15 @@ def _as_numbers(column: pa.ChunkedArray,
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             continue
     return None
+
+
+def _looks_like_a_number(text: str) -> bool:
+    """Whether ``text`` could be a value of a number or bool column (pyarrow decides for sure)."""
+    try:
+        float(text)
+    except ValueError:
+        return text.strip().lower() in ("true", "false")
+    return True
 
 
 def _casts(values: pa.ChunkedArray, target: pa.DataType) -> bool:
