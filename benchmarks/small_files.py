@@ -126,20 +126,25 @@ def scan_vs_pyarrow(nfiles: int, root: str, memory_limit: str, passes: int, labe
 
 
 def _tiny_files(root: str, n: int) -> str:
-    """``n`` hard links of one 2-line CSV under ``root/n``, 1000 per directory; their glob."""
+    """``n`` tiny CSV files under ``root/n``, 1000 per directory; their glob.
+
+    In each directory one real 2-line file and 999 hard links to it (a file system caps the
+    links of one file, ext4 at 65,000).
+    """
     import shutil
 
     base = os.path.join(root, f"n{n}")
     shutil.rmtree(base, ignore_errors=True)
-    src = os.path.join(root, "one.csv")
-    if not os.path.exists(src):
-        with open(src, "w", encoding="utf-8") as f:
-            f.write("level,party_size,cleared\n1,2,0\n")
+    src = ""
     for i in range(n):
-        d = os.path.join(base, f"d{i // 1000:04d}")
+        path = os.path.join(base, f"d{i // 1000:04d}", f"split_data_{i:07d}.csv")
         if i % 1000 == 0:
-            os.makedirs(d)
-        os.link(src, os.path.join(d, f"split_data_{i:07d}.csv"))
+            os.makedirs(os.path.dirname(path))
+            src = path
+            with open(src, "w", encoding="utf-8") as f:
+                f.write("level,party_size,cleared\n1,2,0\n")
+        else:
+            os.link(src, path)
     return os.path.join(base, "**", "*.csv")
 
 
@@ -181,8 +186,11 @@ def listing_and_planning(counts: list[int], root: str, plan_counts: list[int]) -
     for key in ("expand_paths_seconds", "source_seconds", "fingerprint_seconds"):
         y = np.array([r[key] for r in listing])
         slope, intercept = np.polyfit(x, y, 1) if len(x) > 1 else (y[0] / x[0], 0.0)
+        # also a power law t = c·n^k (listing grows a little faster than linearly)
+        k, logc = np.polyfit(np.log(x), np.log(np.maximum(y, 1e-6)), 1) if len(x) > 1 else (1.0, 0.0)
         fit[key] = {"per_file_us": round(1e6 * slope, 2), "intercept_s": round(float(intercept), 3),
-                    "at_1M_files_s": round(float(slope * 1e6 + intercept), 1)}
+                    "at_1M_files_s": round(float(slope * 1e6 + intercept), 1),
+                    "power": round(float(k), 3), "at_1M_files_power_s": round(float(np.exp(logc) * 1e6**k), 1)}
     return {"listing": listing, "planning": planning, "linear_fit": fit}
 
 
@@ -210,7 +218,8 @@ def format_text(res: dict[str, Any]) -> str:
         for k, f in lst["linear_fit"].items():
             what = k.replace("_seconds", "")
             lines.append(f"  {what}: {f['per_file_us']:.1f} µs/file + {f['intercept_s']:.2f}s "
-                         f"→ 1M files ≈ {f['at_1M_files_s']:.0f}s (extrapolated)")
+                         f"→ 1M files ≈ {f['at_1M_files_s']:.0f}s linear, "
+                         f"≈ {f['at_1M_files_power_s']:.0f}s as n^{f['power']:.2f} (extrapolated)")
         lines.append(f"{'partitions':>10} {'make_plan s':>12} {'windows':>8} {'batches':>9} "
                      f"{'batch() µs':>11}")
         for r in lst["planning"]:
@@ -235,23 +244,29 @@ def main(argv: list[str] | None = None) -> int:
     res: dict[str, Any] = {"command": shlex.join(["benchmarks/small_files.py",
                                                   *(argv if argv is not None else sys.argv[1:])])}
     before = _load()
+    os.makedirs(a.out, exist_ok=True)
+    stem = os.path.join(a.out, a.name)
+
+    def save() -> str:  # after each part: a later part's failure keeps the earlier figures
+        res["load"] = f"before {before}; after {_load()}"
+        with open(stem + ".json", "w", encoding="utf-8") as f:
+            json.dump(res, f, indent=1)
+        text = format_text(res)
+        with open(stem + ".txt", "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+        return text
+
     if a.files:
         root = a.data_dir or os.path.join("bench-out", f"small-files-{a.files}")
         print(f"scan: {a.files:,} files of 1000 rows in {root}", flush=True)
         res["scan"] = scan_vs_pyarrow(a.files, root, a.memory_limit, a.passes)
+        save()
     counts = [int(c) for c in a.listing.split(",") if c]
     if counts:
         where = "bench-out" if os.path.isdir("bench-out") else None
         with tempfile.TemporaryDirectory(prefix="daskfeed-listing-", dir=where) as tmp:
             res["listing"] = listing_and_planning(counts, tmp, [int(c) for c in a.plan.split(",") if c])
-    res["load"] = f"before {before}; after {_load()}"
-    os.makedirs(a.out, exist_ok=True)
-    stem = os.path.join(a.out, a.name)
-    with open(stem + ".json", "w", encoding="utf-8") as f:
-        json.dump(res, f, indent=1)
-    text = format_text(res)
-    with open(stem + ".txt", "w", encoding="utf-8") as f:
-        f.write(text + "\n")
+    text = save()
     print("\n" + text + f"\n\nwrote {stem}.json, {stem}.txt")
     return 0
 
