@@ -152,6 +152,7 @@ def test_quoted_newlines_give_the_right_rows_in_a_whole_file(tmp_path, client, w
             ["two\nlines, and a comma", "plain", 'a "quote"'])
 
 
+@pytest.mark.slow  # three `daskfeed train` runs
 def test_cli_quarantine_writes_rejects_and_counts_them_in_history(demo_data, tmp_path):
     import glob
     import json

@@ -86,6 +86,7 @@ def test_readme_has_shell_commands_to_run():
     assert any(c.startswith("daskfeed scan ") for c in commands), commands
 
 
+@pytest.mark.slow  # each a whole `daskfeed train` (the Python blocks stay in make test)
 @pytest.mark.parametrize("index", range(len(_commands())))
 def test_shell_command_runs(index, workdir):
     command = _fit_machine(_commands()[index])
