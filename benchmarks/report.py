@@ -133,7 +133,8 @@ def _sanity(methods: dict[str, Any]) -> dict[str, Any]:
         similar = all(abs(m[key] - ref[key]) <= 0.1 * ref[key] + 1e-3 for m in fits.values())
     drift = None
     if "in_memory_A1" in methods and "in_memory_A2" in methods:
-        drift = round(steady(methods["in_memory_A2"]["epochs"]) / steady(methods["in_memory_A1"]["epochs"]), 3)
+        a1, a2 = (steady(methods[k]["epochs"]) for k in ("in_memory_A1", "in_memory_A2"))
+        drift = round(a2 / a1, 3)
     return {"ceiling_drift": drift, "ceiling_stable": None if drift is None else abs(drift - 1) <= 0.1,
             "rows": rows, "rows_served": served,
             "rows_consistent": len(set(rows.values()) | set(served.values())) == 1,

@@ -190,7 +190,8 @@ def listing_and_planning(counts: list[int], root: str, plan_counts: list[int]) -
         k, logc = np.polyfit(np.log(x), np.log(np.maximum(y, 1e-6)), 1) if len(x) > 1 else (1.0, 0.0)
         fit[key] = {"per_file_us": round(1e6 * slope, 2), "intercept_s": round(float(intercept), 3),
                     "at_1M_files_s": round(float(slope * 1e6 + intercept), 1),
-                    "power": round(float(k), 3), "at_1M_files_power_s": round(float(np.exp(logc) * 1e6**k), 1)}
+                    "power": round(float(k), 3),
+                    "at_1M_files_power_s": round(float(np.exp(logc) * 1e6**k), 1)}
     return {"listing": listing, "planning": planning, "linear_fit": fit}
 
 
