@@ -492,24 +492,12 @@ def _cache_choice(kw: dict[str, Any]) -> bool | str:
 def _start_cluster(memory_limit: str | None, *, nworkers: int | None, nthreads: int,
                    scheduler: str | None, security: Any, dashboard_address: str | None) -> Any:
     """A client and its budget, as ``train`` makes them (a LocalCluster or a running scheduler)."""
-    from daskfeed.cluster import Budget, close_client, connect, start_local_cluster
-    from daskfeed.train import default_memory_limit
+    from daskfeed.cluster import open_cluster
 
-    limit = memory_limit if memory_limit is not None else default_memory_limit()
-    if scheduler:
-        client = connect(scheduler, security=security)
-        try:
-            budget = Budget.remote(limit, client)
-        except BaseException:
-            close_client(client)
-            raise
-        click.echo(f"connected to {client.scheduler.address}: {budget.nworkers} workers × "
-                   f"{budget.worker / 1e9:.2f} GB ({budget.nthreads} threads)")
-        return client, budget
-    budget = Budget.split(limit, nworkers=nworkers, nthreads=nthreads)
-    click.echo(f"memory limit: {budget.describe(memory_limit)}")
-    client = start_local_cluster(budget, dashboard_address=dashboard_address)
-    if getattr(client, "dashboard_link", None):
+    client, budget = open_cluster(memory_limit, nworkers=nworkers, nthreads=nthreads,
+                                  scheduler=scheduler, security=security,
+                                  dashboard_address=dashboard_address, echo=click.echo)
+    if not scheduler and getattr(client, "dashboard_link", None):
         click.echo(f"dashboard: {client.dashboard_link}")
     return client, budget
 

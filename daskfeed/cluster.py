@@ -305,6 +305,42 @@ def start_local_cluster(
     return client
 
 
+def default_memory_limit() -> int:
+    """75 % of this machine's RAM."""
+    import psutil
+
+    return int(psutil.virtual_memory().total * 0.75)
+
+
+def open_cluster(memory_limit: str | int | None, *, nworkers: int | None = None, nthreads: int = 1,
+                 scheduler: str | None = None, security: Any = None,
+                 dashboard_address: str | None = None, processes: bool = True,
+                 echo: Any = print) -> tuple[Any, Budget]:
+    """A client and the budget it works in: a LocalCluster inside ``memory_limit``, or ``scheduler``.
+
+    ``memory_limit`` (default 75 % of RAM) is the whole process tree's budget for a local
+    cluster, the trainer's own for a running scheduler. Says what it made through ``echo``.
+    """
+    shown = memory_limit if isinstance(memory_limit, str) else None
+    limit = memory_limit if memory_limit is not None else default_memory_limit()
+    if not scheduler:
+        budget = Budget.split(limit, nworkers=nworkers, nthreads=nthreads)
+        echo(f"memory limit: {budget.describe(shown)}")
+        return start_local_cluster(budget, dashboard_address=dashboard_address,
+                                   processes=processes), budget
+    client = connect(scheduler, security=security)
+    try:
+        budget = Budget.remote(limit, client)
+    except BaseException:
+        close_client(client)
+        raise
+    echo(f"connected to {client.scheduler.address}: {budget.nworkers} workers × "
+         f"{budget.worker / 1e9:.2f} GB ({budget.nthreads} threads); memory limit of this "
+         f"trainer process {shown or f'{budget.total / 1e9:.2f}GB'}: prefetch "
+         f"{budget.prefetch / 1e9:.2f} GB, shuffle windows of {budget.window_bytes / 2**20:.0f} MiB CSV")
+    return client, budget
+
+
 def dask_setup(worker: Any) -> None:
     """Worker preload of the local cluster's worker processes: Ctrl-C is the trainer's to handle.
 

@@ -15,7 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from daskfeed.cluster import Budget, check_worker_memory, close_client, connect, start_local_cluster
+from daskfeed.cluster import (
+    Budget,
+    check_worker_memory,
+    close_client,
+    default_memory_limit,
+    open_cluster,
+)
 from daskfeed.ranks import rank_output, resolve_rank, shard_line, shard_report
 
 __all__ = ["FitOptions", "RSSSampler", "TrainResult", "default_memory_limit", "train"]
@@ -199,13 +205,6 @@ class TrainResult:
         return self.history[-1] if self.history else {}
 
 
-def default_memory_limit() -> int:
-    """75 % of this machine's RAM."""
-    import psutil
-
-    return int(psutil.virtual_memory().total * 0.75)
-
-
 def train(
     data: Any,
     *,
@@ -374,24 +373,10 @@ def train(
     # resuming: the same partitions and windows as the interrupted run, whatever the budget
     pinned: dict[str, Any] = {"window_rows": ckpt.cursor.window_rows} if ckpt else {}
 
-    shown = memory_limit if isinstance(memory_limit, str) else None
-    limit = memory_limit if memory_limit is not None else default_memory_limit()
-    if scheduler:
-        client = connect(scheduler, security=security)
-        try:
-            budget = Budget.remote(limit, client)
-        except BaseException:
-            close_client(client)
-            raise
-        echo(f"connected to {client.scheduler.address}: {budget.nworkers} workers × "
-             f"{budget.worker / 1e9:.2f} GB ({budget.nthreads} threads); memory limit of this "
-             f"trainer process {shown or f'{budget.total / 1e9:.2f}GB'}: prefetch "
-             f"{budget.prefetch / 1e9:.2f} GB, shuffle windows of {budget.window_bytes / 2**20:.0f} MiB CSV")
-    else:
-        budget = Budget.split(limit, nworkers=nworkers, nthreads=nthreads)
-        echo(f"memory limit: {budget.describe(shown)}")
-        client = start_local_cluster(budget, dashboard_address=dashboard_address,
-                                     processes=processes)
+    client, budget = open_cluster(memory_limit, nworkers=nworkers, nthreads=nthreads,
+                                  scheduler=scheduler, security=security,
+                                  dashboard_address=dashboard_address, processes=processes,
+                                  echo=echo)
     from daskfeed.dashboard import EpochSpans, install, scan_span
 
     links = install(client)  # daskfeed's page and daskfeed_* metrics on the scheduler
