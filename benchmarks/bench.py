@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # Only light imports here: Dask's worker processes are spawned, and a spawned process imports
 # this script again (as __mp_main__) before it runs anything; keras would cost each worker 0.5 GB.
 import report
-from common import DEFAULT_FEATURES, LABEL, load_numpy, resolve_files, warm_up
+from common import DEFAULT_FEATURES, LABEL, code_state, load_numpy, resolve_files, warm_up
 
 ORDER = ("pyarrow_parse", "in_memory_A1", "daskfeed", "in_memory_A2", "pydataset_floor",
          "tf_data_nocache", "tf_data_cache_disk", "tf_data_cache_ram", "old_recipe", "feed_only")
@@ -68,7 +68,8 @@ def _machine() -> dict[str, Any]:
         except PackageNotFoundError:
             pass
     return {"cpus": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
-            "platform": platform.platform(), "python": platform.python_version(), "versions": versions}
+            "platform": platform.platform(), "python": platform.python_version(), "versions": versions,
+            "code": code_state()}
 
 
 def run(data: str | Sequence[str], *, validation: str | Sequence[str] | None = None, label: str = LABEL,

@@ -301,6 +301,28 @@ def losses(model: Any, history: Any, val: tuple[np.ndarray, np.ndarray] | None,
             "val_loss": None if val_loss is None else round(val_loss, 5)}
 
 
+def code_state() -> dict[str, Any]:
+    """The commit measured, and the daskfeed files that differ from it (a shared work tree).
+
+    Returns
+    -------
+    dict
+        ``commit`` (None outside a git checkout) and ``uncommitted`` (paths under
+        ``daskfeed/`` with changes not in that commit).
+    """
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--", "daskfeed"], cwd=root,
+                                 capture_output=True, text=True, check=True).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "uncommitted": []}
+    return {"commit": commit, "uncommitted": [line[3:] for line in changed]}
+
+
 def warm_up(batch_size: int, nfeatures: int) -> float:
     """One tiny fit so TensorFlow's one-time start-up costs land on no method; its seconds."""
     t0 = time.perf_counter()

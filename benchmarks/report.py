@@ -202,7 +202,10 @@ def format_table(result: dict[str, Any]) -> str:
     for k, v in s["losses"].items():
         val = f"{v['val_loss']:.4f}" if v["val_loss"] is not None else "—"
         lines.append(f"  {k:<20} train {v['train_loss']:.4f}  val {val}")
-    lines += ["", f"command: {cfg['command']}"]
+    code = cfg["machine"].get("code") or {}
+    lines += ["", f"command: {cfg['command']}",
+              f"code: {code.get('commit')}" + (f" + uncommitted {', '.join(code['uncommitted'])}"
+                                               if code.get("uncommitted") else "")]
     return "\n".join(lines)
 
 

@@ -226,7 +226,10 @@ def format_text(res: dict[str, Any]) -> str:
         for r in lst["planning"]:
             lines.append(f"{r['partitions']:>10,} {r['make_plan_seconds']:>12.3f} {r['windows']:>8,} "
                          f"{r['batches']:>9,} {r['batch_lookup_us']:>11.1f}")
-    lines += ["", f"load before/after: {res['load']}", f"command: {res['command']}"]
+    code = res.get("code") or {}
+    lines += ["", f"load before/after: {res['load']}", f"command: {res['command']}",
+              f"code: {code.get('commit')}" + (f" + uncommitted {', '.join(code['uncommitted'])}"
+                                               if code.get("uncommitted") else "")]
     return "\n".join(lines)
 
 
@@ -244,6 +247,10 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     res: dict[str, Any] = {"command": shlex.join(["benchmarks/small_files.py",
                                                   *(argv if argv is not None else sys.argv[1:])])}
+    sys.path.insert(0, HERE)
+    from common import code_state
+
+    res["code"] = code_state()
     before = _load()
     os.makedirs(a.out, exist_ok=True)
     stem = os.path.join(a.out, a.name)
