@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["ColumnCode", "Encoding", "WindowData", "concat", "encode_frame", "encode_table",
-           "encode_window", "numeric_dtype", "read_window", "record_line", "weight_faults"]
+__all__ = ["ColumnCode", "Encoding", "WindowData", "concat", "encode_features", "encode_frame",
+           "encode_table", "encode_window", "numeric_dtype", "read_window", "record_line", "weight_faults"]
 
 MISSING_CODE = 0
 OOV_CODE = 1
@@ -355,12 +355,20 @@ def encode_table(table: Any, encoding: Encoding) -> WindowData:
     w = None
     if encoding.weight:
         w = _checked_weights(_number_array(table.column(encoding.weight)), encoding.weight)
+    return WindowData(encode_features(table, encoding), y, w)
+
+
+def encode_features(table: Any, encoding: Encoding) -> dict[str, np.ndarray] | np.ndarray:
+    """The model input ``x`` of an Arrow table's rows, in order (no label needed).
+
+    What :func:`encode_table` gives as ``x``; also what ``daskfeed predict`` scores.
+    """
     if encoding.as_matrix:
         x = np.empty((table.num_rows, len(encoding.columns)), dtype=encoding.matrix_dtype)
         for j, code in enumerate(encoding.columns):
             x[:, j] = _table_column(table.column(code.name), code)
-        return WindowData(x, y, w)
-    return WindowData({c.name: _table_column(table.column(c.name), c) for c in encoding.columns}, y, w)
+        return x
+    return {c.name: _table_column(table.column(c.name), c) for c in encoding.columns}
 
 
 def _number_array(col: Any) -> np.ndarray:
@@ -495,7 +503,7 @@ def record_line(block: Any, options: Any, row: int) -> int | None:
             start = f.tell() - len(body)
             if block.offset == 0:
                 body, start = body[len(header):], len(header)
-            first = _line_number(f, start)
+            first = line_number(f, start)
             if first is None:
                 return None
             stream: Any = io.StringIO(body.decode(options.encoding, "replace"), newline="")
