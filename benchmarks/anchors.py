@@ -27,7 +27,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
-from common import TreeRSS, epoch_clock, epoch_records, load_numpy, losses, quest_mlp
+from common import epoch_clock, epoch_records, load_numpy, losses, quest_mlp
+
+from daskfeed.rss import RSSSampler
 
 Stats = tuple[list[float], list[float]]
 Val = tuple[np.ndarray, np.ndarray] | None
@@ -96,7 +98,7 @@ def in_memory(files: Sequence[str], features: Sequence[str], label: str, batch_s
     arrays : tuple
         ``(x, y)``.
     """
-    with TreeRSS() as rss:
+    with RSSSampler(interval=0.1) as rss:
         t0 = time.perf_counter()
         x, y = load_numpy(files, features, label)
         stats = (x.mean(axis=0).tolist(), x.var(axis=0).tolist())
@@ -125,7 +127,7 @@ def pydataset_floor(x: np.ndarray, y: np.ndarray, stats: Stats, batch_size: int,
         def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
             return x[i * batch_size : (i + 1) * batch_size], y[i * batch_size : (i + 1) * batch_size]
 
-    with TreeRSS() as rss:
+    with RSSSampler(interval=0.1) as rss:
         t0 = time.perf_counter()
         model = quest_mlp(*stats)
         clock = epoch_clock()
@@ -198,7 +200,7 @@ def tf_data(files: Sequence[str], features: Sequence[str], label: str, batch_siz
     ``stats`` (the normalization) is given, not computed: a tf.data user would need a pass of
     ``Normalization.adapt`` for it, which is not counted (in tf.data's favour).
     """
-    with TreeRSS() as rss:
+    with RSSSampler(interval=0.1) as rss:
         t0 = time.perf_counter()
         ds = tf_dataset(files, features, label, batch_size, cache)
         model = quest_mlp(*stats)
@@ -241,7 +243,7 @@ def old_recipe(files: Sequence[str], features: Sequence[str], label: str, epochs
     """
     from old_recipe import OldRecipe
 
-    with TreeRSS() as rss:
+    with RSSSampler(interval=0.1) as rss:
         t0 = time.perf_counter()
         seq = OldRecipe(files, features, label, workers=workers, use_multiprocessing=use_multiprocessing,
                         max_queue_size=10)

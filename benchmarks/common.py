@@ -1,4 +1,6 @@
-"""What every benchmark method shares: the data's files, the model, the clocks, the RSS sampler.
+"""What every benchmark method shares: the data's files, the model, the clocks.
+
+The process tree's RSS is sampled by :class:`daskfeed.rss.RSSSampler`.
 
 The model is the quest-log MLP (Normalization → Dense 64-64 relu → sigmoid, Adam, binary
 cross-entropy) on the numeric columns of the demo data that have no missing values, seeded so
@@ -11,7 +13,6 @@ from __future__ import annotations
 import glob
 import os
 import statistics
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -221,58 +222,6 @@ def steady(epochs: Sequence[dict[str, Any]], key: str = "rows_per_s") -> float:
     if len(later) < 3:
         raise ValueError(f"Expected at least 3 steady epochs. Received: {len(later)}.")
     return float(statistics.median(later))
-
-
-class TreeRSS:
-    """Peak RSS of this process and all its children (e.g. Dask workers), sampled in a thread.
-
-    Parameters
-    ----------
-    interval
-        Seconds between samples.
-
-    Examples
-    --------
-    >>> with TreeRSS() as rss:  # doctest: +SKIP
-    ...     work()
-    >>> rss.peak  # doctest: +SKIP
-    """
-
-    def __init__(self, interval: float = 0.1) -> None:
-        import psutil
-
-        self._proc = psutil.Process()
-        self.interval = interval
-        self.start = 0
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-rss", daemon=True)
-
-    def sample(self) -> int:
-        """RSS of the process tree now, in bytes."""
-        import psutil
-
-        total = 0
-        for p in [self._proc, *self._proc.children(recursive=True)]:
-            try:
-                total += p.memory_info().rss
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass
-        return total
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.peak = max(self.peak, self.sample())
-
-    def __enter__(self) -> TreeRSS:
-        self.start = self.peak = self.sample()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self.sample())
 
 
 def losses(model: Any, history: Any, val: tuple[np.ndarray, np.ndarray] | None,

@@ -13,9 +13,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from common import TreeRSS, epoch_clock, epoch_records, losses, quest_mlp
+from common import epoch_clock, epoch_records, losses, quest_mlp
 
 from daskfeed.cluster import Budget, close_client, start_local_cluster
+from daskfeed.rss import RSSSampler
 from daskfeed.sequence import DaskSequence
 
 
@@ -60,7 +61,7 @@ def daskfeed_fit(data: Any, features: Sequence[str], label: str, batch_size: int
         scan seconds; the budget; the peak RSS of the process tree (trainer + workers).
     """
     client = seq = None
-    with TreeRSS() as rss:
+    with RSSSampler(interval=0.1) as rss:
         t0 = time.perf_counter()
         budget = Budget.split(memory_limit, nworkers=nworkers)
         try:
@@ -115,7 +116,7 @@ def feed_only(data: Any, features: Sequence[str], label: str, batch_size: int, e
     """
     client = seq = None
     eps: list[dict[str, Any]] = []
-    with TreeRSS() as rss:
+    with RSSSampler(interval=0.1) as rss:
         t0 = time.perf_counter()
         budget = Budget.split(memory_limit, nworkers=nworkers)
         try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,8 +22,9 @@ from daskfeed.cluster import (
     open_cluster,
 )
 from daskfeed.ranks import rank_output, resolve_rank, shard_line, shard_report
+from daskfeed.rss import RSSSampler
 
-__all__ = ["FitOptions", "RSSSampler", "TrainResult", "default_memory_limit", "train"]
+__all__ = ["FitOptions", "TrainResult", "default_memory_limit", "train"]
 
 DEFAULT_HIDDEN = (64, 64)
 DEFAULT_DROPOUT = 0.0
@@ -141,51 +141,6 @@ def _class_weight_spec(spec: Any) -> str | dict[Any, float] | None:
                 f"class_weight={spec!r}", "e.g. --class-weight balanced or --class-weight "
                 "'{\"0\": 1, \"1\": 9}'.")
     return parsed
-
-
-class RSSSampler:
-    """Samples the RSS of this process and all its children (the workers) in a thread."""
-
-    def __init__(self, interval: float = 0.2) -> None:
-        import psutil
-
-        self._proc = psutil.Process()
-        self.interval = interval
-        self.peak = 0
-        self.overall_peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="daskfeed-rss", daemon=True)
-
-    def sample(self) -> int:
-        """Current RSS of the process tree in bytes."""
-        import psutil
-
-        total = 0
-        for p in [self._proc, *self._proc.children(recursive=True)]:
-            try:
-                total += p.memory_info().rss
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass
-        return total
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            rss = self.sample()
-            self.peak = max(self.peak, rss)
-            self.overall_peak = max(self.overall_peak, rss)
-
-    def reset_peak(self) -> None:
-        """Start a new peak (e.g. at each epoch)."""
-        self.peak = self.sample()
-
-    def __enter__(self) -> RSSSampler:
-        self.reset_peak()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
 
 
 @dataclass

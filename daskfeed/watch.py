@@ -27,6 +27,7 @@ from typing import Any
 
 from daskfeed._keras import keras
 from daskfeed.dashboard import EpochSpans, install, report
+from daskfeed.rss import tree_rss
 
 __all__ = ["WatchCallback", "history_plot", "summary_lines"]
 
@@ -47,7 +48,7 @@ class WatchCallback(keras.callbacks.Callback):
     budget_bytes
         The memory budget that the process tree's RSS is shown against.
     rss_sampler
-        A :class:`daskfeed.train.RSSSampler` (its ``sample()`` and ``peak``); default: the RSS of
+        A :class:`daskfeed.rss.RSSSampler` (its ``sample()`` and ``peak``); default: the RSS of
         this process and its children, measured at each report.
     every_seconds
         Least time between two reports during an epoch (each epoch's end is always reported).
@@ -191,7 +192,7 @@ class WatchCallback(keras.callbacks.Callback):
     def _rss(self) -> int:
         if self.rss is not None:
             return int(self.rss.sample())
-        return _tree_rss()
+        return tree_rss()
 
     def _peak_rss(self, rss: int) -> int:
         self._peak = max(self._peak, rss, int(getattr(self.rss, "peak", 0) or 0))
@@ -238,20 +239,6 @@ def _floats(logs: Mapping[str, Any]) -> dict[str, float]:
         except (TypeError, ValueError):
             continue
     return out
-
-
-def _tree_rss() -> int:
-    """RSS of this process and all its children (the local workers), in bytes."""
-    import psutil
-
-    me = psutil.Process()
-    total = 0
-    for p in [me, *me.children(recursive=True)]:
-        try:
-            total += p.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return total
 
 
 # -- outputs -----------------------------------------------------------------------------

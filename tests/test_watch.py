@@ -120,7 +120,7 @@ def fit_watched(client: Any, data: Any, *, seen: Any, epochs: int, spans: bool =
     """A real fit with WatchCallback, read live by a LiveProbe; stopped once the probe is done."""
     from daskfeed.dashboard import EpochSpans, install, scan_span
     from daskfeed.model import default_model
-    from daskfeed.train import RSSSampler
+    from daskfeed.rss import RSSSampler
     from daskfeed.watch import WatchCallback
 
     links = install(client)
