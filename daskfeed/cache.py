@@ -35,6 +35,8 @@ from typing import Any
 
 from daskfeed import config
 from daskfeed.exceptions import CacheError
+from daskfeed.files import compression_of
+from daskfeed.tables import iter_tables
 
 __all__ = ["CacheEntry", "PartitionCache", "block_tables", "clear", "default_root", "estimate_bytes",
            "list_entries", "open_cache"]
@@ -60,10 +62,8 @@ def default_root() -> str:
 
 def estimate_bytes(source: Any, compression: str | None = "zstd") -> int:
     """Disk the cache of ``source`` will take with ``compression``, from the input sizes (generous)."""
-    from daskfeed.source import _compression
-
     plain, packed = _PER_INPUT_BYTE[compression]
-    return int(sum(f.size * (packed if _compression(f.path) else plain) for f in source.files))
+    return int(sum(f.size * (packed if compression_of(f.path) else plain) for f in source.files))
 
 
 @dataclass(frozen=True)
@@ -335,8 +335,6 @@ def block_tables(index: int, block: Any, options: Any, cache: PartitionCache | N
     one, a partition parsed here is cached on its own. ``columns`` and ``readers``: see
     :meth:`PartitionCache.tables` (tables parsed from CSV have every column).
     """
-    from daskfeed.source import iter_tables
-
     if cache is not None and use_cache:
         cached = cache.tables(index, columns, readers)
         if cached is not None:

@@ -488,12 +488,14 @@ def record_line(block: Any, options: Any, row: int) -> int | None:
 
     import fsspec
 
-    from daskfeed.source import _compression, _is_parquet, _line_number, _open
+    from daskfeed.files import compression_of, is_parquet
+    from daskfeed.records import line_number
+    from daskfeed.streams import open_file
 
-    if _is_parquet(block.path):
+    if is_parquet(block.path):
         return None
-    compression = _compression(block.path)
-    with _open(block.path, dict(options.storage_options), compression) as f:
+    compression = compression_of(block.path)
+    with open_file(block.path, dict(options.storage_options), compression) as f:
         header = f.readline()
         width = len(next(csv.reader([header.decode(options.encoding, "replace")],
                                     delimiter=options.sep), []))

@@ -15,7 +15,8 @@ import pytest
 import daskfeed
 from daskfeed.cache import PartitionCache, open_cache
 from daskfeed.exceptions import CacheError
-from daskfeed.source import Source, iter_tables
+from daskfeed.source import Source
+from daskfeed.tables import iter_tables
 
 
 def _copy_ids(id_data, dest) -> list[str]:

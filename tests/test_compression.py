@@ -14,7 +14,9 @@ import pytest
 import zstandard
 
 from daskfeed import DataError
-from daskfeed.source import _CSV_SUFFIXES, Source, _compression, iter_tables
+from daskfeed.files import CSV_SUFFIXES, compression_of
+from daskfeed.source import Source
+from daskfeed.tables import iter_tables
 
 ROWS = 250_001
 
@@ -52,7 +54,7 @@ def test_every_member_stream_and_frame_is_read(tmp_path, suffix, name):
     pieces = _pieces(text.encode(), 9)
     path = tmp_path / f"data{suffix}"
     path.write_bytes(b"".join(_compress(name, p) for p in pieces))  # 9 members / streams / frames
-    assert _compression(str(path)) == name and suffix in _CSV_SUFFIXES
+    assert compression_of(str(path)) == name and suffix in CSV_SUFFIXES
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "1 compressed file", UserWarning)
@@ -97,7 +99,7 @@ def test_zst_without_the_zstandard_module_says_how_to_install_it(tmp_path):
         "import sys, json, warnings\n"
         "sys.modules['zstandard'] = None\n"
         "warnings.simplefilter('ignore')\n"
-        "from daskfeed.source import Source, iter_tables\n"
+        "from daskfeed.source import Source\nfrom daskfeed.tables import iter_tables\n"
         "from daskfeed import DataError\n"
         f"src = Source({str(path)!r})\n"
         "try:\n"

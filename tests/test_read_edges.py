@@ -18,7 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daskfeed import DataError
-from daskfeed.source import NA_COUNTS_KEY, Source, _line_chunks, _open, _Quotes, iter_tables
+from daskfeed.nulls import NA_COUNTS_KEY
+from daskfeed.records import Quotes, record_buffers
+from daskfeed.source import Source
+from daskfeed.streams import open_file
+from daskfeed.tables import iter_tables
 
 MiB = 2**20
 
@@ -49,7 +53,8 @@ _READ_ALL = """
 import json, resource, sys, time, warnings
 warnings.simplefilter("ignore")
 from daskfeed import DataError
-from daskfeed.source import Source, iter_tables
+from daskfeed.source import Source
+from daskfeed.tables import iter_tables
 src = Source(sys.argv[1], **json.loads(sys.argv[2]))
 before, start, msg = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter(), None
 try:
@@ -89,9 +94,9 @@ def test_an_open_quote_stops_the_stream_at_the_limit_with_bounded_memory(unclose
     limit = MiB
     tracemalloc.start()
     try:
-        with _open(path, {}, "gzip") as f:
+        with open_file(path, {}, "gzip") as f:
             header = f.readline()
-            chunks = _line_chunks(f, len(header), 64 * 1024, path=path, limit=limit)
+            chunks = record_buffers(f, len(header), 64 * 1024, path=path, limit=limit)
             with pytest.raises(DataError, match="still open") as err:
                 for _ in chunks:
                     pass
@@ -180,9 +185,9 @@ def _reference(text: bytes) -> tuple[int, bool, int]:
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=st.binary(max_size=300).map(lambda b: bytes(b'a,"\n\r'[x % 5] for x in b)),
-       window=st.integers(1, 40), steps=st.lists(st.integers(1, 50), max_size=20))
-def test_the_quote_scanner_agrees_with_pyarrows_rules_however_it_is_fed(text, window, steps):
-    quotes = _Quotes(",", window=window)
+       stride=st.integers(1, 40), steps=st.lists(st.integers(1, 50), max_size=20))
+def test_the_quote_scanner_agrees_with_pyarrows_rules_however_it_is_fed(text, stride, steps):
+    quotes = Quotes(",", stride=stride)
     end = 0
     for step in steps:  # the buffer grows as reads arrive
         end = min(end + step, len(text))
@@ -210,7 +215,7 @@ def test_chunks_parse_to_what_the_whole_text_parses_to(rows, size):
                                    strings_can_be_null=False)
     whole = pacsv.read_csv(io.BytesIO(text), read_options=read, convert_options=convert)
 
-    chunks = [body for _, body in _line_chunks(io.BytesIO(text), 0, size)]
+    chunks = [body for _, body in record_buffers(io.BytesIO(text), 0, size)]
 
     assert b"".join(chunks) == text
     parsed = pa.concat_tables(pacsv.read_csv(io.BytesIO(c), read_options=read, convert_options=convert)

@@ -1,0 +1,209 @@
+"""Nulls: the null-marker rule applied to a parsed table, and the types every table keeps.
+
+Empty fields are missing in every column; the usual markers (:data:`NA_MARKERS`) only in a
+column whose other values are all numbers; the user's markers in every column. What each marker
+made missing is counted in the table's schema metadata under :data:`NA_COUNTS_KEY`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from daskfeed.exceptions import DataError
+from daskfeed.files import Block
+
+__all__ = ["NA_COUNTS_KEY", "NA_MARKERS", "NULL_VALUES", "column_markers", "normalize",
+           "with_na_counts"]
+
+# values that are missing in numeric columns (text stays text unless the user lists them)
+NA_MARKERS = ("NA", "N/A", "n/a", "#N/A", "#N/A N/A", "#NA", "<NA>", "NULL", "null", "None",
+              "NaN", "nan", "-NaN", "-nan", "1.#IND", "-1.#IND", "1.#QNAN", "-1.#QNAN")
+NULL_VALUES = ("", *NA_MARKERS)  # "" (an empty field) is missing in every column
+# schema metadata of each parsed table: JSON {column: {marker: count of values it made missing}}
+NA_COUNTS_KEY = b"daskfeed.na_counts"
+_NUMBER_TYPES = (pa.int64(), pa.float64(), pa.bool_())  # pyarrow's order of inference
+
+
+def column_markers(name: str, column: pa.ChunkedArray, forced: pa.DataType | None,
+                    na_values: tuple[str, ...], block: Block) -> tuple[pa.ChunkedArray, dict[str, int]]:
+    """Apply the null-marker rule to one parsed column.
+
+    Parameters
+    ----------
+    name
+        The column's name (for errors).
+    column
+        The column as pyarrow parsed it (a forced column: as text).
+    forced
+        The column's dtype override, if any.
+    na_values
+        The user's null markers.
+    block
+        Where the column was read (for errors).
+
+    Returns
+    -------
+    tuple
+        The column with its markers missing, and how many values each marker made missing.
+
+    Raises
+    ------
+    DataError
+        When a value of a forced column does not convert to its dtype.
+    """
+    counts = {"": column.null_count} if column.null_count else {}
+    markers = tuple(dict.fromkeys(NA_MARKERS + na_values))
+    if _is_text(column.type):
+        if forced is None:
+            numbers = _as_numbers(column, markers)
+            if numbers is None:  # text: only the user's markers are missing
+                column, made = _null_where_in(column, na_values)
+            else:
+                column, made = numbers[0], _value_counts(column, numbers[1])
+        elif _is_text(forced):
+            column, made = _null_where_in(column, na_values)
+        else:
+            column, made = _as_forced(name, column, forced, markers, block)
+    elif pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+        column, made = _null_numbers(column, na_values)
+    else:
+        made = {}
+    if pa.types.is_floating(column.type):
+        column, nans = _nan_to_null(column)
+        made.update(nans)
+    counts.update(made)
+    return column, counts
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _is_in(column: pa.ChunkedArray, values: Sequence[str]) -> pa.ChunkedArray:
+    return pc.is_in(column, value_set=pa.array(list(values), pa.string()))
+
+
+def _null(column: pa.ChunkedArray, where: pa.ChunkedArray) -> pa.ChunkedArray:
+    return pc.if_else(where, pa.scalar(None, column.type), column)
+
+
+def _value_counts(column: pa.ChunkedArray, where: pa.ChunkedArray) -> dict[str, int]:
+    """How many times each value of ``column`` occurs where ``where`` is true."""
+    return {r["values"]: r["counts"] for r in pc.value_counts(pc.filter(column, where)).to_pylist()}
+
+
+def _as_numbers(column: pa.ChunkedArray,
+                markers: Sequence[str]) -> tuple[pa.ChunkedArray, pa.ChunkedArray] | None:
+    """Convert a text column whose values other than markers are all numbers.
+
+    Returns ``column`` as int64, float64 or bool with its markers missing, and where the
+    markers were; None for text (told by its first values, before the whole column is
+    looked at), and for a column of only markers and empties.
+    """
+    head = column.slice(0, 256)
+    values = pc.drop_null(pc.filter(head, pc.invert(_is_in(head, markers))))
+    if len(values) and not _looks_like_a_number(values[0].as_py()):
+        return None  # text, told by its first value without a failing cast (they are slow)
+    targets = [t for t in _NUMBER_TYPES if _casts(values, t)]
+    if len(values) and not targets:
+        return None
+    is_marker = _is_in(column, markers)
+    if not len(values):  # the first values are markers: look further
+        values = pc.drop_null(pc.filter(column, pc.invert(is_marker))).slice(0, 256)
+        targets = [t for t in _NUMBER_TYPES if len(values) and _casts(values, t)]
+    for target in targets:
+        try:
+            return pc.cast(_null(column, is_marker), target), is_marker
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    return None
+
+
+def _looks_like_a_number(text: str) -> bool:
+    """Whether ``text`` could be a value of a number or bool column (pyarrow decides for sure)."""
+    try:
+        float(text)
+    except ValueError:
+        return text.strip().lower() in ("true", "false")
+    return True
+
+
+def _casts(values: pa.ChunkedArray, target: pa.DataType) -> bool:
+    try:
+        pc.cast(values, target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    return True
+
+
+def _null_where_in(column: pa.ChunkedArray, markers: Sequence[str]) -> tuple[pa.ChunkedArray, dict[str, int]]:
+    """Text column: ``markers`` become missing; counted per marker."""
+    if not markers:
+        return column, {}
+    hit = _is_in(column, markers)
+    made = _value_counts(column, hit)
+    return (_null(column, hit), made) if made else (column, {})
+
+
+def _as_forced(name: str, column: pa.ChunkedArray, target: pa.DataType, markers: Sequence[str],
+               block: Block) -> tuple[pa.ChunkedArray, dict[str, int]]:
+    """A column with a dtype override (read as text): markers missing, the rest cast."""
+    hit = _is_in(column, markers)
+    try:
+        converted = pc.cast(_null(column, hit), target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+        raise DataError(
+            f"Expected {target} values in column {name!r} of {block.describe()} (its dtype "
+            f"override). Received: {err}.\nHint: fix the value, list it as a null marker "
+            "(na_values / --na-values), or change the column's dtype override."
+        ) from err
+    return converted, _value_counts(column, hit)
+
+
+def _null_numbers(column: pa.ChunkedArray,
+                  na_values: Sequence[str]) -> tuple[pa.ChunkedArray, dict[str, int]]:
+    """Numeric column: the user's markers that are numbers (``-999``) become missing."""
+    made = {}
+    for marker in na_values:
+        try:
+            value = float(marker)
+        except ValueError:
+            continue
+        hit = pc.fill_null(pc.equal(column, value), False)
+        n = pc.sum(hit).as_py() or 0
+        if n:
+            made[marker] = n
+            column = _null(column, hit)
+    return column, made
+
+
+def _nan_to_null(column: pa.ChunkedArray) -> tuple[pa.ChunkedArray, dict[str, int]]:
+    """Float column: NaN (however it was spelled: NaN, nan, -nan) becomes missing, as "NaN"."""
+    nan = pc.fill_null(pc.is_nan(column), False)
+    n = pc.sum(nan).as_py() or 0
+    return (_null(column, nan), {"NaN": n}) if n else (column, {})
+
+
+def with_na_counts(table: pa.Table, counts: dict[str, dict[str, int]]) -> pa.Table:
+    """``table`` with ``counts`` (``{column: {marker: count}}``) under :data:`NA_COUNTS_KEY`."""
+    meta = dict(table.schema.metadata or {})
+    meta[NA_COUNTS_KEY] = json.dumps(counts, sort_keys=True).encode()
+    return table.replace_schema_metadata(meta)
+
+
+def normalize(table: pa.Table) -> pa.Table:
+    """Types that survive nulls and chunking: bool → float64, dates → timestamps."""
+    cols = []
+    for i, t in enumerate(table.schema.types):
+        col = table.column(i)
+        if pa.types.is_boolean(t):
+            col = col.cast(pa.float64())
+        elif pa.types.is_date(t):
+            col = col.cast(pa.timestamp("s"))
+        cols.append(col)
+    return pa.Table.from_arrays(cols, names=table.column_names)
+
