@@ -1,4 +1,4 @@
-"""Models: the default Keras model over a manifest, user builders, and the epoch telemetry."""
+"""Models: the default Keras model over a manifest, and user builders."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import math
 import os
 import re
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +17,7 @@ from daskfeed._keras import keras
 from daskfeed.exceptions import SchemaError
 from daskfeed.feed import Encoding
 
-__all__ = ["EpochTelemetry", "compile_for", "default_model", "load_builder"]
+__all__ = ["compile_for", "default_model", "load_builder"]
 
 
 def _layer_name(prefix: str, column: str) -> str:
@@ -211,51 +210,3 @@ def load_builder(spec: str) -> Callable[..., keras.Model]:
             "Hint: it is called with the manifest and returns a keras.Model."
         )
     return fn
-
-
-class EpochTelemetry(keras.callbacks.Callback):
-    """Per epoch: rows, training seconds, rows/s, data-wait fraction, peak RSS of the tree.
-
-    ``seconds`` is the training part of the epoch (validation is ``val_seconds``);
-    ``data_wait_fraction`` is the time ``__getitem__`` waited for windows over ``seconds``.
-    """
-
-    def __init__(self, sequence: Any, rss_sampler: Any = None) -> None:
-        super().__init__()
-        self.sequence = sequence
-        self.rss = rss_sampler
-        self.epochs: list[dict[str, Any]] = []
-        self._t0 = self._t_train = 0.0
-
-    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        """Start the epoch clock and a new RSS peak."""
-        self._t0 = time.perf_counter()
-        self._t_train = 0.0
-        if self.rss is not None:
-            self.rss.reset_peak()
-
-    def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
-        """Validation starts: the training part of the epoch ends here."""
-        if self._t0 and not self._t_train:
-            self._t_train = time.perf_counter()
-
-    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        """Record the epoch's telemetry."""
-        end = time.perf_counter()
-        train_end = self._t_train or end
-        seconds = max(train_end - self._t0, 1e-9)
-        stats = self.sequence.last_epoch_stats
-        rec = {
-            "epoch": epoch,
-            "rows": stats.get("rows", 0),
-            "batches": stats.get("batches", 0),
-            "seconds": round(seconds, 4),
-            "val_seconds": round(end - train_end, 4),
-            "rows_per_s": round(stats.get("rows", 0) / seconds, 1),
-            "data_wait_seconds": round(stats.get("wait_seconds", 0.0), 4),
-            "data_wait_fraction": round(min(1.0, stats.get("wait_seconds", 0.0) / seconds), 4),
-            "windows_computed": stats.get("windows_computed", 0),
-        }
-        if self.rss is not None:
-            rec["peak_rss_bytes"] = int(self.rss.peak)
-        self.epochs.append(rec)

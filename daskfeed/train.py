@@ -295,9 +295,17 @@ def train(
     the new manifest and cache replace the old ones.
     """
     from daskfeed._keras import keras
+    from daskfeed.callbacks import (
+        Checkpointer,
+        EpochTelemetry,
+        fit_from,
+        make_early_stopping,
+        report_early_stopping,
+        resume_early_stopping,
+    )
     from daskfeed.exceptions import ManifestMismatchError
     from daskfeed.manifest import Manifest
-    from daskfeed.model import EpochTelemetry, default_model, load_builder
+    from daskfeed.model import default_model, load_builder
     from daskfeed.sequence import DaskSequence
     from daskfeed.watch import WatchCallback, history_plot, summary_lines
 
@@ -321,7 +329,7 @@ def train(
     keras.utils.set_random_seed(seed)
     builder = load_builder(model) if isinstance(model, str) else model
     from daskfeed import config
-    from daskfeed.checkpoint import Checkpointer, Cursor, fit_from, open_store
+    from daskfeed.checkpoint import Cursor, open_store
 
     every = int(config.get("checkpoint-every", checkpoint_every))
     store, ckpt = open_store(out, resume=resume, echo=echo)
@@ -427,7 +435,7 @@ def train(
                                     if opts.learning_rate is None else opts.learning_rate)
                 echo(f"default model: hidden {list(opts.hidden or DEFAULT_HIDDEN)}, dropout "
                      f"{opts.dropout or 0.0:g}, Adam(learning_rate={opts.learning_rate:g})")
-            stopper = _early_stopper(opts, net, echo)
+            stopper = make_early_stopping(opts.patience, opts.monitor, net, echo)
             telemetry = EpochTelemetry(train_seq, rss)
             start_epoch = start_batch = 0
             if ckpt:
@@ -438,7 +446,7 @@ def train(
                      if start_epoch < epochs else
                      f"{ckpt.path} is at the end of epoch {start_epoch}: nothing left to train "
                      "(raise --epochs to train more)")
-                if _resume_early_stopping(stopper, ckpt, net, echo):
+                if resume_early_stopping(stopper, ckpt, net, echo):
                     start_epoch, start_batch = max(start_epoch, epochs), 0
             echo(f"checkpoints: {f'every {every} batches and ' if every else ''}at epoch ends in "
                  f"{store.directory} (the last {store.keep} kept)")
@@ -459,7 +467,7 @@ def train(
                 _reraise_feed_error(err, train_seq, val_seq)
                 raise
             history = checkpointer.history
-            stopping = _report_early_stopping(stopper, epochs, echo)
+            stopping = report_early_stopping(stopper, epochs, echo)
             net.save(os.path.join(out, "model.keras"))
             history_plot(history, os.path.join(out, "history.png"))
             with open(os.path.join(out, "history.json"), "w", encoding="utf-8") as f:
@@ -659,80 +667,6 @@ def _built(builder: Callable[..., Any], manifest: Any, model: Any, opts: FitOpti
         echo(f"model from {model if isinstance(model, str) else 'the builder'} was not "
              f"compiled; compiled for the {manifest.task} label with {_describe_compile(net)}")
     return net
-
-
-def _early_stopper(opts: FitOptions, net: Any, echo: Callable[[str], None]) -> Any:
-    """The EarlyStopping callback of ``opts`` (None: none), its monitor checked against ``net``."""
-    if opts.patience is None:
-        return None
-    from daskfeed.checkpoint import EarlyStopping
-
-    assert opts.monitor is not None
-    names = _logged_names(net)
-    if names is not None and opts.monitor.removeprefix("val_") not in names:
-        _refuse(f"Expected a quantity the model logs to monitor: "
-                f"{', '.join(sorted(names | {f'val_{n}' for n in names}))}.",
-                f"monitor={opts.monitor!r}", "pick one of those (--monitor).")
-    echo(f"early stopping: {opts.monitor}, patience {opts.patience} epoch"
-         f"{'s' if opts.patience != 1 else ''}; the best epoch's weights are restored at the end")
-    return EarlyStopping(monitor=opts.monitor, patience=opts.patience, restore_best_weights=True)
-
-
-def _logged_names(net: Any) -> set[str] | None:
-    """Names ``fit`` logs for ``net`` (without ``val_``); None when they cannot be told."""
-    cfg = net.get_compile_config() or {}
-    names = {"loss"}
-    for key, prefix in (("metrics", ""), ("weighted_metrics", "weighted_")):
-        given = cfg.get(key) or []
-        if not isinstance(given, (list, tuple)):
-            return None
-        for m in given:
-            if not isinstance(m, str):  # a metric object: its logged name is its own business
-                return None
-            names.add(prefix + m)
-    return names
-
-
-def _resume_early_stopping(stopper: Any, ckpt: Any, net: Any, echo: Callable[[str], None]) -> bool:
-    """Carry the checkpoint's early-stopping state on; True when that run had stopped early."""
-    state = ckpt.early_stopping
-    if stopper is None or state is None:
-        if state is not None:
-            echo("the checkpoint's early stopping is not continued (no --early-stopping)")
-        elif stopper is not None:
-            echo("early stopping starts now (the checkpoint's run had none)")
-        return False
-    stopper.set_state(state, ckpt.best_weights())
-    echo(f"early stopping resumed: {state['wait']} epoch(s) without improvement of "
-         f"{state['monitor']} so far, best {state['best']} at epoch {state['best_epoch'] + 1}")
-    if not state["stopped_epoch"]:
-        return False
-    best = ckpt.best_weights()
-    if best is not None:
-        net.set_weights(best)
-    echo(f"the run stopped early after epoch {state['stopped_epoch'] + 1}: nothing left to train; "
-         f"the weights of epoch {state['best_epoch'] + 1} are restored")
-    return True
-
-
-def _report_early_stopping(stopper: Any, epochs: int,
-                           echo: Callable[[str], None]) -> dict[str, Any] | None:
-    """Say whether and where early stopping stopped, and which weights the model has."""
-    if stopper is None:
-        return None
-    state = stopper.get_state()
-    best = state["best"]
-    restored = state["best_weights"]
-    if stopper.stopped:
-        echo(f"early stopping: {state['monitor']} did not improve for {state['patience']} "
-             f"epoch(s); stopped after epoch {state['stopped_epoch'] + 1} of {epochs}")
-    else:
-        echo(f"early stopping: did not stop ({epochs} epochs trained)")
-    if restored and best is not None:
-        echo(f"restored the weights of epoch {state['best_epoch'] + 1}, the best "
-             f"({state['monitor']} {best:.4f})")
-    return {**{k: v for k, v in state.items() if k != "best_weights"},
-            "stopped": stopper.stopped, "restored_best_weights": bool(restored)}
 
 
 def _describe_compile(net: Any) -> str:

@@ -282,7 +282,7 @@ def _callbacks():
 
 
 def _stopper():
-    from daskfeed.checkpoint import EarlyStopping
+    from daskfeed.callbacks import EarlyStopping
 
     return EarlyStopping(monitor="score", patience=2, mode="min", restore_best_weights=True)
 
@@ -295,7 +295,8 @@ def _close(a_list, b_list):
 def test_early_stopping_stops_restores_best_weights_and_survives_a_mid_epoch_resume(
         data, client, tmp_path):
     from daskfeed._keras import keras
-    from daskfeed.checkpoint import Checkpointer, CheckpointStore, fit_from
+    from daskfeed.callbacks import Checkpointer, fit_from
+    from daskfeed.checkpoint import CheckpointStore
 
     kw = dict(features=["x1", "x2"], as_matrix=True, window_rows=700, seed=2)
     with _seq(data, client, **kw) as seq:
@@ -353,7 +354,7 @@ def test_early_stopping_stops_restores_best_weights_and_survives_a_mid_epoch_res
     last = store.latest()
     assert (last.cursor.epoch, last.early_stopping["stopped_epoch"]) == (4, 3)
     with pytest.raises(CheckpointError, match="monitored 'score'"):
-        from daskfeed.checkpoint import EarlyStopping
+        from daskfeed.callbacks import EarlyStopping
 
         EarlyStopping(monitor="val_loss").set_state(last.early_stopping)
 

@@ -217,7 +217,8 @@ class _Crash(Exception):
 
 def test_fit_interrupted_then_resumed_equals_an_uninterrupted_fit(id_data, client, tmp_path):
     from daskfeed._keras import keras
-    from daskfeed.checkpoint import Checkpointer, CheckpointStore, fit_from
+    from daskfeed.callbacks import Checkpointer, fit_from
+    from daskfeed.checkpoint import CheckpointStore
 
     epochs, every = 3, 5
     kw = dict(batch_size=400, features=FEATURES, as_matrix=True)  # 34 batches per epoch
@@ -455,7 +456,7 @@ def test_train_resume_continues_and_refuses_changed_data(tmp_path):
 
 
 def test_a_resumed_epoch_shows_its_real_number_in_keras_bar(id_data, client, capfd):
-    from daskfeed.checkpoint import fit_from
+    from daskfeed.callbacks import fit_from
     from daskfeed.model import default_model
 
     with _seq(id_data, client, batch_size=400, features=FEATURES, as_matrix=True) as seq:

@@ -1,7 +1,7 @@
 """Checkpoint cursors count the batches trained, whatever Keras' ``steps_per_execution`` and version.
 
 Keras 3.10 passes a group's *first* batch to ``on_train_batch_end`` when ``steps_per_execution``
-is above 1, Keras 3.15 its last one; the :class:`~daskfeed.checkpoint.Checkpointer` counts from
+is above 1, Keras 3.15 its last one; the :class:`~daskfeed.callbacks.Checkpointer` counts from
 the optimizer's steps instead (issue 11, item 6). A recording model appends the row ids of every
 batch it trains to a list, before its update: the length of that list is the truth the cursors
 are checked against. Run these under another Keras by putting it first on ``PYTHONPATH``.
@@ -95,7 +95,8 @@ def _probe(checkpointer, sink: list):
     (1, "plain"), (4, "plain"), (4, "accumulating"), (4, "no optimizer"), (4, "two steps per batch"),
 ])
 def test_cursors_are_the_batches_trained(id_data, client, tmp_path, spe, variant):
-    from daskfeed.checkpoint import Checkpointer, CheckpointStore, fit_from
+    from daskfeed.callbacks import Checkpointer, fit_from
+    from daskfeed.checkpoint import CheckpointStore
 
     epochs = 2
     sink: list = []
@@ -135,7 +136,8 @@ def test_cursors_are_the_batches_trained(id_data, client, tmp_path, spe, variant
 def test_cursor_does_not_depend_on_the_batch_keras_passes(id_data, client, tmp_path, convention):
     """The hooks called as either Keras version calls them, 4 steps per call, every=5."""
     from daskfeed._keras import keras
-    from daskfeed.checkpoint import Checkpointer, CheckpointStore
+    from daskfeed.callbacks import Checkpointer
+    from daskfeed.checkpoint import CheckpointStore
 
     keras.utils.set_random_seed(0)
     inp = keras.Input((3,))
@@ -178,7 +180,7 @@ def _stop_after(sink: list, trained: int, how: str):
 def _run(id_data, client, store, manifest, *, spe, until, how, epochs=3):
     """Train from the store's newest checkpoint (or from scratch) until ``until`` batches of
     this run are trained (None: to the end); return (batches trained, Checkpointer, fits)."""
-    from daskfeed.checkpoint import Checkpointer, fit_from
+    from daskfeed.callbacks import Checkpointer, fit_from
 
     ckpt = store.latest()
     sink: list = []
