@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "BackendError",
     "BudgetError",
     "CacheError",
     "CheckpointError",
@@ -18,6 +19,10 @@ __all__ = [
 
 class DaskfeedError(Exception):
     """Base class: a user-facing error whose message says what, where, and a hint."""
+
+
+class BackendError(DaskfeedError, ImportError):
+    """A Keras backend daskfeed does not run on (it runs on TensorFlow and JAX)."""
 
 
 class DataNotFoundError(DaskfeedError, FileNotFoundError):
