@@ -602,7 +602,8 @@ def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> No
                         sep=kw.pop("sep"), na_values=kw.pop("na_values"), dtype=kw.pop("dtype"),
                         storage_options=kw.pop("storage_options"))
         part_cache, status = (None, "cache: off") if cache is False else open_cache(
-            source, None if cache is True else cache, required=cache is not True, client=client)
+            source, (None if cache is True else cache) or config.get("cache-dir"),
+            compression=config.get("cache-compression"), required=cache is not True, client=client)
         if source.options.blocksize != budget.blocksize:
             click.echo(f"partitions of {format_bytes(source.options.blocksize)} (--blocksize / "
                        f"daskfeed.blocksize; the budget alone gives {format_bytes(budget.blocksize)})")
@@ -637,8 +638,11 @@ def cache_list(root: str | None) -> None:
 
     from dask.utils import format_bytes
 
-    from daskfeed.cache import default_root, list_entries
+    from daskfeed import config
+    from daskfeed.cache import default_root
+    from daskfeed.cache_entries import list_entries
 
+    root = root or config.get("cache-dir")
     entries = list_entries(root)
     where = root or default_root()
     if not entries:
@@ -660,8 +664,11 @@ def cache_clear(entries: tuple[str, ...], root: str | None) -> None:
     """Remove cache ENTRIES (names as `daskfeed cache list` shows them), or all of them."""
     from dask.utils import format_bytes
 
-    from daskfeed.cache import clear, default_root, list_entries
+    from daskfeed import config
+    from daskfeed.cache import default_root
+    from daskfeed.cache_entries import clear, list_entries
 
+    root = root or config.get("cache-dir")
     known = {os.path.basename(e.path) for e in list_entries(root)}
     unknown = [e for e in entries if e not in known]
     if unknown:

@@ -343,7 +343,9 @@ class DaskSequence(keras.utils.PyDataset):
         if cache is None or cache is False:
             return None, "cache: off"
         root = None if cache is True else cache
-        return open_cache(self.source, root, required=root is not None, client=self._client)
+        return open_cache(self.source, root or config.get("cache-dir"),
+                          compression=config.get("cache-compression"), required=root is not None,
+                          client=self._client)
 
     def _resolve_manifest(self, manifest: Manifest | None, label: str,
                           vocabulary_size: int | None, split: dict[str, Any] | None) -> Manifest:

@@ -123,7 +123,7 @@ def test_auto_compression_writes_plain_files_where_there_is_room_else_zstd(tmp_p
         open_cache(src, tmp_path / "c2", required=True, compression="none")
 
 
-def test_gzip_is_parsed_in_bounded_chunks_with_types_per_chunk(tmp_path, client):
+def test_gzip_is_parsed_in_bounded_buffers_with_types_per_table(tmp_path, client):
     from daskfeed.demo import generate_rows
 
     df = pd.DataFrame(generate_rows(20_000, seed=2, stream=0, row_id_start=0))
@@ -133,7 +133,7 @@ def test_gzip_is_parsed_in_bounded_chunks_with_types_per_chunk(tmp_path, client)
     src = Source(str(tmp_path / "big.csv.gz"), blocksize="200kB")
     assert len(src.blocks) == 1  # not splittable: one partition ...
     tables = list(iter_tables(src.blocks[0], src.options))
-    assert len(tables) >= len(text) // 200_000  # ... parsed in pieces of ~blocksize of text
+    assert len(tables) >= len(text) // 200_000  # ... parsed in buffers of ~blocksize of text
     assert max(t.num_rows for t in tables) < 200_000 / 40
     assert sum(t.num_rows for t in tables) == 20_000
     with pytest.warns(UserWarning, match="cannot be split"):
@@ -144,8 +144,8 @@ def test_gzip_is_parsed_in_bounded_chunks_with_types_per_chunk(tmp_path, client)
         assert seq.manifest.columns["drift"].mean == pytest.approx((15_000 + 2.5 * 5_000) / 20_000)
         ids = _epoch_ids(seq)
     assert np.array_equal(np.sort(ids), np.arange(20_000))
-    (pieces,) = [seq.cache.lookup(0)]  # every chunk of the stream was cached, as batches
-    assert sum(count for _, _, count in pieces) == len(tables)
+    (ranges,) = [seq.cache.lookup(0)]  # every buffer of the stream was cached, as batches
+    assert sum(count for _, _, count in ranges) == len(tables)
 
 
 def test_an_incomplete_partition_is_never_read(tmp_path):
@@ -154,7 +154,7 @@ def test_an_incomplete_partition_is_never_read(tmp_path):
 
     w = cache.writer(0)
     w.add(0, pa.table({"x": [1, 2, 3]}))
-    w.add(1, pa.table({"x": ["a", "b"]}))  # text after numbers: another segment file
+    w.add(1, pa.table({"x": ["a", "b"]}))  # text after numbers: another Arrow file
     w.begin(2)  # an empty partition is cached too
     assert cache.tables(0) is None and not cache.has(0)  # no marker yet: not visible
     w.commit()
@@ -186,7 +186,7 @@ def test_a_damaged_cache_file_falls_back_to_the_csv(tmp_path, client, write_csv)
         path = seq.cache.path
     files = glob.glob(os.path.join(path, "g*.arrow"))
     assert files
-    for f in files:  # truncate every segment: the markers still point at them
+    for f in files:  # truncate every Arrow file: the markers still point at them
         with open(f, "r+b") as fh:
             fh.truncate(os.path.getsize(f) // 2)
     with daskfeed.DaskSequence(str(tmp_path / "d" / "*.csv"), **kw) as seq:
@@ -226,17 +226,17 @@ def test_big_integers_and_far_dates_read_the_same_from_cache_and_csv(tmp_path, c
     assert np.array_equal(parsed[0][0]["ms"], ms)  # exact: wide whole numbers travel as int64
 
 
-def test_gzip_chunks_keep_quoted_line_breaks_whole(tmp_path, client):
+def test_gzip_buffers_keep_quoted_line_breaks_whole(tmp_path, client):
     rows = "".join(f'{i},"note {i}\nsecond line, with comma",{i % 2}\n' for i in range(10_000))
     (tmp_path / "q.csv.gz").write_bytes(gzip.compress(("x,note,y\n" + rows).encode()))
     src = Source(str(tmp_path / "q.csv.gz"), blocksize="20kB")
     tables = list(iter_tables(src.blocks[0], src.options))
-    assert len(tables) > 3 and sum(t.num_rows for t in tables) == 10_000  # chunks of >= 64 KiB
+    assert len(tables) > 3 and sum(t.num_rows for t in tables) == 10_000  # buffers of >= 64 KiB
     notes = [n for t in tables for n in t.column("note").to_pylist()]
     assert notes[1234] == "note 1234\nsecond line, with comma"
     (tmp_path / "small.csv").write_text('a,b\n1,2\n3,"x\ny"', encoding="utf-8")  # no final newline
     small = Source(str(tmp_path / "small.csv"))
-    (table,) = list(iter_tables(small.blocks[0], small.options))  # a small file: one piece
+    (table,) = list(iter_tables(small.blocks[0], small.options))  # a small file: one table
     assert table.column("b").to_pylist() == ["2", "x\ny"]
 
 
