@@ -11,9 +11,12 @@ order.
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 
 import numpy as np
+
+from daskfeed.atomic import write_file, writing
 
 __all__ = ["DemoData", "generate_rows", "write_demo_data"]
 
@@ -47,7 +50,24 @@ def _world(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 def generate_rows(n: int, *, seed: int, stream: int, late_blanks: bool = False,
                   row_id_start: int | None = None) -> dict[str, np.ndarray]:
-    """Generate ``n`` quest attempts as columns (deterministic in seed and stream)."""
+    """Generate ``n`` quest attempts as columns (deterministic in seed and stream).
+
+    Parameters
+    ----------
+    n
+        Rows.
+    seed, stream
+        The random streams (the world's quests, classes and regions depend on ``seed`` alone).
+    late_blanks
+        Blanks in ``gold_spent`` (an integer column missing values only in later files).
+    row_id_start
+        Start of a ``row_id`` column; None: no such column.
+
+    Returns
+    -------
+    dict of numpy.ndarray
+        Column name to values (``None`` for missing ones), in :data:`COLUMNS` order.
+    """
     difficulty, popularity, class_fx, region_fx = _world(seed)
     rng = np.random.default_rng([seed, stream])
     q = rng.choice(N_QUESTS, n, p=popularity)
@@ -103,29 +123,44 @@ def _write_split(directory: str, rows: int, rows_per_file: int, seed: int, split
         cols = generate_rows(n, seed=seed, stream=split * 1_000_000 + i,
                              late_blanks=i >= int(nfiles * 0.8) and nfiles > 1,
                              row_id_start=i * rows_per_file if row_ids else None)
-        path = os.path.join(directory, f"split_data_{i:05d}.csv")
-        tmp = path + ".tmp"
-        pd.DataFrame(cols).to_csv(tmp, index=False, encoding="utf-8")
-        os.replace(tmp, path)
+        with writing(os.path.join(directory, f"split_data_{i:05d}.csv"), "w",
+                     encoding="utf-8") as f:
+            pd.DataFrame(cols).to_csv(f, index=False)
 
 
 def write_demo_data(root: str | os.PathLike[str], *, rows: int = 200_000,
                     validate_rows: int = 50_000, rows_per_file: int = 1000, seed: int = 0,
                     row_ids: bool = False) -> DemoData:
-    """Write the demo quest logs under ``root`` (skipped if the same set is already there)."""
+    """Write the demo quest logs under ``root`` (skipped if the same set is already there).
+
+    Parameters
+    ----------
+    root
+        The directory; ``log_quest/`` and ``log_quest_validate/`` are written in it.
+    rows, validate_rows
+        Rows of the training and of the validation files.
+    rows_per_file
+        Rows per CSV file (the old hand-split layout).
+    seed
+        Makes the data; the same seed, the same files.
+    row_ids
+        Add a ``row_id`` column (0, 1, ... in each split).
+
+    Returns
+    -------
+    DemoData
+        Where the files are and their globs.
+    """
     root = os.fspath(root)
     stamp = os.path.join(root, ".daskfeed-demo")
     key = f"{rows} {validate_rows} {rows_per_file} {seed} {row_ids}"
-    if not (os.path.exists(stamp) and open(stamp, encoding="utf-8").read() == key):
-        import shutil
-
+    if _stamp(stamp) != key:
         for sub in ("log_quest", "log_quest_validate"):
             shutil.rmtree(os.path.join(root, sub), ignore_errors=True)
         _write_split(os.path.join(root, "log_quest", "splited"), rows, rows_per_file, seed, 0, row_ids)
         _write_split(os.path.join(root, "log_quest_validate", "splited"), validate_rows,
                      rows_per_file, seed, 1, row_ids)
-        with open(stamp, "w", encoding="utf-8") as f:
-            f.write(key)
+        write_file(stamp, key)
     return DemoData(
         root=root,
         train_glob=os.path.join(root, "log_quest", "**", "*.csv"),
@@ -133,3 +168,12 @@ def write_demo_data(root: str | os.PathLike[str], *, rows: int = 200_000,
         train_rows=rows,
         validate_rows=validate_rows,
     )
+
+
+def _stamp(path: str) -> str | None:
+    """What the last complete write of the demo data recorded (None: none there)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return None
