@@ -117,15 +117,14 @@ def _watch_signals() -> Callable[[], None]:
     Python runs signal handlers in the main thread only between bytecodes; while it waits
     inside TensorFlow for a batch that is stuck on a hung read, the handler would run only
     after ``--timeout``. The C-level handler also writes the signal number to the wakeup fd at
-    once: a thread reading it sets :data:`daskfeed.prefetch.ABORT`, the wait for the window
+    once: a thread reading it requests :data:`daskfeed.lifecycle.PROCESS_STOP`, the wait for the window
     ends, TensorFlow returns, and the handler runs (exit 143 / 130 as usual).
     """
     import socket
 
-    from daskfeed.prefetch import ABORT, ABORT_SIGNAL
+    from daskfeed.lifecycle import PROCESS_STOP
 
-    ABORT.clear()
-    ABORT_SIGNAL.clear()
+    PROCESS_STOP.clear()
     r, w = socket.socketpair()
     w.setblocking(False)
     try:
@@ -145,13 +144,12 @@ def _watch_signals() -> Callable[[], None]:
                 return
             stops = [b for b in data if b in (signal.SIGTERM, signal.SIGINT)]
             if stops:
-                ABORT_SIGNAL.append(stops[0])
-                ABORT.set()
+                PROCESS_STOP.request(stops[0])
 
     threading.Thread(target=watch, daemon=True, name="daskfeed-signals").start()
 
     def undo() -> None:
-        ABORT.clear()
+        PROCESS_STOP.clear()
         signal.set_wakeup_fd(old)
         w.close()
         r.close()
@@ -200,13 +198,13 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
         main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, _on_sigterm) if main else None
         unwatch = _watch_signals() if main else None
-        from daskfeed.prefetch import ABORT_SIGNAL, Aborted
+        from daskfeed.lifecycle import PROCESS_STOP, Aborted
 
         undo_warnings = _warnings_as_lines()
         try:
             return fn(*args, **kwargs)
         except BaseException as err:
-            stopping = isinstance(err, KeyboardInterrupt) or (main and bool(ABORT_SIGNAL))
+            stopping = isinstance(err, KeyboardInterrupt) or (main and PROCESS_STOP.signum is not None)
             if not stopping:  # (a signal can surface as any error raised where it landed)
                 if isinstance(err, DaskfeedError):
                     raise click.ClickException(str(err)) from err
@@ -214,7 +212,7 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
             if main:  # a second Ctrl-C while we print must not spew a traceback
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
             recorded = not isinstance(err, KeyboardInterrupt) or isinstance(err, Aborted)
-            term = isinstance(err, Terminated) or (recorded and ABORT_SIGNAL[:1] == [signal.SIGTERM])
+            term = isinstance(err, Terminated) or (recorded and PROCESS_STOP.signum == signal.SIGTERM)
             click.echo(f"daskfeed: stopped by {'SIGTERM' if term else 'Ctrl-C (SIGINT)'}; "
                        "cluster connections closed.", err=True)
             sys.exit(128 + (signal.SIGTERM if term else signal.SIGINT))

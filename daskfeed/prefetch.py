@@ -17,12 +17,9 @@ Prefetchers still open at interpreter exit are closed then.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import functools
 import os
-import signal
-import socket
 import threading
 import time
 import weakref
@@ -31,100 +28,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from daskfeed.exceptions import FeedTimeoutError
+from daskfeed.exceptions import ClusterError, DaskfeedError, DataError, FeedTimeoutError
+from daskfeed.lifecycle import PROCESS_STOP, SETTLE, Aborted, Stop, close_at_exit
 
-__all__ = ["ABORT", "Prefetcher", "WindowCancelled", "explain"]
+__all__ = ["Prefetcher", "WindowCancelled", "explain"]
 
-# Set when the process is asked to stop (SIGTERM / SIGINT seen by the CLI's signal watcher):
-# waits for windows end at once, so a batch blocked on a hung read does not hold up the
-# shutdown until the timeout (the main thread may be inside TensorFlow, where Python signal
-# handlers cannot run).
-ABORT = threading.Event()
-ABORT_SIGNAL: list[int] = []  # the signal that set ABORT (the CLI's watcher records it)
-_POLL = 0.25  # seconds between checks of ABORT while waiting for another thread's gather
+_POLL = 0.25  # seconds between checks of the stop request while waiting for another thread's gather
 _WATCH = 0.01  # seconds between looks at a future in flight
 _CLOSE_LOCK_WAIT = 2.0  # close(): longest wait for a busy lock (the client's close frees the rest)
-_STOP_GRACE = 2.0  # a wait that begins this soon after SIGINT / SIGTERM still ends at once
 
 
 class WindowCancelled(RuntimeError):
     """The window was dropped by ``reset`` or ``close`` while a caller waited for it."""
 
 
-class Aborted(KeyboardInterrupt):
-    """Waiting for a window was abandoned because the process is stopping (:data:`ABORT`)."""
-
-
-class _StopSignals:
-    """SIGINT / SIGTERM counted as they arrive, even while the main thread waits inside C code.
-
-    Python runs signal handlers in the main thread only between bytecodes: while ``fit`` waits
-    inside TensorFlow for a batch stuck on a hung read, Ctrl-C would act only at ``timeout``.
-    The C-level handler also writes the signal number to the wakeup fd at once: a daemon thread
-    reading it notes the time, every wait for a window that began before it (or up to
-    ``_STOP_GRACE`` seconds after it: TensorFlow may ask for the next batch meanwhile) ends
-    with :class:`Aborted`, TensorFlow returns, and the main thread raises
-    ``KeyboardInterrupt`` as usual. Later waits are not affected (a notebook fits again). A
-    wakeup fd set before (asyncio, the CLI's watcher) still receives every byte.
-    """
-
-    def __init__(self) -> None:
-        self.last = float("-inf")  # time.monotonic() of the last stop signal
-        self._lock = threading.Lock()
-        self._pid = -1
-        self._writer: socket.socket | None = None
-        self._forward = -1  # our duplicate of the wakeup fd we replaced, or -1
-
-    def install(self) -> None:
-        """Listen on the wakeup fd (main thread only); idempotent, again after a fork."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        with self._lock:
-            if self._pid != os.getpid():
-                self._start_reader()
-            assert self._writer is not None
-            mine = self._writer.fileno()
-            try:
-                previous = signal.set_wakeup_fd(mine, warn_on_full_buffer=False)
-            except ValueError:  # not the main interpreter
-                return
-            if previous != mine:
-                self._set_forward(previous)
-
-    def _start_reader(self) -> None:
-        reader, writer = socket.socketpair()
-        writer.setblocking(False)
-        self._writer, self._pid, self._forward = writer, os.getpid(), -1
-        threading.Thread(target=self._read, args=(reader,), name="daskfeed-signals",
-                         daemon=True).start()
-
-    def _set_forward(self, fd: int) -> None:
-        old, self._forward = self._forward, (os.dup(fd) if fd >= 0 else -1)
-        if old >= 0:
-            with contextlib.suppress(OSError):
-                os.close(old)
-
-    def _read(self, reader: socket.socket) -> None:
-        while True:
-            try:
-                data = reader.recv(64)
-            except OSError:
-                return
-            if not data:
-                return
-            if any(b in (signal.SIGINT, signal.SIGTERM) and signal.getsignal(b) is not signal.SIG_IGN
-                   for b in data):
-                self.last = time.monotonic()
-            if self._forward >= 0:
-                with contextlib.suppress(OSError):
-                    os.write(self._forward, data)
-
-
-_SIGNALS = _StopSignals()
-
-
 def _wait_for(ready: Callable[[], bool], timeout: float, pause: Callable[[float], Any],
-              interval: float, stop: Callable[[], BaseException | None] | None = None) -> bool:
+              interval: float, stop: Callable[[], BaseException | None] | None = None,
+              process: Stop = PROCESS_STOP) -> bool:
     """Wait until ``ready()``; False once ``timeout`` seconds passed.
 
     ``pause(s)`` waits up to ``s`` seconds between looks (an event's ``wait`` returns early).
@@ -132,15 +52,15 @@ def _wait_for(ready: Callable[[], bool], timeout: float, pause: Callable[[float]
     Raises
     ------
     Aborted
-        The process was asked to stop (:data:`ABORT`, or SIGINT / SIGTERM since the wait began
-        or just before it).
+        ``process`` asked to stop (a request, or SIGINT / SIGTERM since the wait began or just
+        before it).
     BaseException
         What ``stop()`` returns (a cancelled window, a closed client), as soon as it returns one.
     """
     deadline = time.monotonic() + timeout
-    since = time.monotonic() - _STOP_GRACE
+    since = time.monotonic()
     while not ready():
-        if ABORT.is_set() or _SIGNALS.last > since:
+        if process.stopped(since):
             raise Aborted("stopping: no longer waiting for data")
         err = stop() if stop is not None else None
         if err is not None:
@@ -153,7 +73,8 @@ def _wait_for(ready: Callable[[], bool], timeout: float, pause: Callable[[float]
 
 
 def _result(future: Any, timeout: float,
-            stop: Callable[[], BaseException | None] | None = None) -> Any:
+            stop: Callable[[], BaseException | None] | None = None,
+            process: Stop = PROCESS_STOP) -> Any:
     """``future.result(timeout)``, abandoned as soon as the process stops or ``stop()`` says so.
 
     Waits for the future to finish without gathering (looking at its state), then gathers once:
@@ -163,7 +84,7 @@ def _result(future: Any, timeout: float,
     if not hasattr(future, "done"):
         return future.result(timeout=timeout)
     deadline = time.monotonic() + timeout
-    if not _wait_for(future.done, timeout, time.sleep, _WATCH, stop):
+    if not _wait_for(future.done, timeout, time.sleep, _WATCH, stop, process):
         raise TimeoutError(f"timed out after {timeout} s.")
     err = stop() if stop is not None else None  # a closed client cancelled it: nothing to gather
     if err is not None:
@@ -212,57 +133,6 @@ def _settle(futures: list[Any], timeout: float) -> None:
                 time.sleep(_WATCH)  # the scheduler is still materializing the graph
 
 
-_SETTLE = 2.0  # seconds close() may wait for the scheduler to know what it releases
-_LIVE: weakref.WeakSet[Prefetcher] = weakref.WeakSet()
-_EXIT_CALLBACKS: list[Callable[[], None]] = []
-_EXIT_HOOK: list[bool] = []  # [True] once registered (a fork inherits the registration)
-
-
-def run_at_exit(fn: Callable[[], None]) -> None:
-    """Run ``fn`` when the interpreter exits, after the open prefetchers are closed.
-
-    Runs early in the shutdown, before the interpreter joins the ``concurrent.futures``
-    threads and makes their pools refuse work (which distributed's clients, schedulers and
-    callbacks rely on); ``fn`` must not raise.
-    """
-    _EXIT_CALLBACKS.append(fn)
-    _register_exit_hook()
-
-
-def _register_exit_hook() -> None:
-    if _EXIT_HOOK:
-        return
-    _EXIT_HOOK.append(True)
-    import concurrent.futures.thread  # noqa: F401  (its hook first: ours, registered after, runs before)
-
-    try:
-        threading._register_atexit(_close_all)  # type: ignore[attr-defined]
-    except (AttributeError, RuntimeError):  # another Python, or already shutting down
-        atexit.register(_close_all)
-
-
-def _close_all() -> None:
-    """At exit: finish gathers in progress, close every open prefetcher, run the callbacks."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    live = [pf for pf in list(_LIVE) if pf._pid == os.getpid()]
-    deadline = time.monotonic() + _SETTLE
-    for pf in live:
-        pf._finish_gathers(deadline)
-    for pf in live:
-        pf.close()
-    for fn in _EXIT_CALLBACKS:
-        with contextlib.suppress(Exception):
-            fn()
-
-
-def _track(pf: Prefetcher) -> None:
-    """Close ``pf`` at interpreter exit (see :func:`run_at_exit`) and listen for Ctrl-C."""
-    _LIVE.add(pf)
-    _register_exit_hook()
-    _SIGNALS.install()
-
-
 def explain(err: BaseException, what: str, client: Any = None) -> BaseException:
     """A failure of a task on the cluster as a daskfeed error naming ``what`` it was reading.
 
@@ -273,8 +143,6 @@ def explain(err: BaseException, what: str, client: Any = None) -> BaseException:
     and byte range), ``KeyboardInterrupt`` and the like pass through. ``client``: the task's
     client, asked whether the scheduler connection is gone when the task was cancelled.
     """
-    from daskfeed.exceptions import ClusterError, DaskfeedError, DataError
-
     if isinstance(err, (DaskfeedError, WindowCancelled)) or not isinstance(err, Exception):
         return err
     kind = type(err).__name__
@@ -339,7 +207,10 @@ class Prefetcher:
     timeout
         Seconds to wait for one window before :class:`FeedTimeoutError`.
     describe
-        ``describe(w) -> str`` for error messages (which partitions).
+        ``describe(w) -> str`` for error messages (which blocks).
+    stop
+        The :class:`~daskfeed.lifecycle.Stop` whose request ends every wait with
+        :class:`~daskfeed.lifecycle.Aborted`; default: the process-wide one.
 
     Notes
     -----
@@ -359,6 +230,7 @@ class Prefetcher:
         budget: int,
         timeout: float,
         describe: Callable[[int], str] = str,
+        stop: Stop | None = None,
     ) -> None:
         self._submit = submit
         self._estimate = estimate
@@ -376,7 +248,9 @@ class Prefetcher:
         self._pid = os.getpid()
         self.submitted = 0
         self.wait_seconds = 0.0
-        _track(self)
+        self._process_stop = stop if stop is not None else PROCESS_STOP
+        close_at_exit(self)
+        Stop.listen()
 
     # -- public -------------------------------------------------------------------------
     def get(self, w: int) -> Any:
@@ -429,7 +303,7 @@ class Prefetcher:
 
         Callers waiting for a window get :class:`WindowCancelled` within milliseconds.
         Futures are released, not cancelled: no wait for the cluster beyond making sure the
-        scheduler knows them (one round trip, at most ``_SETTLE`` s; see :func:`_settle`).
+        scheduler knows them (one round trip, at most ``SETTLE`` s; see :func:`_settle`).
         Idempotent; a no-op in a forked child (the parent's futures are not its to release).
         """
         if self._pid != os.getpid() or self._closed:
@@ -449,17 +323,26 @@ class Prefetcher:
         in_flight = [e.future for e in entries if e.future is not None]
         for entry in entries:
             entry.future = None
-        _settle(in_flight, _SETTLE)
+        _settle(in_flight, SETTLE)
         for future in in_flight:
             _drop(future, cancel=False)
 
-    def _finish_gathers(self, deadline: float) -> None:
-        """Wait until ``deadline`` for gathers in progress (a transfer cut by the exit may log)."""
+    def settle(self, deadline: float) -> None:
+        """Wait until ``deadline`` for gathers in progress (a transfer cut by the exit may log).
+
+        Parameters
+        ----------
+        deadline
+            ``time.monotonic()`` after which nothing is waited for.
+        """
+        if self._pid != os.getpid():
+            return
         with self._lock:
             busy = [e for e in self._entries.values() if e.claimed and not e.ready.is_set()]
         with contextlib.suppress(BaseException):
             for e in busy:
-                _wait_for(e.ready.is_set, max(deadline - time.monotonic(), 0.0), e.ready.wait, _POLL)
+                _wait_for(e.ready.is_set, max(deadline - time.monotonic(), 0.0), e.ready.wait, _POLL,
+                          process=self._process_stop)
 
     @property
     def closed(self) -> bool:
@@ -518,8 +401,6 @@ class Prefetcher:
             why = "the prefetcher was closed" if self._closed else "an epoch change"
             return WindowCancelled(f"window {w} was cancelled by {why}")
         if future is not None and _client_status(future) in ("closing", "closed"):
-            from daskfeed.exceptions import ClusterError
-
             return ClusterError(
                 f"The Dask client was closed while waiting for window {w} ({self._describe(w)})."
                 "\nHint: close the DaskSequence (or leave its `with` block) before closing its "
@@ -553,7 +434,8 @@ class Prefetcher:
 
     def _await_other(self, w: int, entry: _Entry, stop: Callable[[], BaseException | None]) -> None:
         """Wait for another thread's gather of window ``w``; its errors reach ``get``."""
-        if not _wait_for(entry.ready.is_set, self.timeout + 5, entry.ready.wait, _POLL, stop):
+        if not _wait_for(entry.ready.is_set, self.timeout + 5, entry.ready.wait, _POLL, stop,
+                         self._process_stop):
             raise self._timeout_error(w, TimeoutError())
 
     def _gather(self, w: int, entry: _Entry, future: Any,
@@ -562,7 +444,7 @@ class Prefetcher:
         try:
             if future is None or entry.cancelled:  # reset() (an epoch change) cancelled it
                 raise WindowCancelled(f"window {w} was cancelled by an epoch change")
-            data = _result(future, self.timeout, stop)
+            data = _result(future, self.timeout, stop, self._process_stop)
         except TimeoutError as err:
             if not entry.ready.is_set():
                 entry.error = self._timeout_error(w, err)

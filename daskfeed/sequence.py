@@ -35,9 +35,10 @@ from daskfeed.feed import (
     record_line,
     weight_faults,
 )
+from daskfeed.lifecycle import Stop, run_at_exit
 from daskfeed.manifest import Manifest, _unknown_column, scan, split_settings
 from daskfeed.plan import EpochPlan, equal_shard_batches, make_plan
-from daskfeed.prefetch import Prefetcher, WindowCancelled, run_at_exit
+from daskfeed.prefetch import Prefetcher, WindowCancelled
 from daskfeed.source import Source
 
 __all__ = ["DaskSequence"]
@@ -194,6 +195,10 @@ class DaskSequence(keras.utils.PyDataset):
     spans
         A :class:`daskfeed.dashboard.EpochSpans`: each epoch's windows are computed inside its
         ``distributed.span`` (the dashboard's Fine Performance Metrics by epoch).
+    stop
+        A :class:`daskfeed.lifecycle.Stop`: its request ends every wait for a batch at once
+        (:class:`~daskfeed.lifecycle.Aborted`); default: the process-wide one, which SIGINT /
+        SIGTERM also end.
     **kwargs
         ``workers`` and ``max_queue_size`` for ``keras.utils.PyDataset``;
         ``use_multiprocessing=True`` is refused (:class:`~daskfeed.SchemaError`).
@@ -264,6 +269,7 @@ class DaskSequence(keras.utils.PyDataset):
         subset: str | None = None,
         spans: Any = None,
         scan_progress: Any = None,
+        stop: Stop | None = None,
         **kwargs: Any,
     ) -> None:
         _refuse_multiprocessing(kwargs)
@@ -334,6 +340,7 @@ class DaskSequence(keras.utils.PyDataset):
         self.last_epoch_stats: dict[str, Any] = {}
         self.failure: DaskfeedError | None = None  # the last error a batch raised
         self.spans = spans  # one distributed.span per epoch for the windows (dashboard)
+        self._stop = stop  # None: the process-wide stop request (daskfeed.lifecycle)
         self._set_epoch(0)
 
     # -- construction helpers ---------------------------------------------------------
@@ -518,7 +525,7 @@ class DaskSequence(keras.utils.PyDataset):
                 functools.partial(self._estimate, plan),
                 [w.index for w in plan.windows if self._left[w.index]],
                 budget=self.prefetch_bytes, timeout=self.timeout,
-                describe=functools.partial(self._describe, plan),
+                describe=functools.partial(self._describe, plan), stop=self._stop,
             )
             if self._client is not None:  # unpickled copies start on their first batch
                 self._prefetcher.start()
