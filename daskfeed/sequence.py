@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from daskfeed import config
-from daskfeed._keras import keras
+from daskfeed._keras import keras, refuse_narrowed
 from daskfeed.cluster import acquire_client, close_client
 from daskfeed.exceptions import (
     ClusterError,
@@ -316,6 +316,8 @@ class DaskSequence(keras.utils.PyDataset):
                 self._check_compatible(reference)
                 self._check_disjoint(reference)
             self.encoding = Encoding.from_manifest(ref, self.features, as_matrix, weight=weight)
+            refuse_narrowed({c.name: c.dtype for c in self.encoding.columns}
+                            | {self.label: self.encoding.label_dtype})
             if weight is not None:
                 self._check_weights()
         except BaseException:
