@@ -25,7 +25,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Source": "daskfeed.source",
     "Manifest": "daskfeed.manifest",
-    "scan": "daskfeed.manifest",
+    "scan": "daskfeed.scanner",
     "EpochPlan": "daskfeed.plan",
     "make_plan": "daskfeed.plan",
     "Budget": "daskfeed.cluster",

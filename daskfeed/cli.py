@@ -582,7 +582,7 @@ def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> No
     from dask.utils import format_bytes
 
     from daskfeed.cluster import close_client
-    from daskfeed.manifest import scan as run_scan
+    from daskfeed.scanner import scan as run_scan
     from daskfeed.source import Source
 
     scheduler, security = _scheduler_and_security(kw)

@@ -2,7 +2,7 @@
 
 How figures travel: the trainer sends events on the ``daskfeed`` topic
 (``client.log_event``, see :func:`report`); the scan tasks already send theirs on
-``daskfeed-scan-<token>`` from the workers (:func:`daskfeed.manifest.report`). Every event
+``daskfeed-scan-<token>`` from the workers (:func:`daskfeed.scanner.report`). Every event
 reaches the scheduler, where :class:`WatchPlugin` (registered by :func:`install`) sees it
 through the ``log_event`` hook of scheduler plugins and keeps the latest figures. This works
 the same with a ``LocalCluster`` and with a separate ``dask scheduler`` process, whose
@@ -45,7 +45,7 @@ __all__ = ["TOPIC", "EpochSpans", "Links", "Status", "WatchPlugin", "install", "
 logger = logging.getLogger(__name__)
 
 TOPIC = "daskfeed"  # trainer -> scheduler: run, progress, epoch and scan events
-SCAN_TOPIC_PREFIX = "daskfeed-scan-"  # scan tasks -> scheduler (daskfeed.manifest.report)
+SCAN_TOPIC_PREFIX = "daskfeed-scan-"  # scan tasks -> scheduler (daskfeed.scanner.report)
 CACHE_TOPIC = "daskfeed-cache"  # window tasks -> scheduler (report_cache)
 PLUGIN_NAME = "daskfeed-watch"
 HISTORY_LIMIT = 10_000  # epoch records kept on the scheduler

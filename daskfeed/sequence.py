@@ -36,9 +36,10 @@ from daskfeed.feed import (
     weight_faults,
 )
 from daskfeed.lifecycle import Stop, run_at_exit
-from daskfeed.manifest import Manifest, _unknown_column, scan, split_settings
+from daskfeed.manifest import Manifest, split_settings, unknown_column
 from daskfeed.plan import EpochPlan, equal_shard_batches, make_plan
 from daskfeed.prefetch import Prefetcher, WindowCancelled
+from daskfeed.scanner import scan
 from daskfeed.source import Source
 
 __all__ = ["DaskSequence"]
@@ -407,7 +408,7 @@ class DaskSequence(keras.utils.PyDataset):
         """The weight column exists, is numeric, and is neither the label nor a feature."""
         col = self.manifest.columns.get(weight)
         if col is None:
-            raise SchemaError(_unknown_column(weight, list(self.manifest.columns), "weight"))
+            raise SchemaError(unknown_column(weight, list(self.manifest.columns), "weight"))
         if weight == self.label or weight in (features or ()):
             what = "the label" if weight == self.label else "a feature"
             hint = ("pick another weight column" if weight == self.label else

@@ -122,7 +122,7 @@ def test_bad_lines_skipped_are_counted_never_silent(tmp_path, client, write_csv,
 def test_quarantine_keeps_a_bounded_text_and_counts_every_line(tmp_path, client, write_csv):
     """A partition with many malformed lines: all counted, the first MAX_REJECTS_KEPT kept (each
     at most MAX_REJECT_CHARS), and one line saying how many more there were."""
-    from daskfeed import manifest
+    from daskfeed import scan_task
 
     good = "".join(f"{i},{i % 2}\n" for i in range(3000))
     bad = "".join(f"{i},1,{'z' * 5000}\n" for i in range(1200))
@@ -130,8 +130,8 @@ def test_quarantine_keeps_a_bounded_text_and_counts_every_line(tmp_path, client,
     with pytest.warns(UserWarning, match="1,200 malformed line"):
         m = daskfeed.scan(str(tmp_path / "many.csv"), label="y", client=client, bad_lines="quarantine")
     assert m.bad_lines == 1200 and m.rows == 3000
-    assert len(m.rejects) == manifest.MAX_REJECTS_KEPT + 1
-    assert all(len(r["line"]) <= manifest.MAX_REJECT_CHARS for r in m.rejects)
+    assert len(m.rejects) == scan_task.MAX_REJECTS_KEPT + 1
+    assert all(len(r["line"]) <= scan_task.MAX_REJECT_CHARS for r in m.rejects)
     assert m.rejects[0]["line"].startswith("0,1,zzz")
     assert "200 more malformed lines" in m.rejects[-1]["line"] and "many.csv" in m.rejects[-1]["where"]
 

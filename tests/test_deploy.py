@@ -159,7 +159,7 @@ def _big_csv(path: pathlib.Path, mbytes: int) -> int:
 def test_worker_too_small_for_the_planned_partition_is_refused_before_training(
         client, tmp_path, stop_process_groups):
     """A manifest made on a bigger machine (one 60 MB partition) meets 300 MB workers."""
-    from daskfeed.manifest import scan
+    from daskfeed.scanner import scan
     from daskfeed.source import Source
 
     data = tmp_path / "big.csv"

@@ -52,9 +52,9 @@ def test_listed_na_values_are_missing_in_text_too(marked, client):
 
 
 def test_distinct_counts_beyond_what_is_tracked_are_estimated(tmp_path, client):
-    from daskfeed import manifest as mf
+    from daskfeed import stats
 
-    n = mf._MAX_TRACKED * 4  # 200,000 distinct user ids: more than the exact counts kept
+    n = stats.MAX_TRACKED * 4  # 200,000 distinct user ids: more than the exact counts kept
     (tmp_path / "u.csv").write_text("user_id,y\n" + "".join(f"u{i},{i % 2}\n" for i in range(n)))
     m = daskfeed.scan(str(tmp_path / "u.csv"), label="y", client=client)
     col = m.columns["user_id"]

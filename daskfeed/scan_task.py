@@ -1,0 +1,150 @@
+"""One scan task on a worker: parse its blocks once, their facts and statistics, the parse cache.
+
+Each table parsed is reported to the trainer's watchdog (:func:`report`, events on the scan's
+topic) and written to the parse cache; the statistics of the task's tables are merged here,
+the facts of each block travel back (see :mod:`daskfeed.scanner`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from distributed import get_worker
+
+from daskfeed.cache import PartitionCache, block_tables
+from daskfeed.exceptions import DataError
+from daskfeed.files import Block
+from daskfeed.schema import BlockFacts, where
+from daskfeed.source import Source
+from daskfeed.stats import StatsAccumulator, merge_facts, table_facts
+from daskfeed.tables import ReadOptions
+
+__all__ = ["MAX_REJECTS_KEPT", "MAX_REJECT_CHARS", "quarantined", "report", "scan_blocks"]
+
+MAX_REJECTS_KEPT = 1000  # quarantined lines kept per block (all are counted)
+MAX_REJECT_CHARS = 4096  # characters kept of one quarantined line
+REPORT_EVERY = 0.5  # seconds between progress events of one scan task
+_pending: dict[tuple[str, int], list[float]] = {}  # (topic, task) -> [rows, bytes, last time]
+
+
+def report(topic: str | None, task: int, block: int, rows: int = 0, nbytes: int = 0,
+           *, flush: bool = False) -> None:
+    """Tell the trainer's scan watchdog that scan task ``task`` is at block ``block`` (on a worker).
+
+    Rows and bytes parsed accumulate; at most one event per ``REPORT_EVERY`` seconds per task,
+    and one with the rest when ``flush`` (the task's end), so the totals add up.
+    """
+    if topic is None:
+        return
+    acc = _pending.setdefault((topic, task), [0, 0, 0.0])
+    acc[0] += rows
+    acc[1] += nbytes
+    now = time.monotonic()
+    if now - acc[2] < REPORT_EVERY and not (flush and (acc[0] or acc[1])):
+        return
+    try:
+        worker = get_worker()
+    except ValueError:  # not running on a dask worker (called directly)
+        return
+    worker.log_event(topic, {"task": task, "block": block, "rows": int(acc[0]),
+                             "bytes": int(acc[1])})
+    acc[:] = [0, 0, now]
+
+
+def scan_blocks(items: list[tuple[int, Block]], options: ReadOptions, label: str,
+                cache: PartitionCache | None = None, topic: str | None = None,
+                sizes: list[int] | None = None) -> dict[str, Any]:
+    """Scan several blocks in one scan task (runs on a worker): their facts and merged statistics.
+
+    Parameters
+    ----------
+    items
+        ``(block index, block)`` of each block, in order.
+    options
+        How the files are read.
+    label
+        The label column.
+    cache
+        The parse cache: the blocks' tables go there as one entry of a few files, unless every
+        one of them is cached already.
+    topic
+        Where progress is reported (:func:`report`); None: nowhere.
+    sizes
+        Input bytes of each block (reported once it is read).
+
+    Returns
+    -------
+    dict
+        ``{"facts": [facts of each block], "stats": merged statistics of all of them}``.
+    """
+    writer = None
+    if cache is not None and not all(cache.has(i) for i, _ in items):
+        writer = cache.writer(items[0][0])
+    acc = StatsAccumulator(label)
+    task = items[0][0]
+    try:
+        summaries = [_scan_block(i, b, options, label, writer, acc, topic, task, size)
+                     for (i, b), size in zip(items, sizes or [0] * len(items), strict=True)]
+        stats = acc.flush()
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    if writer is not None:
+        writer.commit()
+    report(topic, task, items[-1][0], flush=True)
+    _pending.pop((topic or "", task), None)
+    return {"facts": summaries, "stats": stats}
+
+
+def _scan_block(index: int, block: Block, options: ReadOptions, label: str, writer: Any,
+                acc: StatsAccumulator, topic: str | None, task: int, nbytes: int) -> BlockFacts:
+    """Parse block ``index`` once: its facts and bad lines (see :func:`scan_blocks`).
+
+    Its tables go to ``acc`` (the scan task's statistics) and to ``writer`` (the scan task's
+    parse cache writer, or None).
+    """
+    rejects: list[str] = []
+    summary: BlockFacts | None = None
+    report(topic, task, index)  # a read that hangs here is named by the watchdog
+    for table in block_tables(index, block, options, None, rejects, use_cache=False, writer=writer):
+        summary = merge_facts(summary, table_facts(table, label))
+        acc.add(table)
+        report(topic, task, index, table.num_rows)
+    report(topic, task, index, nbytes=nbytes)  # the block's input bytes, once read
+    if summary is None:  # an empty file
+        summary = {"rows": 0, "columns": [], "kinds": {}, "missing": {}, "label_rows": 0, "samples": {}}
+    summary["bad_lines"] = len(rejects)
+    if options.bad_lines == "quarantine" and rejects:  # bounded: a pathological file stays cheap
+        summary["rejects"] = [line[:MAX_REJECT_CHARS] for line in rejects[:MAX_REJECTS_KEPT]]
+    if rejects and len(rejects) > max(100, summary["rows"]):
+        raise DataError(
+            f"Most lines of {block.describe()} are malformed: {len(rejects):,} lines do not have "
+            f"the header's {len(summary['columns']) or 'number of'} fields, {summary['rows']:,} do. "
+            f"Received lines such as {rejects[0][:120]!r}.\nHint: check the delimiter (sep=) and "
+            "the header of this file."
+        )
+    return summary
+
+
+def quarantined(src: Source, facts: list[BlockFacts], bad_lines: int,
+                notes: list[str]) -> list[dict[str, str]]:
+    """The quarantined lines with their block (and a line per block for those not kept).
+
+    A note on the malformed lines skipped goes to ``notes``.
+    """
+    rejects = [{"where": src.blocks[i].describe(), "line": line}
+               for i, f in enumerate(facts) for line in f.get("rejects", ())]
+    kept = [(i, f["bad_lines"] - len(f.get("rejects", ()))) for i, f in enumerate(facts) if f.get("rejects")]
+    rejects += [{"where": src.blocks[i].describe(),
+                 "line": f"[{n:,} more malformed lines of this block not kept (first "
+                         f"{MAX_REJECTS_KEPT:,} are)]"} for i, n in kept if n > 0]
+    if bad_lines:
+        first = next(i for i, f in enumerate(facts) if f.get("bad_lines"))
+        notes.append(
+            f"{bad_lines:,} malformed line(s) skipped (bad_lines={src.options.bad_lines!r}), first in "
+            f"{where(src, first)}; counted in manifest.bad_lines"
+            f"{' and kept in manifest.rejects' if rejects else ''}."
+        )
+    return rejects

@@ -1,0 +1,448 @@
+"""Scan: ONE pass over every block on the cluster → a :class:`~daskfeed.manifest.Manifest`.
+
+Scan tasks (a few blocks each) parse their blocks once on the workers, report progress to the
+trainer's watchdog, write the parse cache, and return small facts per block; statistics are
+merged in a tree on the cluster (:mod:`daskfeed.stats`). The trainer reconciles the kinds
+(:mod:`daskfeed.schema`) and builds the manifest.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from dask import delayed
+from distributed import Client, Future, wait
+
+from daskfeed import config
+from daskfeed.cache import PartitionCache
+from daskfeed.cluster import client_context
+from daskfeed.exceptions import FeedTimeoutError, ManifestMismatchError, SchemaError
+from daskfeed.manifest import (
+    Manifest,
+    read_settings,
+    scanned_blocks,
+    split_settings,
+    unknown_column,
+)
+from daskfeed.plan import split_partitions
+from daskfeed.prefetch import explain
+from daskfeed.scan_task import quarantined, scan_blocks
+from daskfeed.schema import (
+    BlockFacts,
+    Stats,
+    check_headers,
+    check_numeric_label,
+    resolve_columns,
+    wide_notes,
+)
+from daskfeed.source import Source
+from daskfeed.stats import (
+    class_counts,
+    finish_stats,
+    label_task,
+    merge_stats,
+    table_facts,
+    table_stats,
+)
+
+if TYPE_CHECKING:
+    import dask.dataframe as dd
+
+    Data = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Source | dd.DataFrame
+
+__all__ = ["ScanProgress", "block_sizes", "build_manifest", "held_out", "scan", "scan_tasks"]
+
+# (rows, bytes done, bytes in all, seconds, finished)
+ProgressCallback = Callable[[int, int, int, float, bool], None]
+
+
+def scan(
+    data: Data,
+    *,
+    label: str,
+    client: Client | None = None,
+    vocabulary_size: int | None = None,
+    blocksize: int | str | None = None,
+    encoding: str = "utf-8",
+    dtype: dict[str, str] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    bad_lines: str = "error",
+    partition_cache: PartitionCache | None = None,
+    timeout: float | str | None = None,
+    sep: str = ",",
+    na_values: list[str] | tuple[str, ...] | None = None,
+    validation_split: float | None = None,
+    subset: str | None = None,
+    seed: int = 0,
+    progress: ProgressCallback | None = None,
+) -> Manifest:
+    """Scan ``data`` once on the cluster and return its :class:`~daskfeed.manifest.Manifest`.
+
+    Parameters
+    ----------
+    data
+        Path, glob, list of paths, URL, :class:`~daskfeed.source.Source`, or dask DataFrame.
+    label
+        Name of the label column (must be numeric).
+    client
+        A ``distributed.Client``; by default the current one, else a local cluster is started
+        for the scan.
+    vocabulary_size
+        Most frequent K values kept per string column (default ``daskfeed.vocabulary-size``).
+    blocksize, encoding, dtype, storage_options, sep, na_values, bad_lines
+        How the files are read (:class:`~daskfeed.source.Source`); skipped lines are counted
+        in ``Manifest.bad_lines`` (quarantine: their text in ``Manifest.rejects``, not in JSON).
+    cache
+        A JSON path: a manifest there made for these files with the same settings is returned
+        without scanning (its warnings repeated); otherwise the new one is written there.
+    partition_cache
+        A :class:`~daskfeed.cache.PartitionCache` the scan writes every parsed block to.
+    timeout
+        Seconds without any scan task making progress before ``FeedTimeoutError`` (default
+        ``daskfeed.timeout``).
+    validation_split, subset, seed
+        Scan only the ``subset`` ("training" or "validation") of a split into whole blocks
+        (:func:`~daskfeed.plan.split_partitions`); the other blocks count 0 rows.
+    progress
+        Called about every second and at the end with ``(rows, bytes done, bytes in all,
+        seconds, finished)``.
+
+    Returns
+    -------
+    Manifest
+
+    Raises
+    ------
+    SchemaError
+        When the label is not a column, the data hold no rows, or a column changes type.
+    FeedTimeoutError
+        When no scan task made progress within ``timeout``.
+
+    Examples
+    --------
+    >>> m = daskfeed.scan("data/log_quest/**/*.csv", label="cleared")  # doctest: +SKIP
+    >>> m.rows, m.columns["level"].mean  # doctest: +SKIP
+    """
+    vocabulary_size = int(config.get("vocabulary-size", vocabulary_size))
+    timeout_s = config.get_seconds("timeout", timeout)
+    src = data if isinstance(data, Source) else Source(
+        data, blocksize=blocksize, encoding=encoding, dtype=dtype, storage_options=storage_options,
+        bad_lines=bad_lines, sep=sep, na_values=na_values)
+    split = split_settings(validation_split, subset, seed)
+    reused = _reusable(cache, src, label, vocabulary_size, split)
+    if reused is not None:
+        return reused
+    _check_label(src, label)
+    if split is not None:
+        split["validation_partitions"] = list(held_out(src, split))
+    fingerprint = src.fingerprint()
+    t0 = time.perf_counter()
+    with client_context(client) as c:
+        facts, stats = _run_scan(src, label, c, fingerprint, partition_cache, timeout_s,
+                                 scanned_blocks(src.npartitions, split), progress)
+    manifest = build_manifest(src, label, facts, stats, vocabulary_size, fingerprint, split)
+    manifest.scan_seconds = time.perf_counter() - t0
+    if cache is not None:
+        manifest.to_json(cache)
+    return manifest
+
+
+def _reusable(cache: str | os.PathLike[str] | None, src: Source, label: str, vocabulary_size: int,
+              split: dict[str, Any] | None) -> Manifest | None:
+    """The manifest at ``cache`` when it was made for these files and settings (its notes repeated)."""
+    if cache is None or not os.path.exists(cache):
+        return None
+    try:
+        cached = Manifest.from_json(cache)
+        cached.check_settings(src, label=label, vocabulary_size=vocabulary_size, split=split)
+    except (ValueError, TypeError, KeyError, ManifestMismatchError):
+        return None  # unreadable, stale, or made with other settings: rescan and overwrite
+    cached.warn_notes(stacklevel=3)
+    return cached
+
+
+def _check_label(src: Source, label: str) -> None:
+    """Refuse a label that is not a column of the data, naming the columns it might be."""
+    header = src.header()
+    if label not in header:
+        raise SchemaError(
+            f"Expected a label column {label!r} in the data. Received: columns "
+            f"{header[:20]}{' ...' if len(header) > 20 else ''} in "
+            f"{src.files[0].path if src.files else 'the DataFrame'}.\n"
+            f"Hint: {unknown_column(label, header, 'label').split('Hint: ')[1]}"
+        )
+
+
+def held_out(src: Source, split: dict[str, Any]) -> tuple[int, ...]:
+    """The blocks of ``src`` held out for validation by ``split`` (whole blocks)."""
+    keys = [f"{b.path}\0{b.offset}" for b in src.blocks]
+    return split_partitions(keys, block_sizes(src), validation_split=split["validation_split"],
+                            seed=split["seed"])
+
+
+def block_sizes(src: Source) -> list[int]:
+    """Bytes of every block of ``src`` (a whole file: its size; a frame's partition: 1)."""
+    if src.frame is not None:
+        return [1] * src.npartitions
+    return [b.length if b.length >= 0 else src.files[b.file_index].size for b in src.blocks]
+
+
+# ----------------------------------------------------------------------------- on the cluster
+def _run_scan(src: Source, label: str, client: Client, token: str,
+              partition_cache: PartitionCache | None, timeout: float, only: list[int],
+              progress: ProgressCallback | None) -> tuple[list[BlockFacts], Stats]:
+    """Facts of every block (those outside ``only``: no rows) and the merged statistics."""
+    if src.frame is not None:
+        scanned, stats = _scan_frame(src, label, client, token, only)
+    else:
+        scanned, stats = _scan_files(src, label, client, token, partition_cache, timeout, only,
+                                     progress)
+    facts = [_unscanned() for _ in range(src.npartitions)]
+    for i, f in zip(only, scanned, strict=True):
+        facts[i] = f
+    return facts, stats
+
+
+def _unscanned() -> BlockFacts:
+    """The facts of a block outside the scanned part of a split: no rows."""
+    return {"rows": 0, "columns": [], "kinds": {}, "missing": {}, "label_rows": 0, "samples": {},
+            "unscanned": True}
+
+
+def _scan_frame(src: Source, label: str, client: Client, token: str,
+                only: list[int]) -> tuple[list[BlockFacts], Stats]:
+    """Facts and merged statistics of the partitions ``only`` of a dask DataFrame."""
+    tables = src.partitions()  # Arrow tables, null markers and types as parsed from CSV
+    facts = [delayed(table_facts, pure=True)(tables[i], label,
+                                             dask_key_name=f"daskfeed-scan-{i}-{token}")
+             for i in only]
+    level = [delayed(table_stats, pure=True)(tables[i], label) for i in only]
+    while len(level) > 1:  # tree reduction on the cluster, fan-in 8
+        level = [delayed(merge_stats)(*level[i : i + 8]) for i in range(0, len(level), 8)]
+    futures = client.compute([*facts, level[0]])
+    try:
+        results = client.gather(futures)
+    finally:
+        for f in futures:
+            f.release()
+    return list(results[:-1]), results[-1]
+
+
+def _scan_files(src: Source, label: str, client: Client, token: str,
+                partition_cache: PartitionCache | None, timeout: float, only: list[int],
+                progress: ProgressCallback | None) -> tuple[list[BlockFacts], Stats]:
+    """Parse each block once in scan tasks (small files together): facts, stats, parse cache."""
+    nthreads = sum(client.nthreads().values()) or 1
+    tasks = scan_tasks(src, nthreads, only)
+    topic = f"daskfeed-scan-{token}"
+    sizes = block_sizes(src)
+    futures = [client.submit(scan_blocks, [(i, src.blocks[i]) for i in t], src.options, label,
+                             partition_cache, topic, [sizes[i] for i in t],
+                             key=f"daskfeed-scan-{t[0]}-{token}", retries=1)
+               for t in tasks]
+    try:
+        _await_scan(client, futures, tasks, src, timeout, topic, progress)
+        level: list[Future] = [client.submit(operator.getitem, f, "stats", pure=False) for f in futures]
+        while len(level) > 1:  # tree reduction on the cluster, fan-in 8
+            level = [client.submit(merge_stats, *level[i : i + 8], pure=False)
+                     for i in range(0, len(level), 8)]
+        facts = client.gather([client.submit(operator.getitem, f, "facts", pure=False) for f in futures])
+        stats = level[0].result()
+    except Exception as err:
+        new = explain(err, "the scan's statistics")
+        if new is err:
+            raise
+        raise new from err
+    finally:
+        for f in futures:
+            f.release()
+    return [f for task in facts for f in task], stats
+
+
+def scan_tasks(src: Source, nthreads: int, only: list[int]) -> list[list[int]]:
+    """The blocks ``only``, in order, cut into scan tasks of about blocksize bytes each.
+
+    At least four scan tasks per worker thread when there is enough data; thousands of small
+    files cost a few tasks, not thousands.
+    """
+    sizes = block_sizes(src)
+    target = max(1, min(src.options.blocksize, sum(sizes[i] for i in only) // (4 * nthreads)))
+    tasks: list[list[int]] = []
+    current: list[int] = []
+    acc = 0
+    for i in only:
+        current.append(i)
+        acc += sizes[i]
+        if acc >= target:
+            tasks.append(current)
+            current, acc = [], 0
+    if current:
+        tasks.append(current)
+    return tasks
+
+
+# ----------------------------------------------------------------------------- watchdog
+class ScanProgress:
+    """What the scan tasks report while they run (events on ``topic``, see :func:`report`).
+
+    Each event says a scan task parsed a table of block ``block`` (rows and bytes so far) or
+    wrote a cache file: progress, whether or not a task has finished yet.
+    """
+
+    def __init__(self, tasks: list[list[int]]) -> None:
+        self.last = time.monotonic()
+        self.rows = 0
+        self.nbytes = 0
+        self.at: dict[int, int] = {}  # scan task (its first block) -> block being read
+        self._first = {t[0] for t in tasks}
+
+    def __call__(self, event: tuple[float, dict[str, int]]) -> None:
+        """Take one event of a scan task (distributed's topic handler)."""
+        msg: dict[str, int] = event[1]
+        if not isinstance(msg, dict) or msg.get("task") not in self._first:
+            return
+        self.last = time.monotonic()
+        self.rows += int(msg.get("rows", 0))
+        self.nbytes += int(msg.get("bytes", 0))
+        self.at[int(msg["task"])] = int(msg.get("block", msg["task"]))
+
+
+def _describe(src: Source, blocks: list[int], at: int | None = None) -> str:
+    """What a scan task reads (``at``: the block it is reading now), for messages."""
+    if at is not None and at != blocks[0]:
+        return f"the scan of {src.blocks[at].describe()} (block {at})"
+    first, last = src.blocks[blocks[0]], src.blocks[blocks[-1]]
+    more = f" … {last.describe()} ({len(blocks)} blocks)" if len(blocks) > 1 else ""
+    return f"the scan of {first.describe()}{more}"
+
+
+def _wait_some(client: Client, pending: set[Future], timeout: float) -> tuple[set[Future], set[Future]]:
+    """The scan tasks done within a second (or ``timeout``), and those still running."""
+    try:
+        with client.as_current():  # wait() takes the current client
+            done, rest = wait(list(pending), timeout=min(1.0, timeout), return_when="FIRST_COMPLETED")
+    except TimeoutError:
+        return set(), pending
+    return set(done), set(rest)
+
+
+def _await_scan(client: Client, futures: list[Future], tasks: list[list[int]], src: Source,
+                timeout: float, topic: str, on_progress: ProgressCallback | None = None) -> ScanProgress:
+    """Wait for the scan tasks, judging progress, not completion; fail fast with the files named.
+
+    A scan task reports each table it parses and each cache file it writes (:func:`report`);
+    the scan is stuck only when no task reported progress or finished for ``timeout`` seconds
+    (a read that blocks: hung storage, a FIFO), however slow the disk. A task that fails for
+    good (after its retry) ends the scan with a clear error.
+    """
+    progress = ScanProgress(tasks)
+    sizes = block_sizes(src)
+    total = sum(sizes[i] for t in tasks for i in t)
+    t0 = time.monotonic()
+    blocks_of = {f.key: t for f, t in zip(futures, tasks, strict=True)}
+    client.subscribe_topic(topic, progress)
+    try:
+        pending = set(futures)
+        while pending:
+            done, pending = _wait_some(client, pending, timeout)
+            if on_progress is not None:
+                on_progress(progress.rows, progress.nbytes, total, time.monotonic() - t0,
+                            not pending)
+            for f in done:
+                progress.last = time.monotonic()
+                if f.status != "finished":
+                    _raise_failed(f, _describe(src, blocks_of[f.key]))
+            if pending and time.monotonic() - progress.last > timeout:
+                raise _stuck(src, [blocks_of[f.key] for f in pending], progress, timeout)
+    finally:
+        client.unsubscribe_topic(topic)
+    return progress
+
+
+def _stuck(src: Source, pending: list[list[int]], progress: ScanProgress,
+           timeout: float) -> FeedTimeoutError:
+    """The error for scan tasks ``pending`` that made no progress for ``timeout`` seconds."""
+    stuck = sorted(pending)[:3]
+    return FeedTimeoutError(
+        f"No scan task made progress within {timeout:.0f}s; still reading "
+        f"{'; '.join(_describe(src, t, progress.at.get(t[0])) for t in stuck)}"
+        f"{f' and {len(pending) - 3} more' if len(pending) > 3 else ''}.\n"
+        "Hint: a read that blocks (hung storage, a FIFO) never finishes: check the "
+        "workers on the dashboard; for storage that stalls longer between reads raise "
+        "--timeout (daskfeed.timeout)."
+    )
+
+
+def _raise_failed(future: Future, what: str) -> None:
+    """Raise the error of a scan task that failed for good, as a daskfeed error naming ``what``."""
+    try:
+        future.result()
+    except Exception as err:
+        new = explain(err, what)
+        if new is err:
+            raise
+        raise new from err
+
+
+# ----------------------------------------------------------------------------- the manifest
+def build_manifest(src: Source, label: str, facts: list[BlockFacts], stats: Stats,
+                   vocabulary_size: int, fingerprint: str,
+                   split: dict[str, Any] | None = None) -> Manifest:
+    """The :class:`~daskfeed.manifest.Manifest` of the scanned blocks' facts and merged statistics.
+
+    Its notes (rows without a label, aligned headers, bad lines, wide numbers) are warned
+    here and kept in the manifest, so a reused manifest repeats them.
+
+    Raises
+    ------
+    SchemaError
+        When headers differ, every file is empty, a column changes type, or the label is not
+        numeric or empty in every row.
+    """
+    notes: list[str] = []
+    ref_cols, aligned = check_headers(src, facts, notes)
+    columns = resolve_columns(src, ref_cols, facts, finish_stats(stats), vocabulary_size)
+    check_numeric_label(src, label, columns[label], facts)
+    values = stats.get(label, {}).get("values") or {}
+    task, num_classes = label_task(values)
+    label_rows = sum(f["label_rows"] for f in facts)
+    rows_total = sum(f["rows"] for f in facts)
+    if label_rows == 0:
+        raise SchemaError(f"Label column {label!r} is empty in every row.\nHint: check the label name.")
+    if rows_total - label_rows:
+        notes.append(
+            f"{rows_total - label_rows:,} of {rows_total:,} rows have no value in label "
+            f"{label!r}; they are skipped (counted in manifest.label_missing)."
+        )
+    if aligned:
+        notes.append(
+            f"{len(aligned)} file(s) list the same columns in another order, e.g. "
+            f"{sorted(aligned)[0]}; their columns are aligned by name (counted in "
+            "manifest.aligned_files)."
+        )
+    bad_lines = sum(f.get("bad_lines", 0) for f in facts)
+    rejects = quarantined(src, facts, bad_lines, notes)
+    notes += wide_notes(columns, label)
+    for note in notes:
+        warnings.warn(note, stacklevel=3)
+    partitions = [
+        {"path": b.path, "offset": b.offset, "length": b.length, "rows": f["label_rows"],
+         "raw_rows": f["rows"]}
+        for b, f in zip(src.blocks, facts, strict=False)
+    ]
+    scanned = [i for i, f in enumerate(facts) if not f.get("unscanned")]
+    nbytes = src.nbytes if split is None or src.frame is not None else sum(
+        block_sizes(src)[i] for i in scanned)
+    return Manifest(
+        fingerprint=fingerprint, label=label, task=task, num_classes=num_classes, columns=columns,
+        partitions=partitions, rows=label_rows, label_missing=rows_total - label_rows,
+        nbytes=nbytes, read_options=read_settings(src), vocabulary_size=vocabulary_size,
+        bad_lines=bad_lines, aligned_files=len(aligned), rejects=rejects, notes=notes,
+        label_counts=class_counts(values) if task != "regression" else {}, split=split,
+    )

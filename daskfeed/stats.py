@@ -1,0 +1,338 @@
+"""Mergeable statistics of blocks: facts (rows, kinds, missing), moments, value counts, sketches.
+
+Computed on the workers per table (:func:`table_facts`, :func:`table_stats`) or per pandas
+partition (:func:`summarize_partition`), merged in a tree on the cluster (:func:`merge_stats`,
+:func:`merge_facts`); only small facts per block travel to the client.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from daskfeed.feed import ENCODE_BYTES, epoch_seconds
+from daskfeed.schema import (
+    NUMERIC_KINDS,
+    BlockFacts,
+    ColumnStats,
+    Stats,
+    add_counts,
+    arrow_kind,
+    frame_kind,
+    is_number,
+    markers_only,
+    merge_kind,
+    na_counts,
+)
+
+__all__ = ["KMV_SIZE", "StatsAccumulator", "class_counts", "distinct_estimate", "finish_stats", "frame_facts",
+           "label_task", "merge_facts", "merge_stats", "summarize_partition", "table_facts",
+           "table_stats"]
+
+# distinct string values tracked exactly per column before counts become approximate
+MAX_TRACKED = 50_000
+# distinct label values tracked; above this an integer label is treated as regression
+MAX_LABEL_VALUES = 1000
+KMV_SIZE = 2048  # smallest value hashes kept per text column: distinct counts within ~2 %
+
+_NO_VALUES = {"mean": 0.0, "m2": 0.0, "min": math.inf, "max": -math.inf}
+
+
+def _moments(v: np.ndarray) -> dict[str, float]:
+    """Mean, sum of squared deviations, min and max of ``v`` (empty: none)."""
+    if not len(v):
+        return {}
+    mean = float(v.mean())
+    return {"mean": mean, "m2": float(((v - mean) ** 2).sum()), "min": float(v.min()),
+            "max": float(v.max())}
+
+
+def _kmv(values: list[Any]) -> list[int]:
+    """The ``KMV_SIZE`` smallest 64-bit hashes of distinct ``values`` (a mergeable sketch)."""
+    if not len(values):
+        return []
+    hashes = pd.util.hash_array(np.asarray([str(v) for v in values], dtype=object), categorize=False)
+    if len(hashes) > KMV_SIZE:
+        hashes = np.partition(hashes, KMV_SIZE)[:KMV_SIZE]
+    return sorted(int(h) for h in hashes)
+
+
+def _merge_kmv(a: list[int], b: list[int]) -> list[int]:
+    return sorted(set(a) | set(b))[:KMV_SIZE]
+
+
+def distinct_estimate(kmv: list[int]) -> int:
+    """Distinct values from a k-minimum-values sketch (exact below ``KMV_SIZE`` values)."""
+    if len(kmv) < KMV_SIZE:
+        return len(kmv)
+    return round((KMV_SIZE - 1) / (kmv[-1] / 2.0**64))
+
+
+def summarize_partition(df: pd.DataFrame, label: str) -> dict[str, Any]:
+    """Facts and partial statistics of one pandas partition (runs on a worker)."""
+    rows = len(df)
+    out: dict[str, Any] = {"rows": rows, "columns": list(map(str, df.columns)), "kinds": {},
+                           "missing": {}, "stats": {}, "label_rows": 0}
+    if label in df.columns:
+        lab = pd.to_numeric(df[label], errors="coerce") if frame_kind(df[label]) != "string" else None
+        out["label_rows"] = int(lab.notna().sum()) if lab is not None else rows
+    for name in df.columns:
+        s = df[name]
+        kind = frame_kind(s)
+        key = str(name)
+        missing = int(s.isna().sum())
+        out["kinds"][key] = kind
+        out["missing"][key] = missing
+        st: ColumnStats = {"count": rows - missing}
+        if kind in NUMERIC_KINDS:
+            v = pd.to_numeric(s, errors="coerce").dropna().to_numpy(dtype="float64")
+            st.update(_moments(v) or _NO_VALUES)
+            if key == label:
+                vc = pd.Series(v).value_counts()
+                st["values"] = {repr(float(k)): int(c) for k, c in vc.head(MAX_LABEL_VALUES + 1).items()}
+        elif kind == "datetime":
+            st.update(_moments(s.dropna().astype("int64").to_numpy() / 1e9))
+        elif kind in ("string", "mixed"):
+            vc = s.dropna().astype(str).value_counts()
+            st["approximate"] = len(vc) > MAX_TRACKED
+            st["values"] = {str(k): int(c) for k, c in vc.head(MAX_TRACKED).items()}
+            st["kmv"] = _kmv(list(vc.index))
+        out["stats"][key] = st
+    return out
+
+
+def table_facts(table: pa.Table, label: str) -> BlockFacts:
+    """What the manifest needs per block, of one Arrow table (cheap: no statistics).
+
+    Rows, columns, kinds, missing values (and what each null marker made missing), rows with
+    a label, a few values of text columns. A text column holding only null markers is of kind
+    ``"markers"`` with their counts in ``marker_values``: missing if the column is numeric.
+    """
+    rows = table.num_rows
+    out: BlockFacts = {"rows": rows, "columns": list(table.column_names), "kinds": {},
+                       "missing": {}, "label_rows": 0, "samples": {},
+                       "na_counts": na_counts(table), "marker_values": {}}
+    for name in table.column_names:
+        col = table.column(name)
+        kind = arrow_kind(col)
+        missing = col.null_count
+        if pa.types.is_floating(col.type) and rows:
+            missing += int(pc.sum(pc.is_nan(col)).as_py() or 0)
+        if kind == "string":
+            markers = markers_only(col)
+            if markers is not None:
+                kind = "markers"
+                out["marker_values"][name] = markers
+            head = pc.drop_null(col.slice(0, 1000))
+            out["samples"][name] = [str(v) for v in pc.unique(head).to_pylist()[:3]]
+        if name == label and kind in (*NUMERIC_KINDS, "string"):
+            out["label_rows"] = rows - missing
+        out["kinds"][name] = kind
+        out["missing"][name] = missing
+    return out
+
+
+def _numeric_stats(col: pa.ChunkedArray, kind: str, is_label: bool, st: ColumnStats) -> int:
+    """Moments (exact integer bounds) and, for the label, value counts; returns missing values."""
+    v = col.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
+    v = v[~np.isnan(v)]
+    st.update(_moments(v) or _NO_VALUES)
+    if kind == "int" and len(v):  # the exact bounds (float64 rounds above 2**53)
+        bounds = pc.min_max(col)
+        st["min"], st["max"] = bounds["min"].as_py(), bounds["max"].as_py()
+    if is_label:
+        uniq, counts = np.unique(v, return_counts=True)
+        top = np.argsort(-counts, kind="stable")[: MAX_LABEL_VALUES + 1]
+        st["values"] = {repr(float(uniq[i])): int(counts[i]) for i in top}
+    return len(col) - len(v)
+
+
+def _text_stats(col: pa.ChunkedArray, st: ColumnStats) -> int:
+    """Value counts and a distinct-count sketch; returns missing values (markers-only: all)."""
+    missing = col.null_count
+    vc = pc.value_counts(pc.drop_null(col))
+    values = vc.field("values").to_pylist()
+    counts = vc.field("counts").to_numpy()
+    order = np.argsort(-counts, kind="stable")
+    st["approximate"] = len(values) > MAX_TRACKED
+    st["values"] = {str(values[i]): int(counts[i]) for i in order[:MAX_TRACKED]}
+    st["kmv"] = _kmv(values)
+    if markers_only(col) is not None:  # missing if numeric, text if text
+        st["markers"] = len(col) - missing
+        missing = len(col)
+    return missing
+
+
+def table_stats(table: pa.Table, label: str) -> Stats:
+    """Per-column statistics of one Arrow table (mergeable with :func:`merge_stats`)."""
+    rows = table.num_rows
+    out: Stats = {}
+    for name in table.column_names:
+        col = table.column(name)
+        kind = arrow_kind(col)
+        st: ColumnStats = {}
+        if kind in NUMERIC_KINDS:
+            missing = _numeric_stats(col, kind, name == label, st)
+        elif kind == "string":
+            missing = _text_stats(col, st)
+        else:
+            missing = col.null_count
+            if kind == "datetime":
+                st.update(_moments(epoch_seconds(pc.drop_null(col))))
+        st["count"] = rows - missing
+        out[name] = st
+    return out
+
+
+class StatsAccumulator:
+    """Statistics of many small tables of one scan task, computed ``ENCODE_BYTES`` at a time.
+
+    Thousands of small files cost a few passes over concatenated columns, not thousands.
+    """
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.tables: list[pa.Table] = []
+        self.size = 0
+        self.stats: Stats = {}
+
+    def add(self, table: pa.Table) -> None:
+        """Take one table; the tables held so far are summarized once they reach ``ENCODE_BYTES``."""
+        self.tables.append(table)
+        self.size += table.nbytes
+        if self.size >= ENCODE_BYTES:
+            self.flush()
+
+    def flush(self) -> Stats:
+        """Summarize the tables held and return the statistics of every table taken."""
+        tables, self.tables, self.size = self.tables, [], 0
+        if len(tables) > 1:
+            try:
+                tables = [pa.concat_tables(tables, promote_options="permissive")]
+            except (pa.ArrowInvalid, pa.ArrowTypeError):  # text in one file, numbers in another
+                pass
+        for t in tables:
+            self.stats = merge_stats(self.stats, table_stats(t, self.label))
+        return self.stats
+
+
+def merge_facts(a: BlockFacts | None, b: BlockFacts) -> BlockFacts:
+    """Merge the :func:`table_facts` of two tables of one block (a compressed file's buffers)."""
+    if a is None or not a["columns"]:
+        return b
+    if not b["columns"]:
+        return a
+    out = dict(a)
+    out["rows"] = a["rows"] + b["rows"]
+    out["label_rows"] = a["label_rows"] + b["label_rows"]
+    out["kinds"] = {c: merge_kind(a["kinds"].get(c), b["kinds"].get(c, "null")) for c in a["columns"]}
+    out["missing"] = {c: a["missing"].get(c, 0) + b["missing"].get(c, 0) for c in a["columns"]}
+    out["samples"] = {c: a["samples"].get(c) or b["samples"].get(c, [])
+                      for c in a["columns"] if c in a["samples"] or c in b["samples"]}
+    out["na_counts"] = add_counts(a.get("na_counts", {}), b.get("na_counts", {}))
+    out["marker_values"] = add_counts(a.get("marker_values", {}), b.get("marker_values", {}))
+    return out
+
+
+def _merge_numeric(a: ColumnStats, b: ColumnStats) -> ColumnStats:
+    na, nb = a.get("count", 0), b.get("count", 0)
+    if "mean" not in a or na == 0:
+        return {**b, "values": _merge_counts(a.get("values"), b.get("values"))} if "mean" in b else {
+            **a, "count": na + nb}
+    if "mean" not in b or nb == 0:
+        return {**a, "count": na + nb, "values": _merge_counts(a.get("values"), b.get("values"))}
+    n = na + nb
+    delta = b["mean"] - a["mean"]
+    return {
+        "count": n,
+        "mean": a["mean"] + delta * nb / n,
+        "m2": a["m2"] + b["m2"] + delta * delta * na * nb / n,
+        "min": min(a["min"], b["min"]),
+        "max": max(a["max"], b["max"]),
+        "values": _merge_counts(a.get("values"), b.get("values")),
+    }
+
+
+def _merge_counts(a: dict[str, int] | None, b: dict[str, int] | None) -> dict[str, int] | None:
+    if a is None or b is None:
+        return a if b is None else b
+    c = Counter(a)
+    c.update(b)
+    return dict(c)
+
+
+def _merge_text(cur: ColumnStats, st: ColumnStats) -> ColumnStats:
+    merged = _merge_counts(cur.get("values"), st.get("values")) or {}
+    approx = bool(cur.get("approximate") or st.get("approximate"))
+    if len(merged) > MAX_TRACKED:
+        approx = True
+        merged = dict(Counter(merged).most_common(MAX_TRACKED))
+    return {"count": cur.get("count", 0) + st.get("count", 0), "values": merged,
+            "approximate": approx, "markers": cur.get("markers", 0) + st.get("markers", 0),
+            "kmv": _merge_kmv(cur.get("kmv", []), st.get("kmv", []))}
+
+
+def merge_stats(*parts: Stats) -> Stats:
+    """Merge per-column partial statistics of several blocks (runs on a worker)."""
+    out: Stats = {}
+    for part in parts:
+        for col, st in part.items():
+            if col not in out:
+                out[col] = dict(st)
+                continue
+            cur = out[col]
+            if "m2" in st or "m2" in cur:
+                out[col] = _merge_numeric(cur, st)
+            elif "values" in st or "values" in cur:
+                out[col] = _merge_text(cur, st)
+            else:
+                out[col] = {"count": cur.get("count", 0) + st.get("count", 0)}
+    return out
+
+
+def finish_stats(stats: Stats) -> Stats:
+    """The merged statistics with each text column's ``distinct`` count (estimated when approximate)."""
+    out: Stats = {}
+    for name, st in stats.items():
+        out[name] = dict(st)
+        if "kmv" in st:
+            exact = not (st.get("approximate") and st.get("kmv"))
+            out[name]["distinct"] = len(st.get("values", {})) if exact else distinct_estimate(st["kmv"])
+    return out
+
+
+def class_counts(values: dict[str, int]) -> dict[str, int]:
+    """``{"0": rows, "1": rows, ...}`` of a class label from the scan's label value counts."""
+    counts: dict[str, int] = {}
+    for value, n in values.items():
+        if is_number(value):
+            key = str(int(float(value)))
+            counts[key] = counts.get(key, 0) + int(n)
+    return dict(sorted(counts.items(), key=lambda kv: int(kv[0])))
+
+
+def label_task(values: dict[str, int]) -> tuple[str, int]:
+    """``(task, classes)`` of a label from its value counts: binary, multiclass or regression."""
+    nums = sorted(float(v) for v in values if is_number(v))  # (null markers of text blocks)
+    if not nums or len(nums) > MAX_LABEL_VALUES:
+        return "regression", 0
+    if all(v == int(v) for v in nums) and nums[0] >= 0:
+        if set(nums) <= {0.0, 1.0}:
+            return "binary", 2
+        if nums[-1] < MAX_LABEL_VALUES and len(nums) <= 200:
+            return "multiclass", int(nums[-1]) + 1
+    return "regression", 0
+
+
+def frame_facts(s: dict[str, Any]) -> list[BlockFacts]:
+    """The facts of a summarized partition (its first text values as samples), as a list of one."""
+    facts = {k: v for k, v in s.items() if k != "stats"}
+    facts["samples"] = {c: list(st.get("values", {}))[:3] for c, st in s["stats"].items()
+                        if s["kinds"].get(c) in ("string", "mixed")}
+    return [facts]
