@@ -254,9 +254,12 @@ def _empty(encoding: Encoding) -> WindowData:
     return encode_frame(empty, encoding)
 
 
-def encode_window(*frames: pd.DataFrame, encoding: Encoding, seed: Any = None) -> WindowData:
-    """Encode a window's partitions and shuffle rows across all of them (on a worker)."""
-    parts = [encode_frame(f, encoding) for f in frames if len(f)]
+def encode_window(*tables: Any, encoding: Encoding, seed: Any = None) -> WindowData:
+    """Encode a window's tables and shuffle rows across all of them (on a worker).
+
+    ``tables``: a dask DataFrame's partitions as Arrow (:meth:`daskfeed.source.Source.partitions`).
+    """
+    parts = [encode_table(t, encoding) for t in tables if t.num_rows]
     return _permute(concat(parts), seed) if parts else _empty(encoding)
 
 
@@ -453,13 +456,10 @@ def weight_faults(index: int, block: Any, options: Any, label: str, weight: str,
     return out
 
 
-def frame_weight_faults(df: pd.DataFrame, label: str, weight: str) -> dict[str, Any]:
-    """:func:`weight_faults` of a pandas partition (a dask DataFrame's, on a worker)."""
-    import pyarrow as pa
-
+def frame_weight_faults(table: Any, label: str, weight: str) -> dict[str, Any]:
+    """:func:`weight_faults` of a dask DataFrame's partition, as an Arrow table (on a worker)."""
     out: dict[str, Any] = {"missing": 0, "negative": 0, "row": None, "value": None}
-    _count_faults(pa.Table.from_pandas(df[[label, weight]], preserve_index=False), label, weight,
-                  0, out)
+    _count_faults(table, label, weight, 0, out)
     return out
 
 

@@ -30,7 +30,7 @@ from daskfeed.files import (
 )
 from daskfeed.records import parse_header
 from daskfeed.streams import open_file
-from daskfeed.tables import BAD_LINES, ReadOptions
+from daskfeed.tables import BAD_LINES, ReadOptions, frame_table
 
 if TYPE_CHECKING:
     import dask.dataframe as dd
@@ -177,7 +177,10 @@ class Source:
         return []
 
     def partitions(self) -> list[Delayed]:
-        """One ``dask.delayed`` pandas DataFrame per partition of a dask DataFrame input.
+        """One ``dask.delayed`` Arrow table per partition of a dask DataFrame input.
+
+        Each is made by :func:`daskfeed.tables.frame_table`: the null-marker rule, the types
+        and the ``na_counts`` metadata of a table parsed from CSV.
 
         Returns
         -------
@@ -187,7 +190,10 @@ class Source:
         """
         if self.frame is None:
             return []
-        return list(self.frame.to_delayed())
+        from dask import delayed  # dask is not loaded by `import daskfeed`
+
+        return [delayed(frame_table, pure=True)(part, self.options, i)
+                for i, part in enumerate(self.frame.to_delayed())]
 
     def __repr__(self) -> str:
         if self.frame is not None:

@@ -118,10 +118,26 @@ def frame_table(df: pd.DataFrame, options: ReadOptions, index: int) -> pa.Table:
     pyarrow.Table
         With :data:`daskfeed.nulls.NA_COUNTS_KEY` metadata.
     """
-    df = df.rename(columns=str)
-    table = pa.Table.from_pandas(df, preserve_index=False)
-    table = table.replace_schema_metadata(None)  # pandas' metadata: not ours to carry
+    columns = [_frame_column(df[name]) for name in df.columns]
+    table = pa.Table.from_arrays(columns, names=[str(c) for c in df.columns])
     return _with_markers(table, {}, options, Block(f"partition {index}", 0, -1, index))
+
+
+def _frame_column(s: pd.Series) -> pa.ChunkedArray:
+    """One pandas column as Arrow: categories as their values, mixed objects as text.
+
+    Text is ``string``, as pyarrow parses it from CSV (pandas' pyarrow strings are large).
+    """
+    try:
+        arr = pa.chunked_array([pa.array(s, from_pandas=True)])
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # e.g. numbers and strings in one column
+        arr = pa.chunked_array([pa.array([None if v is None or v != v else str(v) for v in s],
+                                         pa.string())])
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.cast(arr.type.value_type)
+    if pa.types.is_large_string(arr.type):
+        arr = arr.cast(pa.string())
+    return arr
 
 
 def _parquet_tables(block: Block, storage_options: dict[str, Any]) -> Iterator[pa.Table]:

@@ -325,3 +325,22 @@ def test_a_dtype_override_takes_markers_as_missing_and_names_a_bad_value(write_c
     with pytest.raises(DataError) as err:
         _tables(bad, dtype={"n": "int64"})
     assert "'n'" in str(err.value) and "abc" in str(err.value) and "Hint:" in str(err.value)
+
+
+def test_a_dask_dataframe_is_read_the_way_its_csv_is(write_csv):
+    """One read pipeline: a dask DataFrame's partitions become Arrow tables with the same null
+    markers, types and counts as the same rows parsed from CSV."""
+    import dask
+    import dask.dataframe as dd
+    import pandas as pd
+
+    text = "n,t,e,c,b\n1,x,1,u,true\n,NA,NA,v,false\n3,,3,u,true\n"
+    (parsed,) = _tables(write_csv("f.csv", text), na_values=["x"])
+    frame = pd.DataFrame({"n": pd.array([1, None, 3], dtype="Int64"), "t": ["x", "NA", None], "e": ["1", "NA", "3"],
+                          "c": pd.Categorical(["u", "v", "u"]), "b": [True, False, True]})
+    src = Source(dd.from_pandas(frame, npartitions=1), na_values=["x"])
+    (table,) = dask.compute(*src.partitions(), scheduler="sync")
+    assert table.schema.types == parsed.schema.types
+    assert table.to_pydict() == parsed.to_pydict()
+    assert _na_counts(table) == _na_counts(parsed) == {
+        "n": {"": 1}, "t": {"": 1, "x": 1}, "e": {"NA": 1}}
