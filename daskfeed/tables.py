@@ -2,7 +2,7 @@
 
 A byte range or a small file gives one table; a compressed file is parsed in buffers of whole
 records (:func:`daskfeed.records.record_buffers`); a Parquet file gives a table per row group;
-a partition of a dask DataFrame is converted with ``pa.Table.from_pandas``. Every table then
+a partition of a dask DataFrame is converted column by column (:func:`frame_table`). Every table then
 gets the null-marker rule and the normalized types of :mod:`daskfeed.nulls`.
 """
 
