@@ -16,6 +16,7 @@ import numpy as np
 from daskfeed._keras import keras
 from daskfeed.exceptions import SchemaError
 from daskfeed.feed import Encoding
+from daskfeed.manifest import Manifest
 
 __all__ = ["compile_for", "default_model", "load_builder"]
 
@@ -45,7 +46,9 @@ def default_model(
     Numeric columns go through a ``Normalization`` layer set from the manifest's mean and
     variance (no extra ``adapt`` pass over the data), string columns through an ``Embedding``
     of their vocabulary (+ missing and OOV codes), then an MLP; the head is a sigmoid for a
-    0/1 label, a softmax for more classes, linear for a continuous label.
+    0/1 label, a softmax for more classes, linear for a continuous label, followed by a fixed
+    rescale to the label's units (``z * std + mean`` from the manifest), so the network learns
+    standardized targets and predicts in the label's units.
 
     Parameters
     ----------
@@ -112,8 +115,8 @@ def default_model(
         out = keras.layers.Dense(1, activation="sigmoid", name="output")(h)
     elif manifest.task == "multiclass":
         out = keras.layers.Dense(manifest.num_classes, activation="softmax", name="output")(h)
-    else:
-        out = keras.layers.Dense(1, name="output")(h)
+    else:  # the network predicts in standardized units; a fixed rescale gives the label's
+        out = _in_label_units(keras.layers.Dense(1, name="output")(h), manifest)
     model = keras.Model(inputs, out, name="daskfeed_default")
     compile_for(model, manifest, learning_rate=learning_rate,
                 weighted=bool(getattr(data, "weight", None)))
@@ -139,6 +142,18 @@ def _selection(data: Any, features: list[str] | None, exclude: tuple[str, ...] |
             "\nHint: leave as_matrix out when passing a DaskSequence."
         )
     return data.reference, list(data.features), bool(data.as_matrix)
+
+
+def _in_label_units(z: keras.KerasTensor, manifest: Manifest) -> keras.KerasTensor:
+    """``z * std + mean`` of the label (the manifest's statistics): fixed, saved with the model.
+
+    Targets in the thousands then need no scaling by the user, and ``model.keras`` predicts
+    in the label's units.
+    """
+    col = manifest.columns[manifest.label]
+    std = math.sqrt(col.var) if col.var > 0 and math.isfinite(col.var) else 1.0
+    mean = float(col.mean) if math.isfinite(col.mean) else 0.0
+    return keras.layers.Rescaling(scale=std, offset=mean, name="label_units")(z)
 
 
 def _check_knobs(hidden: tuple[int, ...] | list[int], dropout: float, learning_rate: float) -> None:
