@@ -7,6 +7,7 @@ made missing is counted in the table's schema metadata under :data:`NA_COUNTS_KE
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 
@@ -84,7 +85,13 @@ def _is_text(t: pa.DataType) -> bool:
 
 
 def _is_in(column: pa.ChunkedArray, values: Sequence[str]) -> pa.ChunkedArray:
-    return pc.is_in(column, value_set=pa.array(list(values), pa.string()))
+    return pc.is_in(column, value_set=_value_set(tuple(values)))
+
+
+@functools.lru_cache(maxsize=64)
+def _value_set(values: tuple[str, ...]) -> pa.Array:
+    """The markers as an Arrow array, made once per set (many small files: many columns)."""
+    return pa.array(list(values), pa.string())
 
 
 def _null(column: pa.ChunkedArray, where: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -104,10 +111,11 @@ def _as_numbers(column: pa.ChunkedArray,
     markers were; None for text (told by its first values, before the whole column is
     looked at), and for a column of only markers and empties.
     """
+    first = _first_value(column, markers)
+    if first is not None and not _looks_like_a_number(first):
+        return None  # text, told by its first value without a failing cast (they are slow)
     head = column.slice(0, 256)
     values = pc.drop_null(pc.filter(head, pc.invert(_is_in(head, markers))))
-    if len(values) and not _looks_like_a_number(values[0].as_py()):
-        return None  # text, told by its first value without a failing cast (they are slow)
     targets = [t for t in _NUMBER_TYPES if _casts(values, t)]
     if len(values) and not targets:
         return None
@@ -120,6 +128,17 @@ def _as_numbers(column: pa.ChunkedArray,
             return pc.cast(_null(column, is_marker), target), is_marker
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             continue
+    return None
+
+
+def _first_value(column: pa.ChunkedArray, markers: Sequence[str], most: int = 256) -> str | None:
+    """The first of the first ``most`` values that is neither missing nor a marker, if any."""
+    skip = set(markers)
+    for chunk in column.slice(0, most).chunks:  # scalars one at a time: usually one is read
+        for scalar in chunk:
+            value = scalar.as_py()
+            if value is not None and value not in skip:
+                return str(value)
     return None
 
 
@@ -183,9 +202,10 @@ def _null_numbers(column: pa.ChunkedArray,
 
 def _nan_to_null(column: pa.ChunkedArray) -> tuple[pa.ChunkedArray, dict[str, int]]:
     """Float column: NaN (however it was spelled: NaN, nan, -nan) becomes missing, as "NaN"."""
-    nan = pc.fill_null(pc.is_nan(column), False)
-    n = pc.sum(nan).as_py() or 0
-    return (_null(column, nan), {"NaN": n}) if n else (column, {})
+    n = pc.sum(pc.is_nan(column)).as_py() or 0  # (a missing value is no NaN: sum skips it)
+    if not n:
+        return column, {}
+    return _null(column, pc.fill_null(pc.is_nan(column), False)), {"NaN": n}
 
 
 def with_na_counts(table: pa.Table, counts: dict[str, dict[str, int]]) -> pa.Table:

@@ -50,8 +50,11 @@ def open_file(path: str, storage_options: dict[str, Any],
     if compression == "zstd":
         _require_zstandard(path)
     try:
-        raw = fsspec.open(path, "rb", compression=None if own else compression,
-                          **storage_options).open()
+        if "://" not in path and (own or compression is None):  # local: no fsspec per file
+            raw: IO[bytes] = open(path, "rb")  # closed by the caller
+        else:
+            raw = fsspec.open(path, "rb", compression=None if own else compression,
+                              **storage_options).open()
     except (FileNotFoundError, PermissionError, IsADirectoryError) as err:
         raise DataNotFoundError(
             f"Cannot read {path}: {err.strerror or type(err).__name__}.\n"

@@ -19,7 +19,7 @@ import pyarrow.csv as pacsv
 from daskfeed.exceptions import DataError
 from daskfeed.files import Block, compression_of, is_parquet
 from daskfeed.nulls import column_markers, normalize, with_na_counts
-from daskfeed.records import parse_header, record_buffers, refuse_open_quote
+from daskfeed.records import Quotes, parse_header, record_buffers, refuse_open_quote, unclosed_quote
 from daskfeed.streams import open_file
 
 if TYPE_CHECKING:
@@ -92,6 +92,12 @@ def iter_tables(block: Block, options: ReadOptions,
         if block.length >= 0:
             yield _byte_range_table(f, block, header, names, options, rejects)
             return
+        if not compression:  # a whole small file: read at once, quotes checked only if any
+            body = f.read(options.blocksize + 1)
+            if len(body) <= options.blocksize:
+                yield _small_file_table(body, len(header), names, block, options, rejects)
+                return
+            f.seek(len(header))  # grew past the blocksize since it was listed: as a stream
         first = True
         for start, body in record_buffers(f, len(header), options.blocksize, path=block.path,
                                           sep=options.sep, compressed=bool(compression)):
@@ -99,6 +105,22 @@ def iter_tables(block: Block, options: ReadOptions,
                 block.path, start, len(body), block.file_index)
             first = False
             yield _parse(body, names, where, options, rejects, whole=True)  # ends outside quotes
+
+
+def _small_file_table(body: bytes, start: int, names: list[str], block: Block,
+                      options: ReadOptions, rejects: list[str] | None) -> pa.Table:
+    """Parse the whole body of a small file (it starts at byte ``start``, on line 2).
+
+    pyarrow takes a quote left open at the end of the text as a field running to the end, so
+    a body with quotes is scanned for one first, as :func:`record_buffers` scans a stream.
+    """
+    if b'"' in body:
+        quotes = Quotes(options.sep)
+        quotes.scan(body, final=True)
+        if quotes.inside:
+            raise unclosed_quote(block.path, body, quotes.opened, start, 2, False,
+                                 "is never closed before the end of the file")
+    return _parse(body, names, block, options, rejects, whole=True)
 
 
 def frame_table(df: pd.DataFrame, options: ReadOptions, index: int) -> pa.Table:
@@ -223,10 +245,11 @@ def _read_csv(body: bytes, names: list[str], block: Block, options: ReadOptions,
     try:
         return pacsv.read_csv(
             pa.BufferReader(body),
-            # one pyarrow block for the whole body: a line is never longer than it
+            # one pyarrow block for the whole body (a line is never longer than it); no larger:
+            # a block allocated far beyond a small file's text costs more than parsing it
             read_options=pacsv.ReadOptions(column_names=names, use_threads=False,
                                            encoding=options.encoding,
-                                           block_size=min(max(len(body) + 1, 1 << 20), 2**31 - 1)),
+                                           block_size=min(len(body) + 1, 2**31 - 1)),
             parse_options=pacsv.ParseOptions(
                 delimiter=options.sep, newlines_in_values=whole,
                 invalid_row_handler=None if options.bad_lines == "error" else bad_line),
