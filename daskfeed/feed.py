@@ -1,7 +1,7 @@
 """Feed: runs ON WORKERS — a window's partitions → compact, shuffled numpy arrays.
 
 Only what the model needs crosses the wire: numeric features (missing → the mean), int32 codes
-for string columns (0 = missing, 1 = out of vocabulary, 2.. = vocabulary), and the label. Rows
+for string columns (0 = missing, 1 = out of vocabulary, 2.. = vocabulary), and the label (a text label as its class code). Rows
 are permuted across all partitions of the window with the plan's window seed.
 
 A weight column (``Encoding.weight``) travels as float32, the dtype of Keras' sample weights; it
@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from daskfeed.labels import class_codes
 
 __all__ = ["ColumnCode", "Encoding", "WindowData", "concat", "encode_features", "encode_frame",
            "encode_table", "encode_window", "numeric_dtype", "read_window", "record_line", "weight_faults"]
@@ -72,6 +74,7 @@ class Encoding:
     columns: tuple[ColumnCode, ...]
     as_matrix: bool = False
     weight: str | None = None  # the sample-weight column (float32), not a feature
+    label_classes: tuple[str, ...] = ()  # a text label's classes: text → codes 0..K-1
 
     @classmethod
     def from_manifest(cls, manifest: Any, features: list[str], as_matrix: bool = False,
@@ -91,7 +94,8 @@ class Encoding:
                     "use the dict form (as_matrix=False)."
                 )
         codes = [_column_code(manifest.columns[name]) for name in features]
-        return cls(manifest.label, _label_dtype(manifest), tuple(codes), as_matrix, weight)
+        return cls(manifest.label, _label_dtype(manifest), tuple(codes), as_matrix, weight,
+                   tuple(manifest.classes or ()))
 
     @property
     def names(self) -> list[str]:
@@ -268,6 +272,8 @@ def _label_array(col: Any, encoding: Encoding) -> tuple[np.ndarray, np.ndarray |
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if encoding.label_classes:
+        return _class_label(col, encoding)
     if pa.types.is_integer(col.type):
         keep = np.asarray(col.is_valid()) if col.null_count else None
         v = pc.fill_null(col, 0).cast(pa.int64()).to_numpy(zero_copy_only=False)
@@ -279,6 +285,24 @@ def _label_array(col: Any, encoding: Encoding) -> tuple[np.ndarray, np.ndarray |
         v = col.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
     keep = ~np.isnan(v)
     return v, (None if keep.all() else keep)
+
+
+def _class_label(col: Any, encoding: Encoding) -> tuple[np.ndarray, np.ndarray | None]:
+    """A text label's class codes and the mask of rows with one; a text not a class is refused."""
+    codes, labelled = class_codes(col, encoding.label_classes)
+    unknown = labelled & (codes < 0)
+    if unknown.any():
+        from daskfeed.exceptions import DataError
+
+        first = col[int(np.flatnonzero(unknown)[0])].as_py()
+        raise DataError(
+            f"Expected a class of label {encoding.label!r} the training data have "
+            f"({', '.join(encoding.label_classes[:10])}{' ...' if len(encoding.label_classes) > 10 else ''}"
+            f"). Received: {first!r} in {int(unknown.sum())} row(s) of this window.\nHint: the data "
+            "changed after the scan, or these rows hold a class training never saw: rescan, or "
+            "drop those rows."
+        )
+    return codes, (None if labelled.all() else labelled)
 
 
 def _table_column(col: Any, code: ColumnCode) -> np.ndarray:

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 __all__ = ["SUBSETS", "Column", "Manifest", "read_settings", "scanned_blocks", "split_settings",
            "unknown_column"]
 
-MANIFEST_VERSION = 1
+# 2: a text label's classes (label_classes); version 1 manifests read as before
+MANIFEST_VERSION = 2
 
 @dataclass
 class Column:
@@ -77,8 +78,11 @@ class Manifest:
     # text of every skipped line with its file and byte range (quarantine); not in the JSON
     rejects: list[dict[str, str]] = field(default_factory=list, repr=False)
     notes: list[str] = field(default_factory=list, repr=False)  # the scan's warnings
-    # rows per class of a binary / multiclass label ({"0": n0, "1": n1}); {} for regression
+    # rows per class of a binary / multiclass label ({"0": n0, "1": n1}, or by class name for
+    # a text label, in code order); {} for regression
     label_counts: dict[str, int] = field(default_factory=dict)
+    # a text label's class names, sorted: class code i is label_classes[i]; None: numeric label
+    label_classes: list[str] | None = None
     # the part of a split this manifest describes (see :func:`scan`); None: the whole data
     split: dict[str, Any] | None = None
 
@@ -88,6 +92,15 @@ class Manifest:
             warnings.warn(note, stacklevel=stacklevel + 1)
 
     # -- convenience -------------------------------------------------------------------
+    @property
+    def classes(self) -> list[str] | None:
+        """The class names of a text label, in code order (code i is ``classes[i]``).
+
+        None for a numeric label (0/1 or class ids, which are their own codes) and for
+        regression.
+        """
+        return list(self.label_classes) if self.label_classes is not None else None
+
     @property
     def counts(self) -> list[int]:
         """Usable rows (label present) per partition, in partition order."""
@@ -144,13 +157,15 @@ class Manifest:
             ``"balanced"``: ``rows / (classes * rows of the class)`` for every class present,
             as scikit-learn's ``compute_class_weight("balanced", ...)``, so each class weighs
             as much in total. Or a mapping ``{class: weight}`` (keys as ints or their text,
-            e.g. parsed from ``'{"0": 1, "1": 9}'``), checked against the label's classes;
+            e.g. parsed from ``'{"0": 1, "1": 9}'``; class names for a text label:
+            ``{"gold": 5}``), checked against the label's classes;
             classes it leaves out get 1.0, as Keras gives them, and are listed.
 
         Returns
         -------
         dict of int to float
-            ``{class id: weight}`` of every class present in the data.
+            ``{class code: weight}`` of every class present in the data (a text label's code i
+            is ``classes[i]``).
 
         Raises
         ------
@@ -170,7 +185,8 @@ class Manifest:
                 "manifest without them (made by an older daskfeed).\nHint: rescan the data "
                 "(remove manifest.json, or pass manifest=None)."
             )
-        counts = {int(k): int(n) for k, n in self.label_counts.items() if n > 0}
+        codes = {name: i for i, name in enumerate(self.label_classes or ())}
+        counts = {codes[k] if codes else int(k): int(n) for k, n in self.label_counts.items() if n > 0}
         if isinstance(spec, str):
             if spec != "balanced":
                 raise SchemaError(f"Expected class weights 'balanced' or a mapping {{class: "
@@ -178,7 +194,8 @@ class Manifest:
                                   "'{\"0\": 1, \"1\": 9}'.")
             total = sum(counts.values())
             return {c: total / (len(counts) * n) for c, n in sorted(counts.items())}
-        given = {_class_id(k, counts, self.label): _class_weight(k, v) for k, v in spec.items()}
+        given = {_class_id(k, counts, self.label, self.label_classes): _class_weight(k, v)
+                 for k, v in spec.items()}
         return {c: given.get(c, 1.0) for c in sorted(counts)}
 
     def mismatch(self, source: Source, *, label: str, vocabulary_size: int,
@@ -247,7 +264,7 @@ class Manifest:
     def from_dict(cls, d: dict[str, Any]) -> Manifest:
         """Inverse of :meth:`to_dict`."""
         d = dict(d)
-        if d.get("version") != MANIFEST_VERSION:
+        if d.get("version") not in (1, MANIFEST_VERSION):
             raise ManifestMismatchError(
                 f"Expected manifest version {MANIFEST_VERSION}. Received: {d.get('version')}.\n"
                 "Hint: rescan the data."
@@ -290,12 +307,19 @@ class Manifest:
             where = (f"{used} of {len(self.partitions)} partitions (the {self.split['subset']} part "
                      f"of validation_split={self.split['validation_split']:g}, seed="
                      f"{self.split['seed']}; ")
+        classes = f" ({self.num_classes} classes{_named(self.label_classes)})"
         return (
             f"{self.rows:,} rows in {where}"
             f"{self.nbytes / 1e9:.2f} GB); label {self.label!r}: {self.task}"
-            f"{f' ({self.num_classes} classes)' if self.task == 'multiclass' else ''}; "
-            f"columns: {parts}"
+            f"{classes if self.task == 'multiclass' else ''}; columns: {parts}"
         )
+
+
+def _named(classes: list[str] | None) -> str:
+    """``: a, b, c`` (the first ten) of a text label's classes; nothing for a numeric label."""
+    if not classes:
+        return ""
+    return f": {', '.join(classes[:10])}{' ...' if len(classes) > 10 else ''}"
 
 
 # what a manifest from before a setting was recorded was made with
@@ -335,17 +359,22 @@ def unknown_column(name: str, columns: list[str], what: str) -> str:
     return f"Expected a {what} column of the data. Received: {what}={name!r}.\nHint: {hint}"
 
 
-def _class_id(key: Any, counts: dict[int, int], label: str) -> int:
-    """A class of ``spec`` as an int, checked against the classes present."""
-    try:
-        c = int(str(key).strip())
-    except ValueError:
-        c = None
+def _class_id(key: Any, counts: dict[int, int], label: str, classes: list[str] | None) -> int:
+    """A class of ``spec`` (its id, or its name for a text label) as its code, checked."""
+    if classes is not None:
+        c = classes.index(str(key)) if str(key) in classes else None
+        names, example = classes, f"'{{\"{classes[0]}\": 2}}'" if classes else ""
+    else:
+        try:
+            c = int(str(key).strip())
+        except ValueError:
+            c = None
+        names, example = [str(k) for k in sorted(counts)], "'{\"0\": 1, \"1\": 9}'"
     if c is None or c not in counts:
         raise SchemaError(
             f"Expected class weights for the classes of label {label!r} "
-            f"({', '.join(map(str, sorted(counts)))}). Received: class {key!r}.\nHint: name "
-            "classes by their id, e.g. '{\"0\": 1, \"1\": 9}'."
+            f"({', '.join(names[:20])}{' ...' if len(names) > 20 else ''}). Received: class "
+            f"{key!r}.\nHint: name classes by their {'name' if classes else 'id'}, e.g. {example}."
         )
     return c
 

@@ -22,6 +22,7 @@ from daskfeed import config
 from daskfeed.cache import PartitionCache
 from daskfeed.cluster import client_context
 from daskfeed.exceptions import FeedTimeoutError, ManifestMismatchError, SchemaError
+from daskfeed.labels import text_classes
 from daskfeed.manifest import (
     Manifest,
     read_settings,
@@ -36,7 +37,7 @@ from daskfeed.schema import (
     BlockFacts,
     Stats,
     check_headers,
-    check_numeric_label,
+    check_label,
     resolve_columns,
     wide_notes,
 )
@@ -89,7 +90,7 @@ def scan(
     data
         Path, glob, list of paths, URL, :class:`~daskfeed.source.Source`, or dask DataFrame.
     label
-        Name of the label column (must be numeric).
+        Name of the label column: numbers, or text (class names, sorted into codes 0..K-1).
     client
         A ``distributed.Client``; by default the current one, else a local cluster is started
         for the scan.
@@ -402,15 +403,17 @@ def build_manifest(src: Source, label: str, facts: list[BlockFacts], stats: Stat
     Raises
     ------
     SchemaError
-        When headers differ, every file is empty, a column changes type, or the label is not
-        numeric or empty in every row.
+        When headers differ, every file is empty, a column changes type, or the label is
+        empty in every row, neither numbers nor text, or text with more than
+        :data:`~daskfeed.labels.MAX_CLASSES` classes.
     """
     notes: list[str] = []
     ref_cols, aligned = check_headers(src, facts, notes)
     columns = resolve_columns(src, ref_cols, facts, finish_stats(stats), vocabulary_size)
-    check_numeric_label(src, label, columns[label], facts)
+    check_label(src, label, columns[label], facts)
     values = stats.get(label, {}).get("values") or {}
-    task, num_classes = label_task(values)
+    classes = text_classes(columns[label], values) if columns[label].kind == "categorical" else None
+    task, num_classes = ("multiclass", len(classes)) if classes is not None else label_task(values)
     label_rows = sum(f["label_rows"] for f in facts)
     rows_total = sum(f["rows"] for f in facts)
     if label_rows == 0:
@@ -444,5 +447,6 @@ def build_manifest(src: Source, label: str, facts: list[BlockFacts], stats: Stat
         partitions=partitions, rows=label_rows, label_missing=rows_total - label_rows,
         nbytes=nbytes, read_options=read_settings(src), vocabulary_size=vocabulary_size,
         bad_lines=bad_lines, aligned_files=len(aligned), rejects=rejects, notes=notes,
-        label_counts=class_counts(values) if task != "regression" else {}, split=split,
+        label_counts=classes if classes is not None else class_counts(values) if task != "regression"
+        else {}, label_classes=list(classes) if classes is not None else None, split=split,
     )

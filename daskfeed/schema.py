@@ -23,7 +23,7 @@ from daskfeed.manifest import Column
 from daskfeed.nulls import NA_COUNTS_KEY, NA_MARKERS
 from daskfeed.source import Source
 
-__all__ = ["NUMERIC_KINDS", "add_counts", "arrow_kind", "check_headers", "check_numeric_label",
+__all__ = ["NUMERIC_KINDS", "add_counts", "arrow_kind", "check_headers", "check_label",
            "frame_kind", "is_number", "markers_of", "markers_only", "merge_kind", "na_counts",
            "resolve_column", "resolve_columns", "where", "wide_notes"]
 
@@ -294,16 +294,16 @@ def resolve_columns(src: Source, names: list[str], facts: list[BlockFacts], stat
     return columns
 
 
-def check_numeric_label(src: Source, label: str, column: Column, facts: list[BlockFacts]) -> None:
-    """Refuse a label column that holds text, or no values at all."""
-    if column.kind == "numeric":
+def check_label(src: Source, label: str, column: Column, facts: list[BlockFacts]) -> None:
+    """Refuse a label column that is neither numbers nor text (class names): no values, dates."""
+    if column.kind in ("numeric", "categorical"):
         return
-    first = next((i for i, f in enumerate(facts) if f["kinds"].get(label) in ("string", "mixed")), 0)
-    samples = facts[first].get("samples", {}).get(label, [])
+    first = next((i for i, f in enumerate(facts) if f["kinds"].get(label) not in (None, "null")), 0)
+    received = "no values at all" if column.kind == "empty" else f"a {column.kind} column"
     raise SchemaError(
-        f"Expected a numeric label column {label!r} (0/1, class ids, or numbers). "
-        f"Received: {'no values at all' if column.kind == 'empty' else f'text such as {samples}'}"
-        f" in {where(src, first)}.\nHint: encode the label as numbers, e.g. 0 and 1."
+        f"Expected a label column {label!r} of numbers (0/1, class ids, a target) or of class "
+        f"names. Received: {received} in {where(src, first)}.\nHint: check the label name "
+        "(--label), or write the label as numbers or class names."
     )
 
 

@@ -35,6 +35,7 @@ from daskfeed.feed import (
     record_line,
     weight_faults,
 )
+from daskfeed.labels import unknown_classes
 from daskfeed.lifecycle import Stop, run_at_exit
 from daskfeed.manifest import Manifest, split_settings, unknown_column
 from daskfeed.plan import EpochPlan, equal_shard_batches, make_plan
@@ -316,6 +317,7 @@ class DaskSequence(keras.utils.PyDataset):
             if reference is not None:
                 self._check_compatible(reference)
                 self._check_disjoint(reference)
+                self._check_classes(reference)
             self.encoding = Encoding.from_manifest(ref, self.features, as_matrix, weight=weight)
             refuse_narrowed({c.name: c.dtype for c in self.encoding.columns}
                             | {self.label: self.encoding.label_dtype})
@@ -384,6 +386,29 @@ class DaskSequence(keras.utils.PyDataset):
                     f"Column {name!r} is {theirs.kind} in the reference data but {mine.kind} "
                     "here.\nHint: give both data sets the same column types."
                 )
+
+    def _check_classes(self, reference: Manifest) -> None:
+        """Refuse label text that is no class of the reference data, naming its file and line."""
+        known = reference.classes
+        unknown = sorted(set(self.manifest.classes or ()) - set(known or ()))
+        if known is None or not unknown:
+            return
+        rows = sum(self.manifest.label_counts.get(v, 0) for v in unknown)
+        first = "in the DataFrame's partitions"
+        if self.source.frame is None:
+            parts = [p for p, n in enumerate(self.manifest.counts) if n > 0]
+            found = self._client.gather([self._client.submit(
+                unknown_classes, p, self.source.blocks[p], self.source.options, self.label,
+                tuple(known), self.cache, pure=False) for p in parts])
+            p, hit = next((p, f) for p, f in zip(parts, found, strict=True) if f["row"] is not None)
+            first = f"the first ({hit['value']!r}) at {self._row_place(p, hit['row'])}"
+        raise DataError(
+            f"Expected label values that are classes of the training data ({', '.join(known[:10])}"
+            f"{' ...' if len(known) > 10 else ''}). Received: {', '.join(map(repr, unknown[:5]))}"
+            f"{' ...' if len(unknown) > 5 else ''} in {rows:,} row(s) of label {self.label!r}; "
+            f"{first}.\nHint: the model cannot learn a class it never saw: add rows of it to the "
+            "training data, or leave these rows out of this data."
+        )
 
     def _check_disjoint(self, reference: Manifest) -> None:
         """Refuse a sequence over rows of a split's training part that ``reference`` describes."""

@@ -124,9 +124,17 @@ def test_missing_label_names_the_columns_and_a_close_match(demo_data, client):
     assert "'clear'" in msg and "cleared" in msg and "Hint:" in msg
 
 
-def test_text_label_is_refused(tmp_path, client, write_csv):
-    write_csv("a.csv", "x,y\n1,yes\n2,no\n")
-    with pytest.raises(SchemaError, match="numeric label"):
+def test_text_label_is_a_class_label(tmp_path, client, write_csv):
+    write_csv("a.csv", "x,y\n1,yes\n2,no\n3,yes\n4,\n")
+    with pytest.warns(UserWarning, match="1 of 4 rows"):
+        m = daskfeed.scan(str(tmp_path / "a.csv"), label="y", client=client)
+    assert (m.task, m.num_classes, m.classes) == ("multiclass", 2, ["no", "yes"])
+    assert m.label_counts == {"no": 1, "yes": 2}
+
+
+def test_text_label_with_too_many_values_is_refused(tmp_path, client, write_csv):
+    write_csv("a.csv", "x,y\n" + "".join(f"{i},user{i}\n" for i in range(1001)))
+    with pytest.raises(SchemaError, match=r"(?s)'y' with 1,001 distinct values.*regression target"):
         daskfeed.scan(str(tmp_path / "a.csv"), label="y", client=client)
 
 
