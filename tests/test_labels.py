@@ -47,6 +47,60 @@ def test_regression_learns_prices_in_their_units(prices: dict[str, str], client)
     np.testing.assert_allclose(reloaded.predict(x, verbose=0)[:, 0], pred, rtol=1e-5, atol=1e-3)
 
 
+@pytest.fixture(scope="module")
+def medals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A text label (bronze / silver / gold from x1 + x2/2); a validation file with 'platinum'."""
+    root = tmp_path_factory.mktemp("medals")
+    rng = np.random.default_rng(5)
+
+    def rows(n: int) -> pd.DataFrame:
+        x1, x2 = rng.normal(size=n), rng.normal(size=n)
+        z = x1 + 0.5 * x2 + rng.normal(0, 0.3, n)
+        medal = np.where(z > 0.7, "gold", np.where(z > -0.5, "silver", "bronze"))
+        return pd.DataFrame({"x1": x1, "x2": x2, "team": rng.choice(["red", "blue"], n),
+                             "medal": medal})
+
+    for i in range(3):
+        rows(2000).to_csv(root / f"train_{i}.csv", index=False)
+    rows(1000).to_csv(root / "valid.csv", index=False)
+    bad = rows(500)
+    bad.loc[137, "medal"] = "platinum"
+    bad.to_csv(root / "valid_bad.csv", index=False)
+    return {"train": str(root / "train_*.csv"), "valid": str(root / "valid.csv"),
+            "bad": str(root / "valid_bad.csv")}
+
+
+def test_text_label_trains_on_class_codes(medals: dict[str, str], client) -> None:
+    keras.utils.set_random_seed(0)
+    with daskfeed.DaskSequence(medals["train"], label="medal", batch_size=256, client=client,
+                               cache=False, shuffle=False) as train:
+        m = train.manifest
+        assert (m.task, m.classes) == ("multiclass", ["bronze", "gold", "silver"])
+        truth = pd.concat(pd.read_csv(medals["train"].replace("*", str(i))) for i in range(3))
+        assert m.label_counts == truth["medal"].value_counts().sort_index().to_dict()
+        # every row's code is its class: rows matched by x1 (float32 in the batches)
+        x, y = _all_batches(train)
+        got = np.asarray(m.classes)[y][np.argsort(x["x1"], kind="stable")]
+        want = truth.assign(x1=truth["x1"].astype("float32")).sort_values("x1", kind="stable")
+        assert (got == want["medal"].to_numpy()).all()
+        # class weights by class name; balanced from the exact counts
+        assert m.class_weights({"gold": 3}) == {0: 1.0, 1: 3.0, 2: 1.0}
+        with pytest.raises(daskfeed.SchemaError, match="platinum"):
+            m.class_weights({"platinum": 2})
+        balanced = m.class_weights("balanced")
+        assert balanced[1] == pytest.approx(len(truth) / (3 * (truth["medal"] == "gold").sum()))
+        with daskfeed.DaskSequence(medals["valid"], label="medal", batch_size=1000, client=client,
+                                   reference=m, shuffle=False, cache=False) as valid:
+            model = daskfeed.default_model(train)
+            assert model.output_shape == (None, 3)
+            hist = model.fit(train, validation_data=valid, epochs=4, shuffle=False, verbose=0,
+                             class_weight=balanced)
+        assert hist.history["val_accuracy"][-1] > 0.75, hist.history
+        with pytest.raises(daskfeed.DataError, match=r"(?s)'platinum'.*valid_bad.csv line 139"):
+            daskfeed.DaskSequence(medals["bad"], label="medal", client=client, reference=m,
+                                  cache=False)
+
+
 def _all_batches(seq: daskfeed.DaskSequence) -> tuple[dict[str, np.ndarray], np.ndarray]:
     batches = [seq[i] for i in range(len(seq))]
     x = {k: np.concatenate([b[0][k] for b in batches]) for k in batches[0][0]}
