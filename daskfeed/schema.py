@@ -1,6 +1,6 @@
 """Column kinds: what each block says a column is, and what the whole data set makes of it.
 
-A block's kind comes from its Arrow table (or pandas partition); kinds merge across blocks (an
+A block's kind comes from its Arrow table; kinds merge across blocks (an
 integer column with blanks in late files becomes a float column with missing values), null
 markers give way to the other blocks' kind, and real drift (numbers in one block, text in
 another) is an error naming both blocks.
@@ -12,8 +12,6 @@ import json
 import math
 from typing import Any
 
-import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -24,7 +22,7 @@ from daskfeed.nulls import NA_COUNTS_KEY, NA_MARKERS
 from daskfeed.source import Source
 
 __all__ = ["NUMERIC_KINDS", "add_counts", "arrow_kind", "check_headers", "check_label",
-           "frame_kind", "is_number", "markers_of", "markers_only", "merge_kind", "na_counts",
+           "is_number", "markers_of", "markers_only", "merge_kind", "na_counts",
            "resolve_column", "resolve_columns", "where", "wide_notes"]
 
 NUMERIC_KINDS = {"int", "float"}
@@ -33,34 +31,6 @@ NUMERIC_KINDS = {"int", "float"}
 BlockFacts = dict[str, Any]
 ColumnStats = dict[str, Any]
 Stats = dict[str, ColumnStats]  # {column: its statistics}
-
-
-def frame_kind(s: pd.Series) -> str:
-    """Kind of one column of a pandas partition: int, float, string, datetime, null or mixed."""
-    n = len(s)
-    if n and int(s.isna().sum()) == n:
-        return "null"
-    dt = s.dtype
-    if pd.api.types.is_bool_dtype(dt) or pd.api.types.is_integer_dtype(dt):
-        return "int"
-    if pd.api.types.is_float_dtype(dt):
-        return "float"  # an int column with blanks arrives as float too: both are numeric
-    if pd.api.types.is_datetime64_any_dtype(dt):
-        return "datetime"
-    if pd.api.types.is_string_dtype(dt) or dt is np.dtype(object):
-        inferred = pd.api.types.infer_dtype(s, skipna=True)
-        if inferred == "string":
-            return "string"
-        if inferred in ("integer", "boolean"):
-            return "int"
-        if inferred in ("floating", "mixed-integer-float", "decimal"):
-            return "float"
-        if inferred == "empty":
-            return "null"
-        return "mixed"
-    if isinstance(dt, pd.CategoricalDtype):
-        return "string"
-    return "mixed"
 
 
 def arrow_kind(col: pa.ChunkedArray) -> str:

@@ -1,8 +1,8 @@
 """Mergeable statistics of blocks: facts (rows, kinds, missing), moments, value counts, sketches.
 
-Computed on the workers per table (:func:`table_facts`, :func:`table_stats`) or per pandas
-partition (:func:`summarize_partition`), merged in a tree on the cluster (:func:`merge_stats`,
-:func:`merge_facts`); only small facts per block travel to the client.
+Computed on the workers per table (:func:`table_facts`, :func:`table_stats`; a dask
+DataFrame's partitions arrive as tables too), merged in a tree on the cluster
+(:func:`merge_stats`, :func:`merge_facts`); only small facts per block travel to the client.
 """
 
 from __future__ import annotations
@@ -24,16 +24,14 @@ from daskfeed.schema import (
     Stats,
     add_counts,
     arrow_kind,
-    frame_kind,
     is_number,
     markers_only,
     merge_kind,
     na_counts,
 )
 
-__all__ = ["KMV_SIZE", "StatsAccumulator", "class_counts", "distinct_estimate", "finish_stats", "frame_facts",
-           "label_task", "merge_facts", "merge_stats", "summarize_partition", "table_facts",
-           "table_stats"]
+__all__ = ["KMV_SIZE", "StatsAccumulator", "class_counts", "distinct_estimate", "finish_stats",
+           "label_task", "merge_facts", "merge_stats", "table_facts", "table_stats"]
 
 # distinct string values tracked exactly per column before counts become approximate
 MAX_TRACKED = 50_000
@@ -72,39 +70,6 @@ def distinct_estimate(kmv: list[int]) -> int:
     if len(kmv) < KMV_SIZE:
         return len(kmv)
     return round((KMV_SIZE - 1) / (kmv[-1] / 2.0**64))
-
-
-def summarize_partition(df: pd.DataFrame, label: str) -> dict[str, Any]:
-    """Facts and partial statistics of one pandas partition (runs on a worker)."""
-    rows = len(df)
-    out: dict[str, Any] = {"rows": rows, "columns": list(map(str, df.columns)), "kinds": {},
-                           "missing": {}, "stats": {}, "label_rows": 0}
-    if label in df.columns:
-        lab = pd.to_numeric(df[label], errors="coerce") if frame_kind(df[label]) != "string" else None
-        out["label_rows"] = int(lab.notna().sum()) if lab is not None else rows
-    for name in df.columns:
-        s = df[name]
-        kind = frame_kind(s)
-        key = str(name)
-        missing = int(s.isna().sum())
-        out["kinds"][key] = kind
-        out["missing"][key] = missing
-        st: ColumnStats = {"count": rows - missing}
-        if kind in NUMERIC_KINDS:
-            v = pd.to_numeric(s, errors="coerce").dropna().to_numpy(dtype="float64")
-            st.update(_moments(v) or _NO_VALUES)
-            if key == label:
-                vc = pd.Series(v).value_counts()
-                st["values"] = {repr(float(k)): int(c) for k, c in vc.head(MAX_LABEL_VALUES + 1).items()}
-        elif kind == "datetime":
-            st.update(_moments(s.dropna().astype("int64").to_numpy() / 1e9))
-        elif kind in ("string", "mixed"):
-            vc = s.dropna().astype(str).value_counts()
-            st["approximate"] = len(vc) > MAX_TRACKED
-            st["values"] = {str(k): int(c) for k, c in vc.head(MAX_TRACKED).items()}
-            st["kmv"] = _kmv(list(vc.index))
-        out["stats"][key] = st
-    return out
 
 
 def table_facts(table: pa.Table, label: str) -> BlockFacts:
@@ -328,11 +293,3 @@ def label_task(values: dict[str, int]) -> tuple[str, int]:
         if nums[-1] < MAX_LABEL_VALUES and len(nums) <= 200:
             return "multiclass", int(nums[-1]) + 1
     return "regression", 0
-
-
-def frame_facts(s: dict[str, Any]) -> list[BlockFacts]:
-    """The facts of a summarized partition (its first text values as samples), as a list of one."""
-    facts = {k: v for k, v in s.items() if k != "stats"}
-    facts["samples"] = {c: list(st.get("values", {}))[:3] for c, st in s["stats"].items()
-                        if s["kinds"].get(c) in ("string", "mixed")}
-    return [facts]
