@@ -26,6 +26,7 @@ __all__ = ["NUMERIC_KINDS", "add_counts", "arrow_kind", "check_headers", "check_
            "resolve_column", "resolve_columns", "where", "wide_notes"]
 
 NUMERIC_KINDS = {"int", "float"}
+_MARKERS = frozenset(NA_MARKERS)
 
 # what the scan learns of one block, and the merged statistics of one column (see daskfeed.stats)
 BlockFacts = dict[str, Any]
@@ -54,6 +55,9 @@ def markers_only(col: pa.ChunkedArray) -> dict[str, int] | None:
     to read ``NA``; which, the other blocks decide (see :func:`resolve_column`).
     """
     if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        return None
+    head = next((s.as_py() for c in col.slice(0, 256).chunks for s in c if s.is_valid), None)
+    if head is not None and head not in _MARKERS:  # text, told without compute calls
         return None
     values = pc.drop_null(col)
     if not len(values) or not pc.all(pc.is_in(values, value_set=pa.array(NA_MARKERS))).as_py():
