@@ -10,6 +10,7 @@ import functools
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable
@@ -17,7 +18,10 @@ from typing import Any
 
 import click
 
-from daskfeed.exceptions import DaskfeedError
+from daskfeed import config
+from daskfeed.exceptions import DaskfeedError, SchemaError
+from daskfeed.lifecycle import Aborted, Stop
+from daskfeed.options import TrainOptions
 
 
 class ByteSize(click.ParamType):
@@ -83,8 +87,8 @@ def _columns(ctx: Any, param: Any, value: str | None) -> list[str] | None:
     if value is None:
         return None
     cols = [c.strip() for c in value.split(",") if c.strip()]
-    if not cols:
-        raise click.BadParameter("expected comma-separated column names, e.g. level,hour")
+    if not value.strip() or value.strip().startswith(","):  # '' or ",id": the unnamed column
+        cols.insert(0, "")
     return cols
 
 
@@ -111,20 +115,15 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated
 
 
-def _watch_signals() -> Callable[[], None]:
-    """Stop waiting for data as soon as SIGTERM / SIGINT arrives; return the undo function.
+def _watch_signals(stop: Stop) -> Callable[[], None]:
+    """Request ``stop`` as soon as SIGTERM / SIGINT arrives; return the undo function.
 
     Python runs signal handlers in the main thread only between bytecodes; while it waits
     inside TensorFlow for a batch that is stuck on a hung read, the handler would run only
     after ``--timeout``. The C-level handler also writes the signal number to the wakeup fd at
-    once: a thread reading it requests :data:`daskfeed.lifecycle.PROCESS_STOP`, the wait for the window
-    ends, TensorFlow returns, and the handler runs (exit 143 / 130 as usual).
+    once: a thread reading it requests ``stop`` (which the command hands to the sequences),
+    the wait for the window ends, TensorFlow returns, and the handler runs (exit 143 / 130).
     """
-    import socket
-
-    from daskfeed.lifecycle import PROCESS_STOP
-
-    PROCESS_STOP.clear()
     r, w = socket.socketpair()
     w.setblocking(False)
     try:
@@ -144,12 +143,11 @@ def _watch_signals() -> Callable[[], None]:
                 return
             stops = [b for b in data if b in (signal.SIGTERM, signal.SIGINT)]
             if stops:
-                PROCESS_STOP.request(stops[0])
+                stop.request(stops[0])
 
     threading.Thread(target=watch, daemon=True, name="daskfeed-signals").start()
 
     def undo() -> None:
-        PROCESS_STOP.clear()
         signal.set_wakeup_fd(old)
         w.close()
         r.close()
@@ -166,7 +164,6 @@ def _warnings_as_lines() -> Callable[[], None]:
     """
     import dask.config
 
-    from daskfeed import config
 
     env = "DASK_DASKFEED__WARNINGS"
     before = os.environ.get(env)
@@ -190,21 +187,21 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     Ctrl-C (SIGINT) and SIGTERM stop the command the same way: the exception unwinds through
     ``train``, which closes the sequences and the local cluster (workers and ports gone), then
-    one line is printed and the exit status is 130 (SIGINT) or 143 (SIGTERM).
+    one line is printed and the exit status is 130 (SIGINT) or 143 (SIGTERM). The command's
+    :class:`~daskfeed.lifecycle.Stop` is the click context's object (``find_object(Stop)``).
     """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         main = threading.current_thread() is threading.main_thread()
+        stop = click.get_current_context().obj = Stop()
         previous = signal.signal(signal.SIGTERM, _on_sigterm) if main else None
-        unwatch = _watch_signals() if main else None
-        from daskfeed.lifecycle import PROCESS_STOP, Aborted
-
+        unwatch = _watch_signals(stop) if main else None
         undo_warnings = _warnings_as_lines()
         try:
             return fn(*args, **kwargs)
         except BaseException as err:
-            stopping = isinstance(err, KeyboardInterrupt) or (main and PROCESS_STOP.signum is not None)
+            stopping = isinstance(err, KeyboardInterrupt) or (main and stop.signum is not None)
             if not stopping:  # (a signal can surface as any error raised where it landed)
                 if isinstance(err, DaskfeedError):
                     raise click.ClickException(str(err)) from err
@@ -212,7 +209,7 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
             if main:  # a second Ctrl-C while we print must not spew a traceback
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
             recorded = not isinstance(err, KeyboardInterrupt) or isinstance(err, Aborted)
-            term = isinstance(err, Terminated) or (recorded and PROCESS_STOP.signum == signal.SIGTERM)
+            term = isinstance(err, Terminated) or (recorded and stop.signum == signal.SIGTERM)
             click.echo(f"daskfeed: stopped by {'SIGTERM' if term else 'Ctrl-C (SIGINT)'}; "
                        "cluster connections closed.", err=True)
             sys.exit(128 + (signal.SIGTERM if term else signal.SIGINT))
@@ -247,8 +244,6 @@ class ConfigOption(click.Option):
 
     def get_help_extra(self, ctx: click.Context) -> Any:
         """Click's help extras with the configured default."""
-        from daskfeed import config
-
         extra = super().get_help_extra(ctx)
         value = config.get(self.config_key)
         shown = '""' if value == "" else "none" if value is None else str(value)
@@ -328,7 +323,7 @@ def _storage_options(ctx: Any, param: Any, value: tuple[str, ...]) -> dict[str, 
         if text.startswith("{"):
             try:
                 parsed = json.loads(text)
-            except ValueError as err:
+            except json.JSONDecodeError as err:
                 raise click.BadParameter(f"expected a JSON object such as '{{\"anon\": true}}'. "
                                          f"Received text that is not JSON ({err.msg} at "
                                          f"character {err.pos}).") from None
@@ -403,7 +398,9 @@ def _train_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return _apply([
         click.option("--features", callback=_columns,
                      help="Comma-separated feature columns (default: all but label)."),
-        click.option("--exclude", callback=_columns, help="Comma-separated columns to leave out."),
+        click.option("--exclude", callback=_columns,
+                     help="Comma-separated columns to leave out ('' or a leading comma: the "
+                          "column with an empty header, e.g. the row numbers pandas writes)."),
         click.option("--epochs", type=click.IntRange(1), default=3, show_default=True),
         _config_option("--batch-size", key="batch-size", type=click.IntRange(1)),
         _cluster_options,
@@ -500,29 +497,26 @@ def _start_cluster(memory_limit: str | None, *, nworkers: int | None, nthreads: 
     return client, budget
 
 
-def _run_train(data: Any, label: str, validation: Any, output: str, **kw: Any) -> Any:
-    from daskfeed.exceptions import SchemaError
-    from daskfeed.train import FitOptions, train
+def _run_train(data: list[str], label: str, validation: list[str], output: str,
+               **kw: Any) -> None:
+    """Map the flags onto :class:`TrainOptions` (the one place) and train."""
+    from daskfeed.train import train as run_train  # keras: only when a command runs
 
-    try:  # flags that exclude each other: a usage error, before any work
-        FitOptions.resolve(validation=validation or None, builder=kw["model"] is not None,
-                           **{k: kw[k] for k in ("weight", "class_weight", "validation_split",
-                                                 "early_stopping", "monitor", "hidden",
-                                                 "dropout", "learning_rate")})
-    except SchemaError as err:
-        raise click.UsageError(str(err)) from err
-    scheduler, kw["security"] = _scheduler_and_security(kw)
-    kw["cache"] = _cache_choice(kw)
-    verbose = kw.pop("verbose")
-    quiet = kw.pop("quiet")
+    scheduler, security = _scheduler_and_security(kw)
+    cache = _cache_choice(kw)
+    verbose, quiet = kw.pop("verbose"), kw.pop("quiet")
     if quiet and verbose:
         raise click.UsageError("--quiet and --verbose exclude each other")
-    return train(
-        data, label=label, validation=validation or None, output=output, scheduler=scheduler,
-        features=kw.pop("features"), exclude=tuple(kw.pop("exclude") or ()),
-        verbose=0 if quiet else "auto" if verbose is None else verbose,
-        echo=(lambda _line: None) if quiet else click.echo, **kw,
-    )
+    try:  # flags that exclude each other: a usage error, before any work
+        opts = TrainOptions.resolve(
+            validation=validation or None, output=output, scheduler=scheduler, security=security,
+            cache=cache, exclude=tuple(kw.pop("exclude") or ()),
+            verbose=0 if quiet else "auto" if verbose is None else verbose, **kw)
+    except SchemaError as err:
+        raise click.UsageError(str(err)) from err
+    run_train(data, label=label, validation=validation or None, options=opts,
+              echo=(lambda _line: None) if quiet else click.echo,
+              stop=click.get_current_context().find_object(Stop))
 
 
 @cli.command()
@@ -636,7 +630,6 @@ def cache_list(root: str | None) -> None:
 
     from dask.utils import format_bytes
 
-    from daskfeed import config
     from daskfeed.cache import default_root
     from daskfeed.cache_entries import list_entries
 
@@ -662,7 +655,6 @@ def cache_clear(entries: tuple[str, ...], root: str | None) -> None:
     """Remove cache ENTRIES (names as `daskfeed cache list` shows them), or all of them."""
     from dask.utils import format_bytes
 
-    from daskfeed import config
     from daskfeed.cache import default_root
     from daskfeed.cache_entries import clear, list_entries
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import math
 import os
+import pkgutil
 import re
 import sys
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -17,8 +18,16 @@ from daskfeed._keras import keras
 from daskfeed.exceptions import SchemaError
 from daskfeed.feed import Encoding
 from daskfeed.manifest import Manifest
+from daskfeed.options import (
+    DEFAULT_DROPOUT,
+    DEFAULT_HIDDEN,
+    DEFAULT_LEARNING_RATE,
+    Builder,
+    FitOptions,
+)
+from daskfeed.sequence import DaskSequence
 
-__all__ = ["compile_for", "default_model", "load_builder"]
+__all__ = ["compile_for", "default_model", "describe_compile", "load_builder", "model_for"]
 
 
 def _layer_name(prefix: str, column: str) -> str:
@@ -31,14 +40,14 @@ def _input_name(column: str) -> str:
 
 
 def default_model(
-    data: Any,
+    data: DaskSequence | Manifest,
     *,
     features: list[str] | None = None,
     exclude: tuple[str, ...] | list[str] = (),
-    hidden: tuple[int, ...] | list[int] = (64, 64),
+    hidden: tuple[int, ...] | list[int] = DEFAULT_HIDDEN,
     embedding_dim: int | None = None,
-    dropout: float = 0.0,
-    learning_rate: float = 1e-3,
+    dropout: float = DEFAULT_DROPOUT,
+    learning_rate: float = DEFAULT_LEARNING_RATE,
     as_matrix: bool | None = None,
 ) -> keras.Model:
     """A compiled functional model over the batches of a :class:`DaskSequence`.
@@ -123,11 +132,10 @@ def default_model(
     return model
 
 
-def _selection(data: Any, features: list[str] | None, exclude: tuple[str, ...] | list[str],
-               as_matrix: bool | None) -> tuple[Any, list[str], bool]:
+def _selection(data: DaskSequence | Manifest, features: list[str] | None,
+               exclude: tuple[str, ...] | list[str],
+               as_matrix: bool | None) -> tuple[Manifest, list[str], bool]:
     """The manifest whose statistics encode, the feature names and ``as_matrix`` of ``data``."""
-    from daskfeed.sequence import DaskSequence
-
     if not isinstance(data, DaskSequence):  # a Manifest
         return data, data.feature_names(features, exclude), bool(as_matrix)
     if features is not None or exclude:
@@ -166,7 +174,7 @@ def _check_knobs(hidden: tuple[int, ...] | list[int], dropout: float, learning_r
         raise ValueError(f"Expected learning_rate >= 0. Received: learning_rate={learning_rate}.")
 
 
-def compile_for(model: keras.Model, manifest: Any, *, learning_rate: float = 1e-3,
+def compile_for(model: keras.Model, manifest: Manifest, *, learning_rate: float = 1e-3,
                 weighted: bool = False) -> None:
     """Compile ``model`` with the loss and metrics that fit the label's task.
 
@@ -192,8 +200,25 @@ def compile_for(model: keras.Model, manifest: Any, *, learning_rate: float = 1e-
                   weighted_metrics=list(metrics) if weighted else None)
 
 
-def load_builder(spec: str) -> Callable[..., keras.Model]:
-    """Load ``module:function`` or ``path/to/file.py:function`` (the user's model builder)."""
+def load_builder(spec: str) -> Builder:
+    """Load the user's model builder: ``module:function`` or ``path/to/file.py:function``.
+
+    Parameters
+    ----------
+    spec
+        Where the function is; a module is looked up from the working directory too.
+
+    Returns
+    -------
+    callable
+        The function (called with the manifest, it returns a ``keras.Model``).
+
+    Raises
+    ------
+    SchemaError
+        When ``spec`` is not of that form, the module does not import, or it has no such
+        function.
+    """
     mod_name, sep, fn_name = spec.rpartition(":")
     if not sep or not mod_name or not fn_name:
         raise SchemaError(
@@ -202,22 +227,18 @@ def load_builder(spec: str) -> Callable[..., keras.Model]:
         )
     try:
         if mod_name.endswith(".py") or os.sep in mod_name:
-            path = os.path.abspath(mod_name)
-            specobj = importlib.util.spec_from_file_location(f"_daskfeed_user_{abs(hash(path))}", path)
-            if specobj is None or specobj.loader is None or not os.path.exists(path):
-                raise FileNotFoundError(path)
-            module = importlib.util.module_from_spec(specobj)
-            specobj.loader.exec_module(module)
+            fn = getattr(_module_of_file(mod_name), fn_name, None)
         else:
             if os.getcwd() not in sys.path:
                 sys.path.insert(0, os.getcwd())
-            module = importlib.import_module(mod_name)
+            fn = pkgutil.resolve_name(f"{mod_name}:{fn_name}")
+    except AttributeError:
+        fn = None
     except (ImportError, FileNotFoundError) as err:
         raise SchemaError(
             f"Cannot import the model module {mod_name!r}: {err}.\n"
             "Hint: run from the directory that holds it, or give a path to the .py file."
         ) from err
-    fn = getattr(module, fn_name, None)
     if not callable(fn):
         raise SchemaError(
             f"Expected a function {fn_name!r} in {mod_name!r}. Received: "
@@ -225,3 +246,101 @@ def load_builder(spec: str) -> Callable[..., keras.Model]:
             "Hint: it is called with the manifest and returns a keras.Model."
         )
     return fn
+
+
+def _module_of_file(path: str) -> ModuleType:
+    """Import the ``.py`` file at ``path`` as a module of its own."""
+    path = os.path.abspath(path)
+    spec = importlib.util.spec_from_file_location(f"_daskfeed_user_{abs(hash(path))}", path)
+    if spec is None or spec.loader is None or not os.path.exists(path):
+        raise FileNotFoundError(path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def model_for(spec: str | Builder | None, seq: DaskSequence, fit: FitOptions,
+              echo: Callable[[str], None]) -> keras.Model:
+    """The run's compiled model: the builder's (``spec``), else the default model.
+
+    Parameters
+    ----------
+    spec
+        ``"module:function"``, a builder, or None for :func:`default_model`.
+    seq
+        The training sequence (its manifest, features and encoding).
+    fit
+        The default model's shape and the learning rate.
+    echo
+        Where the model is described.
+
+    Returns
+    -------
+    keras.Model
+        Compiled for the label's task.
+
+    Raises
+    ------
+    SchemaError
+        For a builder that returns no ``keras.Model``, or a compiled one with ``learning_rate``.
+    """
+    if spec is not None:
+        builder = load_builder(spec) if isinstance(spec, str) else spec
+        return _built(builder, seq.manifest, spec, fit, echo)
+    lr = DEFAULT_LEARNING_RATE if fit.learning_rate is None else fit.learning_rate
+    hidden = fit.hidden or DEFAULT_HIDDEN
+    net = default_model(seq, hidden=hidden, dropout=fit.dropout or 0.0, learning_rate=lr)
+    echo(f"default model: hidden {list(hidden)}, dropout {fit.dropout or 0.0:g}, "
+         f"Adam(learning_rate={lr:g})")
+    return net
+
+
+def _built(builder: Builder, manifest: Manifest, spec: str | Builder, fit: FitOptions,
+           echo: Callable[[str], None]) -> keras.Model:
+    """The builder's model, checked, compiled for the task if it comes uncompiled."""
+    net = builder(manifest)
+    if not isinstance(net, keras.Model):
+        raise SchemaError(
+            f"Expected the model builder to return a keras.Model. Received: "
+            f"{type(net).__name__}.\nHint: return the model from your function."
+        )
+    if net.compiled and fit.learning_rate is not None:
+        raise SchemaError(
+            "Expected an uncompiled model from the builder to apply --learning-rate. Received: a "
+            f"model compiled with {describe_compile(net)}.\nHint: set the learning rate in your "
+            "builder's compile, or return the model uncompiled."
+        )
+    if not net.compiled:
+        lr = DEFAULT_LEARNING_RATE if fit.learning_rate is None else fit.learning_rate
+        compile_for(net, manifest, learning_rate=lr, weighted=bool(fit.weight))
+        echo(f"model from {spec if isinstance(spec, str) else 'the builder'} was not "
+             f"compiled; compiled for the {manifest.task} label with {describe_compile(net)}")
+    return net
+
+
+def describe_compile(net: keras.Model) -> str:
+    """``loss …, optimizer Adam(learning_rate=0.001), metrics […]`` of a compiled model.
+
+    Parameters
+    ----------
+    net
+        A compiled model.
+
+    Returns
+    -------
+    str
+        Its loss, optimizer (with the learning rate) and metrics, in one line.
+    """
+    cfg = net.get_compile_config() or {}
+    opt = net.optimizer
+    lr = getattr(opt, "learning_rate", None)
+    try:
+        lr_text = f"(learning_rate={float(lr):g})" if lr is not None else ""
+    except (TypeError, ValueError):  # a schedule
+        lr_text = f"(learning_rate={type(lr).__name__})"
+    metrics = cfg.get("metrics")
+    names = [m if isinstance(m, str) else getattr(m, "name", type(m).__name__)
+             for m in (metrics if isinstance(metrics, (list, tuple)) else [metrics] if metrics else [])]
+    loss = cfg.get("loss", getattr(net, "loss", None))
+    return (f"loss {loss if isinstance(loss, str) else getattr(loss, 'name', loss)}, optimizer "
+            f"{type(opt).__name__}{lr_text}, metrics {names}")
