@@ -11,6 +11,7 @@ import difflib
 import json
 import math
 import os
+import re
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -22,8 +23,8 @@ from daskfeed.exceptions import ManifestMismatchError, SchemaError
 if TYPE_CHECKING:
     from daskfeed.source import Source
 
-__all__ = ["SUBSETS", "Column", "Manifest", "read_settings", "scanned_blocks", "split_settings",
-           "unknown_column"]
+__all__ = ["SUBSETS", "Column", "Manifest", "id_warning", "read_settings", "scanned_blocks",
+           "split_settings", "unknown_column"]
 
 # 2: a text label's classes (label_classes); version 1 manifests read as before
 MANIFEST_VERSION = 2
@@ -144,6 +145,28 @@ class Manifest:
                 f"the label {self.label!r}."
             )
         return chosen
+
+    def id_like(self, names: list[str]) -> dict[str, str]:
+        """The columns of ``names`` that look like row ids rather than features, and why.
+
+        An unnamed column (an empty header, or pandas' ``Unnamed: 0``: the row numbers R and
+        pandas write), a numeric column named like an id (``id``, ``user_id``, ``userId``),
+        whole numbers that are a permutation of consecutive values (one per row, judged from
+        count, range and variance), or text with about as many distinct values as rows.
+        """
+        found = {}
+        for name in names:
+            col = self.columns[name]
+            if name.strip() == "" or re.fullmatch(r"Unnamed: \d+", name):
+                found[name] = "an unnamed column, as R and pandas write row numbers"
+            elif col.kind == "numeric" and re.fullmatch(r"(?i)id|.*[_\-. ]id|.*[a-z]I[dD]", name):
+                found[name] = "named like an id, used as a number"
+            elif col.kind == "numeric" and _consecutive(col):
+                found[name] = "whole numbers, one per row"
+            elif col.kind == "categorical" and col.count >= 100 and col.distinct >= 0.95 * col.count:
+                about = "~" if col.approximate else ""
+                found[name] = f"{about}{col.distinct:,} distinct values in {col.count:,} rows"
+        return found
 
     def class_weights(self, spec: str | dict[Any, float] = "balanced") -> dict[int, float]:
         """Weights per class for ``model.fit(..., class_weight=...)``, from the scan's label counts.
@@ -313,6 +336,27 @@ class Manifest:
             f"{self.nbytes / 1e9:.2f} GB); label {self.label!r}: {self.task}"
             f"{classes if self.task == 'multiclass' else ''}; columns: {parts}"
         )
+
+
+def id_warning(found: dict[str, str]) -> str:
+    """The warning about feature columns that look like row ids (:meth:`Manifest.id_like`)."""
+    names = sorted(found)  # an unnamed column first: a leading comma names it in --exclude
+    flag = ",".join(names) or "''"
+    return (
+        "Feature column(s) that look like row ids: "
+        + ", ".join(f"{n!r} ({found[n]})" for n in names)
+        + ". A model learns nothing from them that carries over to new rows.\nHint: leave them "
+        f"out: --exclude {flag} (exclude={names!r}), or choose the features (--features, features=)."
+    )
+
+
+def _consecutive(col: Column) -> bool:
+    """Whole numbers min..max, each once: count, range and variance (n²-1)/12 all agree."""
+    n = col.count
+    if not (col.integer and n >= 100 and not col.missing and col.min is not None
+            and col.max is not None and col.max - col.min + 1 == n):
+        return False
+    return abs(col.var - (n * n - 1) / 12) <= 0.02 * (n * n - 1) / 12
 
 
 def _named(classes: list[str] | None) -> str:

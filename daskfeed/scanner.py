@@ -172,12 +172,25 @@ def _check_label(src: Source, label: str) -> None:
     """Refuse a label that is not a column of the data, naming the columns it might be."""
     header = src.header()
     if label not in header:
+        hint = unknown_column(label, header, "label").split("Hint: ")[1]
+        sep = _likely_sep(header)
+        if sep is not None:
+            hint = (f"the header reads as one column, split by {sep!r}: pass --sep {sep!r} "
+                    f"(sep={sep!r}); the delimiter now is {src.options.sep!r}.")
         raise SchemaError(
             f"Expected a label column {label!r} in the data. Received: columns "
             f"{header[:20]}{' ...' if len(header) > 20 else ''} in "
-            f"{src.files[0].path if src.files else 'the DataFrame'}.\n"
-            f"Hint: {unknown_column(label, header, 'label').split('Hint: ')[1]}"
+            f"{src.files[0].path if src.files else 'the DataFrame'}.\nHint: {hint}"
         )
+
+
+def _likely_sep(header: list[str]) -> str | None:
+    """The delimiter a one-column header seems split by (tab, ';', '|', ','), or None."""
+    if len(header) != 1:
+        return None
+    counts = {sep: header[0].count(sep) for sep in ("\t", ";", "|", ",")}
+    best = max(counts, key=lambda sep: counts[sep])
+    return best if counts[best] else None
 
 
 def held_out(src: Source, split: dict[str, Any]) -> tuple[int, ...]:

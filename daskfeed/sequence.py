@@ -37,7 +37,7 @@ from daskfeed.feed import (
 )
 from daskfeed.labels import unknown_classes
 from daskfeed.lifecycle import Stop, run_at_exit
-from daskfeed.manifest import Manifest, split_settings, unknown_column
+from daskfeed.manifest import Manifest, id_warning, split_settings, unknown_column
 from daskfeed.plan import EpochPlan, equal_shard_batches, make_plan
 from daskfeed.prefetch import Prefetcher, WindowCancelled
 from daskfeed.scanner import scan
@@ -314,6 +314,8 @@ class DaskSequence(keras.utils.PyDataset):
                 self._check_weight_column(weight, features)
                 exclude = [*exclude, weight]
             self.features = ref.feature_names(features, exclude)
+            if features is None and reference is None and (ids := ref.id_like(self.features)):
+                warnings.warn(id_warning(ids), stacklevel=2)
             if reference is not None:
                 self._check_compatible(reference)
                 self._check_disjoint(reference)

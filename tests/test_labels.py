@@ -3,6 +3,12 @@ class labels, and the files they come in (TSV, ';', a row-number column)."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -99,6 +105,55 @@ def test_text_label_trains_on_class_codes(medals: dict[str, str], client) -> Non
         with pytest.raises(daskfeed.DataError, match=r"(?s)'platinum'.*valid_bad.csv line 139"):
             daskfeed.DaskSequence(medals["bad"], label="medal", client=client, reference=m,
                                   cache=False)
+
+
+@pytest.mark.parametrize("sep", ["\t", ";"])
+def test_a_one_column_header_suggests_the_delimiter(medals, sep, tmp_path, client) -> None:
+    path = tmp_path / "medals.txt"
+    pd.read_csv(medals["valid"]).to_csv(path, sep=sep, index=False)
+    with pytest.raises(daskfeed.SchemaError, match=re.escape(f"--sep {sep!r}")):
+        daskfeed.scan(str(path), label="medal", client=client)
+    m = daskfeed.scan(str(path), label="medal", client=client, sep=sep)
+    assert m.classes == ["bronze", "gold", "silver"] and m.rows == 1000
+
+
+def test_columns_that_look_like_row_ids_are_named(tmp_path, client) -> None:
+    rng = np.random.default_rng(2)
+    n = 400
+    frame = pd.DataFrame({"n": rng.permutation(n), "user_id": rng.integers(0, 50, n),
+                          "token": [f"t{i:05d}" for i in rng.permutation(n)],
+                          "city": rng.choice(["a", "b"], n), "x": rng.normal(size=n),
+                          "y": rng.integers(0, 2, n)})
+    frame.to_csv(tmp_path / "ids.csv")  # pandas writes its row numbers under an empty header
+    with pytest.warns(UserWarning, match="look like row ids") as caught:
+        seq = daskfeed.DaskSequence(str(tmp_path / "ids.csv"), label="y", client=client, cache=False)
+    seq.close()
+    msg = next(str(w.message) for w in caught if "row ids" in str(w.message))
+    for name in ("''", "'n'", "'user_id'", "'token'"):
+        assert name in msg, msg
+    assert "'city'" not in msg and "'x'" not in msg
+    assert "--exclude ,n,token,user_id" in msg
+    with daskfeed.DaskSequence(str(tmp_path / "ids.csv"), label="y", client=client, cache=False,
+                               exclude=["", "n", "token", "user_id"]) as seq:
+        assert seq.features == ["city", "x"]
+
+
+def test_cli_semicolons_text_label_and_an_unnamed_column(medals, tmp_path) -> None:
+    data = tmp_path / "medals.csv"
+    pd.read_csv(medals["valid"]).to_csv(data, sep=";")  # with pandas' unnamed row numbers
+    out = tmp_path / "out"
+    exe = os.path.join(os.path.dirname(sys.executable), "daskfeed")
+    proc = subprocess.run(
+        [exe, "train", str(data), "--label", "medal", "--sep", ";", "--exclude", "",
+         "--class-weight", '{"gold": 2}', "--epochs", "1", "--nworkers", "1", "--memory-limit",
+         "3GB", "--no-cache", "--output", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "row ids" not in proc.stdout + proc.stderr
+    assert "features (3): x1, x2, team" in proc.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["label_classes"] == ["bronze", "gold", "silver"]
+    history = json.loads((out / "history.json").read_text())
+    assert history["class_weight"] == {"0": 1.0, "1": 2.0, "2": 1.0}
 
 
 def _all_batches(seq: daskfeed.DaskSequence) -> tuple[dict[str, np.ndarray], np.ndarray]:
