@@ -8,24 +8,15 @@ import pathlib
 import re
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
 import yaml
+from helpers import wait_for_scheduler_file
 
 DEPLOY = pathlib.Path(__file__).resolve().parents[1] / "deploy"
 BIN = pathlib.Path(sys.executable).parent
 ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
-
-
-def _wait_for_file(path: str, proc: subprocess.Popen, timeout: float = 60) -> None:
-    """Wait until ``proc`` (a starting ``dask scheduler``) has written its scheduler file."""
-    deadline = time.monotonic() + timeout
-    while not (os.path.exists(path) and os.path.getsize(path)):
-        assert proc.poll() is None, f"dask scheduler exited with status {proc.returncode}"
-        assert time.monotonic() < deadline, f"no scheduler file {path} after {timeout:g}s"
-        time.sleep(0.1)  # polling interval
 
 
 def _docs():
@@ -119,7 +110,7 @@ def test_scale_out_on_real_dask_scheduler_and_workers(demo_data, tmp_path, stop_
     procs = [subprocess.Popen([dask, *sched_cmd[1:]], env=ENV, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     try:
-        _wait_for_file(sf, procs[0])
+        wait_for_scheduler_file(sf, procs[0])
         info = json.loads(open(sf, encoding="utf-8").read())
         assert info["address"].startswith("tcp://127.0.0.1:")
         port = info["services"]["dashboard"]
@@ -178,7 +169,7 @@ def test_worker_too_small_for_the_planned_partition_is_refused_before_training(
     procs = [subprocess.Popen([dask, *sched_cmd[1:]], env=ENV, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     try:
-        _wait_for_file(sf, procs[0])
+        wait_for_scheduler_file(sf, procs[0])
         procs.append(subprocess.Popen([dask, *worker_cmd[1:]], env=ENV, start_new_session=True,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         run = subprocess.run(

@@ -225,7 +225,7 @@ def s3_data(tmp_path_factory):
 
 @pytest.mark.timeout(900)
 def test_operator_command_lines_train_on_127_0_0_1(s3_data, tmp_path, stop_process_groups):
-    from test_deploy import _wait_for_file
+    from helpers import wait_for_scheduler_file
 
     secret = {**s3_data.env(), "AWS_ENDPOINT_URL": s3_data.endpoint}  # the daskfeed-s3 Secret
     base = {k: v for k, v in os.environ.items()
@@ -240,7 +240,7 @@ def test_operator_command_lines_train_on_127_0_0_1(s3_data, tmp_path, stop_proce
     procs = [subprocess.Popen(_listen_on_loopback(_args(sched), sf), env={**base, **bin_env},
                               start_new_session=True, **quiet)]
     try:
-        _wait_for_file(sf, procs[0])
+        wait_for_scheduler_file(sf, procs[0])
         address = json.loads(pathlib.Path(sf).read_text())["address"]
         for i in range(2):  # what the operator sets in each worker Pod
             env = {**base, **bin_env, **secret, "DASK_SCHEDULER_ADDRESS": address,

@@ -20,6 +20,7 @@ import time
 import numpy as np
 import psutil
 import pytest
+from helpers import wait_for
 
 BIN = pathlib.Path(sys.executable).parent
 ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -49,19 +50,6 @@ def _seq(glob: str, client, **kw):
             "prefetch_bytes": 2_000_000, "timeout": 60, "seed": 3}
     opts.update(kw)
     return DaskSequence(glob, **opts)
-
-
-def _wait_for(condition, timeout: float, what, interval: float = 0.1):
-    """Poll ``condition()`` until it returns something true (returned); after ``timeout`` s fail
-    the test saying ``what`` never happened (``what``: a str, or a callable giving one)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"waited {timeout:g}s for {what() if callable(what) else what}")
-        time.sleep(interval)
 
 
 def _window_file(seq, w: int) -> pathlib.Path:
@@ -222,7 +210,7 @@ def test_sigkill_worker_mid_epoch_every_row_exactly_once(id_data, tmp_path):
     assert sorted(name for _, name, _ in killer.killed) == sorted(p.name for p in victims)
     killed = {pid for pid, _, _ in killer.killed}
     assert len(killed) == 2, killer.killed
-    _wait_for(lambda: _gone(killed), 30, f"the killed workers {killed} to exit")
+    wait_for(lambda: _gone(killed), 30, f"the killed workers {killed} to exit")
     ids = np.concatenate(got)
     assert len(ids) == id_data.train_rows == len(np.unique(ids))  # every row exactly once
     assert set(ids.tolist()) == set(range(id_data.train_rows))
@@ -514,7 +502,7 @@ class Train:
 
     def wait_marker(self, timeout: float = 180) -> float:
         """Wait until fit is about to start; return the time (monotonic) it was seen."""
-        _wait_for(self._running_and(self.marker.exists), timeout, "fit to start (the model builder)")
+        wait_for(self._running_and(self.marker.exists), timeout, "fit to start (the model builder)")
         self.watch()
         return time.monotonic()
 
@@ -524,14 +512,14 @@ class Train:
 
     def wait_trained(self, batches: int, timeout: float = 120) -> None:
         """Wait until fit has trained ``batches`` batches (the process must keep running)."""
-        _wait_for(self._running_and(lambda: self.trained() >= batches), timeout,
-                  lambda: f"{batches} trained batches (trained: {self.trained()})")
+        wait_for(self._running_and(lambda: self.trained() >= batches), timeout,
+                 lambda: f"{batches} trained batches (trained: {self.trained()})")
 
     def wait_blocked(self, timeout: float = 120) -> str:
         """Wait until the trainer waits for the FIFO's window; return that window's description."""
-        _wait_for(self._running_and(self.blocked.exists), timeout,
-                  lambda: f"the trainer to wait for the FIFO's window (trained {self.trained()} "
-                          "batches)")
+        wait_for(self._running_and(self.blocked.exists), timeout,
+                 lambda: f"the trainer to wait for the FIFO's window (trained {self.trained()} "
+                         "batches)")
         return self.blocked.read_text()
 
     def wait(self, timeout: float) -> tuple[int, float]:
@@ -675,8 +663,8 @@ def test_cli_scheduler_killed_mid_training_is_a_clear_error(private_data, tmp_pa
     procs = [sched]
     run = None
     try:
-        _wait_for(lambda: sched.poll() is None and os.path.exists(sf) and os.path.getsize(sf), 60,
-                  lambda: f"the scheduler file (scheduler exit status {sched.poll()})")
+        wait_for(lambda: sched.poll() is None and os.path.exists(sf) and os.path.getsize(sf), 60,
+                 lambda: f"the scheduler file (scheduler exit status {sched.poll()})")
         procs.append(subprocess.Popen([dask, "worker", "--scheduler-file", sf, "--host", "127.0.0.1",
                                        "--nthreads", "1", "--dashboard-address", "127.0.0.1:0",
                                        "--memory-limit", "1GB"],

@@ -124,7 +124,8 @@ def _env(**extra: str) -> dict[str, str]:
 
 @pytest.mark.timeout(900)
 def test_three_trainers_one_scheduler_one_scan(rank_data, tmp_path, stop_process_groups):
-    from test_deploy import _compose_commands, _wait_for_file
+    from helpers import wait_for_scheduler_file
+    from test_deploy import _compose_commands
 
     sf = str(tmp_path / "scheduler.json")
     sched_cmd, worker_cmd = _compose_commands(sf)
@@ -132,7 +133,7 @@ def test_three_trainers_one_scheduler_one_scan(rank_data, tmp_path, stop_process
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     procs = [subprocess.Popen([dask, *sched_cmd[1:]], env=_env(), start_new_session=True, **quiet)]
     try:
-        _wait_for_file(sf, procs[0])
+        wait_for_scheduler_file(sf, procs[0])
         procs += [subprocess.Popen([dask, *worker_cmd[1:]], env=_env(), start_new_session=True,
                                    **quiet) for _ in range(2)]
         out = tmp_path / "out"

@@ -14,11 +14,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import warnings
 
 import numpy as np
 import pytest
+from helpers import wait_for
 
 BATCH = 200  # id_data: 13,300 rows -> 67 batches per epoch, the last one of 100 rows
 FEATURES = ["row_id", "level", "deaths", "hour"]  # as_matrix: row_id is column 0
@@ -313,19 +313,6 @@ def _daskfeed(*args: str, output) -> subprocess.Popen:
                                 text=True, env=ENV, start_new_session=True)
 
 
-def _wait_for(condition, timeout: float, what, interval: float = 0.05):
-    """Poll ``condition()`` until it returns something true (returned); after ``timeout`` s fail
-    the test saying ``what`` never happened (``what``: a str, or a callable giving one)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"waited {timeout:g}s for {what() if callable(what) else what}")
-        time.sleep(interval)
-
-
 def _read_log(path) -> list:
     if not os.path.exists(path):
         return []
@@ -362,9 +349,9 @@ def test_cli_sigkill_mid_epoch_then_resume_trains_every_row_exactly_once(id_data
         return len(_read_log(log)) >= kill_epoch * n + int(last.rsplit("-", 1)[1]) + 7
 
     try:
-        _wait_for(ready_to_kill, 240, lambda: f"a checkpoint of epoch {kill_epoch} at batch 30+ "
-                  f"and 7 more batches (checkpoints {store.names()}, {len(_read_log(log))} batches)",
-                  interval=0.02)
+        wait_for(ready_to_kill, 240, lambda: f"a checkpoint of epoch {kill_epoch} at batch 30+ "
+                 f"and 7 more batches (checkpoints {store.names()}, {len(_read_log(log))} batches)",
+                 interval=0.02)
         tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
         os.killpg(proc.pid, signal.SIGKILL)  # the whole job dies: trainer and its workers
         proc.wait(30)

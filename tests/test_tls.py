@@ -13,20 +13,12 @@ import sys
 import time
 
 import pytest
+from helpers import wait_for_scheduler_file
 
 pytest.importorskip("cryptography")
 
 BIN = pathlib.Path(sys.executable).parent
 ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
-
-
-def _wait_for_file(path: str, proc: subprocess.Popen, timeout: float = 60) -> None:
-    """Wait until ``proc`` (a starting ``dask scheduler``) has written its scheduler file."""
-    deadline = time.monotonic() + timeout
-    while not (os.path.exists(path) and os.path.getsize(path)):
-        assert proc.poll() is None, f"dask scheduler exited with status {proc.returncode}"
-        assert time.monotonic() < deadline, f"no scheduler file {path} after {timeout:g}s"
-        time.sleep(0.1)  # polling interval
 
 
 def _ca(name: str):
@@ -102,7 +94,7 @@ def tls_cluster(tmp_path_factory, stop_process_groups):
                               env=ENV, start_new_session=True, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)]
     try:
-        _wait_for_file(sf, procs[0])
+        wait_for_scheduler_file(sf, procs[0])
         address = json.loads(pathlib.Path(sf).read_text())["address"]
         procs.append(subprocess.Popen([dask, "worker", address, "--host", "127.0.0.1",
                                        "--nthreads", "1", "--dashboard-address", "127.0.0.1:0",
