@@ -327,20 +327,13 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     base = os.path.abspath(os.path.expanduser(os.fspath(root))) if root else None
     key = source.fingerprint()
     args = (base, key, _identity(source), source.nbytes, _describe_data(source))
-    where = base or "the workers' default cache directory"
     try:
         results = [_prepare(*args)] if client is None else list(client.run(_prepare, *args).values())
-        free = min(r[0] for r in results)
-        reused = min(r[1] for r in results)
-        entries = sorted({r[2] for r in results})
     except OSError as err:
-        where = getattr(err, "filename", None) or where
-        if required:
-            raise CacheError(
-                f"Expected a writable cache directory. Received: {where} ({err.strerror or err}).\n"
-                "Hint: pass --cache DIR on a writable disk, or --no-cache."
-            ) from err
-        return None, f"cache: off ({where} is not writable: {err.strerror or err})"
+        return None, _unwritable(err, base or "the workers' default cache directory", required)
+    free = min(r[0] for r in results)
+    reused = min(r[1] for r in results)
+    entries = sorted({r[2] for r in results})
     where = entries[0] if len(entries) == 1 else f"{entries[0]} and {len(entries) - 1} other path(s)"
     fits = [c for c in candidates if reused or free >= estimate_bytes(source, c) + _MARGIN]
     if not fits:
@@ -349,6 +342,17 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     state = (f"{reused} of the blocks cached" if reused else
              f"~{need / 1e9:.2f} GB to write {fits[0] or 'uncompressed'}, {free / 1e9:.0f} GB free")
     return PartitionCache(base, key, fits[0]), f"cache: {where} ({state})"
+
+
+def _unwritable(err: OSError, where: str, required: bool) -> str:
+    """Why the cache is off for want of a writable directory; a :class:`CacheError` if ``required``."""
+    where = getattr(err, "filename", None) or where
+    if required:
+        raise CacheError(
+            f"Expected a writable cache directory. Received: {where} ({err.strerror or err}).\n"
+            "Hint: pass --cache DIR on a writable disk, or --no-cache."
+        ) from err
+    return f"cache: off ({where} is not writable: {err.strerror or err})"
 
 
 def _too_small(source: Source, compression: str | None, free: int, where: str,
