@@ -18,7 +18,7 @@ from daskfeed.exceptions import DataError
 from daskfeed.files import Block
 
 __all__ = ["NA_COUNTS_KEY", "NA_MARKERS", "NULL_VALUES", "column_markers", "normalize",
-           "with_na_counts"]
+           "normalize_column", "with_na_counts"]
 
 # values that are missing in numeric columns (text stays text unless the user lists them)
 NA_MARKERS = ("NA", "N/A", "n/a", "#N/A", "#N/A N/A", "#NA", "<NA>", "NULL", "null", "None",
@@ -217,13 +217,15 @@ def with_na_counts(table: pa.Table, counts: dict[str, dict[str, int]]) -> pa.Tab
 
 def normalize(table: pa.Table) -> pa.Table:
     """Types that survive nulls and chunking: bool → float64, dates → timestamps."""
-    cols = []
-    for i, t in enumerate(table.schema.types):
-        col = table.column(i)
-        if pa.types.is_boolean(t):
-            col = col.cast(pa.float64())
-        elif pa.types.is_date(t):
-            col = col.cast(pa.timestamp("s"))
-        cols.append(col)
-    return pa.Table.from_arrays(cols, names=table.column_names)
+    return pa.Table.from_arrays([normalize_column(c) for c in table.columns],
+                                names=table.column_names)
+
+
+def normalize_column(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """One column as :func:`normalize` makes it."""
+    if pa.types.is_boolean(column.type):
+        return column.cast(pa.float64())
+    if pa.types.is_date(column.type):
+        return column.cast(pa.timestamp("s"))
+    return column
 

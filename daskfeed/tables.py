@@ -18,7 +18,7 @@ import pyarrow.csv as pacsv
 
 from daskfeed.exceptions import DataError
 from daskfeed.files import Block, compression_of, is_parquet
-from daskfeed.nulls import column_markers, normalize, with_na_counts
+from daskfeed.nulls import column_markers, normalize, normalize_column, with_na_counts
 from daskfeed.records import Quotes, parse_header, record_buffers, refuse_open_quote, unclosed_quote
 from daskfeed.streams import open_file
 
@@ -111,16 +111,37 @@ def _small_file_table(body: bytes, start: int, names: list[str], block: Block,
                       options: ReadOptions, rejects: list[str] | None) -> pa.Table:
     """Parse the whole body of a small file (it starts at byte ``start``, on line 2).
 
-    pyarrow takes a quote left open at the end of the text as a field running to the end, so
-    a body with quotes is scanned for one first, as :func:`record_buffers` scans a stream.
+    pyarrow takes a quote left open at the end of the text for a field running to the end. When
+    every line is a record only the last line can hold one, so only it is scanned; when pyarrow
+    fails or some lines are no records (a field over lines, blank lines), the whole text is.
     """
-    if b'"' in body:
-        quotes = Quotes(options.sep)
-        quotes.scan(body, final=True)
-        if quotes.inside:
-            raise unclosed_quote(block.path, body, quotes.opened, start, 2, False,
-                                 "is never closed before the end of the file")
-    return _parse(body, names, block, options, rejects, whole=True)
+    skipped: list[str] = [] if rejects is None else rejects
+    before = len(skipped)
+    try:
+        table = _parse(body, names, block, options, skipped, whole=True)
+    except DataError:
+        _refuse_unclosed(body, 0, start, block, options.sep)
+        raise
+    lines = body.count(b"\n") + (not body.endswith(b"\n"))
+    if table.num_rows + len(skipped) - before < lines:
+        _refuse_unclosed(body, 0, start, block, options.sep)
+    else:
+        _refuse_unclosed(body, body.rfind(b"\n", 0, len(body) - 1) + 1, start, block, options.sep)
+    return table
+
+
+def _refuse_unclosed(body: bytes, first: int, start: int, block: Block, sep: str) -> None:
+    """Raise :class:`DataError` when a quote opened in ``body[first:]`` is never closed.
+
+    ``body[first]`` starts a record; ``body`` starts at byte ``start`` of the file, on line 2.
+    """
+    if body.find(b'"', first) < 0:
+        return
+    quotes = Quotes(sep)
+    quotes.scan(body[first:], final=True)
+    if quotes.inside:
+        raise unclosed_quote(block.path, body, first + quotes.opened, start, 2, False,
+                             "is never closed before the end of the file")
 
 
 def frame_table(df: pd.DataFrame, options: ReadOptions, index: int) -> pa.Table:
@@ -226,11 +247,10 @@ def _with_markers(table: pa.Table, forced: dict[str, pa.DataType], options: Read
     columns = []
     for name, column in zip(table.column_names, table.columns, strict=True):
         column, made = column_markers(name, column, forced.get(name), options.na_values, block)
-        columns.append(column)
+        columns.append(normalize_column(column))
         if made:
             counts[name] = made
-    table = pa.Table.from_arrays(columns, names=table.column_names)
-    return with_na_counts(normalize(table), counts)
+    return with_na_counts(pa.Table.from_arrays(columns, names=table.column_names), counts)
 
 
 def _read_csv(body: bytes, names: list[str], block: Block, options: ReadOptions,
