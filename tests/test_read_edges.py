@@ -115,6 +115,18 @@ def test_an_open_quote_at_the_end_of_a_whole_file_is_an_error_not_a_merged_row(w
     assert "line 3, byte 13" in str(err.value) and "tail.csv" in str(err.value)
 
 
+@pytest.mark.parametrize("text, where", [
+    ('x,y\n1,a\n2,"open\n', "line 3, byte 10"),  # in the last field: pyarrow keeps it
+    ('x,y\n1,a\n2,"open', "line 3, byte 10"),  # ... with no line break at the end
+    ('x,y\n1,"open,a\n2,b\n', "line 2, byte 6"),
+])
+def test_an_open_quote_in_a_small_file_is_found_wherever_it_is(write_csv, text, where):
+    with pytest.raises(DataError, match=where):
+        _tables(write_csv("small.csv", text))
+    (table,) = _tables(write_csv("fine.csv", 'x,y\n1,"a\nb"\n2,"c,d"\n'))  # closed: fine
+    assert table.column("y").to_pylist() == ["a\nb", "c,d"]
+
+
 def test_quotes_that_are_text_are_read_as_pyarrow_reads_them(tmp_path):
     """A quote inside an unquoted field is text (5'11"), in a stream cut into many chunks."""
     rows = []
@@ -208,7 +220,7 @@ _FIELD = st.one_of(
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=st.lists(st.tuples(_FIELD, _FIELD), min_size=1, max_size=40),
        size=st.integers(1, 64))
-def test_chunks_parse_to_what_the_whole_text_parses_to(rows, size):
+def test_buffers_parse_to_what_the_whole_text_parses_to(rows, size):
     text = "".join(f"{i},{a},{b}\n" for i, (a, b) in enumerate(rows)).encode()
     read = pacsv.ReadOptions(column_names=["i", "a", "b"])
     convert = pacsv.ConvertOptions(column_types={"a": pa.string(), "b": pa.string()},
@@ -336,8 +348,9 @@ def test_a_dask_dataframe_is_read_the_way_its_csv_is(write_csv):
 
     text = "n,t,e,c,b\n1,x,1,u,true\n,NA,NA,v,false\n3,,3,u,true\n"
     (parsed,) = _tables(write_csv("f.csv", text), na_values=["x"])
-    frame = pd.DataFrame({"n": pd.array([1, None, 3], dtype="Int64"), "t": ["x", "NA", None], "e": ["1", "NA", "3"],
-                          "c": pd.Categorical(["u", "v", "u"]), "b": [True, False, True]})
+    frame = pd.DataFrame({"n": pd.array([1, None, 3], dtype="Int64"), "t": ["x", "NA", None],
+                          "e": ["1", "NA", "3"], "c": pd.Categorical(["u", "v", "u"]),
+                          "b": [True, False, True]})
     src = Source(dd.from_pandas(frame, npartitions=1), na_values=["x"])
     (table,) = dask.compute(*src.partitions(), scheduler="sync")
     assert table.schema.types == parsed.schema.types
