@@ -64,18 +64,18 @@ def _assert_secret_absent(secret: str, *texts: str, files: list[pathlib.Path] = 
 def test_storage_options_flag_takes_json_and_pairs():
     import click
 
-    from daskfeed.cli import _storage_options
+    from daskfeed.flags import parse_storage_options
 
-    got = _storage_options(None, None, ('{"anon": false, "client_kwargs": {"region_name": "x"}}',
+    got = parse_storage_options(None, None, ('{"anon": false, "client_kwargs": {"region_name": "x"}}',
                                         "endpoint_url=http://127.0.0.1:9 max_concurrency=4",
                                         "client_kwargs.verify=false"))
     assert got == {"anon": False, "endpoint_url": "http://127.0.0.1:9", "max_concurrency": 4,
                    "client_kwargs": {"region_name": "x", "verify": False}}
-    assert _storage_options(None, None, ()) is None
+    assert parse_storage_options(None, None, ()) is None
     with pytest.raises(click.BadParameter, match="KEY=VALUE"):
-        _storage_options(None, None, ("secret",))
+        parse_storage_options(None, None, ("secret",))
     with pytest.raises(click.BadParameter, match="not JSON") as err:
-        _storage_options(None, None, ('{"secret": "s3cr3t-value",}',))
+        parse_storage_options(None, None, ('{"secret": "s3cr3t-value",}',))
     assert "s3cr3t-value" not in str(err.value)
 
 
