@@ -47,8 +47,8 @@ bench-quick:
 
 lint: $(STAMP)
 	$(BIN)/python -m pip install --quiet ruff mypy
-	$(BIN)/ruff check daskfeed tests
-	$(BIN)/mypy --ignore-missing-imports daskfeed
+	$(BIN)/ruff check daskfeed tests benchmarks
+	$(BIN)/mypy --ignore-missing-imports daskfeed benchmarks
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache

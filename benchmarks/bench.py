@@ -123,7 +123,8 @@ def run(data: str | Sequence[str], *, validation: str | Sequence[str] | None = N
         warm = warm_up(batch_size, len(features))
         echo(f"  TensorFlow warm-up fit {warm:.1f}s (not counted)")
         val = load_numpy(resolve_files(validation), features, label) if validation else None
-        stats = xy = None
+        stats: Any = None
+        xy: Any = None
         rows = 0
 
         def need_stats() -> tuple[Any, Any]:
@@ -148,7 +149,7 @@ def run(data: str | Sequence[str], *, validation: str | Sequence[str] | None = N
                     stats, xy = need_stats()
                 rows = len(xy[1])
                 if name == "pydataset_floor":
-                    out[name] = anchors.pydataset_floor(*xy, stats, batch_size, epochs)
+                    out[name] = anchors.pydataset_floor(xy[0], xy[1], stats, batch_size, epochs)
                 elif name.startswith("tf_data"):
                     cache = {"tf_data_nocache": None, "tf_data_cache_ram": "",
                              "tf_data_cache_disk": os.path.join(workdir, "tf-cache")}[name]

@@ -157,8 +157,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Error: py-spy wrote nothing: {err.strip()[-2000:]}", file=sys.stderr)
         return 1
     steady = epochs[1:]
-    rows = [int(re.search(r"([\d,]+) rows/s, wall ([\d.]+)s", e).group(1).replace(",", "")) for e in steady]
-    walls = [float(re.search(r"wall ([\d.]+)s", e).group(1)) for e in steady]
+    found = [re.search(r"([\d,]+) rows/s, wall ([\d.]+)s", e) for e in steady]
+    if not all(found):
+        print("Error: an epoch line without 'rows/s, wall ...s'", file=sys.stderr)
+        return 1
+    rows = [int(m.group(1).replace(",", "")) for m in found if m]
+    walls = [float(m.group(2)) for m in found if m]
     nrows = round(sum(r * w for r, w in zip(rows, walls, strict=True)))
     batches = -(-nrows // a.batch_size)
     with open(stem + ".raw.txt", encoding="utf-8") as f:
