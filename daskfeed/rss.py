@@ -10,11 +10,11 @@ import psutil
 __all__ = ["RSSSampler", "tree_rss"]
 
 
-def tree_rss() -> int:
-    """RSS of this process and all its children now, in bytes."""
-    me = psutil.Process()
+def tree_rss(process: psutil.Process | None = None) -> int:
+    """RSS of ``process`` (default: this one) and all its children now, in bytes."""
+    root = process or psutil.Process()
     total = 0
-    for p in [me, *me.children(recursive=True)]:
+    for p in [root, *root.children(recursive=True)]:
         try:
             total += p.memory_info().rss
         except (psutil.NoSuchProcess, psutil.AccessDenied):

@@ -23,6 +23,8 @@ import time
 
 import pytest
 
+from daskfeed.rss import tree_rss
+
 BUDGET = 2_000_000_000
 SIZES = (1, 4, 6.25, 8)
 DISTINCT_FILES = 8
@@ -83,18 +85,6 @@ def _subset(root: str, files: list[str], nbytes: float) -> tuple[str, int]:
     return d, total
 
 
-def _tree_rss(proc) -> int:
-    import psutil
-
-    total = 0
-    for p in [proc, *proc.children(recursive=True)]:
-        try:
-            total += p.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return total
-
-
 @pytest.mark.timeout(4 * 3600)  # one train over up to 16 GB of CSV; the suite's default is 600 s
 @pytest.mark.parametrize("times", SIZES)
 def test_peak_rss_stays_under_2gb_as_the_data_grow(soak_dir, times):
@@ -117,7 +107,7 @@ def test_peak_rss_stays_under_2gb_as_the_data_grow(soak_dir, times):
 
     def sample() -> None:
         while not stop.wait(0.1):
-            samples.append(_tree_rss(ps))
+            samples.append(tree_rss(ps))
 
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
