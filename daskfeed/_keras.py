@@ -54,7 +54,7 @@ def refuse_narrowed(dtypes: dict[str, str]) -> None:
         return
     import jax
 
-    if jax.config.jax_enable_x64:
+    if jax.config.read("jax_enable_x64"):
         return
     wide = [name for name, dtype in dtypes.items() if dtype in ("int64", "float64")]
     if wide:

@@ -1,8 +1,9 @@
 """Feed: runs ON WORKERS — a window's partitions → compact, shuffled numpy arrays.
 
 Only what the model needs crosses the wire: numeric features (missing → the mean), int32 codes
-for string columns (0 = missing, 1 = out of vocabulary, 2.. = vocabulary), and the label (a text label as its class code). Rows
-are permuted across all partitions of the window with the plan's window seed.
+for string columns (0 = missing, 1 = out of vocabulary, 2.. = vocabulary), and the label (a
+text label as its class code). Rows are permuted across all partitions of the window with the
+plan's window seed.
 
 A weight column (``Encoding.weight``) travels as float32, the dtype of Keras' sample weights; it
 is not a feature. Every row with a label must have a weight >= 0: the sequence checks the
