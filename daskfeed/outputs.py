@@ -97,7 +97,8 @@ def class_weights(manifest: Manifest, spec: str | dict[Any, float] | None,
         return None
     weights = manifest.class_weights(spec)
     counts = ", ".join(f"{k}: {int(n):,}" for k, n in manifest.label_counts.items())
-    shown = ", ".join(f"{k}: {w:.4g}" for k, w in weights.items())
+    names = manifest.classes  # a text label: its class names, not their codes
+    shown = ", ".join(f"{names[k] if names else k}: {w:.4g}" for k, w in weights.items())
     how = "balanced, from the label counts" if spec == "balanced" else "given; label counts"
     echo(f"class weights ({how} {counts}): {shown}")
     return weights
