@@ -16,6 +16,7 @@ from daskfeed.cache import PartitionCache, block_tables
 from daskfeed.exceptions import DataError
 from daskfeed.files import Block
 from daskfeed.schema import BlockFacts, where
+from daskfeed.small_files import SmallFiles
 from daskfeed.source import Source
 from daskfeed.stats import StatsAccumulator, merge_facts, table_facts
 from daskfeed.tables import ReadOptions
@@ -83,8 +84,9 @@ def scan_blocks(items: list[tuple[int, Block]], options: ReadOptions, label: str
         writer = cache.writer(items[0][0])
     acc = StatsAccumulator(label)
     task = items[0][0]
+    files = SmallFiles(items, options)  # small files parsed a few dozen per pyarrow call
     try:
-        summaries = [_scan_block(i, b, options, label, writer, acc, topic, task, size)
+        summaries = [_scan_block(i, b, options, label, writer, acc, topic, task, size, files)
                      for (i, b), size in zip(items, sizes or [0] * len(items), strict=True)]
         stats = acc.flush()
     except BaseException:
@@ -99,7 +101,8 @@ def scan_blocks(items: list[tuple[int, Block]], options: ReadOptions, label: str
 
 
 def _scan_block(index: int, block: Block, options: ReadOptions, label: str, writer: Any,
-                acc: StatsAccumulator, topic: str | None, task: int, nbytes: int) -> BlockFacts:
+                acc: StatsAccumulator, topic: str | None, task: int, nbytes: int,
+                files: SmallFiles | None = None) -> BlockFacts:
     """Parse block ``index`` once: its facts and bad lines (see :func:`scan_blocks`).
 
     Its tables go to ``acc`` (the scan task's statistics) and to ``writer`` (the scan task's
@@ -108,7 +111,8 @@ def _scan_block(index: int, block: Block, options: ReadOptions, label: str, writ
     rejects: list[str] = []
     summary: BlockFacts | None = None
     report(topic, task, index)  # a read that hangs here is named by the watchdog
-    for table in block_tables(index, block, options, None, rejects, use_cache=False, writer=writer):
+    for table in block_tables(index, block, options, None, rejects, use_cache=False, writer=writer,
+                              files=files):
         summary = merge_facts(summary, table_facts(table, label))
         acc.add(table)
         report(topic, task, index, table.num_rows)

@@ -25,7 +25,8 @@ from daskfeed.streams import open_file
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["BAD_LINES", "ReadOptions", "frame_table", "iter_tables"]
+__all__ = ["BAD_LINES", "ReadOptions", "check_text", "dtype_overrides", "frame_table", "iter_tables",
+           "read_csv", "refuse_unclosed", "with_markers"]
 
 # what to do with a line whose field count differs from the header's
 BAD_LINES = ("error", "skip", "quarantine")
@@ -120,20 +121,25 @@ def _small_file_table(body: bytes, start: int, names: list[str], block: Block,
     try:
         table = _parse(body, names, block, options, skipped, whole=True)
     except DataError:
-        _refuse_unclosed(body, 0, start, block, options.sep)
+        refuse_unclosed(body, 0, start, block, options.sep)
         raise
     lines = body.count(b"\n") + (not body.endswith(b"\n"))
     if table.num_rows + len(skipped) - before < lines:
-        _refuse_unclosed(body, 0, start, block, options.sep)
+        refuse_unclosed(body, 0, start, block, options.sep)
     else:
-        _refuse_unclosed(body, body.rfind(b"\n", 0, len(body) - 1) + 1, start, block, options.sep)
+        refuse_unclosed(body, body.rfind(b"\n", 0, len(body) - 1) + 1, start, block, options.sep)
     return table
 
 
-def _refuse_unclosed(body: bytes, first: int, start: int, block: Block, sep: str) -> None:
+def refuse_unclosed(body: bytes, first: int, start: int, block: Block, sep: str) -> None:
     """Raise :class:`DataError` when a quote opened in ``body[first:]`` is never closed.
 
     ``body[first]`` starts a record; ``body`` starts at byte ``start`` of the file, on line 2.
+
+    Raises
+    ------
+    DataError
+        Naming the file, the line and the byte of the quote.
     """
     if body.find(b'"', first) < 0:
         return
@@ -163,7 +169,7 @@ def frame_table(df: pd.DataFrame, options: ReadOptions, index: int) -> pa.Table:
     """
     columns = [_frame_column(df[name]) for name in df.columns]
     table = pa.Table.from_arrays(columns, names=[str(c) for c in df.columns])
-    return _with_markers(table, {}, options, Block(f"partition {index}", 0, -1, index))
+    return with_markers(table, {}, options, Block(f"partition {index}", 0, -1, index))
 
 
 def _frame_column(s: pd.Series) -> pa.ChunkedArray:
@@ -234,15 +240,21 @@ def _parse(body: bytes, names: list[str], block: Block, options: ReadOptions,
     """
     if not body or body.isspace():  # (no copy of the body)
         return with_na_counts(pa.table({n: pa.nulls(0) for n in names}), {})
-    forced = {k: _arrow_type(v) for k, v in options.dtype if k in names}
-    table = _read_csv(body, names, block, options, rejects, forced, whole)
-    _check_text(table, block, options.encoding)
-    return _with_markers(table, forced, options, block)
+    forced = dtype_overrides(options, names)
+    table = read_csv(body, names, block, options, rejects, forced, whole)
+    check_text(table, block, options.encoding)
+    return with_markers(table, forced, options, block)
 
 
-def _with_markers(table: pa.Table, forced: dict[str, pa.DataType], options: ReadOptions,
-                  block: Block) -> pa.Table:
-    """The null-marker rule on every column, counts in the metadata, types normalized."""
+def with_markers(table: pa.Table, forced: dict[str, pa.DataType], options: ReadOptions,
+                 block: Block) -> pa.Table:
+    """The null-marker rule on every column, counts in the metadata, types normalized.
+
+    Raises
+    ------
+    DataError
+        When a value of a column with a dtype override does not convert.
+    """
     counts: dict[str, dict[str, int]] = {}
     columns = []
     for name, column in zip(table.column_names, table.columns, strict=True):
@@ -253,9 +265,23 @@ def _with_markers(table: pa.Table, forced: dict[str, pa.DataType], options: Read
     return with_na_counts(pa.Table.from_arrays(columns, names=table.column_names), counts)
 
 
-def _read_csv(body: bytes, names: list[str], block: Block, options: ReadOptions,
-              rejects: list[str] | None, forced: dict[str, pa.DataType], whole: bool) -> pa.Table:
-    """Parse ``body`` with pyarrow: only empty fields are null; forced columns read as text."""
+def dtype_overrides(options: ReadOptions, names: list[str]) -> dict[str, pa.DataType]:
+    """The dtype overrides of the columns ``names``, as Arrow types."""
+    return {k: _arrow_type(v) for k, v in options.dtype if k in names}
+
+
+def read_csv(body: bytes, names: list[str], block: Block, options: ReadOptions,
+             rejects: list[str] | None, forced: dict[str, pa.DataType], whole: bool,
+             types: dict[str, pa.DataType] | None = None) -> pa.Table:
+    """Parse ``body`` with pyarrow: only empty fields are null; forced columns read as text.
+
+    ``types``: the column types to parse into instead (forced columns as text among them).
+
+    Raises
+    ------
+    DataError
+        When pyarrow cannot parse ``body`` (or a value into its column's type).
+    """
     skipped: list[str] = rejects if rejects is not None else []
 
     def bad_line(row: pacsv.InvalidRow) -> str:
@@ -274,7 +300,8 @@ def _read_csv(body: bytes, names: list[str], block: Block, options: ReadOptions,
                 delimiter=options.sep, newlines_in_values=whole,
                 invalid_row_handler=None if options.bad_lines == "error" else bad_line),
             convert_options=pacsv.ConvertOptions(
-                column_types={k: pa.string() for k in forced},  # converted by column_markers
+                # forced columns are read as text and converted by column_markers
+                column_types={k: pa.string() for k in forced} if types is None else types,
                 strings_can_be_null=True,
                 null_values=[""],
                 timestamp_parsers=[],
@@ -293,8 +320,14 @@ def _read_csv(body: bytes, names: list[str], block: Block, options: ReadOptions,
         ) from err
 
 
-def _check_text(table: pa.Table, block: Block, encoding: str) -> None:
-    """Refuse a column pyarrow left as binary: bytes that are not ``encoding`` text."""
+def check_text(table: pa.Table, block: Block, encoding: str) -> None:
+    """Refuse a column pyarrow left as binary: bytes that are not ``encoding`` text.
+
+    Raises
+    ------
+    DataError
+        Naming the column, the block and the bytes.
+    """
     for name, t in zip(table.column_names, table.schema.types, strict=True):
         if pa.types.is_binary(t) or pa.types.is_large_binary(t):  # pyarrow's fallback: not text
             bad = next(v for v in table.column(name).to_pylist() if v is not None

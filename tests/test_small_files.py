@@ -1,0 +1,79 @@
+"""Small files parsed a few dozen per pyarrow call give each block the table it gets alone:
+same types, values, null-marker counts; anything unusual falls back to one file at a time."""
+
+from __future__ import annotations
+
+import pytest
+
+from daskfeed import DataError
+from daskfeed.small_files import SmallFiles
+from daskfeed.source import Source
+from daskfeed.tables import iter_tables
+
+_FILES = {  # name: text, in the order they are listed
+    "a00.csv": "id,name,score,when\n1,anna,0.5,2024-01-02\n2,NA,1.5,2024-01-03\n",
+    "a01.csv": 'id,name,score,when\n3,"b, with comma",NA,2024-01-04\n4,,2.5,\n',
+    "a02.csv": "id,name,score,when\n5,carl,3.5,2024-01-05",  # no final line break
+    "a03.csv": "id,name,score,when\n",  # no rows: ends the run a00-a02
+    "a04.csv": "id,name,score,when\n7,dora,x,2024-01-07\n",  # text where the first has numbers
+    "a05.csv": 'id,name,score,when\n6,"two\nlines",4.5,2024-01-06\n',  # a field over lines
+    "a06.csv": "id,name,score,when\n\n8,emil,5.5,2024-01-08\n",  # a blank line
+    "a07.csv": "id,name,score,when\n9,fay,6.5,2024-01-09\n10,gus,7.5,2024-01-10\n",
+    "a08.csv": "id,score,name,when\n11,8.5,hal,2024-01-11\n",  # another header
+    "a09.csv": "id,name,score,when\n12,ida,9.5,2024-01-12\n",
+    "a10.csv": "id,name,score,when\n13,jo,10.5,2024-01-13\n",
+}
+
+
+def _both(pattern, **kwargs):
+    src = Source(pattern, **kwargs)
+    items = list(enumerate(src.blocks))
+    files = SmallFiles(items, src.options)
+    alone = [list(iter_tables(b, src.options)) for _, b in items]
+    together = [list(files.tables(i, b)) for i, b in items]
+    return alone, together
+
+
+def test_each_block_gets_the_table_it_gets_alone(write_csv, tmp_path, monkeypatch):
+    import daskfeed.small_files as small
+
+    shared = []
+    real = small.SmallFiles._parse_together
+    monkeypatch.setattr(small.SmallFiles, "_parse_together",
+                        lambda self, texts, *a: shared.append(len(texts)) or real(self, texts, *a))
+    for name, text in _FILES.items():
+        write_csv(f"d/{name}", text)
+    alone, together = _both(str(tmp_path / "d" / "*.csv"), na_values=["x"])
+    assert len(alone) == len(together) == len(_FILES)
+    for name, a, b in zip(_FILES, alone, together, strict=True):
+        assert len(a) == len(b), name
+        for x, y in zip(a, b, strict=True):
+            assert x.equals(y, check_metadata=True), (name, x.schema, y.schema)
+    assert shared[0] == 3  # a00-a02 were parsed together (then others tried, some fell back)
+
+
+def test_many_plain_files_are_parsed_together(write_csv, tmp_path, monkeypatch):
+    calls = []
+    import daskfeed.small_files as small
+
+    real = small.read_csv
+    monkeypatch.setattr(small, "read_csv", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for i in range(40):
+        write_csv(f"m/f{i:02d}.csv", "x,y,t\n" + "".join(f"{i * 10 + r},{r % 2},w{r}\n" for r in range(10)))
+    alone, together = _both(str(tmp_path / "m" / "*.csv"))
+    assert all(a[0].equals(b[0], check_metadata=True) for a, b in zip(alone, together, strict=True))
+    assert len(calls) == 2 * 2  # 40 files: two runs of 32 and 8, each its first file + the rest
+
+
+def test_an_open_quote_in_a_run_of_small_files_names_its_file(write_csv, tmp_path):
+    for i in range(5):
+        text = "x,y\n1,a\n2,b\n" if i != 3 else 'x,y\n1,a\n2,"open\n'
+        write_csv(f"q/f{i}.csv", text)
+    src = Source(str(tmp_path / "q" / "*.csv"))
+    files = SmallFiles(list(enumerate(src.blocks)), src.options)
+    for i, b in enumerate(src.blocks[:3]):
+        (table,) = files.tables(i, b)
+        assert table.num_rows == 2
+    with pytest.raises(DataError, match=r"f3\.csv") as err:
+        list(files.tables(3, src.blocks[3]))
+    assert "line 3, byte 10" in str(err.value)
