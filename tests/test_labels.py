@@ -150,6 +150,7 @@ def test_cli_semicolons_text_label_and_an_unnamed_column(medals, tmp_path) -> No
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "row ids" not in proc.stdout + proc.stderr
     assert "features (3): x1, x2, team" in proc.stdout
+    assert "): bronze: 1, gold: 2, silver: 1" in proc.stdout  # class weights echoed by name
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["label_classes"] == ["bronze", "gold", "silver"]
     history = json.loads((out / "history.json").read_text())
