@@ -6,7 +6,9 @@ The first file of a run is parsed alone (exactly as :func:`daskfeed.tables.iter_
 its column types are imposed on the others, parsed as one text; each file's rows are then a
 slice of that table and get the null-marker rule of their own block. Anything unusual (another
 header, a value that does not fit the first file's types, a line that is no record, bad lines
-to skip) falls back to parsing file by file, so errors and counts name the right file.
+to skip) falls back to parsing file by file, so errors and counts name the right file. Two
+reads differ from a file parsed alone, in kind only: whole numbers after a first file with
+decimals read as float64, and dates after a first file with text in that column read as text.
 """
 
 from __future__ import annotations
