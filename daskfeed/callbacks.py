@@ -49,7 +49,7 @@ __all__ = ["Checkpointer", "EarlyStopping", "EpochTelemetry", "fit_from", "make_
            "report_early_stopping", "resume_early_stopping"]
 
 
-def _counts_batches(model: Any) -> bool:
+def _counts_batches(model: keras.Model) -> bool:
     """Whether ``model``'s optimizer takes one step per trained batch (so it can count them).
 
     Not without an optimizer, nor with a ``LossScaleOptimizer``: it skips the inner
@@ -188,7 +188,7 @@ class Checkpointer(keras.callbacks.Callback):
         self.cursors.append((epoch, batch))
 
 
-def fit_from(model: Any, sequence: Any, *, epochs: int, epoch: int = 0, batch: int = 0,
+def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: int = 0, batch: int = 0,
              **kwargs: Any) -> list[Any]:
     """``model.fit(sequence, ...)`` from epoch ``epoch``, batch ``batch`` to the end of ``epochs``.
 
@@ -360,7 +360,7 @@ class EpochTelemetry(keras.callbacks.Callback):
         self.epochs.append(rec)
 
 
-def make_early_stopping(patience: int | None, monitor: str | None, net: Any,
+def make_early_stopping(patience: int | None, monitor: str | None, net: keras.Model,
                         echo: Callable[[str], None]) -> EarlyStopping | None:
     """The :class:`EarlyStopping` of a run (None: ``patience`` None), its monitor checked.
 
@@ -391,7 +391,7 @@ def make_early_stopping(patience: int | None, monitor: str | None, net: Any,
     return EarlyStopping(monitor=monitor, patience=patience, restore_best_weights=True)
 
 
-def _logged_names(net: Any) -> set[str] | None:
+def _logged_names(net: keras.Model) -> set[str] | None:
     """Names ``fit`` logs for ``net`` (without ``val_``); None when they cannot be told."""
     cfg = net.get_compile_config() or {}
     names = {"loss"}
@@ -406,7 +406,7 @@ def _logged_names(net: Any) -> set[str] | None:
     return names
 
 
-def resume_early_stopping(stopper: EarlyStopping | None, ckpt: Checkpoint, net: Any,
+def resume_early_stopping(stopper: EarlyStopping | None, ckpt: Checkpoint, net: keras.Model,
                           echo: Callable[[str], None]) -> bool:
     """Carry the checkpoint's early-stopping state on.
 

@@ -1,7 +1,7 @@
 """Train: the whole job as a few named steps (cluster, data, model, callbacks, fit, outputs).
 
 :func:`train` is the Python entry point; the CLI calls it with a :class:`TrainOptions`. It
-imports keras (through the sequence, model and callbacks), so the CLI imports it only to run.
+imports keras (through the sequence, model and callbacks): the CLI imports it only to run.
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dask.utils import format_bytes
 
 from daskfeed._keras import keras
 from daskfeed.callbacks import (
     Checkpointer,
+    EarlyStopping,
     EpochTelemetry,
     fit_from,
     make_early_stopping,
@@ -45,6 +46,9 @@ from daskfeed.rss import RSSSampler
 from daskfeed.sequence import DaskSequence
 from daskfeed.source import Source
 from daskfeed.watch import WatchCallback, summary_lines
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 __all__ = ["TrainResult", "train"]
 
@@ -82,9 +86,9 @@ class _Run:
     out: str
     store: CheckpointStore
     ckpt: Checkpoint | None
-    client: Any = None
-    budget: Budget | None = None
-    link: str | None = None
+    client: Client
+    budget: Budget
+    link: str | None
     closing: list[Any] = field(default_factory=list)  # sequences, the shared scan's lock
 
 
@@ -107,13 +111,9 @@ def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
         Ends waits for data at once when requested (the CLI's signal watcher sets it);
         default: the process-wide stop request.
     **settings
-        The settings by name, as :meth:`TrainOptions.resolve` takes them: ``epochs``,
-        ``batch_size``, ``memory_limit``, ``nworkers``, ``scheduler``, ``model``, ``seed``,
-        ``output``, ``resume``, ``checkpoint_every``, ``blocksize``, ``weight``,
-        ``class_weight``, ``validation_split``, ``early_stopping``, ``hidden``, ``rank``, ...
-        (see :class:`~daskfeed.options.DataOptions`, :class:`~daskfeed.options.ClusterOptions`,
-        :class:`~daskfeed.options.FitOptions`). A setting not given takes its ``daskfeed.*``
-        config value.
+        The settings by name (``epochs``, ``batch_size``, ``memory_limit``, ``model``,
+        ``resume``, ...), as :meth:`TrainOptions.resolve` takes them; one not given takes its
+        ``daskfeed.*`` config value.
 
     Returns
     -------
@@ -128,19 +128,16 @@ def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
     Notes
     -----
     A manifest in the output directory is reused, with its blocks and parse cache, whatever the
-    budget, cluster shape, batch size or model; when the files or a setting that shapes it
-    changed, the data are scanned again and the new manifest and cache replace the old ones.
-    With ``resume`` the run continues at the newest good checkpoint's epoch and batch, in the
-    same batch order (see :mod:`daskfeed.checkpoint`). The run is watched on the Dask
-    dashboard: daskfeed's page and ``daskfeed_*`` series on the scheduler's ``/metrics``.
+    budget, cluster shape, batch size or model; changed files or read settings rescan.
     """
     if options is not None and settings:
         raise TypeError(f"train() takes options= or settings, not both: {', '.join(sorted(settings))}")
     opts = options or TrainOptions.resolve(validation=validation, **settings)
     t_run = time.perf_counter()
-    run = _prepare(data, label, validation, opts, echo, stop)
-    _connect(run)
-    assert run.budget is not None
+    ranks, out, store, ckpt = _prepare(opts, echo)
+    client, budget, link = _connect(opts, echo)
+    run = _Run(data, label, validation, opts, echo, stop, ranks, out, store, ckpt, client, budget,
+               link)
     try:
         with RSSSampler() as rss:
             train_seq, val_seq, reused = _open_data(run)
@@ -154,9 +151,11 @@ def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
         close_client(run.client)
 
 
-def _prepare(data: DataSpec, label: str, validation: DataSpec | None, opts: TrainOptions,
-             echo: Echo, stop: Stop | None) -> _Run:
-    """Check what can be checked before any cluster: TensorBoard, ranks, output, checkpoint."""
+def _prepare(opts: TrainOptions, echo: Echo) -> tuple[Rank, str, CheckpointStore, Checkpoint | None]:
+    """Check what can be checked before any cluster: TensorBoard, ranks, output, checkpoint.
+
+    Returns the rank, the output directory, its checkpoint store and the checkpoint to resume.
+    """
     if opts.tensorboard:
         require_tensorboard()
     ranks = resolve_rank(opts.cluster.rank, opts.cluster.world_size)
@@ -170,22 +169,26 @@ def _prepare(data: DataSpec, label: str, validation: DataSpec | None, opts: Trai
     os.makedirs(out, mode=0o700, exist_ok=True)
     keras.utils.set_random_seed(opts.data.seed)
     store, ckpt = open_store(out, resume=opts.resume, echo=echo)
-    return _Run(data, label, validation, opts, echo, stop, ranks, out, store, ckpt)
+    return ranks, out, store, ckpt
 
 
-def _connect(run: _Run) -> None:
-    """Start or reach the cluster, install daskfeed's page and metrics, say where to watch."""
-    c = run.opts.cluster
-    run.client, run.budget = open_cluster(
+def _connect(opts: TrainOptions, echo: Echo) -> tuple[Client, Budget, str | None]:
+    """Start or reach the cluster, install daskfeed's page and metrics, say where to watch.
+
+    Returns the client, the budget it works in and the dashboard's address.
+    """
+    c = opts.cluster
+    client, budget = open_cluster(
         c.memory_limit, nworkers=c.nworkers, nthreads=c.nthreads, scheduler=c.scheduler,
         security=c.security, dashboard_address=c.dashboard_address, processes=c.processes,
-        echo=run.echo)
-    links = install(run.client)
-    run.link = links.dashboard if links else getattr(run.client, "dashboard_link", None) or None
-    if run.link:
-        run.echo(f"dashboard: {run.link}")
+        echo=echo)
+    links = install(client)
+    link = links.dashboard if links else getattr(client, "dashboard_link", None) or None
+    if link:
+        echo(f"dashboard: {link}")
     if links:
-        run.echo(f"daskfeed page: {links.page} (Prometheus: {links.metrics})")
+        echo(f"daskfeed page: {links.page} (Prometheus: {links.metrics})")
+    return client, budget, link
 
 
 def _open_data(run: _Run) -> tuple[DaskSequence, DaskSequence | None, bool]:
@@ -233,7 +236,6 @@ def _open_data(run: _Run) -> tuple[DaskSequence, DaskSequence | None, bool]:
 def _sequence_settings(run: _Run, blocksize: int) -> dict[str, Any]:
     """What the training and validation sequences share: client, reading, batching, watching."""
     d = run.opts.data
-    assert run.budget is not None
     return {"label": run.label, "batch_size": d.batch_size, "client": run.client,
             "window_bytes": run.budget.window_bytes, "as_matrix": d.as_matrix,
             "timeout": d.timeout, "cache": d.cache, "vocabulary_size": d.vocabulary_size,
@@ -244,7 +246,6 @@ def _sequence_settings(run: _Run, blocksize: int) -> dict[str, Any]:
 def _train_sequence(run: _Run, cached: Manifest | None) -> DaskSequence:
     """The training sequence: of the reused manifest, else (or when it no longer fits) scanned."""
     d, fit, ckpt, budget = run.opts.data, run.opts.fit, run.ckpt, run.budget
-    assert budget is not None
     block = ckpt.cursor.blocksize if ckpt else _layout(d.blocksize, budget, cached, d.cache, run.echo)
     split: dict[str, Any] = ({"validation_split": fit.validation_split, "subset": "training"}
              if fit.validation_split else {})
@@ -278,7 +279,6 @@ def _validation_sequence(run: _Run, train_seq: DaskSequence,
     fit, echo = run.opts.fit, run.echo
     if not (run.validation or fit.validation_split):
         return None
-    assert run.budget is not None
     same = {**_sequence_settings(run, train_seq.source.options.blocksize),
             "features": train_seq.features, "shuffle": False, "reference": train_seq.manifest,
             "prefetch_bytes": run.budget.prefetch // 3}
@@ -309,7 +309,6 @@ def _fit(run: _Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reuse
          rss: RSSSampler) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Build the model and its callbacks, fit from the start or the checkpoint, write outputs."""
     opts, echo, ckpt = run.opts, run.echo, run.ckpt
-    assert run.budget is not None
     if opts.fit.weight:
         echo(f"sample weights: column {opts.fit.weight!r} (not a feature); loss and weighted_ "
              "metrics weighted" + ("" if val_seq is None else ", validation too" if val_seq.weight
@@ -347,7 +346,7 @@ def _fit(run: _Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reuse
     return history, {"model": net, "bad_lines": bad_report}
 
 
-def _start_point(run: _Run, net: keras.Model, stopper: Any, batches: int) -> tuple[int, int]:
+def _start_point(run: _Run, net: keras.Model, stopper: EarlyStopping | None, batches: int) -> tuple[int, int]:
     """Epoch and batch to start at: 0, 0, or the checkpoint's (its weights and optimizer loaded)."""
     ckpt, epochs = run.ckpt, run.opts.epochs
     if ckpt is None:
@@ -366,7 +365,6 @@ def _start_point(run: _Run, net: keras.Model, stopper: Any, batches: int) -> tup
 def _summary(run: _Run, history: list[dict[str, Any]], extra: dict[str, Any], seconds: float,
              rss: RSSSampler) -> None:
     """The closing lines: the validation figure, the summary, what was written."""
-    assert run.budget is not None
     last = history[-1] if history else {}
     metric = next((k for k in ("val_weighted_accuracy", "val_accuracy",
                                "val_weighted_mean_absolute_error", "val_mean_absolute_error",

@@ -23,11 +23,14 @@ import math
 import os
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daskfeed._keras import keras
 from daskfeed.dashboard import EpochSpans, install, report
-from daskfeed.rss import tree_rss
+from daskfeed.rss import RSSSampler, tree_rss
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 __all__ = ["WatchCallback", "history_plot", "summary_lines"]
 
@@ -74,8 +77,9 @@ class WatchCallback(keras.callbacks.Callback):
     its own group (the prefix, ``daskfeed-window``, stays), so every window lands in its epoch.
     """
 
-    def __init__(self, client: Any, sequence: Any, *, validation: Any = None,
-                 budget_bytes: int | None = None, rss_sampler: Any = None,
+    def __init__(self, client: Client, sequence: keras.utils.PyDataset, *,
+                 validation: keras.utils.PyDataset | None = None,
+                 budget_bytes: int | None = None, rss_sampler: RSSSampler | None = None,
                  every_seconds: float = 2.0, epochs: int | None = None) -> None:
         super().__init__()
         self.client = client
@@ -210,7 +214,7 @@ class WatchCallback(keras.callbacks.Callback):
 
     def _manifests(self) -> dict[str, Any]:
         pairs = (("train", self.sequence), ("validation", self.validation))
-        return {name: seq.manifest for name, seq in pairs if getattr(seq, "manifest", None) is not None}
+        return {name: m for name, seq in pairs if (m := getattr(seq, "manifest", None)) is not None}
 
     def _bad_rows(self) -> dict[str, dict[str, int]]:
         return {name: {"malformed": int(m.bad_lines), "label_missing": int(m.label_missing)}
@@ -267,7 +271,7 @@ def _metric_names(records: Sequence[Mapping[str, Any]]) -> list[str]:
     return sorted(names, key=lambda k: k != "loss")
 
 
-def history_plot(history: Any, path: str | os.PathLike[str]) -> str:
+def history_plot(history: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) -> str:
     """Write loss and each metric per epoch, training vs validation, as a PNG at ``path``.
 
     Parameters
