@@ -16,18 +16,17 @@ from typing import TYPE_CHECKING, Any
 from dask.utils import format_bytes
 
 from daskfeed._keras import keras
-from daskfeed.callbacks import (
-    Checkpointer,
+from daskfeed.callbacks import Checkpointer, EpochTelemetry, fit_from
+from daskfeed.checkpoint import Checkpoint, CheckpointStore, open_store
+from daskfeed.cluster import Budget, check_worker_memory, close_client, open_cluster
+from daskfeed.cursor import Cursor
+from daskfeed.dashboard import EpochSpans, install, scan_span
+from daskfeed.early_stopping import (
     EarlyStopping,
-    EpochTelemetry,
-    fit_from,
     make_early_stopping,
     report_early_stopping,
     resume_early_stopping,
 )
-from daskfeed.checkpoint import Checkpoint, CheckpointStore, Cursor, open_store
-from daskfeed.cluster import Budget, check_worker_memory, close_client, open_cluster
-from daskfeed.dashboard import EpochSpans, install, scan_span
 from daskfeed.exceptions import DaskfeedError, ManifestMismatchError, SchemaError
 from daskfeed.lifecycle import Stop
 from daskfeed.manifest import Manifest

@@ -282,7 +282,7 @@ def _callbacks():
 
 
 def _stopper():
-    from daskfeed.callbacks import EarlyStopping
+    from daskfeed.early_stopping import EarlyStopping
 
     return EarlyStopping(monitor="score", patience=2, mode="min", restore_best_weights=True)
 
@@ -354,7 +354,7 @@ def test_early_stopping_stops_restores_best_weights_and_survives_a_mid_epoch_res
     last = store.latest()
     assert (last.cursor.epoch, last.early_stopping["stopped_epoch"]) == (4, 3)
     with pytest.raises(CheckpointError, match="monitored 'score'"):
-        from daskfeed.callbacks import EarlyStopping
+        from daskfeed.early_stopping import EarlyStopping
 
         EarlyStopping(monitor="val_loss").set_state(last.early_stopping)
 

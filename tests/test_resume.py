@@ -92,7 +92,7 @@ def _tiny_model(seed: int = 0):
 
 
 def _cursor(epoch: int, batch: int, **kw):
-    from daskfeed.checkpoint import Cursor
+    from daskfeed.cursor import Cursor
 
     d = dict(epoch=epoch, batch=batch, seed=0, batch_size=8, fingerprint="f" * 32, num_batches=8,
              rows=64, window_rows=64, blocksize=2**20, shuffle=True, drop_remainder=False,
