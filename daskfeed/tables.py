@@ -93,7 +93,7 @@ def iter_tables(block: Block, options: ReadOptions,
         if block.length >= 0:
             yield _byte_range_table(f, block, header, names, options, rejects)
             return
-        if not compression:  # a whole small file: read at once, quotes checked only if any
+        if not compression:  # a whole small file: read at once (see _small_file_table)
             body = f.read(options.blocksize + 1)
             if len(body) <= options.blocksize:
                 yield _small_file_table(body, len(header), names, block, options, rejects)
