@@ -140,10 +140,10 @@ def test_missing_and_negative_weights_are_an_error_naming_file_and_line(client, 
         _seq(None, client, path=[a, b, c], weight="w", blocksize=700)
     text = str(err.value)
     assert "Received: 1 row(s) with a missing weight and 1 with a negative one" in text
-    assert f"the first (-2) at {b} line 7 (partition 1" in text and "Hint:" in text
+    assert f"the first (-2) at {b} line 7 (block 1" in text and "Hint:" in text
     with pytest.raises(DataError) as err:
         _seq(None, client, path=[a, c], weight="w", blocksize=700)
-    assert f"the first (missing) at {c} line 172 (partition " in str(err.value)
+    assert f"the first (missing) at {c} line 172 (block " in str(err.value)
     assert "bytes" in str(err.value)  # a byte range of c.csv, not the whole file
     with _seq(None, client, path=[a], weight="w") as seq:  # the label-less row is no fault
         assert seq.rows == 40

@@ -72,7 +72,7 @@ def main():
     if MODE == "with":
         with daskfeed.DaskSequence(DATA, **kw) as seq:
             fit(seq)
-        pf = seq._prefetcher
+        pf = seq._cursor.prefetcher
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and any(
                 str(k).startswith("daskfeed-window") for k in client.futures):
