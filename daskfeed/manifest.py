@@ -14,20 +14,22 @@ import os
 import re
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from daskfeed.atomic import write_file
 from daskfeed.exceptions import ManifestMismatchError, SchemaError
+from daskfeed.packing import pack_blocks, unpack_blocks
 
 if TYPE_CHECKING:
     from daskfeed.source import Source
 
-__all__ = ["SUBSETS", "Column", "Manifest", "id_warning", "read_settings", "scanned_blocks",
-           "split_settings", "unknown_column"]
+__all__ = ["SUBSETS", "Column", "Manifest", "id_warning", "read_reusable", "read_settings",
+           "scanned_blocks", "split_settings", "unknown_column"]
 
-# 2: a text label's classes (label_classes); version 1 manifests read as before
-MANIFEST_VERSION = 2
+# 2: a text label's classes (label_classes); 3: the blocks packed (daskfeed.packing).
+# A manifest of another version is scanned again (read_reusable says so in one line).
+MANIFEST_VERSION = 3
 
 @dataclass
 class Column:
@@ -273,10 +275,10 @@ class Manifest:
 
     # -- JSON -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON representation."""
-        d = asdict(self)
-        d.pop("rejects")
-        d["columns"] = {k: asdict(v) for k, v in self.columns.items()}
+        """Plain-JSON representation; the blocks packed (:func:`~daskfeed.packing.pack_blocks`)."""
+        d = asdict(replace(self, partitions=[], rejects=[]))
+        del d["partitions"], d["rejects"]
+        d["blocks"] = pack_blocks(self.partitions)
         return d
 
     def to_json(self, path: str | os.PathLike[str]) -> None:
@@ -285,19 +287,33 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Manifest:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict`.
+
+        Raises
+        ------
+        ManifestMismatchError
+            When the manifest is of another format version (made by another daskfeed).
+        """
         d = dict(d)
-        if d.get("version") not in (1, MANIFEST_VERSION):
+        if d.get("version") != MANIFEST_VERSION:
             raise ManifestMismatchError(
-                f"Expected manifest version {MANIFEST_VERSION}. Received: {d.get('version')}.\n"
-                "Hint: rescan the data."
+                f"Expected manifest version {MANIFEST_VERSION}. Received: {d.get('version')} "
+                "(made by another daskfeed).\nHint: rescan the data (pass manifest=None, or "
+                "remove the manifest.json)."
             )
+        d["partitions"] = unpack_blocks(d.pop("blocks"))
         d["columns"] = {k: Column(**v) for k, v in d["columns"].items()}
         return cls(**d)
 
     @classmethod
     def from_json(cls, path: str | os.PathLike[str]) -> Manifest:
-        """Read a manifest written by :meth:`to_json`."""
+        """Read a manifest written by :meth:`to_json`.
+
+        Raises
+        ------
+        ManifestMismatchError
+            When the manifest is of another format version (see :func:`read_reusable`).
+        """
         with open(path, encoding="utf-8") as f:
             return cls.from_dict(json.load(f))
 
@@ -475,3 +491,24 @@ def scanned_blocks(npartitions: int, split: dict[str, Any] | None) -> list[int]:
     validation = set(split["validation_partitions"])
     keep = split["subset"] == "validation"
     return [i for i in range(npartitions) if (i in validation) == keep]
+
+
+def read_reusable(path: str | os.PathLike[str]) -> Manifest | None:
+    """The manifest an earlier run wrote to ``path``, to reuse; None when there is none to reuse.
+
+    None too when it is unreadable, or of another format version: then the data are scanned
+    again, which a one-line warning says.
+    """
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+        if d.get("version") != MANIFEST_VERSION:
+            warnings.warn(f"{os.fspath(path)} is a manifest of format version {d.get('version')} "
+                          f"(this daskfeed reads {MANIFEST_VERSION}): the data are scanned again.",
+                          stacklevel=2)
+            return None
+        return Manifest.from_dict(d)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, ManifestMismatchError):
+        return None

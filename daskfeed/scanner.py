@@ -25,6 +25,7 @@ from daskfeed.exceptions import FeedTimeoutError, ManifestMismatchError, SchemaE
 from daskfeed.labels import text_classes
 from daskfeed.manifest import (
     Manifest,
+    read_reusable,
     read_settings,
     scanned_blocks,
     split_settings,
@@ -157,13 +158,13 @@ def scan(
 def _reusable(cache: str | os.PathLike[str] | None, src: Source, label: str, vocabulary_size: int,
               split: dict[str, Any] | None) -> Manifest | None:
     """The manifest at ``cache`` when it was made for these files and settings (its notes repeated)."""
-    if cache is None or not os.path.exists(cache):
+    cached = read_reusable(cache) if cache is not None else None
+    if cached is None:
         return None
     try:
-        cached = Manifest.from_json(cache)
         cached.check_settings(src, label=label, vocabulary_size=vocabulary_size, split=split)
-    except (ValueError, TypeError, KeyError, ManifestMismatchError):
-        return None  # unreadable, stale, or made with other settings: rescan and overwrite
+    except ManifestMismatchError:
+        return None  # stale, or made with other settings: rescan and overwrite
     cached.warn_notes(stacklevel=3)
     return cached
 

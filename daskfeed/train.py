@@ -29,7 +29,7 @@ from daskfeed.early_stopping import (
 )
 from daskfeed.exceptions import DaskfeedError, ManifestMismatchError, SchemaError
 from daskfeed.lifecycle import Stop
-from daskfeed.manifest import Manifest
+from daskfeed.manifest import Manifest, read_reusable
 from daskfeed.model import model_for
 from daskfeed.options import DataSpec, TrainOptions
 from daskfeed.outputs import (
@@ -438,13 +438,8 @@ def _reraise_feed_error(err: Exception, *seqs: DaskSequence | None) -> None:
 
 
 def _cached_manifest(path: str) -> Manifest | None:
-    """The manifest an earlier run wrote to ``path`` (None: none, or unreadable)."""
-    if not os.path.exists(path):
-        return None
-    try:
-        return Manifest.from_json(path)
-    except Exception:
-        return None
+    """The manifest an earlier run wrote to ``path`` (None: none, unreadable, or an older format)."""
+    return read_reusable(path)
 
 
 def _layout(asked: int | None, budget: Budget, cached: Manifest | None, cache: bool | str,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import time
 
@@ -189,3 +190,41 @@ def test_large_file_is_split_into_byte_ranges(tmp_path, client):
     assert m.rows == 20_000
     assert m.columns["row_id"].min == 0 and m.columns["row_id"].max == 19_999
     assert m.columns["row_id"].mean == pytest.approx(9999.5)
+
+
+def test_a_manifest_of_many_small_files_is_compact_and_round_trips(tmp_path, client):
+    """5,000 one-block files: manifest.json under 60 bytes per block, read back equal, and a
+    changed file still detected by the fingerprint."""
+    n = 5000
+    for d in range(5):
+        (tmp_path / "d" / f"part{d}").mkdir(parents=True)
+    paths = [tmp_path / "d" / f"part{i % 5}" / f"quest_log_{i:05d}.csv" for i in range(n)]
+    for i, p in enumerate(paths):
+        p.write_text(f"level,region,cleared\n{i % 70},EU,{i % 2}\n{i % 13},JP,1\n", encoding="utf-8")
+    pattern = str(tmp_path / "d" / "**" / "*.csv")
+    path = tmp_path / "manifest.json"
+    m = daskfeed.scan(pattern, label="cleared", client=client, cache=path)
+    assert len(m.partitions) == n and m.rows == 2 * n
+    size = path.stat().st_size
+    assert size / n <= 60, f"{size / n:.1f} bytes per block"
+    back = Manifest.from_json(path)
+    assert back.partitions == m.partitions and back.counts == m.counts
+    assert back.to_dict() == m.to_dict() and back.summary() == m.summary()
+    back.check_fingerprint(daskfeed.Source(pattern).fingerprint())  # the same files: accepted
+    paths[1234].write_text("level,region,cleared\n1,EU,0\n", encoding="utf-8")
+    os.utime(paths[1234], (time.time() + 5, time.time() + 5))
+    with pytest.raises(ManifestMismatchError, match="fingerprint"):
+        back.check_fingerprint(daskfeed.Source(pattern).fingerprint())
+
+
+def test_a_manifest_of_an_older_format_is_rescanned_with_a_note(tmp_path, client, write_csv):
+    write_csv("d/a.csv", "x,y\n1,0\n2,1\n")
+    path = tmp_path / "manifest.json"
+    m = daskfeed.scan(str(tmp_path / "d" / "*.csv"), label="y", client=client, cache=path)
+    old = m.to_dict() | {"version": 2, "partitions": m.partitions}
+    del old["blocks"]
+    path.write_text(json.dumps(old), encoding="utf-8")
+    with pytest.warns(UserWarning, match=r"manifest of format version 2 .*scanned again"):
+        again = daskfeed.scan(str(tmp_path / "d" / "*.csv"), label="y", client=client, cache=path)
+    assert again.created != m.created and again.rows == 2
+    assert Manifest.from_json(path).version == again.version > 2  # rewritten in the new format

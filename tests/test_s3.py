@@ -217,8 +217,10 @@ def test_train_on_s3_never_writes_the_secret(s3, tmp_path):
     hist = json.loads((out / "history.json").read_text())
     assert hist["epochs"][0]["rows"] == 8000
     assert hist["epochs"][0]["val_accuracy"] > 0.6
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["partitions"][0]["path"].startswith(f"s3://{BUCKET}/train/")
+    from daskfeed.manifest import Manifest
+
+    manifest = Manifest.from_json(out / "manifest.json")
+    assert manifest.partitions[0]["path"].startswith(f"s3://{BUCKET}/train/")
     written = [p for p in out.rglob("*") if p.is_file()]
     _assert_secret_absent(s3.secret, run.stdout, run.stderr, files=written)
     _assert_secret_absent(s3.key, run.stdout, run.stderr, files=written)
