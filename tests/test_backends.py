@@ -16,8 +16,9 @@ import pytest
 pytest.importorskip("jax")
 
 # Run under KERAS_BACKEND=jax: train() on data with an int64 column beyond 2**24 (a timestamp,
-# which JAX would narrow to int32 without 64-bit types), a user model fit over a DaskSequence,
-# predictions of the in-memory model and of the model.keras read back, on encoded rows.
+# which JAX would narrow to int32 without 64-bit types), resumed for one more epoch from its
+# checkpoint, a user model fit over a DaskSequence, predictions of the in-memory model and of the
+# model.keras read back, on encoded rows.
 _JAX_SCRIPT = r"""
 import json, sys
 import numpy as np
@@ -34,6 +35,11 @@ if __name__ == "__main__":
                    checkpoint_every=0, batch_size=256, cache=False, verbose=0,
                    echo=lambda line: None)
     report = {"backend": keras.backend.backend(), "loss": [e["loss"] for e in result.history]}
+    # a fourth epoch from the checkpoint of the third: weights and optimizer state restored
+    resumed = train(data, label="y", epochs=4, memory_limit="3GB", nworkers=1, output=out,
+                    checkpoint_every=0, batch_size=256, cache=False, verbose=0, resume=True,
+                    echo=lambda line: None)
+    report["resumed_loss"] = [e["loss"] for e in resumed.history]
     with LocalCluster(n_workers=1, threads_per_worker=1, host="127.0.0.1",
                       dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
         with daskfeed.DaskSequence(data, label="y", batch_size=256, client=client,
@@ -41,7 +47,7 @@ if __name__ == "__main__":
             x, _ = seq[0]
             reloaded = keras.saving.load_model(out + "/model.keras")
             report["saved_vs_trained"] = float(np.abs(
-                reloaded.predict(x, verbose=0) - result.model.predict(x, verbose=0)).max())
+                reloaded.predict(x, verbose=0) - resumed.model.predict(x, verbose=0)).max())
             report["ts_dtype"] = str(x["ts"].dtype)
             inputs = {n: keras.Input(shape=(1,), name=n, dtype=str(x[n].dtype)) for n in x}
             norm = [keras.layers.Normalization(mean=[seq.manifest.columns[n].mean],
@@ -95,8 +101,11 @@ def test_jax_trains_fits_and_reloads(wide_data: str, tmp_path) -> None:
     assert report["own_loss"][-1] < report["own_loss"][0], report["own_loss"]
     assert report["saved_vs_trained"] <= 1e-6
     assert report["own_saved_vs_trained"] <= 1e-6
+    # resumed: the three epochs kept, a fourth trained on from where the third left off
+    assert report["resumed_loss"][:3] == pytest.approx(report["loss"])
+    assert len(report["resumed_loss"]) == 4 and report["resumed_loss"][3] < report["loss"][0]
     history = json.loads((tmp_path / "out" / "history.json").read_text())
-    assert len(history["epochs"]) == 3
+    assert len(history["epochs"]) == 4 and history["resumed_from"]
 
 
 def test_jax_without_64_bit_types_refuses_wide_columns(wide_data: str, tmp_path) -> None:
