@@ -211,6 +211,9 @@ class Prefetcher:
     stop
         The :class:`~daskfeed.lifecycle.Stop` whose request ends every wait with
         :class:`~daskfeed.lifecycle.Aborted`; default: the process-wide one.
+    load
+        ``load(result) -> data``: what a window's gathered result becomes (e.g. a mapped
+        handoff file), in the fetch thread; default: the result itself.
 
     Notes
     -----
@@ -231,6 +234,7 @@ class Prefetcher:
         timeout: float,
         describe: Callable[[int], str] = str,
         stop: Stop | None = None,
+        load: Callable[[Any], Any] | None = None,
     ) -> None:
         self._submit = submit
         self._estimate = estimate
@@ -239,6 +243,7 @@ class Prefetcher:
         self.budget = int(budget)
         self.timeout = float(timeout)
         self._describe = describe
+        self._load = load
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
         self._lock = threading.RLock()
         self._watching: dict[int, _Entry] = {}  # in flight, to gather as soon as finished
@@ -445,6 +450,8 @@ class Prefetcher:
             if future is None or entry.cancelled:  # reset() (an epoch change) cancelled it
                 raise WindowCancelled(f"window {w} was cancelled by an epoch change")
             data = _result(future, self.timeout, stop, self._process_stop)
+            if self._load is not None:
+                data = self._load(data)
         except TimeoutError as err:
             if not entry.ready.is_set():
                 entry.error = self._timeout_error(w, err)
