@@ -318,8 +318,12 @@ class Manifest:
             return cls.from_dict(json.load(f))
 
     def column_lines(self) -> list[str]:
-        """One line per column: kind, dtype, missing (by null marker), statistics or vocabulary."""
+        """One line per column: kind, dtype, missing (by null marker), statistics or vocabulary.
+
+        A column that looks like a row id (:meth:`id_like`) says so at the end of its line.
+        """
         lines = []
+        ids = self.id_like([n for n, c in self.columns.items() if n != self.label and c.kind != "empty"])
         for c in self.columns.values():
             if c.kind in ("numeric", "datetime"):
                 extra = f"mean {c.mean:.4g} sd {c.var ** 0.5:.4g}"
@@ -330,6 +334,8 @@ class Manifest:
                 extra = ""
             shown = {("empty" if k == "" else k): n for k, n in c.missing_markers.items()}
             how = f" ({', '.join(f'{k} {n:,}' for k, n in shown.items())})" if shown else ""
+            if c.name in ids:
+                extra += f"; looks like a row id ({ids[c.name]})"
             lines.append(f"{c.name:<24} {c.kind:<12} {c.dtype:<8} missing "
                          f"{f'{c.missing:,}{how}':<28} {extra}".rstrip())
         return lines

@@ -128,6 +128,8 @@ def test_columns_that_look_like_row_ids_are_named(tmp_path, client) -> None:
     with pytest.warns(UserWarning, match="look like row ids") as caught:
         seq = daskfeed.DaskSequence(str(tmp_path / "ids.csv"), label="y", client=client, cache=False)
     seq.close()
+    flagged = [ln.split()[0] for ln in seq.manifest.column_lines() if "looks like a row id" in ln]
+    assert flagged == ["numeric", "n", "user_id", "token"]  # the unnamed column's line starts blank
     msg = next(str(w.message) for w in caught if "row ids" in str(w.message))
     for name in ("''", "'n'", "'user_id'", "'token'"):
         assert name in msg, msg
