@@ -155,6 +155,16 @@ class Manifest:
         pandas write), a numeric column named like an id (``id``, ``user_id``, ``userId``),
         whole numbers that are a permutation of consecutive values (one per row, judged from
         count, range and variance), or text with about as many distinct values as rows.
+
+        Parameters
+        ----------
+        names
+            Columns of this manifest (the features chosen).
+
+        Returns
+        -------
+        dict of str to str
+            ``{column: why it looks like a row id}``; empty when none does.
         """
         found = {}
         for name in names:
@@ -361,7 +371,18 @@ class Manifest:
 
 
 def id_warning(found: dict[str, str]) -> str:
-    """The warning about feature columns that look like row ids (:meth:`Manifest.id_like`)."""
+    """The warning about feature columns that look like row ids, with the fix.
+
+    Parameters
+    ----------
+    found
+        What :meth:`Manifest.id_like` returned (not empty).
+
+    Returns
+    -------
+    str
+        The columns and why, and the ``--exclude`` / ``exclude=`` that leaves them out.
+    """
     names = sorted(found)  # an unnamed column first: a leading comma names it in --exclude
     flag = ",".join(names) or "''"
     return (
