@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -248,18 +248,6 @@ def default_nworkers() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-def free_port(host: str = "127.0.0.1", start: int = 8787, tries: int = 100) -> int:
-    """The first port from ``start`` on ``host`` that is free to listen on."""
-    for port in range(start, start + tries):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-            return port
-    return 0
-
-
 def start_local_cluster(
     budget: Budget | None = None,
     *,
@@ -275,11 +263,9 @@ def start_local_cluster(
 
     if dashboard_address is None:
         dashboard_address = config.get("dashboard-address")
-    if dashboard_address:
+    if dashboard_address:  # the port asked for (8787) when free, else distributed binds port 0
         dhost, _, dport = str(dashboard_address).rpartition(":")
-        dhost = dhost or host
-        port = free_port(dhost, int(dport or 8787)) if dport not in ("", "0") else 0
-        dashboard_address = f"{dhost}:{port}"
+        dashboard_address = f"{dhost or host}:{dport or 8787}"
     import tempfile
 
     # workers spill here: private to this user (0700), removed with the cluster
@@ -298,7 +284,9 @@ def start_local_cluster(
     if budget is not None:
         kwargs.update(n_workers=budget.nworkers, threads_per_worker=budget.nthreads,
                       memory_limit=budget.worker)
-    cluster = LocalCluster(**kwargs)
+    with warnings.catch_warnings():  # "Port 8787 is already in use": the new port is printed
+        warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
+        cluster = LocalCluster(**kwargs)
     client = Client(cluster, set_as_default=False)
     client._daskfeed_cluster = cluster  # type: ignore[attr-defined]
     client._daskfeed_spill = spill  # type: ignore[attr-defined]

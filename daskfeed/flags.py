@@ -142,7 +142,7 @@ def cluster_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--nthreads", type=click.IntRange(1), default=1, show_default=True,
                      help="Threads per worker."),
         _config_option("--dashboard-address", key="dashboard-address",
-                       help="Where the Dask dashboard listens (next free port if taken)."),
+                       help="Where the Dask dashboard listens (a port the OS picks if taken)."),
         click.option("--scheduler", default=None,
                      help="Address (tcp://host:8786) of a running Dask scheduler to use instead "
                           "of a local cluster."),

@@ -45,3 +45,24 @@ def test_every_listening_socket_is_on_loopback_and_spill_is_private(tmp_path):
     assert not report["spill_left"]
     assert report["link"].startswith("http://127.0.0.1:")
     assert not report["alive"], report["alive"]
+
+
+def test_a_taken_dashboard_port_moves_to_one_the_os_picks_without_a_warning():
+    import socket
+    import warnings
+
+    from daskfeed.cluster import Budget, close_client, start_local_cluster
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # distributed's "Port ... is already in use" is ours to hide
+            client = start_local_cluster(Budget.split("3GB", nworkers=1),
+                                         dashboard_address=f"127.0.0.1:{port}")
+        try:
+            link = client.dashboard_link
+            assert link.startswith("http://127.0.0.1:") and f":{port}/" not in link, link
+        finally:
+            close_client(client)
