@@ -30,6 +30,7 @@ _LAZY = {
     "make_plan": "daskfeed.plan",
     "Budget": "daskfeed.cluster",
     "DaskSequence": "daskfeed.sequence",
+    "predict": "daskfeed.scoring",
     "default_model": "daskfeed.model",
     "write_demo_data": "daskfeed.demo",
 }
@@ -50,6 +51,7 @@ __all__ = [
     "Source",
     "default_model",
     "make_plan",
+    "predict",
     "scan",
     "write_demo_data",
 ]

@@ -329,5 +329,28 @@ def cache_clear(entries: tuple[str, ...], root: str | None) -> None:
                f"{format_bytes(sum(e.size for e in removed))}")
 
 
+@cli.command()
+@click.argument("run_dir", metavar="OUTPUT")
+@click.argument("data", nargs=-1, required=True)
+@click.option("--output", "destination", required=True, type=click.Path(dir_okay=False),
+              help="Where the predictions go: FILE.csv or FILE.parquet.")
+@click.option("--keep", default=None, help="Columns of DATA passed through, e.g. ids: A,B.")
+@click.option("--blocksize", default=None, help="CSV bytes per block (default: from the budget).")
+@click.option("--quiet", is_flag=True, help="Print only warnings and errors.")
+@cluster_options
+@_friendly
+def predict(run_dir: str, data: tuple[str, ...], destination: str, keep: str | None,
+            blocksize: str | None, quiet: bool, **kw: Any) -> None:
+    """Score DATA with the model a train run wrote to OUTPUT, encoded exactly as in training."""
+    from daskfeed.scoring import predict as run_predict  # keras: only when it runs
+
+    scheduler, security = scheduler_and_security(kw)
+    run_predict(run_dir, list(data), output=destination,
+                keep=[k for k in (keep or "").split(",") if k], blocksize=blocksize,
+                memory_limit=kw["memory_limit"], nworkers=kw["nworkers"],
+                nthreads=kw["nthreads"], scheduler=scheduler, security=security,
+                echo=click.echo, quiet=quiet)
+
+
 if __name__ == "__main__":  # pragma: no cover
     cli()

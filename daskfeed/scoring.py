@@ -1,0 +1,525 @@
+"""Scoring: apply what a run trained (``OUTPUT/model.keras`` + its manifest) to new data.
+
+``daskfeed predict`` and :func:`predict`: the data are read block by block on the cluster with
+the read options the training manifest records, encoded by the feed's own encoder with the
+training statistics, and scored by a model each worker loads once; the blocks' predictions come
+back in input order and are written as they arrive, a bounded number of blocks in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import zipfile
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from daskfeed._keras import keras
+from daskfeed.atomic import writing
+from daskfeed.cache import block_tables
+from daskfeed.cluster import close_client, open_cluster
+from daskfeed.exceptions import DataError, DataNotFoundError, SchemaError
+from daskfeed.feed import Encoding, encode_features
+from daskfeed.manifest import Manifest
+from daskfeed.source import Source
+
+__all__ = ["Scorer", "TrainedRun", "class_names", "output_columns", "predict", "score_block"]
+
+SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+PREDICT_BATCH = 8192  # rows per model call on a worker
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    """What a training run left in its output directory that scoring needs.
+
+    Parameters
+    ----------
+    directory
+        The run's ``--output`` directory.
+    model_path
+        Its ``model.keras`` (takes encoded inputs).
+    stamp
+        The model file's mtime in ns: workers cache the loaded model under (path, stamp).
+    manifest
+        The training manifest: read options, statistics, vocabularies, label task.
+    features
+        The model's feature columns, in input order.
+    as_matrix
+        The model takes one matrix of the features instead of a dict.
+    """
+
+    directory: str
+    model_path: str
+    stamp: int
+    manifest: Manifest
+    features: tuple[str, ...]
+    as_matrix: bool
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike[str],
+             features: Sequence[str] | None = None) -> TrainedRun:
+        """Read ``directory``'s model inputs and manifest (keras is not needed for this).
+
+        Parameters
+        ----------
+        directory
+            A ``daskfeed train --output`` directory.
+        features
+            The feature columns of a model that takes one matrix (``as_matrix``); a model
+            over a dict of columns names them itself.
+
+        Raises
+        ------
+        DataNotFoundError
+            When ``model.keras`` or ``manifest.json`` is missing.
+        SchemaError
+            For a matrix model without ``features``, or features the manifest lacks.
+        """
+        directory = os.fspath(directory)
+        model_path = os.path.join(directory, "model.keras")
+        manifest_path = os.path.join(directory, "manifest.json")
+        missing = [p for p in (model_path, manifest_path) if not os.path.isfile(p)]
+        if missing:
+            raise DataNotFoundError(
+                f"Expected a trained run in {directory!r} (model.keras and manifest.json, as "
+                f"'daskfeed train --output {directory}' writes them). Received: no "
+                f"{' and no '.join(os.path.basename(p) for p in missing)}.\nHint: pass the "
+                "directory given to --output when training (default daskfeed-out)."
+            )
+        manifest = Manifest.from_json(manifest_path)
+        names = _model_inputs(model_path)
+        as_matrix = names is None
+        if names is None:
+            if not features:
+                raise SchemaError(
+                    f"Expected the feature columns of {model_path}, a model taking one matrix "
+                    "(as_matrix). Received: no features.\nHint: pass features=[...] in the "
+                    "order the model was trained with."
+                )
+            names = list(features)
+        unknown = [n for n in names if n not in manifest.columns]
+        if unknown:
+            raise SchemaError(
+                f"Expected the model's inputs to be columns of the training manifest. Received: "
+                f"{unknown}.\nHint: the manifest.json beside model.keras is from another run."
+            )
+        return cls(directory, model_path, os.stat(model_path).st_mtime_ns, manifest,
+                   tuple(names), as_matrix)
+
+    @property
+    def encoding(self) -> Encoding:
+        """The training encoding of the features (training statistics, no label needed)."""
+        return Encoding.from_manifest(self.manifest, list(self.features), self.as_matrix)
+
+    @property
+    def scorer(self) -> Scorer:
+        """What a worker needs to score a block (small: no partitions list)."""
+        named = getattr(self.manifest, "classes", None)
+        return Scorer(self.model_path, self.stamp, self.encoding, self.manifest.task,
+                      class_names(self.manifest), bool(named))
+
+
+def _model_inputs(model_path: str) -> list[str] | None:
+    """Feature names of a model over a dict of columns (read from the archive); None: a matrix."""
+    try:
+        with zipfile.ZipFile(model_path) as z:
+            config = json.loads(z.read("config.json"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as err:
+        raise DataError(
+            f"Cannot read {model_path} as a Keras model archive. Received: {err}.\nHint: "
+            "train again; model.keras is written by 'daskfeed train'."
+        ) from err
+    layers = config.get("config", {}).get("input_layers")
+    if isinstance(layers, dict):
+        return list(layers)
+    return None
+
+
+def class_names(manifest: Manifest) -> tuple[str, ...] | None:
+    """The label's class names (the manifest's, else the class ids as text); None: regression."""
+    if manifest.task == "regression":
+        return None
+    named = getattr(manifest, "classes", None)
+    if named:
+        return tuple(str(c) for c in named)
+    count = 2 if manifest.task == "binary" else manifest.num_classes
+    return tuple(str(i) for i in range(count))
+
+
+def output_columns(manifest: Manifest) -> list[str]:
+    """The prediction columns: ``prediction``, and ``probability_<class>`` for each class."""
+    names = class_names(manifest)
+    return ["prediction", *(f"probability_{n}" for n in names or ())]
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """The model and the encoding of a trained run, and how its output reads.
+
+    Parameters
+    ----------
+    model_path, stamp
+        ``model.keras`` and its mtime in ns (workers cache the loaded model by both).
+    encoding
+        The training encoding of the features.
+    task
+        ``binary`` | ``multiclass`` | ``regression``.
+    classes
+        Class names (or ids as text) of a class label; None for regression.
+    named
+        The classes have names (a text label): ``prediction`` is the name, else the id.
+    """
+
+    model_path: str
+    stamp: int
+    encoding: Encoding
+    task: str
+    classes: tuple[str, ...] | None
+    named: bool
+
+    def outputs(self, raw: np.ndarray) -> dict[str, np.ndarray]:
+        """The model's output rows as prediction columns (the most probable class).
+
+        Parameters
+        ----------
+        raw
+            What the model returned: ``(n, 1)`` (sigmoid or regression) or ``(n, K)``.
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            ``prediction`` (the value, or the class name / id) and ``probability_<class>``.
+        """
+        rows = np.asarray(raw)
+        rows = rows if rows.ndim == 2 else rows.reshape(-1, 1)
+        if self.classes is None:
+            return {"prediction": rows[:, 0]}
+        probs = np.stack([1 - rows[:, 0], rows[:, 0]], axis=1) if self.task == "binary" else rows
+        best = np.argmax(probs, axis=1)
+        pred = np.asarray(self.classes, dtype=object)[best] if self.named else best.astype(np.int64)
+        out = {"prediction": pred}
+        out.update({f"probability_{n}": probs[:, j] for j, n in enumerate(self.classes)})
+        return out
+
+    def score(self, table: pa.Table, model: Any) -> dict[str, np.ndarray]:
+        """Encode ``table``'s rows as training did and score them with ``model``.
+
+        Parameters
+        ----------
+        table
+            Rows as the reader parses them (a label column, if any, is ignored).
+        model
+            The Keras model at ``model_path``.
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            The prediction columns, one value per row, in row order.
+        """
+        if not table.num_rows:
+            return self.outputs(np.zeros((0, len(self.classes or ()) if self.task == "multiclass"
+                                          else 1), dtype=np.float32))
+        x = encode_features(table, self.encoding)
+        return self.outputs(model.predict(x, batch_size=PREDICT_BATCH, verbose=0))
+
+
+# ------------------------------------------------------------------------------ workers
+_MODELS: dict[tuple[str, int], Any] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _model(path: str, stamp: int) -> Any:
+    """The model at ``path``, loaded once per worker process (and again when the file changes)."""
+    with _MODELS_LOCK:
+        model = _MODELS.get((path, stamp))
+        if model is None:
+            _MODELS.clear()
+            model = _MODELS[(path, stamp)] = keras.saving.load_model(path, compile=False)
+        return model
+
+
+def score_block(index: int, block: Any, options: Any, scorer: Scorer, keep: tuple[str, ...],
+                schema: pa.Schema) -> tuple[pa.Table, int]:
+    """Score one block (on a worker): its prediction table in row order and its rejected lines."""
+    model = _model(scorer.model_path, scorer.stamp)
+    needed = (*(c.name for c in scorer.encoding.columns), *keep)
+    parts = []
+    rejects: list[str] = []
+    for table in block_tables(index, block, options, None, rejects):
+        _check_columns(table, needed, block)
+        cols = scorer.score(table, model)
+        arrays = [_kept(table.column(k), schema.field(k).type, k, block) for k in keep]
+        arrays += [pa.array(cols[name], type=schema.field(name).type) for name in cols]
+        parts.append(pa.Table.from_arrays(arrays, schema=schema))
+    table = pa.concat_tables(parts) if parts else schema.empty_table()
+    return table, len(rejects)
+
+
+def _check_columns(table: pa.Table, needed: Sequence[str], block: Any) -> None:
+    missing = [n for n in needed if n not in table.column_names]
+    if missing:
+        raise SchemaError(
+            f"Expected the columns the model was trained on in {block.describe()}. Received: no "
+            f"column {', '.join(map(repr, missing))} (columns: {table.column_names[:20]}).\n"
+            "Hint: give the data the training header; the label may be left out."
+        )
+
+
+def _kept(col: pa.ChunkedArray, target: pa.DataType, name: str, block: Any) -> pa.ChunkedArray:
+    """A passed-through column in the output's type (the same in every block)."""
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    try:
+        return col.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+        raise DataError(
+            f"Expected column {name!r} (--keep) to hold {target} values as in the training data. "
+            f"Received: {col.type} in {block.describe()} ({err}).\nHint: keep it as text with "
+            f"--dtype {name}=string when training, or leave it out of --keep."
+        ) from err
+
+
+# ------------------------------------------------------------------------------ trainer
+def _schema(run: TrainedRun, keep: Sequence[str]) -> pa.Schema:
+    """The output's columns: the kept ones (in the training data's types), then the predictions."""
+    fields = []
+    for k in keep:
+        col = run.manifest.columns.get(k)
+        if col is None or col.kind == "categorical" or col.kind == "empty":
+            t = pa.string()
+        elif col.kind == "datetime":
+            t = pa.timestamp("s")
+        else:
+            t = pa.int64() if col.integer else pa.float64()
+        fields.append(pa.field(k, t))
+    names = class_names(run.manifest)
+    named = getattr(run.manifest, "classes", None)
+    if names is None:
+        fields.append(pa.field("prediction", pa.float32()))
+    else:
+        fields.append(pa.field("prediction", pa.string() if named else pa.int64()))
+        fields += [pa.field(f"probability_{n}", pa.float32()) for n in names]
+    return pa.schema(fields)
+
+
+def _format(output: str) -> str:
+    fmt = SUFFIXES.get(os.path.splitext(output)[1].lower())
+    if fmt is None:
+        raise SchemaError(
+            f"Expected an output file ending in .csv or .parquet. Received: {output!r}.\n"
+            "Hint: e.g. --output predictions.parquet."
+        )
+    return fmt
+
+
+class _Sink:
+    """Writes prediction tables to one CSV or Parquet file, or keeps them for a DataFrame."""
+
+    def __init__(self, f: Any, fmt: str | None, schema: pa.Schema) -> None:
+        self.tables: list[pa.Table] = []
+        self.writer: Any = None
+        if fmt == "parquet":
+            self.writer = pq.ParquetWriter(f, schema)
+        elif fmt == "csv":
+            self.writer = pacsv.CSVWriter(f, schema)
+
+    def add(self, table: pa.Table) -> None:
+        if self.writer is None:
+            self.tables.append(table)
+        elif table.num_rows:
+            self.writer.write_table(table)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _progress(echo: Callable[[str], None], total: int) -> Callable[[int, int, float], None]:
+    """A progress line every 10 % of the blocks (and at the end): rows, rows/s."""
+    shown = [-1]
+
+    def show(done: int, rows: int, seconds: float) -> None:
+        tenth = done * 10 // max(total, 1)
+        if tenth > shown[0] or done == total:
+            shown[0] = tenth
+            echo(f"predict: {done}/{total} blocks, {rows:,} rows, "
+                 f"{rows / max(seconds, 1e-9):,.0f} rows/s")
+
+    return show
+
+
+def _in_order(client: Any, source: Source, scorer: Scorer, keep: tuple[str, ...],
+              schema: pa.Schema, in_flight: int) -> Iterator[tuple[pa.Table, int]]:
+    """Submit blocks, at most ``in_flight`` at a time, and yield their results in block order."""
+    pending: deque[Any] = deque()
+    token = f"{os.getpid()}-{time.monotonic_ns()}"
+    blocks = iter(enumerate(source.blocks))
+    try:
+        while True:
+            while len(pending) < in_flight:
+                item = next(blocks, None)
+                if item is None:
+                    break
+                i, block = item
+                pending.append(client.submit(score_block, i, block, source.options, scorer, keep,
+                                             schema, key=f"daskfeed-predict-{token}-{i}",
+                                             priority=-i, pure=False))
+            if not pending:
+                return
+            future = pending.popleft()
+            yield future.result()
+            future.release()
+    finally:
+        for future in pending:
+            future.cancel()
+
+
+def predict(
+    output_dir: str | os.PathLike[str],
+    data: Any,
+    *,
+    output: str | os.PathLike[str] | None = None,
+    keep: Sequence[str] = (),
+    features: Sequence[str] | None = None,
+    memory_limit: str | int | None = None,
+    nworkers: int | None = None,
+    nthreads: int = 1,
+    scheduler: str | None = None,
+    security: Any = None,
+    blocksize: int | str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    processes: bool = True,
+    echo: Callable[[str], None] = print,
+    quiet: bool = False,
+) -> pd.DataFrame | str:
+    """Score ``data`` with the model a ``daskfeed train`` run wrote to ``output_dir``.
+
+    Out of core: each block of ``data`` is read on a worker with the read options of the
+    training manifest, encoded with the training statistics by the feed's encoder (exactly
+    as training encoded its batches), and scored by the run's ``model.keras``, loaded once
+    per worker. Rows keep their input order; a label column in ``data`` is ignored.
+
+    Parameters
+    ----------
+    output_dir
+        The training run's ``--output`` directory (``model.keras``, ``manifest.json``).
+    data
+        Paths / globs / a list / URLs of CSV or Parquet files with the training header.
+    output
+        A ``.csv`` or ``.parquet`` file, written as the blocks finish (atomically: it
+        appears when complete). None: return a DataFrame (for data that fit in memory).
+    keep
+        Columns of ``data`` passed through in front of the predictions (e.g. ids).
+    features
+        Only for a model over one matrix (``as_matrix``): its feature columns, in order.
+    memory_limit, nworkers, nthreads, scheduler, security, processes
+        The cluster and its budget, as for :func:`daskfeed.train.train`.
+    blocksize
+        CSV bytes per block; default: what the budget gives.
+    storage_options
+        fsspec options for ``s3://`` and other URLs.
+    echo, quiet
+        Where progress lines go; ``quiet``: none.
+
+    Returns
+    -------
+    pandas.DataFrame or str
+        The kept columns, ``prediction`` (the value; for a class label the most probable
+        class: its name, or its id for numeric classes) and ``probability_<class>`` for each
+        class; or the path written when ``output`` is given.
+
+    Raises
+    ------
+    DataNotFoundError
+        When ``output_dir`` holds no trained run, or ``data`` matches no file.
+    SchemaError
+        When ``data`` lacks a feature or ``keep`` column, or ``output`` has another suffix.
+    """
+    run = TrainedRun.open(output_dir, features)
+    keep = tuple(keep)
+    fmt = _format(os.fspath(output)) if output is not None else None
+    clash = sorted(set(keep) & set(output_columns(run.manifest)))
+    if clash:
+        raise SchemaError(f"Expected kept columns other than the prediction columns. Received: "
+                          f"--keep {','.join(clash)}.\nHint: rename that column in the data.")
+    say = (lambda _line: None) if quiet else echo
+    client, budget = open_cluster(memory_limit, nworkers=nworkers, nthreads=nthreads,
+                                  scheduler=scheduler, security=security, processes=processes,
+                                  echo=say)
+    try:
+        source = _source(data, run.manifest, blocksize or budget.blocksize, storage_options)
+        _check_header(source, run, keep)
+        schema = _schema(run, keep)
+        in_flight = max(1, min(2 * budget.nworkers * budget.nthreads,
+                               budget.prefetch // max(1, _result_bytes(source, run, schema))))
+        if output is None:
+            return _score(client, source, run, keep, schema, in_flight, None, say).to_pandas()
+        with writing(output, "wb") as f:
+            _score(client, source, run, keep, schema, in_flight, (f, fmt), say)
+        say(f"wrote {os.fspath(output)}")
+        return os.fspath(output)
+    finally:
+        close_client(client)
+
+
+def _score(client: Any, source: Source, run: TrainedRun, keep: tuple[str, ...],
+           schema: pa.Schema, in_flight: int, sink_to: tuple[Any, str | None] | None,
+           say: Callable[[str], None]) -> pa.Table:
+    """Score every block in order into the file (or a table, returned, when there is none)."""
+    sink = _Sink(*sink_to, schema) if sink_to else _Sink(None, None, schema)
+    show = _progress(say, source.npartitions)
+    rows = rejected = done = 0
+    t0 = time.perf_counter()
+    try:
+        for table, bad in _in_order(client, source, run.scorer, keep, schema, in_flight):
+            sink.add(table)
+            rows, rejected, done = rows + table.num_rows, rejected + bad, done + 1
+            show(done, rows, time.perf_counter() - t0)
+    finally:
+        sink.close()
+    if rejected:
+        say(f"predict: {rejected:,} malformed line(s) skipped (bad_lines="
+            f"{source.options.bad_lines!r}, as in training): no prediction for them")
+    return pa.concat_tables(sink.tables) if sink.tables else schema.empty_table()
+
+
+def _source(data: Any, manifest: Manifest, blocksize: int | str,
+            storage_options: dict[str, Any] | None) -> Source:
+    """The data, read with the options the training data were read with."""
+    o = manifest.read_options or {}
+    return Source(data, blocksize=blocksize, sep=o.get("sep", ","),
+                  encoding=o.get("encoding", "utf-8"), dtype=o.get("dtype") or None,
+                  storage_options=storage_options, bad_lines=o.get("bad_lines", "error"),
+                  na_values=o.get("na_values") or None)
+
+
+def _check_header(source: Source, run: TrainedRun, keep: Sequence[str]) -> None:
+    """Refuse data whose header lacks a feature or a kept column, before any block is read."""
+    header = source.header()
+    missing = [n for n in (*run.features, *keep) if n not in header]
+    if missing:
+        first = source.files[0].path if source.files else "the data"
+        raise SchemaError(
+            f"Expected every feature column the model was trained on"
+            f"{' and the --keep columns' if keep else ''} in the data. Received: {first} has no "
+            f"column {', '.join(map(repr, missing))} (its columns: {header[:20]}).\nHint: the "
+            f"model takes {', '.join(run.features)}; the label {run.manifest.label!r} may be "
+            "left out."
+        )
+
+
+def _result_bytes(source: Source, run: TrainedRun, schema: pa.Schema) -> int:
+    """Estimated bytes of one block's prediction table (rows from the training bytes per row)."""
+    rows = source.options.blocksize / max(run.manifest.bytes_per_row, 1.0)
+    return int(rows * 8 * len(schema))

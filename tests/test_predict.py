@@ -1,0 +1,140 @@
+"""predict: out-of-core scoring of new data with a trained run, the training encoding, input order."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from daskfeed.exceptions import DataNotFoundError, SchemaError
+
+
+def write_rows(root: str, *, n: int, files: int, seed: int, unseen: bool = False) -> None:
+    """Rows with a text column (``unseen``: categories training never saw), blanks, numbers, a date."""
+    os.makedirs(root, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    colors = ["red", "green", "mauve", "ochre"] if unseen else ["red", "green", "blue", "teal"]
+    per = n // files
+    for f in range(files):
+        lines = ["row_id,color,size,count,day,cleared"]
+        for i in range(f * per, (f + 1) * per):
+            color, size = rng.choice(colors), rng.normal(5, 2)
+            label = int(size + 2 * (color == "red") + rng.normal(0, 1) > 6)
+            day = f"2024-{rng.integers(1, 13):02d}-{rng.integers(1, 28):02d}"
+            lines.append(f"{i},{'' if rng.random() < 0.1 else color},"
+                         f"{'' if rng.random() < 0.1 else f'{size:.3f}'},{rng.integers(0, 100)},"
+                         f"{day},{label}")
+        with open(os.path.join(root, f"part{f}.csv"), "w", encoding="utf-8") as fh:
+            fh.write("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    from daskfeed.train import train
+
+    root = tmp_path_factory.mktemp("predict")
+    write_rows(str(root / "train"), n=3000, files=3, seed=0)
+    write_rows(str(root / "held"), n=600, files=3, seed=1, unseen=True)
+    out = str(root / "out")
+    train(str(root / "train" / "*.csv"), label="cleared", exclude=["row_id"], epochs=2,
+          memory_limit="3GB", nworkers=1, output=out, cache=False, verbose=0,
+          echo=lambda _line: None)
+    return {"out": out, "held": str(root / "held" / "*.csv"), "root": str(root)}
+
+
+def reference(trained: dict[str, str]) -> np.ndarray:
+    """In-memory model.predict on the rows encoded by the feed's own function."""
+    from daskfeed._keras import keras
+    from daskfeed.feed import encode_features
+    from daskfeed.scoring import TrainedRun, _source
+    from daskfeed.tables import iter_tables
+
+    run = TrainedRun.open(trained["out"])
+    src = _source(trained["held"], run.manifest, 2**20, None)
+    tables = [t for b in src.blocks for t in iter_tables(b, src.options)]
+    table = pa.concat_tables(tables, promote_options="permissive")
+    model = keras.saving.load_model(os.path.join(trained["out"], "model.keras"), compile=False)
+    return model.predict(encode_features(table, run.encoding), verbose=0)[:, 0]
+
+
+def test_predict_equals_in_memory_model_predict_in_input_order(trained, tmp_path) -> None:
+    from daskfeed.scoring import predict
+
+    lines: list[str] = []
+    df = predict(trained["out"], trained["held"], keep=["row_id"], memory_limit="3GB",
+                 nworkers=1, blocksize="6KiB", echo=lines.append)
+    assert list(df.columns) == ["row_id", "prediction", "probability_0", "probability_1"]
+    assert df["row_id"].tolist() == list(range(600))  # several files, several blocks each
+    ref = reference(trained)
+    assert np.abs(df["probability_1"].to_numpy() - ref).max() <= 1e-6
+    assert (df["prediction"].to_numpy() == (ref > 0.5)).mean() > 0.99
+    assert any("blocks" in line for line in lines)  # the progress lines
+
+    out = str(tmp_path / "p.parquet")
+    assert predict(trained["out"], trained["held"], output=out, memory_limit="3GB", nworkers=1,
+                   blocksize="6KiB", quiet=True) == out
+    assert np.abs(pd.read_parquet(out)["probability_1"].to_numpy() - ref).max() <= 1e-6
+    assert not glob.glob(out + ".tmp-*")
+
+
+def test_cli_predict_writes_csv_with_kept_ids(trained, tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from daskfeed.cli import cli
+
+    out = str(tmp_path / "p.csv")
+    res = CliRunner().invoke(cli, ["predict", trained["out"], trained["held"], "--output", out,
+                                   "--keep", "row_id,day", "--memory-limit", "3GB",
+                                   "--nworkers", "1", "--quiet"])
+    assert res.exit_code == 0, res.output
+    df = pd.read_csv(out)
+    assert list(df.columns)[:2] == ["row_id", "day"] and df["row_id"].tolist() == list(range(600))
+    assert np.abs(df["probability_1"].to_numpy() - reference(trained)).max() <= 1e-6
+
+
+def test_clear_errors(trained, tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from daskfeed.cli import cli
+    from daskfeed.scoring import predict
+
+    with pytest.raises(DataNotFoundError, match=r"model\.keras"):
+        predict(str(tmp_path), trained["held"])
+    with pytest.raises(SchemaError, match=r"\.csv or \.parquet"):
+        predict(trained["out"], trained["held"], output=str(tmp_path / "p.xlsx"))
+    bad = tmp_path / "bad.csv"
+    bad.write_text("row_id,color,count,day\n1,red,3,2024-01-01\n", encoding="utf-8")
+    res = CliRunner().invoke(cli, ["predict", trained["out"], str(bad), "--memory-limit", "3GB",
+                                   "--nworkers", "1", "--output", str(tmp_path / "p.csv")])
+    assert res.exit_code == 1
+    assert "'size'" in res.output and "Expected" in res.output and "Hint:" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_data_larger_than_the_budget_stays_within_it(trained, tmp_path) -> None:
+    """More CSV bytes than the whole budget, scored in small blocks: the process tree stays under it."""
+    from daskfeed.rss import RSSSampler
+    from daskfeed.scoring import predict
+
+    big = tmp_path / "big"
+    big.mkdir()
+    rows = open(glob.glob(trained["held"])[0], encoding="utf-8").read().splitlines()
+    body = "\n".join(rows[1:]) + "\n"
+    with open(big / "big.csv", "w", encoding="utf-8") as f:  # ~120 MB of CSV
+        f.write(rows[0] + "\n")
+        for _ in range(120_000_000 // len(body)):
+            f.write(body)
+    budget = 2_500_000_000
+    size = os.path.getsize(big / "big.csv")
+    assert size > 0.04 * budget  # parsed as one frame it would take several times this
+    with RSSSampler(interval=0.1) as rss:
+        out = predict(trained["out"], str(big / "big.csv"), output=str(tmp_path / "p.parquet"),
+                      memory_limit=budget, nworkers=1, blocksize="4MiB", quiet=True)
+    copies = 120_000_000 // len(body)
+    assert pq.ParquetFile(out).metadata.num_rows == copies * (len(rows) - 1)
+    assert rss.overall_peak < budget, rss.overall_peak
