@@ -69,7 +69,18 @@ class Block:
 
 
 def protocol(path: str) -> str:
-    """The fsspec protocol of ``path`` (``"file"`` for a local path)."""
+    """The fsspec protocol of ``path``.
+
+    Parameters
+    ----------
+    path
+        A local path or a URL.
+
+    Returns
+    -------
+    str
+        ``"s3"``, ``"gs"``, ... (``"file"`` for a local path).
+    """
     return path.split("://", 1)[0] if "://" in path else "file"
 
 
@@ -91,7 +102,18 @@ def compression_of(path: str) -> str | None:
 
 
 def is_parquet(path: str) -> bool:
-    """Whether ``path`` is a Parquet file (by its suffix)."""
+    """Whether ``path`` is a Parquet file.
+
+    Parameters
+    ----------
+    path
+        A file's path or URL.
+
+    Returns
+    -------
+    bool
+        True for ``.parquet`` and ``.pq`` (any case).
+    """
     return path.lower().endswith(PARQUET_SUFFIXES)
 
 
@@ -221,13 +243,36 @@ def _refuse_missing_bucket(fs: fsspec.AbstractFileSystem, pattern: str, stripped
 
 
 def reason(err: BaseException) -> str:
-    """``PermissionError: <the store's message>`` (never the credentials: they are not in it)."""
+    """What a storage error says, for a message.
+
+    Parameters
+    ----------
+    err
+        The error fsspec (or the store's client) raised.
+
+    Returns
+    -------
+    str
+        ``PermissionError: <the store's message>``, at most 300 characters of it (never the
+        credentials: they are not in it).
+    """
     text = (getattr(err, "strerror", None) or str(err) or "").strip()
     return f"{type(err).__name__}: {text[:300]}"
 
 
 def credentials_hint(proto: str) -> str:
-    """Where credentials come from, for a permission error on ``proto``."""
+    """Where credentials come from, for a permission error.
+
+    Parameters
+    ----------
+    proto
+        The protocol refused (``"s3"``, ``"file"``, ...).
+
+    Returns
+    -------
+    str
+        One sentence for a ``Hint:`` line.
+    """
     if proto in ("s3", "s3a"):
         return ("check the credentials: storage_options (--storage-options key=... secret=...), "
                 "else AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws/credentials "

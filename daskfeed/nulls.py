@@ -209,20 +209,55 @@ def _nan_to_null(column: pa.ChunkedArray) -> tuple[pa.ChunkedArray, dict[str, in
 
 
 def with_na_counts(table: pa.Table, counts: dict[str, dict[str, int]]) -> pa.Table:
-    """``table`` with ``counts`` (``{column: {marker: count}}``) under :data:`NA_COUNTS_KEY`."""
+    """A table with what its null markers made missing in its schema metadata.
+
+    Parameters
+    ----------
+    table
+        A parsed table.
+    counts
+        ``{column: {marker: count}}``.
+
+    Returns
+    -------
+    pyarrow.Table
+        ``table`` with ``counts`` as JSON under :data:`NA_COUNTS_KEY`.
+    """
     meta = dict(table.schema.metadata or {})
     meta[NA_COUNTS_KEY] = json.dumps(counts, sort_keys=True).encode()
     return table.replace_schema_metadata(meta)
 
 
 def normalize(table: pa.Table) -> pa.Table:
-    """Types that survive nulls and chunking: bool → float64, dates → timestamps."""
+    """Types that survive nulls and chunking: bool → float64, dates → timestamps.
+
+    Parameters
+    ----------
+    table
+        A parsed table (e.g. a Parquet row group).
+
+    Returns
+    -------
+    pyarrow.Table
+        The same columns, those types converted.
+    """
     return pa.Table.from_arrays([normalize_column(c) for c in table.columns],
                                 names=table.column_names)
 
 
 def normalize_column(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    """One column as :func:`normalize` makes it."""
+    """One column as :func:`normalize` makes it.
+
+    Parameters
+    ----------
+    column
+        A parsed column.
+
+    Returns
+    -------
+    pyarrow.ChunkedArray
+        Booleans as float64, dates as timestamps, others as they are.
+    """
     if pa.types.is_boolean(column.type):
         return column.cast(pa.float64())
     if pa.types.is_date(column.type):

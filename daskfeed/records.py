@@ -26,7 +26,23 @@ _BOM = b"\xef\xbb\xbf"
 
 
 def parse_header(line: bytes, sep: str, path: str, encoding: str = "utf-8") -> list[str]:
-    """The column names in a header ``line`` (BOM and line break dropped; [] for an empty line).
+    """The column names in a header line.
+
+    Parameters
+    ----------
+    line
+        The file's first line, as read (a UTF-8 BOM and the line break are dropped).
+    sep
+        The delimiter.
+    path
+        The file (for errors).
+    encoding
+        The file's text encoding.
+
+    Returns
+    -------
+    list of str
+        The names; [] for an empty line.
 
     Raises
     ------
@@ -48,7 +64,26 @@ def parse_header(line: bytes, sep: str, path: str, encoding: str = "utf-8") -> l
 
 
 def refuse_open_quote(f: IO[bytes], block: Block, body: bytes, body_start: int, sep: str) -> None:
-    """Raise :class:`DataError` when a quoted field is open at the end of the byte range."""
+    """Raise :class:`DataError` when a quoted field is open at the end of a byte range.
+
+    Parameters
+    ----------
+    f
+        The open file (read again only to count lines).
+    block
+        The byte range.
+    body
+        Its text; ``body[0]`` is at byte ``body_start`` of the file.
+    body_start
+        Where ``body`` starts in the file.
+    sep
+        The delimiter.
+
+    Raises
+    ------
+    DataError
+        Naming the file, the line, the byte and the range.
+    """
     quotes = Quotes(sep)
     quotes.scan(body, final=True)
     if quotes.inside:
@@ -61,7 +96,22 @@ def refuse_open_quote(f: IO[bytes], block: Block, body: bytes, body_start: int, 
 
 
 def line_number(f: IO[bytes], offset: int, most: int = 256 * 2**20) -> int | None:
-    """Line number (1-based) of byte ``offset`` of file ``f``; None past ``most`` bytes."""
+    """The line number of a byte of a file.
+
+    Parameters
+    ----------
+    f
+        The open file (seeked to 0 and read).
+    offset
+        The byte.
+    most
+        Bytes counted at most.
+
+    Returns
+    -------
+    int or None
+        1-based; None when ``offset`` is past ``most`` bytes.
+    """
     if offset > most:
         return None
     f.seek(0)
@@ -73,7 +123,18 @@ def line_number(f: IO[bytes], offset: int, most: int = 256 * 2**20) -> int | Non
 
 
 def quote_limit(blocksize: int) -> int:
-    """Bytes a quoted field may stay open in a stream before it is taken for an unbalanced quote."""
+    """Bytes a quoted field may stay open in a stream before it is taken for an unbalanced quote.
+
+    Parameters
+    ----------
+    blocksize
+        The read's blocksize.
+
+    Returns
+    -------
+    int
+        Four blocksizes, at least 64 MiB.
+    """
     return max(4 * blocksize, 64 * 2**20)
 
 
@@ -81,10 +142,28 @@ def record_buffers(f: IO[bytes], start: int, size: int, *, path: str = "", sep: 
                    limit: int | None = None, compressed: bool = True) -> Iterator[tuple[int, bytes]]:
     """Buffers of whole records, about ``size`` bytes each, of a (decompressed) stream.
 
-    Yields ``(stream offset, buffer)``; each buffer ends at a line break outside quoted fields.
-    The stream is scanned once, in order (:class:`Quotes`), so the work is linear in its
-    length; ``start`` is the stream offset of its first byte (the header is before it). Only
-    an empty read ends the stream.
+    Each buffer ends at a line break outside quoted fields. The stream is scanned once, in
+    order (:class:`Quotes`), so the work is linear in its length. Only an empty read ends it.
+
+    Parameters
+    ----------
+    f
+        The (decompressed) stream, after its header line.
+    start
+        The stream offset of its first byte (the header is before it).
+    size
+        Bytes per buffer, about.
+    path, sep
+        The file (for errors) and its delimiter.
+    limit
+        Bytes a quoted field may stay open (default :func:`quote_limit`).
+    compressed
+        Whether offsets are of decompressed text (for errors).
+
+    Yields
+    ------
+    tuple of (int, bytes)
+        The stream offset of each buffer and the buffer.
 
     Raises
     ------
@@ -244,9 +323,27 @@ def _quote_flips_in_order(odd: np.ndarray, at_field_start: np.ndarray, inside: b
 
 def unclosed_quote(path: str, buf: bytes | bytearray, opened: int, pos: int, line: int | None,
                     compressed: bool, what: str, hint: str = "") -> DataError:
-    """The error for an unbalanced quote at ``buf[opened]``; ``buf[0]`` is at ``pos``, ``line``.
+    """The error for an unbalanced quote.
 
-    ``line`` None: the line number is not known (counted from ``pos`` instead).
+    Parameters
+    ----------
+    path
+        The file.
+    buf
+        Text of the file; ``buf[0]`` is at byte ``pos``, on line ``line``.
+    opened
+        Where the quote is in ``buf``.
+    pos, line
+        Where ``buf`` starts; ``line`` None: not known (counted from ``pos`` instead).
+    compressed
+        Whether ``pos`` is an offset into decompressed text.
+    what, hint
+        What became of the field, and an extra hint.
+
+    Returns
+    -------
+    DataError
+        To raise.
     """
     line_start = buf.rfind(b"\n", 0, opened) + 1
     at_line = buf.count(b"\n", 0, opened)

@@ -134,7 +134,18 @@ def _small_file_table(body: bytes, start: int, names: list[str], block: Block,
 def refuse_unclosed(body: bytes, first: int, start: int, block: Block, sep: str) -> None:
     """Raise :class:`DataError` when a quote opened in ``body[first:]`` is never closed.
 
-    ``body[first]`` starts a record; ``body`` starts at byte ``start`` of the file, on line 2.
+    Parameters
+    ----------
+    body
+        A small file's text after its header: starts at byte ``start``, on line 2.
+    first
+        Where to start looking (a record's start).
+    start
+        The header's length.
+    block
+        The file's block.
+    sep
+        The delimiter.
 
     Raises
     ------
@@ -250,6 +261,22 @@ def with_markers(table: pa.Table, forced: dict[str, pa.DataType], options: ReadO
                  block: Block) -> pa.Table:
     """The null-marker rule on every column, counts in the metadata, types normalized.
 
+    Parameters
+    ----------
+    table
+        As :func:`read_csv` parsed it (or converted from pandas).
+    forced
+        The dtype overrides (those columns were read as text).
+    options
+        The read options (the user's null markers).
+    block
+        Where the table is from (for errors).
+
+    Returns
+    -------
+    pyarrow.Table
+        What :func:`iter_tables` yields.
+
     Raises
     ------
     DataError
@@ -266,16 +293,51 @@ def with_markers(table: pa.Table, forced: dict[str, pa.DataType], options: ReadO
 
 
 def dtype_overrides(options: ReadOptions, names: list[str]) -> dict[str, pa.DataType]:
-    """The dtype overrides of the columns ``names``, as Arrow types."""
+    """The dtype overrides of some columns, as Arrow types.
+
+    Parameters
+    ----------
+    options
+        The read options (``dtype``: column to dtype name).
+    names
+        The columns of the text being parsed.
+
+    Returns
+    -------
+    dict
+        Column name to Arrow type, for the columns in ``names`` only.
+    """
     return {k: _arrow_type(v) for k, v in options.dtype if k in names}
 
 
 def read_csv(body: bytes, names: list[str], block: Block, options: ReadOptions,
              rejects: list[str] | None, forced: dict[str, pa.DataType], whole: bool,
              types: dict[str, pa.DataType] | None = None) -> pa.Table:
-    """Parse ``body`` with pyarrow: only empty fields are null; forced columns read as text.
+    """Parse CSV text with pyarrow: only empty fields are null; forced columns read as text.
 
-    ``types``: the column types to parse into instead (forced columns as text among them).
+    Parameters
+    ----------
+    body
+        Whole records, no header.
+    names
+        The header's column names.
+    block
+        Where the text is from (for errors).
+    options
+        How to parse it.
+    rejects
+        Lines skipped under ``bad_lines="skip"|"quarantine"`` are appended here.
+    forced
+        The dtype overrides (see :func:`dtype_overrides`).
+    whole
+        Whether quoted fields may hold line breaks.
+    types
+        The column types to parse into instead of inferring them (forced columns as text).
+
+    Returns
+    -------
+    pyarrow.Table
+        As parsed: no null markers applied yet (see :func:`with_markers`).
 
     Raises
     ------
@@ -308,20 +370,34 @@ def read_csv(body: bytes, names: list[str], block: Block, options: ReadOptions,
             ),
         )
     except (pa.ArrowInvalid, UnicodeDecodeError) as err:
-        hint = ("Hint: fix or remove the line, or pass bad_lines='skip' (--bad-lines skip) to drop "
-                "such lines and count them, or 'quarantine' to also write them to a rejects file."
-                if "Expected" in str(err) and "columns" in str(err) else
-                "Hint: check this part of the file for malformed lines or a different delimiter.")
-        raise DataError(
-            f"Cannot parse {block.describe()}: {str(err).strip()}\n"
-            "Expected rows with the header's columns "
-            f"({len(names)}: {', '.join(names[:8])}{', ...' if len(names) > 8 else ''}).\n"
-            f"{hint}"
-        ) from err
+        raise _parse_error(err, block, names) from err
+
+
+def _parse_error(err: Exception, block: Block, names: list[str]) -> DataError:
+    """What pyarrow could not parse, where, and what to do about it."""
+    hint = ("Hint: fix or remove the line, or pass bad_lines='skip' (--bad-lines skip) to drop "
+            "such lines and count them, or 'quarantine' to also write them to a rejects file."
+            if "Expected" in str(err) and "columns" in str(err) else
+            "Hint: check this part of the file for malformed lines or a different delimiter.")
+    return DataError(
+        f"Cannot parse {block.describe()}: {str(err).strip()}\n"
+        "Expected rows with the header's columns "
+        f"({len(names)}: {', '.join(names[:8])}{', ...' if len(names) > 8 else ''}).\n"
+        f"{hint}"
+    )
 
 
 def check_text(table: pa.Table, block: Block, encoding: str) -> None:
     """Refuse a column pyarrow left as binary: bytes that are not ``encoding`` text.
+
+    Parameters
+    ----------
+    table
+        As :func:`read_csv` parsed it.
+    block
+        Where it is from.
+    encoding
+        The text encoding the file was read with.
 
     Raises
     ------
