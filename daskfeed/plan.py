@@ -147,26 +147,12 @@ def make_plan(
     index, nshards = shard
     if not 0 <= index < nshards:
         raise ValueError(f"Expected 0 <= shard index < shard count. Received: shard={shard}")
-    parts = [p for p in range(len(counts)) if p % nshards == index and counts[p] > 0]
+    blocks = [b for b in range(len(counts)) if b % nshards == index and counts[b] > 0]
     if shuffle:
-        order = np.random.default_rng([int(seed), int(epoch), 0]).permutation(len(parts))
-        parts = [parts[j] for j in order]
-    target = max(1, int(window_rows or 1))
-    windows: list[Window] = []
-    group: list[int] = []
-    rows = 0
-    offset = 0
-    for p in parts:
-        group.append(p)
-        rows += int(counts[p])
-        if rows >= target:
-            windows.append(Window(len(windows), tuple(group), rows, offset))
-            offset += rows
-            group, rows = [], 0
-    if group:
-        windows.append(Window(len(windows), tuple(group), rows, offset))
-        offset += rows
-    total = offset
+        order = np.random.default_rng([int(seed), int(epoch), 0]).permutation(len(blocks))
+        blocks = [blocks[j] for j in order]
+    windows = _windows(blocks, counts, max(1, int(window_rows or 1)))
+    total = windows[-1].offset + windows[-1].rows if windows else 0
     num_batches = total // batch_size if drop_remainder else -(-total // batch_size)
     rows = num_batches * batch_size if drop_remainder else total
     if max_batches is not None and max_batches < num_batches:
@@ -184,6 +170,23 @@ def make_plan(
         _starts=tuple(w.offset for w in windows),
         dropped=total - rows,
     )
+
+
+def _windows(blocks: list[int], counts: Sequence[int], target: int) -> list[Window]:
+    """Consecutive ``blocks`` grouped into windows of at least ``target`` rows (the last: fewer)."""
+    windows: list[Window] = []
+    members: list[int] = []
+    rows = offset = 0
+    for b in blocks:
+        members.append(b)
+        rows += int(counts[b])
+        if rows >= target:
+            windows.append(Window(len(windows), tuple(members), rows, offset))
+            offset += rows
+            members, rows = [], 0
+    if members:
+        windows.append(Window(len(windows), tuple(members), rows, offset))
+    return windows
 
 
 def shard_rows(counts: Sequence[int], nshards: int) -> list[int]:
