@@ -1,4 +1,4 @@
-"""The persisted result of a scan: :class:`Column` and :class:`Manifest` (JSON), and the split it describes.
+"""The persisted result of a scan: :class:`Column` and :class:`Manifest` (JSON).
 
 A manifest carries the fingerprint of the data and the settings it was made with, so it can be
 reused instead of rescanning (:meth:`Manifest.check_settings`). The scan itself is
@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 from daskfeed.atomic import write_file
 from daskfeed.exceptions import ManifestMismatchError, SchemaError
 from daskfeed.packing import pack_blocks, unpack_blocks
+from daskfeed.split import scanned_blocks
 
 if TYPE_CHECKING:
     from daskfeed.source import Source
 
-__all__ = ["SUBSETS", "Column", "Manifest", "id_warning", "read_reusable", "read_settings",
-           "scanned_blocks", "split_settings", "unknown_column"]
+__all__ = ["Column", "Manifest", "id_warning", "read_reusable", "read_settings", "unknown_column"]
 
 # 2: a text label's classes (label_classes); 3: the blocks packed (daskfeed.packing).
 # A manifest of another version is scanned again (read_reusable says so in one line).
@@ -237,7 +237,7 @@ class Manifest:
                  split: dict[str, Any] | None = None) -> tuple[str, Any, Any] | None:
         """The first setting that shaped this manifest and differs now: ``(name, made with, now)``.
 
-        None when the label, the vocabulary size, the split (:func:`split_settings`) and every
+        None when the label, the vocabulary size, the split (:func:`~daskfeed.split.split_settings`) and every
         read option match (the files themselves are checked by :meth:`check_fingerprint`).
         """
         now = {"label": label, "vocabulary_size": vocabulary_size, **read_settings(source),
@@ -478,46 +478,6 @@ def _class_weight(key: Any, value: Any) -> float:
             f"{key!r}.\nHint: e.g. '{{\"0\": 1, \"1\": 9}}'."
         )
     return w
-
-
-SUBSETS = ("training", "validation")
-
-
-def split_settings(validation_split: float | None, subset: str | None,
-                   seed: int) -> dict[str, Any] | None:
-    """The split a manifest is made for, checked (None: the whole data).
-
-    Raises
-    ------
-    ValueError
-        When the fraction is outside (0, 1) or ``subset`` is not "training" / "validation".
-    """
-    if validation_split is None or validation_split == 0:
-        if subset is not None:
-            raise ValueError(f"Expected subset=None without validation_split. Received: "
-                             f"subset={subset!r}.\nHint: pass validation_split=0.1 (for example) "
-                             "to split the data.")
-        return None
-    if not 0.0 < float(validation_split) < 1.0:
-        raise ValueError(f"Expected 0 < validation_split < 1. Received: "
-                         f"validation_split={validation_split!r}.")
-    if subset not in SUBSETS:
-        raise ValueError(
-            f"Expected subset='training' or subset='validation' with validation_split="
-            f"{validation_split}. Received: subset={subset!r}.\nHint: make the training sequence "
-            "with subset='training' and the validation one with subset='validation' and the "
-            "same seed (as Keras' image_dataset_from_directory does)."
-        )
-    return {"validation_split": float(validation_split), "subset": subset, "seed": int(seed)}
-
-
-def scanned_blocks(npartitions: int, split: dict[str, Any] | None) -> list[int]:
-    """The blocks a manifest made for ``split`` describes (all of them without one)."""
-    if split is None:
-        return list(range(npartitions))
-    validation = set(split["validation_partitions"])
-    keep = split["subset"] == "validation"
-    return [i for i in range(npartitions) if (i in validation) == keep]
 
 
 def read_reusable(path: str | os.PathLike[str]) -> Manifest | None:

@@ -27,11 +27,8 @@ from daskfeed.manifest import (
     Manifest,
     read_reusable,
     read_settings,
-    scanned_blocks,
-    split_settings,
     unknown_column,
 )
-from daskfeed.plan import split_partitions
 from daskfeed.prefetch import explain
 from daskfeed.scan_task import quarantined, scan_blocks
 from daskfeed.schema import (
@@ -43,6 +40,7 @@ from daskfeed.schema import (
     wide_notes,
 )
 from daskfeed.source import Source
+from daskfeed.split import block_sizes, held_out, scanned_blocks, split_settings
 from daskfeed.stats import (
     class_counts,
     finish_stats,
@@ -57,7 +55,7 @@ if TYPE_CHECKING:
 
     Data = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Source | dd.DataFrame
 
-__all__ = ["ScanProgress", "block_sizes", "build_manifest", "held_out", "scan", "scan_tasks"]
+__all__ = ["ScanProgress", "build_manifest", "scan", "scan_tasks"]
 
 # (rows, bytes done, bytes in all, seconds, finished)
 ProgressCallback = Callable[[int, int, int, float, bool], None]
@@ -192,20 +190,6 @@ def _likely_sep(header: list[str]) -> str | None:
     counts = {sep: header[0].count(sep) for sep in ("\t", ";", "|", ",")}
     best = max(counts, key=lambda sep: counts[sep])
     return best if counts[best] else None
-
-
-def held_out(src: Source, split: dict[str, Any]) -> tuple[int, ...]:
-    """The blocks of ``src`` held out for validation by ``split`` (whole blocks)."""
-    keys = [f"{b.path}\0{b.offset}" for b in src.blocks]
-    return split_partitions(keys, block_sizes(src), validation_split=split["validation_split"],
-                            seed=split["seed"])
-
-
-def block_sizes(src: Source) -> list[int]:
-    """Bytes of every block of ``src`` (a whole file: its size; a frame's partition: 1)."""
-    if src.frame is not None:
-        return [1] * src.npartitions
-    return [b.length if b.length >= 0 else src.files[b.file_index].size for b in src.blocks]
 
 
 # ----------------------------------------------------------------------------- on the cluster

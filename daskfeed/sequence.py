@@ -29,11 +29,12 @@ from daskfeed.exceptions import ClusterError, DaskfeedError, ManifestMismatchErr
 from daskfeed.feed import Encoding, WindowData, concat
 from daskfeed.handoff import make_handoff_dir, remove_handoff_dir
 from daskfeed.lifecycle import Stop, run_at_exit
-from daskfeed.manifest import Manifest, id_warning, split_settings
+from daskfeed.manifest import Manifest, id_warning
 from daskfeed.plan import EpochPlan
 from daskfeed.prefetch import Prefetcher, WindowCancelled
 from daskfeed.scanner import scan
 from daskfeed.source import Source
+from daskfeed.split import split_settings
 from daskfeed.windows import WindowTasks
 
 __all__ = ["DaskSequence"]
