@@ -90,7 +90,7 @@ def test_jax_trains_fits_and_reloads(wide_data: str, tmp_path) -> None:
     script.write_text(_JAX_SCRIPT)
     out = str(tmp_path / "out")
     proc = subprocess.run([sys.executable, str(script), wide_data, out], capture_output=True,
-                          text=True, env=_env("jax"), timeout=420, cwd=tmp_path)
+                          text=True, env=_env("jax"), timeout=540, cwd=tmp_path)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(lines[-1][len("REPORT "):])
