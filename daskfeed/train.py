@@ -43,6 +43,7 @@ from daskfeed.outputs import (
 from daskfeed.ranks import Rank, SharedScan, join_scan, rank_output, resolve_rank, scan_key, shard_line
 from daskfeed.rss import RSSSampler
 from daskfeed.sequence import DaskSequence
+from daskfeed.serving import export as export_serving
 from daskfeed.source import Source
 from daskfeed.watch import WatchCallback, summary_lines
 
@@ -338,6 +339,10 @@ def _fit(run: _Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reuse
     history = checkpointer.history
     stopping = report_early_stopping(stopper, opts.epochs, echo)
     net.save(os.path.join(run.out, "model.keras"))
+    try:  # serving/: the same model taking raw column values
+        export_serving(run.out, model=net, features=list(train_seq.features), echo=echo)
+    except (DaskfeedError, ValueError, TypeError) as err:  # model.keras stands; say why not
+        warnings.warn(f"serving/ not written: {err}", stacklevel=2)
     write_history(run.out, history, budget=run.budget, rows=train_seq.rows,
                   peak_rss=rss.overall_peak, bad_lines=bad_report, weight=opts.fit.weight,
                   class_weights=weights, split=split_report(train_seq, val_seq),

@@ -1,0 +1,54 @@
+"""serving/: the SavedModel train writes takes raw column values and scores as predict does."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_predict import write_rows
+
+
+def test_serving_takes_raw_columns_and_matches_predict(tmp_path) -> None:
+    import tensorflow as tf
+
+    from daskfeed.scoring import predict
+    from daskfeed.train import train
+
+    write_rows(str(tmp_path / "train"), n=2000, files=2, seed=0)
+    write_rows(str(tmp_path / "held"), n=400, files=2, seed=1, unseen=True)  # unseen colors
+    out = str(tmp_path / "out")
+    train(str(tmp_path / "train" / "*.csv"), label="cleared", exclude=["row_id"], epochs=1,
+          memory_limit="3GB", nworkers=1, output=out, cache=False, verbose=0,
+          echo=lambda _line: None)
+    assert os.path.isfile(os.path.join(out, "serving", "saved_model.pb"))
+
+    held = pd.concat([pd.read_csv(p, dtype=str, keep_default_na=False)
+                      for p in sorted(glob.glob(str(tmp_path / "held" / "*.csv")))])
+    assert (held["color"] == "").any() and (held["size"] == "").any()  # blanks: missing
+    assert set(held["color"]) - {"red", "green", "blue", "teal", ""}  # out of the vocabulary
+    raw = {"color": tf.constant(held["color"].tolist()),
+           "size": tf.constant(pd.to_numeric(held["size"]).to_numpy(dtype=np.float64)),
+           "count": tf.constant(pd.to_numeric(held["count"]).to_numpy(dtype=np.float64)),
+           "day": tf.constant(held["day"].tolist())}
+    loaded = tf.saved_model.load(os.path.join(out, "serving"))  # kept: serve uses its variables
+    served = loaded.serve(raw)
+
+    scored = predict(out, str(tmp_path / "held" / "*.csv"), memory_limit="3GB", nworkers=1,
+                     quiet=True)
+    probs = served["probabilities"].numpy()
+    assert probs.shape == (400, 2)
+    assert np.abs(probs[:, 1] - scored["probability_1"].to_numpy()).max() <= 1e-5
+    assert np.abs(probs[:, 0] - scored["probability_0"].to_numpy()).max() <= 1e-5
+    names = [n.decode() for n in served["class_name"].numpy()]
+    assert names == [str(v) for v in scored["prediction"]]
+
+
+def test_export_refuses_a_directory_without_a_run(tmp_path) -> None:
+    from daskfeed.exceptions import DataNotFoundError
+    from daskfeed.serving import export
+
+    with pytest.raises(DataNotFoundError, match="manifest"):
+        export(tmp_path)
