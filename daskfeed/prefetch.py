@@ -211,9 +211,6 @@ class Prefetcher:
     stop
         The :class:`~daskfeed.lifecycle.Stop` whose request ends every wait with
         :class:`~daskfeed.lifecycle.Aborted`; default: the process-wide one.
-    load
-        ``load(result) -> data``: what a window's gathered result becomes (e.g. a mapped
-        handoff file), in the fetch thread; default: the result itself.
 
     Notes
     -----
@@ -234,7 +231,6 @@ class Prefetcher:
         timeout: float,
         describe: Callable[[int], str] = str,
         stop: Stop | None = None,
-        load: Callable[[Any], Any] | None = None,
     ) -> None:
         self._submit = submit
         self._estimate = estimate
@@ -243,7 +239,6 @@ class Prefetcher:
         self.budget = int(budget)
         self.timeout = float(timeout)
         self._describe = describe
-        self._load = load
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
         self._lock = threading.RLock()
         self._watching: dict[int, _Entry] = {}  # in flight, to gather as soon as finished
@@ -450,8 +445,6 @@ class Prefetcher:
             if future is None or entry.cancelled:  # reset() (an epoch change) cancelled it
                 raise WindowCancelled(f"window {w} was cancelled by an epoch change")
             data = _result(future, self.timeout, stop, self._process_stop)
-            if self._load is not None:
-                data = self._load(data)
         except TimeoutError as err:
             if not entry.ready.is_set():
                 entry.error = self._timeout_error(w, err)

@@ -27,7 +27,6 @@ from daskfeed.dashboard import EpochSpans
 from daskfeed.epoch import EpochCursor, EpochStats, PlanSettings
 from daskfeed.exceptions import ClusterError, DaskfeedError, ManifestMismatchError, SchemaError
 from daskfeed.feed import Encoding, WindowData, concat
-from daskfeed.handoff import make_handoff_dir, remove_handoff_dir
 from daskfeed.lifecycle import Stop, run_at_exit
 from daskfeed.manifest import Manifest, id_warning
 from daskfeed.plan import EpochPlan
@@ -52,7 +51,6 @@ class _Owner:
     def __init__(self) -> None:
         self.client: Any = None
         self.owns = False
-        self.handoff_dir: str | None = None  # window files of this sequence (removed at close)
         self.pid = os.getpid()
         _OWNERS.add(self)
 
@@ -62,8 +60,6 @@ class _Owner:
             return
         client, owns = self.client, self.owns
         self.client, self.owns = None, False
-        remove_handoff_dir(self.handoff_dir)
-        self.handoff_dir = None
         if owns and client is not None:
             close_client(client)
 
@@ -185,11 +181,6 @@ class DaskSequence(keras.utils.PyDataset):
         A :class:`daskfeed.lifecycle.Stop`: its request ends every wait for a batch at once
         (:class:`~daskfeed.lifecycle.Aborted`); default: the process-wide one, which SIGINT /
         SIGTERM also end.
-    handoff
-        Let workers that share this machine's filesystem hand windows over as files the
-        trainer memory-maps (``/dev/shm`` or the temporary directory; checked once, at
-        construction) instead of sending them through the scheduler (default
-        ``daskfeed.handoff``, true). Remote workers always send them.
     **kwargs
         ``workers`` and ``max_queue_size`` for ``keras.utils.PyDataset``;
         ``use_multiprocessing=True`` is refused (:class:`~daskfeed.SchemaError`).
@@ -261,7 +252,6 @@ class DaskSequence(keras.utils.PyDataset):
         spans: EpochSpans | None = None,
         scan_progress: Any = None,
         stop: Stop | None = None,
-        handoff: bool | None = None,
         **kwargs: Any,
     ) -> None:
         _refuse_multiprocessing(kwargs)
@@ -294,10 +284,8 @@ class DaskSequence(keras.utils.PyDataset):
         self.failure: DaskfeedError | None = None  # the last error a batch raised
         self.spans = spans  # one distributed.span per epoch for the windows (dashboard)
         self._stop = stop  # None: the process-wide stop request (daskfeed.lifecycle)
-        if config.get("handoff", handoff):
-            self._owner.handoff_dir = make_handoff_dir(self._client, self.prefetch_bytes)
         self._windows = WindowTasks(self.source, self.manifest.fingerprint, self.encoding,
-                                    self.cache, spans, self._owner.handoff_dir)
+                                    self.cache, spans)
         self._cursor = self._new_cursor(0, 0)
 
     # -- construction steps -----------------------------------------------------------
@@ -478,13 +466,11 @@ class DaskSequence(keras.utils.PyDataset):
 
     def _new_prefetcher(self, plan: EpochPlan, order: list[int]) -> Prefetcher:
         """A prefetcher bound to ``plan``, whatever epoch comes next."""
-        self._windows.sweep(keep=plan)  # files of the windows of the last plan never opened
         pf = Prefetcher(
             functools.partial(self._submit, plan),
             functools.partial(self._windows.estimate, plan), order,
             budget=self.prefetch_bytes, timeout=self.timeout,
             describe=functools.partial(self._windows.describe, plan), stop=self._stop,
-            load=self._windows.load,
         )
         if self._client is not None:  # unpickled copies start on their first batch
             pf.start()

@@ -2,22 +2,17 @@
 
 A window's task reads its blocks (or computes its dask partitions), encodes and shuffles the
 rows on a worker (:func:`~daskfeed.feed.read_window`, :func:`~daskfeed.feed.encode_window`),
-and sends back a :class:`~daskfeed.feed.WindowData` -- or, when the workers share the
-trainer's filesystem, writes it to a file the trainer maps (:mod:`daskfeed.handoff`).
+and sends back a :class:`~daskfeed.feed.WindowData`.
 """
 
 from __future__ import annotations
 
-import itertools
-import os
-import threading
 from typing import TYPE_CHECKING, Any
 
 from dask.base import tokenize
 
 from daskfeed.dashboard import EpochSpans
-from daskfeed.feed import Encoding, WindowData, encode_window, read_window
-from daskfeed.handoff import WindowFile, discard, open_window, read_window_file, write_window
+from daskfeed.feed import Encoding, encode_window, read_window
 from daskfeed.plan import EpochPlan
 from daskfeed.source import Source
 
@@ -42,18 +37,10 @@ class WindowTasks:
         The block cache on the workers (see :mod:`daskfeed.cache`), or None.
     spans
         One ``distributed.span`` per epoch for its windows (the dashboard), or None.
-    handoff_dir
-        A directory the workers share with the trainer (see
-        :func:`~daskfeed.handoff.make_handoff_dir`): windows come back as files mapped here;
-        None: gathered through the scheduler.
     """
 
     def __init__(self, source: Source, fingerprint: str, encoding: Encoding, cache: Any,
-                 spans: EpochSpans | None, handoff_dir: str | None = None) -> None:
-        self.handoff_dir = handoff_dir
-        self._count = itertools.count()
-        self._lock = threading.Lock()
-        self._files: dict[str, int] = {}  # window files not opened yet -> id of their plan
+                 spans: EpochSpans | None) -> None:
         self.source = source
         self.fingerprint = fingerprint
         self.encoding = encoding
@@ -79,76 +66,29 @@ class WindowTasks:
         win = plan.windows[w]
         seed = plan.seed_of(w)
         # a tuple key: each window its own task group (so its epoch's span), prefix daskfeed-window
-        token = tokenize(self.fingerprint, self.encoding, win.partitions, seed, self.handoff_dir)
-        path = None
-        if self.handoff_dir is not None:  # one file per submission: a key is never reused
-            n = next(self._count)
-            token = f"{token}-{n}"
-            path = os.path.join(self.handoff_dir, f"{token}.window")
-            with self._lock:
-                self._files[path] = id(plan)
+        token = tokenize(self.fingerprint, self.encoding, win.partitions, seed)
         key = (f"daskfeed-window-{token}", w)
         if self.spans is not None:
             with self.spans(plan.epoch):
-                return self._submit(client, plan, w, key, seed, path)
-        return self._submit(client, plan, w, key, seed, path)
+                return self._submit(client, plan, w, key, seed)
+        return self._submit(client, plan, w, key, seed)
 
     def _submit(self, client: Client, plan: EpochPlan, w: int, key: tuple[str, int],
-                seed: tuple[int, ...] | None, path: str | None) -> Future:
+                seed: tuple[int, ...] | None) -> Future:
         blocks = plan.windows[w].partitions
         if self.source.frame is None:
-            read = [(b, self.source.blocks[b]) for b in blocks]
-            if path is not None:
-                return client.submit(read_window_file, read, self.source.options, self.encoding,
-                                     seed, self.cache, path, key=key, retries=1)
-            return client.submit(read_window, read, self.source.options, self.encoding, seed,
-                                 self.cache, key=key, retries=1)
+            return client.submit(read_window, [(b, self.source.blocks[b]) for b in blocks],
+                                 self.source.options, self.encoding, seed, self.cache, key=key,
+                                 retries=1)
         from dask import delayed
 
         if self._frames is None:
             self._frames = self.source.partitions()
-        frames = [self._frames[b] for b in blocks]
-        if path is not None:
-            d = delayed(write_window, pure=True)(
-                delayed(encode_window, pure=True)(*frames, encoding=self.encoding, seed=seed),
-                path, dask_key_name=key)
-        else:
-            d = delayed(encode_window, pure=True)(*frames, encoding=self.encoding, seed=seed,
-                                                  dask_key_name=key)
+        d = delayed(encode_window, pure=True)(
+            *[self._frames[b] for b in blocks], encoding=self.encoding, seed=seed,
+            dask_key_name=key,
+        )
         return client.compute(d, retries=1)
-
-    def load(self, result: WindowFile | WindowData) -> WindowData:
-        """What a window's task returned as a window: a handoff file is mapped (and unlinked).
-
-        Parameters
-        ----------
-        result
-            The gathered result.
-
-        Returns
-        -------
-        WindowData
-            The window's arrays.
-        """
-        if isinstance(result, WindowFile):
-            with self._lock:
-                self._files.pop(result.path, None)
-        return open_window(result)
-
-    def sweep(self, keep: EpochPlan | None) -> None:
-        """Remove the files of windows of other plans than ``keep`` that were never opened.
-
-        Parameters
-        ----------
-        keep
-            The plan whose windows are still wanted (None: none).
-        """
-        with self._lock:
-            gone = [p for p, plan in self._files.items() if keep is None or plan != id(keep)]
-            for p in gone:
-                del self._files[p]
-        for p in gone:
-            discard(p)
 
     def estimate(self, plan: EpochPlan, w: int) -> int:
         """Expected bytes of window ``w`` of ``plan`` once encoded.
@@ -184,12 +124,4 @@ class WindowTasks:
         return f"epoch {plan.epoch}, blocks {', '.join(names)}{more}"
 
     def __getstate__(self) -> dict[str, Any]:
-        state = {**self.__dict__, "_frames": None, "handoff_dir": None, "_files": {}}
-        del state["_lock"], state["_count"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """A copy (another process, maybe another host): windows are gathered."""
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-        self._count = itertools.count()
+        return {**self.__dict__, "_frames": None}
