@@ -167,7 +167,7 @@ def test_scan_cache_and_a_changed_object_on_s3(s3, tmp_path):
     assert len(entries) == 1
     second = _cli(args, env)
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "(2 of the partitions cached)" in second.stdout, second.stdout
+    assert "(2 of the blocks cached)" in second.stdout, second.stdout
 
     client = s3.client()
     key = "validate/split_data_00001.csv"
