@@ -197,7 +197,20 @@ def compile_for(model: keras.Model, manifest: Manifest, *, learning_rate: float 
         "regression": ("mean_squared_error", ["mean_absolute_error"]),
     }[manifest.task]
     model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss=loss, metrics=metrics,
-                  weighted_metrics=list(metrics) if weighted else None)
+                  weighted_metrics=list(metrics) if weighted else None,
+                  loss_weights=_standardized_loss(model, manifest))
+
+
+def _standardized_loss(model: keras.Model, manifest: Manifest) -> float | None:
+    """``1 / var`` of the label when the model ends in the label's units (``label_units``).
+
+    The squared error is then that of standardized targets: gradients stay near 1 whatever the
+    label's scale (a label in the 1e15s would overflow float32 in Adam's second moment).
+    """
+    if manifest.task != "regression" or "label_units" not in {x.name for x in model.layers}:
+        return None
+    var = manifest.columns[manifest.label].var
+    return 1.0 / var if var > 0 and math.isfinite(var) else None
 
 
 def load_builder(spec: str) -> Builder:
