@@ -8,7 +8,8 @@ through the ``log_event`` hook of scheduler plugins and keeps the latest figures
 the same with a ``LocalCluster`` and with a separate ``dask scheduler`` process, whose
 environment needs daskfeed installed (the plugin is pickled by reference).
 
-On the scheduler's HTTP server (the dashboard port) the plugin adds:
+On the scheduler's HTTP server (the dashboard port) the plugin adds (see
+:mod:`daskfeed.dashboard_http`):
 
 - ``/daskfeed``: a page that refreshes itself every 2 s (no JavaScript library);
 - ``/daskfeed/status.json``: the same figures for programs;
@@ -21,10 +22,8 @@ run (``import daskfeed`` stays light), the scheduler when it unpickles the plugi
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import re
 import threading
 import time
 import uuid
@@ -35,9 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
-from tornado import web
 
-from daskfeed import render
+from daskfeed.dashboard_http import COLLECTOR, PLUGIN_NAME, add_routes, http_prefix
 
 __all__ = ["TOPIC", "EpochSpans", "Links", "Status", "WatchPlugin", "install", "report",
            "report_cache", "scan_span"]
@@ -47,7 +45,6 @@ logger = logging.getLogger(__name__)
 TOPIC = "daskfeed"  # trainer -> scheduler: run, progress, epoch and scan events
 SCAN_TOPIC_PREFIX = "daskfeed-scan-"  # scan tasks -> scheduler (daskfeed.scanner.report)
 CACHE_TOPIC = "daskfeed-cache"  # window tasks -> scheduler (report_cache)
-PLUGIN_NAME = "daskfeed-watch"
 HISTORY_LIMIT = 10_000  # epoch records kept on the scheduler
 
 
@@ -226,12 +223,12 @@ class WatchPlugin(SchedulerPlugin):
     async def start(self, scheduler: Any) -> None:
         """Add the routes to the scheduler's HTTP server and the collector to /metrics."""
         self.scheduler = scheduler
-        _add_routes(scheduler)
-        _COLLECTOR.use(self)
+        add_routes(scheduler)
+        COLLECTOR.use(self)
 
     async def close(self) -> None:
         """Stop answering /metrics for this scheduler."""
-        _COLLECTOR.release(self)
+        COLLECTOR.release(self)
 
     def log_event(self, topic: str, msg: Any) -> None:
         """Every event logged on the scheduler passes here; daskfeed's update the figures."""
@@ -250,107 +247,6 @@ def _workers_memory(scheduler: Any) -> dict[str, Any]:
     return {"workers": len(workers),
             "workers_bytes": sum(int(ws.memory.process) for ws in workers),
             "workers_limit_bytes": sum(int(ws.memory_limit or 0) for ws in workers) or None}
-
-
-def _plugin_of(scheduler: Any) -> WatchPlugin | None:
-    plugin = getattr(scheduler, "plugins", {}).get(PLUGIN_NAME)
-    return plugin if isinstance(plugin, WatchPlugin) else None
-
-
-# -- HTTP --------------------------------------------------------------------------------
-class _Handler(web.RequestHandler):
-    def initialize(self, scheduler: Any) -> None:
-        self.scheduler = scheduler
-
-    def _snapshot(self) -> dict[str, Any] | None:
-        self.set_header("Cache-Control", "no-store")
-        plugin = _plugin_of(self.scheduler)
-        if plugin is None:
-            self.set_status(404)
-            self.write("daskfeed is not watching this scheduler (its plugin was removed).\n")
-            return None
-        return plugin.snapshot()
-
-
-class PageHandler(_Handler):
-    """``/daskfeed``: the page; ``/daskfeed?part=body`` its body alone (what the page refetches)."""
-
-    def get(self) -> None:
-        snap = self._snapshot()
-        if snap is not None:
-            self.set_header("Content-Type", "text/html; charset=utf-8")
-            body = render.render_body(snap)
-            self.write(body if self.get_argument("part", "") == "body" else render.render_page(body))
-
-
-class StatusHandler(_Handler):
-    """``/daskfeed/status.json``: the figures as JSON."""
-
-    def get(self) -> None:
-        snap = self._snapshot()
-        if snap is not None:
-            self.set_header("Content-Type", "application/json")
-            self.write(json.dumps(snap, allow_nan=False))
-
-
-def _http_prefix(app: Any) -> str:
-    """The dashboard's URL prefix (``--dashboard-prefix``), read off its ``health`` route."""
-    for rule in getattr(app.default_router, "rules", []):
-        for sub in getattr(rule.target, "rules", []):
-            regex = getattr(sub.matcher, "regex", None)
-            if regex is not None and regex.pattern.endswith("health$"):
-                return regex.pattern[: -len("health$")] or "/"
-    return "/"
-
-
-def _add_routes(scheduler: Any) -> None:
-    app = getattr(scheduler, "http_application", None)
-    if app is None or getattr(app, "_daskfeed_routes", False):
-        return
-    prefix = _http_prefix(app)
-    app.add_handlers(r".*", [
-        (prefix + "daskfeed", PageHandler, {"scheduler": scheduler}),
-        (prefix + re.escape("daskfeed/status.json"), StatusHandler, {"scheduler": scheduler}),
-    ])
-    app._daskfeed_routes = True
-
-
-# -- Prometheus --------------------------------------------------------------------------
-class _Collector:
-    """``daskfeed_*`` series on the process's default registry: one per process, as distributed's.
-
-    It shows the latest started plugin still running (tests and notebooks run several
-    schedulers in one process, one after the other).
-    """
-
-    def __init__(self) -> None:
-        self.plugins: list[WatchPlugin] = []
-        self.registered = False
-
-    def collect(self) -> Iterator[Any]:
-        plugins = list(self.plugins)
-        if not plugins:
-            return
-        try:
-            yield from render.metric_families(plugins[-1].snapshot())
-        except Exception:  # never break the scheduler's own /metrics
-            logger.exception("daskfeed: could not build the daskfeed_* series")
-
-    def use(self, plugin: WatchPlugin) -> None:
-        try:
-            import prometheus_client
-        except ImportError:  # /metrics is distributed's "not available" page then
-            return
-        self.plugins.append(plugin)
-        if not self.registered:
-            prometheus_client.REGISTRY.register(self)  # type: ignore[arg-type]
-            self.registered = True
-
-    def release(self, plugin: WatchPlugin) -> None:
-        self.plugins = [p for p in self.plugins if p is not plugin]
-
-
-_COLLECTOR = _Collector()
 
 
 # -- the trainer's side -----------------------------------------------------------------
@@ -387,7 +283,7 @@ def links(client: Any, prefix: str = "/") -> Links | None:
 def served_prefix(dask_scheduler: Any) -> str:
     """On the scheduler (``client.run_on_scheduler``): the prefix of its HTTP routes."""
     app = getattr(dask_scheduler, "http_application", None)
-    return _http_prefix(app) if app is not None else "/"
+    return http_prefix(app) if app is not None else "/"
 
 
 def install(client: Any) -> Links | None:
