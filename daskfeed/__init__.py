@@ -30,7 +30,7 @@ _LAZY = {
     "make_plan": "daskfeed.plan",
     "Budget": "daskfeed.cluster",
     "DaskSequence": "daskfeed.sequence",
-    "predict": "daskfeed.scoring",
+    "predict": "daskfeed.predictions",
     "default_model": "daskfeed.model",
     "write_demo_data": "daskfeed.demo",
 }

@@ -342,7 +342,7 @@ def cache_clear(entries: tuple[str, ...], root: str | None) -> None:
 def predict(run_dir: str, data: tuple[str, ...], destination: str, keep: str | None,
             blocksize: str | None, quiet: bool, **kw: Any) -> None:
     """Score DATA with the model a train run wrote to OUTPUT, encoded exactly as in training."""
-    from daskfeed.scoring import predict as run_predict  # keras: only when it runs
+    from daskfeed.predictions import predict as run_predict  # keras: only when it runs
 
     scheduler, security = scheduler_and_security(kw)
     run_predict(run_dir, list(data), output=destination,
@@ -351,6 +351,16 @@ def predict(run_dir: str, data: tuple[str, ...], destination: str, keep: str | N
                 nthreads=kw["nthreads"], scheduler=scheduler, security=security,
                 echo=click.echo, quiet=quiet)
 
+
+
+@cli.command(name="export")
+@click.argument("run_dir", metavar="OUTPUT")
+@_friendly
+def export_serving(run_dir: str) -> None:
+    """Write OUTPUT/serving/, a SavedModel taking raw column values (train writes it too)."""
+    from daskfeed.serving import export  # tensorflow: only when it runs
+
+    export(run_dir, echo=click.echo)
 
 if __name__ == "__main__":  # pragma: no cover
     cli()

@@ -51,7 +51,8 @@ def reference(trained: dict[str, str]) -> np.ndarray:
     """In-memory model.predict on the rows encoded by the feed's own function."""
     from daskfeed._keras import keras
     from daskfeed.feed import encode_features
-    from daskfeed.scoring import TrainedRun, _source
+    from daskfeed.predictions import _source
+    from daskfeed.scoring import TrainedRun
     from daskfeed.tables import iter_tables
 
     run = TrainedRun.open(trained["out"])
@@ -63,7 +64,7 @@ def reference(trained: dict[str, str]) -> np.ndarray:
 
 
 def test_predict_equals_in_memory_model_predict_in_input_order(trained, tmp_path) -> None:
-    from daskfeed.scoring import predict
+    from daskfeed.predictions import predict
 
     lines: list[str] = []
     df = predict(trained["out"], trained["held"], keep=["row_id"], memory_limit="3GB",
@@ -101,7 +102,7 @@ def test_clear_errors(trained, tmp_path) -> None:
     from click.testing import CliRunner
 
     from daskfeed.cli import cli
-    from daskfeed.scoring import predict
+    from daskfeed.predictions import predict
 
     with pytest.raises(DataNotFoundError, match=r"model\.keras"):
         predict(str(tmp_path), trained["held"])
@@ -116,25 +117,25 @@ def test_clear_errors(trained, tmp_path) -> None:
     assert "Traceback" not in res.output
 
 
-def test_data_larger_than_the_budget_stays_within_it(trained, tmp_path) -> None:
-    """More CSV bytes than the whole budget, scored in small blocks: the process tree stays under it."""
+def test_many_blocks_stay_within_the_budget(trained, tmp_path) -> None:
+    """Twenty blocks of 2 MiB, a few in flight: the process tree's peak RSS stays in the budget."""
+    from daskfeed.predictions import predict
     from daskfeed.rss import RSSSampler
-    from daskfeed.scoring import predict
 
     big = tmp_path / "big"
     big.mkdir()
     rows = open(glob.glob(trained["held"])[0], encoding="utf-8").read().splitlines()
     body = "\n".join(rows[1:]) + "\n"
-    with open(big / "big.csv", "w", encoding="utf-8") as f:  # ~120 MB of CSV
+    with open(big / "big.csv", "w", encoding="utf-8") as f:  # ~40 MB of CSV
         f.write(rows[0] + "\n")
-        for _ in range(120_000_000 // len(body)):
+        for _ in range(40_000_000 // len(body)):
             f.write(body)
     budget = 2_500_000_000
     size = os.path.getsize(big / "big.csv")
-    assert size > 0.04 * budget  # parsed as one frame it would take several times this
+    assert size > 16 * 2**21  # many blocks: never all in memory at once
     with RSSSampler(interval=0.1) as rss:
         out = predict(trained["out"], str(big / "big.csv"), output=str(tmp_path / "p.parquet"),
-                      memory_limit=budget, nworkers=1, blocksize="4MiB", quiet=True)
-    copies = 120_000_000 // len(body)
+                      memory_limit=budget, nworkers=1, blocksize="2MiB", quiet=True)
+    copies = 40_000_000 // len(body)
     assert pq.ParquetFile(out).metadata.num_rows == copies * (len(rows) - 1)
     assert rss.overall_peak < budget, rss.overall_peak

@@ -14,7 +14,7 @@ from test_predict import write_rows
 def test_serving_takes_raw_columns_and_matches_predict(tmp_path) -> None:
     import tensorflow as tf
 
-    from daskfeed.scoring import predict
+    from daskfeed.predictions import predict
     from daskfeed.train import train
 
     write_rows(str(tmp_path / "train"), n=2000, files=2, seed=0)
