@@ -1,8 +1,8 @@
-"""Feed: runs ON WORKERS — a window's partitions → compact, shuffled numpy arrays.
+"""Feed: runs ON WORKERS — a window's blocks → compact, shuffled numpy arrays.
 
 Only what the model needs crosses the wire: numeric features (missing → the mean), int32 codes
 for string columns (0 = missing, 1 = out of vocabulary, 2.. = vocabulary), and the label (a
-text label as its class code). Rows are permuted across all partitions of the window with the
+text label as its class code). Rows are permuted across all blocks of the window with the
 plan's window seed.
 
 A weight column (``Encoding.weight``) travels as float32, the dtype of Keras' sample weights; it
@@ -26,7 +26,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from daskfeed.cache import block_tables
+from daskfeed.dashboard import report_cache
+from daskfeed.exceptions import DataError, ManifestMismatchError, SchemaError
+from daskfeed.files import compression_of, is_parquet
 from daskfeed.labels import class_codes
+from daskfeed.records import line_number
+from daskfeed.streams import open_file
 
 __all__ = ["ColumnCode", "Encoding", "WindowData", "concat", "encode_features", "encode_frame",
            "encode_table", "encode_window", "numeric_dtype", "read_window", "record_line", "weight_faults"]
@@ -81,8 +87,6 @@ class Encoding:
     def from_manifest(cls, manifest: Any, features: list[str], as_matrix: bool = False,
                       weight: str | None = None) -> Encoding:
         """Build the encoding of ``features`` (and the ``weight`` column) from a manifest."""
-        from daskfeed.exceptions import SchemaError
-
         if as_matrix:
             text = [n for n in features if manifest.columns[n].kind != "numeric"]
             if text:
@@ -193,10 +197,8 @@ def _encode_column(s: pd.Series, code: ColumnCode) -> np.ndarray:
 def encode_frame(df: pd.DataFrame, encoding: Encoding) -> WindowData:
     """Encode a pandas frame in row order; rows without a label are dropped."""
     if encoding.label not in df.columns:
-        from daskfeed.exceptions import SchemaError
-
         raise SchemaError(
-            f"Expected label column {encoding.label!r} in every partition. Received: columns "
+            f"Expected label column {encoding.label!r} in every block. Received: columns "
             f"{list(df.columns)[:20]}.\nHint: give all files the same header."
         )
     label = pd.to_numeric(df[encoding.label], errors="coerce")
@@ -222,8 +224,6 @@ def _checked_weights(values: np.ndarray, name: str) -> np.ndarray:
     """Weights as float32, refusing a missing or negative one (the scan said there is none)."""
     bad = np.isnan(values) | (values < 0)
     if bad.any():
-        from daskfeed.exceptions import ManifestMismatchError
-
         first = values[bad][0]
         raise ManifestMismatchError(
             f"Expected a weight >= 0 in every row with a label, as the scan found in weight "
@@ -293,8 +293,6 @@ def _class_label(col: Any, encoding: Encoding) -> tuple[np.ndarray, np.ndarray |
     codes, labelled = class_codes(col, encoding.label_classes)
     unknown = labelled & (codes < 0)
     if unknown.any():
-        from daskfeed.exceptions import DataError
-
         first = col[int(np.flatnonzero(unknown)[0])].as_py()
         raise DataError(
             f"Expected a class of label {encoding.label!r} the training data have "
@@ -367,10 +365,8 @@ def encode_table(table: Any, encoding: Encoding) -> WindowData:
     lists the same columns in another order line up.
     """
     if encoding.label not in table.column_names:
-        from daskfeed.exceptions import SchemaError
-
         raise SchemaError(
-            f"Expected label column {encoding.label!r} in every partition. Received: columns "
+            f"Expected label column {encoding.label!r} in every block. Received: columns "
             f"{table.column_names[:20]}.\nHint: give all files the same header."
         )
     y, keep = _label_array(table.column(encoding.label), encoding)
@@ -411,23 +407,21 @@ def _number_array(col: Any) -> np.ndarray:
     return pd.to_numeric(col.to_pandas(), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
 
 
-ENCODE_BYTES = 16 << 20  # tables of small partitions are concatenated up to this, then encoded
+ENCODE_BYTES = 16 << 20  # tables of small blocks are concatenated up to this, then encoded
 
 
 def read_window(blocks: list[tuple[int, Any]], options: Any, encoding: Encoding, seed: Any = None,
                 cache: Any = None) -> WindowData:
-    """Read, encode and shuffle a window of ``(index, block)`` partitions in one task (on a worker).
+    """Read, encode and shuffle a window of ``(index, block)`` blocks in one task (on a worker).
 
-    Tables come from the parse cache when ``cache`` holds the partition (only the columns the
-    encoding needs), else are parsed from CSV (and written to the cache). They are encoded in
-    runs of about ``ENCODE_BYTES`` (thousands of small files are not encoded one by one), so the
-    task's peak memory is one such run plus the window's compact arrays, and no parsed frame
-    crosses the network.
+    Tables come from the parse cache when ``cache`` holds the block (only the columns the
+    encoding needs), else are parsed from CSV (and written to the cache). Consecutive tables are
+    encoded together once they hold about ``ENCODE_BYTES`` (thousands of small files are not
+    encoded one by one), so the task's peak memory is those tables plus the window's compact
+    arrays, and no parsed frame crosses the network.
     """
-    from daskfeed.cache import block_tables
-
     parts: list[WindowData] = []
-    run: list[Any] = []
+    pending: list[Any] = []  # tables read, not encoded yet
     size = 0
     columns = encoding.names
     readers: dict[str, Any] = {}  # each cache file opened once per window
@@ -436,22 +430,20 @@ def read_window(blocks: list[tuple[int, Any]], options: Any, encoding: Encoding,
         hits += cache is not None and cache.has(index)
         for table in block_tables(index, block, options, cache, columns=columns, readers=readers):
             if table.num_rows:
-                run.append(table)
+                pending.append(table)
                 size += table.nbytes
             del table
             if size >= ENCODE_BYTES:
-                parts.extend(_encode_run(run, encoding))
-                run, size = [], 0
-                readers.clear()  # unmap what was read: the task holds one run, not the window
-    parts.extend(_encode_run(run, encoding))
+                parts.extend(_encode_tables(pending, encoding))
+                pending, size = [], 0
+                readers.clear()  # unmap what was read: the task holds these tables, not the window
+    parts.extend(_encode_tables(pending, encoding))
     if cache is not None:
-        from daskfeed.dashboard import report_cache
-
         report_cache(hits, len(blocks) - hits)  # the dashboard's cache hit rate
     return _permute(concat(parts), seed) if parts else _empty(encoding)
 
 
-def _encode_run(tables: list[Any], encoding: Encoding) -> list[WindowData]:
+def _encode_tables(tables: list[Any], encoding: Encoding) -> list[WindowData]:
     """Encode tables in order: as one when their columns line up, else one by one."""
     import pyarrow as pa
 
@@ -471,8 +463,6 @@ def weight_faults(index: int, block: Any, options: Any, label: str, weight: str,
     such row (``k``: its place among the partition's parsed rows, ``None`` when there is
     none) with its weight (NaN: missing).
     """
-    from daskfeed.cache import block_tables
-
     out: dict[str, Any] = {"missing": 0, "negative": 0, "row": None, "value": None}
     offset = 0
     for table in block_tables(index, block, options, cache, columns=[label, weight]):
@@ -513,9 +503,6 @@ def record_line(block: Any, options: Any, row: int) -> int | None:
 
     import fsspec
 
-    from daskfeed.files import compression_of, is_parquet
-    from daskfeed.records import line_number
-    from daskfeed.streams import open_file
 
     if is_parquet(block.path):
         return None
