@@ -43,7 +43,7 @@ class FitOptions:
     class_weight
         ``"balanced"`` or ``{class: weight}`` (checked against the manifest later), or None.
     validation_split
-        Fraction held out by partition when there is no validation data, or None.
+        Fraction held out by whole blocks when there is no validation data, or None.
     patience, monitor
         Early stopping: epochs without improvement of ``monitor``; None: no early stopping.
     hidden, dropout, learning_rate

@@ -89,7 +89,11 @@ class _Run:
     client: Client
     budget: Budget
     link: str | None
+    spans: EpochSpans = field(default_factory=EpochSpans)  # one per run: both sequences' epochs
     closing: list[Any] = field(default_factory=list)  # sequences, the shared scan's lock
+
+    def __post_init__(self) -> None:
+        self.progress = scan_bar(self.echo)  # one progress bar for the run's scans
 
 
 def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
@@ -141,10 +145,9 @@ def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
     try:
         with RSSSampler() as rss:
             train_seq, val_seq, reused = _open_data(run)
-            history, extra = _fit(run, train_seq, val_seq, reused, rss)
-        _summary(run, history, extra, time.perf_counter() - t_run, rss)
-        return TrainResult(run.out, history, train_seq.manifest, run.budget, run.link,
-                           extra["model"])
+            history, net, bad_report = _fit(run, train_seq, val_seq, reused, rss)
+        _summary(run, history, bad_report, time.perf_counter() - t_run, rss)
+        return TrainResult(run.out, history, train_seq.manifest, run.budget, run.link, net)
     finally:
         for s in run.closing:
             s.close()
@@ -239,7 +242,7 @@ def _sequence_settings(run: _Run, blocksize: int) -> dict[str, Any]:
     return {"label": run.label, "batch_size": d.batch_size, "client": run.client,
             "window_bytes": run.budget.window_bytes, "as_matrix": d.as_matrix,
             "timeout": d.timeout, "cache": d.cache, "vocabulary_size": d.vocabulary_size,
-            "spans": EpochSpans(), "scan_progress": scan_bar(run.echo), "stop": run.stop,
+            "spans": run.spans, "scan_progress": run.progress, "stop": run.stop,
             **d.read(blocksize)}
 
 
@@ -306,8 +309,11 @@ def _validation_sequence(run: _Run, train_seq: DaskSequence,
 
 
 def _fit(run: _Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused: bool,
-         rss: RSSSampler) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Build the model and its callbacks, fit from the start or the checkpoint, write outputs."""
+         rss: RSSSampler) -> tuple[list[dict[str, Any]], keras.Model, dict[str, Any]]:
+    """Build the model and its callbacks, fit from the start or the checkpoint, write outputs.
+
+    Returns the history, the model and the bad-lines report.
+    """
     opts, echo, ckpt = run.opts, run.echo, run.ckpt
     if opts.fit.weight:
         echo(f"sample weights: column {opts.fit.weight!r} (not a feature); loss and weighted_ "
@@ -347,7 +353,7 @@ def _fit(run: _Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reuse
                   peak_rss=rss.overall_peak, bad_lines=bad_report, weight=opts.fit.weight,
                   class_weights=weights, split=split_report(train_seq, val_seq),
                   early_stopping=stopping, ranks=run.ranks, train_seq=train_seq, ckpt=ckpt)
-    return history, {"model": net, "bad_lines": bad_report}
+    return history, net, bad_report
 
 
 def _start_point(run: _Run, net: keras.Model, stopper: EarlyStopping | None, batches: int) -> tuple[int, int]:
@@ -366,7 +372,7 @@ def _start_point(run: _Run, net: keras.Model, stopper: EarlyStopping | None, bat
     return epoch, batch
 
 
-def _summary(run: _Run, history: list[dict[str, Any]], extra: dict[str, Any], seconds: float,
+def _summary(run: _Run, history: list[dict[str, Any]], bad_report: dict[str, Any], seconds: float,
              rss: RSSSampler) -> None:
     """The closing lines: the validation figure, the summary, what was written."""
     last = history[-1] if history else {}
@@ -376,7 +382,7 @@ def _summary(run: _Run, history: list[dict[str, Any]], extra: dict[str, Any], se
     if metric:
         run.echo(f"{metric.replace('_', ' ')}: {last[metric]:.4f}")
     for line in summary_lines(history, seconds=seconds, budget_bytes=run.budget.total,
-                              peak_rss_bytes=rss.overall_peak, bad_rows=extra["bad_lines"]):
+                              peak_rss_bytes=rss.overall_peak, bad_rows=bad_report):
         run.echo(line)
     run.echo(f"wrote {run.out}/model.keras, manifest.json, history.json, history.png")
 

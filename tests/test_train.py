@@ -64,7 +64,7 @@ def test_train_writes_model_manifest_history(demo_data, tmp_path):
     assert re.search(r"daskfeed page: http://127\.0\.0\.1:\d+/daskfeed \(Prometheus: "
                      r"http://127\.0\.0\.1:\d+/metrics\)", text), text
     # the closing summary, history.png, TensorBoard's logs
-    assert re.search(r"summary: 2 epochs, 80,000 rows trained in [\d.]+s wall time", text), text
+    assert re.search(r"summary: 2 epochs, 80,000 rows trained in [\dhm .]+s wall time", text), text
     assert re.search(r"peak memory of the process tree: [\d.]+ GiB of the 2.79 GiB budget", text), text
     assert (out / "history.png").stat().st_size > 10_000
     assert any((tmp_path / "tb" / "train").iterdir())
