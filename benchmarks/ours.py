@@ -43,8 +43,8 @@ def _sequence(cls: type[DaskSequence], data: Any, features: Sequence[str], label
 
 def _epoch_stats(seq: DaskSequence, epoch: int) -> dict[str, Any]:
     """The sequence's stats of ``epoch`` (Keras may advance it before or after the callbacks)."""
-    st = seq.last_epoch_stats
-    return st if st.get("epoch") == epoch else seq.epoch_stats()
+    st = dict(seq.last_epoch_stats)
+    return st if st.get("epoch") == epoch else dict(seq.epoch_stats())
 
 
 def daskfeed_fit(data: Any, features: Sequence[str], label: str, batch_size: int, epochs: int,
