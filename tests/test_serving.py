@@ -52,3 +52,33 @@ def test_export_refuses_a_directory_without_a_run(tmp_path) -> None:
 
     with pytest.raises(DataNotFoundError, match="manifest"):
         export(tmp_path)
+
+
+@pytest.mark.parametrize("label", ["medal", "price"])
+def test_text_classes_by_name_and_regression_in_label_units(tmp_path, label) -> None:
+    import tensorflow as tf
+
+    from daskfeed.predictions import predict
+    from daskfeed.train import train
+
+    rng = np.random.default_rng(0)
+    x, c = rng.normal(size=600), rng.choice(["a", "b"], 600)
+    data = str(tmp_path / "d.csv")
+    pd.DataFrame({"x": x, "c": c, "medal": np.where(x > 0.5, "gold", np.where(
+        x > -0.5, "silver", "bronze")), "price": 3000 + 1500 * x}).to_csv(data, index=False)
+    out = str(tmp_path / "out")
+    train(data, label=label, exclude=["price" if label == "medal" else "medal"], epochs=1,
+          memory_limit="3GB", nworkers=1, output=out, cache=False, verbose=0,
+          echo=lambda _line: None)
+    scored = predict(out, data, memory_limit="3GB", nworkers=1, quiet=True)
+    loaded = tf.saved_model.load(os.path.join(out, "serving"))
+    served = loaded.serve({"x": tf.constant(x, tf.float64), "c": tf.constant(c.tolist())})
+    if label == "medal":
+        assert list(scored.columns) == ["prediction", "probability_bronze", "probability_gold",
+                                        "probability_silver"]
+        assert [n.decode() for n in served["class_name"].numpy()] == scored["prediction"].tolist()
+        assert np.abs(served["probabilities"].numpy()
+                      - scored.iloc[:, 1:].to_numpy()).max() <= 1e-5
+    else:
+        assert abs(scored["prediction"].mean() - 3000) < 1500  # the label's units
+        assert np.abs(served["prediction"].numpy() - scored["prediction"].to_numpy()).max() <= 1e-2
