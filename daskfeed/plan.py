@@ -1,6 +1,6 @@
 """Plan: pure functions from row counts to the batches of one epoch (no dask, no keras).
 
-An epoch is a sequence of *windows*: groups of partitions whose rows are read together, and
+An epoch is a sequence of *windows*: blocks whose rows are read together, and
 shuffled together on a worker. Windows are laid end to end; batch ``i`` covers the global rows
 ``[i * batch_size, (i + 1) * batch_size)`` of that concatenation, so every batch but the epoch's
 last has exactly ``batch_size`` rows and batches span partition and window edges.
@@ -25,10 +25,10 @@ __all__ = ["EpochPlan", "Slice", "Window", "equal_shard_batches", "make_plan", "
 
 @dataclass(frozen=True)
 class Window:
-    """Partitions read and shuffled together; ``offset`` is its first row in the epoch."""
+    """Blocks read and shuffled together; ``offset`` is its first row in the epoch."""
 
     index: int
-    partitions: tuple[int, ...]
+    blocks: tuple[int, ...]
     rows: int
     offset: int
 
@@ -128,14 +128,14 @@ def make_plan(
     epoch, seed
         Determine the partition permutation and the per-window row permutations.
     shuffle
-        Permute partitions and rows. ``False`` keeps the file order.
+        Permute blocks and rows. ``False`` keeps the file order.
     window_rows
-        Target rows per window: partitions are added to a window until it holds at least
+        Target rows per window: blocks are added to a window until it holds at least
         this many rows. ``None``: one partition per window.
     drop_remainder
         Drop the epoch's last batch if it is short.
     shard
-        ``(index, count)``: keep only partitions ``p`` with ``p % count == index``; each
+        ``(index, count)``: keep only blocks ``p`` with ``p % count == index``; each
         shard then sees its own rows exactly once per epoch.
     max_batches
         At most this many (full) batches: the rows after them in this epoch's order are left

@@ -66,7 +66,7 @@ class WindowTasks:
         win = plan.windows[w]
         seed = plan.seed_of(w)
         # a tuple key: each window its own task group (so its epoch's span), prefix daskfeed-window
-        token = tokenize(self.fingerprint, self.encoding, win.partitions, seed)
+        token = tokenize(self.fingerprint, self.encoding, win.blocks, seed)
         key = (f"daskfeed-window-{token}", w)
         if self.spans is not None:
             with self.spans(plan.epoch):
@@ -75,7 +75,7 @@ class WindowTasks:
 
     def _submit(self, client: Client, plan: EpochPlan, w: int, key: tuple[str, int],
                 seed: tuple[int, ...] | None) -> Future:
-        blocks = plan.windows[w].partitions
+        blocks = plan.windows[w].blocks
         if self.source.frame is None:
             return client.submit(read_window, [(b, self.source.blocks[b]) for b in blocks],
                                  self.source.options, self.encoding, seed, self.cache, key=key,
@@ -118,7 +118,7 @@ class WindowTasks:
         str
             E.g. ``"epoch 0, blocks a.csv[0:64MB], b.csv[0:12MB]"``.
         """
-        blocks = plan.windows[w].partitions
+        blocks = plan.windows[w].blocks
         names = [self.source.blocks[b].describe() for b in blocks[:3]]
         more = f" and {len(blocks) - 3} more" if len(blocks) > 3 else ""
         return f"epoch {plan.epoch}, blocks {', '.join(names)}{more}"

@@ -54,9 +54,9 @@ def _seq(glob: str, client, **kw):
 
 def _window_file(seq, w: int) -> pathlib.Path:
     """A file read only by window ``w`` of the current epoch."""
-    mine = seq.plan.windows[w].partitions
+    mine = seq.plan.windows[w].blocks
     others = {seq.source.blocks[p].path for x in seq.plan.windows if x.index != w
-              for p in x.partitions}
+              for p in x.blocks}
     return pathlib.Path(next(seq.source.blocks[p].path for p in mine
                              if seq.source.blocks[p].path not in others))
 
@@ -267,7 +267,7 @@ def test_sigkill_worker_during_keras_fit_each_epoch_exactly_once(id_data, tmp_pa
 
         def window_of(plan, path):
             return next(w for w in plan.windows
-                        if any(seq.source.blocks[p].path == str(path) for p in w.partitions))
+                        if any(seq.source.blocks[p].path == str(path) for p in w.blocks))
 
         # a file whose window is not in flight when either epoch starts: read only once armed
         files = sorted(pathlib.Path(glob).parent.glob("*.csv"))

@@ -227,8 +227,8 @@ def main():
                  prefetch_bytes=250_000, cache=False, seed=1, timeout=120)
     plan = seq.plan
     last = plan.windows[-1]
-    others = {seq.source.blocks[p].path for w in plan.windows[:-1] for p in w.partitions}
-    victim = next(seq.source.blocks[p].path for p in last.partitions
+    others = {seq.source.blocks[p].path for w in plan.windows[:-1] for p in w.blocks}
+    victim = next(seq.source.blocks[p].path for p in last.blocks
                   if seq.source.blocks[p].path not in others)
     seq.block_at = min(b for b in range(len(seq)) if any(s.window == last.index
                                                           for s in plan.batch(b)))

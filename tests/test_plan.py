@@ -13,7 +13,7 @@ def rows_of(plan, counts):
     offsets = np.concatenate([[0], np.cumsum(counts)])
     win_rows = {}
     for w in plan.windows:
-        ids = np.concatenate([np.arange(offsets[p], offsets[p + 1]) for p in w.partitions])
+        ids = np.concatenate([np.arange(offsets[p], offsets[p + 1]) for p in w.blocks])
         if plan.shuffle:
             ids = ids[np.random.default_rng(list(plan.seed_of(w.index))).permutation(len(ids))]
         win_rows[w.index] = ids
@@ -59,7 +59,7 @@ def test_deterministic_and_new_order_each_epoch():
     assert [s for i in range(len(a)) for s in a.batch(i)] == [s for i in range(len(b)) for s in b.batch(i)]
     c = make_plan(counts, batch_size=128, epoch=2, seed=3, window_rows=2000)
     d = make_plan(counts, batch_size=128, epoch=1, seed=4, window_rows=2000)
-    order = lambda p: [w.partitions for w in p.windows]  # noqa: E731
+    order = lambda p: [w.blocks for w in p.windows]  # noqa: E731
     assert order(a) != order(c)
     assert order(a) != order(d)
     assert not np.array_equal(np.concatenate(rows_of(a, counts)), np.concatenate(rows_of(c, counts)))
@@ -84,7 +84,7 @@ def test_batches_span_partition_and_window_edges():
 def test_windows_follow_window_rows_and_mix_partitions():
     plan = make_plan([100] * 10, batch_size=10, window_rows=250, seed=1)
     assert [w.rows for w in plan.windows] == [300, 300, 300, 100]
-    assert all(len(w.partitions) == 3 for w in plan.windows[:3])
+    assert all(len(w.blocks) == 3 for w in plan.windows[:3])
     assert plan.batches_of(0) == range(0, 30)
 
 
@@ -93,7 +93,7 @@ def test_shards_are_disjoint_and_cover_everything():
     seen = []
     for k in range(3):
         plan = make_plan(counts, batch_size=16, shard=(k, 3), seed=2, epoch=4)
-        seen.extend(p for w in plan.windows for p in w.partitions)
+        seen.extend(p for w in plan.windows for p in w.blocks)
     assert sorted(seen) == list(range(9))
 
 

@@ -30,7 +30,7 @@ def window_rows(plan, w: int, counts) -> np.ndarray:
     rows in order, then the worker's row shuffle with the window's seed)."""
     win = plan.windows[w]
     starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-    ids = np.concatenate([np.arange(starts[p], starts[p + 1]) for p in win.partitions]
+    ids = np.concatenate([np.arange(starts[p], starts[p + 1]) for p in win.blocks]
                          or [np.arange(0)])
     assert len(ids) == win.rows, f"window {w} holds {len(ids)} rows, says {win.rows}"
     return _permute(WindowData(ids, ids), plan.seed_of(w)).y  # the worker's shuffle

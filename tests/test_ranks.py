@@ -67,7 +67,7 @@ def test_equal_batches_disjoint_shards_union_is_the_epoch(seed):
                              window_rows=500, max_batches=equal)
             assert plan.num_batches == equal and plan.rows == equal * batch
             assert all(plan.batch_rows(i) == batch for i in range(plan.num_batches))
-            parts = {p for w in plan.windows for p in w.partitions}
+            parts = {p for w in plan.windows for p in w.blocks}
             assert not parts & seen  # disjoint shards
             seen |= parts
             assert plan.rows + plan.dropped == shard_rows(counts, world)[r]
