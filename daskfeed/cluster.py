@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ logger = logging.getLogger(__name__)
 
 # measured: an idle dask worker ≈ 0.15 GB RSS; it also needs room to parse one block
 MIN_WORKER = 384 * 2**20
+PAUSED_PATIENCE = 60.0  # seconds every worker may stay paused before result() gives up
+POLL_SECONDS = 5.0
 # parsing a CSV window costs several × its bytes (arrow buffers, pandas frames, concat, encode)
 PARSE_FACTOR = 6.0
 # keep a window's peak under dask's "target" fraction so workers neither spill nor pause
@@ -90,8 +93,12 @@ class Budget:
         nworkers: int | None = None,
         nthreads: int = 1,
         trainer_reserve: int | str | None = None,
+        worker_reserve: int = 0,
     ) -> Budget:
-        """Split ``total`` bytes; refuse (with the minimum) a budget too small to work."""
+        """Split ``total`` bytes; refuse (with the minimum) a budget too small to work.
+
+        ``worker_reserve``: bytes each worker needs beyond its minimum (a model it loads).
+        """
         total = parse_memory_limit(total)
         nworkers = nworkers or default_nworkers()
         if nworkers < 1 or nthreads < 1:
@@ -100,23 +107,24 @@ class Budget:
                 f"nthreads={nthreads}."
             )
         base = config.get_bytes("trainer-reserve", trainer_reserve)
-        minimum = base + 32 * 2**20 + nworkers * MIN_WORKER
+        least = MIN_WORKER + worker_reserve  # each worker's minimum
+        minimum = base + 32 * 2**20 + nworkers * least
         if total < minimum:
             # the hint fits the shape asked for: fewer workers only when there are several and
             # fewer would fit this budget
-            fit = min(nworkers - 1, (total - base - 32 * 2**20) // MIN_WORKER)
+            fit = min(nworkers - 1, (total - base - 32 * 2**20) // least)
             fewer = f", or lower --nworkers to {fit}" if fit >= 1 else ""
             raise BudgetError(
                 f"A memory limit of {format_bytes(total)} is too small for a trainer and "
                 f"{nworkers} worker(s). Expected at least {format_bytes(minimum)} "
                 f"({minimum / 1e9:.2f}GB): trainer {format_bytes(base)} + "
-                f"{nworkers} × {format_bytes(MIN_WORKER)} per worker.\n"
+                f"{nworkers} × {format_bytes(least)} per worker.\n"
                 f"Hint: raise --memory-limit to {-(-minimum // 10**8) / 10:.1f}GB or more{fewer}."
             )
         prefetch = int(min(max(0.1 * total, 32 * 2**20), 2**30))
         worker = (total - base - prefetch) // nworkers
-        if worker < MIN_WORKER:  # small budgets: give workers their minimum first
-            worker = MIN_WORKER
+        if worker < least:  # small budgets: give workers their minimum first
+            worker = least
             prefetch = total - base - nworkers * worker
         # The shuffle window is part of the epoch plan, so it must not change with --nworkers:
         # size it for max(nworkers, 4) workers sharing the budget (smaller only beyond 4).
@@ -235,6 +243,37 @@ def check_worker_memory(client: Any, window_bytes: int, *, what: str = "shuffle 
     )
 
 
+def result(future: Any, *, patience: float = PAUSED_PATIENCE, what: str = "a task") -> Any:
+    """``future.result()``, or a :class:`BudgetError` once every worker has stayed paused.
+
+    A worker pauses at ``distributed.worker.memory.pause`` (80 %) of its memory limit and runs
+    nothing until its memory falls; memory no task holds (a loaded model, the runtime) never
+    falls, so the wait would never end. After ``patience`` seconds with every worker paused,
+    this says so instead.
+    """
+    client = future.client
+    paused_since: float | None = None
+    while True:
+        try:
+            return future.result(timeout=POLL_SECONDS)
+        except TimeoutError:
+            pass
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+        if not workers or any(w.get("status") != "paused" for w in workers.values()):
+            paused_since = None
+            continue
+        paused_since = paused_since or time.monotonic()
+        if time.monotonic() - paused_since >= patience:
+            limit = min(w.get("memory_limit") or 0 for w in workers.values())
+            raise BudgetError(
+                f"Expected the workers to run {what}. Received: every worker has been paused for "
+                f"{patience:g}s at distributed.worker.memory.pause of its memory limit "
+                f"({format_bytes(limit)}), with nothing it can spill.\n"
+                "Hint: raise --memory-limit, or run fewer --nworkers (each holds its own copy) or "
+                "smaller --blocksize."
+            )
+
+
 def _window_and_block(worker_memory: float, nthreads: int) -> tuple[int, int]:
     """CSV bytes per shuffle window and per partition so a window's parse peak fits a worker."""
     per_task = worker_memory * WORKER_TARGET / (PARSE_FACTOR * nthreads)
@@ -303,16 +342,19 @@ def default_memory_limit() -> int:
 def open_cluster(memory_limit: str | int | None, *, nworkers: int | None = None, nthreads: int = 1,
                  scheduler: str | None = None, security: Any = None,
                  dashboard_address: str | None = None, processes: bool = True,
+                 trainer_reserve: int | None = None, worker_reserve: int = 0,
                  echo: Any = print) -> tuple[Any, Budget]:
     """A client and the budget it works in: a LocalCluster inside ``memory_limit``, or ``scheduler``.
 
     ``memory_limit`` (default 75 % of RAM) is the whole process tree's budget for a local
-    cluster, the trainer's own for a running scheduler. Says what it made through ``echo``.
+    cluster, the trainer's own for a running scheduler. ``trainer_reserve`` and
+    ``worker_reserve`` as for :meth:`Budget.split`. Says what it made through ``echo``.
     """
     shown = memory_limit if isinstance(memory_limit, str) else None
     limit = memory_limit if memory_limit is not None else default_memory_limit()
     if not scheduler:
-        budget = Budget.split(limit, nworkers=nworkers, nthreads=nthreads)
+        budget = Budget.split(limit, nworkers=nworkers, nthreads=nthreads,
+                              trainer_reserve=trainer_reserve, worker_reserve=worker_reserve)
         echo(f"memory limit: {budget.describe(shown)}")
         return start_local_cluster(budget, dashboard_address=dashboard_address,
                                    processes=processes), budget

@@ -18,8 +18,9 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from daskfeed import config
 from daskfeed.atomic import writing
-from daskfeed.cluster import close_client, open_cluster
+from daskfeed.cluster import close_client, open_cluster, result
 from daskfeed.exceptions import SchemaError
 from daskfeed.manifest import Manifest
 from daskfeed.scoring import Scorer, TrainedRun, output_columns, output_schema, score_block
@@ -28,6 +29,9 @@ from daskfeed.source import Source
 __all__ = ["predict"]
 
 SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+# predict's own process holds Python, pyarrow and the writer, never TF: the model's share of
+# the budget (config trainer-reserve) goes to each worker, which loads the model
+CLIENT_RESERVE = 256 * 2**20
 
 
 def _format(output: str) -> str:
@@ -95,7 +99,7 @@ def _in_order(client: Any, source: Source, scorer: Scorer, keep: tuple[str, ...]
             if not pending:
                 return
             future = pending.popleft()
-            yield future.result()
+            yield result(future, what="the scoring of a block")
             future.release()
     finally:
         for future in pending:
@@ -171,9 +175,11 @@ def predict(
         raise SchemaError(f"Expected kept columns other than the prediction columns. Received: "
                           f"--keep {','.join(clash)}.\nHint: rename that column in the data.")
     say = (lambda _line: None) if quiet else echo
+    model_reserve = config.get_bytes("trainer-reserve")
     client, budget = open_cluster(memory_limit, nworkers=nworkers, nthreads=nthreads,
                                   scheduler=scheduler, security=security, processes=processes,
-                                  echo=say)
+                                  trainer_reserve=CLIENT_RESERVE if processes else model_reserve,
+                                  worker_reserve=model_reserve if processes else 0, echo=say)
     try:
         source = _source(data, run.manifest, blocksize or budget.blocksize, storage_options)
         _check_header(source, run, keep)

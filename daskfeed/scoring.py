@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from daskfeed._keras import keras
 from daskfeed.cache import block_tables
 from daskfeed.exceptions import DataError, DataNotFoundError, SchemaError
 from daskfeed.feed import Encoding, encode_features
@@ -235,6 +234,9 @@ def _model(path: str, stamp: int) -> Any:
     with _MODELS_LOCK:
         model = _MODELS.get((path, stamp))
         if model is None:
+            # imported here, on the worker: predict's own process never loads TF
+            from daskfeed._keras import keras
+
             _MODELS.clear()
             model = _MODELS[(path, stamp)] = keras.saving.load_model(path, compile=False)
         return model

@@ -66,3 +66,33 @@ def test_a_taken_dashboard_port_moves_to_one_the_os_picks_without_a_warning():
             assert link.startswith("http://127.0.0.1:") and f":{port}/" not in link, link
         finally:
             close_client(client)
+
+
+def test_a_result_behind_workers_paused_for_good_is_a_budget_error_not_a_hang():
+    """Memory no task holds (here a held buffer, in predict a loaded model) keeps a worker paused:
+    cluster.result says so after its patience instead of waiting forever."""
+    import pytest
+    from distributed import Client, LocalCluster
+    from helpers import wait_for
+
+    from daskfeed.cluster import result
+    from daskfeed.exceptions import BudgetError
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="1GB", processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        # ~750 MB written (not just reserved) and kept by the worker process: 80 % < RSS < 95 %
+        hold = client.submit(lambda: __import__("builtins").__dict__.setdefault(
+            "_daskfeed_test_hold", b"\x01" * 750_000_000) and None, pure=False)
+        assert result(hold) is None
+
+        def paused() -> bool:
+            workers = client.scheduler_info(n_workers=-1)["workers"].values()
+            return all(w.get("status") == "paused" for w in workers)
+
+        wait_for(paused, 60, "the worker to pause at 80 % of its memory limit")
+        stuck = client.submit(sum, [1, 2], pure=False)
+        with pytest.raises(BudgetError) as err:
+            result(stuck, patience=1, what="the sum")
+        text = str(err.value)
+        assert "Expected the workers to run the sum" in text
+        assert "paused for 1s" in text and "(0.93 GiB)" in text and "--memory-limit" in text
