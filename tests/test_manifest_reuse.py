@@ -10,6 +10,7 @@ import pytest
 
 import daskfeed
 from daskfeed.exceptions import ManifestMismatchError
+from helpers import wait_for
 
 
 def _entries(root) -> list[str]:
@@ -108,6 +109,13 @@ def test_cache_list_and_clear_show_and_remove_entries(demo_data, tmp_path, clien
     root = tmp_path / "cache"
     with daskfeed.DaskSequence(demo_data.train_glob, label="cleared", client=client, cache=root):
         pass
+    # closing cancels the sequence's prefetched windows; one already running on a worker still
+    # finishes (a cancelled task's thread runs to its end) and may fill the cache again: clear
+    # once no worker is executing anything
+    def idle() -> bool:
+        return not any(client.run(lambda dask_worker: dask_worker.state.executing_count).values())
+
+    wait_for(idle, 60, "the workers to finish the cancelled windows")
     runner = CliRunner()
     listed = runner.invoke(cli, ["cache", "list", "--cache", str(root)])
     assert listed.exit_code == 0, listed.output
