@@ -17,8 +17,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/daskfeed demo --output demo-out
 
+# two test files at a time (pytest-xdist): most tests wait on processes they start, and each
+# file's fixtures (clusters, trained runs) are built once per file
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -ra tests
+	$(BIN)/python -m pytest -q -ra -n 2 --dist loadfile tests
 
 # the slow tier also renders the dashboard in headless Chromium (Debian's package, installed here)
 test-slow: $(STAMP)
