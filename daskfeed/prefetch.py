@@ -28,155 +28,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from daskfeed.exceptions import ClusterError, DaskfeedError, DataError, FeedTimeoutError
-from daskfeed.lifecycle import PROCESS_STOP, SETTLE, Aborted, Stop, close_at_exit
+from daskfeed.exceptions import ClusterError, FeedTimeoutError
+from daskfeed.futures import (
+    WATCH,
+    WindowCancelled,
+    client_status,
+    drop,
+    explain,
+    result,
+    settle,
+    wait_for,
+)
+from daskfeed.lifecycle import PROCESS_STOP, SETTLE, Stop, close_at_exit
 
-__all__ = ["Prefetcher", "WindowCancelled", "explain"]
+__all__ = ["Prefetcher"]
 
 _POLL = 0.25  # seconds between checks of the stop request while waiting for another thread's gather
-_WATCH = 0.01  # seconds between looks at a future in flight
 _CLOSE_LOCK_WAIT = 2.0  # close(): longest wait for a busy lock (the client's close frees the rest)
 
-
-class WindowCancelled(RuntimeError):
-    """The window was dropped by ``reset`` or ``close`` while a caller waited for it."""
-
-
-def _wait_for(ready: Callable[[], bool], timeout: float, pause: Callable[[float], Any],
-              interval: float, stop: Callable[[], BaseException | None] | None = None,
-              process: Stop = PROCESS_STOP) -> bool:
-    """Wait until ``ready()``; False once ``timeout`` seconds passed.
-
-    ``pause(s)`` waits up to ``s`` seconds between looks (an event's ``wait`` returns early).
-
-    Raises
-    ------
-    Aborted
-        ``process`` asked to stop (a request, or SIGINT / SIGTERM since the wait began or just
-        before it).
-    BaseException
-        What ``stop()`` returns (a cancelled window, a closed client), as soon as it returns one.
-    """
-    deadline = time.monotonic() + timeout
-    since = time.monotonic()
-    while not ready():
-        if process.stopped(since):
-            raise Aborted("stopping: no longer waiting for data")
-        err = stop() if stop is not None else None
-        if err is not None:
-            raise err
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        pause(min(interval, left))
-    return True
-
-
-def _result(future: Any, timeout: float,
-            stop: Callable[[], BaseException | None] | None = None,
-            process: Stop = PROCESS_STOP) -> Any:
-    """``future.result(timeout)``, abandoned as soon as the process stops or ``stop()`` says so.
-
-    Waits for the future to finish without gathering (looking at its state), then gathers once:
-    polling ``result`` with short timeouts would cancel and restart the transfer of a large
-    window again and again (and trips a race in ``distributed.utils.sync``).
-    """
-    if not hasattr(future, "done"):
-        return future.result(timeout=timeout)
-    deadline = time.monotonic() + timeout
-    if not _wait_for(future.done, timeout, time.sleep, _WATCH, stop, process):
-        raise TimeoutError(f"timed out after {timeout} s.")
-    err = stop() if stop is not None else None  # a closed client cancelled it: nothing to gather
-    if err is not None:
-        raise err
-    return future.result(timeout=max(deadline - time.monotonic(), 1.0))
-
-
-def _client_status(future: Any) -> str:
-    return str(getattr(getattr(future, "client", None), "status", "running"))
-
-
-def _drop(future: Any, *, cancel: bool) -> None:
-    """Cancel ``future`` (a round trip to the scheduler), or release it (no wait); never raises.
-
-    Cancelling is only tried while its client runs: a closed or reconnecting client could make
-    it wait for a scheduler that is gone.
-    """
-    with contextlib.suppress(Exception):
-        if (cancel and _client_status(future) == "running") or not hasattr(future, "release"):
-            future.cancel()
-        else:
-            future.release()
-
-
-def _settle(futures: list[Any], timeout: float) -> None:
-    """Wait (at most ``timeout`` s) until the scheduler knows the keys of ``futures``.
-
-    A task submitted just before the process exits may still be queued in the scheduler's
-    ``update-graph``, which runs on a thread pool that refuses work once the interpreter shuts
-    down (an in-process scheduler then logs "cannot schedule new futures after shutdown");
-    releasing the future does not cancel that. Usually one round trip. Never raises.
-    """
-    by_client: dict[int, tuple[Any, list[str]]] = {}
-    for f in futures:
-        client = getattr(f, "client", None)
-        if client is not None and hasattr(f, "key") and not f.done():
-            by_client.setdefault(id(client), (client, []))[1].append(f.key)
-    deadline = time.monotonic() + timeout
-    for client, keys in by_client.values():
-        with contextlib.suppress(Exception):
-            while client.status == "running" and time.monotonic() < deadline:
-                known = client.sync(client.scheduler.get_task_status, keys=keys,
-                                    callback_timeout=max(deadline - time.monotonic(), 0.01))
-                if all(v is not None for v in known.values()):
-                    break
-                time.sleep(_WATCH)  # the scheduler is still materializing the graph
-
-
-def explain(err: BaseException, what: str, client: Any = None) -> BaseException:
-    """A failure of a task on the cluster as a daskfeed error naming ``what`` it was reading.
-
-    ``what``: e.g. "window 3 (epoch 0, partitions a.csv[0:64MB], ...)". The task was already
-    retried (``retries=1``; a lost worker's tasks are recomputed by distributed), so what
-    arrives here fails every time: a file removed, replaced or unreadable after the scan,
-    workers dying on the task, or the scheduler gone. daskfeed's own errors (which name file
-    and byte range), ``KeyboardInterrupt`` and the like pass through. ``client``: the task's
-    client, asked whether the scheduler connection is gone when the task was cancelled.
-    """
-    if isinstance(err, (DaskfeedError, WindowCancelled)) or not isinstance(err, Exception):
-        return err
-    kind = type(err).__name__
-    text = f"{kind}: {str(err).strip()}"
-    new: DaskfeedError
-    if kind in ("FutureCancelledError", "CancelledError"):
-        lost = ("connection-lost" in str(err) or "closed" in str(err)
-                or getattr(client, "status", "running") not in ("running", "newly-created"))
-        new = ClusterError(
-            (f"Lost the connection to the Dask scheduler while waiting for {what}."
-             if lost else f"The task reading {what} was cancelled on the cluster.")
-            + f"\nReceived: {text}\nHint: check that the scheduler is still running (or restart "
-            "it and its workers), then run again."
-        )
-    elif kind == "KilledWorker":
-        new = ClusterError(
-            f"Workers died every time they read {what}.\nReceived: {text}\n"
-            "Hint: a worker is killed when it exceeds its memory limit: raise --memory-limit, "
-            "use fewer --nworkers, or check the worker logs."
-        )
-    elif isinstance(err, OSError):
-        new = DataError(
-            f"Cannot read {what} on the cluster, even after a retry. Expected the files as they "
-            f"were listed.\nReceived: {text}\nHint: a file removed, replaced or unreadable after "
-            "it was listed fails every time: restore it, or rescan (delete the cached "
-            "manifest.json) and restart."
-        )
-    else:
-        new = DataError(
-            f"Reading {what} failed on the cluster, even after a retry.\nReceived: {text}\n"
-            "Hint: the worker's traceback is in the worker logs (and chained to this error)."
-        )
-    new.__cause__ = err
-    return new
 
 
 @dataclass
@@ -293,7 +162,7 @@ class Prefetcher:
             for entry in self._entries.values():
                 entry.cancelled = True
                 if entry.future is not None and not entry.ready.is_set():
-                    _drop(entry.future, cancel=True)
+                    drop(entry.future, cancel=True)
                 entry.future = None
             self._entries.clear()
             self._watching.clear()  # the fetch thread ends
@@ -303,7 +172,7 @@ class Prefetcher:
 
         Callers waiting for a window get :class:`WindowCancelled` within milliseconds.
         Futures are released, not cancelled: no wait for the cluster beyond making sure the
-        scheduler knows them (one round trip, at most ``SETTLE`` s; see :func:`_settle`).
+        scheduler knows them (one round trip, at most ``SETTLE`` s; see :func:`~daskfeed.futures.settle`).
         Idempotent; a no-op in a forked child (the parent's futures are not its to release).
         """
         if self._pid != os.getpid() or self._closed:
@@ -323,9 +192,9 @@ class Prefetcher:
         in_flight = [e.future for e in entries if e.future is not None]
         for entry in entries:
             entry.future = None
-        _settle(in_flight, SETTLE)
+        settle(in_flight, SETTLE)
         for future in in_flight:
-            _drop(future, cancel=False)
+            drop(future, cancel=False)
 
     def settle(self, deadline: float) -> None:
         """Wait until ``deadline`` for gathers in progress (a transfer cut by the exit may log).
@@ -341,7 +210,7 @@ class Prefetcher:
             busy = [e for e in self._entries.values() if e.claimed and not e.ready.is_set()]
         with contextlib.suppress(BaseException):
             for e in busy:
-                _wait_for(e.ready.is_set, max(deadline - time.monotonic(), 0.0), e.ready.wait, _POLL,
+                wait_for(e.ready.is_set, max(deadline - time.monotonic(), 0.0), e.ready.wait, _POLL,
                           process=self._process_stop)
 
     @property
@@ -400,7 +269,7 @@ class Prefetcher:
         if entry.cancelled or self._closed:
             why = "the prefetcher was closed" if self._closed else "an epoch change"
             return WindowCancelled(f"window {w} was cancelled by {why}")
-        if future is not None and _client_status(future) in ("closing", "closed"):
+        if future is not None and client_status(future) in ("closing", "closed"):
             return ClusterError(
                 f"The Dask client was closed while waiting for window {w} ({self._describe(w)})."
                 "\nHint: close the DaskSequence (or leave its `with` block) before closing its "
@@ -434,7 +303,7 @@ class Prefetcher:
 
     def _await_other(self, w: int, entry: _Entry, stop: Callable[[], BaseException | None]) -> None:
         """Wait for another thread's gather of window ``w``; its errors reach ``get``."""
-        if not _wait_for(entry.ready.is_set, self.timeout + 5, entry.ready.wait, _POLL, stop,
+        if not wait_for(entry.ready.is_set, self.timeout + 5, entry.ready.wait, _POLL, stop,
                          self._process_stop):
             raise self._timeout_error(w, TimeoutError())
 
@@ -444,7 +313,7 @@ class Prefetcher:
         try:
             if future is None or entry.cancelled:  # reset() (an epoch change) cancelled it
                 raise WindowCancelled(f"window {w} was cancelled by an epoch change")
-            data = _result(future, self.timeout, stop, self._process_stop)
+            data = result(future, self.timeout, stop, self._process_stop)
         except TimeoutError as err:
             if not entry.ready.is_set():
                 entry.error = self._timeout_error(w, err)
@@ -467,7 +336,7 @@ class Prefetcher:
                 closed = self._closed
             if closed and future is not None:  # close() may have missed it: release it here
                 entry.future = None
-                _drop(future, cancel=False)
+                drop(future, cancel=False)
             entry.ready.set()
 
     def _timeout_error(self, w: int, cause: BaseException) -> FeedTimeoutError:
@@ -521,7 +390,7 @@ class Prefetcher:
                 if not only_served and (not e.ready.is_set() or self._pos.get(w, -1) > here):
                     continue  # never cancel what someone may be waiting for, nor the future
                 if e.future is not None and not e.ready.is_set():
-                    _drop(e.future, cancel=True)
+                    drop(e.future, cancel=True)
                 del self._entries[w]
         # still no room (random access): windows ahead that are already here, farthest first;
         # their keys were released when they arrived, so nothing is cancelled on the cluster
@@ -539,7 +408,7 @@ def _watch(ref: weakref.ref[Prefetcher], stop: threading.Event) -> None:
     Holds the prefetcher only weakly between looks, so an unused one is collected (and its
     futures released); ends when it is closed, collected, or has nothing in flight.
     """
-    while not stop.wait(_WATCH):
+    while not stop.wait(WATCH):
         pf = ref()
         if pf is None or not pf._watch_once():
             return

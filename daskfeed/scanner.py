@@ -22,6 +22,7 @@ from daskfeed import config
 from daskfeed.cache import PartitionCache
 from daskfeed.cluster import client_context
 from daskfeed.exceptions import FeedTimeoutError, ManifestMismatchError, SchemaError
+from daskfeed.futures import explain
 from daskfeed.labels import text_classes
 from daskfeed.manifest import (
     Manifest,
@@ -29,7 +30,6 @@ from daskfeed.manifest import (
     read_settings,
     unknown_column,
 )
-from daskfeed.prefetch import explain
 from daskfeed.scan_task import quarantined, scan_blocks
 from daskfeed.schema import (
     BlockFacts,

@@ -27,10 +27,11 @@ from daskfeed.dashboard import EpochSpans
 from daskfeed.epoch import EpochCursor, EpochStats, PlanSettings
 from daskfeed.exceptions import ClusterError, DaskfeedError, ManifestMismatchError, SchemaError
 from daskfeed.feed import Encoding, WindowData, concat
+from daskfeed.futures import WindowCancelled
 from daskfeed.lifecycle import Stop, run_at_exit
 from daskfeed.manifest import Manifest, id_warning
 from daskfeed.plan import EpochPlan
-from daskfeed.prefetch import Prefetcher, WindowCancelled
+from daskfeed.prefetch import Prefetcher
 from daskfeed.scanner import scan
 from daskfeed.source import Source
 from daskfeed.split import split_settings

@@ -500,7 +500,8 @@ def test_close_is_idempotent_and_tells_a_waiting_caller(client):
     at once, the futures are released, a second close does nothing, later gets are refused."""
     import threading
 
-    from daskfeed.prefetch import Prefetcher, WindowCancelled
+    from daskfeed.futures import WindowCancelled
+    from daskfeed.prefetch import Prefetcher
 
     submitted = threading.Event()
     keys: list[str] = []

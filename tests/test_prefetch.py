@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from daskfeed import FeedTimeoutError
-from daskfeed.prefetch import Prefetcher, WindowCancelled
+from daskfeed.futures import WindowCancelled
+from daskfeed.prefetch import Prefetcher
 
 
 def _arrays(n: int, w: int) -> np.ndarray:
