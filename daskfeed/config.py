@@ -22,14 +22,40 @@ dask.config.update_defaults(_defaults)
 
 
 def get(key: str, value: Any = None) -> Any:
-    """Return ``value`` if given, else the ``daskfeed.<key>`` config value."""
+    """Return ``value`` if given, else the ``daskfeed.<key>`` config value.
+
+    Parameters
+    ----------
+    key
+        The key under ``daskfeed.`` (``"batch-size"``).
+    value
+        The value a flag or keyword argument gave (None: not given).
+
+    Returns
+    -------
+    object
+        ``value``, or the configured value (any YAML value).
+    """
     if value is not None:
         return value
     return dask.config.get(f"daskfeed.{key}")
 
 
 def get_bytes(key: str, value: int | str | None = None) -> int:
-    """Like :func:`get` for sizes: accepts ``"64MiB"`` style strings."""
+    """Like :func:`get` for sizes: accepts ``"64MiB"`` style strings.
+
+    Parameters
+    ----------
+    key
+        The key under ``daskfeed.``.
+    value
+        The size given (None: the configured one).
+
+    Returns
+    -------
+    int
+        The size in bytes.
+    """
     from dask.utils import parse_bytes
 
     v = get(key, value)
@@ -37,14 +63,38 @@ def get_bytes(key: str, value: int | str | None = None) -> int:
 
 
 def get_seconds(key: str, value: float | str | None = None) -> float:
-    """Like :func:`get` for durations: accepts ``"300s"`` style strings."""
+    """Like :func:`get` for durations: accepts ``"300s"`` style strings.
+
+    Parameters
+    ----------
+    key
+        The key under ``daskfeed.``.
+    value
+        The duration given (None: the configured one).
+
+    Returns
+    -------
+    float
+        The duration in seconds.
+    """
     from dask.utils import parse_timedelta
 
     return float(parse_timedelta(get(key, value)))
 
 
 def shipped(key: str) -> Any:
-    """The default of ``daskfeed.<key>`` in the YAML shipped with daskfeed."""
+    """The default of ``daskfeed.<key>`` in the YAML shipped with daskfeed.
+
+    Parameters
+    ----------
+    key
+        The key under ``daskfeed.``.
+
+    Returns
+    -------
+    object
+        The shipped value (any YAML value).
+    """
     return _defaults["daskfeed"][key]
 
 
@@ -53,6 +103,16 @@ def configured(key: str) -> bool:
 
     ``dask.config`` does not record where a value came from, so a value equal to the shipped
     default (for sizes: the same number of bytes, ``64MiB`` = ``67108864``) counts as not set.
+
+    Parameters
+    ----------
+    key
+        The key under ``daskfeed.``.
+
+    Returns
+    -------
+    bool
+        True when the configured value differs from the shipped one.
     """
     value, default = dask.config.get(f"daskfeed.{key}"), shipped(key)
     if isinstance(default, str) and key in _SIZES:
@@ -75,6 +135,18 @@ def resolve_blocksize(value: int | str | None, derived: int) -> int:
     the shipped ``daskfeed.blocksize`` and small enough that a window's parse peak fits a
     worker. A ``daskfeed.blocksize`` set in the config (``DASK_DASKFEED__BLOCKSIZE=200MiB``)
     is taken as asked, like ``--blocksize``; the shipped default only caps the derivation.
+
+    Parameters
+    ----------
+    value
+        The block size given (``--blocksize``; None: not given).
+    derived
+        The block size the memory budget allows.
+
+    Returns
+    -------
+    int
+        The block size in bytes.
     """
     if value is not None:
         return get_bytes("blocksize", value)
@@ -83,7 +155,7 @@ def resolve_blocksize(value: int | str | None, derived: int) -> int:
     return int(derived)
 
 
-def _one_line(message: Any, category: type[Warning], filename: str, lineno: int,
+def _one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
               line: str | None = None) -> str:
     text = " ".join(str(message).split())
     kind = "" if issubclass(category, UserWarning) else f"{category.__name__}: "
@@ -98,6 +170,11 @@ def one_line_warnings(enable: bool = True) -> None:
 
     The CLI turns this on (``daskfeed.warnings: line``); a process that imports daskfeed with
     that setting (a local cluster's worker processes inherit it) does the same.
+
+    Parameters
+    ----------
+    enable
+        True: one line per warning; False: Python's format again.
     """
     import warnings
 
