@@ -31,11 +31,15 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from daskfeed.dashboard_http import COLLECTOR, PLUGIN_NAME, add_routes, http_prefix
+from daskfeed.render import Figures
+
+if TYPE_CHECKING:
+    from distributed import Client, Scheduler
 
 __all__ = ["TOPIC", "EpochSpans", "Links", "Status", "WatchPlugin", "install", "report",
            "report_cache", "scan_span"]
@@ -46,6 +50,8 @@ TOPIC = "daskfeed"  # trainer -> scheduler: run, progress, epoch and scan events
 SCAN_TOPIC_PREFIX = "daskfeed-scan-"  # scan tasks -> scheduler (daskfeed.scanner.report)
 CACHE_TOPIC = "daskfeed-cache"  # window tasks -> scheduler (report_cache)
 HISTORY_LIMIT = 10_000  # epoch records kept on the scheduler
+
+Event = dict[str, Any]  # one msgpack-able event: a ``kind`` and its figures (JSON values)
 
 
 # -- what the scheduler keeps ----------------------------------------------------------
@@ -58,10 +64,10 @@ class Status:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.run: dict[str, Any] = {}
-        self.progress: dict[str, Any] = {}
-        self.history: list[dict[str, Any]] = []
-        self.scans: dict[str, dict[str, Any]] = {}
+        self.run: Event = {}
+        self.progress: Event = {}
+        self.history: list[Event] = []
+        self.scans: dict[str, Event] = {}
         self._scanning = "scan"  # the data set whose scan started last (scan_span's name)
         self.cache = {"hits": 0, "misses": 0}
         self.updated = 0.0
@@ -73,8 +79,23 @@ class Status:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
-    def apply(self, topic: str, msg: Any, now: float | None = None) -> bool:
-        """Take one event; False when it is not daskfeed's."""
+    def apply(self, topic: str, msg: object, now: float | None = None) -> bool:
+        """Take one event; False when it is not daskfeed's.
+
+        Parameters
+        ----------
+        topic
+            The event's topic: :data:`TOPIC`, :data:`CACHE_TOPIC` or a scan topic.
+        msg
+            The event as logged (anything: only dicts are daskfeed's).
+        now
+            The time it arrived (default: now).
+
+        Returns
+        -------
+        bool
+            True when the event updated the figures.
+        """
         if not isinstance(msg, dict):
             return False
         now = time.time() if now is None else now
@@ -143,12 +164,26 @@ class Status:
         scan["events"] = scan.get("events", 0) + 1
         scan["last"] = now
 
-    def snapshot(self, workers: dict[str, Any] | None = None, now: float | None = None) -> dict[str, Any]:
-        """The figures, with rates, ratios and ages worked out; finite numbers or None only."""
+    def snapshot(self, workers: dict[str, int | None] | None = None, now: float | None = None) -> Figures:
+        """The figures, with rates, ratios and ages worked out; finite numbers or None only.
+
+        Parameters
+        ----------
+        workers
+            The workers' memory as the scheduler sees it (``workers``, ``workers_bytes``,
+            ``workers_limit_bytes``), merged into the ``memory`` figures.
+        now
+            The time the ages and rates are worked out at (default: now).
+
+        Returns
+        -------
+        Figures
+            The JSON-ready figures ``/daskfeed/status.json`` serves.
+        """
         now = time.time() if now is None else now
         with self._lock:
             p = dict(self.progress)
-            out: dict[str, Any] = {
+            out: Figures = {
                 "state": p.get("state", "waiting" if not self.run else "starting"),
                 "run": self.run.get("run"),
                 "updated": self.updated or None,
@@ -168,19 +203,19 @@ class Status:
             }
         return _finite(out)
 
-    def _memory(self, p: dict[str, Any], workers: dict[str, Any]) -> dict[str, Any]:
+    def _memory(self, p: Event, workers: dict[str, int | None]) -> Figures:
         budget = p.get("budget_bytes", self.run.get("budget_bytes"))
         rss = p.get("rss_bytes")
         return {"rss_bytes": rss, "peak_rss_bytes": p.get("peak_rss_bytes"), "budget_bytes": budget,
                 "budget_fraction": rss / budget if rss and budget else None, **workers}
 
-    def _cache(self) -> dict[str, Any]:
+    def _cache(self) -> Figures:
         hits, misses = self.cache["hits"], self.cache["misses"]
         return {"status": self.run.get("cache"), "hits": hits, "misses": misses,
                 "hit_rate": hits / (hits + misses) if hits + misses else None}
 
 
-def _scan_figures(scan: dict[str, Any], now: float) -> dict[str, Any]:
+def _scan_figures(scan: Event, now: float) -> Figures:
     """Rows, bytes, rate and (with the total bytes known) an ETA of one scan."""
     end = now if scan.get("state") == "running" else scan.get("last", now)
     seconds = scan.get("seconds") or max(end - scan["started"], 1e-9)
@@ -218,10 +253,16 @@ class WatchPlugin(SchedulerPlugin):
 
     def __init__(self) -> None:
         self.status = Status()
-        self.scheduler: Any = None
+        self.scheduler: Scheduler | None = None
 
-    async def start(self, scheduler: Any) -> None:
-        """Add the routes to the scheduler's HTTP server and the collector to /metrics."""
+    async def start(self, scheduler: Scheduler) -> None:
+        """Add the routes to the scheduler's HTTP server and the collector to /metrics.
+
+        Parameters
+        ----------
+        scheduler
+            The scheduler the plugin is registered on.
+        """
         self.scheduler = scheduler
         add_routes(scheduler)
         COLLECTOR.use(self)
@@ -230,17 +271,31 @@ class WatchPlugin(SchedulerPlugin):
         """Stop answering /metrics for this scheduler."""
         COLLECTOR.release(self)
 
-    def log_event(self, topic: str, msg: Any) -> None:
-        """Every event logged on the scheduler passes here; daskfeed's update the figures."""
+    def log_event(self, topic: str, msg: object) -> None:
+        """Every event logged on the scheduler passes here; daskfeed's update the figures.
+
+        Parameters
+        ----------
+        topic
+            The event's topic; those starting with :data:`TOPIC` are daskfeed's.
+        msg
+            The event as logged (anything another program logs too).
+        """
         if isinstance(topic, str) and topic.startswith(TOPIC):
             self.status.apply(topic, msg)
 
-    def snapshot(self) -> dict[str, Any]:
-        """The figures, with the workers' memory as the scheduler sees it."""
+    def snapshot(self) -> Figures:
+        """The figures, with the workers' memory as the scheduler sees it.
+
+        Returns
+        -------
+        Figures
+            What :meth:`Status.snapshot` gives, with the workers' memory.
+        """
         return self.status.snapshot(_workers_memory(self.scheduler))
 
 
-def _workers_memory(scheduler: Any) -> dict[str, Any]:
+def _workers_memory(scheduler: Scheduler | None) -> dict[str, int | None]:
     workers = list(getattr(scheduler, "workers", {}).values())
     if not workers:
         return {"workers": 0}
@@ -260,10 +315,20 @@ class Links:
     metrics: str
 
 
-def links(client: Any, prefix: str = "/") -> Links | None:
+def links(client: Client, prefix: str = "/") -> Links | None:
     """The URLs of ``client``'s dashboard (None: the scheduler serves none).
 
-    ``prefix``: the scheduler's ``--dashboard-prefix``, where the client's link lacks it.
+    Parameters
+    ----------
+    client
+        The client whose ``dashboard_link`` the URLs start from.
+    prefix
+        The scheduler's ``--dashboard-prefix``, where the client's link lacks it.
+
+    Returns
+    -------
+    Links or None
+        Where to watch; None when the scheduler serves no dashboard.
     """
     from urllib.parse import urlsplit, urlunsplit
 
@@ -280,17 +345,38 @@ def links(client: Any, prefix: str = "/") -> Links | None:
                  metrics=root + "metrics")
 
 
-def served_prefix(dask_scheduler: Any) -> str:
-    """On the scheduler (``client.run_on_scheduler``): the prefix of its HTTP routes."""
+def served_prefix(dask_scheduler: Scheduler) -> str:
+    """On the scheduler (``client.run_on_scheduler``): the prefix of its HTTP routes.
+
+    Parameters
+    ----------
+    dask_scheduler
+        The scheduler (``run_on_scheduler`` passes it by this name).
+
+    Returns
+    -------
+    str
+        The prefix, ``"/"`` where the scheduler serves no HTTP application.
+    """
     app = getattr(dask_scheduler, "http_application", None)
     return http_prefix(app) if app is not None else "/"
 
 
-def install(client: Any) -> Links | None:
+def install(client: Client | None) -> Links | None:
     """Register :class:`WatchPlugin` on ``client``'s scheduler; return where to watch.
 
     Idempotent. Where the scheduler cannot take the plugin (daskfeed missing from its
     environment), warn once and return None: training goes on without the page.
+
+    Parameters
+    ----------
+    client
+        The run's client (None: nothing to install).
+
+    Returns
+    -------
+    Links or None
+        Where to watch; None without a client, a dashboard or the plugin.
     """
     if client is None:
         return None
@@ -309,10 +395,22 @@ def install(client: Any) -> Links | None:
 _warned: set[int] = set()
 
 
-def report(client: Any, msg: dict[str, Any]) -> bool:
+def report(client: Client | None, msg: Event) -> bool:
     """Send one event (a msgpack-able dict with a ``kind``) to the scheduler's daskfeed figures.
 
     Never raises: watching must not stop training. A failure is warned about once per client.
+
+    Parameters
+    ----------
+    client
+        The run's client (None, closing or closed: nothing is sent).
+    msg
+        The event.
+
+    Returns
+    -------
+    bool
+        True when the event was sent.
     """
     if client is None or getattr(client, "status", "running") in ("closing", "closed"):
         return False
@@ -332,6 +430,13 @@ def report_cache(hits: int = 0, misses: int = 0) -> None:
 
     One event per call (call it once per window task); the page shows the hit rate. A no-op
     outside a Dask worker.
+
+    Parameters
+    ----------
+    hits
+        Blocks read from the cache.
+    misses
+        Blocks parsed again.
     """
     from distributed import get_worker
 
@@ -342,7 +447,7 @@ def report_cache(hits: int = 0, misses: int = 0) -> None:
     worker.log_event(CACHE_TOPIC, {"hits": int(hits), "misses": int(misses)})
 
 
-def _current_client(client: Any) -> Any:
+def _current_client(client: Client | None) -> Client | None:
     if client is not None:
         return client
     from distributed import default_client
@@ -354,7 +459,8 @@ def _current_client(client: Any) -> Any:
 
 
 @contextmanager
-def scan_span(client: Any = None, *, name: str = "train", nbytes: int | None = None) -> Iterator[str]:
+def scan_span(client: Client | None = None, *, name: str = "train",
+              nbytes: int | None = None) -> Iterator[str]:
     """Scan inside this block: its tasks form the span ``daskfeed/scan <name>``; progress shown.
 
     Parameters
@@ -364,6 +470,8 @@ def scan_span(client: Any = None, *, name: str = "train", nbytes: int | None = N
         the scan's rows, bytes and rate (and an ETA when ``nbytes``, the data's size, is given).
     name
         Which data set (``"train"``, ``"validation"``).
+    nbytes
+        The data's size in bytes, for the ETA (None: no ETA).
 
     Yields
     ------
@@ -414,7 +522,18 @@ class EpochSpans:
         self._lock = threading.Lock()
 
     def annotation(self, epoch: int) -> dict[str, Any]:
-        """The ``span`` annotation of ``epoch``'s tasks (the same ids every time)."""
+        """The ``span`` annotation of ``epoch``'s tasks (the same ids every time).
+
+        Parameters
+        ----------
+        epoch
+            The epoch (0-based).
+
+        Returns
+        -------
+        dict
+            The ``span`` annotation (``name`` and ``ids``) as ``dask.annotate`` takes it.
+        """
         import dask
         from distributed import span
 
@@ -426,7 +545,18 @@ class EpochSpans:
         return ann
 
     def id(self, epoch: int) -> str:
-        """The span id of ``epoch`` on the scheduler."""
+        """The span id of ``epoch`` on the scheduler.
+
+        Parameters
+        ----------
+        epoch
+            The epoch (0-based).
+
+        Returns
+        -------
+        str
+            The span's id.
+        """
         return str(self.annotation(epoch)["ids"][-1])
 
     @contextmanager

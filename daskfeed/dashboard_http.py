@@ -10,11 +10,16 @@ import json
 import logging
 import re
 from collections.abc import Iterator
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from tornado import web
 
 from daskfeed import render
+from daskfeed.render import Figures
+
+if TYPE_CHECKING:
+    from distributed import Scheduler
+    from prometheus_client.metrics_core import Metric
 
 __all__ = ["COLLECTOR", "PLUGIN_NAME", "PageHandler", "StatusHandler", "add_routes", "http_prefix"]
 
@@ -27,12 +32,18 @@ PLUGIN_NAME = "daskfeed-watch"
 class Snapshots(Protocol):
     """What the handlers and the collector read: the watch plugin's figures."""
 
-    def snapshot(self) -> dict[str, Any]:
-        """The figures as plain JSON values."""
+    def snapshot(self) -> Figures:
+        """The figures as plain JSON values.
+
+        Returns
+        -------
+        Figures
+            A status snapshot.
+        """
         ...
 
 
-def _plugin_of(scheduler: Any) -> Snapshots | None:
+def _plugin_of(scheduler: Scheduler) -> Snapshots | None:
     """The scheduler's watch plugin (:class:`daskfeed.dashboard.WatchPlugin`), if installed."""
     plugin = getattr(scheduler, "plugins", {}).get(PLUGIN_NAME)
     return plugin if isinstance(plugin, Snapshots) else None
@@ -40,10 +51,10 @@ def _plugin_of(scheduler: Any) -> Snapshots | None:
 
 # -- HTTP --------------------------------------------------------------------------------
 class _Handler(web.RequestHandler):
-    def initialize(self, scheduler: Any) -> None:
+    def initialize(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
 
-    def _snapshot(self) -> dict[str, Any] | None:
+    def _snapshot(self) -> Figures | None:
         self.set_header("Cache-Control", "no-store")
         plugin = _plugin_of(self.scheduler)
         if plugin is None:
@@ -76,8 +87,19 @@ class StatusHandler(_Handler):
             self.write(json.dumps(snap, allow_nan=False))
 
 
-def http_prefix(app: Any) -> str:
-    """The dashboard's URL prefix (``--dashboard-prefix``), read off its ``health`` route."""
+def http_prefix(app: web.Application) -> str:
+    """The dashboard's URL prefix (``--dashboard-prefix``), read off its ``health`` route.
+
+    Parameters
+    ----------
+    app
+        The scheduler's HTTP application.
+
+    Returns
+    -------
+    str
+        The prefix, ``"/"`` where the routes have none.
+    """
     for rule in getattr(app.default_router, "rules", []):
         for sub in getattr(rule.target, "rules", []):
             regex = getattr(sub.matcher, "regex", None)
@@ -86,7 +108,7 @@ def http_prefix(app: Any) -> str:
     return "/"
 
 
-def add_routes(scheduler: Any) -> None:
+def add_routes(scheduler: Scheduler) -> None:
     """Serve ``/daskfeed`` and ``/daskfeed/status.json`` on ``scheduler``'s dashboard (once).
 
     Parameters
@@ -117,7 +139,7 @@ class _Collector:
         self.plugins: list[Snapshots] = []
         self.registered = False
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Metric]:
         plugins = list(self.plugins)
         if not plugins:
             return

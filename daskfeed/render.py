@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["metric_families", "render_body", "render_page"]
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+__all__ = ["Figures", "metric_families", "render_body", "render_page"]
+
+Figures = dict[str, Any]
+"""A status snapshot: the run's figures as JSON values (what ``/daskfeed/status.json`` serves)."""
 
 REFRESH_MS = 2000
 _NONE = "—"
@@ -47,14 +53,36 @@ setInterval(async () => {{
 
 
 def render_page(body: str) -> str:
-    """The whole page around ``body`` (from :func:`render_body`)."""
+    """The whole page around ``body`` (from :func:`render_body`).
+
+    Parameters
+    ----------
+    body
+        The page's content, from :func:`render_body`.
+
+    Returns
+    -------
+    str
+        The HTML document, with the script that refetches its body.
+    """
     return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>daskfeed — training</title><style>{_STYLE}</style></head>"
             f"<body><div id=\"daskfeed\">{body}</div><script>{_SCRIPT}</script></body></html>")
 
 
-def render_body(s: dict[str, Any]) -> str:
-    """The page's content: progress, speed, metrics, memory, scan, data, epochs."""
+def render_body(s: Figures) -> str:
+    """The page's content: progress, speed, metrics, memory, scan, data, epochs.
+
+    Parameters
+    ----------
+    s
+        A status snapshot (:meth:`daskfeed.dashboard.Status.snapshot`).
+
+    Returns
+    -------
+    str
+        The HTML of the page's content.
+    """
     return _header(s) + "<main>" + "".join([
         _progress(s), _speed(s), _metrics(s), _memory(s), _scan(s), _data(s), _history(s),
     ]) + "</main>"
@@ -265,8 +293,19 @@ _GAUGES = [  # (series, help, figure in the snapshot)
 ]
 
 
-def metric_families(s: dict[str, Any]) -> Iterator[Any]:
-    """``daskfeed_*`` Prometheus metric families of a :meth:`Status.snapshot`."""
+def metric_families(s: Figures) -> Iterator[Metric]:
+    """``daskfeed_*`` Prometheus metric families of a :meth:`Status.snapshot`.
+
+    Parameters
+    ----------
+    s
+        A status snapshot (:meth:`daskfeed.dashboard.Status.snapshot`).
+
+    Yields
+    ------
+    prometheus_client.metrics_core.Metric
+        One gauge or counter family at a time.
+    """
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     for name, doc, path in _GAUGES:
