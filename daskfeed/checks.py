@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from daskfeed.exceptions import DataError, SchemaError
-from daskfeed.feed import EXACT_FLOAT32, frame_weight_faults, record_line, weight_faults
+from daskfeed.feed import EXACT_FLOAT32
 from daskfeed.labels import unknown_classes
 from daskfeed.manifest import Manifest, unknown_column
 from daskfeed.source import Source
+from daskfeed.weights import frame_weight_faults, record_line, weight_faults
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -219,7 +220,7 @@ def check_weights(manifest: Manifest, source: Source, client: Client, label: str
 
 def _weight_faults(manifest: Manifest, source: Source, client: Client, label: str, weight: str,
                    cache: Any) -> list[tuple[int, dict[str, Any]]]:
-    """``(block, faults)`` of every non-empty block (see :func:`~daskfeed.feed.weight_faults`)."""
+    """``(block, faults)`` of every non-empty block (see :func:`~daskfeed.weights.weight_faults`)."""
     blocks = [b for b, n in enumerate(manifest.counts) if n > 0]
     if source.frame is not None:
         from dask import delayed

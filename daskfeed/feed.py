@@ -8,7 +8,7 @@ plan's window seed.
 A weight column (``Encoding.weight``) travels as float32, the dtype of Keras' sample weights; it
 is not a feature. Every row with a label must have a weight >= 0: the sequence checks the
 manifest before training (and names the file and line of the first bad weight, see
-:func:`weight_faults` and :func:`record_line`), and encoding refuses one that slipped through.
+:mod:`daskfeed.weights`), and encoding refuses one that slipped through.
 
 Numbers keep their value. A numeric column travels as float32 (the model's dtype) when every
 value's magnitude is below 2**24 = 16,777,216, where float32 still holds every whole number
@@ -28,14 +28,12 @@ import pandas as pd
 
 from daskfeed.cache import block_tables
 from daskfeed.dashboard import report_cache
-from daskfeed.exceptions import DataError, ManifestMismatchError, SchemaError
-from daskfeed.files import compression_of, is_parquet
+from daskfeed.exceptions import DataError, SchemaError
 from daskfeed.labels import class_codes
-from daskfeed.records import line_number
-from daskfeed.streams import open_file
+from daskfeed.weights import checked_weights, number_array
 
 __all__ = ["ColumnCode", "Encoding", "WindowData", "concat", "encode_features", "encode_frame",
-           "encode_table", "encode_window", "numeric_dtype", "read_window", "record_line", "weight_faults"]
+           "encode_table", "encode_window", "numeric_dtype", "read_window"]
 
 MISSING_CODE = 0
 OOV_CODE = 1
@@ -210,7 +208,7 @@ def encode_frame(df: pd.DataFrame, encoding: Encoding) -> WindowData:
     y = label.to_numpy(dtype=exact).astype(encoding.label_dtype)
     w = None
     if encoding.weight:
-        w = _checked_weights(pd.to_numeric(df[encoding.weight], errors="coerce").to_numpy(
+        w = checked_weights(pd.to_numeric(df[encoding.weight], errors="coerce").to_numpy(
             dtype=np.float64, na_value=np.nan), encoding.weight)
     if encoding.as_matrix:
         x = np.empty((len(df), len(encoding.columns)), dtype=encoding.matrix_dtype)
@@ -220,23 +218,9 @@ def encode_frame(df: pd.DataFrame, encoding: Encoding) -> WindowData:
     return WindowData({c.name: _encode_column(df[c.name], c) for c in encoding.columns}, y, w)
 
 
-def _checked_weights(values: np.ndarray, name: str) -> np.ndarray:
-    """Weights as float32, refusing a missing or negative one (the scan said there is none)."""
-    bad = np.isnan(values) | (values < 0)
-    if bad.any():
-        first = values[bad][0]
-        raise ManifestMismatchError(
-            f"Expected a weight >= 0 in every row with a label, as the scan found in weight "
-            f"column {name!r}. Received: {int(bad.sum())} row(s) with a "
-            f"{'missing' if np.isnan(first) else f'negative ({first:g})'} weight in this window. "
-            "The data changed after the scan.\nHint: rescan (remove the cached manifest) and "
-            "restart."
-        )
-    return values.astype(np.float32)
-
 
 def concat(parts: list[WindowData]) -> WindowData:
-    """Rows of several pieces, in order (the piece itself when there is one)."""
+    """Rows of several window parts, in order (the part itself when there is one)."""
     if len(parts) == 1:
         return parts[0]
     y = np.concatenate([p.y for p in parts])
@@ -262,7 +246,8 @@ def _empty(encoding: Encoding) -> WindowData:
 def encode_window(*tables: Any, encoding: Encoding, seed: Any = None) -> WindowData:
     """Encode a window's tables and shuffle rows across all of them (on a worker).
 
-    ``tables``: a dask DataFrame's partitions as Arrow (:meth:`daskfeed.source.Source.partitions`).
+    ``tables``: a dask DataFrame's blocks (its partitions) as Arrow
+    (:meth:`daskfeed.source.Source.partitions`).
     """
     parts = [encode_table(t, encoding) for t in tables if t.num_rows]
     return _permute(concat(parts), seed) if parts else _empty(encoding)
@@ -378,7 +363,7 @@ def encode_table(table: Any, encoding: Encoding) -> WindowData:
     y = y.astype(encoding.label_dtype)
     w = None
     if encoding.weight:
-        w = _checked_weights(_number_array(table.column(encoding.weight)), encoding.weight)
+        w = checked_weights(number_array(table.column(encoding.weight)), encoding.weight)
     return WindowData(encode_features(table, encoding), y, w)
 
 
@@ -394,17 +379,6 @@ def encode_features(table: Any, encoding: Encoding) -> dict[str, np.ndarray] | n
         return x
     return {c.name: _table_column(table.column(c.name), c) for c in encoding.columns}
 
-
-def _number_array(col: Any) -> np.ndarray:
-    """An Arrow column's values as float64, NaN where missing (text read as numbers)."""
-    import pyarrow as pa
-
-    t = col.type
-    if pa.types.is_null(t):
-        return np.full(len(col), np.nan)
-    if pa.types.is_integer(t) or pa.types.is_floating(t):
-        return np.asarray(col.cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
-    return pd.to_numeric(col.to_pandas(), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 ENCODE_BYTES = 16 << 20  # tables of small blocks are concatenated up to this, then encoded
@@ -453,90 +427,3 @@ def _encode_tables(tables: list[Any], encoding: Encoding) -> list[WindowData]:
         except (pa.ArrowInvalid, pa.ArrowTypeError):  # e.g. numbers in one file, text in another
             pass
     return [encode_table(t, encoding) for t in tables]
-
-
-def weight_faults(index: int, block: Any, options: Any, label: str, weight: str,
-                  cache: Any = None) -> dict[str, Any]:
-    """Rows of partition ``index`` with a label and a missing or negative weight (on a worker).
-
-    Returns ``{"missing": n, "negative": n, "row": k, "value": v}``: the counts, and the first
-    such row (``k``: its place among the partition's parsed rows, ``None`` when there is
-    none) with its weight (NaN: missing).
-    """
-    out: dict[str, Any] = {"missing": 0, "negative": 0, "row": None, "value": None}
-    offset = 0
-    for table in block_tables(index, block, options, cache, columns=[label, weight]):
-        _count_faults(table, label, weight, offset, out)
-        offset += table.num_rows
-    return out
-
-
-def frame_weight_faults(table: Any, label: str, weight: str) -> dict[str, Any]:
-    """:func:`weight_faults` of a dask DataFrame's partition, as an Arrow table (on a worker)."""
-    out: dict[str, Any] = {"missing": 0, "negative": 0, "row": None, "value": None}
-    _count_faults(table, label, weight, 0, out)
-    return out
-
-
-def _count_faults(table: Any, label: str, weight: str, offset: int, out: dict[str, Any]) -> None:
-    labelled = ~np.isnan(_number_array(table.column(label)))
-    w = _number_array(table.column(weight))
-    missing = labelled & np.isnan(w)
-    negative = labelled & (w < 0)
-    out["missing"] += int(missing.sum())
-    out["negative"] += int(negative.sum())
-    bad = np.flatnonzero(missing | negative)
-    if len(bad) and out["row"] is None:
-        out["row"] = offset + int(bad[0])
-        out["value"] = float(w[bad[0]])
-
-
-def record_line(block: Any, options: Any, row: int) -> int | None:
-    """The line of its file (1-based) where row ``row`` of the CSV partition ``block`` starts.
-
-    Rows are counted as the reader makes them: blank lines are no rows, a quoted field may
-    span lines, and under ``bad_lines="skip"|"quarantine"`` a line with the wrong number of
-    fields is no row. None for Parquet, or when the partition has fewer rows.
-    """
-    import csv
-    import io
-
-    import fsspec
-
-
-    if is_parquet(block.path):
-        return None
-    compression = compression_of(block.path)
-    with open_file(block.path, dict(options.storage_options), compression) as f:
-        header = f.readline()
-        width = len(next(csv.reader([header.decode(options.encoding, "replace")],
-                                    delimiter=options.sep), []))
-        if block.length >= 0:  # a byte range: its rows start after a line break (see source)
-            f.seek(0)
-            body = fsspec.utils.read_block(f, block.offset, block.length, delimiter=b"\n")
-            start = f.tell() - len(body)
-            if block.offset == 0:
-                body, start = body[len(header):], len(header)
-            first = line_number(f, start)
-            if first is None:
-                return None
-            stream: Any = io.StringIO(body.decode(options.encoding, "replace"), newline="")
-        else:
-            first = 2
-            stream = io.TextIOWrapper(f, encoding=options.encoding, errors="replace", newline="")
-        return _nth_record_line(csv.reader(stream, delimiter=options.sep), row, width,
-                                options.bad_lines != "error", first)
-
-
-def _nth_record_line(reader: Any, row: int, width: int, skip_bad: bool, first: int) -> int | None:
-    """The line where record ``row`` of ``reader`` starts, counted as the parser counts rows."""
-    n = 0
-    consumed = 0  # lines read before the current record
-    for fields in reader:
-        start, consumed = consumed, reader.line_num
-        if not fields or (skip_bad and len(fields) != width):
-            continue
-        if n == row:
-            return first + start
-        n += 1
-    return None
