@@ -19,10 +19,11 @@ from typing import Any
 from dask.utils import format_bytes, parse_bytes
 
 from daskfeed import config
-from daskfeed.exceptions import BudgetError
+from daskfeed.exceptions import BudgetError, DaskfeedError
+from daskfeed.remote import connect
 
-__all__ = ["Budget", "WorkerMemory", "acquire_client", "check_worker_memory", "client_context", "connect",
-           "make_security", "parse_memory_limit", "start_local_cluster", "worker_memory"]
+__all__ = ["Budget", "WorkerMemory", "acquire_client", "check_worker_memory", "client_context",
+           "parse_memory_limit", "start_local_cluster", "worker_memory"]
 
 logger = logging.getLogger(__name__)
 
@@ -140,8 +141,6 @@ class Budget:
         Waits (up to ``timeout`` s) for at least one worker; window size follows from the
         smallest worker ``memory_limit`` and the most threads per worker.
         """
-        from daskfeed.exceptions import DaskfeedError
-
         total = parse_memory_limit(trainer)
         try:
             client.wait_for_workers(1, timeout=timeout)
@@ -398,81 +397,6 @@ def close_client(client: Any) -> None:
         import shutil
 
         shutil.rmtree(spill, ignore_errors=True)
-
-
-def make_security(
-    tls_ca_file: str | None = None, tls_cert: str | None = None, tls_key: str | None = None
-) -> Any:
-    """A ``distributed.Security`` for ``tls://`` schedulers (``None`` when no file is given).
-
-    ``tls_cert`` / ``tls_key``: this client's certificate and key (one PEM file may hold both);
-    ``tls_ca_file``: the CA that signed the scheduler's and workers' certificates.
-    """
-    if not (tls_ca_file or tls_cert or tls_key):
-        return None
-    from distributed import Security
-
-    from daskfeed.exceptions import ClusterError
-
-    for flag, path in (("--tls-ca-file", tls_ca_file), ("--tls-cert", tls_cert), ("--tls-key", tls_key)):
-        if path and not os.path.isfile(path):
-            raise ClusterError(f"Expected a PEM file for {flag}. Received: {path!r} (no such file).")
-    if not (tls_ca_file and tls_cert):
-        raise ClusterError(
-            "Expected both a CA file and a client certificate for TLS. Received: "
-            f"tls_ca_file={tls_ca_file!r}, tls_cert={tls_cert!r}.\n"
-            "Hint: pass --tls-ca-file ca.pem --tls-cert client.pem [--tls-key client.key]."
-        )
-    return Security(tls_ca_file=tls_ca_file, tls_client_cert=tls_cert, tls_client_key=tls_key,
-                    require_encryption=True)
-
-
-def connect(address: str, *, security: Any = None, timeout: str = "30s") -> Any:
-    """Connect to a running scheduler (``tcp://``/``tls://`` address or scheduler-file path).
-
-    Raises
-    ------
-    ClusterError
-        When the scheduler cannot be reached within ``timeout`` or refuses the connection
-        (e.g. a ``tls://`` scheduler without TLS credentials).
-    """
-    from distributed import Client
-
-    from daskfeed.exceptions import ClusterError
-
-    kind = "scheduler file" if os.path.exists(address) else "scheduler"
-    target = address
-    if kind == "scheduler file":
-        try:
-            with open(address, encoding="utf-8") as f:
-                import json
-
-                target = json.load(f).get("address", address)
-        except (OSError, ValueError):
-            pass
-    tls = str(target).startswith("tls://")
-    import dask.config
-
-    if tls and security is None and not dask.config.get("distributed.comm.tls.ca-file", None):
-        raise ClusterError(
-            f"The scheduler at {target} speaks TLS; expected TLS credentials to connect. "
-            "Received: no --tls-ca-file / --tls-cert / --tls-key.\n"
-            "Hint: pass the CA file and a client certificate and key signed by that CA."
-        )
-    try:
-        if kind == "scheduler file":
-            return Client(scheduler_file=address, security=security, timeout=timeout,
-                          set_as_default=False)
-        return Client(address, security=security, timeout=timeout, set_as_default=False)
-    except (OSError, TimeoutError, TypeError, ValueError) as err:
-        how = ("Hint: check the CA file and that the client certificate is signed by it."
-               if tls else
-               "Hint: check the address and that 'dask scheduler' is running; for a tls:// "
-               "scheduler pass --tls-ca-file, --tls-cert and --tls-key.")
-        raise ClusterError(
-            f"Cannot connect to the Dask {kind} {address} within {timeout}.\n"
-            f"Received: {type(err).__name__}: {str(err).strip()[:500]}\n{how}"
-        ) from err
 
 
 def acquire_client(client: Any = None) -> tuple[Any, bool]:

@@ -14,8 +14,9 @@ import click
 from dask.utils import parse_bytes, parse_timedelta
 
 from daskfeed import config
-from daskfeed.cluster import make_security, parse_memory_limit
+from daskfeed.cluster import parse_memory_limit
 from daskfeed.exceptions import DaskfeedError
+from daskfeed.remote import make_security
 
 __all__ = ["ByteSize", "ConfigOption", "Duration", "MemorySize", "cache_choice", "cluster_options",
            "data_options", "fit_options", "parse_storage_options", "scheduler_and_security",

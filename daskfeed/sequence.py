@@ -22,7 +22,7 @@ from daskfeed.checks import (
     check_weight_column,
     check_weights,
 )
-from daskfeed.cluster import acquire_client, close_client, connect
+from daskfeed.cluster import acquire_client, close_client
 from daskfeed.dashboard import EpochSpans
 from daskfeed.epoch import EpochCursor, EpochStats, PlanSettings
 from daskfeed.exceptions import ClusterError, DaskfeedError, ManifestMismatchError, SchemaError
@@ -32,6 +32,7 @@ from daskfeed.lifecycle import Stop, run_at_exit
 from daskfeed.manifest import Manifest, id_warning
 from daskfeed.plan import EpochPlan
 from daskfeed.prefetch import Prefetcher
+from daskfeed.remote import connect
 from daskfeed.scanner import scan
 from daskfeed.source import Source
 from daskfeed.split import split_settings
