@@ -23,6 +23,20 @@ def split_settings(validation_split: float | None, subset: str | None,
                    seed: int) -> dict[str, Any] | None:
     """The split a manifest is made for, checked (None: the whole data).
 
+    Parameters
+    ----------
+    validation_split
+        The fraction of the data held out (None or 0: no split).
+    subset
+        Which part: ``"training"`` or ``"validation"`` (None without a split).
+    seed
+        The seed that draws the blocks held out.
+
+    Returns
+    -------
+    dict or None
+        ``validation_split``, ``subset`` and ``seed``; None without a split.
+
     Raises
     ------
     ValueError
@@ -48,7 +62,20 @@ def split_settings(validation_split: float | None, subset: str | None,
 
 
 def scanned_blocks(npartitions: int, split: dict[str, Any] | None) -> list[int]:
-    """The blocks a manifest made for ``split`` describes (all of them without one)."""
+    """The blocks a manifest made for ``split`` describes (all of them without one).
+
+    Parameters
+    ----------
+    npartitions
+        The source's number of blocks.
+    split
+        The manifest's split, with its ``validation_partitions`` (None: no split).
+
+    Returns
+    -------
+    list of int
+        The indices of the blocks of ``split``'s subset, in order.
+    """
     if split is None:
         return list(range(npartitions))
     validation = set(split["validation_partitions"])
@@ -57,14 +84,38 @@ def scanned_blocks(npartitions: int, split: dict[str, Any] | None) -> list[int]:
 
 
 def held_out(src: Source, split: dict[str, Any]) -> tuple[int, ...]:
-    """The blocks of ``src`` held out for validation by ``split`` (whole blocks)."""
+    """The blocks of ``src`` held out for validation by ``split`` (whole blocks).
+
+    Parameters
+    ----------
+    src
+        The data's source.
+    split
+        The split's settings (:func:`split_settings`).
+
+    Returns
+    -------
+    tuple of int
+        The indices of the blocks held out.
+    """
     keys = [f"{b.path}\0{b.offset}" for b in src.blocks]
     return split_partitions(keys, block_sizes(src), validation_split=split["validation_split"],
                             seed=split["seed"])
 
 
 def block_sizes(src: Source) -> list[int]:
-    """Bytes of every block of ``src`` (a whole file: its size; a frame's partition: 1)."""
+    """Bytes of every block of ``src`` (a whole file: its size; a frame's partition: 1).
+
+    Parameters
+    ----------
+    src
+        The data's source.
+
+    Returns
+    -------
+    list of int
+        One size per block, in block order.
+    """
     if src.frame is not None:
         return [1] * src.npartitions
     return [b.length if b.length >= 0 else src.files[b.file_index].size for b in src.blocks]
