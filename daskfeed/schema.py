@@ -35,7 +35,18 @@ Stats = dict[str, ColumnStats]  # {column: its statistics}
 
 
 def arrow_kind(col: pa.ChunkedArray) -> str:
-    """Kind of one Arrow column: int, float, string, datetime or null (all missing)."""
+    """Kind of one Arrow column: int, float, string, datetime or null (all missing).
+
+    Parameters
+    ----------
+    col
+        One column of a parsed table.
+
+    Returns
+    -------
+    str
+        ``"int"``, ``"float"``, ``"string"``, ``"datetime"`` or ``"null"``.
+    """
     t = col.type
     if pa.types.is_null(t) or (len(col) and col.null_count == len(col)):
         return "null"
@@ -53,6 +64,16 @@ def markers_only(col: pa.ChunkedArray) -> dict[str, int] | None:
 
     Such a column of one block may be a numeric column's missing values or text that happens
     to read ``NA``; which, the other blocks decide (see :func:`resolve_column`).
+
+    Parameters
+    ----------
+    col
+        One column of a parsed table.
+
+    Returns
+    -------
+    dict of str to int or None
+        The count of each marker; None when the column is not text or holds other values.
     """
     if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
         return None
@@ -67,13 +88,37 @@ def markers_only(col: pa.ChunkedArray) -> dict[str, int] | None:
 
 
 def na_counts(table: pa.Table) -> dict[str, dict[str, int]]:
-    """What the parser's null markers made missing, per column (the table's schema metadata)."""
+    """What the parser's null markers made missing, per column (the table's schema metadata).
+
+    Parameters
+    ----------
+    table
+        A parsed table.
+
+    Returns
+    -------
+    dict
+        ``{column: {marker: count}}``.
+    """
     raw = (table.schema.metadata or {}).get(NA_COUNTS_KEY)
     return json.loads(raw) if raw else {}
 
 
 def merge_kind(a: str | None, b: str) -> str:
-    """The kind of a column over two tables; null markers give way to any other kind."""
+    """The kind of a column over two tables; null markers give way to any other kind.
+
+    Parameters
+    ----------
+    a
+        The kind so far (None: no table yet).
+    b
+        The kind in the next table.
+
+    Returns
+    -------
+    str
+        The merged kind.
+    """
     if a is None or a == b or b in ("null", "markers"):
         return b if a in (None, "null") else a
     if a in ("null", "markers"):
@@ -84,7 +129,18 @@ def merge_kind(a: str | None, b: str) -> str:
 
 
 def add_counts(a: dict[str, dict[str, int]], b: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-    """``{column: {marker: count}}`` summed."""
+    """``{column: {marker: count}}`` summed.
+
+    Parameters
+    ----------
+    a, b
+        ``{column: {marker: count}}`` of two parts.
+
+    Returns
+    -------
+    dict
+        Their sum (a new dict).
+    """
     out = {c: dict(m) for c, m in a.items()}
     for c, m in b.items():
         for k, n in m.items():
@@ -93,7 +149,18 @@ def add_counts(a: dict[str, dict[str, int]], b: dict[str, dict[str, int]]) -> di
 
 
 def is_number(text: str) -> bool:
-    """Whether ``text`` reads as a number (``float()`` takes it)."""
+    """Whether ``text`` reads as a number (``float()`` takes it).
+
+    Parameters
+    ----------
+    text
+        A value as read.
+
+    Returns
+    -------
+    bool
+        True when ``float(text)`` takes it.
+    """
     try:
         float(text)
     except ValueError:
@@ -102,7 +169,20 @@ def is_number(text: str) -> bool:
 
 
 def where(src: Source, i: int) -> str:
-    """Block ``i`` of ``src`` and the file bytes it covers, for messages."""
+    """Block ``i`` of ``src`` and the file bytes it covers, for messages.
+
+    Parameters
+    ----------
+    src
+        The data's source.
+    i
+        The block's index.
+
+    Returns
+    -------
+    str
+        ``block i (file, bytes a-b)``.
+    """
     return f"block {i} ({src.blocks[i].describe()})"
 
 
@@ -111,6 +191,20 @@ def check_headers(src: Source, facts: list[BlockFacts], notes: list[str]) -> tup
 
     Another order is aligned by name (the feed takes columns by name); other names, or no
     rows at all, are refused. Empty files are skipped with a note.
+
+    Parameters
+    ----------
+    src
+        The data's source.
+    facts
+        What the scan found in each block (:data:`BlockFacts`), in block order.
+    notes
+        Notes for the user; empty files are noted here.
+
+    Returns
+    -------
+    tuple
+        The column names, and the files that list them in another order.
 
     Raises
     ------
@@ -154,6 +248,20 @@ def markers_of(name: str, kind: str, facts: list[BlockFacts]) -> dict[str, int]:
 
     The parser's counts, plus, when the column is not text, the blocks where it held nothing
     but markers (text there, missing here).
+
+    Parameters
+    ----------
+    name
+        The column.
+    kind
+        Its resolved kind.
+    facts
+        What the scan found in each block, in block order.
+
+    Returns
+    -------
+    dict of str to int
+        ``{marker: values made missing}``.
     """
     counts: dict[str, dict[str, int]] = {}
     for f in facts:
@@ -251,7 +359,26 @@ def resolve_column(src: Source, name: str, kinds: dict[str, int], missing: int,
 
 def resolve_columns(src: Source, names: list[str], facts: list[BlockFacts], stats: Stats,
              vocabulary_size: int) -> dict[str, Column]:
-    """Every column over all blocks: its kind reconciled, statistics, null markers counted."""
+    """Every column over all blocks: its kind reconciled, statistics, null markers counted.
+
+    Parameters
+    ----------
+    src
+        The data's source.
+    names
+        The columns, in order.
+    facts
+        What the scan found in each block, in block order.
+    stats
+        The merged statistics of every column.
+    vocabulary_size
+        Most frequent values kept per text column.
+
+    Returns
+    -------
+    dict of str to Column
+        Every column, by name, in order.
+    """
     columns: dict[str, Column] = {}
     for name in names:
         kinds: dict[str, int] = {}  # kind -> first block showing it
@@ -269,7 +396,24 @@ def resolve_columns(src: Source, names: list[str], facts: list[BlockFacts], stat
 
 
 def check_label(src: Source, label: str, column: Column, facts: list[BlockFacts]) -> None:
-    """Refuse a label column that is neither numbers nor text (class names): no values, dates."""
+    """Refuse a label column that is neither numbers nor text (class names): no values, dates.
+
+    Parameters
+    ----------
+    src
+        The data's source (for the message).
+    label
+        The label's name.
+    column
+        The label's resolved column.
+    facts
+        What the scan found in each block (the first block showing the label is named).
+
+    Raises
+    ------
+    SchemaError
+        When the label holds no values or dates.
+    """
     if column.kind in ("numeric", "categorical"):
         return
     first = next((i for i, f in enumerate(facts) if f["kinds"].get(label) not in (None, "null")), 0)
@@ -282,7 +426,20 @@ def check_label(src: Source, label: str, column: Column, facts: list[BlockFacts]
 
 
 def wide_notes(columns: dict[str, Column], label: str) -> list[str]:
-    """A note per numeric column whose values reach 2**24, where float32 stops being exact."""
+    """A note per numeric column whose values reach 2**24, where float32 stops being exact.
+
+    Parameters
+    ----------
+    columns
+        Every column, by name.
+    label
+        The label's name.
+
+    Returns
+    -------
+    list of str
+        One note per such column.
+    """
     notes = []
     for c in columns.values():
         if c.kind != "numeric" or numeric_dtype(c) == "float32":
