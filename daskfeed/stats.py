@@ -66,7 +66,18 @@ def _merge_kmv(a: list[int], b: list[int]) -> list[int]:
 
 
 def distinct_estimate(kmv: list[int]) -> int:
-    """Distinct values from a k-minimum-values sketch (exact below ``KMV_SIZE`` values)."""
+    """Distinct values from a k-minimum-values sketch (exact below ``KMV_SIZE`` values).
+
+    Parameters
+    ----------
+    kmv
+        The sketch: the smallest distinct 64-bit hashes, sorted.
+
+    Returns
+    -------
+    int
+        The number of distinct values (estimated at ``KMV_SIZE`` hashes and more).
+    """
     if len(kmv) < KMV_SIZE:
         return len(kmv)
     return round((KMV_SIZE - 1) / (kmv[-1] / 2.0**64))
@@ -78,6 +89,18 @@ def table_facts(table: pa.Table, label: str) -> BlockFacts:
     Rows, columns, kinds, missing values (and what each null marker made missing), rows with
     a label, a few values of text columns. A text column holding only null markers is of kind
     ``"markers"`` with their counts in ``marker_values``: missing if the column is numeric.
+
+    Parameters
+    ----------
+    table
+        One parsed table.
+    label
+        The label's name.
+
+    Returns
+    -------
+    BlockFacts
+        Its rows, columns, kinds, missing values and null markers.
     """
     rows = table.num_rows
     out: BlockFacts = {"rows": rows, "columns": list(table.column_names), "kinds": {},
@@ -135,7 +158,20 @@ def _text_stats(col: pa.ChunkedArray, st: ColumnStats) -> int:
 
 
 def table_stats(table: pa.Table, label: str) -> Stats:
-    """Per-column statistics of one Arrow table (mergeable with :func:`merge_stats`)."""
+    """Per-column statistics of one Arrow table (mergeable with :func:`merge_stats`).
+
+    Parameters
+    ----------
+    table
+        One parsed table.
+    label
+        The label's name (its value counts are kept).
+
+    Returns
+    -------
+    Stats
+        ``{column: its statistics}``.
+    """
     rows = table.num_rows
     out: Stats = {}
     for name in table.column_names:
@@ -168,14 +204,26 @@ class StatsAccumulator:
         self.stats: Stats = {}
 
     def add(self, table: pa.Table) -> None:
-        """Take one table; the tables held so far are summarized once they reach ``ENCODE_BYTES``."""
+        """Take one table; the tables held so far are summarized once they reach ``ENCODE_BYTES``.
+
+        Parameters
+        ----------
+        table
+            One parsed table.
+        """
         self.tables.append(table)
         self.size += table.nbytes
         if self.size >= ENCODE_BYTES:
             self.flush()
 
     def flush(self) -> Stats:
-        """Summarize the tables held and return the statistics of every table taken."""
+        """Summarize the tables held and return the statistics of every table taken.
+
+        Returns
+        -------
+        Stats
+            The statistics of every table taken since the last flush.
+        """
         tables, self.tables, self.size = self.tables, [], 0
         if len(tables) > 1:
             try:
@@ -188,7 +236,20 @@ class StatsAccumulator:
 
 
 def merge_facts(a: BlockFacts | None, b: BlockFacts) -> BlockFacts:
-    """Merge the :func:`table_facts` of two tables of one block (a compressed file's buffers)."""
+    """Merge the :func:`table_facts` of two tables of one block (a compressed file's buffers).
+
+    Parameters
+    ----------
+    a
+        The facts so far (None: the first table).
+    b
+        The next table's facts.
+
+    Returns
+    -------
+    BlockFacts
+        The block's facts over both tables.
+    """
     if a is None or not a["columns"]:
         return b
     if not b["columns"]:
@@ -244,7 +305,18 @@ def _merge_text(cur: ColumnStats, st: ColumnStats) -> ColumnStats:
 
 
 def merge_stats(*parts: Stats) -> Stats:
-    """Merge per-column partial statistics of several blocks (runs on a worker)."""
+    """Merge per-column partial statistics of several blocks (runs on a worker).
+
+    Parameters
+    ----------
+    *parts
+        Statistics of blocks (:func:`table_stats`, or merged ones).
+
+    Returns
+    -------
+    Stats
+        Their merge.
+    """
     out: Stats = {}
     for part in parts:
         for col, st in part.items():
@@ -262,7 +334,18 @@ def merge_stats(*parts: Stats) -> Stats:
 
 
 def finish_stats(stats: Stats) -> Stats:
-    """The merged statistics with each text column's ``distinct`` count (estimated when approximate)."""
+    """The merged statistics with each text column's ``distinct`` count (estimated when approximate).
+
+    Parameters
+    ----------
+    stats
+        The merged statistics.
+
+    Returns
+    -------
+    Stats
+        The same, each text column with its ``distinct`` count.
+    """
     out: Stats = {}
     for name, st in stats.items():
         out[name] = dict(st)
@@ -273,7 +356,18 @@ def finish_stats(stats: Stats) -> Stats:
 
 
 def class_counts(values: dict[str, int]) -> dict[str, int]:
-    """``{"0": rows, "1": rows, ...}`` of a class label from the scan's label value counts."""
+    """``{"0": rows, "1": rows, ...}`` of a class label from the scan's label value counts.
+
+    Parameters
+    ----------
+    values
+        The label's value counts, by the value as text.
+
+    Returns
+    -------
+    dict of str to int
+        Rows per class id, as text.
+    """
     counts: dict[str, int] = {}
     for value, n in values.items():
         if is_number(value):
@@ -283,7 +377,18 @@ def class_counts(values: dict[str, int]) -> dict[str, int]:
 
 
 def label_task(values: dict[str, int]) -> tuple[str, int]:
-    """``(task, classes)`` of a label from its value counts: binary, multiclass or regression."""
+    """``(task, classes)`` of a label from its value counts: binary, multiclass or regression.
+
+    Parameters
+    ----------
+    values
+        The label's value counts, by the value as text.
+
+    Returns
+    -------
+    tuple of (str, int)
+        ``"binary"``, ``"multiclass"`` or ``"regression"``, and the number of classes.
+    """
     nums = sorted(float(v) for v in values if is_number(v))  # (null markers of text blocks)
     if not nums or len(nums) > MAX_LABEL_VALUES:
         return "regression", 0
