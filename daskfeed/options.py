@@ -260,6 +260,8 @@ class ClusterOptions:
     rank, world_size
         This trainer's place among several (None: from the environment, see
         :func:`daskfeed.ranks.resolve_rank`).
+    rank_wait
+        Seconds a rank waits for the scan another rank makes (resolved: ``daskfeed.rank-wait``).
     """
 
     memory_limit: str | int | None = None
@@ -271,6 +273,7 @@ class ClusterOptions:
     security: Security | None = field(default=None, repr=False)
     rank: int | None = None
     world_size: int | None = None
+    rank_wait: float = 7200.0
 
     @classmethod
     def resolve(cls, **settings: Any) -> ClusterOptions:
@@ -288,6 +291,7 @@ class ClusterOptions:
         """
         settings["dashboard_address"] = config.get("dashboard-address",
                                                    settings.get("dashboard_address"))
+        settings["rank_wait"] = config.get_seconds("rank-wait", settings.get("rank_wait"))
         return cls(**settings)
 
 

@@ -9,7 +9,8 @@ One scan for all ranks: the scheduler they share is the meeting point. Each rank
 Dask ``Lock`` named after the data and the settings that shape a manifest; under it, a rank
 finds the manifests another rank published on the scheduler (``Client.set_metadata``) and
 reuses them, or, the first to come, scans and publishes them. The lock is held while the
-first rank scans, so the others wait (up to ``daskfeed.rank-wait``) instead of scanning too;
+first rank scans, so the others wait (up to ``daskfeed.rank-wait``, resolved by the caller)
+instead of scanning too;
 a rank that dies holding it loses it when its lease expires, and the next one scans. A
 published manifest is checked like any reused one (files and settings): one left on a
 long-lived scheduler by an earlier run is used only if it still describes the data.
@@ -24,9 +25,13 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from daskfeed.exceptions import ClusterError, SchemaError
+from daskfeed.manifest import Manifest
+
+if TYPE_CHECKING:
+    from distributed import Client, Lock
 
 __all__ = ["Rank", "SharedScan", "join_scan", "rank_output", "resolve_rank", "scan_key",
            "scan_once", "shard_line", "shard_report"]
@@ -137,19 +142,28 @@ class SharedScan:
     lock, :meth:`close` releases it (idempotent).
     """
 
-    client: Any
+    client: Client
     key: str
-    lock: Any = None
+    lock: Lock | None = None
     found: dict[str, Any] = field(default_factory=dict)
 
-    def get(self, name: str) -> Any:
-        """The published manifest ``name`` (``"train"``, ``"validation"``), or None."""
-        from daskfeed.manifest import Manifest
+    def get(self, name: str) -> Manifest | None:
+        """The published manifest ``name`` (``"train"``, ``"validation"``), or None.
 
+        Parameters
+        ----------
+        name
+            ``"train"`` or ``"validation"``.
+
+        Returns
+        -------
+        Manifest or None
+            The manifest another rank (or this one) published, or None.
+        """
         text = self.found.get(name)
         return Manifest.from_dict(json.loads(text)) if text else None
 
-    def publish(self, **manifests: Any) -> None:
+    def publish(self, **manifests: Manifest | None) -> None:
         """Publish these manifests (None: none) for the other ranks."""
         payload: dict[str, Any] = {name: json.dumps(m.to_dict())
                                    for name, m in manifests.items() if m is not None}
@@ -157,7 +171,7 @@ class SharedScan:
         self.client.set_metadata([_METADATA, self.key], payload)
         self.found = payload
 
-    def share(self, **manifests: Any) -> bool:
+    def share(self, **manifests: Manifest | None) -> bool:
         """Publish the manifests unless they are the ones found; release the lock.
 
         Returns True when something was published (this rank scanned).
@@ -179,7 +193,7 @@ class SharedScan:
                 lock.release()
 
 
-def join_scan(client: Any, key: str, *, wait: float | None = None,
+def join_scan(client: Client, key: str, *, wait: float,
               echo: Callable[[str], None] = print) -> SharedScan:
     """Take the scan lock of ``key`` on the shared scheduler; what was published there.
 
@@ -190,8 +204,15 @@ def join_scan(client: Any, key: str, *, wait: float | None = None,
     key
         :func:`scan_key` of the data and the settings that shape their manifests.
     wait
-        Seconds to wait for the lock (another rank scanning) before giving up; default
-        ``daskfeed.rank-wait``.
+        Seconds to wait for the lock (another rank scanning) before giving up (the entry
+        resolves ``daskfeed.rank-wait``).
+    echo
+        Where to say that this rank waits.
+
+    Returns
+    -------
+    SharedScan
+        The lock, held, and the manifests published under ``key`` (empty: none yet).
 
     Raises
     ------
@@ -200,9 +221,6 @@ def join_scan(client: Any, key: str, *, wait: float | None = None,
     """
     from distributed import Lock
 
-    from daskfeed import config
-
-    wait = config.get_seconds("rank-wait", wait)
     lock = Lock(f"daskfeed-scan-{key}", scheduler_rpc=client.scheduler, loop=client.loop)
     t0 = time.monotonic()
     if not lock.acquire(blocking=False):
@@ -225,13 +243,23 @@ def join_scan(client: Any, key: str, *, wait: float | None = None,
 
 
 @contextlib.contextmanager
-def scan_once(client: Any, key: str, *, wait: float | None = None,
+def scan_once(client: Client, key: str, *, wait: float,
               echo: Callable[[str], None] = print) -> Iterator[SharedScan]:
     """:func:`join_scan` as a context manager: the lock is released on exit.
 
+    Parameters
+    ----------
+    client, key, wait, echo
+        As :func:`join_scan` takes them.
+
+    Yields
+    ------
+    SharedScan
+        The lock, held until the block ends, and what was published under ``key``.
+
     Examples
     --------
-    >>> with scan_once(client, scan_key(data=path, label="cleared")) as shared:  # doctest: +SKIP
+    >>> with scan_once(client, scan_key(data=path, label="cleared"), wait=3600) as shared:  # doctest: +SKIP
     ...     seq = DaskSequence(path, label="cleared", manifest=shared.get("train"),
     ...                        shard=(rank, world_size))
     ...     shared.share(train=seq.manifest)
