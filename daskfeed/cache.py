@@ -46,7 +46,7 @@ from daskfeed.tables import ReadOptions, iter_tables
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["COMPRESSIONS", "PartitionCache", "block_tables", "default_root", "estimate_bytes",
+__all__ = ["COMPRESSIONS", "BlockCache", "block_tables", "default_root", "estimate_bytes",
            "forget_entry", "open_cache"]
 
 STALE_TMP_SECONDS = 3600  # a writer renames its files within seconds; older ones were killed
@@ -90,7 +90,7 @@ def estimate_bytes(source: Source, compression: str | None = "zstd") -> int:
 
 
 @dataclass(frozen=True)
-class PartitionCache:
+class BlockCache:
     """One data set's cache directory (picklable: it travels to the workers with each task).
 
     ``root`` None: :func:`default_root` where the cache is used, i.e. on each worker (a remote
@@ -155,8 +155,8 @@ class PartitionCache:
         """A writer for the blocks of a scan task starting at ``first``: ``add``, then ``commit``."""
         return CacheWriter(self.path, self.compression, first)
 
-    def cached_partitions(self) -> int:
-        """Number of complete blocks in the cache (Dask's word, as ``npartitions``)."""
+    def cached_blocks(self) -> int:
+        """Number of complete blocks in the cache."""
         return len(_index(self.path, refresh=True))
 
 
@@ -221,7 +221,7 @@ def _read_batches(path: str, first: int, count: int, columns: list[str] | None,
     return pa.Table.from_batches(batches, schema=reader.schema)
 
 
-def block_tables(index: int, block: Block, options: ReadOptions, cache: PartitionCache | None,
+def block_tables(index: int, block: Block, options: ReadOptions, cache: BlockCache | None,
                  rejects: list[str] | None = None, *, use_cache: bool = True,
                  writer: CacheWriter | None = None, columns: list[str] | None = None,
                  readers: Readers | None = None, files: SmallFiles | None = None,
@@ -242,7 +242,7 @@ def block_tables(index: int, block: Block, options: ReadOptions, cache: Partitio
         The scan task's writer (committed by the caller); without one, a block parsed here is
         cached on its own.
     columns, readers
-        See :meth:`PartitionCache.tables` (tables parsed from CSV have every column).
+        See :meth:`BlockCache.tables` (tables parsed from CSV have every column).
     files
         Parses this block with the small files around it (a scan task's blocks); None: alone.
 
@@ -290,7 +290,7 @@ def _identity(source: Source) -> str:
 
 def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
                compression: str = "auto", required: bool = False,
-               client: Client | None = None) -> tuple[PartitionCache | None, str]:
+               client: Client | None = None) -> tuple[BlockCache | None, str]:
     """Prepare the cache directory of ``source``; return it (or None) and a line saying why.
 
     Parameters
@@ -347,7 +347,7 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     need = estimate_bytes(source, fits[0])
     state = (f"{reused} of the blocks cached" if reused else
              f"~{need / 1e9:.2f} GB to write {fits[0] or 'uncompressed'}, {free / 1e9:.0f} GB free")
-    return PartitionCache(base, key, fits[0]), f"cache: {where} ({state})"
+    return BlockCache(base, key, fits[0]), f"cache: {where} ({state})"
 
 
 def _unwritable(err: OSError, where: str, required: bool) -> str:
@@ -409,7 +409,7 @@ def _prepare(base: str | None, key: str, identity: str, nbytes: int,
     if not os.path.exists(meta):
         write_file(meta, json.dumps({"identity": identity, "csv_bytes": nbytes, "created": time.time(),
                                      "version": CACHE_VERSION, "data": data}))
-    cached = PartitionCache(entry).cached_partitions()
+    cached = BlockCache(entry).cached_blocks()
     return shutil.disk_usage(entry).free, cached, entry
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from daskfeed.cache import PartitionCache, block_tables
+from daskfeed.cache import BlockCache, block_tables
 from daskfeed.exceptions import SchemaError
 from daskfeed.files import Block
 from daskfeed.manifest import Column
@@ -87,7 +87,7 @@ def class_codes(col: pa.ChunkedArray | pa.Array, classes: tuple[str, ...]) -> tu
 
 
 def unknown_classes(index: int, block: Block, options: ReadOptions, label: str,
-                    classes: tuple[str, ...], cache: PartitionCache | None = None) -> dict[str, Any]:
+                    classes: tuple[str, ...], cache: BlockCache | None = None) -> dict[str, Any]:
     """Rows of block ``index`` whose label is not one of ``classes`` (runs on a worker).
 
     Parameters

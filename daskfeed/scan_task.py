@@ -12,7 +12,7 @@ from typing import Any
 
 from distributed import get_worker
 
-from daskfeed.cache import PartitionCache, block_tables
+from daskfeed.cache import BlockCache, block_tables
 from daskfeed.exceptions import DataError
 from daskfeed.files import Block
 from daskfeed.schema import BlockFacts, where
@@ -54,7 +54,7 @@ def report(topic: str | None, task: int, block: int, rows: int = 0, nbytes: int 
 
 
 def scan_blocks(items: list[tuple[int, Block]], options: ReadOptions, label: str,
-                cache: PartitionCache | None = None, topic: str | None = None,
+                cache: BlockCache | None = None, topic: str | None = None,
                 sizes: list[int] | None = None) -> dict[str, Any]:
     """Scan several blocks in one scan task (runs on a worker): their facts and merged statistics.
 

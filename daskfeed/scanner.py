@@ -19,7 +19,7 @@ from dask import delayed
 from distributed import Client, Future, wait
 
 from daskfeed import config
-from daskfeed.cache import PartitionCache
+from daskfeed.cache import BlockCache
 from daskfeed.cluster import client_context
 from daskfeed.exceptions import FeedTimeoutError, ManifestMismatchError, SchemaError
 from daskfeed.futures import explain
@@ -73,7 +73,7 @@ def scan(
     storage_options: dict[str, Any] | None = None,
     cache: str | os.PathLike[str] | None = None,
     bad_lines: str = "error",
-    partition_cache: PartitionCache | None = None,
+    partition_cache: BlockCache | None = None,
     timeout: float | str | None = None,
     sep: str = ",",
     na_values: list[str] | tuple[str, ...] | None = None,
@@ -102,7 +102,7 @@ def scan(
         A JSON path: a manifest there made for these files with the same settings is returned
         without scanning (its warnings repeated); otherwise the new one is written there.
     partition_cache
-        A :class:`~daskfeed.cache.PartitionCache` the scan writes every parsed block to.
+        A :class:`~daskfeed.cache.BlockCache` the scan writes every parsed block to.
     timeout
         Seconds without any scan task making progress before ``FeedTimeoutError`` (default
         ``daskfeed.timeout``).
@@ -194,7 +194,7 @@ def _likely_sep(header: list[str]) -> str | None:
 
 # ----------------------------------------------------------------------------- on the cluster
 def _run_scan(src: Source, label: str, client: Client, token: str,
-              partition_cache: PartitionCache | None, timeout: float, only: list[int],
+              partition_cache: BlockCache | None, timeout: float, only: list[int],
               progress: ProgressCallback | None) -> tuple[list[BlockFacts], Stats]:
     """Facts of every block (those outside ``only``: no rows) and the merged statistics."""
     if src.frame is not None:
@@ -234,7 +234,7 @@ def _scan_frame(src: Source, label: str, client: Client, token: str,
 
 
 def _scan_files(src: Source, label: str, client: Client, token: str,
-                partition_cache: PartitionCache | None, timeout: float, only: list[int],
+                partition_cache: BlockCache | None, timeout: float, only: list[int],
                 progress: ProgressCallback | None) -> tuple[list[BlockFacts], Stats]:
     """Parse each block once in scan tasks (small files together): facts, stats, parse cache."""
     nthreads = sum(client.nthreads().values()) or 1

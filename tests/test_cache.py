@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import daskfeed
-from daskfeed.cache import PartitionCache, open_cache
+from daskfeed.cache import BlockCache, open_cache
 from daskfeed.exceptions import CacheError
 from daskfeed.source import Source
 from daskfeed.tables import iter_tables
@@ -43,7 +43,7 @@ def test_epochs_after_the_scan_read_no_csv(id_data, tmp_path, client):
     with daskfeed.DaskSequence(str(tmp_path / "data" / "*.csv"), label="cleared", client=client,
                                batch_size=500, cache=tmp_path / "cache") as seq:
         assert seq.cache is not None
-        assert seq.cache.cached_partitions() == len(seq.source.blocks)  # written by the scan
+        assert seq.cache.cached_blocks() == len(seq.source.blocks)  # written by the scan
         assert stat.S_IMODE(os.stat(seq.cache.path).st_mode) == 0o700
         for f in files:  # from here on, the CSV cannot be read at all
             os.remove(f)
@@ -68,7 +68,7 @@ def test_cached_batches_equal_parsed_batches(demo_data, tmp_path, client, compre
             demo_data.train_glob, cache=tmp_path / "c", manifest=manifest, **kw) as cached:
         assert cached.cache.compression == (None if compression == "none" else compression)
         assert cached.manifest is manifest  # no scan ran: the first epoch's windows fill the cache
-        assert cached.cache.cached_partitions() < len(cached.source.blocks)
+        assert cached.cache.cached_blocks() < len(cached.source.blocks)
         for epoch in range(2):  # epoch 0 parses CSV (and writes the cache), epoch 1 reads it
             for i, (xa, ya) in enumerate(expected[epoch]):
                 xb, yb = cached[i]
@@ -77,7 +77,7 @@ def test_cached_batches_equal_parsed_batches(demo_data, tmp_path, client, compre
                     assert np.array_equal(xa[k], xb[k]), (epoch, i, k)
             cached.on_epoch_end()
             if epoch == 0:
-                assert cached.cache.cached_partitions() == len(cached.source.blocks)
+                assert cached.cache.cached_blocks() == len(cached.source.blocks)
 
 
 def test_touching_a_file_invalidates_its_cache(id_data, tmp_path, client):
@@ -89,7 +89,7 @@ def test_touching_a_file_invalidates_its_cache(id_data, tmp_path, client):
     with daskfeed.DaskSequence(pattern, label="cleared", client=client, cache=tmp_path / "c") as b:
         assert b.cache.path != old
         assert not os.path.exists(old)  # the stale copy of the same files is gone
-        assert b.cache.cached_partitions() == len(b.source.blocks)
+        assert b.cache.cached_blocks() == len(b.source.blocks)
 
 
 def test_a_disk_without_room_is_refused_up_front(tmp_path, write_csv):
@@ -148,8 +148,8 @@ def test_gzip_is_parsed_in_bounded_buffers_with_types_per_table(tmp_path, client
     assert sum(count for _, _, count in ranges) == len(tables)
 
 
-def test_an_incomplete_partition_is_never_read(tmp_path):
-    cache = PartitionCache(str(tmp_path))
+def test_an_incomplete_block_is_never_read(tmp_path):
+    cache = BlockCache(str(tmp_path))
     import pyarrow as pa
 
     w = cache.writer(0)
@@ -162,7 +162,7 @@ def test_an_incomplete_partition_is_never_read(tmp_path):
     assert table.column("x").to_pylist() == [1.0, 2.0, 3.0]
     assert cache.tables(1)[0].column("x").to_pylist() == ["a", "b"]
     assert cache.has(2) and sum(t.num_rows for t in cache.tables(2)) == 0
-    assert cache.cached_partitions() == 3
+    assert cache.cached_blocks() == 3
     assert not glob.glob(str(tmp_path / "*.tmp-*"))
     assert len(glob.glob(str(tmp_path / "g000000-*.arrow"))) == 2
 
