@@ -67,7 +67,18 @@ class Cursor:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Cursor:
-        """Inverse of ``asdict``."""
+        """Inverse of ``asdict``.
+
+        Parameters
+        ----------
+        d
+            A cursor as ``state.json`` keeps it (``dataclasses.asdict``, lists for tuples).
+
+        Returns
+        -------
+        Cursor
+            The cursor.
+        """
         d = dict(d)
         d["features"] = tuple(d["features"])
         d["shard"] = tuple(d.get("shard", (0, 1)))
