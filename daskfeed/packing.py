@@ -79,6 +79,16 @@ def pack_blocks(partitions: list[dict[str, Any]]) -> dict[str, Any]:
 def unpack_blocks(packed: dict[str, Any]) -> list[dict[str, Any]]:
     """Inverse of :func:`pack_blocks`.
 
+    Parameters
+    ----------
+    packed
+        What :func:`pack_blocks` made (read back from ``manifest.json``).
+
+    Returns
+    -------
+    list of dict
+        One ``{"path", "offset", "length", "rows", "raw_rows"}`` per block, in order.
+
     Raises
     ------
     ValueError
