@@ -11,21 +11,22 @@ import difflib
 import json
 import math
 import os
-import re
 import time
 import warnings
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from daskfeed.atomic import write_file
+from daskfeed.class_weights import class_weights
 from daskfeed.exceptions import ManifestMismatchError, SchemaError
+from daskfeed.ids import id_like
 from daskfeed.packing import pack_blocks, unpack_blocks
 from daskfeed.split import scanned_blocks
 
 if TYPE_CHECKING:
     from daskfeed.source import Source
 
-__all__ = ["Column", "Manifest", "id_warning", "read_reusable", "read_settings", "unknown_column"]
+__all__ = ["Column", "Manifest", "read_reusable", "read_settings", "unknown_column"]
 
 # 2: a text label's classes (label_classes); 3: the blocks packed (daskfeed.packing).
 # A manifest of another version is scanned again (read_reusable says so in one line).
@@ -67,7 +68,7 @@ class Manifest:
     task: str  # binary | multiclass | regression
     num_classes: int
     columns: dict[str, Column]
-    partitions: list[dict[str, Any]]  # path, offset, length, rows (usable), raw_rows
+    partitions: list[dict[str, Any]]  # the blocks: path, offset, length, rows (usable), raw_rows
     rows: int
     label_missing: int
     nbytes: int
@@ -106,7 +107,7 @@ class Manifest:
 
     @property
     def counts(self) -> list[int]:
-        """Usable rows (label present) per partition, in partition order."""
+        """Usable rows (label present) per block, in block order."""
         return [p["rows"] for p in self.partitions]
 
     @property
@@ -133,7 +134,7 @@ class Manifest:
             empty = [f for f in features if self.columns[f].kind == "empty"]
             if empty:
                 raise SchemaError(
-                    f"Feature column(s) {empty} have no values in any partition.\n"
+                    f"Feature column(s) {empty} have no values in any block.\n"
                     "Hint: exclude them."
                 )
             chosen = list(features)
@@ -148,90 +149,29 @@ class Manifest:
             )
         return chosen
 
-    def id_like(self, names: list[str]) -> dict[str, str]:
-        """The columns of ``names`` that look like row ids rather than features, and why.
-
-        An unnamed column (an empty header, or pandas' ``Unnamed: 0``: the row numbers R and
-        pandas write), a numeric column named like an id (``id``, ``user_id``, ``userId``),
-        whole numbers that are a permutation of consecutive values (one per row, judged from
-        count, range and variance), or text with about as many distinct values as rows.
-
-        Parameters
-        ----------
-        names
-            Columns of this manifest (the features chosen).
-
-        Returns
-        -------
-        dict of str to str
-            ``{column: why it looks like a row id}``; empty when none does.
-        """
-        found = {}
-        for name in names:
-            col = self.columns[name]
-            if name.strip() == "" or re.fullmatch(r"Unnamed: \d+", name):
-                found[name] = "an unnamed column, as R and pandas write row numbers"
-            elif col.kind == "numeric" and re.fullmatch(r"(?i)id|.*[_\-. ]id|.*[a-z]I[dD]", name):
-                found[name] = "named like an id, used as a number"
-            elif col.kind == "numeric" and _consecutive(col):
-                found[name] = "whole numbers, one per row"
-            elif col.kind == "categorical" and col.count >= 100 and col.distinct >= 0.95 * col.count:
-                about = "~" if col.approximate else ""
-                found[name] = f"{about}{col.distinct:,} distinct values in {col.count:,} rows"
-        return found
-
     def class_weights(self, spec: str | dict[Any, float] = "balanced") -> dict[int, float]:
         """Weights per class for ``model.fit(..., class_weight=...)``, from the scan's label counts.
 
-        No pass over the data: the scan counted the rows of every class (``label_counts``; of
-        the training part only when the manifest is made for a split).
+        See :func:`daskfeed.class_weights.class_weights` (no pass over the data).
 
         Parameters
         ----------
         spec
-            ``"balanced"``: ``rows / (classes * rows of the class)`` for every class present,
-            as scikit-learn's ``compute_class_weight("balanced", ...)``, so each class weighs
-            as much in total. Or a mapping ``{class: weight}`` (keys as ints or their text,
-            e.g. parsed from ``'{"0": 1, "1": 9}'``; class names for a text label:
-            ``{"gold": 5}``), checked against the label's classes;
-            classes it leaves out get 1.0, as Keras gives them, and are listed.
+            ``"balanced"`` (as scikit-learn's), or a mapping ``{class: weight}`` (ids or their
+            text; class names for a text label); classes it leaves out get 1.0.
 
         Returns
         -------
         dict of int to float
-            ``{class code: weight}`` of every class present in the data (a text label's code i
-            is ``classes[i]``).
+            ``{class code: weight}`` of every class present in the data.
 
         Raises
         ------
         SchemaError
             For a regression label, an unknown class, a negative or non-finite weight, or a
-            manifest without label counts (made by an older daskfeed: rescan).
+            manifest without label counts.
         """
-        if self.task == "regression":
-            raise SchemaError(
-                f"Expected a class label (0/1 or class ids) for class weights. Received: label "
-                f"{self.label!r}, a regression label.\nHint: weigh rows with a weight column "
-                "instead (weight='COL', --weight COL)."
-            )
-        if not self.label_counts:
-            raise SchemaError(
-                f"Expected the label counts of {self.label!r} in the manifest. Received: a "
-                "manifest without them (made by an older daskfeed).\nHint: rescan the data "
-                "(remove manifest.json, or pass manifest=None)."
-            )
-        codes = {name: i for i, name in enumerate(self.label_classes or ())}
-        counts = {codes[k] if codes else int(k): int(n) for k, n in self.label_counts.items() if n > 0}
-        if isinstance(spec, str):
-            if spec != "balanced":
-                raise SchemaError(f"Expected class weights 'balanced' or a mapping {{class: "
-                                  f"weight}}. Received: {spec!r}.\nHint: e.g. "
-                                  "'{\"0\": 1, \"1\": 9}'.")
-            total = sum(counts.values())
-            return {c: total / (len(counts) * n) for c, n in sorted(counts.items())}
-        given = {_class_id(k, counts, self.label, self.label_classes): _class_weight(k, v)
-                 for k, v in spec.items()}
-        return {c: given.get(c, 1.0) for c in sorted(counts)}
+        return class_weights(self.task, self.label, self.label_counts, self.label_classes, spec)
 
     def mismatch(self, source: Source, *, label: str, vocabulary_size: int,
                  split: dict[str, Any] | None = None) -> tuple[str, Any, Any] | None:
@@ -330,10 +270,11 @@ class Manifest:
     def column_lines(self) -> list[str]:
         """One line per column: kind, dtype, missing (by null marker), statistics or vocabulary.
 
-        A column that looks like a row id (:meth:`id_like`) says so at the end of its line.
+        A column that looks like a row id (:func:`~daskfeed.ids.id_like`) says so at the end.
         """
         lines = []
-        ids = self.id_like([n for n, c in self.columns.items() if n != self.label and c.kind != "empty"])
+        ids = id_like(self.columns, [n for n, c in self.columns.items()
+                                     if n != self.label and c.kind != "empty"])
         for c in self.columns.values():
             if c.kind in ("numeric", "datetime"):
                 extra = f"mean {c.mean:.4g} sd {c.var ** 0.5:.4g}"
@@ -351,7 +292,7 @@ class Manifest:
         return lines
 
     def summary(self) -> str:
-        """A few human lines: rows, partitions, task, columns by kind."""
+        """A few human lines: rows, blocks, task, columns by kind."""
         kinds: dict[str, list[str]] = {}
         for c in self.columns.values():
             kinds.setdefault(c.kind, []).append(c.name)
@@ -368,38 +309,6 @@ class Manifest:
             f"{self.nbytes / 1e9:.2f} GB); label {self.label!r}: {self.task}"
             f"{classes if self.task == 'multiclass' else ''}; columns: {parts}"
         )
-
-
-def id_warning(found: dict[str, str]) -> str:
-    """The warning about feature columns that look like row ids, with the fix.
-
-    Parameters
-    ----------
-    found
-        What :meth:`Manifest.id_like` returned (not empty).
-
-    Returns
-    -------
-    str
-        The columns and why, and the ``--exclude`` / ``exclude=`` that leaves them out.
-    """
-    names = sorted(found)  # an unnamed column first: a leading comma names it in --exclude
-    flag = ",".join(names) or "''"
-    return (
-        "Feature column(s) that look like row ids: "
-        + ", ".join(f"{n!r} ({found[n]})" for n in names)
-        + ". A model learns nothing from them that carries over to new rows.\nHint: leave them "
-        f"out: --exclude {flag} (exclude={names!r}), or choose the features (--features, features=)."
-    )
-
-
-def _consecutive(col: Column) -> bool:
-    """Whole numbers min..max, each once: count, range and variance (n²-1)/12 all agree."""
-    n = col.count
-    if not (col.integer and n >= 100 and not col.missing and col.min is not None
-            and col.max is not None and col.max - col.min + 1 == n):
-        return False
-    return abs(col.var - (n * n - 1) / 12) <= 0.02 * (n * n - 1) / 12
 
 
 def _named(classes: list[str] | None) -> str:
@@ -445,39 +354,6 @@ def unknown_column(name: str, columns: list[str], what: str) -> str:
         f"the columns are {', '.join(map(repr, columns[:20]))}{' ...' if len(columns) > 20 else ''}.")
     return f"Expected a {what} column of the data. Received: {what}={name!r}.\nHint: {hint}"
 
-
-def _class_id(key: Any, counts: dict[int, int], label: str, classes: list[str] | None) -> int:
-    """A class of ``spec`` (its id, or its name for a text label) as its code, checked."""
-    if classes is not None:
-        c = classes.index(str(key)) if str(key) in classes else None
-        names, example = classes, f"'{{\"{classes[0]}\": 2}}'" if classes else ""
-    else:
-        try:
-            c = int(str(key).strip())
-        except ValueError:
-            c = None
-        names, example = [str(k) for k in sorted(counts)], "'{\"0\": 1, \"1\": 9}'"
-    if c is None or c not in counts:
-        raise SchemaError(
-            f"Expected class weights for the classes of label {label!r} "
-            f"({', '.join(names[:20])}{' ...' if len(names) > 20 else ''}). Received: class "
-            f"{key!r}.\nHint: name classes by their {'name' if classes else 'id'}, e.g. {example}."
-        )
-    return c
-
-
-def _class_weight(key: Any, value: Any) -> float:
-    """A weight of ``spec``: a finite number >= 0."""
-    try:
-        w = float(value)
-    except (TypeError, ValueError):
-        w = math.nan
-    if not (math.isfinite(w) and w >= 0):
-        raise SchemaError(
-            f"Expected a class weight that is a number >= 0. Received: {value!r} for class "
-            f"{key!r}.\nHint: e.g. '{{\"0\": 1, \"1\": 9}}'."
-        )
-    return w
 
 
 def read_reusable(path: str | os.PathLike[str]) -> Manifest | None:

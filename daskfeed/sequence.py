@@ -22,14 +22,16 @@ from daskfeed.checks import (
     check_weight_column,
     check_weights,
 )
-from daskfeed.cluster import acquire_client, close_client
+from daskfeed.cluster import acquire_client
 from daskfeed.dashboard import EpochSpans
 from daskfeed.epoch import EpochCursor, EpochStats, PlanSettings
-from daskfeed.exceptions import ClusterError, DaskfeedError, ManifestMismatchError, SchemaError
+from daskfeed.exceptions import ClusterError, DaskfeedError, ManifestMismatchError
 from daskfeed.feed import Encoding, WindowData, concat
 from daskfeed.futures import WindowCancelled
-from daskfeed.lifecycle import Stop, run_at_exit
-from daskfeed.manifest import Manifest, id_warning
+from daskfeed.ids import id_like, id_warning
+from daskfeed.lifecycle import Stop
+from daskfeed.manifest import Manifest
+from daskfeed.owner import Owner, refuse_multiprocessing
 from daskfeed.plan import EpochPlan
 from daskfeed.prefetch import Prefetcher
 from daskfeed.remote import connect
@@ -43,180 +45,97 @@ __all__ = ["DaskSequence"]
 MIN_WINDOWS = 8
 
 
-class _Owner:
-    """What a :class:`DaskSequence` must give back, held apart from it for its finalizer.
-
-    The client (closed only if the sequence started it) and the process that may close it:
-    a forked child inherits the parent's connection, which is not its to close.
-    """
-
-    def __init__(self) -> None:
-        self.client: Any = None
-        self.owns = False
-        self.pid = os.getpid()
-        _OWNERS.add(self)
-
-    def close(self) -> None:
-        """Drop the client, closing it if owned; idempotent, a no-op in another process."""
-        if self.pid != os.getpid():
-            return
-        client, owns = self.client, self.owns
-        self.client, self.owns = None, False
-        if owns and client is not None:
-            close_client(client)
-
-
-_OWNERS: weakref.WeakSet[_Owner] = weakref.WeakSet()
-
-
-def _close_owned_clients() -> None:
-    """At interpreter exit: close the clients (and local clusters) sequences started."""
-    for owner in list(_OWNERS):
-        owner.close()
-
-
-run_at_exit(_close_owned_clients)
-
-
-def _refuse_multiprocessing(kwargs: dict[str, Any]) -> None:
-    """Refuse Keras' worker processes before any scan or cluster work."""
-    if kwargs.get("use_multiprocessing"):
-        raise SchemaError(
-            "DaskSequence does not run in Keras' worker processes. Expected "
-            "use_multiprocessing=False (the default). Received: use_multiprocessing=True.\n"
-            "Hint: the Dask workers already compute the batches and the trainer only slices "
-            "arrays, so a process pool adds nothing: use workers=N (threads) to read batches "
-            "concurrently, or leave the default."
-        )
+def _with_blocksize(manifest: Manifest | str | os.PathLike[str] | None,
+                    blocksize: int | str | None) -> tuple[Manifest | None, int | str | None]:
+    """The manifest (read from its JSON path) and the blocksize: the manifest's unless given."""
+    if manifest is not None and not isinstance(manifest, Manifest):
+        manifest = Manifest.from_json(manifest)
+    if manifest is not None and blocksize is None:  # its blocks: the same byte ranges
+        blocksize = manifest.read_options.get("blocksize")
+    return manifest, blocksize
 
 
 class DaskSequence(keras.utils.PyDataset):
     """Batches of a CSV set far larger than memory, materialized by a Dask cluster.
 
     The data are scanned once (:func:`daskfeed.scan`), then every epoch is planned as windows
-    of partitions. Workers read, encode and shuffle a window and send back compact numpy
-    arrays; the next windows are in flight while Keras trains on the current one.
-
-    ``seq[i]`` is deterministic for ``(data, seed, batch_size, epoch)``, correct in any call
-    order and from concurrent threads. Every row is delivered exactly once per epoch; every
-    batch holds ``batch_size`` rows except possibly the last. A batch is ``(x, y)``, or
-    ``(x, y, w)`` with a ``weight`` column: Keras then weighs the loss and the metrics of
-    each row by ``w``, in ``fit`` as in ``evaluate``.
+    of blocks: workers read, encode and shuffle a window and send back compact numpy arrays
+    while Keras trains on the one before. ``seq[i]`` is deterministic for ``(data, seed,
+    batch_size, epoch)`` in any call order and from any thread; every row is delivered once
+    per epoch. A batch is ``(x, y)``, or ``(x, y, w)`` with a ``weight`` column. The README's
+    "From Python" section tells more (weights, the validation split, several trainers).
 
     Parameters
     ----------
     data
         A path, glob (``**`` too), list of paths, fsspec URL, or ``dask.dataframe.DataFrame``.
     label
-        Name of the numeric label column.
-    features
-        Feature columns, in order (default: every column but the label and ``exclude``).
-    exclude
-        Columns to leave out.
+        Name of the label column.
+    features, exclude
+        Feature columns in order (default: every column but the label), columns to leave out.
     batch_size
         Rows per batch (default ``daskfeed.batch-size``).
-    shuffle
-        Permute partitions per epoch and mix rows across the partitions of a window.
-    seed
-        Seed of every permutation.
+    shuffle, seed
+        Permute blocks per epoch and rows across a window's blocks; the seed of every permutation.
     client
         A ``distributed.Client`` or scheduler address; default: the current client, else a
         LocalCluster owned (and closed) by this sequence.
     as_matrix
-        Return ``x`` as one float32 matrix of the numeric ``features`` instead of a dict.
+        Return ``x`` as one matrix of the numeric ``features`` instead of a dict.
     manifest
-        A :class:`~daskfeed.manifest.Manifest` (or path to its JSON) of this data: no rescan.
-        It must have been made with the same settings (label, vocabulary size, read options;
-        else :class:`~daskfeed.exceptions.ManifestMismatchError` names the one that differs);
-        its partitions are used as they are (``blocksize=None`` takes the manifest's).
+        A :class:`~daskfeed.manifest.Manifest` (or its JSON path) of this data made with the
+        same settings (else :class:`~daskfeed.exceptions.ManifestMismatchError`): no rescan.
     cache
-        Keep every partition parsed once as Arrow on the workers' disk (see
-        :mod:`daskfeed.cache`), so later epochs never parse CSV: ``True`` (default) uses
-        ``daskfeed.cache-dir`` (``~/.cache/daskfeed``) when the disk has room, a path uses
-        that directory (an error if it lacks room), ``False`` turns it off.
-    sep, encoding, dtype, na_values
-        How the CSV is read: delimiter, text encoding, per-column dtype overrides, null
-        markers missing in every column (see :class:`~daskfeed.source.Source`).
+        Keep every block parsed once as Arrow on the workers' disk (:mod:`daskfeed.cache`):
+        ``True`` uses ``daskfeed.cache-dir`` when it has room, a path that directory, ``False``
+        none.
+    sep, encoding, dtype, na_values, blocksize, storage_options
+        How the data are read (see :class:`~daskfeed.source.Source`).
     bad_lines
-        Lines with the wrong number of fields: ``"error"`` (default), ``"skip"`` (counted in
-        ``manifest.bad_lines``) or ``"quarantine"`` (also kept in ``manifest.rejects``).
+        Lines with the wrong number of fields: ``"error"``, ``"skip"`` or ``"quarantine"``.
     reference
-        Manifest whose statistics encode the features (e.g. the training set's, for a
-        validation set); default: this data's own manifest.
+        Manifest whose statistics encode the features (e.g. the training set's); default: this
+        data's own.
     drop_remainder
         Drop the epoch's last batch when it is short.
     shard
-        ``(rank, world_size)``: serve only partitions ``p`` with ``p % world_size == rank``
-        (one trainer of several; the shards are disjoint and together the whole data). With
-        ``world_size > 1`` every shard serves the same number of full batches per epoch,
-        :func:`~daskfeed.plan.equal_shard_batches` (trainers that step together need that);
-        the rest of each shard's rows that epoch, the tail of its shuffled order, is dropped
-        and counted (``plan.dropped``, ``epoch_stats()["dropped_rows"]``).
+        ``(rank, world_size)``: serve only blocks ``b`` with ``b % world_size == rank``; shards
+        serve equal full batches per epoch (:func:`~daskfeed.plan.equal_shard_batches`).
     weight
-        A numeric column of per-row sample weights: batches become ``(x, y, w)`` (float32)
-        and the column is not a feature. Policy: every row with a label must have a weight
-        >= 0. The scan's statistics of the column tell at construction, without another
-        pass, whether any weight is missing or negative; if so, the rows are found and
-        :class:`~daskfeed.exceptions.DataError` names the first one's file and line and
-        counts them all, before anything is trained (rows without a label are skipped
-        anyway, whatever their weight). A weight of 0 keeps a row out of the loss.
+        A numeric column of per-row sample weights (``>= 0`` wherever there is a label, else
+        :class:`~daskfeed.exceptions.DataError` names the first bad row's file and line).
     validation_split, subset
-        Hold out whole partitions for validation, as Keras' ``image_dataset_from_directory``
-        does with files: ``validation_split=0.1, subset="training"`` serves the partitions
-        left for training, ``subset="validation"`` the held-out ones (pass the same
-        ``seed`` to both). The split is by partition, not by row: partitions are drawn by
-        a hash of ``(seed, file, byte offset)`` until about ``validation_split`` of the
-        bytes are held out (:func:`~daskfeed.plan.split_partitions`), so each part reads
-        only its own partitions, the same rows every epoch and every run with the same seed
-        and partitions (blocksize), never a row of the other part. Each part is scanned on
-        its own, so the training manifest's statistics come from the training rows alone
-        and the two scans together are one pass. Rows of one file region go to the same
-        part.
-    window_bytes, prefetch_bytes, timeout
+        Hold out whole blocks: ``subset="training"`` or ``"validation"`` with the same ``seed``
+        (:func:`~daskfeed.plan.split_blocks`); each part is scanned on its own.
+    vocabulary_size
+        Values kept per text column (default ``daskfeed.vocabulary-size``).
+    window_bytes, window_rows, prefetch_bytes, timeout
         Memory knobs (see ``daskfeed.yaml``); normally derived from ``--memory-limit``.
-    scan_progress
-        Called while this data is scanned (see :func:`daskfeed.scan`'s ``progress``).
-    spans
-        A :class:`daskfeed.dashboard.EpochSpans`: each epoch's windows are computed inside its
-        ``distributed.span`` (the dashboard's Fine Performance Metrics by epoch).
-    stop
-        A :class:`daskfeed.lifecycle.Stop`: its request ends every wait for a batch at once
-        (:class:`~daskfeed.lifecycle.Aborted`); default: the process-wide one, which SIGINT /
-        SIGTERM also end.
+    spans, scan_progress, stop
+        A :class:`daskfeed.dashboard.EpochSpans` (a ``distributed.span`` per epoch), a scan
+        progress callback, and a :class:`daskfeed.lifecycle.Stop` whose request ends every wait.
     **kwargs
         ``workers`` and ``max_queue_size`` for ``keras.utils.PyDataset``;
         ``use_multiprocessing=True`` is refused (:class:`~daskfeed.SchemaError`).
 
+    Raises
+    ------
+    DaskfeedError
+        Bad data or settings, with what was expected, what was received and a hint.
+
     Notes
     -----
-    A sequence owns threads and futures: close it (:meth:`close`, or ``with DaskSequence(...)
-    as seq:``). It is also closed when garbage-collected or at interpreter exit, and it stops
-    waiting when its client closes; nothing it starts keeps the process alive, and Ctrl-C
-    ends a wait for a batch at once.
+    A sequence owns threads and futures: close it (:meth:`close`, or ``with``). It is also
+    closed when garbage-collected or at interpreter exit.
 
     Examples
     --------
     >>> import daskfeed
-    >>> from distributed import Client
-    >>> client = Client(n_workers=2, threads_per_worker=1)  # doctest: +SKIP
     >>> train = daskfeed.DaskSequence("data/log_quest/**/*.csv", label="cleared",
-    ...                               batch_size=1024, client=client)  # doctest: +SKIP
-    >>> val = daskfeed.DaskSequence("data/log_quest_validate/**/*.csv", label="cleared",
-    ...                             shuffle=False, reference=train.manifest,
-    ...                             client=client)  # doctest: +SKIP
+    ...                               batch_size=1024)  # doctest: +SKIP
     >>> model = daskfeed.default_model(train)  # doctest: +SKIP
-    >>> model.fit(train, validation_data=val, epochs=3, shuffle=False)  # doctest: +SKIP
-    >>> train.close(); val.close()  # doctest: +SKIP
-
-    One data set split 90/10 by partition, the validation part encoded like the training part:
-
-    >>> train = daskfeed.DaskSequence("data/log_quest/**/*.csv", label="cleared",
-    ...                               validation_split=0.1, subset="training", seed=1,
-    ...                               client=client)  # doctest: +SKIP
-    >>> val = daskfeed.DaskSequence("data/log_quest/**/*.csv", label="cleared",
-    ...                             validation_split=0.1, subset="validation", seed=1,
-    ...                             shuffle=False, reference=train.manifest,
-    ...                             client=client)  # doctest: +SKIP
+    >>> model.fit(train, epochs=3, shuffle=False)  # doctest: +SKIP
+    >>> train.close()  # doctest: +SKIP
     """
 
     def __init__(
@@ -256,25 +175,20 @@ class DaskSequence(keras.utils.PyDataset):
         stop: Stop | None = None,
         **kwargs: Any,
     ) -> None:
-        _refuse_multiprocessing(kwargs)
+        refuse_multiprocessing(kwargs)
         split = split_settings(validation_split, subset, int(seed))  # before any work
-        self._owner = _Owner()
+        self._owner = Owner()
         self._finalizer = weakref.finalize(self, self._owner.close)
         self._closed = False
         super().__init__(**kwargs)
-        self._settle_settings(label=label, weight=weight, batch_size=batch_size, shuffle=shuffle,
-                              seed=seed, drop_remainder=drop_remainder, shard=shard,
-                              timeout=timeout, prefetch_bytes=prefetch_bytes, split=split)
-        if manifest is not None and not isinstance(manifest, Manifest):
-            manifest = Manifest.from_json(manifest)
-        if manifest is not None and blocksize is None:  # its blocks: the same byte ranges
-            blocksize = manifest.read_options.get("blocksize")
+        self._settle_settings(label=label, weight=weight, batch_size=batch_size, shuffle=shuffle, seed=seed,
+                              drop_remainder=drop_remainder, shard=shard, timeout=timeout,
+                              prefetch_bytes=prefetch_bytes, split=split)
+        manifest, blocksize = _with_blocksize(manifest, blocksize)
         self.source = Source(data, blocksize=blocksize, encoding=encoding, dtype=dtype,
                              storage_options=storage_options, bad_lines=bad_lines, sep=sep,
                              na_values=na_values)
-        self._client, self._owns_client = acquire_client(client)
-        self._scheduler_address = self._client.scheduler.address
-        self._security = getattr(self._client, "security", None)  # tls:// reconnects after pickling
+        self._connect(client)
         try:
             self.cache, self.cache_status = self._open_cache(cache)
             self.manifest = self._resolve_manifest(manifest, vocabulary_size, split, scan_progress)
@@ -283,6 +197,17 @@ class DaskSequence(keras.utils.PyDataset):
             self._close_client()
             raise
         self.window_rows = self._window_rows(window_rows, window_bytes)
+        self._start_feeding(spans, stop)
+
+    # -- construction steps -----------------------------------------------------------
+    def _connect(self, client: Any) -> None:
+        """Acquire the client (owned if started here) and what a pickled copy reconnects to."""
+        self._client, self._owns_client = acquire_client(client)
+        self._scheduler_address = self._client.scheduler.address
+        self._security = getattr(self._client, "security", None)  # tls:// reconnects after pickling
+
+    def _start_feeding(self, spans: EpochSpans | None, stop: Stop | None) -> None:
+        """The windows' tasks and the cursor of epoch 0 (its first windows put in flight)."""
         self.failure: DaskfeedError | None = None  # the last error a batch raised
         self.spans = spans  # one distributed.span per epoch for the windows (dashboard)
         self._stop = stop  # None: the process-wide stop request (daskfeed.lifecycle)
@@ -290,7 +215,6 @@ class DaskSequence(keras.utils.PyDataset):
                                     self.cache, spans)
         self._cursor = self._new_cursor(0, 0)
 
-    # -- construction steps -----------------------------------------------------------
     def _settle_settings(self, *, label: str, weight: str | None, batch_size: int | None,
                          shuffle: bool, seed: int, drop_remainder: bool, shard: tuple[int, int],
                          timeout: float | str | None, prefetch_bytes: int | str | None,
@@ -319,7 +243,7 @@ class DaskSequence(keras.utils.PyDataset):
             check_weight_column(self.manifest, self.weight, self.label, features)
             exclude = [*exclude, self.weight]
         self.features = ref.feature_names(features, exclude)
-        if features is None and reference is None and (ids := ref.id_like(self.features)):
+        if features is None and reference is None and (ids := id_like(ref.columns, self.features)):
             warnings.warn(id_warning(ids), stacklevel=3)
         if reference is not None:
             check_compatible(self.manifest, reference, [*self.features, self.label])
@@ -585,16 +509,7 @@ class DaskSequence(keras.utils.PyDataset):
 
     def _check_usable(self) -> None:
         """Refuse a closed sequence, and a fork's copy (Keras' worker processes)."""
-        if self._owner.pid != os.getpid():
-            raise SchemaError(
-                f"This DaskSequence was created in process {self._owner.pid} and a batch was "
-                f"asked for in process {os.getpid()}, a fork of it (Keras' "
-                "use_multiprocessing=True?). Expected batches in the process that created it. "
-                "Received: a forked copy, whose cluster connection and prefetch threads did not "
-                "survive the fork.\nHint: leave use_multiprocessing=False (use workers=N "
-                "threads); to use the data in another process, pickle the sequence (the copy "
-                "connects to the same scheduler)."
-            )
+        self._owner.check_process()
         if self._closed:
             raise DaskfeedError(
                 "This DaskSequence is closed. Expected an open sequence.\nHint: create a new "
@@ -617,7 +532,7 @@ class DaskSequence(keras.utils.PyDataset):
     def __setstate__(self, state: dict[str, Any]) -> None:
         """A copy in this process: it connects to the same scheduler on its first batch."""
         self.__dict__.update(state)
-        self._owner = _Owner()
+        self._owner = Owner()
         self._finalizer = weakref.finalize(self, self._owner.close)
         self._closed = False
         self._cursor = self._new_cursor(*self.__dict__.pop("_resume"))
