@@ -87,6 +87,11 @@ def protocol(path: str) -> str:
 def compression_of(path: str) -> str | None:
     """Name the compression of ``path`` from its suffix; None when it is not compressed.
 
+    Parameters
+    ----------
+    path
+        A file's path or URL.
+
     Returns
     -------
     str or None

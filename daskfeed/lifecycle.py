@@ -159,7 +159,13 @@ class Closable(Protocol):
     """What :func:`close_at_exit` closes: finish gathers in progress, then close."""
 
     def settle(self, deadline: float) -> None:
-        """Wait until ``deadline`` (``time.monotonic()``) for work in progress."""
+        """Wait until ``deadline`` (``time.monotonic()``) for work in progress.
+
+        Parameters
+        ----------
+        deadline
+            When to stop waiting (``time.monotonic()``).
+        """
 
     def close(self) -> None:
         """Release everything; idempotent, never raises."""

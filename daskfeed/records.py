@@ -237,6 +237,13 @@ class Quotes:
 
         A run of quotes at the end of a buffer that may grow (``final=False``) waits for the
         next call: whether ``""`` follows decides what it means.
+
+        Parameters
+        ----------
+        buf
+            The buffer read so far (bytes before :attr:`cut` already dropped).
+        final
+            True when ``buf`` ends the stream (no more bytes follow).
         """
         end = len(buf)
         if not final:
@@ -250,7 +257,13 @@ class Quotes:
             self.scanned = stop
 
     def drop(self, n: int) -> None:
-        """Forget the first ``n`` bytes of the buffer (``n`` is :attr:`cut`)."""
+        """Forget the first ``n`` bytes of the buffer (``n`` is :attr:`cut`).
+
+        Parameters
+        ----------
+        n
+            Bytes dropped from the buffer's start.
+        """
         self.scanned -= n
         self.opened -= n
         self.cut = 0

@@ -46,7 +46,13 @@ class ReadOptions:
     na_values: tuple[str, ...] = ()  # the user's null markers: missing in every column
 
     def dtype_map(self) -> dict[str, str]:
-        """Return the per-column dtype overrides as a dict."""
+        """Return the per-column dtype overrides as a dict.
+
+        Returns
+        -------
+        dict of str to str
+            ``{column: dtype}``, as given with ``--dtype``.
+        """
         return dict(self.dtype)
 
 
