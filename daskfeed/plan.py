@@ -3,9 +3,9 @@
 An epoch is a sequence of *windows*: blocks whose rows are read together, and
 shuffled together on a worker. Windows are laid end to end; batch ``i`` covers the global rows
 ``[i * batch_size, (i + 1) * batch_size)`` of that concatenation, so every batch but the epoch's
-last has exactly ``batch_size`` rows and batches span partition and window edges.
+last has exactly ``batch_size`` rows and batches span block and window edges.
 
-With ``shuffle=True`` the partition order is a permutation drawn from ``(seed, epoch)`` and the
+With ``shuffle=True`` the block order is a permutation drawn from ``(seed, epoch)`` and the
 rows of window ``w`` are permuted with ``window_seed(seed, epoch, w)``; the same inputs always
 give the same plan.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["EpochPlan", "Slice", "Window", "equal_shard_batches", "make_plan", "shard_rows",
-           "split_partitions", "window_seed"]
+           "split_blocks", "window_seed"]
 
 
 @dataclass(frozen=True)
@@ -122,16 +122,16 @@ def make_plan(
     Parameters
     ----------
     counts
-        Rows per partition, in partition order.
+        Rows per block, in block order.
     batch_size
         Rows per batch; only the epoch's last batch may be shorter (or dropped).
     epoch, seed
-        Determine the partition permutation and the per-window row permutations.
+        Determine the block permutation and the per-window row permutations.
     shuffle
         Permute blocks and rows. ``False`` keeps the file order.
     window_rows
         Target rows per window: blocks are added to a window until it holds at least
-        this many rows. ``None``: one partition per window.
+        this many rows. ``None``: one block per window.
     drop_remainder
         Drop the epoch's last batch if it is short.
     shard
@@ -190,7 +190,7 @@ def _windows(blocks: list[int], counts: Sequence[int], target: int) -> list[Wind
 
 
 def shard_rows(counts: Sequence[int], nshards: int) -> list[int]:
-    """Rows of each shard when partition ``p`` goes to shard ``p % nshards``."""
+    """Rows of each shard when block ``p`` goes to shard ``p % nshards``."""
     rows = [0] * int(nshards)
     for p, n in enumerate(counts):
         rows[p % nshards] += max(int(n), 0)
@@ -204,60 +204,60 @@ def equal_shard_batches(counts: Sequence[int], *, batch_size: int, nshards: int)
     number of batches per epoch. Each rank plans this many full batches of its own shard;
     the rest of its rows this epoch (the tail of its shuffled order: other rows each epoch)
     are dropped and counted (:attr:`EpochPlan.dropped`). The shards differ by at most the
-    rows of one partition plus a partial batch, so little is dropped when there are many
-    partitions per shard.
+    rows of one block plus a partial batch, so little is dropped when there are many
+    blocks per shard.
     """
     return min(r // int(batch_size) for r in shard_rows(counts, nshards))
 
 
 def _split_rank(seed: int, key: str) -> int:
-    """A partition's place in the split order: a hash of ``(seed, key)``, the same everywhere."""
+    """A block's place in the split order: a hash of ``(seed, key)``, the same everywhere."""
     digest = hashlib.blake2b(f"{int(seed)}\0{key}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big")
 
 
-def split_partitions(keys: Sequence[str], sizes: Sequence[int], *, validation_split: float,
-                     seed: int = 0) -> tuple[int, ...]:
-    """The partitions held out for validation: whole partitions, chosen by a seeded hash.
+def split_blocks(keys: Sequence[str], sizes: Sequence[int], *, validation_split: float,
+                 seed: int = 0) -> tuple[int, ...]:
+    """The blocks held out for validation: whole blocks, chosen by a seeded hash.
 
-    Partitions are ranked by a hash of ``(seed, key)`` (a key names a partition: its file and
+    Blocks are ranked by a hash of ``(seed, key)`` (a key names a block: its file and
     byte offset) and taken in that order while the bytes held out stay nearest to
-    ``validation_split`` of the total; at least one partition is held out and at least one is
-    left for training. The same keys, sizes, fraction and seed give the same partitions in
+    ``validation_split`` of the total; at least one block is held out and at least one is
+    left for training. The same keys, sizes, fraction and seed give the same blocks in
     every process and every run; nothing is read.
 
     Parameters
     ----------
     keys
-        One name per partition, in partition order (stable across runs: path and offset).
+        One name per block, in block order (stable across runs: path and offset).
     sizes
-        Bytes (or any size measure) per partition.
+        Bytes (or any size measure) per block.
     validation_split
         Fraction of the data to hold out, ``0 < validation_split < 1``.
     seed
-        Another seed draws other partitions.
+        Another seed draws other blocks.
 
     Returns
     -------
     tuple of int
-        Indices of the held-out partitions, ascending.
+        Indices of the held-out blocks, ascending.
 
     Raises
     ------
     ValueError
-        When the fraction is outside (0, 1) or there are fewer than two partitions.
+        When the fraction is outside (0, 1) or there are fewer than two blocks.
     """
     if not 0.0 < float(validation_split) < 1.0:
         raise ValueError(f"Expected 0 < validation_split < 1. Received: "
                          f"validation_split={validation_split!r}.")
     if len(keys) != len(sizes):
-        raise ValueError(f"Expected one size per partition. Received: {len(keys)} keys and "
+        raise ValueError(f"Expected one size per block. Received: {len(keys)} keys and "
                          f"{len(sizes)} sizes.")
     if len(keys) < 2:
         raise ValueError(
-            f"Expected at least 2 partitions to hold whole partitions out for validation. "
-            f"Received: {len(keys)} partition(s).\nHint: lower the blocksize (--blocksize) so the "
-            "data has several partitions, or pass separate validation data (--validation)."
+            f"Expected at least 2 blocks to hold whole blocks out for validation. "
+            f"Received: {len(keys)} block(s).\nHint: lower the blocksize (--blocksize) so the "
+            "data has several blocks, or pass separate validation data (--validation)."
         )
     order = sorted(range(len(keys)), key=lambda p: (_split_rank(seed, keys[p]), p))
     target = float(validation_split) * sum(max(int(n), 0) for n in sizes)

@@ -1,7 +1,7 @@
 """The validation split: which whole blocks a manifest made for a split describes.
 
 ``validation_split=F, subset=..., seed=S`` holds out about F of the input bytes by whole blocks
-(:func:`~daskfeed.plan.split_partitions`); the manifest records the settings and the blocks held
+(:func:`~daskfeed.plan.split_blocks`); the manifest records the settings and the blocks held
 out (``split["validation_partitions"]``), so both parts are scanned once and never overlap.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from daskfeed.plan import split_partitions
+from daskfeed.plan import split_blocks
 
 if TYPE_CHECKING:
     from daskfeed.source import Source
@@ -99,12 +99,12 @@ def held_out(src: Source, split: dict[str, Any]) -> tuple[int, ...]:
         The indices of the blocks held out.
     """
     keys = [f"{b.path}\0{b.offset}" for b in src.blocks]
-    return split_partitions(keys, block_sizes(src), validation_split=split["validation_split"],
-                            seed=split["seed"])
+    return split_blocks(keys, block_sizes(src), validation_split=split["validation_split"],
+                        seed=split["seed"])
 
 
 def block_sizes(src: Source) -> list[int]:
-    """Bytes of every block of ``src`` (a whole file: its size; a frame's partition: 1).
+    """Bytes of every block of ``src`` (a whole file: its size; a block of a dask DataFrame: 1).
 
     Parameters
     ----------

@@ -252,9 +252,9 @@ def test_split_refuses_overlapping_parts_and_a_manifest_of_another_split(data, c
         _seq(data, client, validation_split=1.5, subset="training")
 
 
-def test_split_needs_two_partitions(client, write_csv):
+def test_split_needs_two_blocks(client, write_csv):
     one = write_csv("one.csv", "x,y\n" + "".join(f"{i},{i % 2}\n" for i in range(50)))
-    with pytest.raises(ValueError, match=r"(?s)at least 2 partitions.*Received: 1.*--blocksize"):
+    with pytest.raises(ValueError, match=r"(?s)at least 2 blocks.*Received: 1.*--blocksize"):
         daskfeed.DaskSequence(one, label="y", client=client, validation_split=0.2,
                               subset="training", cache=False)
 
