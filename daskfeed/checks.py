@@ -22,6 +22,8 @@ from daskfeed.weights import frame_weight_faults, record_line, weight_faults
 if TYPE_CHECKING:
     from distributed import Client
 
+    from daskfeed.cache import BlockCache
+
 __all__ = ["check_classes", "check_compatible", "check_disjoint", "check_weight_column", "check_weights"]
 
 
@@ -58,7 +60,7 @@ def check_compatible(manifest: Manifest, reference: Manifest, columns: list[str]
 
 
 def check_classes(manifest: Manifest, reference: Manifest, source: Source, client: Client,
-                  label: str, cache: Any) -> None:
+                  label: str, cache: BlockCache | None) -> None:
     """Refuse label text that is no class of the reference data, naming its file and line.
 
     Parameters
@@ -178,7 +180,7 @@ def check_weight_column(manifest: Manifest, weight: str, label: str,
 
 
 def check_weights(manifest: Manifest, source: Source, client: Client, label: str, weight: str,
-                  cache: Any) -> None:
+                  cache: BlockCache | None) -> None:
     """Refuse missing or negative weights in rows with a label, naming file and line.
 
     The scan's statistics of the column say whether there can be any; only then are the
@@ -219,7 +221,7 @@ def check_weights(manifest: Manifest, source: Source, client: Client, label: str
 
 
 def _weight_faults(manifest: Manifest, source: Source, client: Client, label: str, weight: str,
-                   cache: Any) -> list[tuple[int, dict[str, Any]]]:
+                   cache: BlockCache | None) -> list[tuple[int, dict[str, Any]]]:
     """``(block, faults)`` of every non-empty block (see :func:`~daskfeed.weights.weight_faults`)."""
     blocks = [b for b, n in enumerate(manifest.counts) if n > 0]
     if source.frame is not None:

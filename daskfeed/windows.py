@@ -17,7 +17,10 @@ from daskfeed.plan import EpochPlan
 from daskfeed.source import Source
 
 if TYPE_CHECKING:
+    from dask.delayed import Delayed
     from distributed import Client, Future
+
+    from daskfeed.cache import BlockCache
 
 __all__ = ["WindowTasks"]
 
@@ -39,14 +42,14 @@ class WindowTasks:
         One ``distributed.span`` per epoch for its windows (the dashboard), or None.
     """
 
-    def __init__(self, source: Source, fingerprint: str, encoding: Encoding, cache: Any,
+    def __init__(self, source: Source, fingerprint: str, encoding: Encoding, cache: BlockCache | None,
                  spans: EpochSpans | None) -> None:
         self.source = source
         self.fingerprint = fingerprint
         self.encoding = encoding
         self.cache = cache
         self.spans = spans
-        self._frames: list[Any] | None = None  # a dask DataFrame's partitions, made once
+        self._frames: list[Delayed] | None = None  # a dask DataFrame's partitions, made once
 
     def submit(self, client: Client, plan: EpochPlan, w: int) -> Future:
         """Start computing window ``w`` of ``plan`` (inside its epoch's span).
