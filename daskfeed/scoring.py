@@ -14,7 +14,7 @@ import threading
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -22,7 +22,12 @@ import pyarrow as pa
 from daskfeed.cache import block_tables
 from daskfeed.exceptions import DataError, DataNotFoundError, SchemaError
 from daskfeed.feed import Encoding, encode_features
+from daskfeed.files import Block
 from daskfeed.manifest import Manifest
+from daskfeed.tables import ReadOptions
+
+if TYPE_CHECKING:
+    from keras import Model
 
 __all__ = ["Scorer", "TrainedRun", "class_names", "output_columns", "output_schema", "score_block"]
 
@@ -69,6 +74,11 @@ class TrainedRun:
             The feature columns of a model that takes one matrix (``as_matrix``); a model
             over a dict of columns names them itself.
 
+        Returns
+        -------
+        TrainedRun
+            The run's model path and stamp, manifest and feature columns.
+
         Raises
         ------
         DataNotFoundError
@@ -109,12 +119,24 @@ class TrainedRun:
 
     @property
     def encoding(self) -> Encoding:
-        """The training encoding of the features (training statistics, no label needed)."""
+        """The training encoding of the features (training statistics, no label needed).
+
+        Returns
+        -------
+        Encoding
+            How :func:`~daskfeed.feed.encode_features` encodes the features.
+        """
         return Encoding.from_manifest(self.manifest, list(self.features), self.as_matrix)
 
     @property
     def scorer(self) -> Scorer:
-        """What a worker needs to score a block (small: no partitions list)."""
+        """What a worker needs to score a block (small: no partitions list).
+
+        Returns
+        -------
+        Scorer
+            The model's path and stamp, the encoding and how the output reads.
+        """
         named = getattr(self.manifest, "classes", None)
         return Scorer(self.model_path, self.stamp, self.encoding, self.manifest.task,
                       class_names(self.manifest), bool(named))
@@ -137,7 +159,18 @@ def _model_inputs(model_path: str) -> list[str] | None:
 
 
 def class_names(manifest: Manifest) -> tuple[str, ...] | None:
-    """The label's class names (the manifest's, else the class ids as text); None: regression."""
+    """The label's class names (the manifest's, else the class ids as text); None: regression.
+
+    Parameters
+    ----------
+    manifest
+        The trained run's manifest.
+
+    Returns
+    -------
+    tuple of str or None
+        One name per class, in class id order; None for a regression.
+    """
     if manifest.task == "regression":
         return None
     named = getattr(manifest, "classes", None)
@@ -148,7 +181,18 @@ def class_names(manifest: Manifest) -> tuple[str, ...] | None:
 
 
 def output_columns(manifest: Manifest) -> list[str]:
-    """The prediction columns: ``prediction``, and ``probability_<class>`` for each class."""
+    """The prediction columns: ``prediction``, and ``probability_<class>`` for each class.
+
+    Parameters
+    ----------
+    manifest
+        The trained run's manifest.
+
+    Returns
+    -------
+    list of str
+        The column names, in output order.
+    """
     names = class_names(manifest)
     return ["prediction", *(f"probability_{n}" for n in names or ())]
 
@@ -202,7 +246,7 @@ class Scorer:
         out.update({f"probability_{n}": probs[:, j] for j, n in enumerate(self.classes)})
         return out
 
-    def score(self, table: pa.Table, model: Any) -> dict[str, np.ndarray]:
+    def score(self, table: pa.Table, model: Model) -> dict[str, np.ndarray]:
         """Encode ``table``'s rows as training did and score them with ``model``.
 
         Parameters
@@ -225,11 +269,11 @@ class Scorer:
 
 
 # ------------------------------------------------------------------------------ workers
-_MODELS: dict[tuple[str, int], Any] = {}
+_MODELS: dict[tuple[str, int], Model] = {}
 _MODELS_LOCK = threading.Lock()
 
 
-def _model(path: str, stamp: int) -> Any:
+def _model(path: str, stamp: int) -> Model:
     """The model at ``path``, loaded once per worker process (and again when the file changes)."""
     with _MODELS_LOCK:
         model = _MODELS.get((path, stamp))
@@ -242,9 +286,35 @@ def _model(path: str, stamp: int) -> Any:
         return model
 
 
-def score_block(index: int, block: Any, options: Any, scorer: Scorer, keep: tuple[str, ...],
+def score_block(index: int, block: Block, options: ReadOptions, scorer: Scorer, keep: tuple[str, ...],
                 schema: pa.Schema) -> tuple[pa.Table, int]:
-    """Score one block (on a worker): its prediction table in row order and its rejected lines."""
+    """Score one block (on a worker): its prediction table in row order and its rejected lines.
+
+    Parameters
+    ----------
+    index, block
+        The block's index in the source and the block.
+    options
+        How the source is read.
+    scorer
+        The trained run's scorer (:attr:`TrainedRun.scorer`).
+    keep
+        Input columns passed through to the output (``--keep``).
+    schema
+        The output's schema (:func:`output_schema`).
+
+    Returns
+    -------
+    tuple
+        The block's output table (``schema``, row order) and the number of lines rejected.
+
+    Raises
+    ------
+    SchemaError
+        When the block lacks a column the model or ``keep`` needs.
+    DataError
+        When a kept column's values do not fit the training data's type.
+    """
     model = _model(scorer.model_path, scorer.stamp)
     needed = (*(c.name for c in scorer.encoding.columns), *keep)
     parts = []
@@ -259,7 +329,7 @@ def score_block(index: int, block: Any, options: Any, scorer: Scorer, keep: tupl
     return table, len(rejects)
 
 
-def _check_columns(table: pa.Table, needed: Sequence[str], block: Any) -> None:
+def _check_columns(table: pa.Table, needed: Sequence[str], block: Block) -> None:
     missing = [n for n in needed if n not in table.column_names]
     if missing:
         raise SchemaError(
@@ -269,7 +339,7 @@ def _check_columns(table: pa.Table, needed: Sequence[str], block: Any) -> None:
         )
 
 
-def _kept(col: pa.ChunkedArray, target: pa.DataType, name: str, block: Any) -> pa.ChunkedArray:
+def _kept(col: pa.ChunkedArray, target: pa.DataType, name: str, block: Block) -> pa.ChunkedArray:
     """A passed-through column in the output's type (the same in every block)."""
     if pa.types.is_dictionary(col.type):
         col = col.cast(col.type.value_type)
@@ -284,7 +354,20 @@ def _kept(col: pa.ChunkedArray, target: pa.DataType, name: str, block: Any) -> p
 
 
 def output_schema(run: TrainedRun, keep: Sequence[str]) -> pa.Schema:
-    """The output's columns: the kept ones (in the training data's types), then the predictions."""
+    """The output's columns: the kept ones (in the training data's types), then the predictions.
+
+    Parameters
+    ----------
+    run
+        The trained run.
+    keep
+        Input columns passed through to the output (``--keep``).
+
+    Returns
+    -------
+    pyarrow.Schema
+        The kept columns, then ``prediction`` and the class probabilities.
+    """
     fields = []
     for k in keep:
         col = run.manifest.columns.get(k)

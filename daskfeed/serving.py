@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
-from typing import Any
 
 import tensorflow as tf  # the SavedModel is TensorFlow's format whatever the Keras backend
 
@@ -27,7 +26,8 @@ __all__ = ["export"]
 ISO_DATE = r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?"
 
 
-def _text_codes(raw: tf.Tensor, code: ColumnCode, lookup: Any, markers: tf.Tensor) -> tf.Tensor:
+def _text_codes(raw: tf.Tensor, code: ColumnCode, lookup: keras.layers.StringLookup,
+                markers: tf.Tensor) -> tf.Tensor:
     """Vocabulary codes as the feed makes them: 0 missing ("" or a null marker), 1 OOV, 2.."""
     missing = tf.equal(raw, "")
     if markers.shape[0]:
@@ -83,7 +83,7 @@ def _spec(code: ColumnCode, index: int) -> tf.TensorSpec:
 class _Serve:
     """The ``serve`` function: raw columns → training encoding → model → named outputs."""
 
-    def __init__(self, model: Any, scorer: Scorer, na_values: list[str]) -> None:
+    def __init__(self, model: keras.Model, scorer: Scorer, na_values: list[str]) -> None:
         self.model = model
         self.scorer = scorer
         self.markers = tf.constant(list(na_values), tf.string)
@@ -96,8 +96,19 @@ class _Serve:
         names = scorer.classes or ()
         self.class_names = tf.constant(list(names), tf.string)
 
-    def encode(self, columns: dict[str, tf.Tensor]) -> Any:
-        """The model input, as the feed gives it for training."""
+    def encode(self, columns: dict[str, tf.Tensor]) -> tf.Tensor | dict[str, tf.Tensor]:
+        """The model input, as the feed gives it for training.
+
+        Parameters
+        ----------
+        columns
+            The raw columns, by name (strings or numbers, one value per row).
+
+        Returns
+        -------
+        tf.Tensor or dict of str to tf.Tensor
+            One matrix (``as_matrix``) or the encoded columns by name.
+        """
         x = {}
         for code in self.scorer.encoding.columns:
             raw = columns[code.name]
@@ -123,7 +134,7 @@ class _Serve:
                 "class_name": tf.gather(self.class_names, best)}
 
 
-def export(output_dir: str | os.PathLike[str], *, model: Any = None,
+def export(output_dir: str | os.PathLike[str], *, model: keras.Model | None = None,
            features: list[str] | None = None, echo: Callable[[str], None] = print) -> str | None:
     """Write ``output_dir/serving/``: the trained model behind the training encoding, raw inputs in.
 
