@@ -19,6 +19,7 @@ from daskfeed.exceptions import SchemaError
 
 if TYPE_CHECKING:
     from distributed import Security
+    from keras import Model
 
     from daskfeed.manifest import Manifest
 
@@ -234,7 +235,19 @@ class DataOptions:
             bad_lines=bad_lines, storage_options=storage_options)
 
     def read(self, blocksize: int) -> dict[str, Any]:
-        """The keyword arguments of :class:`~daskfeed.source.Source` at ``blocksize``."""
+        """The keyword arguments of :class:`~daskfeed.source.Source` at ``blocksize``.
+
+        Parameters
+        ----------
+        blocksize
+            CSV bytes per block, resolved.
+
+        Returns
+        -------
+        dict
+            ``sep``, ``encoding``, ``dtype``, ``na_values``, ``bad_lines``, ``blocksize`` and
+            ``storage_options``.
+        """
         return {"sep": self.sep, "encoding": self.encoding, "dtype": self.dtype,
                 "na_values": list(self.na_values) if self.na_values is not None else None,
                 "bad_lines": self.bad_lines, "blocksize": blocksize,
@@ -295,7 +308,7 @@ class ClusterOptions:
         return cls(**settings)
 
 
-Builder = Callable[["Manifest"], Any]
+Builder = Callable[["Manifest"], "Model"]
 """A model builder: called with the training manifest, returns a ``keras.Model``."""
 
 

@@ -20,7 +20,15 @@ import pyarrow.parquet as pq
 
 from daskfeed import config
 from daskfeed.atomic import writing
-from daskfeed.cluster import close_client, open_cluster, result
+from daskfeed.cluster import (
+    MIN_WORKER,
+    close_client,
+    default_memory_limit,
+    default_nworkers,
+    open_cluster,
+    parse_memory_limit,
+    result,
+)
 from daskfeed.exceptions import SchemaError
 from daskfeed.manifest import Manifest
 from daskfeed.scoring import Scorer, TrainedRun, output_columns, output_schema, score_block
@@ -145,7 +153,8 @@ def predict(
     features
         Only for a model over one matrix (``as_matrix``): its feature columns, in order.
     memory_limit, nworkers, nthreads, scheduler, security, processes
-        The cluster and its budget, as for :func:`daskfeed.train.train`.
+        The cluster and its budget, as for :func:`daskfeed.train.train`; each worker loads the
+        model, so by default only as many workers as the budget gives a copy each.
     blocksize
         CSV bytes per block; default: what the budget gives.
     storage_options
@@ -176,6 +185,8 @@ def predict(
                           f"--keep {','.join(clash)}.\nHint: rename that column in the data.")
     say = (lambda _line: None) if quiet else echo
     model_reserve = config.get_bytes("trainer-reserve")
+    if nworkers is None and not scheduler and processes:
+        nworkers = _workers_that_fit(memory_limit, model_reserve)
     client, budget = open_cluster(memory_limit, nworkers=nworkers, nthreads=nthreads,
                                   scheduler=scheduler, security=security, processes=processes,
                                   trainer_reserve=CLIENT_RESERVE if processes else model_reserve,
@@ -194,6 +205,13 @@ def predict(
         return os.fspath(output)
     finally:
         close_client(client)
+
+
+def _workers_that_fit(memory_limit: str | int | None, model_reserve: int) -> int:
+    """The default worker count, fewer where the budget cannot give each its copy of the model."""
+    total = parse_memory_limit(memory_limit) if memory_limit is not None else default_memory_limit()
+    fit = (total - CLIENT_RESERVE - 32 * 2**20) // (MIN_WORKER + model_reserve)
+    return int(max(1, min(default_nworkers(), fit)))
 
 
 def _score(client: Any, source: Source, run: TrainedRun, keep: tuple[str, ...],

@@ -13,8 +13,12 @@ __all__ = ["RSSSampler", "tree_rss"]
 def tree_rss(process: psutil.Process | None = None) -> int:
     """RSS of ``process`` (default: this one) and all its children now, in bytes."""
     root = process or psutil.Process()
+    try:
+        tree = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:  # the root has exited
+        return 0
     total = 0
-    for p in [root, *root.children(recursive=True)]:
+    for p in tree:
         try:
             total += p.memory_info().rss
         except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -29,6 +33,8 @@ class RSSSampler:
     ----------
     interval
         Seconds between samples.
+    process
+        The root of the tree (default: this process), e.g. a ``daskfeed`` command a test started.
 
     Attributes
     ----------
@@ -46,15 +52,16 @@ class RSSSampler:
     >>> rss.overall_peak  # doctest: +SKIP
     """
 
-    def __init__(self, interval: float = 0.2) -> None:
+    def __init__(self, interval: float = 0.2, process: psutil.Process | None = None) -> None:
         self.interval = interval
+        self.process = process
         self.start = self.peak = self.overall_peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="daskfeed-rss", daemon=True)
 
     def sample(self) -> int:
         """Current RSS of the process tree in bytes (also counted in the peaks)."""
-        rss = tree_rss()
+        rss = tree_rss(self.process)
         self.peak = max(self.peak, rss)
         self.overall_peak = max(self.overall_peak, rss)
         return rss

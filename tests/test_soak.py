@@ -18,12 +18,12 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 
+import psutil
 import pytest
 
-from daskfeed.rss import tree_rss
+from daskfeed.rss import RSSSampler
 
 BUDGET = 2_000_000_000
 SIZES = (1, 4, 6.25, 8)
@@ -43,8 +43,9 @@ def soak_dir(tmp_path_factory):
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _pool(root: str) -> list[str]:
-    """The 8x set: distinct demo files, then copies of them, ~56 MB each."""
+def _pool(root: str, nbytes: float = max(SIZES) * BUDGET) -> list[str]:
+    """Files of at least ``nbytes`` (default: the 8x set): distinct demo files, then copies of
+    them, ~56 MB each."""
     import pandas as pd
 
     from daskfeed.demo import generate_rows
@@ -61,7 +62,7 @@ def _pool(root: str) -> list[str]:
         distinct.append(path)
     files = list(distinct)
     i = len(files)
-    while sum(os.path.getsize(f) for f in files) < max(SIZES) * BUDGET:
+    while sum(os.path.getsize(f) for f in files) < nbytes:
         path = os.path.join(pool, f"quests_{i:04d}.csv")
         if not os.path.exists(path):
             shutil.copyfile(distinct[i % DISTINCT_FILES], path + ".tmp")
@@ -85,11 +86,22 @@ def _subset(root: str, files: list[str], nbytes: float) -> tuple[str, int]:
     return d, total
 
 
+def _run_sampled(cmd: list[str], env: dict[str, str],
+                 timeout: float) -> tuple[int, str, str, RSSSampler]:
+    """Run ``cmd``, sampling the RSS of its process tree (it and its workers) every 0.1 s."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        with RSSSampler(interval=0.1, process=psutil.Process(proc.pid)) as rss:
+            stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:  # the test is failing: never leave the run behind
+            proc.kill()
+    return proc.returncode, stdout, stderr, rss
+
+
 @pytest.mark.timeout(4 * 3600)  # one train over up to 16 GB of CSV; the suite's default is 600 s
 @pytest.mark.parametrize("times", SIZES)
 def test_peak_rss_stays_under_2gb_as_the_data_grow(soak_dir, times):
-    import psutil
-
     files = _pool(soak_dir)
     data, nbytes = _subset(soak_dir, files, times * BUDGET)
     out = os.path.join(soak_dir, f"out_{times}x")
@@ -100,31 +112,14 @@ def test_peak_rss_stays_under_2gb_as_the_data_grow(soak_dir, times):
            "--memory-limit", "2GB", "--batch-size", "4096", "--dashboard-address", "127.0.0.1:0",
            "--verbose", "0", "--output", out]
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    ps = psutil.Process(proc.pid)
-    samples: list[int] = []
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.wait(0.1):
-            samples.append(tree_rss(ps))
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    try:
-        stdout, stderr = proc.communicate(timeout=3 * 3600)
-    finally:
-        stop.set()
-        thread.join()
-        if proc.poll() is None:  # the test is failing: never leave the run behind
-            proc.kill()
+    returncode, stdout, stderr, rss = _run_sampled(cmd, env, timeout=3 * 3600)
     seconds = time.monotonic() - t0
-    assert proc.returncode == 0, stderr[-3000:]
+    assert returncode == 0, stderr[-3000:]
     hist = json.loads(open(os.path.join(out, "history.json"), encoding="utf-8").read())
-    peak = max(samples)
+    peak = rss.overall_peak
     record = {"times_budget": times, "csv_bytes": nbytes, "files": len(os.listdir(data)),
               "rows": hist["rows_per_epoch"], "budget": BUDGET, "peak_rss_bytes": peak,
-              "peak_rss_reported": hist["peak_rss_bytes"], "samples": len(samples),
+              "peak_rss_reported": hist["peak_rss_bytes"],
               "seconds": round(seconds, 1), "rows_per_s": hist["epochs"][0].get("rows_per_s"),
               "data_wait_fraction": hist["epochs"][0].get("data_wait_fraction"),
               "stdout": stdout.splitlines()[:12]}
@@ -138,3 +133,39 @@ def test_peak_rss_stays_under_2gb_as_the_data_grow(soak_dir, times):
     base = [r for r in runs if r["times_budget"] == 1]
     if base and times > 1:  # flat: the peak does not grow with the data (latest 1x run)
         assert peak <= 1.25 * base[-1]["peak_rss_bytes"] + 100e6, (peak, base[-1]["peak_rss_bytes"])
+
+
+@pytest.mark.timeout(2 * 3600)
+def test_predict_scores_data_above_the_budget_within_it(soak_dir, tmp_path):
+    """`daskfeed predict --memory-limit 2GB` over 1.5x the budget of CSV: every row, peak in budget."""
+    import pyarrow.parquet as pq
+
+    from daskfeed.demo import write_demo_data
+    from daskfeed.train import train
+
+    small = write_demo_data(str(tmp_path / "small"), rows=20_000)
+    run = str(tmp_path / "run")
+    train(small.train_glob, label="cleared", epochs=1, output=run,
+          memory_limit="2GB", nworkers=1, cache=False, verbose=0, echo=lambda _line: None)
+    data, nbytes = _subset(soak_dir, _pool(soak_dir, 1.5 * BUDGET), 1.5 * BUDGET)
+    rows = 0
+    for name in os.listdir(data):  # lines of each file, less its header
+        with open(os.path.join(data, name), "rb") as f:
+            rows += sum(buf.count(b"\n") for buf in iter(lambda f=f: f.read(2**24), b"")) - 1
+    exe = shutil.which("daskfeed", path=os.path.dirname(sys.executable)) or "daskfeed"
+    out = str(tmp_path / "scores.parquet")
+    cmd = [exe, "predict", run, os.path.join(data, "*.csv"), "--output", out, "--keep", "quest_id",
+           "--memory-limit", "2GB", "--quiet"]
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    t0 = time.monotonic()
+    returncode, _, stderr, rss = _run_sampled(cmd, env, timeout=3600)
+    seconds = time.monotonic() - t0
+    shutil.rmtree(data, ignore_errors=True)
+    assert returncode == 0, stderr[-3000:]
+    record = {"predict": True, "csv_bytes": nbytes, "rows": rows, "budget": BUDGET,
+              "peak_rss_bytes": rss.overall_peak, "seconds": round(seconds, 1),
+              "rows_per_s": round(rows / seconds)}
+    with open(os.path.join(soak_dir, "soak.json"), "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+    assert nbytes > BUDGET and pq.ParquetFile(out).metadata.num_rows == rows
+    assert rss.overall_peak <= BUDGET, f"peak RSS {rss.overall_peak / 1e9:.2f} GB > 2 GB"
