@@ -13,8 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dask.utils import format_bytes
-
 from daskfeed._keras import keras
 from daskfeed.callbacks import Checkpointer, EpochTelemetry, fit_from
 from daskfeed.checkpoint import Checkpoint, CheckpointStore, open_store
@@ -28,6 +26,7 @@ from daskfeed.early_stopping import (
     resume_early_stopping,
 )
 from daskfeed.exceptions import DaskfeedError, ManifestMismatchError, SchemaError
+from daskfeed.layout import blocksize_for, largest_block, planned_window_bytes
 from daskfeed.lifecycle import Stop
 from daskfeed.manifest import Manifest, read_reusable
 from daskfeed.model import model_for
@@ -184,7 +183,8 @@ def _connect(opts: TrainOptions, echo: Echo) -> tuple[Client, Budget, str | None
     client, budget = open_cluster(
         c.memory_limit, nworkers=c.nworkers, nthreads=c.nthreads, scheduler=c.scheduler,
         security=c.security, dashboard_address=c.dashboard_address, processes=c.processes,
-        echo=echo)
+        trainer_reserve=c.trainer_reserve, window_bytes=c.window_bytes,
+        max_blocksize=c.max_blocksize, echo=echo)
     links = install(client)
     link = links.dashboard if links else getattr(client, "dashboard_link", None) or None
     if link:
@@ -206,7 +206,7 @@ def _open_data(run: _Run) -> tuple[DaskSequence, DaskSequence | None, bool]:
     if cached is not None and opts.fit.class_weight == "balanced" and not cached.label_counts:
         cached = None  # made before the scan kept label counts: rescan
     if opts.cluster.scheduler and cached is not None:  # before any window is sent to a worker
-        check_worker_memory(run.client, _largest_block(cached), what="partition")
+        check_worker_memory(run.client, largest_block(cached), what="partition")
     t0 = time.perf_counter()
     train_seq = _train_sequence(run, cached)
     run.closing.append(train_seq)
@@ -232,7 +232,7 @@ def _open_data(run: _Run) -> tuple[DaskSequence, DaskSequence | None, bool]:
     if shared is not None:  # the other ranks reuse what this one scanned
         shared.share(train=manifest, validation=val_seq.manifest if val_seq else None)
     if opts.cluster.scheduler:  # workers too small for these windows: say so before training
-        check_worker_memory(run.client, _planned_window_bytes(train_seq, val_seq))
+        check_worker_memory(run.client, planned_window_bytes(train_seq, val_seq))
     return train_seq, val_seq, manifest is cached
 
 
@@ -249,7 +249,7 @@ def _sequence_settings(run: _Run, blocksize: int) -> dict[str, Any]:
 def _train_sequence(run: _Run, cached: Manifest | None) -> DaskSequence:
     """The training sequence: of the reused manifest, else (or when it no longer fits) scanned."""
     d, fit, ckpt, budget = run.opts.data, run.opts.fit, run.ckpt, run.budget
-    block = ckpt.cursor.blocksize if ckpt else _layout(d.blocksize, budget, cached, d.cache, run.echo)
+    block = ckpt.cursor.blocksize if ckpt else blocksize_for(d.blocksize, budget, cached, d.cache, run.echo)
     split: dict[str, Any] = ({"validation_split": fit.validation_split, "subset": "training"}
              if fit.validation_split else {})
     # resuming: the same blocks and windows as the interrupted run, whatever the budget
@@ -387,17 +387,6 @@ def _summary(run: _Run, history: list[dict[str, Any]], bad_report: dict[str, Any
     run.echo(f"wrote {run.out}/model.keras, manifest.json, history.json, history.png")
 
 
-def _planned_window_bytes(*seqs: DaskSequence | None) -> int:
-    """CSV bytes of the largest planned window: its target rows, or one whole block."""
-    return max(max(int(seq.window_rows * seq.manifest.bytes_per_row), _largest_block(seq.manifest))
-               for seq in seqs if seq is not None)
-
-
-def _largest_block(manifest: Manifest) -> int:
-    """CSV bytes of the manifest's largest block (a window holds at least one)."""
-    return int(max(manifest.counts, default=0) * manifest.bytes_per_row)
-
-
 def _reusing(manifest: Manifest | None,
              make: Callable[[Manifest | None], DaskSequence]) -> DaskSequence:
     """``make(manifest)`` if that manifest still describes the data, else ``make(None)`` (a scan)."""
@@ -451,22 +440,3 @@ def _reraise_feed_error(err: Exception, *seqs: DaskSequence | None) -> None:
 def _cached_manifest(path: str) -> Manifest | None:
     """The manifest an earlier run wrote to ``path`` (None: none, unreadable, or an older format)."""
     return read_reusable(path)
-
-
-def _layout(asked: int | None, budget: Budget, cached: Manifest | None, cache: bool | str,
-            echo: Echo) -> int:
-    """CSV bytes per block: asked for > the reused manifest's > what the budget gives.
-
-    A manifest (and its parse cache) made under another budget is reused with its blocks:
-    one scan per data set, whatever the budget. Without a parse cache, its blocks must
-    also fit this budget's parse peak, else the data are scanned again in smaller ones.
-    """
-    if asked:
-        if asked != budget.blocksize:
-            echo(f"partitions of {format_bytes(asked)} (blocksize / daskfeed.blocksize; the "
-                 f"budget alone gives {format_bytes(budget.blocksize)})")
-        return asked
-    reused = (cached.read_options or {}).get("blocksize") if cached is not None else None
-    if reused and (cache is not False or reused <= budget.blocksize):
-        return int(reused)
-    return budget.blocksize
