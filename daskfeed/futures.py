@@ -62,6 +62,25 @@ def result(future: Any, timeout: float,
     Waits for the future to finish without gathering (looking at its state), then gathers once:
     polling ``result`` with short timeouts would cancel and restart the transfer of a large
     window again and again (and trips a race in ``distributed.utils.sync``).
+
+    Parameters
+    ----------
+    future
+        A ``distributed.Future`` (or anything with ``result(timeout=)``).
+    timeout
+        Seconds to wait in all.
+    stop, process
+        As for :func:`wait_for`.
+
+    Returns
+    -------
+    object
+        The future's result.
+
+    Raises
+    ------
+    TimeoutError
+        ``timeout`` passed first.
     """
     if not hasattr(future, "done"):
         return future.result(timeout=timeout)
@@ -125,6 +144,21 @@ def explain(err: BaseException, what: str, client: Any = None) -> BaseException:
     workers dying on the task, or the scheduler gone. daskfeed's own errors (which name file
     and byte range), ``KeyboardInterrupt`` and the like pass through. ``client``: the task's
     client, asked whether the scheduler connection is gone when the task was cancelled.
+
+    Parameters
+    ----------
+    err
+        What gathering the task's result raised.
+    what
+        What the task was reading, for the message.
+    client
+        The task's client, or None.
+
+    Returns
+    -------
+    BaseException
+        A :class:`~daskfeed.exceptions.ClusterError` or :class:`~daskfeed.exceptions.DataError`
+        chained to ``err``; ``err`` itself when it is daskfeed's own or not an ``Exception``.
     """
     if isinstance(err, (DaskfeedError, WindowCancelled)) or not isinstance(err, Exception):
         return err
