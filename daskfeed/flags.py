@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from dask.utils import parse_bytes, parse_timedelta
@@ -18,9 +18,14 @@ from daskfeed.cluster import parse_memory_limit
 from daskfeed.exceptions import DaskfeedError
 from daskfeed.remote import make_security
 
+if TYPE_CHECKING:
+    from distributed.security import Security
+
 __all__ = ["ByteSize", "ConfigOption", "Duration", "MemorySize", "cache_choice", "cluster_options",
            "data_options", "fit_options", "parse_storage_options", "scheduler_and_security",
            "train_options"]
+
+F = TypeVar("F", bound=Callable[..., Any])  # a click command's function
 
 
 class ByteSize(click.ParamType):
@@ -31,8 +36,26 @@ class ByteSize(click.ParamType):
 
     name = "size"
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> int:
-        """Bytes as an int."""
+    def convert(self, value: str | int, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        """Bytes as an int.
+
+        Parameters
+        ----------
+        value
+            The flag's text (or a size already in bytes).
+        param, ctx
+            The flag and the command's context (for the error message).
+
+        Returns
+        -------
+        int
+            The size in bytes.
+
+        Raises
+        ------
+        click.BadParameter
+            When ``value`` is not one (exit 2 with click's usage line).
+        """
         if isinstance(value, int):
             n = value
         else:
@@ -51,8 +74,26 @@ class MemorySize(click.ParamType):
 
     name = "size"
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> str:
-        """Validate with ``parse_memory_limit``; keep the user's spelling for the echo."""
+    def convert(self, value: str | int, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        """Validate with ``parse_memory_limit``; keep the user's spelling for the echo.
+
+        Parameters
+        ----------
+        value
+            The flag's text.
+        param, ctx
+            The flag and the command's context (for the error message).
+
+        Returns
+        -------
+        str
+            ``value`` as the user spelled it.
+
+        Raises
+        ------
+        click.BadParameter
+            When ``value`` is not one (exit 2 with click's usage line).
+        """
         try:
             parse_memory_limit(value)
         except DaskfeedError as err:
@@ -65,8 +106,26 @@ class Duration(click.ParamType):
 
     name = "duration"
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> float:
-        """Seconds as a float."""
+    def convert(self, value: str | float, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        """Seconds as a float.
+
+        Parameters
+        ----------
+        value
+            The flag's text (or a number of seconds).
+        param, ctx
+            The flag and the command's context (for the error message).
+
+        Returns
+        -------
+        float
+            The duration in seconds.
+
+        Raises
+        ------
+        click.BadParameter
+            When ``value`` is not one (exit 2 with click's usage line).
+        """
         try:
             seconds = float(parse_timedelta(value, default="seconds"))
         except (ValueError, TypeError, KeyError):
@@ -76,7 +135,7 @@ class Duration(click.ParamType):
         return seconds
 
 
-def _columns(ctx: Any, param: Any, value: str | None) -> list[str] | None:
+def _columns(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str] | None:
     if value is None:
         return None
     cols = [c.strip() for c in value.split(",") if c.strip()]
@@ -85,7 +144,7 @@ def _columns(ctx: Any, param: Any, value: str | None) -> list[str] | None:
     return cols
 
 
-def _sizes(ctx: Any, param: Any, value: str | None) -> tuple[int, ...] | None:
+def _sizes(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
     if value is None:
         return None
     try:
@@ -111,8 +170,19 @@ class ConfigOption(click.Option):
         super().__init__(*args, **kwargs)
         self.config_key = config_key
 
-    def get_help_extra(self, ctx: click.Context) -> Any:
-        """Click's help extras with the configured default."""
+    def get_help_extra(self, ctx: click.Context) -> click.types.OptionHelpExtra:
+        """Click's help extras with the configured default.
+
+        Parameters
+        ----------
+        ctx
+            The command's context.
+
+        Returns
+        -------
+        click.types.OptionHelpExtra
+            Click's extras, ``default`` showing the value in effect and its config key.
+        """
         extra = super().get_help_extra(ctx)
         value = config.get(self.config_key)
         shown = '""' if value == "" else "none" if value is None else str(value)
@@ -122,18 +192,29 @@ class ConfigOption(click.Option):
         return extra
 
 
-def _config_option(*decls: str, key: str, **kwargs: Any) -> Callable[[Any], Any]:
+def _config_option(*decls: str, key: str, **kwargs: Any) -> Callable[[F], F]:
     return click.option(*decls, cls=ConfigOption, config_key=key, **kwargs)
 
 
-def _apply(options: list[Callable[[Any], Any]], fn: Callable[..., Any]) -> Callable[..., Any]:
+def _apply(options: list[Callable[[F], F]], fn: F) -> F:
     for opt in reversed(options):
         fn = opt(fn)
     return fn
 
 
-def cluster_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Where the work runs and within which memory: shared by train, demo and scan."""
+def cluster_options(fn: F) -> F:
+    """Where the work runs and within which memory: shared by train, demo and scan.
+
+    Parameters
+    ----------
+    fn
+        The command's function.
+
+    Returns
+    -------
+    callable
+        ``fn`` with the flags added.
+    """
     return _apply([
         click.option("--memory-limit", type=MemorySize(), default=None,
                      help="Budget of the whole process tree (trainer + workers), e.g. 14GB or 14GiB. "
@@ -159,7 +240,7 @@ def cluster_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     ], fn)
 
 
-def _separator(ctx: Any, param: Any, value: str) -> str:
+def _separator(ctx: click.Context, param: click.Parameter, value: str) -> str:
     text = {"\\t": "\t", "tab": "\t", "TAB": "\t"}.get(value, value)
     if len(text) != 1:
         raise click.BadParameter(f"expected one character such as ',' ';' or '\\t' (tab). "
@@ -167,7 +248,7 @@ def _separator(ctx: Any, param: Any, value: str) -> str:
     return text
 
 
-def _dtypes(ctx: Any, param: Any, value: str | None) -> dict[str, str] | None:
+def _dtypes(ctx: click.Context, param: click.Parameter, value: str | None) -> dict[str, str] | None:
     if not value:
         return None
     pairs = [p.strip() for p in value.split(",") if p.strip()]
@@ -177,12 +258,30 @@ def _dtypes(ctx: Any, param: Any, value: str | None) -> dict[str, str] | None:
     return {k.strip(): v.strip() for k, v in (p.split("=", 1) for p in pairs)}
 
 
-def parse_storage_options(ctx: Any, param: Any, value: tuple[str, ...]) -> dict[str, Any] | None:
+def parse_storage_options(ctx: click.Context | None, param: click.Parameter | None,
+                          value: tuple[str, ...]) -> dict[str, Any] | None:
     """``--storage-options`` JSON or KEY=VALUE pairs (repeatable) → one dict for fsspec.
 
     ``KEY=VALUE`` values are JSON when they parse (``anon=true``, ``max_concurrency=4``), else
     text; a dotted key nests (``client_kwargs.region_name=eu-west-1``). Values are never
     echoed: they may hold credentials.
+
+    Parameters
+    ----------
+    ctx, param
+        Click's context and flag (unused: a click callback).
+    value
+        The flag's values, one per ``--storage-options``.
+
+    Returns
+    -------
+    dict or None
+        The merged options (fsspec's keyword arguments); None when none were given.
+
+    Raises
+    ------
+    click.BadParameter
+        An item that is neither a JSON object nor KEY=VALUE pairs.
     """
     merged: dict[str, Any] = {}
     for item in value:
@@ -216,8 +315,19 @@ def parse_storage_options(ctx: Any, param: Any, value: tuple[str, ...]) -> dict[
     return merged or None
 
 
-def data_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """How the files are read (part of the manifest's fingerprint): shared by train, demo, scan."""
+def data_options(fn: F) -> F:
+    """How the files are read (part of the manifest's fingerprint): shared by train, demo, scan.
+
+    Parameters
+    ----------
+    fn
+        The command's function.
+
+    Returns
+    -------
+    callable
+        ``fn`` with the flags added.
+    """
     return _apply([
         click.option("--sep", "--delimiter", "sep", default=",", show_default=True,
                      callback=_separator, help="Field delimiter: ';', '|', or '\\t' (tab) for TSV."),
@@ -261,8 +371,19 @@ def data_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     ], fn)
 
 
-def train_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Everything ``train`` and ``demo`` take besides the data and the output."""
+def train_options(fn: F) -> F:
+    """Everything ``train`` and ``demo`` take besides the data and the output.
+
+    Parameters
+    ----------
+    fn
+        The command's function.
+
+    Returns
+    -------
+    callable
+        ``fn`` with the flags added.
+    """
     return _apply([
         click.option("--features", callback=_columns,
                      help="Comma-separated feature columns (default: all but label)."),
@@ -295,8 +416,19 @@ def train_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     ], fn)
 
 
-def fit_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Weights, validation split, early stopping and the default model's knobs (train, demo)."""
+def fit_options(fn: F) -> F:
+    """Weights, validation split, early stopping and the default model's knobs (train, demo).
+
+    Parameters
+    ----------
+    fn
+        The command's function.
+
+    Returns
+    -------
+    callable
+        ``fn`` with the flags added.
+    """
     return _apply([
         click.option("--weight", metavar="COL", default=None,
                      help="Column of per-row sample weights (>= 0; not a feature): batches are "
@@ -308,7 +440,7 @@ def fit_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--validation-split", type=click.FloatRange(0, 1, min_open=True, max_open=True),
                      default=None, metavar="FRACTION",
                      help="When no validation data are given, hold out about this fraction of "
-                          "the data (whole partitions drawn with --seed) for validation; "
+                          "the data (whole blocks drawn with --seed) for validation; "
                           "statistics come from the rest."),
         click.option("--early-stopping", type=click.IntRange(0), default=None, metavar="PATIENCE",
                      help="Stop after PATIENCE epochs without improvement of --monitor and "
@@ -326,8 +458,25 @@ def fit_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     ], fn)
 
 
-def scheduler_and_security(kw: dict[str, Any]) -> tuple[str | None, Any]:
-    """Pop the scheduler and TLS flags: the scheduler address (or file) and a Security."""
+def scheduler_and_security(kw: dict[str, Any]) -> tuple[str | None, Security | None]:
+    """Pop the scheduler and TLS flags: the scheduler address (or file) and a Security.
+
+    Parameters
+    ----------
+    kw
+        The command's keyword arguments; the scheduler and TLS flags are popped from it.
+
+    Returns
+    -------
+    tuple
+        The scheduler's address or file (None: a local cluster) and the TLS ``Security``
+        (None: no TLS).
+
+    Raises
+    ------
+    click.UsageError
+        TLS flags without a scheduler.
+    """
     scheduler_file = kw.pop("scheduler_file")
     scheduler = kw.pop("scheduler") or scheduler_file
     security = make_security(kw.pop("tls_ca_file"), kw.pop("tls_cert"), kw.pop("tls_key"))
@@ -343,7 +492,23 @@ def scheduler_and_security(kw: dict[str, Any]) -> tuple[str | None, Any]:
 
 
 def cache_choice(kw: dict[str, Any]) -> bool | str:
-    """Pop ``--cache DIR`` / ``--no-cache``: False, a directory, or True (the default place)."""
+    """Pop ``--cache DIR`` / ``--no-cache``: False, a directory, or True (the default place).
+
+    Parameters
+    ----------
+    kw
+        The command's keyword arguments; ``cache_dir`` and ``no_cache`` are popped from it.
+
+    Returns
+    -------
+    bool or str
+        False (no cache), the cache's directory, or True (the default place).
+
+    Raises
+    ------
+    click.UsageError
+        Both flags given.
+    """
     cache_dir, no_cache = kw.pop("cache_dir"), kw.pop("no_cache")
     if cache_dir and no_cache:
         raise click.UsageError("--cache DIR and --no-cache exclude each other")
