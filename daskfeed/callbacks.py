@@ -117,19 +117,42 @@ class Checkpointer(keras.callbacks.Callback):
         self._warned = False
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        """Note the epoch, the batch it starts at, and the optimizer's step count."""
+        """Note the epoch, the batch it starts at, and the optimizer's step count.
+
+        Parameters
+        ----------
+        epoch
+            The epoch (0-based).
+        logs
+            Keras' logs (losses and metrics so far; may be None).
+        """
         self._epoch = int(epoch)
         self._start = self._next = int(self.sequence.start)
         self._base = optimizer_steps(self.model) if _counts_batches(self.model) else None
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        """Note the group's first batch (what every Keras 3 passes here)."""
+        """Note the group's first batch (what every Keras 3 passes here).
+
+        Parameters
+        ----------
+        batch
+            The batch within the epoch (as Keras numbers it).
+        logs
+            Keras' logs (losses and metrics so far; may be None).
+        """
         self._begin = int(batch)
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         """Count the batches trained; checkpoint when the next one crosses a multiple of ``every``.
 
         ``batch`` itself is not used: its meaning depends on the Keras version.
+
+        Parameters
+        ----------
+        batch
+            The batch within the epoch (as Keras numbers it).
+        logs
+            Keras' logs (losses and metrics so far; may be None).
         """
         last, self._next = self._next, self._trained_to()
         if not self.every or self._next >= self.sequence.plan.num_batches:
@@ -138,7 +161,15 @@ class Checkpointer(keras.callbacks.Callback):
             self._save(self._epoch, self._next)
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        """Record the epoch and checkpoint at the start of the next one (or where it stopped)."""
+        """Record the epoch and checkpoint at the start of the next one (or where it stopped).
+
+        Parameters
+        ----------
+        epoch
+            The epoch (0-based).
+        logs
+            Keras' logs (losses and metrics so far; may be None).
+        """
         if self._next < self.sequence.plan.num_batches and getattr(self.model, "stop_training", False):
             if self.cursors[-1:] != [(self._epoch, self._next)]:
                 self._save(self._epoch, self._next)  # stopped mid-epoch: not a complete epoch
@@ -187,7 +218,7 @@ class Checkpointer(keras.callbacks.Callback):
 
 
 def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: int = 0, batch: int = 0,
-             **kwargs: Any) -> list[Any]:
+             **kwargs: Any) -> list[keras.callbacks.History]:
     """``model.fit(sequence, ...)`` from epoch ``epoch``, batch ``batch`` to the end of ``epochs``.
 
     Keras fixes the steps per epoch when ``fit`` starts, so a resumed epoch (``batch > 0``)
@@ -249,7 +280,13 @@ class _ProgbarTo(keras.callbacks.ProgbarLogger):
         self._total = int(epochs)
 
     def set_params(self, params: dict[str, Any]) -> None:
-        """Keras' params, with the run's epoch count."""
+        """Keras' params, with the run's epoch count.
+
+        Parameters
+        ----------
+        params
+            Keras' params of the ``fit`` (``epochs``, ``steps``, ``verbose``).
+        """
         super().set_params({**params, "epochs": self._total})
 
 
@@ -268,19 +305,41 @@ class EpochTelemetry(keras.callbacks.Callback):
         self._t0 = self._t_train = 0.0
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        """Start the epoch clock and a new RSS peak."""
+        """Start the epoch clock and a new RSS peak.
+
+        Parameters
+        ----------
+        epoch
+            The epoch (0-based).
+        logs
+            Keras' logs (losses and metrics so far; may be None).
+        """
         self._t0 = time.perf_counter()
         self._t_train = 0.0
         if self.rss is not None:
             self.rss.reset_peak()
 
     def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
-        """Validation starts: the training part of the epoch ends here."""
+        """Validation starts: the training part of the epoch ends here.
+
+        Parameters
+        ----------
+        logs
+            Keras' logs (losses and metrics so far; may be None).
+        """
         if self._t0 and not self._t_train:
             self._t_train = time.perf_counter()
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        """Record the epoch's telemetry."""
+        """Record the epoch's telemetry.
+
+        Parameters
+        ----------
+        epoch
+            The epoch (0-based).
+        logs
+            Keras' logs (losses and metrics so far; may be None).
+        """
         end = time.perf_counter()
         train_end = self._t_train or end
         seconds = max(train_end - self._t0, 1e-9)

@@ -41,7 +41,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
@@ -49,8 +49,11 @@ from daskfeed.atomic import fsync, replace, write_file
 from daskfeed.cursor import Cursor
 from daskfeed.exceptions import CheckpointError
 
-__all__ = ["KEEP", "Checkpoint", "CheckpointStore", "Cursor", "json_value", "open_store",
-           "optimizer_steps"]
+if TYPE_CHECKING:
+    from keras import Model, Variable
+
+__all__ = ["KEEP", "Checkpoint", "CheckpointStore", "Cursor", "StoppingState", "json_value",
+           "open_store", "optimizer_steps"]
 
 KEEP = 2
 """Checkpoints kept: the newest and the one before it (the fallback)."""
@@ -60,6 +63,20 @@ WEIGHTS = "model.weights.h5"
 BEST = "best.weights.npz"  # EarlyStopping's best weights (model.get_weights(), in order)
 STATE = "state.json"
 _NAME = re.compile(r"^ckpt-(\d{6,})-(\d{9,})$")
+
+JsonScalar = int | float | str | bool | None
+
+
+class StoppingState(TypedDict):
+    """Early stopping's state, as ``state.json`` keeps it (:meth:`EarlyStopping.get_state`)."""
+
+    monitor: str
+    patience: int
+    wait: int
+    stopped_epoch: int
+    best_epoch: int
+    best: float | None
+    best_weights: bool  # whether best.weights.npz holds the best epoch's weights
 
 
 @dataclass
@@ -72,23 +89,35 @@ class Checkpoint:
     iterations: int | None = None
     """The optimizer's raw step counter (:func:`optimizer_steps`); None: no optimizer."""
     created: float = 0.0
-    early_stopping: dict[str, Any] | None = None
+    early_stopping: StoppingState | None = None
     """:meth:`EarlyStopping.get_state` when the run had early stopping."""
 
     @property
     def weights(self) -> str:
-        """Path of the weights file (model and optimizer variables)."""
+        """Path of the weights file (model and optimizer variables).
+
+        Returns
+        -------
+        str
+            ``<checkpoint>/model.weights.h5``.
+        """
         return os.path.join(self.path, WEIGHTS)
 
     def best_weights(self) -> list[np.ndarray] | None:
-        """EarlyStopping's best weights saved with this checkpoint (None: none saved)."""
+        """EarlyStopping's best weights saved with this checkpoint (None: none saved).
+
+        Returns
+        -------
+        list of numpy.ndarray or None
+            The weights in ``model.get_weights()`` order; None when none were saved.
+        """
         path = os.path.join(self.path, BEST)
         if not os.path.exists(path):
             return None
         with np.load(path) as z:
             return [z[f"arr_{i}"] for i in range(len(z.files))]
 
-    def restore(self, model: Any) -> None:
+    def restore(self, model: Model) -> None:
         """Load the weights and optimizer state into ``model`` (built and compiled like the saved one).
 
         Parameters
@@ -136,12 +165,23 @@ def _digest(path: str) -> str:
     return h.hexdigest()
 
 
-def json_value(v: Any) -> Any:
-    """``v`` as JSON takes it: ints, strings, bools and None as they are, numbers as float, else text."""
+def json_value(v: object) -> JsonScalar:
+    """``v`` as JSON takes it: ints, strings, bools and None as they are, numbers as float, else text.
+
+    Parameters
+    ----------
+    v
+        A value of a Keras log or an epoch record (a NumPy or backend scalar, a number, text).
+
+    Returns
+    -------
+    int, float, str, bool or None
+        The value as ``json.dumps`` writes it.
+    """
     if isinstance(v, (int, str, bool)) or v is None:
         return v
     try:
-        return float(v)
+        return float(v)  # type: ignore[arg-type]  # any scalar with __float__
     except (TypeError, ValueError):
         return str(v)
 
@@ -163,7 +203,13 @@ class CheckpointStore:
 
     # -- listing -----------------------------------------------------------------------
     def names(self) -> list[str]:
-        """Checkpoint directory names, oldest first (ordered by epoch, then batch)."""
+        """Checkpoint directory names, oldest first (ordered by epoch, then batch).
+
+        Returns
+        -------
+        list of str
+            The names (``ckpt-<epoch>-<batch>``); empty when there are none.
+        """
         try:
             entries = os.listdir(self.directory)
         except FileNotFoundError:
@@ -264,8 +310,9 @@ class CheckpointStore:
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         os.chmod(self.directory, 0o700)
 
-    def save(self, model: Any, cursor: Cursor, history: list[dict[str, Any]] | None = None,
-             stopping: dict[str, Any] | None = None, best_weights: list[Any] | None = None) -> str:
+    def save(self, model: Model, cursor: Cursor, history: list[dict[str, Any]] | None = None,
+             stopping: StoppingState | None = None,
+             best_weights: list[np.ndarray] | None = None) -> str:
         """Write a checkpoint of ``model`` (weights + optimizer) at ``cursor``; return its path.
 
         Parameters
@@ -285,6 +332,11 @@ class CheckpointStore:
         str
             The checkpoint's directory. Written into a temporary directory and renamed into
             place; then only the newest ``keep`` checkpoints are kept.
+
+        Raises
+        ------
+        OSError
+            When the directory cannot be written (the temporary directory is removed).
         """
         self._prepare()
         name = f"ckpt-{cursor.epoch:06d}-{cursor.batch:09d}"
@@ -306,8 +358,8 @@ class CheckpointStore:
         return final
 
     @staticmethod
-    def _write(tmp: str, model: Any, cursor: Cursor, history: list[dict[str, Any]] | None,
-               stopping: dict[str, Any] | None, best_weights: list[Any] | None) -> None:
+    def _write(tmp: str, model: Model, cursor: Cursor, history: list[dict[str, Any]] | None,
+               stopping: StoppingState | None, best_weights: list[np.ndarray] | None) -> None:
         """The files of one checkpoint in directory ``tmp``, each flushed to disk."""
         weights = os.path.join(tmp, WEIGHTS)
         model.save_weights(weights)
@@ -338,7 +390,13 @@ class CheckpointStore:
                 shutil.rmtree(os.path.join(self.directory, entry), ignore_errors=True)
 
     def clear(self) -> int:
-        """Remove every checkpoint (a fresh run); return how many there were."""
+        """Remove every checkpoint (a fresh run); return how many there were.
+
+        Returns
+        -------
+        int
+            The checkpoints removed.
+        """
         n = len(self.names())
         if os.path.isdir(self.directory):
             for entry in os.listdir(self.directory):
@@ -347,7 +405,7 @@ class CheckpointStore:
         return n
 
 
-def _save_arrays(path: str, arrays: list[Any]) -> str:
+def _save_arrays(path: str, arrays: list[np.ndarray]) -> str:
     """Write ``arrays`` (in order) to an ``.npz`` file, fsync'ed; return its path."""
     buf = io.BytesIO()
     np.savez(buf, *[np.asarray(a) for a in arrays])  # arr_0, arr_1, ... in order
@@ -355,7 +413,7 @@ def _save_arrays(path: str, arrays: list[Any]) -> str:
     return path
 
 
-def _step_variable(model: Any) -> Any:
+def _step_variable(model: Model) -> Variable | None:
     """The optimizer variable that counts train steps, or None when there is no optimizer.
 
     Keras 3.5+ keeps the raw count in ``_iterations`` and makes ``iterations`` the count of
@@ -370,7 +428,7 @@ def _step_variable(model: Any) -> Any:
     return raw if raw is not None else opt.iterations
 
 
-def optimizer_steps(model: Any) -> int | None:
+def optimizer_steps(model: Model) -> int | None:
     """The train steps ``model``'s optimizer has taken (every batch, accumulated or applied).
 
     Parameters

@@ -8,11 +8,14 @@ from a run's settings, resume it from a checkpoint, and report where it stopped.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daskfeed._keras import keras
-from daskfeed.checkpoint import Checkpoint
+from daskfeed.checkpoint import Checkpoint, StoppingState
 from daskfeed.exceptions import CheckpointError, SchemaError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["EarlyStopping", "make_early_stopping", "report_early_stopping", "resume_early_stopping"]
 
@@ -40,17 +43,31 @@ class EarlyStopping(keras.callbacks.EarlyStopping):
         self._running = False
         self._loaded = False
         self.best_epoch = 0
-        self.best: Any = None
+        self.best: float | None = None
 
-    def get_state(self) -> dict[str, Any]:
-        """What the next fit needs to go on as if never interrupted (JSON-ready)."""
+    def get_state(self) -> StoppingState:
+        """What the next fit needs to go on as if never interrupted (JSON-ready).
+
+        Returns
+        -------
+        StoppingState
+            The monitor, patience, epochs waited, best value and epoch, and whether the best
+            weights are kept.
+        """
         return {"monitor": self.monitor, "patience": int(self.patience), "wait": int(self.wait),
                 "stopped_epoch": int(self.stopped_epoch), "best_epoch": int(self.best_epoch),
                 "best": None if self.best is None else float(self.best),
                 "best_weights": self.best_weights is not None}
 
-    def set_state(self, state: dict[str, Any], best_weights: list[Any] | None = None) -> None:
+    def set_state(self, state: StoppingState, best_weights: list[np.ndarray] | None = None) -> None:
         """Continue from ``state`` (:meth:`get_state` of the interrupted run) at the next fit.
+
+        Parameters
+        ----------
+        state
+            The interrupted run's state (from its checkpoint).
+        best_weights
+            The best epoch's weights saved with it (None: none saved).
 
         Raises
         ------
@@ -71,11 +88,23 @@ class EarlyStopping(keras.callbacks.EarlyStopping):
 
     @property
     def stopped(self) -> bool:
-        """Whether this run stopped early."""
+        """Whether this run stopped early.
+
+        Returns
+        -------
+        bool
+            True once early stopping stopped the run.
+        """
         return self.stopped_epoch > 0
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
-        """Start afresh (or from :meth:`set_state`) when a run starts; go on within one."""
+        """Start afresh (or from :meth:`set_state`) when a run starts; go on within one.
+
+        Parameters
+        ----------
+        logs
+            Keras' logs (unused).
+        """
         if self._running:
             return
         if not self._loaded:
@@ -84,7 +113,13 @@ class EarlyStopping(keras.callbacks.EarlyStopping):
         self._running = True
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
-        """Restore the best weights when the run ends (not between :func:`fit_from`'s fits)."""
+        """Restore the best weights when the run ends (not between :func:`fit_from`'s fits).
+
+        Parameters
+        ----------
+        logs
+            Keras' logs (passed on to Keras' ``EarlyStopping``).
+        """
         if self.continuing and not getattr(self.model, "stop_training", False):
             return
         self._running = False
@@ -104,6 +139,11 @@ def make_early_stopping(patience: int | None, monitor: str | None, net: keras.Mo
         The compiled model: ``monitor`` must be a quantity it logs.
     echo
         Where the setting is said.
+
+    Returns
+    -------
+    EarlyStopping or None
+        The callback; None without ``patience``.
 
     Raises
     ------

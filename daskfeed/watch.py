@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from daskfeed._keras import keras
-from daskfeed.dashboard import EpochSpans, install, report
+from daskfeed.dashboard import EpochSpans, Links, install, report
 from daskfeed.rss import RSSSampler, tree_rss
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ class WatchCallback(keras.callbacks.Callback):
         self.epochs = epochs
         own = getattr(sequence, "spans", None)
         self.spans = own if isinstance(own, EpochSpans) else EpochSpans()
-        self.links: Any = None
+        self.links: Links | None = None
         self.reports = 0  # events sent
         self._rows_before = 0  # rows trained in earlier epochs of this run
         self._peak = 0
@@ -103,7 +103,13 @@ class WatchCallback(keras.callbacks.Callback):
 
     # -- Keras hooks ------------------------------------------------------------------
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
-        """Install the scheduler plugin (idempotent) and announce the run."""
+        """Install the scheduler plugin (idempotent) and announce the run.
+
+        Parameters
+        ----------
+        logs
+            Keras' logs (losses and metrics so far; may be None).
+        """
         self.links = install(self.client)
         self._send({"kind": "run", "run": self.spans.run, "epochs": self._epochs(),
                     "batches": self._batches(), "rows_per_epoch": getattr(self.sequence, "rows", None),
@@ -111,25 +117,55 @@ class WatchCallback(keras.callbacks.Callback):
                     "cache": getattr(self.sequence, "cache_status", None)})
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        """Start the epoch's clock; report batch 0 (or the batch a resumed epoch starts at)."""
+        """Start the epoch's clock; report batch 0 (or the batch a resumed epoch starts at).
+
+        Parameters
+        ----------
+        epoch
+            The epoch (0-based).
+        logs
+            Keras' logs (losses and metrics so far; may be None).
+        """
         self._epoch, self._batch = epoch, self._start()
         self._t0, self._t_train = time.perf_counter(), 0.0
         self._progress("training", self._batch, {})
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        """Report at most every ``every_seconds``."""
+        """Report at most every ``every_seconds``.
+
+        Parameters
+        ----------
+        batch
+            The batch within the epoch (as Keras numbers it).
+        logs
+            Keras' logs (losses and metrics so far; may be None).
+        """
         self._batch = self._start() + batch + 1
         if time.perf_counter() - self._last >= self.every_seconds:
             self._progress("training", self._batch, logs or {})
 
     def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
-        """Validation starts: the training part of the epoch ends."""
+        """Validation starts: the training part of the epoch ends.
+
+        Parameters
+        ----------
+        logs
+            Keras' logs (losses and metrics so far; may be None).
+        """
         if self._t0 and not self._t_train:
             self._t_train = time.perf_counter()
             self._progress("validating", self._batch, {})
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        """Report the finished epoch (train and validation logs, its rows/s and data-wait)."""
+        """Report the finished epoch (train and validation logs, its rows/s and data-wait).
+
+        Parameters
+        ----------
+        epoch
+            The epoch (0-based).
+        logs
+            Keras' logs (losses and metrics so far; may be None).
+        """
         logs = _floats(logs or {})
         rec = self._epoch_record(epoch, logs)
         self._rows_before += rec["rows"]
@@ -137,7 +173,13 @@ class WatchCallback(keras.callbacks.Callback):
         self._send({"kind": "epoch", **rec})
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
-        """Say the fit finished."""
+        """Say the fit finished.
+
+        Parameters
+        ----------
+        logs
+            Keras' logs (losses and metrics so far; may be None).
+        """
         stopped = getattr(self.model, "stop_training", False)
         self._send({"kind": "progress", "state": "stopped" if stopped else "done"})
 
@@ -230,7 +272,7 @@ class WatchCallback(keras.callbacks.Callback):
             self.reports += 1
 
 
-def _batch_size(seq: Any) -> int:
+def _batch_size(seq: keras.utils.PyDataset) -> int:
     return int(getattr(seq, "batch_size", 1) or 1)
 
 
@@ -327,6 +369,11 @@ def summary_lines(history: Sequence[Mapping[str, Any]], *, seconds: float,
         The memory budget and the peak RSS of the process tree over the run.
     bad_rows
         ``{"train": n, "validation": n, "policy": ...}`` (``history.json``'s ``bad_lines``).
+
+    Returns
+    -------
+    list of str
+        The summary's lines, ready to print.
     """
     from dask.utils import format_bytes
 
