@@ -25,7 +25,25 @@ __all__ = ["checked_weights", "frame_weight_faults", "number_array", "record_lin
 
 
 def checked_weights(values: np.ndarray, name: str) -> np.ndarray:
-    """Weights as float32, refusing a missing or negative one (the scan said there is none)."""
+    """Weights as float32, refusing a missing or negative one (the scan said there is none).
+
+    Parameters
+    ----------
+    values
+        A window's weights as float64, NaN where missing.
+    name
+        The weight column, for the message.
+
+    Returns
+    -------
+    numpy.ndarray
+        The weights as float32.
+
+    Raises
+    ------
+    ManifestMismatchError
+        A weight is missing or negative: the data changed after the scan.
+    """
     bad = np.isnan(values) | (values < 0)
     if bad.any():
         first = values[bad][0]
@@ -40,7 +58,18 @@ def checked_weights(values: np.ndarray, name: str) -> np.ndarray:
 
 
 def number_array(col: Any) -> np.ndarray:
-    """An Arrow column's values as float64, NaN where missing (text read as numbers)."""
+    """An Arrow column's values as float64, NaN where missing (text read as numbers).
+
+    Parameters
+    ----------
+    col
+        An Arrow column.
+
+    Returns
+    -------
+    numpy.ndarray
+        Its values as float64.
+    """
     t = col.type
     if pa.types.is_null(t):
         return np.full(len(col), np.nan)
@@ -56,6 +85,22 @@ def weight_faults(index: int, block: Any, options: Any, label: str, weight: str,
     Returns ``{"missing": n, "negative": n, "row": k, "value": v}``: the counts, and the first
     such row (``k``: its place among the block's parsed rows, ``None`` when there is
     none) with its weight (NaN: missing).
+
+    Parameters
+    ----------
+    index, block
+        The block's index and its :class:`~daskfeed.files.Block`.
+    options
+        The source's read options.
+    label, weight
+        The label and weight columns.
+    cache
+        The parse cache on the workers, or None.
+
+    Returns
+    -------
+    dict
+        The counts and the first bad row, as above.
     """
     out: dict[str, Any] = {"missing": 0, "negative": 0, "row": None, "value": None}
     offset = 0
@@ -91,6 +136,20 @@ def record_line(block: Any, options: Any, row: int) -> int | None:
     Rows are counted as the reader makes them: blank lines are no rows, a quoted field may
     span lines, and under ``bad_lines="skip"|"quarantine"`` a line with the wrong number of
     fields is no row. None for Parquet, or when the block has fewer rows.
+
+    Parameters
+    ----------
+    block
+        The CSV block.
+    options
+        The source's read options (encoding, sep, bad_lines, storage options).
+    row
+        The row's place among the block's parsed rows.
+
+    Returns
+    -------
+    int or None
+        The 1-based line, or None.
     """
     if is_parquet(block.path):
         return None
