@@ -60,7 +60,23 @@ class EpochPlan:
         return self.num_batches
 
     def batch(self, i: int) -> list[Slice]:
-        """The window slices that make up batch ``i``."""
+        """The window slices that make up batch ``i``.
+
+        Parameters
+        ----------
+        i
+            The batch index, ``0 <= i < num_batches``.
+
+        Returns
+        -------
+        list of Slice
+            The slices, in row order.
+
+        Raises
+        ------
+        IndexError
+            When ``i`` is out of range.
+        """
         if not 0 <= i < self.num_batches:
             raise IndexError(f"batch index {i} out of range [0, {self.num_batches})")
         lo = i * self.batch_size
@@ -76,22 +92,66 @@ class EpochPlan:
         return out
 
     def batch_rows(self, i: int) -> int:
-        """Number of rows in batch ``i``."""
+        """Number of rows in batch ``i``.
+
+        Parameters
+        ----------
+        i
+            The batch index.
+
+        Returns
+        -------
+        int
+            ``batch_size``, or fewer for the epoch's last batch.
+        """
         return min(self.batch_size, self.rows - i * self.batch_size)
 
     def batches_of(self, w: int) -> range:
-        """Batch indices that take rows from window ``w``."""
+        """Batch indices that take rows from window ``w``.
+
+        Parameters
+        ----------
+        w
+            The window index.
+
+        Returns
+        -------
+        range
+            The batches, in order.
+        """
         win = self.windows[w]
         first = win.offset // self.batch_size
         last = min((win.offset + win.rows - 1) // self.batch_size, self.num_batches - 1)
         return range(first, last + 1)
 
     def seed_of(self, w: int) -> tuple[int, ...] | None:
-        """Row-shuffle seed of window ``w`` (None when not shuffling)."""
+        """Row-shuffle seed of window ``w`` (None when not shuffling).
+
+        Parameters
+        ----------
+        w
+            The window index.
+
+        Returns
+        -------
+        tuple of int or None
+            The seed (:func:`window_seed`); None without shuffling.
+        """
         return window_seed(self.seed, self.epoch, w) if self.shuffle else None
 
     def same_batches(self, other: EpochPlan) -> bool:
-        """True when ``other`` yields exactly the same batches (e.g. unshuffled epochs)."""
+        """True when ``other`` yields exactly the same batches (e.g. unshuffled epochs).
+
+        Parameters
+        ----------
+        other
+            Another epoch's plan.
+
+        Returns
+        -------
+        bool
+            True when both serve the same batches in the same order.
+        """
         return (
             self.windows == other.windows
             and self.batch_size == other.batch_size
@@ -101,7 +161,22 @@ class EpochPlan:
 
 
 def window_seed(seed: int, epoch: int, w: int) -> tuple[int, ...]:
-    """Entropy for the row permutation of window ``w`` of ``epoch``."""
+    """Entropy for the row permutation of window ``w`` of ``epoch``.
+
+    Parameters
+    ----------
+    seed
+        The run's seed.
+    epoch
+        The epoch.
+    w
+        The window index.
+
+    Returns
+    -------
+    tuple of int
+        Entropy for ``numpy.random.default_rng``.
+    """
     return (int(seed), int(epoch), 1, int(w))
 
 
@@ -141,6 +216,16 @@ def make_plan(
         At most this many (full) batches: the rows after them in this epoch's order are left
         out and counted in ``dropped``; windows they would need are not planned. Several
         trainers pass :func:`equal_shard_batches` so every shard has the same count.
+
+    Returns
+    -------
+    EpochPlan
+        The epoch's windows and batches (of this shard).
+
+    Raises
+    ------
+    ValueError
+        When ``batch_size`` < 1 or the shard index is not below the shard count.
     """
     if batch_size < 1:
         raise ValueError(f"Expected batch_size >= 1. Received: batch_size={batch_size}")
@@ -190,7 +275,20 @@ def _windows(blocks: list[int], counts: Sequence[int], target: int) -> list[Wind
 
 
 def shard_rows(counts: Sequence[int], nshards: int) -> list[int]:
-    """Rows of each shard when block ``p`` goes to shard ``p % nshards``."""
+    """Rows of each shard when block ``p`` goes to shard ``p % nshards``.
+
+    Parameters
+    ----------
+    counts
+        Rows per block, in block order.
+    nshards
+        The number of shards.
+
+    Returns
+    -------
+    list of int
+        Rows per shard.
+    """
     rows = [0] * int(nshards)
     for p, n in enumerate(counts):
         rows[p % nshards] += max(int(n), 0)
@@ -206,6 +304,20 @@ def equal_shard_batches(counts: Sequence[int], *, batch_size: int, nshards: int)
     are dropped and counted (:attr:`EpochPlan.dropped`). The shards differ by at most the
     rows of one block plus a partial batch, so little is dropped when there are many
     blocks per shard.
+
+    Parameters
+    ----------
+    counts
+        Rows per block, in block order.
+    batch_size
+        Rows per batch.
+    nshards
+        The number of shards.
+
+    Returns
+    -------
+    int
+        Full batches per shard per epoch.
     """
     return min(r // int(batch_size) for r in shard_rows(counts, nshards))
 
