@@ -109,14 +109,36 @@ class BlockCache:
         return os.path.join(root, self.key) if self.key else root
 
     def lookup(self, index: int) -> list[BatchRange] | None:
-        """Where block ``index`` is: ``[(Arrow file, first batch, batches), ...]`` or None."""
+        """Where block ``index`` is: ``[(Arrow file, first batch, batches), ...]`` or None.
+
+        Parameters
+        ----------
+        index
+            The block's index in the source.
+
+        Returns
+        -------
+        list of BatchRange or None
+            The block's record batches; None when it is not (completely) cached.
+        """
         found = _index(self.path, refresh=False).get(index)
         if found is None:
             found = _index(self.path, refresh=True).get(index)
         return found
 
     def has(self, index: int) -> bool:
-        """Whether block ``index`` is complete in the cache."""
+        """Whether block ``index`` is complete in the cache.
+
+        Parameters
+        ----------
+        index
+            The block's index in the source.
+
+        Returns
+        -------
+        bool
+            True when the block is complete in the cache.
+        """
         return self.lookup(index) is not None
 
     def tables(self, index: int, columns: list[str] | None = None,
@@ -152,11 +174,28 @@ class BlockCache:
             return None
 
     def writer(self, first: int) -> CacheWriter:
-        """A writer for the blocks of a scan task starting at ``first``: ``add``, then ``commit``."""
+        """A writer for the blocks of a scan task starting at ``first``: ``add``, then ``commit``.
+
+        Parameters
+        ----------
+        first
+            The scan task's first block.
+
+        Returns
+        -------
+        CacheWriter
+            A writer into this cache entry.
+        """
         return CacheWriter(self.path, self.compression, first)
 
     def cached_blocks(self) -> int:
-        """Number of complete blocks in the cache."""
+        """Number of complete blocks in the cache.
+
+        Returns
+        -------
+        int
+            The blocks complete in the cache.
+        """
         return len(_index(self.path, refresh=True))
 
 
@@ -195,7 +234,13 @@ def _index(path: str, refresh: bool) -> dict[int, list[BatchRange]]:
 
 
 def forget_entry(path: str) -> None:
-    """Drop what this process knows of the cache entry ``path`` (it is replaced or removed)."""
+    """Drop what this process knows of the cache entry ``path`` (it is replaced or removed).
+
+    Parameters
+    ----------
+    path
+        The cache entry's directory.
+    """
     with _INDEX_LOCK:
         _INDEXES.pop(path, None)
 

@@ -57,11 +57,25 @@ class CacheWriter:
         self.failed = False
 
     def begin(self, index: int) -> None:
-        """Block ``index`` starts (it is cached even if it has no rows)."""
+        """Block ``index`` starts (it is cached even if it has no rows).
+
+        Parameters
+        ----------
+        index
+            The block's index in the source.
+        """
         self.blocks.setdefault(index, [])
 
     def add(self, index: int, table: pa.Table) -> None:
-        """One table of block ``index``."""
+        """One table of block ``index``.
+
+        Parameters
+        ----------
+        index
+            The block's index in the source.
+        table
+            One table parsed from it.
+        """
         if self.failed:
             return
         table = compact(table)
