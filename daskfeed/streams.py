@@ -11,14 +11,20 @@ import gzip
 import io
 import lzma
 import zlib
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, Union
 
 import fsspec
 
 from daskfeed.exceptions import DataError, DataNotFoundError
 from daskfeed.files import COMPRESSIONS
 
+if TYPE_CHECKING:
+    import zstandard
+
 __all__ = ["open_file"]
+
+# what _decompressor gives: the stdlib's readers, or zstandard's (an optional dependency)
+Decompressing = Union[io.BufferedIOBase, "zstandard.ZstdDecompressionReader"]
 
 
 def open_file(path: str, storage_options: dict[str, Any],
@@ -84,7 +90,7 @@ def _require_zstandard(path: str) -> None:
         ) from err
 
 
-def _decompressor(compression: str, raw: IO[bytes]) -> Any:
+def _decompressor(compression: str, raw: IO[bytes]) -> Decompressing:
     """A reader of the decompressed bytes of ``raw``, across all its members / frames."""
     if compression == "gzip":
         return gzip.GzipFile(fileobj=raw, mode="rb")
@@ -110,7 +116,7 @@ def _corrupt_errors() -> tuple[type[BaseException], ...]:
 class _Decompressed(io.RawIOBase):
     """Raw reader over a decompressing stream: names the file on corrupt data, closes both."""
 
-    def __init__(self, stream: Any, raw: IO[bytes], path: str, compression: str) -> None:
+    def __init__(self, stream: Decompressing, raw: IO[bytes], path: str, compression: str) -> None:
         super().__init__()
         self._stream, self._raw = stream, raw
         self._path, self._compression = path, compression
