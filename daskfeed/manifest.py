@@ -297,10 +297,10 @@ class Manifest:
         for c in self.columns.values():
             kinds.setdefault(c.kind, []).append(c.name)
         parts = ", ".join(f"{len(v)} {k}" for k, v in kinds.items())
-        where = f"{len(self.partitions)} partitions ("
+        where = f"{len(self.partitions)} blocks ("
         if self.split:
             used = len(scanned_blocks(len(self.partitions), self.split))
-            where = (f"{used} of {len(self.partitions)} partitions (the {self.split['subset']} part "
+            where = (f"{used} of {len(self.partitions)} blocks (the {self.split['subset']} part "
                      f"of validation_split={self.split['validation_split']:g}, seed="
                      f"{self.split['seed']}; ")
         classes = f" ({self.num_classes} classes{_named(self.label_classes)})"

@@ -121,10 +121,10 @@ def run_env(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess
                           env={**ENV, **env})
 
 
-def _partitions(stdout: str) -> int:
+def _blocks(stdout: str) -> int:
     import re
 
-    m = re.search(r"train data: [\d,]+ rows in ([\d,]+) partitions", stdout)
+    m = re.search(r"train data: [\d,]+ rows in ([\d,]+) blocks", stdout)
     assert m, stdout
     return int(m.group(1).replace(",", ""))
 
@@ -139,14 +139,14 @@ def test_config_env_var_reaches_train_and_a_flag_beats_it(small_data, tmp_path):
     assert "78 batches of 77 per epoch" in out.stdout  # ceil(6000 / 77)
     hist = json.loads((tmp_path / "env" / "history.json").read_text())
     assert hist["epochs"][0]["rows"] == 6000
-    assert _partitions(out.stdout) == 6  # one per 100 kB file: the budget's blocksize is larger
+    assert _blocks(out.stdout) == 6  # one per 100 kB file: the budget's blocksize is larger
 
     out = run_env(env, *common, "--batch-size", "500", "--blocksize", "30kB",
                   "--output", str(tmp_path / "flag"))
     assert out.returncode == 0, out.stderr[-3000:]
     assert "12 batches of 500 per epoch" in out.stdout
     assert "partitions of 29.30 kiB" in out.stdout
-    assert _partitions(out.stdout) > 6  # each file split into byte ranges of 30 kB
+    assert _blocks(out.stdout) > 6  # each file split into byte ranges of 30 kB
 
 
 def test_help_shows_the_configured_default():
@@ -160,10 +160,10 @@ def test_help_shows_the_configured_default():
     assert "[default: 1024 (daskfeed.batch-size); x>=1]" in " ".join(out.stdout.split())
 
 
-def _scan_partitions(stdout: str) -> int:
+def _scan_blocks(stdout: str) -> int:
     import re
 
-    m = re.search(r"^[\d,]+ rows in ([\d,]+) partitions", stdout, re.M)
+    m = re.search(r"^[\d,]+ rows in ([\d,]+) blocks", stdout, re.M)
     assert m, stdout
     return int(m.group(1).replace(",", ""))
 
@@ -173,15 +173,15 @@ def test_scan_takes_blocksize_from_config_and_flag(small_data, tmp_path):
             "--nworkers", "1", "--dashboard-address", "127.0.0.1:0", "--no-cache")
     out = run_env({}, *args)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert _scan_partitions(out.stdout) == 6
+    assert _scan_blocks(out.stdout) == 6
     assert "cleared" in out.stdout and "categorical" in out.stdout  # the column summary
     out = run_env({"DASK_DASKFEED__BLOCKSIZE": "30kB"}, *args, "--output", str(tmp_path / "m.json"))
     assert out.returncode == 0, out.stderr[-3000:]
-    assert _scan_partitions(out.stdout) > 6
+    assert _scan_blocks(out.stdout) > 6
     assert json.loads((tmp_path / "m.json").read_text(encoding="utf-8"))["rows"] == 6000
     out = run_env({"DASK_DASKFEED__BLOCKSIZE": "30kB"}, *args, "--blocksize", "1MB")
     assert out.returncode == 0, out.stderr[-3000:]
-    assert _scan_partitions(out.stdout) == 6  # the flag beats the environment
+    assert _scan_blocks(out.stdout) == 6  # the flag beats the environment
 
 
 @pytest.mark.parametrize("bad", ["", "0", "-1MB", "lots"])
