@@ -165,7 +165,7 @@ class Budget:
             f"trainer {self.trainer / 1e9:.2f} GB (incl. prefetch {self.prefetch / 1e9:.2f} GB), "
             f"{self.nworkers} worker{'s' if self.nworkers > 1 else ''} × "
             f"{self.worker / 1e9:.2f} GB ({self.nthreads} thread{'s' if self.nthreads > 1 else ''}"
-            f" each); partitions of {format_bytes(self.blocksize)}, shuffle windows of "
+            f" each); blocks of {format_bytes(self.blocksize)}, shuffle windows of "
             f"{format_bytes(self.window_bytes)} CSV"
         )
 
