@@ -29,6 +29,7 @@ from daskfeed.exceptions import ClusterError, DaskfeedError, ManifestMismatchErr
 from daskfeed.feed import Encoding, WindowData, concat
 from daskfeed.futures import WindowCancelled
 from daskfeed.ids import id_like, id_warning
+from daskfeed.layout import window_rows_for
 from daskfeed.lifecycle import Stop
 from daskfeed.manifest import Manifest
 from daskfeed.owner import Owner, refuse_multiprocessing
@@ -41,9 +42,6 @@ from daskfeed.split import split_settings
 from daskfeed.windows import WindowTasks
 
 __all__ = ["DaskSequence"]
-
-MIN_WINDOWS = 8
-
 
 def _with_blocksize(manifest: Manifest | str | os.PathLike[str] | None,
                     blocksize: int | str | None) -> tuple[Manifest | None, int | str | None]:
@@ -196,8 +194,7 @@ class DaskSequence(keras.utils.PyDataset):
         except BaseException:
             self._close_client()
             raise
-        self.window_rows = self._window_rows(window_rows, window_bytes)
-        self._start_feeding(spans, stop)
+        self._start_feeding(spans, stop, window_rows, window_bytes)
 
     # -- construction steps -----------------------------------------------------------
     def _connect(self, client: Any) -> None:
@@ -206,8 +203,12 @@ class DaskSequence(keras.utils.PyDataset):
         self._scheduler_address = self._client.scheduler.address
         self._security = getattr(self._client, "security", None)  # tls:// reconnects after pickling
 
-    def _start_feeding(self, spans: EpochSpans | None, stop: Stop | None) -> None:
-        """The windows' tasks and the cursor of epoch 0 (its first windows put in flight)."""
+    def _start_feeding(self, spans: EpochSpans | None, stop: Stop | None, window_rows: int | None,
+                       window_bytes: int | str | None) -> None:
+        """Rows per window, the windows' tasks and the cursor of epoch 0 (first windows in flight)."""
+        self.window_rows = window_rows_for(
+            window_rows, config.get_bytes("window-bytes", window_bytes), self.manifest,
+            self.encoding.bytes_per_row, self.prefetch_bytes, self.batch_size)
         self.failure: DaskfeedError | None = None  # the last error a batch raised
         self.spans = spans  # one distributed.span per epoch for the windows (dashboard)
         self._stop = stop  # None: the process-wide stop request (daskfeed.lifecycle)
@@ -257,18 +258,6 @@ class DaskSequence(keras.utils.PyDataset):
         if self.weight is not None:
             check_weights(self.manifest, self.source, self._client, self.label, self.weight,
                           self.cache)
-
-    def _window_rows(self, window_rows: int | None, window_bytes: int | str | None) -> int:
-        """Rows per window: as given, else from ``window_bytes`` within the prefetch budget."""
-        if window_rows is None:
-            wbytes = config.get_bytes("window-bytes", window_bytes)
-            window_rows = int(wbytes / max(self.manifest.bytes_per_row, 1.0))
-            # the trainer must hold the current window and the next one within prefetch_bytes
-            window_rows = min(window_rows, self.prefetch_bytes // (3 * self.encoding.bytes_per_row))
-            # at least MIN_WINDOWS windows so the cluster reads ahead while the first is consumed
-            # (a function of the data only: the plan must not depend on the number of workers)
-            window_rows = min(window_rows, -(-self.manifest.rows // MIN_WINDOWS))
-        return max(int(window_rows), self.batch_size, 1)
 
     def _open_cache(self, cache: bool | str | os.PathLike[str] | None) -> tuple[Any, str]:
         """The block cache on the workers and its status line (``cache`` off: None)."""
