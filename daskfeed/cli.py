@@ -163,7 +163,10 @@ def _start_cluster(memory_limit: str | None, *, nworkers: int | None, nthreads: 
     """A client and its budget, as ``train`` makes them (a LocalCluster or a running scheduler)."""
     client, budget = open_cluster(memory_limit, nworkers=nworkers, nthreads=nthreads,
                                   scheduler=scheduler, security=security,
-                                  dashboard_address=dashboard_address, echo=click.echo)
+                                  dashboard_address=dashboard_address,
+                                  trainer_reserve=config.get_bytes("trainer-reserve"),
+                                  window_bytes=config.get_bytes("window-bytes"),
+                                  max_blocksize=config.get_bytes("blocksize"), echo=click.echo)
     if not scheduler and getattr(client, "dashboard_link", None):
         click.echo(f"dashboard: {client.dashboard_link}")
     return client, budget

@@ -36,6 +36,9 @@ PARSE_FACTOR = 6.0
 # keep a window's peak under dask's "target" fraction so workers neither spill nor pause
 WORKER_TARGET = 0.6
 MAX_BLOCKSIZE = 64 * 2**20
+# the shipped daskfeed.* defaults; the entry points pass the configured values
+TRAINER_RESERVE = int(parse_bytes(config.shipped("trainer-reserve")))
+WINDOW_BYTES = int(parse_bytes(config.shipped("window-bytes")))
 
 
 def parse_memory_limit(text: str | int | float) -> int:
@@ -93,12 +96,35 @@ class Budget:
         *,
         nworkers: int | None = None,
         nthreads: int = 1,
-        trainer_reserve: int | str | None = None,
+        trainer_reserve: int = TRAINER_RESERVE,
         worker_reserve: int = 0,
+        window_bytes: int = WINDOW_BYTES,
+        max_blocksize: int = MAX_BLOCKSIZE,
     ) -> Budget:
         """Split ``total`` bytes; refuse (with the minimum) a budget too small to work.
 
-        ``worker_reserve``: bytes each worker needs beyond its minimum (a model it loads).
+        Parameters
+        ----------
+        total
+            The whole process tree's budget, e.g. ``"14GB"`` or bytes.
+        nworkers, nthreads
+            The local cluster's shape (None: :func:`default_nworkers`).
+        trainer_reserve
+            Bytes kept for the trainer before prefetch (``daskfeed.trainer-reserve``).
+        worker_reserve
+            Bytes each worker needs beyond its minimum (a model it loads).
+        window_bytes, max_blocksize
+            ``daskfeed.window-bytes`` and ``daskfeed.blocksize``: caps of the derived sizes.
+
+        Returns
+        -------
+        Budget
+            The split.
+
+        Raises
+        ------
+        BudgetError
+            For a budget too small for the trainer and the workers (with the minimum).
         """
         total = parse_memory_limit(total)
         nworkers = nworkers or default_nworkers()
@@ -107,7 +133,7 @@ class Budget:
                 f"Expected at least one worker and one thread. Received: nworkers={nworkers}, "
                 f"nthreads={nthreads}."
             )
-        base = config.get_bytes("trainer-reserve", trainer_reserve)
+        base = int(trainer_reserve)
         least = MIN_WORKER + worker_reserve  # each worker's minimum
         minimum = base + 32 * 2**20 + nworkers * least
         if total < minimum:
@@ -129,13 +155,13 @@ class Budget:
             prefetch = total - base - nworkers * worker
         # The shuffle window is part of the epoch plan, so it must not change with --nworkers:
         # size it for max(nworkers, 4) workers sharing the budget (smaller only beyond 4).
-        window_bytes, blocksize = _window_and_block((total - base - prefetch) / max(nworkers, 4),
-                                                    nthreads)
-        return cls(total, base + prefetch, prefetch, nworkers, nthreads, worker, window_bytes,
-                   blocksize)
+        window, blocksize = _window_and_block((total - base - prefetch) / max(nworkers, 4), nthreads,
+                                              window_bytes, max_blocksize)
+        return cls(total, base + prefetch, prefetch, nworkers, nthreads, worker, window, blocksize)
 
     @classmethod
-    def remote(cls, trainer: int | str, client: Any, *, timeout: float = 60) -> Budget:
+    def remote(cls, trainer: int | str, client: Any, *, timeout: float = 60,
+               window_bytes: int = WINDOW_BYTES, max_blocksize: int = MAX_BLOCKSIZE) -> Budget:
         """Budget for a running cluster: ``trainer`` bytes here, workers as they are configured.
 
         Waits (up to ``timeout`` s) for at least one worker; window size follows from the
@@ -154,8 +180,8 @@ class Budget:
         worker = min((m for m in limits if m), default=4 * 2**30)
         nthreads = max((w.get("nthreads") or 1 for w in workers), default=1)
         prefetch = int(min(max(0.25 * total, 32 * 2**20), 2**30))
-        window_bytes, blocksize = _window_and_block(worker, nthreads)
-        return cls(total, total, prefetch, len(limits), nthreads, worker, window_bytes, blocksize)
+        window, blocksize = _window_and_block(worker, nthreads, window_bytes, max_blocksize)
+        return cls(total, total, prefetch, len(limits), nthreads, worker, window, blocksize)
 
     def describe(self, text: str | None = None) -> str:
         """E.g. ``14GB (13.04 GiB): trainer 2.40 GB, 2 workers × 5.80 GB, ...``."""
@@ -273,12 +299,12 @@ def result(future: Any, *, patience: float = PAUSED_PATIENCE, what: str = "a tas
             )
 
 
-def _window_and_block(worker_memory: float, nthreads: int) -> tuple[int, int]:
+def _window_and_block(worker_memory: float, nthreads: int, window_bytes: int,
+                      max_blocksize: int) -> tuple[int, int]:
     """CSV bytes per shuffle window and per partition so a window's parse peak fits a worker."""
     per_task = worker_memory * WORKER_TARGET / (PARSE_FACTOR * nthreads)
-    window_bytes = int(max(min(per_task, config.get_bytes("window-bytes") * 4), 4 * 2**20))
-    blocksize = int(min(MAX_BLOCKSIZE, config.get_bytes("blocksize"), window_bytes))
-    return window_bytes, blocksize
+    window = int(max(min(per_task, window_bytes * 4), 4 * 2**20))
+    return window, int(min(MAX_BLOCKSIZE, max_blocksize, window))
 
 
 def default_nworkers() -> int:
@@ -341,25 +367,29 @@ def default_memory_limit() -> int:
 def open_cluster(memory_limit: str | int | None, *, nworkers: int | None = None, nthreads: int = 1,
                  scheduler: str | None = None, security: Any = None,
                  dashboard_address: str | None = None, processes: bool = True,
-                 trainer_reserve: int | None = None, worker_reserve: int = 0,
+                 trainer_reserve: int = TRAINER_RESERVE, worker_reserve: int = 0,
+                 window_bytes: int = WINDOW_BYTES, max_blocksize: int = MAX_BLOCKSIZE,
                  echo: Any = print) -> tuple[Any, Budget]:
     """A client and the budget it works in: a LocalCluster inside ``memory_limit``, or ``scheduler``.
 
     ``memory_limit`` (default 75 % of RAM) is the whole process tree's budget for a local
-    cluster, the trainer's own for a running scheduler. ``trainer_reserve`` and
-    ``worker_reserve`` as for :meth:`Budget.split`. Says what it made through ``echo``.
+    cluster, the trainer's own for a running scheduler. ``trainer_reserve``, ``worker_reserve``,
+    ``window_bytes`` and ``max_blocksize`` as for :meth:`Budget.split`. Says what it made
+    through ``echo``.
     """
     shown = memory_limit if isinstance(memory_limit, str) else None
     limit = memory_limit if memory_limit is not None else default_memory_limit()
     if not scheduler:
         budget = Budget.split(limit, nworkers=nworkers, nthreads=nthreads,
-                              trainer_reserve=trainer_reserve, worker_reserve=worker_reserve)
+                              trainer_reserve=trainer_reserve, worker_reserve=worker_reserve,
+                              window_bytes=window_bytes, max_blocksize=max_blocksize)
         echo(f"memory limit: {budget.describe(shown)}")
         return start_local_cluster(budget, dashboard_address=dashboard_address,
                                    processes=processes), budget
     client = connect(scheduler, security=security)
     try:
-        budget = Budget.remote(limit, client)
+        budget = Budget.remote(limit, client, window_bytes=window_bytes,
+                               max_blocksize=max_blocksize)
     except BaseException:
         close_client(client)
         raise

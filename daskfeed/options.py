@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, NoReturn, Union
 
 from daskfeed import config
+from daskfeed.cluster import MAX_BLOCKSIZE, TRAINER_RESERVE, WINDOW_BYTES
 from daskfeed.exceptions import SchemaError
 
 if TYPE_CHECKING:
@@ -275,6 +276,9 @@ class ClusterOptions:
         :func:`daskfeed.ranks.resolve_rank`).
     rank_wait
         Seconds a rank waits for the scan another rank makes (resolved: ``daskfeed.rank-wait``).
+    trainer_reserve, window_bytes, max_blocksize
+        What the budget keeps for the trainer and the caps of the window and block sizes it
+        derives (resolved: ``daskfeed.trainer-reserve``, ``window-bytes``, ``blocksize``).
     """
 
     memory_limit: str | int | None = None
@@ -287,6 +291,9 @@ class ClusterOptions:
     rank: int | None = None
     world_size: int | None = None
     rank_wait: float = 7200.0
+    trainer_reserve: int = TRAINER_RESERVE
+    window_bytes: int = WINDOW_BYTES
+    max_blocksize: int = MAX_BLOCKSIZE
 
     @classmethod
     def resolve(cls, **settings: Any) -> ClusterOptions:
@@ -305,6 +312,9 @@ class ClusterOptions:
         settings["dashboard_address"] = config.get("dashboard-address",
                                                    settings.get("dashboard_address"))
         settings["rank_wait"] = config.get_seconds("rank-wait", settings.get("rank_wait"))
+        for key in ("trainer_reserve", "window_bytes"):
+            settings[key] = config.get_bytes(key.replace("_", "-"), settings.get(key))
+        settings["max_blocksize"] = config.get_bytes("blocksize", settings.get("max_blocksize"))
         return cls(**settings)
 
 

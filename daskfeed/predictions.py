@@ -190,7 +190,9 @@ def predict(
     client, budget = open_cluster(memory_limit, nworkers=nworkers, nthreads=nthreads,
                                   scheduler=scheduler, security=security, processes=processes,
                                   trainer_reserve=CLIENT_RESERVE if processes else model_reserve,
-                                  worker_reserve=model_reserve if processes else 0, echo=say)
+                                  worker_reserve=model_reserve if processes else 0,
+                                  window_bytes=config.get_bytes("window-bytes"),
+                                  max_blocksize=config.get_bytes("blocksize"), echo=say)
     try:
         source = _source(data, run.manifest, blocksize or budget.blocksize, storage_options)
         _check_header(source, run, keep)
