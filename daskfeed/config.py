@@ -129,7 +129,7 @@ _SIZES = frozenset({"blocksize", "window-bytes", "prefetch-bytes", "trainer-rese
 
 
 def resolve_blocksize(value: int | str | None, derived: int) -> int:
-    """CSV bytes per partition: ``value`` > a configured ``daskfeed.blocksize`` > ``derived``.
+    """CSV bytes per block: ``value`` > a configured ``daskfeed.blocksize`` > ``derived``.
 
     ``derived`` is what the memory budget allows (:class:`daskfeed.cluster.Budget`): at most
     the shipped ``daskfeed.blocksize`` and small enough that a window's parse peak fits a

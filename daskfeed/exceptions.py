@@ -34,7 +34,7 @@ class SchemaError(DaskfeedError, ValueError):
 
 
 class DataError(DaskfeedError, ValueError):
-    """A partition that cannot be parsed; the message names file and byte range."""
+    """A block that cannot be parsed; the message names file and byte range."""
 
 
 class BudgetError(DaskfeedError, ValueError):

@@ -216,7 +216,7 @@ def _unscanned() -> BlockFacts:
 
 def _scan_frame(src: Source, label: str, client: Client, token: str,
                 only: list[int]) -> tuple[list[BlockFacts], Stats]:
-    """Facts and merged statistics of the partitions ``only`` of a dask DataFrame."""
+    """Facts and merged statistics of the blocks ``only`` of a dask DataFrame."""
     tables = src.partitions()  # Arrow tables, null markers and types as parsed from CSV
     facts = [delayed(table_facts, pure=True)(tables[i], label,
                                              dask_key_name=f"daskfeed-scan-{i}-{token}")

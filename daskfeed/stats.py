@@ -1,7 +1,7 @@
 """Mergeable statistics of blocks: facts (rows, kinds, missing), moments, value counts, sketches.
 
-Computed on the workers per table (:func:`table_facts`, :func:`table_stats`; a dask
-DataFrame's partitions arrive as tables too), merged in a tree on the cluster
+Computed on the workers per table (:func:`table_facts`, :func:`table_stats`; the blocks
+of a dask DataFrame arrive as tables too), merged in a tree on the cluster
 (:func:`merge_stats`, :func:`merge_facts`); only small facts per block travel to the client.
 """
 
