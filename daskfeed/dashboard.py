@@ -426,7 +426,7 @@ def report(client: Client | None, msg: Event) -> bool:
 
 
 def report_cache(hits: int = 0, misses: int = 0) -> None:
-    """On a worker: count partitions read from the parse cache (hits) or parsed again (misses).
+    """On a worker: count blocks read from the parse cache (hits) or parsed again (misses).
 
     One event per call (call it once per window task); the page shows the hit rate. A no-op
     outside a Dask worker.

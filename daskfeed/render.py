@@ -163,7 +163,7 @@ def _data(s: dict[str, Any]) -> str:
     cache = s.get("cache") or {}
     rate = cache.get("hit_rate")
     hits = (f"hit rate <b>{_pct(rate)}</b> ({_int(cache.get('hits'))} of "
-            f"{_int((cache.get('hits') or 0) + (cache.get('misses') or 0))} partitions)"
+            f"{_int((cache.get('hits') or 0) + (cache.get('misses') or 0))} blocks)"
             if rate is not None else "hit rate: not reported yet")
     bad = s.get("bad_rows") or {}
     rows = "".join(f"<tr><td>{_e(name)}</td><td>{_int(v.get('malformed'))}</td>"
@@ -288,7 +288,7 @@ _GAUGES = [  # (series, help, figure in the snapshot)
     ("memory_budget_bytes", "Memory budget (--memory-limit)", ("memory", "budget_bytes")),
     ("workers_memory_bytes", "Process memory of the workers (scheduler's view)",
      ("memory", "workers_bytes")),
-    ("cache_hit_ratio", "Share of partitions read from the parse cache", ("cache", "hit_rate")),
+    ("cache_hit_ratio", "Share of blocks read from the parse cache", ("cache", "hit_rate")),
     ("last_report_timestamp_seconds", "When the trainer last reported (Unix time)", ("updated",)),
 ]
 
@@ -329,9 +329,9 @@ def metric_families(s: Figures) -> Iterator[Metric]:
         scan_bytes.add_metric([data], float(sc.get("bytes") or 0))
     yield from (scan_rows, scan_bytes)
     cache = s.get("cache") or {}
-    yield CounterMetricFamily("daskfeed_cache_hits", "Partitions read from the parse cache",
+    yield CounterMetricFamily("daskfeed_cache_hits", "Blocks read from the parse cache",
                               value=float(cache.get("hits") or 0))
-    yield CounterMetricFamily("daskfeed_cache_misses", "Partitions parsed again (not cached)",
+    yield CounterMetricFamily("daskfeed_cache_misses", "Blocks parsed again (not cached)",
                               value=float(cache.get("misses") or 0))
     bad = GaugeMetricFamily("daskfeed_bad_rows", "Rows left out of training", labels=["data", "kind"])
     for data, counts in (s.get("bad_rows") or {}).items():
