@@ -1,6 +1,6 @@
 """The figures of a run as the ``/daskfeed`` page and as ``daskfeed_*`` Prometheus series.
 
-Pure functions of a status snapshot (:meth:`daskfeed.dashboard.Status.snapshot`), no server.
+Pure functions of a status snapshot (:meth:`daskfeed.status.Status.snapshot`), no server.
 The page is rendered whole on the scheduler, then refetches its body every 2 s (a few lines
 of plain JavaScript), so it shows the figures even where scripts do not run (a screenshot,
 a text browser).
@@ -76,7 +76,7 @@ def render_body(s: Figures) -> str:
     Parameters
     ----------
     s
-        A status snapshot (:meth:`daskfeed.dashboard.Status.snapshot`).
+        A status snapshot (:meth:`daskfeed.status.Status.snapshot`).
 
     Returns
     -------
@@ -299,7 +299,7 @@ def metric_families(s: Figures) -> Iterator[Metric]:
     Parameters
     ----------
     s
-        A status snapshot (:meth:`daskfeed.dashboard.Status.snapshot`).
+        A status snapshot (:meth:`daskfeed.status.Status.snapshot`).
 
     Yields
     ------

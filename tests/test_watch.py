@@ -157,7 +157,7 @@ def live(min_epoch: int, *, history: int = 0):
 
 # -- tests -------------------------------------------------------------------------------
 def test_status_from_events_rates_eta_hit_rate_and_runs():
-    from daskfeed.dashboard import Status
+    from daskfeed.status import Status
 
     st = Status()
     assert st.snapshot(now=10.0)["state"] == "waiting"
