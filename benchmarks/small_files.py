@@ -12,14 +12,14 @@ inside ``--memory-limit`` (started once, not timed). Per pass (median of ``--pas
 - ``daskfeed_scan``: ``daskfeed.scan(glob, label=...)`` (listing, one pass on the cluster,
   the manifest built), no parse cache;
 - ``daskfeed_scan_cached``: the same with a fresh parse cache (what ``DaskSequence`` and
-  ``daskfeed train`` do: the scan also writes every parsed partition for later epochs).
+  ``daskfeed train`` do: the scan also writes every parsed block for later epochs).
 
-plus ``manifest.json``'s bytes per partition.
+plus ``manifest.json``'s bytes per block.
 
 Part 2, listing and planning: ``--listing`` counts of tiny files (hard links of one 2-line CSV:
 no disk blocks, the same directory entries and ``stat`` calls as real files), and per count:
-``expand_paths`` (the listing), ``Source(...)`` (listing + partitions), ``Source.fingerprint``,
-and ``make_plan`` for the count's partitions of 1000 rows (pure: also measured at 1M
+``expand_paths`` (the listing), ``Source(...)`` (listing + blocks), ``Source.fingerprint``,
+and ``make_plan`` for the count's blocks of 1000 rows (pure: also measured at 1M
 directly). Listing times are fitted linearly in the count and extrapolated to 1M files.
 Writes ``<out>/small-files.json`` and ``.txt``.
 """
@@ -173,14 +173,14 @@ def listing_and_planning(counts: list[int], root: str, plan_counts: list[int]) -
     planning = []
     for n in sorted(set(counts) | set(plan_counts)):
         counts_n = [1000] * n
-        # windows of 64 partitions (64k rows), batches of 1024, as a window of a 4GB budget holds
+        # windows of 64 blocks (64k rows), batches of 1024, as a window of a 4GB budget holds
         t_plan, plan = _timed(lambda c=counts_n: make_plan(c, batch_size=1024, epoch=1, seed=0,
                                                            window_rows=64_000))
         t_batches, _ = _timed(lambda plan=plan: [plan.batch(i) for i in range(0, plan.num_batches, 97)])
         planning.append({"partitions": n, "make_plan_seconds": round(t_plan, 4), "windows": len(plan.windows),
                          "batches": plan.num_batches,
                          "batch_lookup_us": round(1e6 * t_batches / len(range(0, plan.num_batches, 97)), 2)})
-        print(f"  make_plan {n:,} partitions: {t_plan:.3f}s", flush=True)
+        print(f"  make_plan {n:,} blocks: {t_plan:.3f}s", flush=True)
     x = np.array([r["files"] for r in listing], float)
     fit = {}
     for key in ("expand_paths_seconds", "source_seconds", "fingerprint_seconds"):
@@ -206,9 +206,9 @@ def format_text(res: dict[str, Any]) -> str:
         best = s["median_seconds"][s["pyarrow_reference"]]
         for k, v in s["median_seconds"].items():
             lines.append(f"{k:<24} {v:>8.2f} {s['rows_per_s'][k]:>12,.0f} {v / best:>15.2f}")
-        lines.append(f"manifest.json: {s['manifest_json_bytes']:,} bytes for {s['partitions']:,} partitions "
+        lines.append(f"manifest.json: {s['manifest_json_bytes']:,} bytes for {s['partitions']:,} blocks "
                      "= "
-                     f"{s['manifest_bytes_per_partition']:.0f} bytes per partition")
+                     f"{s['manifest_bytes_per_partition']:.0f} bytes per block")
         lines.append("")
     lst = res.get("listing")
     if lst:
@@ -221,7 +221,7 @@ def format_text(res: dict[str, Any]) -> str:
             lines.append(f"  {what}: {f['per_file_us']:.1f} µs/file + {f['intercept_s']:.2f}s "
                          f"→ 1M files ≈ {f['at_1M_files_s']:.0f}s linear, "
                          f"≈ {f['at_1M_files_power_s']:.0f}s as n^{f['power']:.2f} (extrapolated)")
-        lines.append(f"{'partitions':>10} {'make_plan s':>12} {'windows':>8} {'batches':>9} "
+        lines.append(f"{'blocks':>10} {'make_plan s':>12} {'windows':>8} {'batches':>9} "
                      f"{'batch() µs':>11}")
         for r in lst["planning"]:
             lines.append(f"{r['partitions']:>10,} {r['make_plan_seconds']:>12.3f} {r['windows']:>8,} "
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="benchmarks/small_files.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--files", type=int, default=20_000, help="1000-row files for the scan [20000]; 0: skip")
     p.add_argument("--listing", default="20000,100000,200000", help="tiny-file counts; empty: skip")
-    p.add_argument("--plan", default="1000000", help="extra partition counts for make_plan alone")
+    p.add_argument("--plan", default="1000000", help="extra block counts for make_plan alone")
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--memory-limit", default="4GB")
     p.add_argument("--data-dir", default=None, help="where the scan's files go [bench-out/small-files-N]")
