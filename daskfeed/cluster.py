@@ -12,15 +12,18 @@ import logging
 import os
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dask.utils import format_bytes, parse_bytes
 
 from daskfeed import config
 from daskfeed.exceptions import BudgetError, DaskfeedError
 from daskfeed.remote import connect
+
+if TYPE_CHECKING:
+    from distributed import Client, Future, Security, Worker
 
 __all__ = ["Budget", "WorkerMemory", "acquire_client", "check_worker_memory", "client_context",
            "parse_memory_limit", "start_local_cluster", "worker_memory"]
@@ -160,7 +163,7 @@ class Budget:
         return cls(total, base + prefetch, prefetch, nworkers, nthreads, worker, window, blocksize)
 
     @classmethod
-    def remote(cls, trainer: int | str, client: Any, *, timeout: float = 60,
+    def remote(cls, trainer: int | str, client: Client, *, timeout: float = 60,
                window_bytes: int = WINDOW_BYTES, max_blocksize: int = MAX_BLOCKSIZE) -> Budget:
         """Budget for a running cluster: ``trainer`` bytes here, workers as they are configured.
 
@@ -212,7 +215,7 @@ class WorkerMemory:
         return self.limit * self.terminate if self.limit else float("inf")
 
 
-def worker_memory(client: Any) -> list[WorkerMemory]:
+def worker_memory(client: Client) -> list[WorkerMemory]:
     """Memory limit, threads and restart fraction of every worker of ``client``'s cluster."""
     info = client.scheduler_info(n_workers=-1)["workers"]
     try:  # each worker's own setting (its config, its environment)
@@ -227,14 +230,14 @@ def worker_memory(client: Any) -> list[WorkerMemory]:
     return out
 
 
-def _terminate_fraction() -> Any:
+def _terminate_fraction() -> float:
     """On a worker: the fraction of its memory limit at which the nanny restarts it."""
     import dask.config
 
-    return dask.config.get("distributed.worker.memory.terminate", 0.95)
+    return float(dask.config.get("distributed.worker.memory.terminate", 0.95) or 1.0)
 
 
-def check_worker_memory(client: Any, window_bytes: int, *, what: str = "shuffle window") -> None:
+def check_worker_memory(client: Client, window_bytes: int, *, what: str = "shuffle window") -> None:
     """Refuse workers whose memory limit cannot hold the parse peak of the planned window.
 
     Parsing a window of ``window_bytes`` CSV bytes peaks at about :data:`PARSE_FACTOR` times
@@ -268,7 +271,7 @@ def check_worker_memory(client: Any, window_bytes: int, *, what: str = "shuffle 
     )
 
 
-def result(future: Any, *, patience: float = PAUSED_PATIENCE, what: str = "a task") -> Any:
+def result(future: Future, *, patience: float = PAUSED_PATIENCE, what: str = "a task") -> Any:
     """``future.result()``, or a :class:`BudgetError` once every worker has stayed paused.
 
     A worker pauses at ``distributed.worker.memory.pause`` (80 %) of its memory limit and runs
@@ -318,7 +321,7 @@ def start_local_cluster(
     dashboard_address: str | None = None,
     processes: bool = True,
     host: str = "127.0.0.1",
-) -> Any:
+) -> Client:
     """Start a LocalCluster on loopback inside ``budget`` and return a Client owning it.
 
     Closing the client (``client.close()``) also closes the cluster.
@@ -365,11 +368,11 @@ def default_memory_limit() -> int:
 
 
 def open_cluster(memory_limit: str | int | None, *, nworkers: int | None = None, nthreads: int = 1,
-                 scheduler: str | None = None, security: Any = None,
+                 scheduler: str | None = None, security: Security | None = None,
                  dashboard_address: str | None = None, processes: bool = True,
                  trainer_reserve: int = TRAINER_RESERVE, worker_reserve: int = 0,
                  window_bytes: int = WINDOW_BYTES, max_blocksize: int = MAX_BLOCKSIZE,
-                 echo: Any = print) -> tuple[Any, Budget]:
+                 echo: Callable[[str], None] = print) -> tuple[Client, Budget]:
     """A client and the budget it works in: a LocalCluster inside ``memory_limit``, or ``scheduler``.
 
     ``memory_limit`` (default 75 % of RAM) is the whole process tree's budget for a local
@@ -400,7 +403,7 @@ def open_cluster(memory_limit: str | int | None, *, nworkers: int | None = None,
     return client, budget
 
 
-def dask_setup(worker: Any) -> None:
+def dask_setup(worker: Worker) -> None:
     """Worker preload of the local cluster's worker processes: Ctrl-C is the trainer's to handle.
 
     A terminal sends SIGINT to the whole process group; the trainer then unwinds and closes the
@@ -414,7 +417,7 @@ def dask_setup(worker: Any) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def close_client(client: Any) -> None:
+def close_client(client: Client) -> None:
     """Close a client and, if it owns one, its LocalCluster."""
     cluster = getattr(client, "_daskfeed_cluster", None)
     with contextlib.suppress(Exception):
@@ -429,7 +432,7 @@ def close_client(client: Any) -> None:
         shutil.rmtree(spill, ignore_errors=True)
 
 
-def acquire_client(client: Any = None) -> tuple[Any, bool]:
+def acquire_client(client: Client | str | None = None) -> tuple[Client, bool]:
     """Resolve ``client`` → ``(Client, owned)``.
 
     A Client is used as is; an address string connects; ``None`` takes the current default
@@ -449,7 +452,7 @@ def acquire_client(client: Any = None) -> tuple[Any, bool]:
 
 
 @contextlib.contextmanager
-def client_context(client: Any = None) -> Iterator[Any]:
+def client_context(client: Client | str | None = None) -> Iterator[Client]:
     """Like :func:`acquire_client`, closing what it started on exit."""
     c, owned = acquire_client(client)
     try:

@@ -33,6 +33,8 @@ from daskfeed.manifest import Manifest
 if TYPE_CHECKING:
     from distributed import Client, Lock
 
+    from daskfeed.sequence import DaskSequence
+
 __all__ = ["Rank", "SharedScan", "join_scan", "rank_output", "resolve_rank", "scan_key",
            "scan_once", "shard_line", "shard_report"]
 
@@ -276,7 +278,7 @@ def rank_output(output: str, rank: Rank) -> str:
     return os.path.join(output, f"rank-{rank.rank}") if rank.rank > 0 else output
 
 
-def shard_line(rank: Rank, seq: Any) -> str:
+def shard_line(rank: Rank, seq: DaskSequence) -> str:
     """What a rank says of its shard: rows, batches, rows dropped to keep the counts equal."""
     plan = seq.plan
     served = plan.rows
@@ -286,7 +288,7 @@ def shard_line(rank: Rank, seq: Any) -> str:
             "per epoch to keep the counts equal (the tail of each epoch's shuffled order)")
 
 
-def shard_report(rank: Rank, seq: Any) -> dict[str, Any] | None:
+def shard_report(rank: Rank, seq: DaskSequence) -> dict[str, Any] | None:
     """What ``history.json`` says of the rank (None: a single trainer)."""
     if not rank.several:
         return None
