@@ -244,7 +244,7 @@ def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> No
     """Scan DATA once and print (or write) its manifest summary.
 
     Takes train's data options: the same --blocksize, --encoding, --bad-lines and
-    --memory-limit give the same partitions, so a later train reuses the parse cache.
+    --memory-limit give the same blocks, so a later train reuses the parse cache.
     """
     from daskfeed.scanner import scan as run_scan  # pandas, pyarrow: only when it runs
     from daskfeed.source import Source
@@ -266,7 +266,7 @@ def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> No
             source, (None if cache is True else cache) or config.get("cache-dir"),
             compression=config.get("cache-compression"), required=cache is not True, client=client)
         if source.options.blocksize != budget.blocksize:
-            click.echo(f"partitions of {format_bytes(source.options.blocksize)} (--blocksize / "
+            click.echo(f"blocks of {format_bytes(source.options.blocksize)} (--blocksize / "
                        f"daskfeed.blocksize; the budget alone gives {format_bytes(budget.blocksize)})")
         click.echo(status)
         m = run_scan(source, label=label, client=client, timeout=kw.pop("timeout"),

@@ -50,7 +50,7 @@ def blocksize_for(asked: int | None, budget: Budget, cached: Manifest | None, ca
     """
     if asked:
         if asked != budget.blocksize:
-            echo(f"partitions of {format_bytes(asked)} (blocksize / daskfeed.blocksize; the "
+            echo(f"blocks of {format_bytes(asked)} (blocksize / daskfeed.blocksize; the "
                  f"budget alone gives {format_bytes(budget.blocksize)})")
         return asked
     reused = (cached.read_options or {}).get("blocksize") if cached is not None else None

@@ -114,7 +114,7 @@ class Source:
 
     @property
     def npartitions(self) -> int:
-        """Number of partitions (blocks)."""
+        """Number of blocks (Dask's word, as in ``DataFrame.npartitions``)."""
         return len(self.blocks)
 
     @property

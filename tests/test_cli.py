@@ -145,7 +145,7 @@ def test_config_env_var_reaches_train_and_a_flag_beats_it(small_data, tmp_path):
                   "--output", str(tmp_path / "flag"))
     assert out.returncode == 0, out.stderr[-3000:]
     assert "12 batches of 500 per epoch" in out.stdout
-    assert "partitions of 29.30 kiB" in out.stdout
+    assert "blocks of 29.30 kiB" in out.stdout
     assert _blocks(out.stdout) > 6  # each file split into byte ranges of 30 kB
 
 
