@@ -30,6 +30,7 @@ from daskfeed.cache import block_tables
 from daskfeed.dashboard import report_cache
 from daskfeed.exceptions import DataError, SchemaError
 from daskfeed.labels import class_codes
+from daskfeed.manifest import Column, Manifest
 from daskfeed.weights import checked_weights, number_array
 
 __all__ = ["ColumnCode", "Encoding", "WindowData", "concat", "encode_features", "encode_frame",
@@ -41,7 +42,7 @@ VOCAB_OFFSET = 2
 EXACT_FLOAT32 = 2**24  # float32 holds every whole number up to this magnitude
 
 
-def numeric_dtype(column: Any) -> str:
+def numeric_dtype(column: Column) -> str:
     """The dtype a numeric manifest column travels as: float32, or int64/float64 when wide."""
     bounds = [abs(v) for v in (column.min, column.max) if v is not None]
     if not bounds or max(bounds) < EXACT_FLOAT32:
@@ -82,7 +83,7 @@ class Encoding:
     label_classes: tuple[str, ...] = ()  # a text label's classes: text → codes 0..K-1
 
     @classmethod
-    def from_manifest(cls, manifest: Any, features: list[str], as_matrix: bool = False,
+    def from_manifest(cls, manifest: Manifest, features: list[str], as_matrix: bool = False,
                       weight: str | None = None) -> Encoding:
         """Build the encoding of ``features`` (and the ``weight`` column) from a manifest."""
         if as_matrix:
@@ -120,14 +121,14 @@ class Encoding:
         return int(feats + np.dtype(self.label_dtype).itemsize + (4 if self.weight else 0))
 
 
-def _column_code(col: Any) -> ColumnCode:
+def _column_code(col: Column) -> ColumnCode:
     if col.kind == "categorical":
         return ColumnCode(col.name, col.kind, col.fill_value, tuple(col.vocabulary), "int32")
     dtype = "float64" if col.kind == "datetime" else numeric_dtype(col)
     return ColumnCode(col.name, col.kind, col.fill_value, (), dtype)
 
 
-def _label_dtype(manifest: Any) -> str:
+def _label_dtype(manifest: Manifest) -> str:
     if manifest.task == "multiclass":
         return "int32"
     if manifest.task == "binary":
