@@ -14,9 +14,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pandas as pd
+import psutil
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+from dask.utils import format_bytes
 
 from daskfeed import config
 from daskfeed.atomic import writing
@@ -29,7 +31,7 @@ from daskfeed.cluster import (
     parse_memory_limit,
     result,
 )
-from daskfeed.exceptions import SchemaError
+from daskfeed.exceptions import BudgetError, SchemaError
 from daskfeed.manifest import Manifest
 from daskfeed.scoring import Scorer, TrainedRun, output_columns, output_schema, score_block
 from daskfeed.source import Source
@@ -37,8 +39,8 @@ from daskfeed.source import Source
 __all__ = ["predict"]
 
 SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
-# predict's own process holds Python, pyarrow and the writer, never TF: the model's share of
-# the budget (config trainer-reserve) goes to each worker, which loads the model
+# predict's own process holds Python, the scheduler, pyarrow and the writer, never TF: the model's
+# share of the budget (config trainer-reserve) goes to each worker, which loads the model
 CLIENT_RESERVE = 256 * 2**20
 
 
@@ -185,14 +187,22 @@ def predict(
                           f"--keep {','.join(clash)}.\nHint: rename that column in the data.")
     say = (lambda _line: None) if quiet else echo
     model_reserve = config.get_bytes("trainer-reserve")
+    own = _own_reserve()
     if nworkers is None and not scheduler and processes:
-        nworkers = _workers_that_fit(memory_limit, model_reserve)
-    client, budget = open_cluster(memory_limit, nworkers=nworkers, nthreads=nthreads,
-                                  scheduler=scheduler, security=security, processes=processes,
-                                  trainer_reserve=CLIENT_RESERVE if processes else model_reserve,
-                                  worker_reserve=model_reserve if processes else 0,
-                                  window_bytes=config.get_bytes("window-bytes"),
-                                  max_blocksize=config.get_bytes("blocksize"), echo=say)
+        nworkers = _workers_that_fit(memory_limit, own, model_reserve)
+    try:
+        client, budget = open_cluster(memory_limit, nworkers=nworkers, nthreads=nthreads,
+                                      scheduler=scheduler, security=security, processes=processes,
+                                      trainer_reserve=own if processes else own + model_reserve,
+                                      worker_reserve=model_reserve if processes else 0,
+                                      window_bytes=config.get_bytes("window-bytes"),
+                                      max_blocksize=config.get_bytes("blocksize"), echo=say)
+    except BudgetError as e:
+        raise BudgetError(
+            f"{e}\n(In predict the trainer's share is this process's: {format_bytes(own)}, what "
+            f"it holds now and room to write. Each worker loads the model: "
+            f"{format_bytes(model_reserve)}, config daskfeed.trainer-reserve.)"
+        ) from None
     try:
         source = _source(data, run.manifest, blocksize or budget.blocksize, storage_options)
         _check_header(source, run, keep)
@@ -209,10 +219,20 @@ def predict(
         close_client(client)
 
 
-def _workers_that_fit(memory_limit: str | int | None, model_reserve: int) -> int:
+def _own_reserve() -> int:
+    """The share of the budget for the calling process: what it holds already plus room to work.
+
+    Called from the CLI that is little (Python, pandas, pyarrow, dask); called from a notebook
+    or a script that trained a model first it includes TF, the model and the caller's data,
+    which the same budget covers.
+    """
+    return max(CLIENT_RESERVE, psutil.Process().memory_info().rss + CLIENT_RESERVE // 2)
+
+
+def _workers_that_fit(memory_limit: str | int | None, own: int, model_reserve: int) -> int:
     """The default worker count, fewer where the budget cannot give each its copy of the model."""
     total = parse_memory_limit(memory_limit) if memory_limit is not None else default_memory_limit()
-    fit = (total - CLIENT_RESERVE - 32 * 2**20) // (MIN_WORKER + model_reserve)
+    fit = (total - own - 32 * 2**20) // (MIN_WORKER + model_reserve)
     return int(max(1, min(default_nworkers(), fit)))
 
 

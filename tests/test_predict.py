@@ -118,8 +118,13 @@ def test_clear_errors(trained, tmp_path) -> None:
 
 
 def test_many_blocks_stay_within_the_budget(trained, tmp_path) -> None:
-    """Twenty blocks of 2 MiB, a few in flight: the process tree's peak RSS stays in the budget."""
-    from daskfeed.predictions import predict
+    """Twenty blocks of 2 MiB, a few in flight: the peak RSS of ``daskfeed predict`` and its
+    workers stays in the budget."""
+    import subprocess
+    import sys
+
+    import psutil
+
     from daskfeed.rss import RSSSampler
 
     big = tmp_path / "big"
@@ -133,9 +138,33 @@ def test_many_blocks_stay_within_the_budget(trained, tmp_path) -> None:
     budget = 2_500_000_000
     size = os.path.getsize(big / "big.csv")
     assert size > 16 * 2**21  # many blocks: never all in memory at once
-    with RSSSampler(interval=0.1) as rss:
-        out = predict(trained["out"], str(big / "big.csv"), output=str(tmp_path / "p.parquet"),
-                      memory_limit=budget, nworkers=1, blocksize="2MiB", quiet=True)
+    out = tmp_path / "p.parquet"
+    cmd = [sys.executable, "-m", "daskfeed.cli", "predict", trained["out"], str(big / "big.csv"),
+           "--output", str(out), "--memory-limit", str(budget), "--nworkers", "1",
+           "--blocksize", "2MiB", "--dashboard-address", "127.0.0.1:0", "--quiet"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with RSSSampler(interval=0.1, process=psutil.Process(proc.pid)) as rss:
+            _, stderr = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:  # failing: never leave it behind
+            proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
     copies = 40_000_000 // len(body)
     assert pq.ParquetFile(out).metadata.num_rows == copies * (len(rows) - 1)
     assert rss.overall_peak < budget, rss.overall_peak
+
+
+def test_the_callers_own_memory_counts_in_the_budget(trained, tmp_path) -> None:
+    """Called in a process that already holds TF and a model (this one: ``trained``), predict
+    counts them: a budget that fits the CLI but not this process is refused up front, saying so."""
+    import psutil
+
+    from daskfeed.exceptions import BudgetError
+    from daskfeed.predictions import predict
+
+    held = psutil.Process().memory_info().rss
+    budget = held + 2**30  # under this process + one worker with its model
+    with pytest.raises(BudgetError, match=r"this process") as err:
+        predict(trained["out"], trained["held"], memory_limit=budget, nworkers=1, quiet=True)
+    assert "Hint:" in str(err.value)
