@@ -7,10 +7,10 @@ import os
 import warnings
 
 import pytest
+from helpers import wait_for
 
 import daskfeed
 from daskfeed.exceptions import ManifestMismatchError
-from helpers import wait_for
 
 
 def _entries(root) -> list[str]:
