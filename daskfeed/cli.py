@@ -175,6 +175,11 @@ def _start_cluster(memory_limit: str | None, *, nworkers: int | None, nthreads: 
 def _run_train(data: list[str], label: str, validation: list[str], output: str,
                **kw: Any) -> None:
     """Map the flags onto :class:`TrainOptions` (the one place) and train."""
+    from daskfeed.files import refuse_missing_local
+
+    for spec in (data, validation):  # a mistyped path: an error at once, before keras loads
+        if spec:
+            refuse_missing_local(spec)
     from daskfeed.train import train as run_train  # keras: only when a command runs
 
     scheduler, security = scheduler_and_security(kw)
@@ -246,9 +251,11 @@ def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> No
     Takes train's data options: the same --blocksize, --encoding, --bad-lines and
     --memory-limit give the same blocks, so a later train reuses the parse cache.
     """
+    from daskfeed.files import refuse_missing_local
     from daskfeed.scanner import scan as run_scan  # pandas, pyarrow: only when it runs
     from daskfeed.source import Source
 
+    refuse_missing_local(list(data))  # before a cluster starts
     scheduler, security = scheduler_and_security(kw)
     cache = cache_choice(kw)
     client, budget = _start_cluster(kw.pop("memory_limit"), nworkers=kw.pop("nworkers"),

@@ -7,6 +7,7 @@ validation split assigns. Storage errors name the path and where credentials com
 
 from __future__ import annotations
 
+import glob
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from daskfeed.exceptions import DataNotFoundError
 
 __all__ = ["COMPRESSIONS", "CSV_SUFFIXES", "PARQUET_SUFFIXES", "Block", "FileInfo",
            "compression_of", "credentials_hint", "expand_paths", "is_parquet", "make_blocks",
-           "protocol", "reason"]
+           "protocol", "reason", "refuse_missing_local"]
 
 # compressions read by daskfeed.streams, by suffix: each a stream of members / frames, all read
 COMPRESSIONS = {".gz": "gzip", ".gzip": "gzip", ".bz2": "bz2", ".xz": "xz",
@@ -161,6 +162,32 @@ def expand_paths(
             if full not in files:
                 files[full] = _file_info(full, info)
     return list(files.values())
+
+
+def refuse_missing_local(data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> None:
+    """Refuse at once, before a cluster starts, a local path or glob that names no file.
+
+    Cheap: a glob stops at its first match (the full listing comes when the data are read);
+    URLs are left to that listing. Raises what :func:`expand_paths` raises for them.
+    """
+    if not isinstance(data, (str, os.PathLike, list, tuple)):
+        return  # e.g. a dask DataFrame: no paths
+    items = [data] if isinstance(data, (str, os.PathLike)) else list(data)
+    if not items:
+        expand_paths(items)  # the empty list's error
+    for item in items:
+        if not isinstance(item, (str, os.PathLike)):
+            continue  # not a path: the reader says what it expects
+        pattern = os.fspath(item)
+        if protocol(pattern) != "file":
+            continue
+        stripped = fsspec.filesystem("file")._strip_protocol(pattern)
+        if fsspec.core.has_magic(stripped):
+            found = next(glob.iglob(stripped, recursive=True, include_hidden=True), None)
+        else:
+            found = stripped if os.path.exists(stripped) else None
+        if found is None:
+            _listing(pattern, {})  # lists afresh: raises its error when nothing is there
 
 
 def _listing(pattern: str, storage_options: dict[str, Any]) -> dict[str, dict[str, Any]]:

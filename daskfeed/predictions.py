@@ -32,6 +32,7 @@ from daskfeed.cluster import (
     result,
 )
 from daskfeed.exceptions import BudgetError, SchemaError
+from daskfeed.files import refuse_missing_local
 from daskfeed.manifest import Manifest
 from daskfeed.scoring import Scorer, TrainedRun, output_columns, output_schema, score_block
 from daskfeed.source import Source
@@ -179,6 +180,7 @@ def predict(
         When ``data`` lacks a feature or ``keep`` column, or ``output`` has another suffix.
     """
     run = TrainedRun.open(output_dir, features)
+    refuse_missing_local(data)  # before a cluster starts
     keep = tuple(keep)
     fmt = _format(os.fspath(output)) if output is not None else None
     clash = sorted(set(keep) & set(output_columns(run.manifest)))

@@ -26,6 +26,7 @@ from daskfeed.early_stopping import (
     resume_early_stopping,
 )
 from daskfeed.exceptions import DaskfeedError, ManifestMismatchError, SchemaError
+from daskfeed.files import refuse_missing_local
 from daskfeed.layout import blocksize_for, largest_block, planned_window_bytes
 from daskfeed.lifecycle import Stop
 from daskfeed.manifest import Manifest, read_reusable
@@ -137,7 +138,7 @@ def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
         raise TypeError(f"train() takes options= or settings, not both: {', '.join(sorted(settings))}")
     opts = options or TrainOptions.resolve(validation=validation, **settings)
     t_run = time.perf_counter()
-    ranks, out, store, ckpt = _prepare(opts, echo)
+    ranks, out, store, ckpt = _prepare(data, validation, opts, echo)
     client, budget, link = _connect(opts, echo)
     run = _Run(data, label, validation, opts, echo, stop, ranks, out, store, ckpt, client, budget,
                link)
@@ -153,11 +154,15 @@ def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
         close_client(run.client)
 
 
-def _prepare(opts: TrainOptions, echo: Echo) -> tuple[Rank, str, CheckpointStore, Checkpoint | None]:
-    """Check what can be checked before any cluster: TensorBoard, ranks, output, checkpoint.
+def _prepare(data: DataSpec, validation: DataSpec | None, opts: TrainOptions,
+             echo: Echo) -> tuple[Rank, str, CheckpointStore, Checkpoint | None]:
+    """Check what can be checked before any cluster: paths, TensorBoard, ranks, the checkpoint.
 
     Returns the rank, the output directory, its checkpoint store and the checkpoint to resume.
     """
+    for spec in (data, validation):
+        if spec is not None:
+            refuse_missing_local(spec)
     if opts.tensorboard:
         require_tensorboard()
     ranks = resolve_rank(opts.cluster.rank, opts.cluster.world_size)

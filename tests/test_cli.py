@@ -69,6 +69,25 @@ def test_glob_matching_nothing_is_a_clear_error(tmp_path):
     assert out.returncode == 1
     assert "Traceback" not in out.stderr + out.stdout
     assert "No file matches" in out.stderr and "Hint:" in out.stderr
+    assert "memory limit:" not in out.stdout  # refused before a cluster started
+
+
+def test_a_missing_path_is_refused_before_a_cluster_starts(small_data, tmp_path):
+    """train (library) and scan: a local path naming nothing fails at once (predict: test_predict)."""
+    from daskfeed.exceptions import DataNotFoundError
+    from daskfeed.train import train
+
+    lines: list[str] = []
+    with pytest.raises(DataNotFoundError, match="No such file"):
+        train([small_data.train_glob, str(tmp_path / "typo.csv")], label="cleared",
+              output=str(tmp_path / "o"), echo=lines.append)
+    with pytest.raises(DataNotFoundError, match="No file matches"):
+        train(small_data.train_glob, label="cleared", validation=str(tmp_path / "v" / "*.csv"),
+              output=str(tmp_path / "o"), echo=lines.append)
+    assert lines == []  # nothing started, nothing said
+    out = run("scan", str(tmp_path / "typo.csv"), "--label", "y")
+    assert out.returncode == 1 and "No such file" in out.stderr
+    assert "memory limit:" not in out.stdout
 
 
 @pytest.mark.parametrize("bad", ["", "-1GB", "abc", "900TB"])
@@ -130,23 +149,18 @@ def _blocks(stdout: str) -> int:
 
 
 def test_config_env_var_reaches_train_and_a_flag_beats_it(small_data, tmp_path):
-    common = ("train", small_data.train_glob, "--label", "cleared", "--epochs", "1",
-              "--memory-limit", "3GB", "--nworkers", "1", "--dashboard-address", "127.0.0.1:0",
-              "--verbose", "0", "--no-cache")
-    env = {"DASK_DASKFEED__BATCH_SIZE": "77"}
-    out = run_env(env, *common, "--output", str(tmp_path / "env"))
+    """One run: the blocksize comes from the environment, the batch size from the flag over it."""
+    env = {"DASK_DASKFEED__BATCH_SIZE": "77", "DASK_DASKFEED__BLOCKSIZE": "30kB"}
+    out = run_env(env, "train", small_data.train_glob, "--label", "cleared", "--epochs", "1",
+                  "--memory-limit", "3GB", "--nworkers", "1", "--dashboard-address",
+                  "127.0.0.1:0", "--verbose", "0", "--no-cache", "--batch-size", "500",
+                  "--output", str(tmp_path / "out"))
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "78 batches of 77 per epoch" in out.stdout  # ceil(6000 / 77)
-    hist = json.loads((tmp_path / "env" / "history.json").read_text())
+    assert "12 batches of 500 per epoch" in out.stdout  # the flag beats the 77 of the env
+    assert "blocks of 29.30 kiB" in out.stdout  # the env's blocksize reached train
+    assert _blocks(out.stdout) > 6  # each 100 kB file split into byte ranges of 30 kB
+    hist = json.loads((tmp_path / "out" / "history.json").read_text())
     assert hist["epochs"][0]["rows"] == 6000
-    assert _blocks(out.stdout) == 6  # one per 100 kB file: the budget's blocksize is larger
-
-    out = run_env(env, *common, "--batch-size", "500", "--blocksize", "30kB",
-                  "--output", str(tmp_path / "flag"))
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "12 batches of 500 per epoch" in out.stdout
-    assert "blocks of 29.30 kiB" in out.stdout
-    assert _blocks(out.stdout) > 6  # each file split into byte ranges of 30 kB
 
 
 def test_help_shows_the_configured_default():

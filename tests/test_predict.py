@@ -106,6 +106,8 @@ def test_clear_errors(trained, tmp_path) -> None:
 
     with pytest.raises(DataNotFoundError, match=r"model\.keras"):
         predict(str(tmp_path), trained["held"])
+    with pytest.raises(DataNotFoundError, match="No such file"):  # before a cluster starts
+        predict(trained["out"], str(tmp_path / "typo.csv"), echo=pytest.fail)
     with pytest.raises(SchemaError, match=r"\.csv or \.parquet"):
         predict(trained["out"], trained["held"], output=str(tmp_path / "p.xlsx"))
     bad = tmp_path / "bad.csv"
