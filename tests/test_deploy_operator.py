@@ -223,6 +223,7 @@ def s3_data(tmp_path_factory):
         yield server
 
 
+@pytest.mark.slow  # S3 (moto) and three dask processes; the CRDs' checks stay in the fast tier
 @pytest.mark.timeout(900)
 def test_operator_command_lines_train_on_127_0_0_1(s3_data, tmp_path, stop_process_groups):
     from helpers import wait_for_scheduler_file

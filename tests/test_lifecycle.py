@@ -179,7 +179,12 @@ def test_script_exits_promptly_after_early_stopping_five_runs(id_data, tmp_path)
     print("exit delays after fit (s):", [round(d, 2) for d in delays])
 
 
-@pytest.mark.parametrize("mode", ["close", "never", "client-first", "owned", "steps", "raises"])
+@pytest.mark.parametrize("mode", [
+    # "close" runs five times in the slow test above; the fast tier keeps one mode per way out:
+    # nothing closed, an owned LocalCluster left to the exit hook, fit ended by an exception
+    pytest.param("close", marks=pytest.mark.slow), "never",
+    pytest.param("client-first", marks=pytest.mark.slow), "owned",
+    pytest.param("steps", marks=pytest.mark.slow), "raises"])
 def test_script_exits_promptly_whatever_is_closed(id_data, tmp_path, mode):
     """Closed as the README says (one run of the five-run test, which is slow), nothing closed at
     all (the interpreter's exit does it), the client closed before the

@@ -122,6 +122,7 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2", **extra}
 
 
+@pytest.mark.slow  # four processes, three trainers; test_sequences_of_three_ranks_... stays fast
 @pytest.mark.timeout(900)
 def test_three_trainers_one_scheduler_one_scan(rank_data, tmp_path, stop_process_groups):
     from helpers import wait_for_scheduler_file
