@@ -200,7 +200,9 @@ def _run(id_data, client, store, manifest, *, spe, until, how, epochs=3):
     return sink, cb, fits
 
 
-@pytest.mark.parametrize("spe,how", [(1, "raise"), (4, "raise"), (1, "stop"), (4, "stop")])
+@pytest.mark.parametrize("spe,how", [  # make test: each spe once, each way once; all four slow
+    (1, "raise"), pytest.param(4, "raise", marks=pytest.mark.slow),
+    pytest.param(1, "stop", marks=pytest.mark.slow), (4, "stop")])
 def test_interrupted_mid_epoch_then_resumed_trains_each_row_once(id_data, client, tmp_path, spe, how):
     from daskfeed.checkpoint import CheckpointStore
 
