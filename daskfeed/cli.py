@@ -177,11 +177,6 @@ def _run_train(data: list[str], label: str, validation: list[str], output: str,
     """Map the flags onto :class:`TrainOptions` (the one place) and train."""
     from daskfeed.files import refuse_missing_local
 
-    for spec in (data, validation):  # a mistyped path: an error at once, before keras loads
-        if spec:
-            refuse_missing_local(spec)
-    from daskfeed.train import train as run_train  # keras: only when a command runs
-
     scheduler, security = scheduler_and_security(kw)
     cache = cache_choice(kw)
     verbose, quiet = kw.pop("verbose"), kw.pop("quiet")
@@ -194,6 +189,11 @@ def _run_train(data: list[str], label: str, validation: list[str], output: str,
             verbose=0 if quiet else "auto" if verbose is None else verbose, **kw)
     except SchemaError as err:
         raise click.UsageError(str(err)) from err
+    for spec in (data, validation):  # a mistyped path: an error at once, before keras loads
+        if spec:
+            refuse_missing_local(spec)
+    from daskfeed.train import train as run_train  # keras: only when a command runs
+
     run_train(data, label=label, validation=validation or None, options=opts,
               echo=(lambda _line: None) if quiet else click.echo,
               stop=click.get_current_context().find_object(Stop))
@@ -255,9 +255,9 @@ def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> No
     from daskfeed.scanner import scan as run_scan  # pandas, pyarrow: only when it runs
     from daskfeed.source import Source
 
-    refuse_missing_local(list(data))  # before a cluster starts
     scheduler, security = scheduler_and_security(kw)
     cache = cache_choice(kw)
+    refuse_missing_local(list(data))  # before a cluster starts
     client, budget = _start_cluster(kw.pop("memory_limit"), nworkers=kw.pop("nworkers"),
                                     nthreads=kw.pop("nthreads"), scheduler=scheduler,
                                     security=security, dashboard_address=kw.pop("dashboard_address"))

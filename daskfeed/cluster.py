@@ -1,7 +1,7 @@
 """Cluster: the one place that starts a LocalCluster or connects to a scheduler.
 
 Also splits a memory budget for the WHOLE process tree (trainer + every worker) into a trainer
-reserve, a prefetch allowance and a per-worker ``memory_limit``, and derives the partition
+reserve, a prefetch allowance and a per-worker ``memory_limit``, and derives the block
 size (blocksize) and window size from it.
 """
 
@@ -90,7 +90,7 @@ class Budget:
     nthreads: int
     worker: int  # memory_limit of each worker (dask's spill/pause/terminate apply)
     window_bytes: int  # CSV bytes whose rows are shuffled together in one task
-    blocksize: int  # CSV bytes per partition
+    blocksize: int  # CSV bytes per block
 
     @classmethod
     def split(
@@ -267,7 +267,7 @@ def check_worker_memory(client: Client, window_bytes: int, *, what: str = "shuff
         f"and {w.nthreads} thread(s), restarted by its nanny at {w.terminate:.0%} of it, "
         f"{format_bytes(int(w.usable))}{others}.\n"
         f"Hint: start the workers with --memory-limit {want:g}GB or more (or fewer --nthreads), "
-        "or use smaller partitions (--blocksize) so windows are smaller."
+        "or use smaller blocks (--blocksize) so windows are smaller."
     )
 
 
@@ -304,7 +304,7 @@ def result(future: Future, *, patience: float = PAUSED_PATIENCE, what: str = "a 
 
 def _window_and_block(worker_memory: float, nthreads: int, window_bytes: int,
                       max_blocksize: int) -> tuple[int, int]:
-    """CSV bytes per shuffle window and per partition so a window's parse peak fits a worker."""
+    """CSV bytes per shuffle window and per block so a window's parse peak fits a worker."""
     per_task = worker_memory * WORKER_TARGET / (PARSE_FACTOR * nthreads)
     window = int(max(min(per_task, window_bytes * 4), 4 * 2**20))
     return window, int(min(MAX_BLOCKSIZE, max_blocksize, window))

@@ -351,7 +351,7 @@ def data_options(fn: F) -> F:
                        help="Most frequent values kept per text column; the rest share one "
                             "out-of-vocabulary code."),
         _config_option("--blocksize", key="blocksize", type=ByteSize(),
-                       help="CSV bytes per partition, e.g. 16MiB. Without it (and without a "
+                       help="CSV bytes per block, e.g. 16MiB. Without it (and without a "
                             "daskfeed.blocksize other than the shipped 64MiB) it follows from "
                             "--memory-limit."),
         click.option("--bad-lines", type=click.Choice(["error", "skip", "quarantine"]), default="error",
@@ -367,7 +367,7 @@ def data_options(fn: F) -> F:
         _config_option("--timeout", key="timeout", type=Duration(),
                        help="Longest wait for one window of batches (or one scan task) from the "
                             "cluster (e.g. 300, 90s, 5min) before stopping with an error naming "
-                            "its partitions."),
+                            "its blocks."),
     ], fn)
 
 

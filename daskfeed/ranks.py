@@ -1,7 +1,7 @@
 """Ranks: several trainers (data-parallel) on one Dask cluster, one scan between them.
 
-Each trainer is a *rank* of ``world_size``; it trains on the disjoint shard of partitions
-``p % world_size == rank`` (:func:`daskfeed.plan.make_plan`), and every rank serves the same
+Each trainer is a *rank* of ``world_size``; it trains on the disjoint shard of blocks
+``b % world_size == rank`` (:func:`daskfeed.plan.make_plan`), and every rank serves the same
 number of batches per epoch (:func:`daskfeed.plan.equal_shard_batches`). The rank comes from
 ``--rank`` / ``--world-size``, else ``TF_CONFIG``, else ``RANK`` / ``WORLD_SIZE``.
 
@@ -282,7 +282,7 @@ def shard_line(rank: Rank, seq: DaskSequence) -> str:
     """What a rank says of its shard: rows, batches, rows dropped to keep the counts equal."""
     plan = seq.plan
     served = plan.rows
-    return (f"{rank.describe()}: partitions p % {rank.world_size} == {rank.rank}, "
+    return (f"{rank.describe()}: blocks b % {rank.world_size} == {rank.rank}, "
             f"{served + plan.dropped:,} rows; {plan.num_batches} batches of {plan.batch_size} per "
             f"epoch on every rank ({served:,} rows), {plan.dropped:,} rows of this shard left out "
             "per epoch to keep the counts equal (the tail of each epoch's shuffled order)")

@@ -211,7 +211,7 @@ def _open_data(run: _Run) -> tuple[DaskSequence, DaskSequence | None, bool]:
     if cached is not None and opts.fit.class_weight == "balanced" and not cached.label_counts:
         cached = None  # made before the scan kept label counts: rescan
     if opts.cluster.scheduler and cached is not None:  # before any window is sent to a worker
-        check_worker_memory(run.client, largest_block(cached), what="partition")
+        check_worker_memory(run.client, largest_block(cached), what="block")
     t0 = time.perf_counter()
     train_seq = _train_sequence(run, cached)
     run.closing.append(train_seq)
@@ -296,12 +296,12 @@ def _validation_sequence(run: _Run, train_seq: DaskSequence,
             subset="validation", weight=fit.weight, manifest=m, **same))
         held = len((seq.manifest.split or {})["validation_partitions"])
         share = seq.manifest.rows / max(seq.manifest.rows + train_seq.manifest.rows, 1)
-        coarse = ("; whole partitions: lower --blocksize for a split nearer "
+        coarse = ("; whole blocks: lower --blocksize for a split nearer "
                   f"{fit.validation_split:g}" if abs(share - fit.validation_split) >
                   0.5 * fit.validation_split else "")
-        echo(f"validation split {fit.validation_split:g} by whole partitions (seed "
+        echo(f"validation split {fit.validation_split:g} by whole blocks (seed "
              f"{train_seq.seed}): {seq.manifest.rows:,} rows ({share:.1%}) in {held} of "
-             f"{len(seq.manifest.partitions)} partitions held out{coarse}; training on the other "
+             f"{len(seq.manifest.partitions)} blocks held out{coarse}; training on the other "
              f"{train_seq.manifest.rows:,} rows (their statistics only)")
         return seq
     assert run.validation is not None
@@ -309,7 +309,7 @@ def _validation_sequence(run: _Run, train_seq: DaskSequence,
     weight = fit.weight if fit.weight and _has_column(run, run.validation, fit.weight, block) else None
     seq = _reusing(manifest, lambda m: DaskSequence(run.validation, weight=weight, manifest=m,
                                                     **same))
-    echo(f"validation data: {seq.manifest.rows:,} rows in {len(seq.manifest.partitions)} partitions")
+    echo(f"validation data: {seq.manifest.rows:,} rows in {len(seq.manifest.partitions)} blocks")
     return seq
 
 

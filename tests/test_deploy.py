@@ -182,7 +182,7 @@ def test_worker_too_small_for_the_planned_partition_is_refused_before_training(
     err = run.stderr
     assert "Traceback" not in err
     size = m.nbytes / 2**20
-    assert re.search(rf"Expected Dask workers whose memory limit holds the planned partition of "
+    assert re.search(rf"Expected Dask workers whose memory limit holds the planned block of "
                      rf"{size:.2f} MiB CSV: parsing it takes about [\d.]+ MiB \(6 × its bytes\) per "
                      rf"thread\. Received: worker tcp://127\.0\.0\.1:\d+ \(name '[^']+'\) with a "
                      rf"memory limit of 286\.10 MiB \(0\.30 GB\)", err), err

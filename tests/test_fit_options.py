@@ -397,7 +397,7 @@ def test_train_weights_split_and_early_stopping_resume_with_patience_kept(data, 
     text = "\n".join(lines)
     assert "sample weights: column 'w' (not a feature); loss and weighted_ metrics weighted, " \
            "validation too" in text
-    assert "validation split 0.25 by whole partitions (seed 0): " in text
+    assert "validation split 0.25 by whole blocks (seed 0): " in text
     assert "early stopping: val_loss, patience 3 epochs" in text
     assert "early stopping: did not stop (2 epochs trained)" in text
     hist = json.loads((out / "history.json").read_text())

@@ -15,7 +15,7 @@ import pytest
 import daskfeed
 from daskfeed.exceptions import SchemaError
 from daskfeed.plan import equal_shard_batches, make_plan, shard_rows
-from daskfeed.ranks import Rank, resolve_rank
+from daskfeed.ranks import Rank, resolve_rank, shard_line
 
 BIN = pathlib.Path(sys.executable).parent
 
@@ -104,6 +104,10 @@ def test_sequences_of_three_ranks_serve_disjoint_rows(id_data, client):
             if epoch == 0:
                 first = set(every.tolist())
         assert set(every.tolist()) != first  # another epoch leaves other rows out
+        line = shard_line(Rank(1, 3, "--rank/--world-size"), seqs[1])
+        assert line.startswith("rank 1 of 3 (from --rank/--world-size): blocks b % 3 == 1, "
+                               "4,200 rows; 16 batches of 256 per epoch on every rank"), line
+        assert "104 rows of this shard left out per epoch" in line, line
     finally:
         for s in seqs:
             s.close()
@@ -176,7 +180,7 @@ def test_three_trainers_one_scheduler_one_scan(rank_data, tmp_path, stop_process
         fingerprints = {json.loads((d / "manifest.json").read_text())["fingerprint"] for d in dirs}
         assert len(fingerprints) == 1
         for text in texts:
-            assert "partitions p % 3 ==" in text and "160 rows of this shard left out" in text
+            assert "blocks b % 3 ==" in text and "160 rows of this shard left out" in text
     finally:
         stop_process_groups(procs)
 
