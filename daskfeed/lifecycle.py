@@ -13,10 +13,12 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable
+from types import FrameType
 from typing import Protocol
 
 __all__ = ["PROCESS_STOP", "Aborted", "Stop", "close_at_exit", "run_at_exit"]
@@ -64,6 +66,8 @@ class _StopSignals:
                 return
             if previous != mine:
                 self._set_forward(previous)
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                signal.signal(signal.SIGINT, _interrupt)
 
     def _start_reader(self) -> None:
         reader, writer = socket.socketpair()
@@ -95,6 +99,40 @@ class _StopSignals:
 
 
 _SIGNALS = _StopSignals()
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """Python's own SIGINT handler (KeyboardInterrupt), held back inside TensorFlow's errors.
+
+    Ctrl-C while ``fit`` waits for a batch: the wait ends (:class:`Aborted`), TensorFlow turns
+    that into an error, and the main thread's first Python code is that error's ``__init__``,
+    run by pybind11 while it builds the exception. A KeyboardInterrupt raised there comes out
+    as pybind11's ``RuntimeError: ... MISMATCH of original and normalized active exception
+    types``, which ``except KeyboardInterrupt`` misses. There it is raised at the first call or
+    return outside the error's making instead (a profile hook of this thread, removed then).
+    """
+    if not _inside_tf_error(frame):
+        signal.default_int_handler(signum, frame)
+    previous = sys.getprofile()
+
+    def once_out(at: FrameType, event: str, arg: object) -> None:
+        if not _inside_tf_error(at):
+            sys.setprofile(previous)
+            signal.default_int_handler(signum, at)
+
+    sys.setprofile(once_out)
+
+
+def _inside_tf_error(frame: FrameType | None) -> bool:
+    """Whether ``frame`` (or one of its few callers) is TensorFlow's making of an error."""
+    for _ in range(6):
+        if frame is None:
+            return False
+        name = frame.f_code.co_filename.replace(os.sep, "/")
+        if name.endswith("tensorflow/python/framework/errors_impl.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 class Stop:

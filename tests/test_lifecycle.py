@@ -209,7 +209,7 @@ def test_with_block_closes_the_sequence(id_data, tmp_path):
 # (timeout 120 s) inside fit; WAITING is printed when Keras asks for that batch, INTERRUPTED when
 # fit raises KeyboardInterrupt.
 SIGINT_SCRIPT = '''
-import os, sys, time
+import os, sys, threading, time
 
 DATA = sys.argv[1]
 
@@ -220,11 +220,22 @@ def main():
 
     import daskfeed
 
+    reached = threading.Event()  # the batch before the stuck one was trained
+
     class Marked(daskfeed.DaskSequence):
         def __getitem__(self, i):
-            if i == self.block_at:
+            if i == self.block_at:  # asked ahead by tf.data's thread: wait until fit waits
+                reached.wait()
+                main = threading.main_thread().ident
+                while sys._current_frames()[main].f_code.co_name != "quick_execute":
+                    time.sleep(0.01)  # until the main thread is inside TensorFlow's step
                 print("WAITING", time.time(), flush=True)
             return super().__getitem__(i)
+
+    class Reached(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == seq.block_at - 1:
+                reached.set()
 
     client = Client(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                     dashboard_address="127.0.0.1:0", memory_limit="1GiB")
@@ -239,9 +250,11 @@ def main():
                                                           for s in plan.batch(b)))
     os.remove(victim)
     os.mkfifo(victim)
+    if seq.block_at == 0:
+        reached.set()
     model = daskfeed.default_model(seq.manifest)
     try:
-        model.fit(seq, epochs=1, shuffle=False, verbose=0)
+        model.fit(seq, epochs=1, shuffle=False, verbose=0, callbacks=[Reached()])
     except KeyboardInterrupt:
         print("INTERRUPTED", time.time(), flush=True)
         raise
@@ -297,7 +310,9 @@ class _Lines:
 
 def test_sigint_while_fit_waits_for_a_batch_exits_within_seconds(id_data, tmp_path):
     """Ctrl-C (SIGINT) while fit waits inside TensorFlow for a batch whose window never comes
-    (a FIFO nobody writes; timeout 120 s): fit raises KeyboardInterrupt within 5 s and the
+    (a FIFO nobody writes; timeout 120 s; sent once the main thread is in TensorFlow's step, where
+    a KeyboardInterrupt used to come out as pybind11's RuntimeError about mismatched exception
+    types): fit raises KeyboardInterrupt (not a RuntimeError) within 5 s and the
     process ends within seconds, not at the timeout. (The exit includes distributed closing
     the script's LocalCluster, whose nanny kills the worker stuck on the FIFO after 4 s.)"""
     data = _copy_data(id_data, tmp_path / "data")
