@@ -78,15 +78,20 @@ class _Sink:
 
 
 def _progress(echo: Callable[[str], None], total: int) -> Callable[[int, int, float], None]:
-    """A progress line every 10 % of the blocks (and at the end): rows, rows/s."""
+    """A progress line every 10 % of the blocks (and at the end): rows, rows/s, time left.
+
+    Lines, not a redrawn bar: they read the same in a terminal, a log file and a notebook.
+    """
     shown = [-1]
 
     def show(done: int, rows: int, seconds: float) -> None:
         tenth = done * 10 // max(total, 1)
         if tenth > shown[0] or done == total:
             shown[0] = tenth
-            echo(f"predict: {done}/{total} blocks, {rows:,} rows, "
-                 f"{rows / max(seconds, 1e-9):,.0f} rows/s")
+            left = (f"about {seconds * (total - done) / max(done, 1):.0f}s left" if done < total
+                    else f"done in {seconds:.1f}s")
+            echo(f"predict: {done}/{total} blocks ({done / max(total, 1):.0%}), {rows:,} rows, "
+                 f"{rows / max(seconds, 1e-9):,.0f} rows/s, {left}")
 
     return show
 

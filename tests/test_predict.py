@@ -91,8 +91,15 @@ def test_cli_predict_writes_csv_with_kept_ids(trained, tmp_path) -> None:
     out = str(tmp_path / "p.csv")
     res = CliRunner().invoke(cli, ["predict", trained["out"], trained["held"], "--output", out,
                                    "--keep", "row_id,day", "--memory-limit", "3GB",
-                                   "--nworkers", "1", "--quiet"])
+                                   "--nworkers", "1", "--blocksize", "8kB"])
     assert res.exit_code == 0, res.output
+    import re
+
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("predict: ")]
+    total = int(re.match(r"predict: \d+/(\d+) blocks", lines[-1]).group(1))
+    assert total > 1 and f"predict: {total}/{total} blocks (100%), 600 rows, " in lines[-1]
+    assert "done in" in lines[-1] and "s left" in lines[0], lines
+    assert f"wrote {out}" in res.output
     df = pd.read_csv(out)
     assert list(df.columns)[:2] == ["row_id", "day"] and df["row_id"].tolist() == list(range(600))
     assert np.abs(df["probability_1"].to_numpy() - reference(trained)).max() <= 1e-6
