@@ -12,6 +12,7 @@ import logging
 import os
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,7 @@ from daskfeed.exceptions import BudgetError, DaskfeedError
 from daskfeed.remote import connect
 
 if TYPE_CHECKING:
-    from distributed import Client, Future, Security, Worker
+    from distributed import Client, Future, LocalCluster, Security, Worker
 
 __all__ = ["Budget", "WorkerMemory", "acquire_client", "check_worker_memory", "client_context",
            "parse_memory_limit", "start_local_cluster", "worker_memory"]
@@ -355,9 +356,27 @@ def start_local_cluster(
         warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
         cluster = LocalCluster(**kwargs)
     client = Client(cluster, set_as_default=False)
-    client._daskfeed_cluster = cluster  # type: ignore[attr-defined]
-    client._daskfeed_spill = spill  # type: ignore[attr-defined]
+    _OWNED[client] = _Owned(cluster, spill)
     return client
+
+
+@dataclass(frozen=True)
+class _Owned:
+    """What a client from :func:`start_local_cluster` owns: its cluster and spill directory."""
+
+    cluster: LocalCluster
+    spill: str
+
+
+# the clients start_local_cluster made, and what close_client closes with them (weak: a client
+# collected without close leaves its cluster to distributed's own finalizers)
+_OWNED: weakref.WeakKeyDictionary[Client, _Owned] = weakref.WeakKeyDictionary()
+
+
+def spill_directory(client: Client) -> str | None:
+    """The directory where the workers of a cluster :func:`start_local_cluster` made spill."""
+    owned = _OWNED.get(client)
+    return owned.spill if owned else None
 
 
 def default_memory_limit() -> int:
@@ -419,17 +438,15 @@ def dask_setup(worker: Worker) -> None:
 
 def close_client(client: Client) -> None:
     """Close a client and, if it owns one, its LocalCluster."""
-    cluster = getattr(client, "_daskfeed_cluster", None)
+    owned = _OWNED.pop(client, None)
     with contextlib.suppress(Exception):
         client.close()
-    if cluster is not None:
+    if owned is not None:
         with contextlib.suppress(Exception):
-            cluster.close()
-    spill = getattr(client, "_daskfeed_spill", None)
-    if spill:
+            owned.cluster.close()
         import shutil
 
-        shutil.rmtree(spill, ignore_errors=True)
+        shutil.rmtree(owned.spill, ignore_errors=True)
 
 
 def acquire_client(client: Client | str | None = None) -> tuple[Client, bool]:

@@ -9,7 +9,7 @@ import sys
 # Runs in a fresh interpreter so that no other cluster of the test session shares the process.
 AUDIT = r'''
 import json, os, stat, psutil
-from daskfeed.cluster import Budget, close_client, start_local_cluster
+from daskfeed.cluster import Budget, close_client, spill_directory, start_local_cluster
 
 def main():
     client = start_local_cluster(Budget.split("3GB", nworkers=2), dashboard_address="127.0.0.1:0")
@@ -17,7 +17,7 @@ def main():
     tree = {os.getpid(), *(p.pid for p in psutil.Process().children(recursive=True))}
     sockets = [(c.laddr.ip, c.laddr.port) for c in psutil.net_connections(kind="inet")
                if c.status == psutil.CONN_LISTEN and c.pid in tree]
-    spill = client._daskfeed_spill
+    spill = spill_directory(client)
     mode = stat.S_IMODE(os.stat(spill).st_mode)
     link = client.dashboard_link
     close_client(client)
