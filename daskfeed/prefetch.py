@@ -187,6 +187,7 @@ class Prefetcher:
             self._watching.clear()
             for entry in entries:
                 entry.cancelled = True
+            watcher = self._watcher
         finally:
             self._lock.release()
         in_flight = [e.future for e in entries if e.future is not None]
@@ -195,6 +196,8 @@ class Prefetcher:
         settle(in_flight, SETTLE)
         for future in in_flight:
             drop(future, cancel=False)
+        if watcher is not None and watcher is not threading.current_thread():
+            watcher.join(_CLOSE_LOCK_WAIT)  # it sees the stop at its next look (a gather ends first)
 
     def settle(self, deadline: float) -> None:
         """Wait until ``deadline`` for gathers in progress (a transfer cut by the exit may log).
