@@ -229,9 +229,9 @@ def predict(
 def _own_reserve() -> int:
     """The share of the budget for the calling process: what it holds already plus room to work.
 
-    Called from the CLI that is little (Python, pandas, pyarrow, dask); called from a notebook
-    or a script that trained a model first it includes TF, the model and the caller's data,
-    which the same budget covers.
+    From the CLI that is small (Python, pandas, pyarrow, dask). From a notebook or a script
+    that trained a model first, it includes TF, the model and the caller's data, which the
+    same budget covers.
     """
     return max(CLIENT_RESERVE, psutil.Process().memory_info().rss + CLIENT_RESERVE // 2)
 
