@@ -64,7 +64,7 @@ def _assert_secret_absent(secret: str, *texts: str, files: list[pathlib.Path] = 
 def test_storage_options_flag_takes_json_and_pairs():
     import click
 
-    from daskfeed.flags import parse_storage_options
+    from daskfeed.flag_types import parse_storage_options
 
     got = parse_storage_options(None, None, ('{"anon": false, "client_kwargs": {"region_name": "x"}}',
                                         "endpoint_url=http://127.0.0.1:9 max_concurrency=4",
