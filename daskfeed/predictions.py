@@ -24,6 +24,7 @@ from daskfeed import config
 from daskfeed.atomic import writing
 from daskfeed.cluster import (
     MIN_WORKER,
+    Budget,
     close_client,
     default_memory_limit,
     default_nworkers,
@@ -193,23 +194,9 @@ def predict(
         raise SchemaError(f"Expected kept columns other than the prediction columns. Received: "
                           f"--keep {','.join(clash)}.\nHint: rename that column in the data.")
     say = (lambda _line: None) if quiet else echo
-    model_reserve = config.get_bytes("trainer-reserve")
-    own = _own_reserve()
-    if nworkers is None and not scheduler and processes:
-        nworkers = _workers_that_fit(memory_limit, own, model_reserve)
-    try:
-        client, budget = open_cluster(memory_limit, nworkers=nworkers, nthreads=nthreads,
-                                      scheduler=scheduler, security=security, processes=processes,
-                                      trainer_reserve=own if processes else own + model_reserve,
-                                      worker_reserve=model_reserve if processes else 0,
-                                      window_bytes=config.get_bytes("window-bytes"),
-                                      max_blocksize=config.get_bytes("blocksize"), echo=say)
-    except BudgetError as e:
-        raise BudgetError(
-            f"{e}\n(In predict the trainer's share is this process's: {format_bytes(own)}, what "
-            f"it holds now and room to write. Each worker loads the model: "
-            f"{format_bytes(model_reserve)}, config daskfeed.trainer-reserve.)"
-        ) from None
+    client, budget = _open_cluster(memory_limit, nworkers=nworkers, nthreads=nthreads,
+                                   scheduler=scheduler, security=security, processes=processes,
+                                   echo=say)
     try:
         source = _source(data, run.manifest, blocksize or budget.blocksize, storage_options)
         _check_header(source, run, keep)
@@ -224,6 +211,33 @@ def predict(
         return os.fspath(output)
     finally:
         close_client(client)
+
+
+def _open_cluster(memory_limit: str | int | None, *, nworkers: int | None, nthreads: int,
+                  scheduler: str | None, security: Any, processes: bool,
+                  echo: Callable[[str], None]) -> tuple[Any, Budget]:
+    """The cluster predict scores on: this process keeps its share, each worker a model's.
+
+    Without ``nworkers`` (on a local cluster of processes), as many workers as the budget
+    gives a copy of the model each. A budget too small says what this process holds.
+    """
+    model_reserve = config.get_bytes("trainer-reserve")
+    own = _own_reserve()
+    if nworkers is None and not scheduler and processes:
+        nworkers = _workers_that_fit(memory_limit, own, model_reserve)
+    try:
+        return open_cluster(memory_limit, nworkers=nworkers, nthreads=nthreads,
+                            scheduler=scheduler, security=security, processes=processes,
+                            trainer_reserve=own if processes else own + model_reserve,
+                            worker_reserve=model_reserve if processes else 0,
+                            window_bytes=config.get_bytes("window-bytes"),
+                            max_blocksize=config.get_bytes("blocksize"), echo=echo)
+    except BudgetError as e:
+        raise BudgetError(
+            f"{e}\n(In predict the trainer's share is this process's: {format_bytes(own)}, what "
+            f"it holds now and room to write. Each worker loads the model: "
+            f"{format_bytes(model_reserve)}, config daskfeed.trainer-reserve.)"
+        ) from None
 
 
 def _own_reserve() -> int:
