@@ -32,7 +32,7 @@ class CacheWriter:
 
     Tables are kept until about ``FLUSH_BYTES`` have accumulated (or the next table's columns
     cannot share a file with them), then written as one file (see :func:`compact` for the
-    column types; one dictionary per string column per file); uncompressed (read as a memory
+    column types, decided per file; one dictionary per string column per file); uncompressed (read as a memory
     map, nothing to decode) or zstd/lz4. Every block is a range of record batches of a file.
 
     Parameters
@@ -78,7 +78,6 @@ class CacheWriter:
         """
         if self.failed:
             return
-        table = compact(table)
         schema = table.schema
         if self.pending:
             try:
@@ -114,7 +113,7 @@ class CacheWriter:
 
     def _write(self, path: str, name: str) -> None:
         """The pending tables as one Arrow file at ``path``; their batch ranges noted."""
-        whole = pa.concat_tables([t for _, t in self.pending], promote_options="permissive")
+        whole = compact(pa.concat_tables([t for _, t in self.pending], promote_options="permissive"))
         whole = whole.unify_dictionaries()  # one dictionary per column per file
         options = ipc.IpcWriteOptions(compression=self.compression)
         with pa.OSFile(path, "wb") as f, ipc.new_file(f, whole.schema, options=options) as w:
