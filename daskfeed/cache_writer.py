@@ -79,7 +79,7 @@ class CacheWriter:
         if self.failed:
             return
         schema = table.schema
-        if self.pending:
+        if self.pending and not schema.equals(self.schema):
             try:
                 schema = pa.unify_schemas([self.schema, table.schema], promote_options="permissive")
             except (pa.ArrowInvalid, pa.ArrowTypeError):  # e.g. text here, numbers before

@@ -86,6 +86,8 @@ def distinct_estimate(kmv: list[int]) -> int:
 def table_facts(table: pa.Table, label: str) -> BlockFacts:
     """What the manifest needs per block, of one Arrow table (cheap: no statistics).
 
+    The table is as the read pipeline gives it (:func:`daskfeed.tables.iter_tables`,
+    :func:`daskfeed.tables.frame_table`): the null-marker rule applied, so NaN is missing.
     Rows, columns, kinds, missing values (and what each null marker made missing), rows with
     a label, a few values of text columns. A text column holding only null markers is of kind
     ``"markers"`` with their counts in ``marker_values``: missing if the column is numeric.
@@ -106,24 +108,37 @@ def table_facts(table: pa.Table, label: str) -> BlockFacts:
     out: BlockFacts = {"rows": rows, "columns": list(table.column_names), "kinds": {},
                        "missing": {}, "label_rows": 0, "samples": {},
                        "na_counts": na_counts(table), "marker_values": {}}
-    for name in table.column_names:
-        col = table.column(name)
+    for name, col in zip(table.column_names, table.columns, strict=True):
         kind = arrow_kind(col)
-        missing = col.null_count
-        if pa.types.is_floating(col.type) and rows:
-            missing += int(pc.sum(pc.is_nan(col)).as_py() or 0)
+        missing = col.null_count  # (NaN is missing already: the null-marker rule made it so)
         if kind == "string":
             markers = markers_only(col)
             if markers is not None:
                 kind = "markers"
                 out["marker_values"][name] = markers
-            head = pc.drop_null(col.slice(0, 1000))
-            out["samples"][name] = [str(v) for v in pc.unique(head).to_pylist()[:3]]
+            out["samples"][name] = _samples(col)
         if name == label and kind in (*NUMERIC_KINDS, "string"):
             out["label_rows"] = rows - missing
         out["kinds"][name] = kind
         out["missing"][name] = missing
     return out
+
+
+def _samples(col: pa.ChunkedArray, most: int = 3) -> list[str]:
+    """The first ``most`` distinct values among a text column's first 1000 (for messages).
+
+    Usually the first few values hold them: those are looked at one by one, and the rest of
+    the 1000 only when they do not.
+    """
+    seen: dict[str, None] = {}
+    for value in col.slice(0, 16).to_pylist():
+        if value is not None:
+            seen[str(value)] = None
+            if len(seen) == most:
+                return list(seen)
+    if len(col) <= 16:
+        return list(seen)
+    return [str(v) for v in pc.unique(pc.drop_null(col.slice(0, 1000))).to_pylist()[:most]]
 
 
 def _numeric_stats(col: pa.ChunkedArray, kind: str, is_label: bool, st: ColumnStats) -> int:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import daskfeed
 
@@ -60,3 +63,14 @@ def test_distinct_counts_beyond_what_is_tracked_are_estimated(tmp_path, client):
     col = m.columns["user_id"]
     assert col.approximate
     assert abs(col.distinct - n) / n < 0.06, col.distinct
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.sampled_from(["a", "b", "c", "d", ""])), max_size=1100))
+def test_a_text_columns_samples_are_its_first_distinct_values(values):
+    """The samples a type-drift message quotes: the first 3 distinct values of the first 1000."""
+    from daskfeed.stats import _samples
+
+    col = pa.chunked_array([pa.array(values, pa.string())])
+    first = list(dict.fromkeys(v for v in values[:1000] if v is not None))[:3]
+    assert _samples(col) == first
