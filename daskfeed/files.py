@@ -101,6 +101,8 @@ def compression_of(path: str) -> str | None:
         ``.lz4``, ...) fsspec's name, read by fsspec.
     """
     lower = path.lower()
+    if lower.endswith((".csv", ".tsv", ".txt")):  # the usual case, told at once
+        return None
     for suffix, name in COMPRESSIONS.items():
         if lower.endswith(suffix):
             return name

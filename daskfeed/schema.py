@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from typing import Any
 
 import pyarrow as pa
@@ -263,12 +264,15 @@ def markers_of(name: str, kind: str, facts: list[BlockFacts]) -> dict[str, int]:
     dict of str to int
         ``{marker: values made missing}``.
     """
-    counts: dict[str, dict[str, int]] = {}
+    counts: Counter[str] = Counter()
     for f in facts:
-        counts = add_counts(counts, {name: f.get("na_counts", {}).get(name, {})})
-        if kind != "categorical":
-            counts = add_counts(counts, {name: f.get("marker_values", {}).get(name, {})})
-    return {k: n for k, n in sorted(counts.get(name, {}).items(), key=lambda kv: -kv[1]) if n}
+        made = f.get("na_counts", {}).get(name)
+        if made:
+            counts.update(made)
+        markers = f.get("marker_values", {}).get(name) if kind != "categorical" else None
+        if markers:
+            counts.update(markers)
+    return {k: n for k, n in sorted(counts.items(), key=lambda kv: -kv[1]) if n}
 
 
 def _finite(x: float | int | None) -> float | None:

@@ -92,6 +92,7 @@ class Source:
         )
         self.frame: dd.DataFrame | None = None
         self.files: list[FileInfo] = []
+        self._fingerprint: str | None = None
         if _is_dask_frame(data):
             self.frame = data
             self.blocks: list[Block] = [
@@ -128,8 +129,14 @@ class Source:
         Returns
         -------
         str
-            32 hex digits (``frame-<token>`` for a dask DataFrame).
+            32 hex digits (``frame-<token>`` for a dask DataFrame); computed once per Source
+            (its files were listed, with their sizes and mtimes, when it was made).
         """
+        if self._fingerprint is None:
+            self._fingerprint = self._compute_fingerprint()
+        return self._fingerprint
+
+    def _compute_fingerprint(self) -> str:
         if self.frame is not None:
             from dask.base import tokenize  # dask is not loaded by `import daskfeed`
 
@@ -206,9 +213,9 @@ class Source:
 
 def _file_key(info: FileInfo) -> dict[str, Any]:
     """What identifies a file's contents in a fingerprint: path, size, mtime and an ETag if any."""
-    key = asdict(info)
-    if not key["etag"]:  # local files: the same fingerprints as before ETags were kept
-        del key["etag"]
+    key: dict[str, Any] = {"path": info.path, "size": info.size, "mtime": info.mtime}
+    if info.etag:  # local files: the same fingerprints as before ETags were kept
+        key["etag"] = info.etag
     return key
 
 
