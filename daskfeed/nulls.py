@@ -11,6 +11,7 @@ import functools
 import json
 from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -18,7 +19,7 @@ from daskfeed.exceptions import DataError
 from daskfeed.files import Block
 
 __all__ = ["NA_COUNTS_KEY", "NA_MARKERS", "NULL_VALUES", "column_markers", "normalize",
-           "normalize_column", "with_na_counts"]
+           "normalize_column", "numbers_by_part", "with_na_counts"]
 
 # values that are missing in numeric columns (text stays text unless the user lists them)
 NA_MARKERS = ("NA", "N/A", "n/a", "#N/A", "#N/A N/A", "#NA", "<NA>", "NULL", "null", "None",
@@ -78,6 +79,65 @@ def column_markers(name: str, column: pa.ChunkedArray, forced: pa.DataType | Non
         made.update(nans)
     counts.update(made)
     return column, counts
+
+
+def numbers_by_part(column: pa.ChunkedArray, na_values: tuple[str, ...],
+                    bounds: np.ndarray) -> tuple[pa.ChunkedArray, list[dict[str, int]]]:
+    """:func:`column_markers` of a column that is not text, for all its parts at once.
+
+    What the rule does to such a column is value by value (empty fields, the user's markers
+    that are numbers, NaN), so one pass over the whole column gives each part (the rows from
+    ``starts[i]`` to ``starts[i + 1]``) the values and counts it gets on its own; the counts
+    come from the masks of the whole column, summed per part.
+
+    Parameters
+    ----------
+    column
+        A column that is not text (see :func:`column_markers` for text).
+    na_values
+        The user's null markers.
+    bounds
+        Where each part starts, and where the last one ends: ascending, from 0 to the
+        column's length.
+
+    Returns
+    -------
+    tuple
+        The column with its markers missing (normalized, see :func:`normalize_column`), and
+        for each part how many values each marker made missing.
+    """
+    masks = [("", _mask(column.is_null()))] if column.null_count else []
+    if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+        for marker in na_values:
+            try:
+                value = float(marker)
+            except ValueError:
+                continue
+            column = _null_masked(column, pc.fill_null(pc.equal(column, value), False), marker, masks)
+    if pa.types.is_floating(column.type):
+        column = _null_masked(column, pc.fill_null(pc.is_nan(column), False), "NaN", masks)
+    counts: list[dict[str, int]] = [{} for _ in range(len(bounds) - 1)]
+    for marker, mask in masks:
+        running = np.concatenate(([0], np.cumsum(mask)))
+        for part, n in enumerate(running[bounds[1:]] - running[bounds[:-1]]):
+            if n:
+                counts[part][marker] = int(n)
+    return normalize_column(column), counts
+
+
+def _mask(where: pa.ChunkedArray) -> np.ndarray:
+    """A boolean column as numpy (missing: False)."""
+    return where.to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _null_masked(column: pa.ChunkedArray, hit: pa.ChunkedArray, marker: str,
+                 masks: list[tuple[str, np.ndarray]]) -> pa.ChunkedArray:
+    """``column`` missing where ``hit``; the mask noted under ``marker`` when it hit anything."""
+    mask = _mask(hit)
+    if not mask.any():
+        return column
+    masks.append((marker, mask))
+    return _null(column, hit)
 
 
 def _is_text(t: pa.DataType) -> bool:

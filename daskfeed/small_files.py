@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 
 from daskfeed.exceptions import DataError
 from daskfeed.files import Block, compression_of, is_parquet
+from daskfeed.nulls import numbers_by_part
 from daskfeed.records import parse_header
 from daskfeed.streams import open_file
 from daskfeed.tables import (
@@ -126,13 +128,20 @@ class SmallFiles:
                         True, types)
         if first.num_rows != lines[0] or rest.num_rows != sum(lines[1:]):
             return {}
+        # the rule on columns that are not text goes value by value: once for all the files
+        bounds = np.concatenate(([0], np.cumsum(lines[1:])))
+        numbers = {name: numbers_by_part(col, self.options.na_values, bounds)
+                   for name, col in zip(rest.column_names, rest.columns, strict=True)
+                   if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type))}
         out = {}
         offset = -lines[0]
-        for (index, block, body), n in zip(texts, lines, strict=True):
+        for k, ((index, block, body), n) in enumerate(zip(texts, lines, strict=True)):
             refuse_unclosed(body, body.rfind(b"\n", 0, len(body) - 1) + 1, start, block,
                             self.options.sep)
             part = first if offset < 0 else rest.slice(offset, n)
             check_text(part, block, self.options.encoding)
-            out[index] = with_markers(part, forced, self.options, block)
+            done = None if offset < 0 else {
+                name: (col.slice(offset, n), made[k - 1]) for name, (col, made) in numbers.items()}
+            out[index] = with_markers(part, forced, self.options, block, done)
             offset += n
         return out

@@ -264,7 +264,8 @@ def _parse(body: bytes, names: list[str], block: Block, options: ReadOptions,
 
 
 def with_markers(table: pa.Table, forced: dict[str, pa.DataType], options: ReadOptions,
-                 block: Block) -> pa.Table:
+                 block: Block, done: dict[str, tuple[pa.ChunkedArray, dict[str, int]]] | None = None,
+                 ) -> pa.Table:
     """The null-marker rule on every column, counts in the metadata, types normalized.
 
     Parameters
@@ -277,6 +278,9 @@ def with_markers(table: pa.Table, forced: dict[str, pa.DataType], options: ReadO
         The read options (the user's null markers).
     block
         Where the table is from (for errors).
+    done
+        Columns the rule was applied to already (see :func:`daskfeed.nulls.numbers_by_part`):
+        by name, the column and what each marker made missing.
 
     Returns
     -------
@@ -291,8 +295,12 @@ def with_markers(table: pa.Table, forced: dict[str, pa.DataType], options: ReadO
     counts: dict[str, dict[str, int]] = {}
     columns = []
     for name, column in zip(table.column_names, table.columns, strict=True):
-        column, made = column_markers(name, column, forced.get(name), options.na_values, block)
-        columns.append(normalize_column(column))
+        if done and name in done:
+            column, made = done[name]
+        else:
+            column, made = column_markers(name, column, forced.get(name), options.na_values, block)
+            column = normalize_column(column)
+        columns.append(column)
         if made:
             counts[name] = made
     return with_na_counts(pa.Table.from_arrays(columns, names=table.column_names), counts)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from daskfeed import DataError
+from daskfeed.schema import na_counts
 from daskfeed.small_files import SmallFiles
 from daskfeed.source import Source
 from daskfeed.tables import iter_tables
@@ -77,3 +78,29 @@ def test_an_open_quote_in_a_run_of_small_files_names_its_file(write_csv, tmp_pat
     with pytest.raises(DataError, match=r"f3\.csv") as err:
         list(files.tables(3, src.blocks[3]))
     assert "line 3, byte 10" in str(err.value)
+
+
+@pytest.mark.parametrize("na_values", [None, ["-999", "none"]])
+def test_numbers_marked_once_for_all_files_match_each_file_alone(write_csv, tmp_path, na_values,
+                                                               monkeypatch):
+    """Columns that are not text get the null-marker rule once per run of files: each file's
+    values and marker counts (empties, NaN however spelled, the user's numeric markers) are
+    still its own."""
+    import daskfeed.small_files as small
+
+    shared = []
+    real = small.numbers_by_part
+    monkeypatch.setattr(small, "numbers_by_part", lambda col, *a: shared.append(col.type) or real(col, *a))
+    nans = ["nan", "NaN", "-nan", "", "1.5"]
+    for i in range(12):
+        rows = [f"{'' if (i + r) % 5 == 0 else i * 10 + r},{nans[(i * 3 + r) % 5]},"
+                f"{'-999' if (i + r) % 4 == 0 else r / 4},{'true' if r % 2 else 'false'},"
+                f"2024-01-{r + 1:02d},w{r}" for r in range(6)]
+        write_csv(f"n/f{i:02d}.csv", "a,b,c,d,e,t\n" + "\n".join(rows) + "\n")
+    alone, together = _both(str(tmp_path / "n" / "*.csv"), na_values=na_values)
+    for a, b in zip(alone, together, strict=True):
+        assert a[0].equals(b[0], check_metadata=True), (a[0].schema, b[0].schema)
+    counts = [na_counts(t[0]) for t in together]
+    assert any(c.get("b", {}).get("NaN") for c in counts) and any(c.get("a", {}).get("") for c in counts)
+    assert any(c.get("c", {}).get("-999") for c in counts) == bool(na_values)
+    assert len(shared) == 5  # a-e: the 11 files after the first, once (t is text: file by file)
