@@ -1,7 +1,8 @@
 """Cache writer: the blocks of one scan task written as a few Arrow IPC files, then one marker.
 
-The files are written under temporary names and fsync'ed; :meth:`CacheWriter.commit` renames
-them into place and writes the marker last (:mod:`daskfeed.atomic`), so a reader of the cache
+The files are written under temporary names and fsync'ed (in a thread each, while the task
+parses on); :meth:`CacheWriter.commit` waits for those, renames the files into place, flushes
+the directory and writes the marker last (:mod:`daskfeed.atomic`), so a reader of the cache
 (:mod:`daskfeed.cache`) never sees half a scan task's blocks.
 """
 
@@ -10,13 +11,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import uuid
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from daskfeed.atomic import fsync, replace, temporary_name, write_file
+from daskfeed.atomic import fsync, temporary_name, write_file
 
 __all__ = ["CACHE_VERSION", "FLUSH_BYTES", "CacheWriter", "compact"]
 
@@ -54,6 +56,7 @@ class CacheWriter:
         self.schema: pa.Schema | None = None  # the pending tables' columns, unified
         self.blocks: dict[int, list[BatchRange]] = {}
         self.files: list[str] = []
+        self.syncs: list[threading.Thread] = []  # fsyncs of the files written
         self.failed = False
 
     def begin(self, index: int) -> None:
@@ -101,7 +104,6 @@ class CacheWriter:
         path = temporary_name(os.path.join(self.directory, name))
         try:
             self._write(path, name)
-            fsync(path)  # the data is on disk before a marker can point at it
         except (OSError, pa.ArrowException):  # disk full or gone: the feed still works, from CSV
             self.abort()
             return
@@ -110,6 +112,10 @@ class CacheWriter:
             self.pending_bytes = 0
             self.schema = None
         self.files.append(name)
+        # flushed to disk while the next blocks are parsed; commit waits before the marker
+        sync = threading.Thread(target=fsync, args=(path,), daemon=True, name="daskfeed-fsync")
+        sync.start()
+        self.syncs.append(sync)
 
     def _write(self, path: str, name: str) -> None:
         """The pending tables as one Arrow file at ``path``; their batch ranges noted."""
@@ -129,12 +135,15 @@ class CacheWriter:
     def commit(self) -> None:
         """Write what is pending, rename the files into place, then write the marker."""
         self._flush()
+        for sync in self.syncs:  # the data is on disk before a marker can point at it
+            sync.join()
         if self.failed:
             return
         try:
             for name in self.files:
                 final = os.path.join(self.directory, name)
-                replace(temporary_name(final), final)
+                os.replace(temporary_name(final), final)
+            fsync(self.directory)  # the renames, before the marker's
             # the marker's key "parts" is the persisted format's: block -> batch ranges
             marker = {"version": CACHE_VERSION, "parts": {str(k): v for k, v in self.blocks.items()}}
             write_file(os.path.join(self.directory, f"{self.stem}.json"), json.dumps(marker))
