@@ -97,7 +97,20 @@ def scan_blocks(items: list[tuple[int, Block]], options: ReadOptions, label: str
         writer.commit()
     report(topic, task, items[-1][0], flush=True)
     _pending.pop((topic or "", task), None)
-    return {"facts": summaries, "stats": stats}
+    return {"facts": _shared(summaries), "stats": stats}
+
+
+def _shared(facts: list[BlockFacts]) -> list[BlockFacts]:
+    """Blocks with the same columns (and kinds) share one list (and dict): pickled once.
+
+    Thousands of small files of one header send their column names once per scan task, not
+    once per file. Nothing changes the facts in place after this.
+    """
+    seen: dict[tuple[Any, ...], Any] = {}
+    for f in facts:
+        f["columns"] = seen.setdefault(("columns", *f["columns"]), f["columns"])
+        f["kinds"] = seen.setdefault(("kinds", *f["kinds"].items()), f["kinds"])
+    return facts
 
 
 def _scan_block(index: int, block: Block, options: ReadOptions, label: str, writer: Any,
