@@ -34,8 +34,9 @@ class CacheWriter:
 
     Tables are kept until about ``FLUSH_BYTES`` have accumulated (or the next table's columns
     cannot share a file with them), then written as one file (see :func:`compact` for the
-    column types, decided per file; one dictionary per string column per file); uncompressed (read as a memory
-    map, nothing to decode) or zstd/lz4. Every block is a range of record batches of a file.
+    column types, decided per file; one dictionary per string column per file); uncompressed
+    (read as a memory map, nothing to decode) or zstd/lz4. Every block is a range of record
+    batches of a file.
 
     Parameters
     ----------

@@ -87,7 +87,7 @@ def numbers_by_part(column: pa.ChunkedArray, na_values: tuple[str, ...],
 
     What the rule does to such a column is value by value (empty fields, the user's markers
     that are numbers, NaN), so one pass over the whole column gives each part (the rows from
-    ``starts[i]`` to ``starts[i + 1]``) the values and counts it gets on its own; the counts
+    ``bounds[i]`` to ``bounds[i + 1]``) the values and counts it gets on its own; the counts
     come from the masks of the whole column, summed per part.
 
     Parameters
