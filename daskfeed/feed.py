@@ -21,10 +21,9 @@ seconds since 1970. The same rule applies to a regression label.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from daskfeed.cache import block_tables
 from daskfeed.dashboard import report_cache
@@ -32,6 +31,9 @@ from daskfeed.exceptions import DataError, SchemaError
 from daskfeed.labels import class_codes
 from daskfeed.manifest import Column, Manifest
 from daskfeed.weights import checked_weights, number_array
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["ColumnCode", "Encoding", "WindowData", "concat", "encode_features", "encode_frame",
            "encode_table", "encode_window", "numeric_dtype", "read_window"]
@@ -168,6 +170,8 @@ class WindowData:
 
 
 def _encode_column(s: pd.Series, code: ColumnCode) -> np.ndarray:
+    import pandas as pd  # only for what Arrow does not cover (workers need no pandas otherwise)
+
     if code.kind == "categorical":
         values = s if pd.api.types.is_string_dtype(s.dtype) else s.astype("string")
         cat = pd.Categorical(values, categories=list(code.vocabulary))
@@ -195,6 +199,7 @@ def _encode_column(s: pd.Series, code: ColumnCode) -> np.ndarray:
 
 def encode_frame(df: pd.DataFrame, encoding: Encoding) -> WindowData:
     """Encode a pandas frame in row order; rows without a label are dropped."""
+    import pandas as pd
     if encoding.label not in df.columns:
         raise SchemaError(
             f"Expected label column {encoding.label!r} in every block. Received: columns "
@@ -240,6 +245,8 @@ def _permute(data: WindowData, seed: Any) -> WindowData:
 def _empty(encoding: Encoding) -> WindowData:
     names = [c.name for c in encoding.columns] + [encoding.label] + (
         [encoding.weight] if encoding.weight else [])
+    import pandas as pd
+
     empty = pd.DataFrame({n: pd.Series([], dtype="float64") for n in names})
     return encode_frame(empty, encoding)
 
@@ -267,6 +274,8 @@ def _label_array(col: Any, encoding: Encoding) -> tuple[np.ndarray, np.ndarray |
         return v, keep
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type) or pa.types.is_dictionary(
             col.type):
+        import pandas as pd
+
         v = pd.to_numeric(col.to_pandas(), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     else:
         v = col.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
@@ -320,8 +329,9 @@ def _table_column(col: Any, code: ColumnCode) -> np.ndarray:
         col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
         if isinstance(col, pa.ChunkedArray):  # zero chunks
             return np.zeros(0, dtype=np.int32)
-        lookup = pd.Index(list(code.vocabulary)).get_indexer(col.dictionary.to_pandas())
-        lookup = (lookup + VOCAB_OFFSET).astype(np.int32)
+        values = col.dictionary.cast(pa.string())
+        found = pc.index_in(values, value_set=pa.array(list(code.vocabulary), pa.string()))
+        lookup = (pc.fill_null(found, -1).to_numpy(zero_copy_only=False) + VOCAB_OFFSET).astype(np.int32)
         lookup[lookup < VOCAB_OFFSET] = OOV_CODE  # not in the vocabulary
         idx = pc.fill_null(col.indices, 0).to_numpy(zero_copy_only=False)
         valid = np.asarray(col.is_valid())

@@ -12,7 +12,6 @@ from typing import Any
 
 import fsspec
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from daskfeed.cache import block_tables
@@ -75,6 +74,8 @@ def number_array(col: Any) -> np.ndarray:
         return np.full(len(col), np.nan)
     if pa.types.is_integer(t) or pa.types.is_floating(t):
         return np.asarray(col.cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+    import pandas as pd  # text weights only
+
     return pd.to_numeric(col.to_pandas(), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
 
 
