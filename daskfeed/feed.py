@@ -200,6 +200,7 @@ def _encode_column(s: pd.Series, code: ColumnCode) -> np.ndarray:
 def encode_frame(df: pd.DataFrame, encoding: Encoding) -> WindowData:
     """Encode a pandas frame in row order; rows without a label are dropped."""
     import pandas as pd
+
     if encoding.label not in df.columns:
         raise SchemaError(
             f"Expected label column {encoding.label!r} in every block. Received: columns "
@@ -243,10 +244,10 @@ def _permute(data: WindowData, seed: Any) -> WindowData:
 
 
 def _empty(encoding: Encoding) -> WindowData:
-    names = [c.name for c in encoding.columns] + [encoding.label] + (
-        [encoding.weight] if encoding.weight else [])
     import pandas as pd
 
+    names = [c.name for c in encoding.columns] + [encoding.label] + (
+        [encoding.weight] if encoding.weight else [])
     empty = pd.DataFrame({n: pd.Series([], dtype="float64") for n in names})
     return encode_frame(empty, encoding)
 
