@@ -30,3 +30,12 @@ def wait_for_scheduler_file(path: str, proc: subprocess.Popen, timeout: float = 
         return os.path.exists(path) and os.path.getsize(path) > 0
 
     wait_for(written, timeout, f"the scheduler file {path}", interval=0.1)
+
+
+def in_process_budget(room: int = 3 * 10**9) -> str:
+    """A memory limit for predict called in this test process: what the process holds now plus
+    ``room`` (a CLI-sized budget). predict counts its caller's memory in the budget, and a test
+    worker that ran many tests before holds more than a fresh CLI does."""
+    import psutil
+
+    return str(psutil.Process().memory_info().rss + room)

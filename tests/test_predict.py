@@ -10,6 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers import in_process_budget
 
 from daskfeed.exceptions import DataNotFoundError, SchemaError
 
@@ -67,7 +68,8 @@ def test_predict_equals_in_memory_model_predict_in_input_order(trained, tmp_path
     from daskfeed.predictions import predict
 
     lines: list[str] = []
-    df = predict(trained["out"], trained["held"], keep=["row_id"], memory_limit="3GB",
+    df = predict(trained["out"], trained["held"], keep=["row_id"],
+                 memory_limit=in_process_budget(),
                  nworkers=1, blocksize="6KiB", echo=lines.append)
     assert list(df.columns) == ["row_id", "prediction", "probability_0", "probability_1"]
     assert df["row_id"].tolist() == list(range(600))  # several files, several blocks each
@@ -77,7 +79,8 @@ def test_predict_equals_in_memory_model_predict_in_input_order(trained, tmp_path
     assert any("blocks" in line for line in lines)  # the progress lines
 
     out = str(tmp_path / "p.parquet")
-    assert predict(trained["out"], trained["held"], output=out, memory_limit="3GB", nworkers=1,
+    assert predict(trained["out"], trained["held"], output=out,
+                   memory_limit=in_process_budget(), nworkers=1,
                    blocksize="6KiB", quiet=True) == out
     assert np.abs(pd.read_parquet(out)["probability_1"].to_numpy() - ref).max() <= 1e-6
     assert not glob.glob(out + ".tmp-*")
@@ -90,7 +93,7 @@ def test_cli_predict_writes_csv_with_kept_ids(trained, tmp_path) -> None:
 
     out = str(tmp_path / "p.csv")
     res = CliRunner().invoke(cli, ["predict", trained["out"], trained["held"], "--output", out,
-                                   "--keep", "row_id,day", "--memory-limit", "3GB",
+                                   "--keep", "row_id,day", "--memory-limit", in_process_budget(),
                                    "--nworkers", "1", "--blocksize", "8kB"])
     assert res.exit_code == 0, res.output
     import re
@@ -119,7 +122,8 @@ def test_clear_errors(trained, tmp_path) -> None:
         predict(trained["out"], trained["held"], output=str(tmp_path / "p.xlsx"))
     bad = tmp_path / "bad.csv"
     bad.write_text("row_id,color,count,day\n1,red,3,2024-01-01\n", encoding="utf-8")
-    res = CliRunner().invoke(cli, ["predict", trained["out"], str(bad), "--memory-limit", "3GB",
+    res = CliRunner().invoke(cli, ["predict", trained["out"], str(bad),
+                                   "--memory-limit", in_process_budget(),
                                    "--nworkers", "1", "--output", str(tmp_path / "p.csv")])
     assert res.exit_code == 1
     assert "'size'" in res.output and "Expected" in res.output and "Hint:" in res.output

@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import in_process_budget
 from test_predict import write_rows
 
 
@@ -36,8 +37,8 @@ def test_serving_takes_raw_columns_and_matches_predict(tmp_path) -> None:
     loaded = tf.saved_model.load(os.path.join(out, "serving"))  # kept: serve uses its variables
     served = loaded.serve(raw)
 
-    scored = predict(out, str(tmp_path / "held" / "*.csv"), memory_limit="3GB", nworkers=1,
-                     quiet=True)
+    scored = predict(out, str(tmp_path / "held" / "*.csv"), memory_limit=in_process_budget(),
+                     nworkers=1, quiet=True)
     probs = served["probabilities"].numpy()
     assert probs.shape == (400, 2)
     assert np.abs(probs[:, 1] - scored["probability_1"].to_numpy()).max() <= 1e-5
@@ -70,7 +71,7 @@ def test_text_classes_by_name_and_regression_in_label_units(tmp_path, label) -> 
     train(data, label=label, exclude=["price" if label == "medal" else "medal"], epochs=1,
           memory_limit="3GB", nworkers=1, output=out, cache=False, verbose=0,
           echo=lambda _line: None)
-    scored = predict(out, data, memory_limit="3GB", nworkers=1, quiet=True)
+    scored = predict(out, data, memory_limit=in_process_budget(), nworkers=1, quiet=True)
     loaded = tf.saved_model.load(os.path.join(out, "serving"))
     served = loaded.serve({"x": tf.constant(x, tf.float64), "c": tf.constant(c.tolist())})
     if label == "medal":
