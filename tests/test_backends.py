@@ -85,6 +85,7 @@ def wide_data(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(root / "*.csv")
 
 
+@pytest.mark.slow  # a whole JAX fit, export and reload (~60 s in make test's 2 workers)
 def test_jax_trains_fits_and_reloads(wide_data: str, tmp_path) -> None:
     script = tmp_path / "run_jax.py"
     script.write_text(_JAX_SCRIPT)

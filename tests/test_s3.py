@@ -148,6 +148,7 @@ def test_listing_allowed_reading_denied_names_the_object(s3):
     assert secret not in text
 
 
+@pytest.mark.slow  # three CLI scans (~20 s); the clear-error tests above stay in make test
 def test_scan_cache_and_a_changed_object_on_s3(s3, tmp_path):
     """The CLI with the endpoint as a flag and credentials from the environment only.
 
