@@ -2,9 +2,14 @@
 
     .venv/bin/python benchmarks/epoch_cpu.py "bench-out/data-2000000/log_quest/**/*.csv" [--nworkers 2]
     .venv/bin/python benchmarks/epoch_cpu.py "...csv" --in-memory   # the same model fit from numpy
+    .venv/bin/python benchmarks/epoch_cpu.py "...csv" --floor       # from a PyDataset slicing numpy
 
 Prints, per epoch: rows/s, wall seconds, CPU seconds of the trainer process and of its children
-(the local cluster's workers), and the seconds ``__getitem__`` waited for windows. The model and
+(the local cluster's workers), and the seconds ``__getitem__`` waited for windows; after the
+last epoch, the trainer's CPU over epochs 2..N per kind of thread (Linux: by ``comm``, where
+Python threads say ``python`` and TensorFlow's pools ``tf_Compute``), in ms per batch.
+``--in-memory`` fits ``model.fit(x, y, shuffle=False)``; ``--floor`` fits a ``PyDataset`` whose
+``__getitem__`` only slices those arrays (the cost of Keras' PyDataset adapter alone). The model and
 the sequence are the benchmark's (``benchmarks/common.py``, ``benchmarks/ours.py``);
 ``benchmarks/profile_trainer.py`` runs it under py-spy for the trainer's profile.
 """
@@ -12,10 +17,13 @@ the sequence are the benchmark's (``benchmarks/common.py``, ``benchmarks/ours.py
 from __future__ import annotations
 
 import argparse
+import collections
 import os
+import re
 import sys
 import tempfile
 import time
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -30,6 +38,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--memory-limit", default="4GB")
     p.add_argument("--in-memory", action="store_true")
+    p.add_argument("--floor", action="store_true")
     a = p.parse_args()
 
     import keras
@@ -45,9 +54,21 @@ def main() -> None:
         kids = sum(sum(k.cpu_times()[:2]) for k in me.children(recursive=True))
         return sum(me.cpu_times()[:2]), kids
 
+    def by_thread() -> dict[int, tuple[str, float]]:
+        """CPU seconds so far of each of this process's threads, with its kind (``comm``)."""
+        out = {}
+        for th in me.threads():
+            try:
+                with open(f"/proc/self/task/{th.id}/comm", encoding="utf-8") as f:
+                    name = re.sub(r"\d+", "#", f.read().strip())
+            except OSError:  # not Linux, or the thread ended
+                name = "?"
+            out[th.id] = (name, th.user_time + th.system_time)
+        return out
+
     features = list(DEFAULT_FEATURES)
     client = seq = None
-    if a.in_memory:
+    if a.in_memory or a.floor:
         x, y = load_numpy(resolve_files(a.data), features, "cleared")
         rows = len(y)
         model = quest_mlp(x.mean(axis=0).tolist(), x.var(axis=0).tolist())
@@ -62,6 +83,18 @@ def main() -> None:
         m = seq.manifest
         rows = m.rows
         model = quest_mlp([m.columns[c].mean for c in features], [m.columns[c].var for c in features])
+
+    class Slices(keras.utils.PyDataset):
+        """The floor: batches already in memory, ``__getitem__`` only slices."""
+
+        def __len__(self) -> int:
+            return -(-len(y) // a.batch_size)
+
+        def __getitem__(self, i: int) -> tuple[Any, Any]:
+            b = a.batch_size
+            return x[i * b:(i + 1) * b], y[i * b:(i + 1) * b]
+
+    threads_after_1: dict[int, tuple[str, float]] = {}
 
     class Clock(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch: int, logs: object = None) -> None:
@@ -78,9 +111,22 @@ def main() -> None:
             print(f"epoch {epoch + 1}: {rows / wall:,.0f} rows/s, wall {wall:.2f}s, CPU trainer "
                   f"{c[0] - self.c[0]:.2f}s, workers {c[1] - self.c[1]:.2f}s, data wait {waited:.3f}s",
                   flush=True)
+            if epoch == 0:
+                threads_after_1.update(by_thread())
+            elif epoch == a.epochs - 1:
+                kinds: collections.defaultdict[str, float] = collections.defaultdict(float)
+                for tid, (name, t) in by_thread().items():
+                    kinds[name] += t - threads_after_1.get(tid, (name, 0.0))[1]
+                batches = (a.epochs - 1) * -(-rows // a.batch_size)
+                ranked = sorted(kinds.items(), key=lambda kv: -kv[1])
+                print("trainer CPU in epochs 2..N by thread kind: " + ", ".join(
+                    f"{name} {1000 * t / batches:.2f} ms/batch" for name, t in ranked if t > 0),
+                    flush=True)
 
     try:
-        if a.in_memory:
+        if a.floor:
+            model.fit(Slices(), epochs=a.epochs, shuffle=False, verbose=0, callbacks=[Clock()])
+        elif a.in_memory:
             model.fit(x, y, batch_size=a.batch_size, epochs=a.epochs, shuffle=False, verbose=0,
                       callbacks=[Clock()])
         else:
