@@ -3,13 +3,16 @@
     .venv/bin/python benchmarks/epoch_cpu.py "bench-out/data-2000000/log_quest/**/*.csv" [--nworkers 2]
     .venv/bin/python benchmarks/epoch_cpu.py "...csv" --in-memory   # the same model fit from numpy
     .venv/bin/python benchmarks/epoch_cpu.py "...csv" --floor       # from a PyDataset slicing numpy
+    .venv/bin/python benchmarks/epoch_cpu.py "...csv" --windows 250 # tf.data fed 250 batches a call
 
 Prints, per epoch: rows/s, wall seconds, CPU seconds of the trainer process and of its children
 (the local cluster's workers), and the seconds ``__getitem__`` waited for windows; after the
 last epoch, the trainer's CPU over epochs 2..N per kind of thread (Linux: by ``comm``, where
 Python threads say ``python`` and TensorFlow's pools ``tf_Compute``), in ms per batch.
 ``--in-memory`` fits ``model.fit(x, y, shuffle=False)``; ``--floor`` fits a ``PyDataset`` whose
-``__getitem__`` only slices those arrays (the cost of Keras' PyDataset adapter alone). The model and
+``__getitem__`` only slices those arrays (the cost of Keras' PyDataset adapter alone);
+``--windows K`` fits a ``tf.data`` pipeline whose Python generator yields K batches a call
+(``from_generator`` → ``unbatch``), what an adapter crossing into TF per window could reach. The model and
 the sequence are the benchmark's (``benchmarks/common.py``, ``benchmarks/ours.py``);
 ``benchmarks/profile_trainer.py`` runs it under py-spy for the trainer's profile.
 """
@@ -39,6 +42,7 @@ def main() -> None:
     p.add_argument("--memory-limit", default="4GB")
     p.add_argument("--in-memory", action="store_true")
     p.add_argument("--floor", action="store_true")
+    p.add_argument("--windows", type=int, default=0, metavar="K")
     a = p.parse_args()
 
     import keras
@@ -68,7 +72,7 @@ def main() -> None:
 
     features = list(DEFAULT_FEATURES)
     client = seq = None
-    if a.in_memory or a.floor:
+    if a.in_memory or a.floor or a.windows:
         x, y = load_numpy(resolve_files(a.data), features, "cleared")
         rows = len(y)
         model = quest_mlp(x.mean(axis=0).tolist(), x.var(axis=0).tolist())
@@ -126,6 +130,9 @@ def main() -> None:
     try:
         if a.floor:
             model.fit(Slices(), epochs=a.epochs, shuffle=False, verbose=0, callbacks=[Clock()])
+        elif a.windows:
+            model.fit(windows(x, y, a.batch_size, a.windows), epochs=a.epochs, verbose=0,
+                      callbacks=[Clock()])
         elif a.in_memory:
             model.fit(x, y, batch_size=a.batch_size, epochs=a.epochs, shuffle=False, verbose=0,
                       callbacks=[Clock()])
@@ -136,6 +143,24 @@ def main() -> None:
             seq.close()
         if client is not None:
             close_client(client)
+
+
+def windows(x: Any, y: Any, batch: int, k: int) -> Any:
+    """A tf.data pipeline of whole batches, its Python generator yielding ``k`` of them a call."""
+    import tensorflow as tf
+
+    n = len(y) // batch * batch  # whole batches (the bench's row counts are multiples)
+
+    def gen() -> Any:
+        for s in range(0, n, k * batch):
+            e = min(s + k * batch, n)
+            yield x[s:e].reshape(-1, batch, x.shape[1]), y[s:e].reshape(-1, batch)
+
+    ds = tf.data.Dataset.from_generator(gen, output_signature=(
+        tf.TensorSpec((None, batch, x.shape[1]), tf.as_dtype(x.dtype)),
+        tf.TensorSpec((None, batch), tf.as_dtype(y.dtype))))
+    ds = ds.unbatch().apply(tf.data.experimental.assert_cardinality(n // batch))
+    return ds.prefetch(tf.data.AUTOTUNE)
 
 
 if __name__ == "__main__":
