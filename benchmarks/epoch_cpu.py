@@ -43,6 +43,8 @@ def main() -> None:
     p.add_argument("--in-memory", action="store_true")
     p.add_argument("--floor", action="store_true")
     p.add_argument("--windows", type=int, default=0, metavar="K")
+    p.add_argument("--feed", choices=("batches", "windows"), default="batches",
+                   help="daskfeed's hand-off: the PyDataset (batches) or daskfeed.tf_feed (windows)")
     a = p.parse_args()
 
     import keras
@@ -136,6 +138,13 @@ def main() -> None:
         elif a.in_memory:
             model.fit(x, y, batch_size=a.batch_size, epochs=a.epochs, shuffle=False, verbose=0,
                       callbacks=[Clock()])
+        elif a.feed == "windows":
+            from daskfeed.tf_feed import WindowFeed
+
+            assert seq is not None
+            feed = WindowFeed(seq)
+            model.fit(feed.dataset(), epochs=a.epochs, verbose=0,
+                      callbacks=[feed.callback(), Clock()])
         else:
             model.fit(seq, epochs=a.epochs, shuffle=False, verbose=0, callbacks=[Clock()])
     finally:

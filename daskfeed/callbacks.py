@@ -40,6 +40,7 @@ from daskfeed.checkpoint import CheckpointStore, json_value, optimizer_steps
 from daskfeed.cursor import Cursor
 from daskfeed.early_stopping import EarlyStopping
 from daskfeed.rss import RSSSampler
+from daskfeed.tf_feed import fit_inputs
 
 if TYPE_CHECKING:
     from daskfeed.sequence import DaskSequence
@@ -218,7 +219,7 @@ class Checkpointer(keras.callbacks.Callback):
 
 
 def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: int = 0, batch: int = 0,
-             **kwargs: Any) -> list[keras.callbacks.History]:
+             feed: str = "auto", **kwargs: Any) -> list[keras.callbacks.History]:
     """``model.fit(sequence, ...)`` from epoch ``epoch``, batch ``batch`` to the end of ``epochs``.
 
     Keras fixes the steps per epoch when ``fit`` starts, so a resumed epoch (``batch > 0``)
@@ -239,6 +240,11 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
         Epochs of the whole run.
     epoch, batch
         Where to start (a checkpoint's cursor; ``0, 0``: from the start).
+    feed
+        How batches reach Keras: ``windows``, a ``tf.data`` pipeline fed a chunk of batches
+        per Python call (:class:`~daskfeed.tf_feed.WindowFeed`, TensorFlow backend only);
+        ``batches``, the sequence itself (a ``PyDataset``, one call per batch); ``auto``
+        (default), ``windows`` on TensorFlow and ``batches`` on JAX. The batches are the same.
     **kwargs
         ``fit``'s other arguments (``callbacks``, ``validation_data``, ``verbose``, ...).
 
@@ -258,8 +264,8 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
         if not any(isinstance(cb, keras.callbacks.ProgbarLogger) for cb in callbacks):
             callbacks.append(_ProgbarTo(epochs))
         try:
-            fits.append(model.fit(sequence, initial_epoch=epoch, epochs=epoch + 1,
-                                  **{**kwargs, "callbacks": callbacks}))
+            x, args = fit_inputs(sequence, feed, {**kwargs, "callbacks": callbacks})
+            fits.append(model.fit(x, initial_epoch=epoch, epochs=epoch + 1, **args))
         finally:
             for cb in carried:
                 cb.continuing = False
@@ -268,7 +274,8 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
             return fits
     if epoch < epochs:
         sequence.set_epoch(epoch)
-        fits.append(model.fit(sequence, initial_epoch=epoch, epochs=epochs, **kwargs))
+        x, args = fit_inputs(sequence, feed, kwargs)
+        fits.append(model.fit(x, initial_epoch=epoch, epochs=epochs, **args))
     return fits
 
 

@@ -200,6 +200,51 @@ class EpochCursor:
         self.set(self.epoch + 1)
         return True
 
+    def open_pass(self, epoch: int, start: int) -> tuple[EpochPlan, Prefetcher]:
+        """A pass over ``epoch`` from batch ``start`` begins (a ``tf.data`` iterator's first read).
+
+        Serves that epoch from ``start`` afresh: the cursor is set there unless it already
+        stands there with nothing served (a pass cut short, or a read-ahead Keras threw away,
+        leaves batches served: the same epoch starts again, its windows kept).
+
+        Parameters
+        ----------
+        epoch, start
+            The epoch and its first batch.
+
+        Returns
+        -------
+        tuple
+            ``(plan, prefetcher)`` of the pass.
+        """
+        with self.lock:
+            if (epoch, start) != (self.epoch, self.start) or self._served:
+                self.set(epoch, start)
+            assert self.prefetcher is not None
+            return self.plan, self.prefetcher
+
+    def finish(self, plan: EpochPlan) -> bool:
+        """End ``plan``'s epoch if it is still current and every batch was served: move to the next.
+
+        For feeds that know when a pass ends (see :mod:`daskfeed.tf_feed`); idempotent.
+
+        Parameters
+        ----------
+        plan
+            The plan the pass served.
+
+        Returns
+        -------
+        bool
+            Whether the next epoch was set.
+        """
+        with self.lock:
+            if plan is not self._plan or len(self._served) != plan.num_batches - self.start:
+                return False
+            self.last_stats = self.stats()
+            self.set(self.epoch + 1)
+            return True
+
     def settle(self) -> None:
         """Move on if an epoch that ended ambiguously (see :meth:`end`) is read on."""
         if self._ended:

@@ -32,6 +32,7 @@ DataSpec = Union[str, "os.PathLike[str]", Sequence[str]]
 DEFAULT_HIDDEN = (64, 64)
 DEFAULT_DROPOUT = 0.0
 DEFAULT_LEARNING_RATE = 1e-3
+FEEDS = ("auto", "windows", "batches")  # how batches reach Keras (daskfeed.tf_feed)
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class FitOptions:
     hidden, dropout, learning_rate
         The default model's shape and Adam's learning rate (None: a ``--model`` builder's
         own; a learning rate is applied to a builder's model only if it comes uncompiled).
+    feed
+        How batches reach Keras (resolved: ``daskfeed.feed``): ``auto``, ``windows`` or
+        ``batches`` (see :func:`daskfeed.callbacks.fit_from`).
     """
 
     weight: str | None = None
@@ -61,13 +65,15 @@ class FitOptions:
     hidden: tuple[int, ...] | None = DEFAULT_HIDDEN
     dropout: float | None = DEFAULT_DROPOUT
     learning_rate: float | None = DEFAULT_LEARNING_RATE
+    feed: str = "auto"
 
     @classmethod
     def resolve(cls, *, validation: DataSpec | None = None, builder: bool = False,
                 weight: str | None = None, class_weight: str | dict[Any, float] | None = None,
                 validation_split: float | None = None, early_stopping: int | None = None,
                 monitor: str | None = None, hidden: Sequence[int] | None = None,
-                dropout: float | None = None, learning_rate: float | None = None) -> FitOptions:
+                dropout: float | None = None, learning_rate: float | None = None,
+                feed: str | None = None) -> FitOptions:
         """Check the fit settings together and fill in defaults (no I/O).
 
         Parameters
@@ -76,7 +82,7 @@ class FitOptions:
             The validation data, if any (only whether there are some matters here).
         builder
             Whether a ``model`` builder replaces the default model.
-        weight, class_weight, validation_split, early_stopping, monitor, hidden, dropout, learning_rate
+        weight, class_weight, validation_split, early_stopping, monitor, hidden, dropout, learning_rate, feed
             As :func:`~daskfeed.train.train` takes them.
 
         Returns
@@ -101,6 +107,10 @@ class FitOptions:
                     "class_weight and sample weights together.",
                     f"class_weight={class_weight!r}, weight={weight!r}",
                     "multiply the class weights into the weight column, or drop one.")
+        feed = str(config.get("feed", feed))
+        if feed not in FEEDS:
+            _refuse(f"Expected feed to be one of {', '.join(FEEDS)}.", f"feed={feed!r}",
+                    "auto (the default) picks the fastest for the Keras backend (--feed auto).")
         has_validation = bool(validation or validation_split)
         patience, monitor = _early_stopping(early_stopping, monitor, has_validation)
         if builder and (hidden is not None or dropout is not None):
@@ -115,6 +125,7 @@ class FitOptions:
             dropout=None if builder else float(DEFAULT_DROPOUT if dropout is None else dropout),
             learning_rate=(learning_rate if builder else
                            float(DEFAULT_LEARNING_RATE if learning_rate is None else learning_rate)),
+            feed=feed,
         )
 
 
@@ -412,5 +423,5 @@ _GROUP_KEYS = {
     "data": [f.name for f in fields(DataOptions)],
     "cluster": [f.name for f in fields(ClusterOptions)],
     "fit": ["weight", "class_weight", "validation_split", "early_stopping", "monitor", "hidden",
-            "dropout", "learning_rate"],
+            "dropout", "learning_rate", "feed"],
 }

@@ -33,7 +33,7 @@ from daskfeed.layout import window_rows_for
 from daskfeed.lifecycle import Stop
 from daskfeed.manifest import Manifest
 from daskfeed.owner import Owner, refuse_multiprocessing
-from daskfeed.plan import EpochPlan
+from daskfeed.plan import EpochPlan, Slice
 from daskfeed.prefetch import Prefetcher
 from daskfeed.remote import connect
 from daskfeed.scanner import scan
@@ -442,6 +442,12 @@ class DaskSequence(keras.utils.PyDataset):
     def _get(self, index: int) -> tuple[Any, ...]:
         plan, pf, i = self._cursor.reserve(index)
         slices = plan.batch(i)
+        batch = self._rows(plan, pf, slices)
+        self._cursor.served(plan, i, slices)
+        return batch.batch()
+
+    def _rows(self, plan: EpochPlan, pf: Prefetcher, slices: list[Slice]) -> WindowData:
+        """The rows of ``slices`` of ``plan``'s windows, in order (waiting for their windows)."""
         pieces = []
         for s in slices:
             data: WindowData = pf.get(s.window)
@@ -453,9 +459,29 @@ class DaskSequence(keras.utils.PyDataset):
                     "Hint: rescan (remove the cached manifest) and restart."
                 )
             pieces.append(data.take(s.start, s.stop))
-        batch = concat(pieces)
-        self._cursor.served(plan, i, slices)
-        return batch.batch()
+        return concat(pieces)
+
+    def to_tf_dataset(self) -> Any:
+        """The sequence as a ``tf.data.Dataset`` fed many batches per Python call (TensorFlow).
+
+        The same batches as ``seq[0] .. seq[len(seq) - 1]``, each epoch the sequence's next,
+        at less cost to the trainer than Keras' one call per batch of a ``PyDataset``
+        (:mod:`daskfeed.tf_feed` tells how epochs are counted; :func:`daskfeed.callbacks.fit_from`
+        uses it with the callback that keeps Keras' epochs and the sequence's in step).
+
+        Returns
+        -------
+        tf.data.Dataset
+            ``len(self)`` batches per pass (its cardinality).
+
+        Examples
+        --------
+        >>> model.fit(seq.to_tf_dataset(), epochs=3)  # doctest: +SKIP
+        """
+        from daskfeed.tf_feed import WindowFeed, uses_windows
+
+        uses_windows("windows")  # refuses other backends
+        return WindowFeed(self).dataset()
 
     # -- lifecycle ---------------------------------------------------------------------
     @property

@@ -341,7 +341,7 @@ def _fit(run: _Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reuse
     callbacks = [telemetry, *([stopper] if stopper else []), checkpointer, watch,
                  *([keras.callbacks.TensorBoard(opts.tensorboard)] if opts.tensorboard else [])]
     try:
-        fit_from(net, train_seq, epochs=opts.epochs, epoch=epoch, batch=batch,
+        fit_from(net, train_seq, epochs=opts.epochs, epoch=epoch, batch=batch, feed=opts.fit.feed,
                  validation_data=val_seq, shuffle=False, verbose=opts.verbose,
                  callbacks=callbacks, class_weight=weights)
     except Exception as err:

@@ -1,0 +1,192 @@
+"""The window feed (daskfeed.tf_feed): tf.data with exactly the sequence's batches, epochs in step."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import daskfeed
+from daskfeed import DaskfeedError, SchemaError
+
+BATCH = 256
+NUMERIC = ["row_id", "level", "party_size", "attempt", "deaths", "hour"]
+
+
+def make(id_data, client, **kw):
+    kw.setdefault("batch_size", BATCH)
+    kw.setdefault("window_rows", 2000)  # 7 windows: chunks cross window ends
+    kw.setdefault("seed", 5)
+    return daskfeed.DaskSequence(id_data.train_glob, label="cleared", client=client, **kw)
+
+
+def epoch_batches(seq, epoch: int) -> list:
+    seq.set_epoch(epoch)
+    return [seq[i] for i in range(len(seq))]
+
+
+def assert_same_batches(got: list, want: list) -> None:
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert len(g) == len(w), i
+        for a, b in zip(g, w, strict=True):
+            if isinstance(b, dict):
+                assert a.keys() == b.keys()
+                for k in b:
+                    assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), (i, k)
+            else:
+                assert a.dtype == b.dtype and np.array_equal(a, b), i
+
+
+def feed_of(seq, chunk: int):
+    from daskfeed.tf_feed import WindowFeed
+
+    return WindowFeed(seq, chunk_bytes=chunk * seq.batch_size * seq.encoding.bytes_per_row)
+
+
+@pytest.mark.parametrize("settings,chunk", [
+    ({}, 7),  # dict of columns, chunks across windows, the short last batch alone
+    ({"as_matrix": True, "features": NUMERIC}, 1),
+    ({"drop_remainder": True, "shuffle": False}, 1000),  # one chunk is the whole epoch
+    ({"weight": "attempt"}, 5),  # (x, y, w)
+])
+def test_each_pass_is_the_next_epoch_of_the_sequence_batch_for_batch(id_data, client, settings,
+                                                                     chunk):
+    with make(id_data, client, **settings) as ref:
+        want = {e: epoch_batches(ref, e) for e in range(3)}
+    with make(id_data, client, manifest=ref.manifest, **settings) as seq:
+        feed = feed_of(seq, chunk)
+        assert feed.chunk == chunk
+        ds = feed.dataset()
+        assert int(ds.cardinality()) == len(seq)
+        for e in range(3):
+            assert_same_batches(list(ds.as_numpy_iterator()), want[e])
+            stats = seq.last_epoch_stats
+            assert stats["epoch"] == e and stats["batches"] == len(want[e])
+            assert stats["rows"] == sum(len(b[1]) for b in want[e])
+        assert seq.epoch == 3
+
+
+def test_a_pass_cut_short_is_served_again_from_its_start(id_data, client):
+    with make(id_data, client) as ref:
+        want = {e: epoch_batches(ref, e) for e in range(2)}
+    with make(id_data, client, manifest=ref.manifest) as seq:
+        ds = feed_of(seq, 4).dataset()
+        it = ds.as_numpy_iterator()
+        assert_same_batches([next(it) for _ in range(10)], want[0][:10])
+        del it  # thrown away mid-epoch (a read-ahead, or fit stopped)
+        assert seq.epoch == 0
+        assert_same_batches(list(ds.as_numpy_iterator()), want[0])  # every row, once
+        assert_same_batches(list(ds.as_numpy_iterator()), want[1])
+
+
+def test_with_the_callback_a_pass_serves_the_epoch_keras_begins(id_data, client):
+    """A tf.distribute strategy makes Keras read ahead before epoch 0: with the callback, an
+    epoch read wholly ahead is served again, not counted twice; Keras' epochs map onto the
+    sequence's from where it stood."""
+    with make(id_data, client) as ref:
+        want = {e: epoch_batches(ref, e) for e in range(4, 7)}
+    with make(id_data, client, manifest=ref.manifest) as seq:
+        seq.set_epoch(4)
+        feed = feed_of(seq, 1000)  # a chunk holds the whole epoch
+        ds, sync = feed.dataset(), feed.callback()
+        assert_same_batches(list(ds.as_numpy_iterator()), want[4])  # the read-ahead pass
+        assert seq.epoch == 5  # it read everything: the sequence moved on
+        sync.on_epoch_begin(0)  # Keras' first epoch: the sequence's epoch 4, served again
+        assert_same_batches(list(ds.as_numpy_iterator()), want[4])
+        sync.on_test_begin()
+        assert seq.last_epoch_stats["epoch"] == 4 and seq.epoch == 5
+        sync.on_epoch_end(0)  # idempotent
+        assert seq.epoch == 5
+        sync.on_epoch_begin(1)
+        assert_same_batches(list(ds.as_numpy_iterator()), want[5])
+        sync.on_epoch_end(1)
+        sync.on_epoch_begin(2)
+        assert_same_batches(list(ds.as_numpy_iterator()), want[6])
+
+
+def test_a_resumed_epochs_dataset_serves_that_epoch_only(id_data, client):
+    with make(id_data, client) as ref:
+        want = epoch_batches(ref, 1)
+    with make(id_data, client, manifest=ref.manifest) as seq:
+        seq.set_epoch(1, 9)
+        ds = seq.to_tf_dataset()
+        assert int(ds.cardinality()) == len(want) - 9
+        assert_same_batches(list(ds.as_numpy_iterator()), want[9:])
+        with pytest.raises(Exception, match="resumed"):
+            list(ds.as_numpy_iterator())
+        assert isinstance(seq.failure, DaskfeedError)
+        assert "serves epoch 1 from batch 9 (a resumed epoch) only" in str(seq.failure)
+
+
+def test_a_closed_sequence_is_a_clear_error(id_data, client):
+    seq = make(id_data, client)
+    ds = seq.to_tf_dataset()
+    seq.close()
+    with pytest.raises(Exception, match="DaskSequence is closed"):
+        list(ds.as_numpy_iterator())
+    assert isinstance(seq.failure, DaskfeedError)
+
+
+def _model(manifest, weights=None):
+    model = daskfeed.default_model(manifest, hidden=(16,))
+    if weights is not None:
+        model.set_weights(weights)
+    return model
+
+
+def test_fit_from_trains_the_same_batches_whatever_the_feed(id_data, client):
+    """Same batches in the same order, validation included: the same weights and history."""
+    from daskfeed.callbacks import EpochTelemetry, fit_from
+
+    results = {}
+    with make(id_data, client) as train:
+        manifest = train.manifest
+    initial = _model(manifest).get_weights()
+    for feed in ("windows", "batches"):
+        with make(id_data, client, manifest=manifest) as train, \
+                daskfeed.DaskSequence(id_data.validate_glob, label="cleared", client=client,
+                                      batch_size=BATCH, shuffle=False, reference=manifest,
+                                      features=train.features) as val:
+            model = _model(manifest, initial)
+            telemetry = EpochTelemetry(train)
+            fits = fit_from(model, train, epochs=2, feed=feed, validation_data=val, shuffle=False,
+                            verbose=0, callbacks=[telemetry])
+            results[feed] = (model.get_weights(), fits[0].history, telemetry.epochs,
+                             int(model.optimizer.iterations.numpy()), len(train))
+    (w1, h1, t1, it1, n), (w2, h2, t2, it2, _) = results["windows"], results["batches"]
+    assert it1 == it2 == 2 * n
+    for a, b in zip(w1, w2, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert h1.keys() == h2.keys() and "val_loss" in h1
+    for k in h1:
+        assert h1[k] == pytest.approx(h2[k], rel=1e-5), k
+    assert [(r["epoch"], r["rows"], r["batches"]) for r in t1] == \
+        [(r["epoch"], r["rows"], r["batches"]) for r in t2] == \
+        [(e, id_data.train_rows, n) for e in range(2)]
+
+
+def test_the_feed_setting_is_checked(tmp_path):
+    from daskfeed.options import TrainOptions
+    from daskfeed.tf_feed import uses_windows
+
+    assert uses_windows("auto") and uses_windows("windows") and not uses_windows("batches")
+    with pytest.raises(SchemaError, match="Expected feed to be one of auto, windows, batches"):
+        TrainOptions.resolve(feed="tfdata")
+    with pytest.raises(SchemaError, match="Expected feed to be one of"):
+        uses_windows("tfdata")
+
+
+def test_jax_feeds_batches_and_refuses_the_window_feed():
+    code = ("from daskfeed.tf_feed import uses_windows\n"
+            "assert not uses_windows('auto')\n"
+            "uses_windows('windows')\n")
+    env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode != 0
+    assert "SchemaError: Expected the TensorFlow backend with feed='windows'" in proc.stderr, \
+        proc.stderr[-2000:]
