@@ -45,7 +45,8 @@ import report
 from common import DEFAULT_FEATURES, LABEL, code_state, load_numpy, resolve_files, warm_up
 
 ORDER = ("pyarrow_parse", "in_memory_A1", "daskfeed", "in_memory_A2", "pydataset_floor",
-         "tf_data_nocache", "tf_data_cache_disk", "tf_data_cache_ram", "old_recipe", "feed_only")
+         "daskfeed_batches", "tf_data_nocache", "tf_data_cache_disk", "tf_data_cache_ram",
+         "old_recipe", "feed_only")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -138,9 +139,10 @@ def run(data: str | Sequence[str], *, validation: str | Sequence[str] | None = N
                 out[name] = anchors.pyarrow_parse(files, [*features, label])
             elif name.startswith("in_memory"):
                 out[name], stats, xy = anchors.in_memory(files, features, label, batch_size, epochs, val)
-            elif name == "daskfeed":
+            elif name in ("daskfeed", "daskfeed_batches"):
+                feed = "batches" if name == "daskfeed_batches" else "auto"
                 out[name] = ours.daskfeed_fit(data, features, label, batch_size, epochs, memory_limit,
-                                              nworkers, val, workdir)
+                                              nworkers, val, workdir, tag=name, feed=feed)
             elif name == "feed_only":
                 out[name] = ours.feed_only(data, features, label, batch_size, epochs, memory_limit,
                                            nworkers, workdir)

@@ -15,22 +15,23 @@ from typing import Any
 
 from common import epoch_clock, epoch_records, losses, quest_mlp
 
+from daskfeed.callbacks import fit_from
 from daskfeed.cluster import Budget, close_client, start_local_cluster
 from daskfeed.rss import RSSSampler
 from daskfeed.sequence import DaskSequence
 
 
 class TimedSequence(DaskSequence):
-    """A ``DaskSequence`` that adds up the seconds spent inside ``__getitem__``."""
+    """A ``DaskSequence`` that adds up the seconds spent assembling batches, by either feed."""
 
-    getitem_seconds = 0.0
+    assembly_seconds = 0.0
 
-    def __getitem__(self, index: int) -> tuple[Any, ...]:
+    def _rows(self, *args: Any) -> Any:
         t = time.perf_counter()
         try:
-            return super().__getitem__(index)
+            return super()._rows(*args)
         finally:
-            self.getitem_seconds += time.perf_counter() - t
+            self.assembly_seconds += time.perf_counter() - t
 
 
 def _sequence(cls: type[DaskSequence], data: Any, features: Sequence[str], label: str, batch_size: int,
@@ -49,15 +50,15 @@ def _epoch_stats(seq: DaskSequence, epoch: int) -> dict[str, Any]:
 
 def daskfeed_fit(data: Any, features: Sequence[str], label: str, batch_size: int, epochs: int,
                  memory_limit: str | int, nworkers: int | None, val: Any, workdir: str,
-                 tag: str = "fit") -> dict[str, Any]:
-    """Start a cluster in ``memory_limit``, scan, and ``fit(DaskSequence, shuffle=False)``.
+                 tag: str = "fit", feed: str = "auto") -> dict[str, Any]:
+    """Start a cluster in ``memory_limit``, scan, and fit as ``daskfeed train`` does (``fit_from``).
 
     Returns
     -------
     dict
-        Per-epoch records with ``data_wait_fraction`` (seconds ``__getitem__`` blocked on a
-        window not yet arrived, over the epoch), ``getitem_fraction`` (all seconds inside
-        ``__getitem__``: waiting plus batch assembly, over the epoch); the cluster start and
+        Per-epoch records with ``data_wait_fraction`` (seconds the feed blocked on a window
+        not yet arrived, over the epoch), ``assembly_fraction`` (all seconds assembling
+        batches: waiting plus slicing, over the epoch); the cluster start and
         scan seconds; the budget; the peak RSS of the process tree (trainer + workers).
     """
     client = seq = None
@@ -73,18 +74,19 @@ def daskfeed_fit(data: Any, features: Sequence[str], label: str, batch_size: int
             m = seq.manifest
             model = quest_mlp([m.columns[c].mean for c in seq.features],
                               [m.columns[c].var for c in seq.features])
-            seen = {"getitem": 0.0}
+            seen = {"assembly": 0.0}
 
             def on_end(epoch: int) -> dict[str, Any]:
                 st = _epoch_stats(seq, epoch)
-                g = seq.getitem_seconds - seen["getitem"]
-                seen["getitem"] = seq.getitem_seconds
+                g = seq.assembly_seconds - seen["assembly"]
+                seen["assembly"] = seq.assembly_seconds
                 return {"rows_served": st.get("rows"), "wait_seconds": round(st.get("wait_seconds", 0.0), 4),
-                        "getitem_seconds": round(g, 4), "windows_computed": st.get("windows_computed"),
+                        "assembly_seconds": round(g, 4), "windows_computed": st.get("windows_computed"),
                         "rss_bytes": rss.sample()}
 
             clock = epoch_clock(on_end)
-            hist = model.fit(seq, epochs=epochs, shuffle=False, verbose=0, callbacks=[clock])
+            hist = fit_from(model, seq, epochs=epochs, feed=feed, shuffle=False, verbose=0,
+                            callbacks=[clock])[0]
         finally:
             if seq is not None:
                 seq.close()
@@ -94,7 +96,7 @@ def daskfeed_fit(data: Any, features: Sequence[str], label: str, batch_size: int
     eps = epoch_records(clock, rows, t0)
     for e in eps:
         e["data_wait_fraction"] = round(min(1.0, e["wait_seconds"] / e["seconds"]), 4)
-        e["getitem_fraction"] = round(min(1.0, e["getitem_seconds"] / e["seconds"]), 4)
+        e["assembly_fraction"] = round(min(1.0, e["assembly_seconds"] / e["seconds"]), 4)
     return {"rows": rows, "epochs": eps, "expected_steps": math.ceil(rows / batch_size),
             "cluster_start_seconds": round(t_cluster - t0, 4), "scan_seconds": round(t_scan - t_cluster, 4),
             "windows": len(seq.plan.windows), "window_rows": seq.window_rows,
@@ -103,8 +105,10 @@ def daskfeed_fit(data: Any, features: Sequence[str], label: str, batch_size: int
                        "describe": budget.describe(str(memory_limit))},
             "data_bytes": int(seq.source.nbytes) if hasattr(seq.source, "nbytes") else None,
             "peak_rss_bytes": rss.peak, "rss_at_start_bytes": rss.start,
+            "feed": feed,
             "note": "LocalCluster in the budget, DaskSequence(as_matrix=True, fresh cache), "
-                    "fit(shuffle=False); epoch 1 from start = cluster + scan + epoch",
+                    f"fit_from(feed={feed!r}) as daskfeed train fits; epoch 1 from start = "
+                    "cluster + scan + epoch",
             **losses(model, hist, val, batch_size)}
 
 

@@ -22,11 +22,13 @@ TARGETS = (
     ("epoch1_vs_tf_data", "daskfeed epoch 1 from start ≥ 1.3× tf.data's best variant", 1.3, True),
     ("peak_rss_in_budget", "daskfeed peak tree RSS ≤ its memory limit", 1.0, False),
 )
-FITS = ("in_memory_A1", "daskfeed", "in_memory_A2", "pydataset_floor", "tf_data_nocache",
+FITS = ("in_memory_A1", "daskfeed", "in_memory_A2", "pydataset_floor", "daskfeed_batches",
+        "tf_data_nocache",
         "tf_data_cache_disk", "tf_data_cache_ram", "old_recipe")
 LABELS = {
     "in_memory_A1": "in-memory numpy fit (A1, before)",
-    "daskfeed": "daskfeed DaskSequence fit",
+    "daskfeed": "daskfeed fit (window feed, as daskfeed train)",
+    "daskfeed_batches": "daskfeed fit(DaskSequence) (PyDataset)",
     "in_memory_A2": "in-memory numpy fit (A2, after)",
     "pydataset_floor": "PyDataset slicing numpy (adapter floor)",
     "tf_data_nocache": "tf.data TextLine+decode_csv, no cache",
@@ -77,23 +79,23 @@ def summarize(methods: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]
             "steady_epochs": len(m["epochs"]) - 1,
             "epoch1_x_ceiling": round(e1 / ceil["epoch1"], 3) if ceil else None,
             "steady_x_ceiling": round(st / ceil["steady"], 3) if ceil and name != "feed_only" else None,
-            "x_parse": None, "data_wait_fraction": None, "getitem_fraction": None,
+            "x_parse": None, "data_wait_fraction": None, "assembly_fraction": None,
             "peak_rss_bytes": m.get("peak_rss_bytes"),
         }
         if name in ("feed_only",) and parse:
             row["epoch1_x_ceiling"] = None
             row["x_parse"] = {"epoch1": round(e1 / parse["rows_per_s"], 3),
                               "steady": round(st / parse["rows_per_s"], 3)}
-        if name == "daskfeed":
+        if name in ("daskfeed", "daskfeed_batches"):
             row["data_wait_fraction"] = steady(m["epochs"], "data_wait_fraction")
-            row["getitem_fraction"] = steady(m["epochs"], "getitem_fraction")
+            row["assembly_fraction"] = steady(m["epochs"], "assembly_fraction")
         table.append(row)
     if parse:
         table.append({"method": "pyarrow_parse", "label": f"pyarrow parse ({parse['reference']})",
                       "epoch1_rows_per_s": None, "steady_rows_per_s": parse["rows_per_s"],
                       "steady_epochs": len(next(iter(parse["variants"].values()))["passes_rows_per_s"]),
                       "epoch1_x_ceiling": None, "steady_x_ceiling": None, "x_parse": {"steady": 1.0},
-                      "data_wait_fraction": None, "getitem_fraction": None, "peak_rss_bytes": None})
+                      "data_wait_fraction": None, "assembly_fraction": None, "peak_rss_bytes": None})
     return {"config": config, "methods": methods, "ceiling": ceil, "table": table,
             "targets": _targets(methods, ceil), "sanity": _sanity(methods)}
 
@@ -163,17 +165,17 @@ def format_table(result: dict[str, Any]) -> str:
         lines.append(f"ceiling (in-memory, A1+A2): epoch 1 from start {ceil['epoch1']:,.0f} rows/s, "
                      f"steady {ceil['steady']:,.0f} rows/s")
     lines += ["", f"{'method':<42} {'epoch 1':>10} {'×ceil':>6} {'steady':>10} {'×ceil':>6} "
-                  f"{'×parse':>11} {'wait':>6} {'getitem':>7} {'peak GB':>7}",
+                  f"{'×parse':>11} {'wait':>6} {'assembly':>8} {'peak GB':>7}",
               "-" * 114]
     for r in result["table"]:
         xp = r["x_parse"]
         xps = "/".join(_x(xp.get(k)) for k in ("epoch1", "steady") if xp.get(k) is not None) if xp else ""
         e1 = f"{r['epoch1_rows_per_s']:,.0f}" if r["epoch1_rows_per_s"] is not None else ""
         wait = f"{100 * r['data_wait_fraction']:.1f}%" if r["data_wait_fraction"] is not None else ""
-        get = f"{100 * r['getitem_fraction']:.1f}%" if r["getitem_fraction"] is not None else ""
+        get = f"{100 * r['assembly_fraction']:.1f}%" if r["assembly_fraction"] is not None else ""
         lines.append(f"{r['label']:<42} {e1:>10} {_x(r['epoch1_x_ceiling']):>6} "
                      f"{r['steady_rows_per_s']:>10,.0f} {_x(r['steady_x_ceiling']):>6} {xps:>11} "
-                     f"{wait:>6} {get:>7} {_gb(r['peak_rss_bytes']):>7}")
+                     f"{wait:>6} {get:>8} {_gb(r['peak_rss_bytes']):>7}")
     m = result["methods"]
     if "in_memory_A1" in m and "in_memory_A2" in m:
         a1, a2 = (steady(m[k]["epochs"]) for k in ("in_memory_A1", "in_memory_A2"))

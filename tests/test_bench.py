@@ -15,8 +15,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "benchmarks")
 sys.path.insert(0, BENCH)
 
-FITS = ("in_memory_A1", "daskfeed", "in_memory_A2", "pydataset_floor", "tf_data_nocache",
-        "tf_data_cache_disk", "tf_data_cache_ram", "old_recipe")
+FITS = ("in_memory_A1", "daskfeed", "in_memory_A2", "pydataset_floor", "daskfeed_batches",
+        "tf_data_nocache", "tf_data_cache_disk", "tf_data_cache_ram", "old_recipe")
 
 
 def _has_matplotlib() -> bool:
@@ -56,7 +56,8 @@ def test_bench_end_to_end(tmp_path):
         for e in m["epochs"]:
             assert e["rows_per_s"] == pytest.approx(e["rows"] / e["seconds"], rel=0.01), (name, e)
         assert m.get("peak_rss_bytes", 1) > 0, name
-    for name in ("in_memory_A1", "in_memory_A2", "daskfeed", "pydataset_floor", "feed_only"):
+    for name in ("in_memory_A1", "in_memory_A2", "daskfeed", "pydataset_floor", "daskfeed_batches",
+                 "feed_only"):
         assert [e["steps"] for e in methods[name]["epochs"]] == [math.ceil(3000 / 1000)] * 4, name
     # the old recipe: one batch per 1000-row file, as many worker processes as daskfeed's workers
     old = methods["old_recipe"]
@@ -68,8 +69,9 @@ def test_bench_end_to_end(tmp_path):
     dsk = methods["daskfeed"]
     assert dsk["epochs"][0]["seconds_from_start"] >= (dsk["cluster_start_seconds"] + dsk["scan_seconds"]
                                                       + dsk["epochs"][0]["seconds"])
-    for e in dsk["epochs"]:  # the waits are parts of the epoch
-        assert 0 <= e["wait_seconds"] <= e["getitem_seconds"] <= e["seconds"], e
+    assert (dsk["feed"], methods["daskfeed_batches"]["feed"]) == ("auto", "batches")
+    for e in [*dsk["epochs"], *methods["daskfeed_batches"]["epochs"]]:  # waits: parts of the epoch
+        assert 0 <= e["wait_seconds"] <= e["assembly_seconds"] <= e["seconds"], e
         assert e["rows_served"] == 3000
     assert methods["pyarrow_parse"]["columns"] == [*cfg["features"], cfg["label"]]  # feed's columns
 
