@@ -264,8 +264,8 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
         if not any(isinstance(cb, keras.callbacks.ProgbarLogger) for cb in callbacks):
             callbacks.append(_ProgbarTo(epochs))
         try:
-            x, args = fit_inputs(sequence, feed, {**kwargs, "callbacks": callbacks})
-            fits.append(model.fit(x, initial_epoch=epoch, epochs=epoch + 1, **args))
+            with fit_inputs(sequence, feed, {**kwargs, "callbacks": callbacks}) as (x, args):
+                fits.append(model.fit(x, initial_epoch=epoch, epochs=epoch + 1, **args))
         finally:
             for cb in carried:
                 cb.continuing = False
@@ -274,8 +274,8 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
             return fits
     if epoch < epochs:
         sequence.set_epoch(epoch)
-        x, args = fit_inputs(sequence, feed, kwargs)
-        fits.append(model.fit(x, initial_epoch=epoch, epochs=epochs, **args))
+        with fit_inputs(sequence, feed, kwargs) as (x, args):
+            fits.append(model.fit(x, initial_epoch=epoch, epochs=epochs, **args))
     return fits
 
 
@@ -350,7 +350,7 @@ class EpochTelemetry(keras.callbacks.Callback):
         end = time.perf_counter()
         train_end = self._t_train or end
         seconds = max(train_end - self._t0, 1e-9)
-        stats = self.sequence.last_epoch_stats
+        stats = self.sequence.stats_of(epoch) or self.sequence.last_epoch_stats
         rec = {
             "epoch": epoch,
             "rows": stats.get("rows", 0),

@@ -104,6 +104,7 @@ class EpochCursor:
         self._plan: EpochPlan | None = None
         self.prefetcher: Prefetcher | None = None
         self.last_stats: EpochStats | None = None
+        self.ended: dict[int, EpochStats] = {}  # stats of the last epochs that ended, by epoch
         self._warned_random = False
         self._begun = False  # Keras called on_epoch_begin since the last on_epoch_end
         self._ended = False  # the epoch was complete at an on_epoch_end that could be Keras' reset
@@ -196,7 +197,7 @@ class EpochCursor:
             if not (begun or self._ended) and self.plan.num_batches - self.start <= PEEKED:
                 self._ended = True  # maybe Keras' reset after its peek: decided later
                 return False
-            self.last_stats = self.stats()
+            self._record()
         self.set(self.epoch + 1)
         return True
 
@@ -223,26 +224,29 @@ class EpochCursor:
             assert self.prefetcher is not None
             return self.plan, self.prefetcher
 
-    def finish(self, plan: EpochPlan) -> bool:
+    def finish(self, plan: EpochPlan, advance: bool = True) -> bool:
         """End ``plan``'s epoch if it is still current and every batch was served: move to the next.
 
-        For feeds that know when a pass ends (see :mod:`daskfeed.tf_feed`); idempotent.
+        For feeds that know when a pass ends (see :mod:`daskfeed.tf_feed`).
 
         Parameters
         ----------
         plan
             The plan the pass served.
+        advance
+            False: keep the epoch's figures (:attr:`ended`) but stay at it.
 
         Returns
         -------
         bool
-            Whether the next epoch was set.
+            Whether the epoch ended.
         """
         with self.lock:
             if plan is not self._plan or len(self._served) != plan.num_batches - self.start:
                 return False
-            self.last_stats = self.stats()
-            self.set(self.epoch + 1)
+            self._record()
+            if advance:
+                self.set(self.epoch + 1)
             return True
 
     def settle(self) -> None:
@@ -251,7 +255,7 @@ class EpochCursor:
             with self.lock:
                 if not self._ended:
                     return
-                self.last_stats = self.stats()
+                self._record()
             self.set(self.epoch + 1)
 
     def reserve(self, index: int) -> tuple[EpochPlan, Prefetcher, int]:
@@ -303,6 +307,13 @@ class EpochCursor:
                 self._left[s.window] -= 1
                 if self._left[s.window] == 0 and self.prefetcher is not None:
                     self.prefetcher.done_serving(s.window)
+
+    def _record(self) -> None:
+        """The epoch ends: keep its stats (the last eight epochs' by number)."""
+        self.last_stats = self.stats()
+        self.ended[self.epoch] = self.last_stats
+        for old in sorted(self.ended)[:-8]:
+            del self.ended[old]
 
     def stats(self) -> EpochStats:
         """Rows and batches served, seconds waited for data, windows computed this epoch.

@@ -178,6 +178,7 @@ class DaskSequence(keras.utils.PyDataset):
         self._owner = Owner()
         self._finalizer = weakref.finalize(self, self._owner.close)
         self._closed = False
+        self._feeds: weakref.WeakSet[Any] = weakref.WeakSet()  # tf_feed feeds: closed with it
         super().__init__(**kwargs)
         self._settle_settings(label=label, weight=weight, batch_size=batch_size, shuffle=shuffle, seed=seed,
                               drop_remainder=drop_remainder, shard=shard, timeout=timeout,
@@ -351,6 +352,25 @@ class DaskSequence(keras.utils.PyDataset):
         """:meth:`epoch_stats` of the last epoch that ended (empty before the first)."""
         return self._cursor.last_stats or {}
 
+    def stats_of(self, epoch: int) -> EpochStats | dict[str, Any]:
+        """:meth:`epoch_stats` of ``epoch`` once it ended (one of the last eight); else empty.
+
+        A feed that reads ahead (:mod:`daskfeed.tf_feed`) may end an epoch, and begin the next,
+        before Keras has trained its last batches: this is that epoch's record whatever came
+        after it.
+
+        Parameters
+        ----------
+        epoch
+            The epoch.
+
+        Returns
+        -------
+        EpochStats or dict
+            Its figures, or ``{}`` when it has not ended (or ended long ago).
+        """
+        return self._cursor.ended.get(int(epoch), {})
+
     def epoch_stats(self) -> EpochStats:
         """Rows and batches served, seconds waited for data, windows computed this epoch.
 
@@ -516,6 +536,8 @@ class DaskSequence(keras.utils.PyDataset):
         if self._owner.pid != os.getpid():
             return
         self._closed = True
+        for feed in list(self._feeds):
+            feed.close()
         self._cursor.close()
         self._close_client()
 
@@ -539,7 +561,7 @@ class DaskSequence(keras.utils.PyDataset):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for k in ("_owner", "_finalizer", "_closed", "_cursor"):
+        for k in ("_owner", "_finalizer", "_closed", "_cursor", "_feeds"):
             state.pop(k, None)
         state["_resume"] = (self.epoch, self.start)
         return state
@@ -550,6 +572,7 @@ class DaskSequence(keras.utils.PyDataset):
         self._owner = Owner()
         self._finalizer = weakref.finalize(self, self._owner.close)
         self._closed = False
+        self._feeds = weakref.WeakSet()
         self._cursor = self._new_cursor(*self.__dict__.pop("_resume"))
 
     def __repr__(self) -> str:

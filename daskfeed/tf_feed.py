@@ -1,31 +1,39 @@
-"""Hand-off by chunk: a ``tf.data`` pipeline fed many batches per Python call (TensorFlow backend).
+"""Hand-off by chunk: the sequence as a ``tf.data`` pipeline with no Python in it (TensorFlow).
 
 Keras feeds a ``PyDataset`` through ``tf.data.Dataset.from_generator``: one Python call, through
-``py_function``, per batch. That crossing costs the trainer more CPU per batch than anything
-daskfeed does (README, "Where steady epochs stand"). :class:`WindowFeed` crosses once per
-*chunk*: its generator yields up to ``chunk`` equal batches stacked as one array per column, and
-``unbatch`` splits them again inside TensorFlow. The batches, their order and their rows are
-exactly the sequence's ``seq[0] .. seq[len(seq) - 1]``; a short last batch comes on its own.
+``py_function``, per batch. Any ``py_function`` in a pipeline makes each training step dearer
+(about 0.9 ms of trainer CPU per step on the bench's model, even with one call per 300 batches:
+measured with ``from_generator`` yielding chunks, against the same chunks read from a queue). So
+:class:`WindowFeed` runs no Python inside TensorFlow: a producer thread of its own assembles
+*chunks* of up to ``chunk`` equal batches, stacked as one array per column, and puts them in a
+``tf.queue.FIFOQueue`` (two chunks at most); the dataset takes chunk after chunk from the queue
+and ``unbatch`` splits them again. The batches, their order and their rows are exactly the
+sequence's ``seq[0] .. seq[len(seq) - 1]``; a short last batch comes on its own.
 
 Epochs. Keras tells a dataset nothing about epochs; it starts a new iterator each epoch, and
-may start one it throws away. One iterator's reads (a *pass*) serve one epoch from its start:
+may start one it throws away. Each chunk carries its pass, epoch and index; a pass (one
+iterator's reads) takes the chunks ``0 .. n - 1`` of its pass in order and drops any other.
 
-- with :meth:`WindowFeed.callback` in ``fit``'s callbacks (:func:`~daskfeed.callbacks.fit_from`
-  adds it), the epoch Keras begins (``on_epoch_begin``), counted from the sequence's epoch when
-  the dataset was made. The epoch ends, and the sequence moves to the next (its windows
-  computed while Keras validates), when the training part of Keras' epoch is over
-  (``on_test_begin`` or ``on_epoch_end``), or sooner when the pass read past its last batch;
-- without it (``model.fit(seq.to_tf_dataset())``), the sequence's current epoch, or the next one
-  when every batch of the current one was read: each epoch of ``fit`` is the next of the
-  sequence's. (A ``tf.distribute`` strategy makes Keras read the first batch before training;
-  an epoch that fits wholly in that read-ahead then counts once too often: use the callback.)
+- The producer serves the sequence's epochs one after the other from where the sequence stood
+  when the feed was made, reading up to two chunks ahead (into the next epoch, whose windows
+  are then computed while Keras ends the current one). An epoch ends for the sequence when its
+  last chunk is queued (:meth:`~daskfeed.DaskSequence.stats_of` keeps its figures).
+- With :meth:`WindowFeed.callback` in ``fit``'s callbacks (:func:`~daskfeed.callbacks.fit_from`
+  adds it), the epoch Keras begins is served, counted from the sequence's epoch when the feed
+  was made: when what is queued is not its start (a pass cut short, or read ahead and thrown
+  away, as under a ``tf.distribute`` strategy), a new pass serves it again from its start.
+- Without it (``model.fit(seq.to_tf_dataset())``), each pass is the next epoch; after a pass cut
+  short, the next pass drops the rest of that epoch and is the epoch after it.
 
-A pass that starts on an epoch partly read (a pass cut short, or read ahead and thrown away)
-serves it again from its start, so every epoch Keras trains has every row once.
+Either way every epoch Keras trains has every row once. An error of the producer (bad data, a
+lost cluster, a stop request) reaches ``fit`` as a TensorFlow error holding its text, the
+original kept in the sequence's ``failure``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +51,13 @@ if TYPE_CHECKING:
 
 __all__ = ["CHUNK_BYTES", "WindowFeed", "fit_inputs", "uses_windows"]
 
-CHUNK_BYTES = 8 * 2**20  # encoded bytes crossing into TensorFlow per Python call, at most
+CHUNK_BYTES = 8 * 2**20  # encoded bytes per chunk, at most
+QUEUED = 2  # chunks waiting in TensorFlow's queue, at most
+_TAGS = 4  # each queued chunk: pass, epoch, index, error text; then its arrays
+
+
+class _Closed(Exception):
+    """The feed was closed: the producer ends."""
 
 
 def uses_windows(feed: str) -> bool:
@@ -77,13 +91,16 @@ def uses_windows(feed: str) -> bool:
     return feed == "windows" or (feed == "auto" and backend == "tensorflow")
 
 
-def fit_inputs(sequence: DaskSequence, feed: str, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+@contextlib.contextmanager
+def fit_inputs(sequence: DaskSequence, feed: str,
+               kwargs: dict[str, Any]) -> Iterator[tuple[Any, dict[str, Any]]]:
     """What one ``model.fit`` over ``sequence`` is handed: the data and its other arguments.
 
     With the window feed (:func:`uses_windows`): ``sequence`` as a :class:`WindowFeed`'s dataset,
     its callback first in ``callbacks``, a ``DaskSequence`` given as ``validation_data`` as a
     dataset too, and ``shuffle=False`` (daskfeed shuffles; Keras would warn that ``fit`` does not
-    shuffle a dataset). Otherwise the sequence itself and ``kwargs`` as they are.
+    shuffle a dataset); the feeds are closed on leaving. Otherwise the sequence itself and
+    ``kwargs`` as they are.
 
     Parameters
     ----------
@@ -94,53 +111,80 @@ def fit_inputs(sequence: DaskSequence, feed: str, kwargs: dict[str, Any]) -> tup
     kwargs
         ``fit``'s other arguments.
 
-    Returns
-    -------
+    Yields
+    ------
     tuple
         ``(x, kwargs)`` for ``model.fit(x, **kwargs)``.
     """
     if not uses_windows(feed):
-        return sequence, kwargs
+        yield sequence, kwargs
+        return
     from daskfeed.sequence import DaskSequence
 
-    train = WindowFeed(sequence)
+    feeds = [WindowFeed(sequence)]
     out = {**kwargs, "shuffle": False}
-    out["callbacks"] = [train.callback(), *(kwargs.get("callbacks") or ())]
+    out["callbacks"] = [feeds[0].callback(), *(kwargs.get("callbacks") or ())]
     if isinstance(kwargs.get("validation_data"), DaskSequence):
-        out["validation_data"] = WindowFeed(kwargs["validation_data"]).dataset()
-    return train.dataset(), out
+        feeds.append(WindowFeed(kwargs["validation_data"]))
+        out["validation_data"] = feeds[1].dataset()
+    try:
+        yield feeds[0].dataset(), out
+    finally:
+        for f in feeds:
+            f.close()
 
 
 class WindowFeed:
-    """A :class:`~daskfeed.DaskSequence` as a ``tf.data.Dataset`` fed ``chunk`` batches per call.
+    """A :class:`~daskfeed.DaskSequence` as a ``tf.data.Dataset`` fed a chunk of batches at a time.
 
     Parameters
     ----------
     seq
-        The sequence; the dataset serves its epochs from where it stands now (its
-        ``epoch`` and ``start``: a dataset of a resumed epoch serves that epoch only).
+        The sequence; the feed serves its epochs from where it stands now (its ``epoch`` and
+        ``start``: a feed of a resumed epoch serves that epoch only).
     chunk_bytes
-        Encoded bytes per call at most (default: :data:`CHUNK_BYTES`, or a sixteenth of the
+        Encoded bytes per chunk at most (default: :data:`CHUNK_BYTES`, or a sixteenth of the
         sequence's ``prefetch_bytes`` when less); at least one batch.
+
+    Notes
+    -----
+    The feed owns a thread: :meth:`close` it (closing the sequence closes it too).
 
     Examples
     --------
     >>> feed = WindowFeed(seq)  # doctest: +SKIP
     >>> model.fit(feed.dataset(), epochs=3, callbacks=[feed.callback()])  # doctest: +SKIP
+    >>> feed.close()  # doctest: +SKIP
     """
 
     def __init__(self, seq: DaskSequence, *, chunk_bytes: int | None = None) -> None:
+        import tensorflow as tf
+
         self.seq = seq
         self.epoch, self.start = seq.epoch, seq.start  # where the first pass begins
         cap = chunk_bytes or min(CHUNK_BYTES, max(seq.prefetch_bytes // 16, 1))
         self.chunk = max(1, int(cap) // (seq.batch_size * seq.encoding.bytes_per_row))
+        self._arrays = _array_specs(seq)  # (dtype, inner shape) of each array of a chunk
+        self._len = len(seq)  # batches per pass
+        self._chunks = len(self._bounds(seq.plan, self.start))  # per pass
+        self._full = len(self._bounds(seq.plan, 0))  # per whole epoch
+        self._queue = tf.queue.FIFOQueue(
+            QUEUED, [tf.int64, tf.int64, tf.int64, tf.string,
+                     *(tf.as_dtype(d) for d, _ in self._arrays)])
+        self._pass = tf.Variable(0, dtype=tf.int64, trainable=False)  # the pass Keras reads
+        self._taken = tf.Variable([-1, -1], dtype=tf.int64, trainable=False)  # its last chunk
+        self._open = tf.Variable(True, trainable=False)  # False once closed: passes refuse
+        self._lock = threading.Condition()
+        self._request: tuple[int, int, int] | None = None  # a new pass: (pass, epoch, start)
+        self._passes = 0
         self._offset: int | None = None  # sequence epoch - Keras epoch, once Keras began one
-        self._keras_epoch: int | None = None
-        self._plan: EpochPlan | None = None  # the plan of the latest pass
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        seq._feeds.add(self)
 
     # -- what Keras is handed ----------------------------------------------------------
     def dataset(self) -> Any:
-        """The ``tf.data.Dataset`` of ``len(seq)`` batches per epoch (its cardinality).
+        """The ``tf.data.Dataset`` of ``len(seq)`` batches per pass (its cardinality).
 
         Returns
         -------
@@ -149,100 +193,179 @@ class WindowFeed:
         """
         import tensorflow as tf
 
-        ds = tf.data.Dataset.from_generator(self._serve, output_signature=self._signature(tf))
-        ds = ds.unbatch().apply(tf.data.experimental.assert_cardinality(len(self.seq)))
+        self.seq._check_usable()
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._produce, daemon=True,
+                                                name="daskfeed-tf-feed")
+                self._thread.start()
+        ds = tf.data.Dataset.range(self._chunks).map(self._take).unbatch()
+        ds = ds.apply(tf.data.experimental.assert_cardinality(self._len))
         return ds.prefetch(self.chunk)
 
     def callback(self) -> keras.callbacks.Callback:
-        """The callback telling the dataset which epoch Keras trains (see the module docstring).
+        """The callback telling the feed which epoch Keras begins (see the module docstring).
 
         Returns
         -------
         keras.callbacks.Callback
-            To put first in ``fit``'s callbacks (before any reading ``seq.last_epoch_stats``).
+            For ``fit``'s callbacks.
         """
         return _EpochSync(self)
 
-    def _signature(self, tf: Any) -> tuple[Any, ...]:
-        """The generator's element: a chunk, ``(k, rows, ...)`` per array."""
+    def close(self) -> None:
+        """End the producer (a pass still reading gets a closed queue). Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._lock.notify_all()
+        self._open.assign(False)
+        self._queue.close(cancel_pending_enqueues=True)
+
+    # -- the TensorFlow side -----------------------------------------------------------
+    def _take(self, i: Any) -> tuple[Any, ...]:
+        """Chunk ``i`` of the pass Keras reads (traced once by ``tf.data``; no Python runs)."""
+        import tensorflow as tf
+
+        opened = tf.debugging.Assert(self._open, [
+            "daskfeed: this feed is closed (or its DaskSequence). Expected an open one.\nHint: "
+            "make a new dataset of an open DaskSequence (seq.to_tf_dataset())."])
+        with tf.control_dependencies([opened]):
+            p = self._pass.read_value()
+
+        def other(*item: Any) -> Any:  # an earlier pass's chunk, or another index: drop it
+            ok = tf.logical_and(tf.equal(item[0], p), tf.equal(item[2], i))
+            return tf.logical_and(item[0] >= 0, tf.logical_not(ok))
+
+        item = tf.while_loop(other, lambda *_: tuple(self._queue.dequeue()),
+                             tuple(self._queue.dequeue()))
+        failed = tf.debugging.Assert(item[0] >= 0, [item[3]])
+        with tf.control_dependencies([failed, self._taken.assign(tf.stack([item[1], item[2]]))]):
+            arrays = [tf.identity(a) for a in item[_TAGS:]]
+        for a, (_, inner) in zip(arrays, self._arrays, strict=True):
+            a.set_shape((None, None, *inner))
         enc = self.seq.encoding
-
-        def spec(dtype: str, *inner: int) -> Any:
-            return tf.TensorSpec((None, None, *inner), tf.as_dtype(dtype))
-
-        x: Any = (spec(enc.matrix_dtype, len(enc.columns)) if enc.as_matrix
-                  else {c.name: spec(c.dtype) for c in enc.columns})
-        y = spec(enc.label_dtype)
-        return (x, y) if enc.weight is None else (x, y, spec("float32"))
+        n = 1 if enc.as_matrix else len(enc.columns)
+        x = arrays[0] if enc.as_matrix else dict(zip([c.name for c in enc.columns], arrays[:n],
+                                                     strict=True))
+        return (x, *arrays[n:])
 
     # -- epochs ------------------------------------------------------------------------
     def begin(self, keras_epoch: int) -> None:
-        """Keras begins its epoch ``keras_epoch``: the next pass serves the matching one."""
+        """Keras begins its epoch ``keras_epoch``: serve the matching one from its start.
+
+        Raises
+        ------
+        DaskfeedError
+            For another epoch than a resumed epoch's feed serves.
+        """
         if self._offset is None:
             self._offset = self.epoch - int(keras_epoch)
-        self._keras_epoch = int(keras_epoch)
-
-    def end(self) -> None:
-        """The training part of Keras' epoch is over: move on if every batch was read."""
-        if self._plan is not None:
-            self.seq._cursor.finish(self._plan)
-
-    def _target(self) -> tuple[int, int]:
-        """The epoch and first batch the pass now starting serves."""
-        cursor = self.seq._cursor
-        if self._keras_epoch is not None:
-            assert self._offset is not None
-            epoch = self._keras_epoch + self._offset
-        else:
-            with cursor.lock:
-                cursor.finish(cursor.plan)  # read to its end by the last pass: the next epoch
-                epoch = cursor.epoch
+        epoch = int(keras_epoch) + self._offset
         if self.start and epoch != self.epoch:
             raise DaskfeedError(
-                f"This dataset serves epoch {self.epoch} from batch {self.start} (a resumed "
-                f"epoch) only. Received: a pass over epoch {epoch}.\nHint: fit the resumed epoch "
-                "alone, then make a new dataset for the next epochs (daskfeed.callbacks.fit_from "
-                "does both).")
-        return epoch, self.start if epoch == self.epoch else 0
+                f"This feed serves epoch {self.epoch} from batch {self.start} (a resumed epoch) "
+                f"only. Received: Keras began epoch {epoch}.\nHint: fit the resumed epoch alone, "
+                "then make a new feed for the next epochs (daskfeed.callbacks.fit_from does both).")
+        taken = tuple(int(v) for v in self._taken.numpy())
+        if taken == (epoch - 1, self._full - 1) or (taken == (-1, -1) and epoch == self.epoch):
+            return  # what comes next is this epoch's start
+        with self._lock:  # a new pass: Keras drops what was queued before it
+            self._passes += 1
+            self._request = (self._passes, epoch, self.start if epoch == self.epoch else 0)
+            self._pass.assign(self._passes)
+            self._lock.notify_all()
 
-    # -- the generator -----------------------------------------------------------------
-    def _serve(self) -> Iterator[tuple[Any, ...]]:
-        """One pass: the epoch's batches, ``chunk`` at a time; then the epoch ends."""
+    # -- the producer ------------------------------------------------------------------
+    def _produce(self) -> None:
+        """Queue the chunks of epoch after epoch, restarting where :meth:`begin` asks."""
         seq = self.seq
+        tag, epoch, start = 0, self.epoch, self.start
         try:
-            seq._check_usable()
-            plan, pf = seq._cursor.open_pass(*self._target())
-            self._plan = plan
-            i, n = seq._cursor.start, plan.num_batches
-            while i < n:
-                j = self._chunk_end(plan, i)
-                per_batch = [plan.batch(b) for b in range(i, j)]
-                data = seq._rows(plan, pf, _merged(per_batch))
-                for b, slices in zip(range(i, j), per_batch, strict=True):
-                    seq._cursor.served(plan, b, slices)
-                yield _stacked(data, j - i, plan.batch_rows(i))
-                i = j
-            seq._cursor.finish(plan)
-        except WindowCancelled:
-            seq._check_usable()  # closed: say so
-            raise DaskfeedError(
-                "The epoch a tf.data pass was reading changed under it. Expected one pass at a "
-                "time over a DaskSequence.\nHint: do not iterate two datasets of one sequence "
-                "at once, nor call set_epoch while fit reads it.") from None
+            while True:
+                if self._serve(tag, epoch, start):
+                    if self.start:  # a resumed epoch only: refuse any further pass
+                        self._put_error(f"This feed serves epoch {self.epoch} from batch "
+                                        f"{self.start} (a resumed epoch) only.")
+                        self._wait_request()
+                    else:
+                        epoch, start = epoch + 1, 0
+                with self._lock:
+                    if self._request is not None:
+                        (tag, epoch, start), self._request = self._request, None
+        except _Closed:
+            return
+        except WindowCancelled:  # the sequence was closed
+            if not seq.closed:
+                self._fail(DaskfeedError("A window of the epoch being fed was cancelled. Expected "
+                                         "one feed at a time over a DaskSequence.\nHint: close "
+                                         "other feeds, and do not call set_epoch while fit reads."))
         except DaskfeedError as err:
-            seq.failure = err  # train() re-raises it: TF wraps it in an UnknownError
-            raise
+            self._fail(err)
 
-    def _chunk_end(self, plan: EpochPlan, i: int) -> int:
-        """The batch after the chunk starting at ``i``: equal batches only (a short last alone)."""
-        j = min(i + self.chunk, plan.num_batches)
-        if j - i > 1 and plan.batch_rows(j - 1) != plan.batch_rows(i):
-            j -= 1
-        return j
+    def _serve(self, tag: int, epoch: int, start: int) -> bool:
+        """Queue ``epoch``'s chunks from batch ``start``; False if a new pass was asked for first."""
+        cursor = self.seq._cursor
+        plan, pf = cursor.open_pass(epoch, start)
+        for index, (i, j) in enumerate(self._bounds(plan, start)):
+            if self._request is not None:
+                return False
+            per_batch = [plan.batch(b) for b in range(i, j)]
+            data = self.seq._rows(plan, pf, _merged(per_batch))
+            for b, slices in zip(range(i, j), per_batch, strict=True):
+                cursor.served(plan, b, slices)
+            self._put(tag, epoch, index, _stacked(data, j - i, plan.batch_rows(i)))
+        cursor.finish(plan, advance=not self.start)  # a resumed epoch: fit_from moves on
+        return True
+
+    def _bounds(self, plan: EpochPlan, start: int) -> list[tuple[int, int]]:
+        """The chunks from batch ``start``: ``(first, end)`` batches, equal batches each."""
+        out, i = [], start
+        while i < plan.num_batches:
+            j = min(i + self.chunk, plan.num_batches)
+            if j - i > 1 and plan.batch_rows(j - 1) != plan.batch_rows(i):
+                j -= 1  # the short last batch alone
+            out.append((i, j))
+            i = j
+        return out
+
+    def _put(self, tag: int, epoch: int, index: int, arrays: list[np.ndarray],
+             error: str = "") -> None:
+        """Queue one chunk (blocks while two wait); the feed closed: :class:`_Closed`."""
+        import tensorflow as tf
+
+        if self._closed:
+            raise _Closed
+        try:
+            self._queue.enqueue((np.int64(tag), np.int64(epoch), np.int64(index), error.encode(),
+                                 *arrays))
+        except (tf.errors.CancelledError, tf.errors.OutOfRangeError):
+            raise _Closed from None
+
+    def _put_error(self, text: str) -> None:
+        """Queue an error for the next pass: its ``fit`` raises with ``text``."""
+        empty = [np.zeros((0, 0, *inner), dtype) for dtype, inner in self._arrays]
+        self._put(-1, -1, -1, empty, error=f"daskfeed: {text}")
+
+    def _fail(self, err: DaskfeedError) -> None:
+        """Keep ``err`` for ``train`` and hand its text to whatever pass reads next."""
+        self.seq.failure = err
+        try:
+            self._put_error(str(err))
+        except _Closed:
+            pass
+
+    def _wait_request(self) -> None:
+        with self._lock:
+            while self._request is None:
+                if self._closed:
+                    raise _Closed
+                self._lock.wait()
 
 
 class _EpochSync(keras.callbacks.Callback):
-    """Tells a :class:`WindowFeed` when Keras begins an epoch and when its training part ends."""
+    """Tells a :class:`WindowFeed` which epoch Keras begins."""
 
     def __init__(self, feed: WindowFeed) -> None:
         super().__init__()
@@ -260,27 +383,13 @@ class _EpochSync(keras.callbacks.Callback):
         """
         self.feed.begin(epoch)
 
-    def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
-        """Validation begins: the epoch's batches were all trained.
 
-        Parameters
-        ----------
-        logs
-            Keras' logs (may be None).
-        """
-        self.feed.end()
-
-    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        """Keras ends ``epoch``.
-
-        Parameters
-        ----------
-        epoch
-            Keras' epoch (0-based).
-        logs
-            Keras' logs (may be None).
-        """
-        self.feed.end()
+def _array_specs(seq: DaskSequence) -> list[tuple[str, tuple[int, ...]]]:
+    """The arrays of a batch in order (features, label, weight): dtype and shape past the rows."""
+    enc = seq.encoding
+    x = ([(enc.matrix_dtype, (len(enc.columns),))] if enc.as_matrix
+         else [(c.dtype, ()) for c in enc.columns])
+    return [*x, (enc.label_dtype, ()), *([("float32", ())] if enc.weight else [])]
 
 
 def _merged(per_batch: list[list[Slice]]) -> list[Slice]:
@@ -295,12 +404,8 @@ def _merged(per_batch: list[list[Slice]]) -> list[Slice]:
     return out
 
 
-def _stacked(data: WindowData, k: int, rows: int) -> tuple[Any, ...]:
+def _stacked(data: WindowData, k: int, rows: int) -> list[np.ndarray]:
     """``data`` (``k * rows`` rows) as ``k`` batches stacked: each array ``(k, rows, ...)``."""
-
-    def stack(a: np.ndarray) -> np.ndarray:
-        return a.reshape(k, rows, *a.shape[1:])
-
-    x = {n: stack(a) for n, a in data.x.items()} if isinstance(data.x, dict) else stack(data.x)
-    parts = (x, stack(data.y))
-    return parts if data.w is None else (*parts, stack(data.w))
+    xs = list(data.x.values()) if isinstance(data.x, dict) else [data.x]
+    arrays = [*xs, data.y, *([] if data.w is None else [data.w])]
+    return [a.reshape(k, rows, *a.shape[1:]) for a in arrays]
