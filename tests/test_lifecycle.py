@@ -221,16 +221,31 @@ def main():
     import daskfeed
 
     reached = threading.Event()  # the batch before the stuck one was trained
+    asked = []  # the thread asking for the stuck batch
 
     class Marked(daskfeed.DaskSequence):
         def __getitem__(self, i):
             if i == self.block_at:  # asked ahead by tf.data's thread: wait until fit waits
                 reached.wait()
-                main = threading.main_thread().ident
-                while sys._current_frames()[main].f_code.co_name != "quick_execute":
-                    time.sleep(0.01)  # until the main thread is inside TensorFlow's step
-                print("WAITING", time.time(), flush=True)
+                asked.append(threading.get_ident())
             return super().__getitem__(i)
+
+    def in_window_wait(ident):
+        frame = sys._current_frames().get(ident)
+        while frame is not None:
+            if frame.f_code.co_name == "_wait" and frame.f_code.co_filename.endswith("prefetch.py"):
+                return True
+            frame = frame.f_back
+        return False
+
+    def announce():  # WAITING once the stuck batch's wait began and fit waits inside TensorFlow
+        main = threading.main_thread().ident
+        while not (asked and in_window_wait(asked[0])
+                   and sys._current_frames()[main].f_code.co_name == "quick_execute"):
+            time.sleep(0.01)  # polls the two threads' stacks
+        print("WAITING", time.time(), flush=True)
+
+    threading.Thread(target=announce, daemon=True).start()
 
     class Reached(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
