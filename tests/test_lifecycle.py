@@ -281,6 +281,11 @@ if __name__ == "__main__":
 '''
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT as a fresh shell gives it (an ignored one is inherited)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _copy_data(id_data, dest: pathlib.Path) -> str:
     """A private copy of the id_data train files (the SIGINT test breaks one of them)."""
     import shutil
@@ -335,14 +340,20 @@ def test_sigint_while_fit_waits_for_a_batch_exits_within_seconds(id_data, tmp_pa
     script.write_text(SIGINT_SCRIPT, encoding="utf-8")
     err_path = tmp_path / "stderr.txt"
     with open(err_path, "wb") as err:
+        inherited = signal.getsignal(signal.SIGINT)  # what the child would inherit
         proc = subprocess.Popen([sys.executable, str(script), data], stdout=subprocess.PIPE,
-                                stderr=err, env=ENV, cwd=tmp_path, start_new_session=True)
+                                stderr=err, env=ENV, cwd=tmp_path, start_new_session=True,
+                                preexec_fn=_default_sigint)
         try:
             lines = _Lines(proc)
             lines.wait("WAITING", timeout=240)
             t0, sent = time.monotonic(), time.time()
             os.kill(proc.pid, signal.SIGINT)
-            interrupted = float(lines.wait("INTERRUPTED", timeout=60).split()[1]) - sent
+            try:
+                interrupted = float(lines.wait("INTERRUPTED", timeout=60).split()[1]) - sent
+            except AssertionError as err:
+                raise AssertionError(f"{err} (SIGINT in this pytest process: {inherited!r}; "
+                                     f"the child's stderr: {err_path.read_text()[-2000:]})") from None
             rc = proc.wait(timeout=60)
             took = time.monotonic() - t0
         finally:
