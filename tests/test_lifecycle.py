@@ -239,10 +239,13 @@ def main():
         return False
 
     def announce():  # WAITING once the stuck batch's wait began and fit waits inside TensorFlow
-        main = threading.main_thread().ident
+        main, deadline = threading.main_thread().ident, time.monotonic() + 240
         while not (asked and in_window_wait(asked[0])
                    and sys._current_frames()[main].f_code.co_name == "quick_execute"):
-            time.sleep(0.01)  # polls the two threads' stacks
+            if time.monotonic() > deadline:
+                print("NEVER_WAITED", flush=True)  # the test fails on its own deadline
+                return
+            time.sleep(0.01)  # polls the two threads' stacks (a state, not a duration)
         print("WAITING", time.time(), flush=True)
 
     threading.Thread(target=announce, daemon=True).start()
