@@ -73,7 +73,9 @@ class PlanSettings:
                          drop_remainder=self.drop_remainder, shard=self.shard, max_batches=equal)
 
 
-NewPrefetcher = Callable[[EpochPlan, list[int]], Prefetcher]
+# new_prefetcher(plan, order, budget): budget None is the sequence's; an int, room lent to the
+# next epoch (its windows start only within it)
+NewPrefetcher = Callable[[EpochPlan, list[int], int | None], Prefetcher]
 
 
 class EpochCursor:
@@ -84,7 +86,9 @@ class EpochCursor:
     settings
         How plans are made.
     new_prefetcher
-        ``new_prefetcher(plan, order)``: a prefetcher of ``plan``'s windows in ``order``.
+        ``new_prefetcher(plan, order, budget)``: a prefetcher of ``plan``'s windows in
+        ``order``, started; with a ``budget``, one of the next epoch fetching ahead in that
+        room (only windows that fit are started).
     tolerance
         Index jumps up to this many batches are still sequential reads (Keras' threads and
         queue read a little ahead); more than that, three times, warns of random order.
@@ -108,6 +112,8 @@ class EpochCursor:
         self._warned_random = False
         self._begun = False  # Keras called on_epoch_begin since the last on_epoch_end
         self._ended = False  # the epoch was complete at an on_epoch_end that could be Keras' reset
+        self._next: EpochPlan | None = None  # the next epoch's plan, once looked at
+        self._ahead: tuple[EpochPlan, Prefetcher] | None = None  # its windows fetched ahead
 
     @property
     def plan(self) -> EpochPlan:
@@ -142,6 +148,8 @@ class EpochCursor:
                              f"Received: start={start}.")
         with self.lock:
             old, old_pf = self._plan, self.prefetcher
+            if self._ahead is not None and self._ahead[0].epoch == epoch:
+                plan = self._ahead[0]  # the same plan, made already: its windows are kept
             self.epoch, self.start, self._plan = epoch, start, plan
             self._ended = False
             self._served: set[int] = set()
@@ -151,13 +159,25 @@ class EpochCursor:
             self._jumps, self._last_index = 0, -1
             self._t0 = time.perf_counter()
             if old is not None and old_pf is not None and (plan == old or plan.same_batches(old)):
-                self._keep_windows(old_pf)
+                self._keep_windows(old_pf)  # the next epoch's windows fetched ahead stay too
                 return
+            ahead, self._ahead, self._next = self._ahead, None, None
             if old_pf is not None:
                 old_pf.reset()
             self._submitted0, self._wait0 = 0, 0.0
-            self.prefetcher = self._new_prefetcher(plan, [w.index for w in plan.windows
-                                                          if self._left[w.index]])
+            order = [w.index for w in plan.windows if self._left[w.index]]
+            if ahead is not None and ahead[0] is plan:  # its first windows are on their way
+                pf = self.prefetcher = ahead[1]  # (resubmitting their keys would race)
+                pf.budget = old_pf.budget if old_pf is not None else pf.budget
+                for w in plan.windows:
+                    if not self._left[w.index]:  # wholly before ``start``
+                        pf.done_serving(w.index)
+                pf.start(order[0] if order else None)
+            else:
+                if ahead is not None:
+                    ahead[1].reset()
+                self.prefetcher = self._new_prefetcher(plan, order, None)
+            self._look_ahead()
 
     def _keep_windows(self, pf: Prefetcher) -> None:
         """Same windows (this epoch at another start, or unshuffled): keep them held or in flight.
@@ -307,6 +327,30 @@ class EpochCursor:
                 self._left[s.window] -= 1
                 if self._left[s.window] == 0 and self.prefetcher is not None:
                     self.prefetcher.done_serving(s.window)
+            self._look_ahead()
+
+    def _look_ahead(self) -> None:
+        """Once every window of this epoch is in flight, fetch the next epoch's first ones.
+
+        They are computed within the room this epoch's prefetcher does not use (it lends it:
+        together they stay within the budget), so the next epoch's first batches do not wait for
+        a window started only when it begins. Not when the next epoch has the same windows (no
+        shuffle: they are kept), nor for a prefetcher that was never started (an unpickled
+        sequence's), nor when no room is left (tried again at the next batch).
+        """
+        pf = self.prefetcher
+        if self._ahead is not None or pf is None or not pf.started_all:
+            return
+        if self._next is None:
+            self._next = self.settings.plan(self.epoch + 1)
+        nxt = self._next
+        if nxt.num_batches == 0 or nxt.same_batches(self.plan):
+            return
+        room = pf.lend()
+        if room <= 0:
+            return
+        ahead = self._new_prefetcher(nxt, [w.index for w in nxt.windows], room)
+        self._ahead = (nxt, ahead)
 
     def _record(self) -> None:
         """The epoch ends: keep its stats (the last eight epochs' by number)."""
@@ -339,9 +383,9 @@ class EpochCursor:
 
     def close(self) -> None:
         """Stop prefetching for good (not under the lock: closing never waits for a batch)."""
-        pf = self.prefetcher
-        if pf is not None:
-            pf.close()
+        for pf in (self.prefetcher, self._ahead[1] if self._ahead else None):
+            if pf is not None:
+                pf.close()
 
     def _note_access(self, i: int) -> None:
         last, self._last_index = self._last_index, i

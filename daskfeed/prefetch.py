@@ -3,7 +3,10 @@
 :class:`Prefetcher` keeps the windows of one epoch plan: the ones being consumed, and the next
 ones in plan order as ``distributed`` futures, while their (estimated, then actual) bytes fit the
 budget. Windows whose batches have all been served stay until their room is needed, so Keras'
-re-reads (the TF backend peeks at batches 0 and 1) never recompute a window. Waiting is bounded
+re-reads (the TF backend peeks at batches 0 and 1) never recompute a window. Once every window
+of its epoch is in flight, room it does not use can be lent (:meth:`lend`) to the next epoch's
+prefetcher, which starts that epoch's first windows within it (:meth:`start` with
+``within_budget``): the two together never exceed the budget. Waiting is bounded
 by ``timeout``; ``reset`` cancels everything in flight; ``close`` stops for good.
 
 Nothing here can keep a process alive. Finished windows are gathered ahead by a daemon thread
@@ -117,6 +120,8 @@ class Prefetcher:
         self._pid = os.getpid()
         self.submitted = 0
         self.wait_seconds = 0.0
+        self.lent = 0  # bytes of the budget lent to the next epoch's prefetcher (see lend)
+        self._furthest = -1  # the furthest position in the order ever started
         self._process_stop = stop if stop is not None else PROCESS_STOP
         close_at_exit(self)
         Stop.listen()
@@ -138,15 +143,44 @@ class Prefetcher:
             raise entry.error
         return entry.data
 
-    def start(self) -> None:
-        """Put the first windows of the order in flight (call before the first ``get``)."""
+    def start(self, first: int | None = None, within_budget: bool = False) -> None:
+        """Put the first windows of the order in flight (call before the first ``get``).
+
+        Parameters
+        ----------
+        first
+            The window to start from (default: the order's first).
+        within_budget
+            Start the first window too only if it fits the budget (the next epoch's windows,
+            fetched ahead in lent room); by default the first window is always started.
+        """
         if not self._order or self._closed:
             return
         with self._lock:
-            w = self._order[0]
+            w = self._order[0] if first is None else first
             if w not in self._entries:
+                if within_budget and self._used() + int(self._estimate(w)) > self.budget:
+                    return
                 self._start(w)
             self._fill_ahead(w)
+
+    def lend(self) -> int:
+        """Lend the room not used now to another prefetcher, if every window was started.
+
+        From then on this prefetcher counts the lent bytes as used: the windows it holds and
+        the other's stay within one budget. :meth:`reset` ends the loan.
+
+        Returns
+        -------
+        int
+            The bytes lent by this call: 0 while a window of the order was never started.
+        """
+        with self._lock:
+            if self._closed or not self.started_all:
+                return 0
+            room = max(self.budget - self._used(), 0)
+            self.lent += room
+            return room
 
     def done_serving(self, w: int) -> None:
         """Mark window ``w`` fully served: it may be evicted when room is needed."""
@@ -166,6 +200,7 @@ class Prefetcher:
                 entry.future = None
             self._entries.clear()
             self._watching.clear()  # the fetch thread ends
+            self.lent = 0
 
     def close(self) -> None:
         """Stop for good: release every window in flight, drop held ones, end the fetch thread.
@@ -222,6 +257,11 @@ class Prefetcher:
         return self._closed
 
     @property
+    def started_all(self) -> bool:
+        """Whether every window of the order was started (in flight, here, or served)."""
+        return self._furthest >= len(self._order) - 1
+
+    @property
     def held_bytes(self) -> int:
         """Bytes of windows held or (estimated) in flight."""
         with self._lock:
@@ -229,6 +269,7 @@ class Prefetcher:
 
     # -- internals (call with the lock held) ---------------------------------------------
     def _start(self, w: int) -> _Entry:
+        self._furthest = max(self._furthest, self._pos.get(w, -1))
         entry = _Entry(nbytes=int(self._estimate(w)))
         self._make_room(entry.nbytes, keep=w)
         self._entries[w] = entry
@@ -365,7 +406,7 @@ class Prefetcher:
             self._start(nxt)
 
     def _used(self) -> int:
-        return sum(e.nbytes for e in self._entries.values())
+        return self.lent + sum(e.nbytes for e in self._entries.values())
 
     def _evictable(self, need: int) -> bool:
         free = self.budget - self._used()

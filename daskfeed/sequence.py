@@ -399,16 +399,16 @@ class DaskSequence(keras.utils.PyDataset):
     def _submit(self, plan: EpochPlan, w: int) -> Any:
         return self._windows.submit(self._client_or_connect(), plan, w)
 
-    def _new_prefetcher(self, plan: EpochPlan, order: list[int]) -> Prefetcher:
-        """A prefetcher bound to ``plan``, whatever epoch comes next."""
+    def _new_prefetcher(self, plan: EpochPlan, order: list[int], budget: int | None) -> Prefetcher:
+        """A prefetcher bound to ``plan``, whatever epoch comes next (``budget``: room lent to it)."""
         pf = Prefetcher(
             functools.partial(self._submit, plan),
             functools.partial(self._windows.estimate, plan), order,
-            budget=self.prefetch_bytes, timeout=self.timeout,
+            budget=self.prefetch_bytes if budget is None else budget, timeout=self.timeout,
             describe=functools.partial(self._windows.describe, plan), stop=self._stop,
         )
         if self._client is not None:  # unpickled copies start on their first batch
-            pf.start()
+            pf.start(within_budget=budget is not None)
         return pf
 
     def _new_cursor(self, epoch: int, start: int) -> EpochCursor:

@@ -131,3 +131,40 @@ def test_interrupted_wait_does_not_poison_the_window():
     with pytest.raises(KeyboardInterrupt):
         pf.get(0)
     assert pf.get(0)[0] == 0
+
+
+def test_room_is_lent_only_once_every_window_started(client):
+    pf, submitted = make(client, [0, 1, 2], budget=250)
+    pf.start()
+    assert submitted == [0, 1] and not pf.started_all
+    assert pf.lend() == 0  # window 2 still to start: nothing is lent
+    pf.get(0)
+    pf.done_serving(0)  # window 0's room goes to window 2: every window has started
+    assert submitted == [0, 1, 2] and pf.started_all and pf.held_bytes == 200
+    assert pf.lend() == 50  # what the budget holds beyond the windows held
+    assert pf.lend() == 0 and pf.lent == 50  # lent already
+    pf.close()
+
+
+def test_the_next_epoch_starts_within_the_loan_and_both_stay_within_one_budget(client):
+    pf, _ = make(client, [0, 1], budget=450)
+    pf.start()
+    lent = pf.lend()
+    assert lent == 250
+    nxt, taken = make(client, [7, 8, 9], budget=lent)
+    nxt.start(within_budget=True)
+    assert taken == [7, 8]  # 2 × 100 bytes fit the 250 lent, a third does not
+    assert [pf.get(w)[0] for w in (0, 1)] == [0, 1] and [nxt.get(w)[0] for w in (7, 8)] == [7, 8]
+    assert pf.held_bytes + pf.lent <= 450 and nxt.held_bytes <= lent
+    pf.reset()
+    assert pf.lent == 0  # the loan ends with the epoch
+    nxt.close()
+
+
+def test_a_start_within_budget_starts_nothing_that_does_not_fit(client):
+    pf, submitted = make(client, [0, 1], budget=50)  # 100-byte windows
+    pf.start(within_budget=True)
+    assert submitted == []
+    pf.start()  # a plain start always starts the first window
+    assert submitted == [0]
+    pf.close()

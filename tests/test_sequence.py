@@ -285,3 +285,46 @@ def test_fit_on_a_resumed_epoch_with_one_or_two_batches_left(id_data, client, le
         model.fit(seq, epochs=1, shuffle=False, verbose=0)
         assert np.array_equal(np.sort(np.concatenate(seen)), np.sort(expected))
         assert seq.epoch == 1 and seq.start == 0
+
+
+def test_the_next_epochs_windows_are_fetched_ahead_within_the_budget(id_data, client):
+    with make(id_data, client) as ref:
+        want = [epoch_ids(ref)]
+        ref.on_epoch_end()
+        want.append(epoch_ids(ref))
+    with make(id_data, client) as seq:
+        got = [epoch_ids(seq)]
+        cursor = seq._cursor
+        assert cursor._ahead is not None, "epoch 1's windows were not started during epoch 0"
+        plan, ahead = cursor._ahead
+        assert plan.epoch == 1 and ahead.submitted >= 1
+        pf = cursor.prefetcher
+        assert pf.held_bytes + pf.lent <= seq.prefetch_bytes and ahead.held_bytes <= pf.lent
+        seq.on_epoch_end()
+        assert cursor.prefetcher is ahead  # epoch 1 goes on with them
+        got.append(epoch_ids(seq))
+        assert seq.epoch_stats()["windows_computed"] == len(seq.plan.windows)  # none twice
+    for g, w in zip(got, want, strict=True):
+        assert g.keys() == w.keys() and all(np.array_equal(g[i], w[i]) for i in w)
+
+
+def test_a_resumed_start_in_the_epoch_fetched_ahead_gets_its_batches(id_data, client):
+    with make(id_data, client) as ref:
+        ref.set_epoch(1)
+        want = epoch_ids(ref)
+    with make(id_data, client) as seq:
+        epoch_ids(seq)  # epoch 1 is fetched ahead meanwhile
+        seq.set_epoch(1, 9)
+        got = epoch_ids(seq)
+        assert len(got) == len(want) - 9
+        assert all(np.array_equal(got[i], want[i + 9]) for i in got)
+        assert seq.epoch_stats()["windows_computed"] <= len(seq.plan.windows)
+
+
+def test_unshuffled_epochs_keep_their_windows_and_fetch_nothing_ahead(id_data, client):
+    with make(id_data, client, shuffle=False) as seq:
+        epoch_ids(seq)
+        assert seq._cursor._ahead is None
+        seq.on_epoch_end()
+        epoch_ids(seq)
+        assert seq.epoch_stats()["windows_computed"] == 0
