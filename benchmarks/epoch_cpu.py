@@ -139,12 +139,12 @@ def main() -> None:
             model.fit(x, y, batch_size=a.batch_size, epochs=a.epochs, shuffle=False, verbose=0,
                       callbacks=[Clock()])
         elif a.feed == "windows":
-            from daskfeed.tf_feed import WindowFeed
+            from daskfeed.tf_feed import fit_inputs
 
-            assert seq is not None
-            feed = WindowFeed(seq)
-            model.fit(feed.dataset(), epochs=a.epochs, verbose=0,
-                      callbacks=[feed.callback(), Clock()])
+            assert seq is not None  # as daskfeed train hands it to fit (a stream, its callback)
+            with fit_inputs(seq, "windows", {"epochs": a.epochs, "verbose": 0,
+                                             "callbacks": [Clock()]}) as (ds, kwargs):
+                model.fit(ds, **kwargs)
         else:
             model.fit(seq, epochs=a.epochs, shuffle=False, verbose=0, callbacks=[Clock()])
     finally:

@@ -254,6 +254,7 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
         The ``History`` of each ``fit``.
     """
     fits = []
+    group = int(getattr(model, "steps_per_execution", 1) or 1)
     if batch and epoch < epochs:
         sequence.set_epoch(epoch, batch)
         carried = [cb for cb in kwargs.get("callbacks") or () if isinstance(cb, EarlyStopping)]
@@ -264,7 +265,7 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
         if not any(isinstance(cb, keras.callbacks.ProgbarLogger) for cb in callbacks):
             callbacks.append(_ProgbarTo(epochs))
         try:
-            with fit_inputs(sequence, feed, {**kwargs, "callbacks": callbacks}) as (x, args):
+            with fit_inputs(sequence, feed, {**kwargs, "callbacks": callbacks}, group) as (x, args):
                 fits.append(model.fit(x, initial_epoch=epoch, epochs=epoch + 1, **args))
         finally:
             for cb in carried:
@@ -274,7 +275,7 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
             return fits
     if epoch < epochs:
         sequence.set_epoch(epoch)
-        with fit_inputs(sequence, feed, kwargs) as (x, args):
+        with fit_inputs(sequence, feed, kwargs, group) as (x, args):
             fits.append(model.fit(x, initial_epoch=epoch, epochs=epochs, **args))
     return fits
 

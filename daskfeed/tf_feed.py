@@ -24,6 +24,14 @@ iterator's reads) takes the chunks ``0 .. n - 1`` of its pass in order and drops
   away, as under a ``tf.distribute`` strategy), a new pass serves it again from its start.
 - Without it (``model.fit(seq.to_tf_dataset())``), each pass is the next epoch; after a pass cut
   short, the next pass drops the rest of that epoch and is the epoch after it.
+- A *stream* (``dataset(stream=True)``, what :func:`fit_inputs` hands ``fit`` with
+  ``steps_per_epoch=len(seq)``) is one pass over epoch after epoch, endless: Keras then keeps one
+  iterator for the whole ``fit``. A new iterator each epoch (what Keras makes of a dataset of
+  known length) stalled the first batch of about one epoch in three by 0.3 to 1.7 s on a
+  blocking dequeue (also with a bare queue, no daskfeed: ``benchmarks/feed_pipelines.py``).
+  Keras reads exactly ``len(seq)`` batches an epoch, so epochs and chunks stay aligned; the
+  callback starts a new pass only at the first epoch of a ``fit`` when what is queued is not
+  its start.
 
 Either way every epoch Keras trains has every row once. An error of the producer (bad data, a
 lost cluster, a stop request) reaches ``fit`` as a TensorFlow error holding its text, the
@@ -92,15 +100,16 @@ def uses_windows(feed: str) -> bool:
 
 
 @contextlib.contextmanager
-def fit_inputs(sequence: DaskSequence, feed: str,
-               kwargs: dict[str, Any]) -> Iterator[tuple[Any, dict[str, Any]]]:
+def fit_inputs(sequence: DaskSequence, feed: str, kwargs: dict[str, Any],
+               steps_per_execution: int = 1) -> Iterator[tuple[Any, dict[str, Any]]]:
     """What one ``model.fit`` over ``sequence`` is handed: the data and its other arguments.
 
-    With the window feed (:func:`uses_windows`): ``sequence`` as a :class:`WindowFeed`'s dataset,
-    its callback first in ``callbacks``, a ``DaskSequence`` given as ``validation_data`` as a
-    dataset too, and ``shuffle=False`` (daskfeed shuffles; Keras would warn that ``fit`` does not
-    shuffle a dataset); the feeds are closed on leaving. Otherwise the sequence itself and
-    ``kwargs`` as they are.
+    With the window feed (:func:`uses_windows`): ``sequence`` as a :class:`WindowFeed`'s dataset
+    (a stream with ``steps_per_epoch=len(sequence)`` where it can be), its callback first in
+    ``callbacks``, a ``DaskSequence`` given as ``validation_data`` as a dataset too, and
+    ``shuffle=False`` (daskfeed shuffles; Keras would warn that ``fit`` does not shuffle a
+    dataset); the feeds are closed on leaving. Otherwise the sequence itself and ``kwargs`` as
+    they are.
 
     Parameters
     ----------
@@ -110,6 +119,8 @@ def fit_inputs(sequence: DaskSequence, feed: str,
         ``auto``, ``windows`` or ``batches``.
     kwargs
         ``fit``'s other arguments.
+    steps_per_execution
+        The model's: a stream needs it to divide the epoch's batches.
 
     Yields
     ------
@@ -124,11 +135,17 @@ def fit_inputs(sequence: DaskSequence, feed: str,
     feeds = [WindowFeed(sequence)]
     out = {**kwargs, "shuffle": False}
     out["callbacks"] = [feeds[0].callback(), *(kwargs.get("callbacks") or ())]
+    # one iterator for the whole fit: a stream, unless the epoch is a resumed one (fitted alone),
+    # steps are the caller's, or a group of steps would cross an epoch's end
+    stream = (not sequence.start and "steps_per_epoch" not in kwargs
+              and len(sequence) % max(int(steps_per_execution), 1) == 0)
+    if stream:
+        out["steps_per_epoch"] = len(sequence)
     if isinstance(kwargs.get("validation_data"), DaskSequence):
         feeds.append(WindowFeed(kwargs["validation_data"]))
         out["validation_data"] = feeds[1].dataset()
     try:
-        yield feeds[0].dataset(), out
+        yield feeds[0].dataset(stream=stream), out
     finally:
         for f in feeds:
             f.close()
@@ -178,29 +195,52 @@ class WindowFeed:
         self._request: tuple[int, int, int] | None = None  # a new pass: (pass, epoch, start)
         self._passes = 0
         self._offset: int | None = None  # sequence epoch - Keras epoch, once Keras began one
+        self._stream = False  # the dataset is a stream (see dataset)
+        self._began = False  # begin() was called (a stream checks only the first epoch)
         self._closed = False
         self._thread: threading.Thread | None = None
         seq._feeds.add(self)
 
     # -- what Keras is handed ----------------------------------------------------------
-    def dataset(self) -> Any:
+    def dataset(self, stream: bool = False) -> Any:
         """The ``tf.data.Dataset`` of ``len(seq)`` batches per pass (its cardinality).
+
+        Parameters
+        ----------
+        stream
+            One endless pass over epoch after epoch instead, for ``fit`` with
+            ``steps_per_epoch=len(seq)`` (see the module docstring); not for a resumed epoch's
+            feed.
 
         Returns
         -------
         tf.data.Dataset
             Elements ``(x, y)``, or ``(x, y, w)`` with a weight column, as ``seq[i]``.
+
+        Raises
+        ------
+        ValueError
+            ``stream`` for a resumed epoch's feed.
         """
         import tensorflow as tf
 
+        if stream and self.start:
+            raise ValueError(f"Expected a feed from an epoch's start for a stream. Received: "
+                             f"epoch {self.epoch} from batch {self.start}.\nHint: fit a resumed "
+                             "epoch alone, with dataset() (fit_from does).")
         self.seq._check_usable()
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._produce, daemon=True,
                                                 name="daskfeed-tf-feed")
                 self._thread.start()
-        ds = tf.data.Dataset.range(self._chunks).map(self._take).unbatch()
-        ds = ds.apply(tf.data.experimental.assert_cardinality(self._len))
+        if stream:
+            self._stream = True
+            ds = tf.data.Dataset.range(2**62).map(self._take).unbatch()
+            ds = ds.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
+        else:
+            ds = tf.data.Dataset.range(self._chunks).map(self._take).unbatch()
+            ds = ds.apply(tf.data.experimental.assert_cardinality(self._len))
         return ds.prefetch(self.chunk)
 
     def callback(self) -> keras.callbacks.Callback:
@@ -224,22 +264,26 @@ class WindowFeed:
         self._queue.close(cancel_pending_enqueues=True)
 
     # -- the TensorFlow side -----------------------------------------------------------
-    def _take(self, i: Any) -> tuple[Any, ...]:
-        """Chunk ``i`` of the pass Keras reads (traced once by ``tf.data``; no Python runs)."""
+    def _take(self, k: Any) -> tuple[Any, ...]:
+        """Chunk ``k`` of the pass Keras reads (traced once by ``tf.data``; no Python runs).
+
+        Of a stream, chunk ``k % n`` of its ``k // n``-th epoch (``n`` chunks an epoch).
+        """
         import tensorflow as tf
 
+        i = k % self._full if self._stream else k
         opened = tf.debugging.Assert(self._open, [
             "daskfeed: this feed is closed (or its DaskSequence). Expected an open one.\nHint: "
             "make a new dataset of an open DaskSequence (seq.to_tf_dataset())."])
-        with tf.control_dependencies([opened]):
+        with tf.control_dependencies([opened]):  # checked before any dequeue
             p = self._pass.read_value()
 
-        def other(*item: Any) -> Any:  # an earlier pass's chunk, or another index: drop it
-            ok = tf.logical_and(tf.equal(item[0], p), tf.equal(item[2], i))
-            return tf.logical_and(item[0] >= 0, tf.logical_not(ok))
+            def other(*item: Any) -> Any:  # an earlier pass's chunk, or another index: drop it
+                ok = tf.logical_and(tf.equal(item[0], p), tf.equal(item[2], i))
+                return tf.logical_and(item[0] >= 0, tf.logical_not(ok))
 
-        item = tf.while_loop(other, lambda *_: tuple(self._queue.dequeue()),
-                             tuple(self._queue.dequeue()))
+            item = tf.while_loop(other, lambda *_: tuple(self._queue.dequeue()),
+                                 tuple(self._queue.dequeue()))
         failed = tf.debugging.Assert(item[0] >= 0, [item[3]])
         with tf.control_dependencies([failed, self._taken.assign(tf.stack([item[1], item[2]]))]):
             arrays = [tf.identity(a) for a in item[_TAGS:]]
@@ -268,6 +312,9 @@ class WindowFeed:
                 f"This feed serves epoch {self.epoch} from batch {self.start} (a resumed epoch) "
                 f"only. Received: Keras began epoch {epoch}.\nHint: fit the resumed epoch alone, "
                 "then make a new feed for the next epochs (daskfeed.callbacks.fit_from does both).")
+        first, self._began = not self._began, True
+        if self._stream and not first:
+            return  # the same iterator reads on: the stream is at this epoch's start
         taken = tuple(int(v) for v in self._taken.numpy())
         if taken == (epoch - 1, self._full - 1) or (taken == (-1, -1) and epoch == self.epoch):
             return  # what comes next is this epoch's start

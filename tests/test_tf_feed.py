@@ -111,6 +111,32 @@ def test_with_the_callback_a_pass_serves_the_epoch_keras_begins(id_data, client)
             resumed.callback().on_epoch_begin(3)
 
 
+def test_a_stream_serves_epoch_after_epoch_through_one_iterator(id_data, client):
+    """What fit_inputs hands fit (with steps_per_epoch=len(seq)): one iterator for every epoch."""
+    import tensorflow as tf
+
+    with make(id_data, client) as ref:
+        want = {e: epoch_batches(ref, e) for e in range(6)}
+    with make(id_data, client, manifest=ref.manifest) as seq:
+        feed = feed_of(seq, 4)  # an epoch's batches are not a multiple of the chunk
+        ds, sync = feed.dataset(stream=True), feed.callback()
+        assert int(ds.cardinality()) == int(tf.data.INFINITE_CARDINALITY)
+        it = ds.as_numpy_iterator()
+        for e in range(3):
+            sync.on_epoch_begin(e)  # after the first epoch: no new pass, the iterator reads on
+            assert_same_batches([next(it) for _ in range(len(seq))], want[e])
+            assert seq.stats_of(e)["rows"] == id_data.train_rows
+        assert feed._passes == 0
+        feed.close()  # fit ended, having read ahead into epoch 3
+        again = feed_of(seq, 4)  # the next fit's stream: from where the sequence stands
+        it = again.dataset(stream=True).as_numpy_iterator()
+        again.callback().on_epoch_begin(0)
+        assert_same_batches([next(it) for _ in range(len(seq))], want[again.epoch])
+        with pytest.raises(ValueError, match="from an epoch's start"):
+            seq.set_epoch(again.epoch + 1, 2)
+            feed_of(seq, 4).dataset(stream=True)
+
+
 def test_a_resumed_epochs_dataset_serves_that_epoch_only(id_data, client):
     with make(id_data, client) as ref:
         want = epoch_batches(ref, 1)
