@@ -1,6 +1,7 @@
 """What a ``tf.data`` pipeline with Python in it costs each training step, on synthetic data.
 
-    .venv/bin/python benchmarks/feed_pipelines.py [--rows 2000000] [--rounds 2]
+    .venv/bin/python benchmarks/feed_pipelines.py [--rows 2000000] [--rounds 2] [--epochs 8]
+        [--ways "fit(x, y)" queue stream]
 
 The bench's model (``common.quest_mlp``) fits the same 2M in-memory rows (six float32 columns,
 batch 1000) four ways, in turn, each round:
@@ -10,10 +11,14 @@ batch 1000) four ways, in turn, each round:
   ``py_function`` call per 280 batches (what ``daskfeed.tf_feed`` did first);
 - ``queue``: a Python thread puts the same chunks in a ``tf.queue.FIFOQueue`` that the dataset
   takes from, then ``unbatch``: no Python inside TensorFlow (what ``daskfeed.tf_feed`` does);
-- ``tensors``: the chunks as constant tensors, ``unbatch`` (no Python at all).
+- ``tensors``: the chunks as constant tensors, ``unbatch`` (no Python at all);
+- ``stream``: the ``queue`` pipeline made endless, fit with ``steps_per_epoch``: Keras keeps one
+  iterator for the whole fit instead of making one per epoch (what ``daskfeed.tf_feed`` hands
+  ``fit``).
 
-Prints the median steady rows/s (epochs 2..4) and the process CPU seconds per steady epoch of
-each, and their ratios to ``fit(x, y)``.
+Prints the median steady rows/s (epochs 2..N) and the process CPU seconds per steady epoch of
+each, their ratios to ``fit(x, y)``, and how many steady epochs waited over 100 ms for their
+first batch (a new iterator of the ``queue`` pipeline sometimes starts that late).
 """
 
 from __future__ import annotations
@@ -30,11 +35,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-BATCH, CHUNK, EPOCHS = 1000, 280, 4
-WAYS = ("fit(x, y)", "generator", "queue", "tensors")
+BATCH, CHUNK = 1000, 280
+WAYS = ("fit(x, y)", "generator", "queue", "tensors", "stream")
+LATE = 0.1  # seconds: a first batch later than this is counted
 
 
-def pipeline(way: str, x: Any, y: Any) -> Any:
+def pipeline(way: str, x: Any, y: Any, epochs: int) -> Any:
     """The dataset of ``way`` over ``x``, ``y`` (None: ``fit(x, y)``)."""
     import tensorflow as tf
 
@@ -51,11 +57,11 @@ def pipeline(way: str, x: Any, y: Any) -> Any:
         return None
     if way == "generator":
         ds = tf.data.Dataset.from_generator(chunks, output_signature=spec)
-    elif way == "queue":
+    elif way in ("queue", "stream"):
         queue = tf.queue.FIFOQueue(2, [tf.float32, tf.float32])
 
         def produce() -> None:
-            for _ in range(EPOCHS):
+            for _ in range(epochs + 1):
                 for c in chunks():
                     queue.enqueue(c)
 
@@ -67,7 +73,11 @@ def pipeline(way: str, x: Any, y: Any) -> Any:
             b.set_shape(spec[1].shape)
             return a, b
 
-        ds = tf.data.Dataset.range(count).map(take)
+        ds = tf.data.Dataset.range(2**62 if way == "stream" else count).map(take)
+        if way == "stream":
+            ds = ds.unbatch().apply(tf.data.experimental.assert_cardinality(
+                tf.data.INFINITE_CARDINALITY))
+            return ds.prefetch(CHUNK)
     else:
         parts = list(chunks())
         ds = tf.data.Dataset.from_tensors(parts[0])
@@ -77,8 +87,8 @@ def pipeline(way: str, x: Any, y: Any) -> Any:
     return ds.prefetch(CHUNK)
 
 
-def run(way: str, rows: int) -> tuple[float, float]:
-    """Steady rows/s and CPU seconds per steady epoch of one fit of ``way``."""
+def run(way: str, rows: int, epochs: int) -> tuple[float, float, int, float]:
+    """Steady rows/s, CPU s per steady epoch, steady epochs whose first batch came late, the latest."""
     import keras
     import numpy as np
     from common import quest_mlp
@@ -86,23 +96,30 @@ def run(way: str, rows: int) -> tuple[float, float]:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(rows, 6)).astype(np.float32)
     y = (rng.random(rows) > 0.5).astype(np.float32)
-    times: list[tuple[float, float]] = []
+    times: list[tuple[float, float, float]] = []  # wall, CPU, first batch's wait
 
     class Clock(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch: int, logs: object = None) -> None:
-            self.t, self.c = time.perf_counter(), time.process_time()
+            self.t, self.c, self.first = time.perf_counter(), time.process_time(), 0.0
+
+        def on_train_batch_end(self, batch: int, logs: object = None) -> None:
+            if not self.first:
+                self.first = time.perf_counter() - self.t
 
         def on_epoch_end(self, epoch: int, logs: object = None) -> None:
-            times.append((time.perf_counter() - self.t, time.process_time() - self.c))
+            times.append((time.perf_counter() - self.t, time.process_time() - self.c, self.first))
 
     model = quest_mlp([0.0] * 6, [1.0] * 6)
-    ds = pipeline(way, x, y)
+    ds = pipeline(way, x, y, epochs)
     if ds is None:
-        model.fit(x, y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0, callbacks=[Clock()])
+        model.fit(x, y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0, callbacks=[Clock()])
     else:
-        model.fit(ds, epochs=EPOCHS, verbose=0, callbacks=[Clock()])
+        steps = {"steps_per_epoch": len(y) // BATCH} if way == "stream" else {}
+        model.fit(ds, epochs=epochs, verbose=0, callbacks=[Clock()], **steps)
     steady = times[1:]
-    return rows / statistics.median(t for t, _ in steady), statistics.median(c for _, c in steady)
+    late = [f for _, _, f in steady if f > LATE]
+    return (rows / statistics.median(t for t, _, _ in steady),
+            statistics.median(c for _, c, _ in steady), len(late), max(late, default=0.0))
 
 
 def main() -> None:
@@ -112,25 +129,33 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rows", type=int, default=2_000_000)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=8)
+    p.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS))
     p.add_argument("--way", choices=WAYS, help=argparse.SUPPRESS)  # one fit, in this process
     a = p.parse_args()
     if a.way:
-        rate, cpu = run(a.way, a.rows - a.rows % BATCH)
-        print(f"{rate} {cpu}")
+        print(*run(a.way, a.rows - a.rows % BATCH, a.epochs))
         return
-    got: dict[str, list[tuple[float, float]]] = {w: [] for w in WAYS}
+    ways = [w for w in WAYS if w in a.ways]
+    got: dict[str, list[tuple[float, float, int, float]]] = {w: [] for w in ways}
     for r in range(a.rounds):
-        for way in WAYS:
-            out = subprocess.run([sys.executable, __file__, "--rows", str(a.rows), "--way", way],
-                                 capture_output=True, text=True, check=True)
-            rate, cpu = map(float, out.stdout.split()[-2:])
-            got[way].append((rate, cpu))
-            print(f"round {r + 1} {way:<10} {rate:>10,.0f} rows/s  CPU {cpu:.2f} s/epoch", flush=True)
-    base = statistics.median(v for v, _ in got["fit(x, y)"])
-    for way in WAYS:
-        rate = statistics.median(v for v, _ in got[way])
-        cpu = statistics.median(c for _, c in got[way])
-        print(f"{way:<10} median {rate:>10,.0f} rows/s ({rate / base:.2f}x fit(x, y)), CPU {cpu:.2f} s/epoch")
+        for way in ways:
+            out = subprocess.run([sys.executable, __file__, "--rows", str(a.rows), "--epochs",
+                                  str(a.epochs), "--way", way], capture_output=True, text=True,
+                                 check=True)
+            rate, cpu, late, latest = out.stdout.split()[-4:]
+            got[way].append((float(rate), float(cpu), int(late), float(latest)))
+            print(f"round {r + 1} {way:<10} {float(rate):>10,.0f} rows/s  CPU {float(cpu):.2f} "
+                  f"s/epoch  first batch > {LATE:g} s: {late} of {a.epochs - 1} (latest "
+                  f"{float(latest):.2f} s)", flush=True)
+    base = statistics.median(v[0] for v in got[ways[0]])
+    for way in ways:
+        rate = statistics.median(v[0] for v in got[way])
+        cpu = statistics.median(v[1] for v in got[way])
+        late = sum(v[2] for v in got[way])
+        print(f"{way:<10} median {rate:>10,.0f} rows/s ({rate / base:.2f}x {ways[0]}), CPU "
+              f"{cpu:.2f} s/epoch, first batch late in {late} of {a.rounds * (a.epochs - 1)} "
+              "steady epochs")
 
 
 if __name__ == "__main__":

@@ -27,8 +27,9 @@ iterator's reads) takes the chunks ``0 .. n - 1`` of its pass in order and drops
 - A *stream* (``dataset(stream=True)``, what :func:`fit_inputs` hands ``fit`` with
   ``steps_per_epoch=len(seq)``) is one pass over epoch after epoch, endless: Keras then keeps one
   iterator for the whole ``fit``. A new iterator each epoch (what Keras makes of a dataset of
-  known length) stalled the first batch of about one epoch in three by 0.3 to 1.7 s on a
-  blocking dequeue (also with a bare queue, no daskfeed: ``benchmarks/feed_pipelines.py``).
+  known length) made the first batch of about one steady epoch in five wait 0.3 to 1.9 s, for
+  ``fit(x, y)`` from numpy too (``benchmarks/feed_pipelines.py``: 7 of 42 epochs with a bare
+  queue, 4 of 21 for ``fit(x, y)``, 0 of 42 for the stream).
   Keras reads exactly ``len(seq)`` batches an epoch, so epochs and chunks stay aligned; the
   callback starts a new pass only at the first epoch of a ``fit`` when what is queued is not
   its start.
