@@ -143,11 +143,11 @@ def main() -> None:
             out = subprocess.run([sys.executable, __file__, "--rows", str(a.rows), "--epochs",
                                   str(a.epochs), "--way", way], capture_output=True, text=True,
                                  check=True)
-            rate, cpu, late, latest = out.stdout.split()[-4:]
-            got[way].append((float(rate), float(cpu), int(late), float(latest)))
-            print(f"round {r + 1} {way:<10} {float(rate):>10,.0f} rows/s  CPU {float(cpu):.2f} "
-                  f"s/epoch  first batch > {LATE:g} s: {late} of {a.epochs - 1} (latest "
-                  f"{float(latest):.2f} s)", flush=True)
+            f = out.stdout.split()[-4:]
+            got[way].append((float(f[0]), float(f[1]), int(f[2]), float(f[3])))
+            print(f"round {r + 1} {way:<10} {float(f[0]):>10,.0f} rows/s  CPU {float(f[1]):.2f} "
+                  f"s/epoch  first batch > {LATE:g} s: {f[2]} of {a.epochs - 1} (latest "
+                  f"{float(f[3]):.2f} s)", flush=True)
     base = statistics.median(v[0] for v in got[ways[0]])
     for way in ways:
         rate = statistics.median(v[0] for v in got[way])
