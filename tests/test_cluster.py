@@ -100,3 +100,41 @@ def test_a_result_behind_workers_paused_for_good_is_a_budget_error_not_a_hang():
         text = str(err.value)
         assert "Expected the workers to run the sum" in text
         assert "paused for 1s" in text and "(0.93 GiB)" in text and "--memory-limit" in text
+
+
+def _thread_nice() -> tuple[int, int]:
+    """(this thread's nice, the worker process's main thread's) — run as a task on a worker."""
+    import os
+
+    return os.getpriority(os.PRIO_PROCESS, 0), os.getpriority(os.PRIO_PROCESS, os.getpid())
+
+
+def test_the_local_workers_run_below_the_trainer_every_thread():
+    import os
+
+    import dask.config
+
+    from daskfeed.cluster import Budget, close_client, start_local_cluster
+
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    for nice in (10, 0):
+        with dask.config.set({"daskfeed.worker-nice": nice}):  # what the workers are started with
+            client = start_local_cluster(Budget.split("3GB", nworkers=1), dashboard_address="")
+        try:
+            task_thread, main_thread = client.submit(_thread_nice, pure=False).result()
+            assert task_thread == main_thread == min(mine + nice, 19), (nice, mine, task_thread,
+                                                                       main_thread)
+        finally:
+            close_client(client)
+
+
+def test_a_bad_worker_nice_is_refused_before_any_worker_starts():
+    import dask.config
+    import pytest
+
+    from daskfeed.cluster import Budget, start_local_cluster
+
+    for bad in ("high", -1, 25, 2.5):
+        with dask.config.set({"daskfeed.worker-nice": bad}), \
+                pytest.raises(ValueError, match=r"whole number from 0 to 19[\s\S]*Received"):
+            start_local_cluster(Budget.split("3GB", nworkers=1), dashboard_address="")
