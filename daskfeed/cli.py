@@ -127,6 +127,7 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
         previous = signal.signal(signal.SIGTERM, _on_sigterm) if main else None
         unwatch = _watch_signals(stop) if main else None
         undo_warnings = _warnings_as_lines()
+        sigint = None  # SIGINT's handler while the stop message is printed (then restored)
         try:
             return fn(*args, **kwargs)
         except BaseException as err:
@@ -136,7 +137,7 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
                     raise click.ClickException(str(err)) from err
                 raise
             if main:  # a second Ctrl-C while we print must not spew a traceback
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                sigint = signal.signal(signal.SIGINT, signal.SIG_IGN)
             recorded = not isinstance(err, KeyboardInterrupt) or isinstance(err, Aborted)
             term = isinstance(err, Terminated) or (recorded and stop.signum == signal.SIGTERM)
             click.echo(f"daskfeed: stopped by {'SIGTERM' if term else 'Ctrl-C (SIGINT)'}; "
@@ -148,6 +149,8 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
                 unwatch()
             if main and previous is not None:
                 signal.signal(signal.SIGTERM, previous)
+            if sigint is not None:  # the command run in-process (a notebook, a test): Ctrl-C
+                signal.signal(signal.SIGINT, sigint)  # works again once it returns
 
     return wrapper
 

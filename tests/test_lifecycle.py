@@ -584,3 +584,24 @@ def test_close_is_idempotent_and_tells_a_waiting_caller(client):
         pf.get(1)
     _until(lambda: not any(k in client.futures for k in keys), 10, "its futures to be released")
     assert pf.held_bytes == 0
+
+
+def test_a_command_stopped_in_process_gives_ctrl_c_back(monkeypatch, tmp_path):
+    """A command run in this process (a notebook, ``standalone_mode=False``) that Ctrl-C stops
+    exits 130 with its one line, and SIGINT's handler is what it was before, not ignored (it is
+    ignored only while the line is printed)."""
+    from click.testing import CliRunner
+
+    from daskfeed import cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # what Python's SIGINT handler raises where Ctrl-C lands
+
+    monkeypatch.setattr(cli, "_start_cluster", interrupted)
+    (tmp_path / "a.csv").write_text("x,cleared\n1,0\n", encoding="utf-8")
+    before = signal.getsignal(signal.SIGINT)
+    result = CliRunner().invoke(cli.cli, ["scan", str(tmp_path / "a.csv"), "--label", "cleared"])
+    assert result.exit_code == 130, result.output
+    assert "stopped by Ctrl-C (SIGINT)" in result.output
+    assert signal.getsignal(signal.SIGINT) is before
+    assert before is not signal.SIG_IGN
