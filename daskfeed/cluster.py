@@ -440,6 +440,14 @@ def dask_setup(worker: Worker) -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     lower_priority(worker_nice())
+    # what the first scan task imports (pyarrow.csv, pandas, ...), while the trainer lists files
+    threading.Thread(target=_warm_imports, daemon=True, name="daskfeed-imports").start()
+
+
+def _warm_imports() -> None:
+    with contextlib.suppress(Exception):  # the task that needs them imports them again, or says why
+        import daskfeed.feed
+        import daskfeed.scan_task
 
 
 def worker_nice() -> int:
