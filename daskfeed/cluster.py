@@ -445,9 +445,11 @@ def dask_setup(worker: Worker) -> None:
 
 
 def _warm_imports() -> None:
-    with contextlib.suppress(Exception):  # the task that needs them imports them again, or says why
-        import daskfeed.feed
-        import daskfeed.scan_task
+    import importlib
+
+    for name in ("daskfeed.feed", "daskfeed.scan_task"):
+        with contextlib.suppress(Exception):  # a task that needs it imports it again, or says why
+            importlib.import_module(name)
 
 
 def worker_nice() -> int:
