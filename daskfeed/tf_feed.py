@@ -356,7 +356,12 @@ class WindowFeed:
         """Queue ``epoch``'s chunks from batch ``start``; False if a new pass was asked for first."""
         cursor = self.seq._cursor
         plan, pf = cursor.open_pass(epoch, start)
-        for index, (i, j) in enumerate(self._bounds(plan, start)):
+        bounds = self._bounds(plan, start)
+        if self._stream and len(bounds) != self._full:  # a stream counts n chunks an epoch
+            raise DaskfeedError(f"Expected {self._full} chunks in every epoch of a stream. "
+                                f"Received: {len(bounds)} in epoch {epoch}.\nHint: fit with "
+                                "feed='batches', and report this.")
+        for index, (i, j) in enumerate(bounds):
             if self._request is not None:
                 return False
             per_batch = [plan.batch(b) for b in range(i, j)]
