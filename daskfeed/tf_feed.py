@@ -17,7 +17,8 @@ iterator's reads) takes the chunks ``0 .. n - 1`` of its pass in order and drops
 - The producer serves the sequence's epochs one after the other from where the sequence stood
   when the feed was made, reading up to two chunks ahead (into the next epoch, whose windows
   are then computed while Keras ends the current one). An epoch ends for the sequence when its
-  last chunk is queued (:meth:`~daskfeed.DaskSequence.stats_of` keeps its figures).
+  last chunk is assembled, before it is queued, so :meth:`~daskfeed.DaskSequence.stats_of` has
+  its figures by the time Keras reads that chunk.
 - With :meth:`WindowFeed.callback` in ``fit``'s callbacks (:func:`~daskfeed.callbacks.fit_from`
   adds it), the epoch Keras begins is served, counted from the sequence's epoch when the feed
   was made: when what is queued is not its start (a pass cut short, or read ahead and thrown
@@ -368,8 +369,9 @@ class WindowFeed:
             data = self.seq._rows(plan, pf, _merged(per_batch))
             for b, slices in zip(range(i, j), per_batch, strict=True):
                 cursor.served(plan, b, slices)
+            if index == len(bounds) - 1:  # its figures are kept before Keras can read its end;
+                cursor.finish(plan, advance=not self.start)  # a resumed epoch: fit_from moves on
             self._put(tag, epoch, index, _stacked(data, j - i, plan.batch_rows(i)))
-        cursor.finish(plan, advance=not self.start)  # a resumed epoch: fit_from moves on
         return True
 
     def _bounds(self, plan: EpochPlan, start: int) -> list[tuple[int, int]]:
