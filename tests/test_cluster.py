@@ -132,9 +132,10 @@ def test_a_bad_worker_nice_is_refused_before_any_worker_starts():
     import dask.config
     import pytest
 
+    from daskfeed import DaskfeedError
     from daskfeed.cluster import Budget, start_local_cluster
 
     for bad in ("high", -1, 25, 2.5):
         with dask.config.set({"daskfeed.worker-nice": bad}), \
-                pytest.raises(ValueError, match=r"whole number from 0 to 19[\s\S]*Received"):
+                pytest.raises(DaskfeedError, match=r"whole number from 0 to 19[\s\S]*Received"):
             start_local_cluster(Budget.split("3GB", nworkers=1), dashboard_address="")
