@@ -255,6 +255,7 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
     """
     fits = []
     group = int(getattr(model, "steps_per_execution", 1) or 1)
+    sequence.set_last_epoch(epochs - 1)  # nothing fetched ahead for an epoch that never comes
     if batch and epoch < epochs:
         sequence.set_epoch(epoch, batch)
         carried = [cb for cb in kwargs.get("callbacks") or () if isinstance(cb, EarlyStopping)]

@@ -114,6 +114,7 @@ class EpochCursor:
         self._ended = False  # the epoch was complete at an on_epoch_end that could be Keras' reset
         self._next: EpochPlan | None = None  # the next epoch's plan, once looked at
         self._ahead: tuple[EpochPlan, Prefetcher] | None = None  # its windows fetched ahead
+        self._last: int | None = None  # the run's last epoch: nothing past it is fetched ahead
 
     @property
     def plan(self) -> EpochPlan:
@@ -339,7 +340,8 @@ class EpochCursor:
         sequence's), nor when no room is left (tried again at the next batch).
         """
         pf = self.prefetcher
-        if self._ahead is not None or pf is None or not pf.started_all:
+        if self._ahead is not None or pf is None or not pf.started_all or (
+                self._last is not None and self.epoch >= self._last):
             return
         if self._next is None:
             self._next = self.settings.plan(self.epoch + 1)
@@ -351,6 +353,23 @@ class EpochCursor:
             return
         ahead = self._new_prefetcher(nxt, [w.index for w in nxt.windows], room)
         self._ahead = (nxt, ahead)
+
+    def set_last_epoch(self, epoch: int | None) -> None:
+        """The run ends after ``epoch`` (None: not known); windows fetched past it are dropped.
+
+        Parameters
+        ----------
+        epoch
+            The run's last epoch.
+        """
+        with self.lock:
+            self._last = epoch
+            if self._ahead is not None and epoch is not None and self._ahead[0].epoch > epoch:
+                self._ahead[1].reset()
+                self._ahead = None
+                if self.prefetcher is not None:
+                    self.prefetcher.lent = 0  # the loan ends: the room is this epoch's again
+            self._look_ahead()
 
     def _record(self) -> None:
         """The epoch ends: keep its stats (the last eight epochs' by number)."""

@@ -327,6 +327,19 @@ class DaskSequence(keras.utils.PyDataset):
         if epoch != self._cursor.epoch or start != self._cursor.start:
             self._cursor.set(epoch, start)
 
+    def set_last_epoch(self, epoch: int | None) -> None:
+        """The run ends after ``epoch`` (None: not known): no window past it is fetched ahead.
+
+        The next epoch's first windows are computed during the current one; for the last
+        epoch of a run that is work for nothing. :func:`daskfeed.callbacks.fit_from` sets it.
+
+        Parameters
+        ----------
+        epoch
+            The run's last epoch.
+        """
+        self._cursor.set_last_epoch(None if epoch is None else int(epoch))
+
     @property
     def epoch(self) -> int:
         """The epoch whose batches ``seq[i]`` returns."""

@@ -328,3 +328,15 @@ def test_unshuffled_epochs_keep_their_windows_and_fetch_nothing_ahead(id_data, c
         seq.on_epoch_end()
         epoch_ids(seq)
         assert seq.epoch_stats()["windows_computed"] == 0
+
+
+def test_nothing_is_fetched_ahead_past_the_runs_last_epoch(id_data, client):
+    with make(id_data, client) as seq:
+        assert seq._cursor._ahead is not None  # epoch 1's windows, started with epoch 0's
+        pf = seq._cursor.prefetcher
+        seq.set_last_epoch(0)  # a one-epoch run: they are dropped and the room given back
+        assert seq._cursor._ahead is None and pf.lent == 0
+        epoch_ids(seq)
+        assert seq._cursor._ahead is None
+        seq.set_last_epoch(None)  # not known after all: epoch 1 is fetched ahead again
+        assert seq._cursor._ahead is not None and seq._cursor._ahead[0].epoch == 1
