@@ -113,7 +113,7 @@ class EpochCursor:
         self._begun = False  # Keras called on_epoch_begin since the last on_epoch_end
         self._ended = False  # the epoch was complete at an on_epoch_end that could be Keras' reset
         self._next: EpochPlan | None = None  # the next epoch's plan, once looked at
-        self._ahead: tuple[EpochPlan, Prefetcher] | None = None  # its windows fetched ahead
+        self._ahead: Prefetcher | None = None  # its windows fetched ahead
         self._last: int | None = None  # the run's last epoch: nothing past it is fetched ahead
 
     @property
@@ -137,7 +137,8 @@ class EpochCursor:
         ValueError
             ``start`` is not a batch of the epoch.
         """
-        plan = self.settings.plan(epoch)
+        nxt = self._next  # the next epoch's plan, if made already (read once: set may race)
+        plan = nxt if nxt is not None and nxt.epoch == epoch else self.settings.plan(epoch)
         if plan.num_batches == 0:
             raise SchemaError(
                 f"Expected at least one batch. Received: {plan.rows} rows with "
@@ -149,8 +150,6 @@ class EpochCursor:
                              f"Received: start={start}.")
         with self.lock:
             old, old_pf = self._plan, self.prefetcher
-            if self._ahead is not None and self._ahead[0].epoch == epoch:
-                plan = self._ahead[0]  # the same plan, made already: its windows are kept
             self.epoch, self.start, self._plan = epoch, start, plan
             self._ended = False
             self._served: set[int] = set()
@@ -162,21 +161,22 @@ class EpochCursor:
             if old is not None and old_pf is not None and (plan == old or plan.same_batches(old)):
                 self._keep_windows(old_pf)  # the next epoch's windows fetched ahead stay too
                 return
-            ahead, self._ahead, self._next = self._ahead, None, None
+            ahead = self._ahead if self._next is plan else None  # fetched for this very plan
+            if self._ahead is not None and ahead is None:
+                self._ahead.reset()
+            self._ahead, self._next = None, None
             if old_pf is not None:
                 old_pf.reset()
             self._submitted0, self._wait0 = 0, 0.0
             order = [w.index for w in plan.windows if self._left[w.index]]
-            if ahead is not None and ahead[0] is plan:  # its first windows are on their way
-                pf = self.prefetcher = ahead[1]  # (resubmitting their keys would race)
+            if ahead is not None:  # its first windows are on their way
+                pf = self.prefetcher = ahead  # (resubmitting their keys would race)
                 pf.budget = old_pf.budget if old_pf is not None else pf.budget
                 for w in plan.windows:
                     if not self._left[w.index]:  # wholly before ``start``
                         pf.done_serving(w.index)
                 pf.start(order[0] if order else None)
             else:
-                if ahead is not None:
-                    ahead[1].reset()
                 self.prefetcher = self._new_prefetcher(plan, order, None)
             self._look_ahead()
 
@@ -343,7 +343,7 @@ class EpochCursor:
         if self._ahead is not None or pf is None or not pf.started_all or (
                 self._last is not None and self.epoch >= self._last):
             return
-        if self._next is None:
+        if self._next is None or self._next.epoch != self.epoch + 1:
             self._next = self.settings.plan(self.epoch + 1)
         nxt = self._next
         if nxt.num_batches == 0 or nxt.same_batches(self.plan):
@@ -351,8 +351,7 @@ class EpochCursor:
         room = pf.lend()
         if room <= 0:
             return
-        ahead = self._new_prefetcher(nxt, [w.index for w in nxt.windows], room)
-        self._ahead = (nxt, ahead)
+        self._ahead = self._new_prefetcher(nxt, [w.index for w in nxt.windows], room)
 
     def set_last_epoch(self, epoch: int | None) -> None:
         """The run ends after ``epoch`` (None: not known); windows fetched past it are dropped.
@@ -364,11 +363,12 @@ class EpochCursor:
         """
         with self.lock:
             self._last = epoch
-            if self._ahead is not None and epoch is not None and self._ahead[0].epoch > epoch:
-                self._ahead[1].reset()
+            nxt = self._next  # the ahead's plan whenever there is one
+            if self._ahead is not None and nxt is not None and epoch is not None and nxt.epoch > epoch:
+                self._ahead.reset()
                 self._ahead = None
                 if self.prefetcher is not None:
-                    self.prefetcher.lent = 0  # the loan ends: the room is this epoch's again
+                    self.prefetcher.end_loan()  # the room is this epoch's again
             self._look_ahead()
 
     def _record(self) -> None:
@@ -402,7 +402,7 @@ class EpochCursor:
 
     def close(self) -> None:
         """Stop prefetching for good (not under the lock: closing never waits for a batch)."""
-        for pf in (self.prefetcher, self._ahead[1] if self._ahead else None):
+        for pf in (self.prefetcher, self._ahead):
             if pf is not None:
                 pf.close()
 

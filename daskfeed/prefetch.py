@@ -182,6 +182,11 @@ class Prefetcher:
             self.lent += room
             return room
 
+    def end_loan(self) -> None:
+        """The room lent (:meth:`lend`) is this prefetcher's again."""
+        with self._lock:
+            self.lent = 0
+
     def done_serving(self, w: int) -> None:
         """Mark window ``w`` fully served: it may be evicted when room is needed."""
         with self._lock:
@@ -200,7 +205,7 @@ class Prefetcher:
                 entry.future = None
             self._entries.clear()
             self._watching.clear()  # the fetch thread ends
-            self.lent = 0
+            self.end_loan()
 
     def close(self) -> None:
         """Stop for good: release every window in flight, drop held ones, end the fetch thread.

@@ -296,8 +296,8 @@ def test_the_next_epochs_windows_are_fetched_ahead_within_the_budget(id_data, cl
         got = [epoch_ids(seq)]
         cursor = seq._cursor
         assert cursor._ahead is not None, "epoch 1's windows were not started during epoch 0"
-        plan, ahead = cursor._ahead
-        assert plan.epoch == 1 and ahead.submitted >= 1
+        ahead = cursor._ahead
+        assert cursor._next.epoch == 1 and ahead.submitted >= 1
         pf = cursor.prefetcher
         assert pf.held_bytes + pf.lent <= seq.prefetch_bytes and ahead.held_bytes <= pf.lent
         seq.on_epoch_end()
@@ -339,4 +339,4 @@ def test_nothing_is_fetched_ahead_past_the_runs_last_epoch(id_data, client):
         epoch_ids(seq)
         assert seq._cursor._ahead is None
         seq.set_last_epoch(None)  # not known after all: epoch 1 is fetched ahead again
-        assert seq._cursor._ahead is not None and seq._cursor._ahead[0].epoch == 1
+        assert seq._cursor._ahead is not None and seq._cursor._next.epoch == 1
