@@ -39,7 +39,6 @@ from daskfeed.atomic import write_file
 from daskfeed.cache_writer import CACHE_VERSION, BatchRange, CacheWriter
 from daskfeed.exceptions import CacheError
 from daskfeed.files import Block, compression_of
-from daskfeed.small_files import SmallFiles
 from daskfeed.source import Source
 from daskfeed.tables import ReadOptions, iter_tables
 
@@ -269,8 +268,7 @@ def _read_batches(path: str, first: int, count: int, columns: list[str] | None,
 def block_tables(index: int, block: Block, options: ReadOptions, cache: BlockCache | None,
                  rejects: list[str] | None = None, *, use_cache: bool = True,
                  writer: CacheWriter | None = None, columns: list[str] | None = None,
-                 readers: Readers | None = None, files: SmallFiles | None = None,
-                 ) -> Iterator[pa.Table]:
+                 readers: Readers | None = None) -> Iterator[pa.Table]:
     """Arrow tables of block ``index``: from the cache, else parsed (and then cached).
 
     Parameters
@@ -288,8 +286,6 @@ def block_tables(index: int, block: Block, options: ReadOptions, cache: BlockCac
         cached on its own.
     columns, readers
         See :meth:`BlockCache.tables` (tables parsed from CSV have every column).
-    files
-        Parses this block with the small files around it (a scan task's blocks); None: alone.
 
     Yields
     ------
@@ -308,9 +304,7 @@ def block_tables(index: int, block: Block, options: ReadOptions, cache: BlockCac
     try:
         if writer is not None:
             writer.begin(index)
-        parsed = iter_tables(block, options, rejects) if files is None else files.tables(
-            index, block, rejects)
-        for table in parsed:
+        for table in iter_tables(block, options, rejects):
             if writer is not None:
                 writer.add(index, table)
             yield table

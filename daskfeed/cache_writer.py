@@ -52,7 +52,7 @@ class CacheWriter:
         self.directory = directory
         self.compression = compression
         self.stem = f"g{first:06d}-{uuid.uuid4().hex[:8]}"
-        self.pending: list[tuple[int, pa.Table]] = []
+        self.pending: list[tuple[list[tuple[int, int]], pa.Table]] = []  # (blocks, their rows)
         self.pending_bytes = 0
         self.schema: pa.Schema | None = None  # the pending tables' columns, unified
         self.blocks: dict[int, list[BatchRange]] = {}
@@ -80,6 +80,19 @@ class CacheWriter:
         table
             One table parsed from it.
         """
+        self.add_parts([(index, table.num_rows)], table)
+
+    def add_parts(self, parts: list[tuple[int, int]], table: pa.Table) -> None:
+        """The tables of several blocks as one: ``(block index, its rows)`` in the table's order.
+
+        Parameters
+        ----------
+        parts
+            Each block's index in the source and how many of the table's rows are its (the
+            first block's come first).
+        table
+            Their rows (a :class:`daskfeed.small_files.Run`'s table).
+        """
         if self.failed:
             return
         schema = table.schema
@@ -89,8 +102,9 @@ class CacheWriter:
             except (pa.ArrowInvalid, pa.ArrowTypeError):  # e.g. text here, numbers before
                 self._flush()
         self.schema = schema
-        self.begin(index)
-        self.pending.append((index, table))
+        for index, _ in parts:
+            self.begin(index)
+        self.pending.append((parts, table))
         self.pending_bytes += table.nbytes
         if self.pending_bytes >= FLUSH_BYTES:
             self._flush()
@@ -125,9 +139,9 @@ class CacheWriter:
         options = ipc.IpcWriteOptions(compression=self.compression)
         with pa.OSFile(path, "wb") as f, ipc.new_file(f, whole.schema, options=options) as w:
             batch = offset = 0
-            for index, t in self.pending:
-                batches = whole.slice(offset, t.num_rows).to_batches()  # [] if no rows
-                offset += t.num_rows
+            for index, rows in (part for parts, _ in self.pending for part in parts):
+                batches = whole.slice(offset, rows).to_batches()  # [] if no rows
+                offset += rows
                 for b in batches:
                     w.write_batch(b)
                 self.blocks[index].append((name, batch, len(batches)))

@@ -8,6 +8,7 @@ made missing is counted in the table's schema metadata under :data:`NA_COUNTS_KE
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from collections.abc import Sequence
 
@@ -18,8 +19,8 @@ import pyarrow.compute as pc
 from daskfeed.exceptions import DataError
 from daskfeed.files import Block
 
-__all__ = ["NA_COUNTS_KEY", "NA_MARKERS", "NULL_VALUES", "column_markers", "normalize",
-           "normalize_column", "numbers_by_part", "with_na_counts"]
+__all__ = ["NA_COUNTS_KEY", "NA_MARKERS", "NULL_VALUES", "column_markers", "na_counts", "normalize",
+           "normalize_column", "numbers_by_part", "text_by_part", "with_na_counts"]
 
 # values that are missing in numeric columns (text stays text unless the user lists them)
 NA_MARKERS = ("NA", "N/A", "n/a", "#N/A", "#N/A N/A", "#NA", "<NA>", "NULL", "null", "None",
@@ -116,13 +117,57 @@ def numbers_by_part(column: pa.ChunkedArray, na_values: tuple[str, ...],
             column = _null_masked(column, pc.fill_null(pc.equal(column, value), False), marker, masks)
     if pa.types.is_floating(column.type):
         column = _null_masked(column, pc.fill_null(pc.is_nan(column), False), "NaN", masks)
+    return normalize_column(column), _by_part(masks, bounds)
+
+
+def text_by_part(column: pa.ChunkedArray, na_values: tuple[str, ...],
+                 bounds: np.ndarray) -> tuple[pa.ChunkedArray, list[dict[str, int]]] | None:
+    """:func:`column_markers` of a text column (no dtype override), for all its parts at once.
+
+    A part whose first value (neither missing nor a marker) is text stays text on its own,
+    and only the user's markers become missing in it, value by value: when every part reads
+    so, one pass over the whole column does. None when some part may be numbers (its first
+    value looks like one, or it has none): :func:`column_markers` decides part by part.
+
+    Parameters
+    ----------
+    column
+        A text column, as parsed.
+    na_values
+        The user's null markers.
+    bounds
+        Where each part starts, and where the last one ends (see :func:`numbers_by_part`).
+
+    Returns
+    -------
+    tuple or None
+        The column with the user's markers missing, and for each part how many values each
+        marker made missing.
+    """
+    markers = tuple(dict.fromkeys(NA_MARKERS + na_values))
+    for start, stop in itertools.pairwise(bounds):
+        first = _first_value(column.slice(start, stop - start), markers)
+        if first is None or _looks_like_a_number(first):
+            return None
+    masks = [("", _mask(column.is_null()))] if column.null_count else []
+    if na_values:
+        hit = _is_in(column, na_values)
+        for marker in _value_counts(column, hit):
+            masks.append((marker, _mask(pc.fill_null(pc.equal(column, marker), False))))
+        if len(masks) > bool(column.null_count):
+            column = _null(column, hit)
+    return normalize_column(column), _by_part(masks, bounds)
+
+
+def _by_part(masks: list[tuple[str, np.ndarray]], bounds: np.ndarray) -> list[dict[str, int]]:
+    """For each part (see :func:`numbers_by_part`), how many values each marker's mask hit."""
     counts: list[dict[str, int]] = [{} for _ in range(len(bounds) - 1)]
     for marker, mask in masks:
         running = np.concatenate(([0], np.cumsum(mask)))
         for part, n in enumerate(running[bounds[1:]] - running[bounds[:-1]]):
             if n:
                 counts[part][marker] = int(n)
-    return normalize_column(column), counts
+    return counts
 
 
 def _mask(where: pa.ChunkedArray) -> np.ndarray:
@@ -266,6 +311,23 @@ def _nan_to_null(column: pa.ChunkedArray) -> tuple[pa.ChunkedArray, dict[str, in
     if not n:
         return column, {}
     return _null(column, pc.fill_null(pc.is_nan(column), False)), {"NaN": n}
+
+
+def na_counts(table: pa.Table) -> dict[str, dict[str, int]]:
+    """What the parser's null markers made missing, per column (the table's schema metadata).
+
+    Parameters
+    ----------
+    table
+        A parsed table.
+
+    Returns
+    -------
+    dict
+        ``{column: {marker: count}}``.
+    """
+    raw = (table.schema.metadata or {}).get(NA_COUNTS_KEY)
+    return json.loads(raw) if raw else {}
 
 
 def with_na_counts(table: pa.Table, counts: dict[str, dict[str, int]]) -> pa.Table:

@@ -10,15 +10,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
 from distributed import get_worker
 
 from daskfeed.cache import BlockCache, block_tables
 from daskfeed.exceptions import DataError
 from daskfeed.files import Block
 from daskfeed.schema import BlockFacts, where
-from daskfeed.small_files import SmallFiles
+from daskfeed.small_files import Run, SmallFiles
 from daskfeed.source import Source
-from daskfeed.stats import StatsAccumulator, merge_facts, table_facts
+from daskfeed.stats import StatsAccumulator, merge_facts, parts_facts, table_facts
 from daskfeed.tables import ReadOptions
 
 __all__ = ["MAX_REJECTS_KEPT", "MAX_REJECT_CHARS", "quarantined", "report", "scan_blocks"]
@@ -84,10 +85,21 @@ def scan_blocks(items: list[tuple[int, Block]], options: ReadOptions, label: str
         writer = cache.writer(items[0][0])
     acc = StatsAccumulator(label)
     task = items[0][0]
+    sizes = sizes or [0] * len(items)
     files = SmallFiles(items, options)  # small files parsed a few dozen per pyarrow call
+    sampled: set[str] = set()  # text columns with samples in an earlier run of this task
+    summaries: list[BlockFacts] = []
     try:
-        summaries = [_scan_block(i, b, options, label, writer, acc, topic, task, size, files)
-                     for (i, b), size in zip(items, sizes or [0] * len(items), strict=True)]
+        while len(summaries) < len(items):
+            at = len(summaries)
+            runs = files.runs(at)
+            if not runs:
+                summaries.append(_scan_block(*items[at], options, label, writer, acc, topic, task,
+                                             sizes[at]))
+            for run in runs:
+                at = len(summaries)
+                summaries += _scan_run(run, label, writer, acc, topic, task,
+                                       sum(sizes[at : at + len(run.indices)]), sampled)
         stats = acc.flush()
     except BaseException:
         if writer is not None:
@@ -113,9 +125,26 @@ def _shared(facts: list[BlockFacts]) -> list[BlockFacts]:
     return facts
 
 
+def _scan_run(run: Run, label: str, writer: Any, acc: StatsAccumulator, topic: str | None,
+              task: int, nbytes: int, sampled: set[str]) -> list[BlockFacts]:
+    """The facts of the blocks of a run of small files parsed together (see :func:`_scan_block`).
+
+    Their rows go to ``acc`` and ``writer`` as one table; text columns are sampled in the
+    first block that shows text in them (``sampled``: those sampled before).
+    """
+    report(topic, task, run.indices[0])
+    if writer is not None:
+        writer.add_parts(list(zip(run.indices, np.diff(run.bounds).tolist(), strict=True)), run.table)
+    acc.add(run.table)
+    facts = parts_facts(run.table, run.bounds, label, run.counts, sampled)
+    for f in facts:
+        f["bad_lines"] = 0  # (a run is read only where a bad line is an error)
+    report(topic, task, run.indices[-1], run.table.num_rows, nbytes=nbytes)
+    return facts
+
+
 def _scan_block(index: int, block: Block, options: ReadOptions, label: str, writer: Any,
-                acc: StatsAccumulator, topic: str | None, task: int, nbytes: int,
-                files: SmallFiles | None = None) -> BlockFacts:
+                acc: StatsAccumulator, topic: str | None, task: int, nbytes: int) -> BlockFacts:
     """Parse block ``index`` once: its facts and bad lines (see :func:`scan_blocks`).
 
     Its tables go to ``acc`` (the scan task's statistics) and to ``writer`` (the scan task's
@@ -124,8 +153,7 @@ def _scan_block(index: int, block: Block, options: ReadOptions, label: str, writ
     rejects: list[str] = []
     summary: BlockFacts | None = None
     report(topic, task, index)  # a read that hangs here is named by the watchdog
-    for table in block_tables(index, block, options, None, rejects, use_cache=False, writer=writer,
-                              files=files):
+    for table in block_tables(index, block, options, None, rejects, use_cache=False, writer=writer):
         summary = merge_facts(summary, table_facts(table, label))
         acc.add(table)
         report(topic, task, index, table.num_rows)

@@ -8,7 +8,6 @@ another) is an error naming both blocks.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from typing import Any
@@ -19,11 +18,11 @@ import pyarrow.compute as pc
 from daskfeed.exceptions import SchemaError
 from daskfeed.feed import EXACT_FLOAT32, numeric_dtype
 from daskfeed.manifest import Column
-from daskfeed.nulls import NA_COUNTS_KEY, NA_MARKERS
+from daskfeed.nulls import NA_MARKERS
 from daskfeed.source import Source
 
 __all__ = ["NUMERIC_KINDS", "add_counts", "arrow_kind", "check_headers", "check_label",
-           "is_number", "markers_of", "markers_only", "merge_kind", "na_counts",
+           "is_number", "markers_of", "markers_only", "merge_kind",
            "resolve_column", "resolve_columns", "where", "wide_notes"]
 
 NUMERIC_KINDS = {"int", "float"}
@@ -86,23 +85,6 @@ def markers_only(col: pa.ChunkedArray) -> dict[str, int] | None:
         return None
     vc = pc.value_counts(values)
     return dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist(), strict=True))
-
-
-def na_counts(table: pa.Table) -> dict[str, dict[str, int]]:
-    """What the parser's null markers made missing, per column (the table's schema metadata).
-
-    Parameters
-    ----------
-    table
-        A parsed table.
-
-    Returns
-    -------
-    dict
-        ``{column: {marker: count}}``.
-    """
-    raw = (table.schema.metadata or {}).get(NA_COUNTS_KEY)
-    return json.loads(raw) if raw else {}
 
 
 def merge_kind(a: str | None, b: str) -> str:

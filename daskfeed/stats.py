@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from daskfeed.feed import ENCODE_BYTES, epoch_seconds
+from daskfeed.nulls import NA_MARKERS, na_counts
 from daskfeed.schema import (
     NUMERIC_KINDS,
     BlockFacts,
@@ -26,11 +27,10 @@ from daskfeed.schema import (
     is_number,
     markers_only,
     merge_kind,
-    na_counts,
 )
 
 __all__ = ["KMV_SIZE", "StatsAccumulator", "class_counts", "distinct_estimate", "finish_stats",
-           "label_task", "merge_facts", "merge_stats", "table_facts", "table_stats"]
+           "label_task", "merge_facts", "merge_stats", "parts_facts", "table_facts", "table_stats"]
 
 # distinct string values tracked exactly per column before counts become approximate
 MAX_TRACKED = 50_000
@@ -109,24 +109,89 @@ def table_facts(table: pa.Table, label: str) -> BlockFacts:
     BlockFacts
         Its rows, columns, kinds, missing values and null markers.
     """
-    rows = table.num_rows
-    out: BlockFacts = {"rows": rows, "columns": list(table.column_names), "kinds": {},
-                       "missing": {}, "label_rows": 0, "samples": {},
-                       "na_counts": na_counts(table), "marker_values": {}}
-    for name, col in zip(table.column_names, table.columns, strict=True):
-        kind = arrow_kind(col)
-        missing = col.null_count  # (NaN is missing already: the null-marker rule made it so)
-        if kind == "string":
-            markers = markers_only(col)
-            if markers is not None:
-                kind = "markers"
-                out["marker_values"][name] = markers
-            out["samples"][name] = _samples(col)
-        if name == label and kind in (*NUMERIC_KINDS, "string"):
-            out["label_rows"] = rows - missing
-        out["kinds"][name] = kind
-        out["missing"][name] = missing
+    return parts_facts(table, np.array([0, table.num_rows]), label, [na_counts(table)])[0]
+
+
+def parts_facts(table: pa.Table, bounds: np.ndarray, label: str,
+                counts: list[dict[str, dict[str, int]]], sampled: set[str] | None = None,
+                ) -> list[BlockFacts]:
+    """:func:`table_facts` of each part of ``table`` (several small files parsed together) at once.
+
+    Part ``k`` is the rows ``bounds[k]:bounds[k + 1]``; each gets the facts it gets as a table
+    of its own, but for the few values of text columns (only read in the message naming the
+    first block of a column that shows text): a column in ``sampled`` gets none, and the first
+    part showing text in a column not in it does (the column is then added).
+
+    Parameters
+    ----------
+    table
+        The parts' rows, as the read pipeline gives them.
+    bounds
+        Where each part starts, and where the last one ends.
+    label
+        The label's name.
+    counts
+        What the null markers made missing in each part.
+    sampled
+        Text columns a block before these was sampled in (changed here); None: sample every part.
+
+    Returns
+    -------
+    list of BlockFacts
+        The facts of each part.
+    """
+    rows = np.diff(bounds)
+    names = list(table.column_names)
+    out: list[BlockFacts] = [{"rows": int(n), "columns": names, "kinds": {}, "missing": {}, "label_rows": 0,
+                              "samples": {}, "na_counts": c, "marker_values": {}}
+                             for n, c in zip(rows, counts, strict=True)]
+    for name, col in zip(names, table.columns, strict=True):
+        missing = _by_part(col.is_null(), bounds) if col.null_count else np.zeros(len(rows), int)
+        base = _type_kind(col.type)
+        markers = _by_part(pc.is_in(col, value_set=_MARKER_SET), bounds) if base == "string" else None
+        for k, facts in enumerate(out):
+            kind = "null" if rows[k] and missing[k] == rows[k] else base
+            lo, n = int(bounds[k]), int(rows[k])
+            if kind == "string":
+                assert markers is not None
+                if n > missing[k] == n - markers[k]:  # nothing but null markers (see markers_only)
+                    kind = "markers"
+                    vc = pc.value_counts(pc.drop_null(col.slice(lo, n)))
+                    facts["marker_values"][name] = dict(zip(vc.field("values").to_pylist(),
+                                                            vc.field("counts").to_pylist(), strict=True))
+                if sampled is None or name not in sampled:
+                    facts["samples"][name] = _samples(col.slice(lo, n))
+                    if sampled is not None and kind == "string":
+                        sampled.add(name)
+            if name == label and kind in (*NUMERIC_KINDS, "string"):
+                facts["label_rows"] = n - int(missing[k])
+            facts["kinds"][name] = kind
+            facts["missing"][name] = int(missing[k])
     return out
+
+
+_MARKER_SET = pa.array(NA_MARKERS, pa.string())
+
+
+def _type_kind(t: pa.DataType) -> str:
+    """The kind (see :func:`daskfeed.schema.arrow_kind`) of a column of type ``t`` with values."""
+    if pa.types.is_null(t):
+        return "null"
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_floating(t):
+        return "float"
+    if pa.types.is_timestamp(t):
+        return "datetime"
+    return "string"
+
+
+def _by_part(hit: pa.ChunkedArray, bounds: np.ndarray) -> np.ndarray:
+    """How many values of each part (see :func:`parts_facts`) ``hit`` is true at (missing: not)."""
+    if len(bounds) == 2:
+        return np.array([pc.sum(hit).as_py() or 0])
+    running = np.concatenate(([0], np.cumsum(hit.to_numpy(zero_copy_only=False).astype(bool))))
+    return running[bounds[1:]] - running[bounds[:-1]]
 
 
 def _samples(col: pa.ChunkedArray, most: int = 3) -> list[str]:

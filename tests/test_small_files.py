@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from daskfeed import DataError
-from daskfeed.schema import na_counts
+from daskfeed.nulls import na_counts
+from daskfeed.scan_task import scan_blocks
 from daskfeed.small_files import SmallFiles
 from daskfeed.source import Source
 from daskfeed.tables import iter_tables
@@ -27,11 +28,15 @@ _FILES = {  # name: text, in the order they are listed
 
 
 def _both(pattern, **kwargs):
+    """Each block's tables parsed alone, and as a scan task reads them (runs, else alone)."""
     src = Source(pattern, **kwargs)
     items = list(enumerate(src.blocks))
     files = SmallFiles(items, src.options)
     alone = [list(iter_tables(b, src.options)) for _, b in items]
-    together = [list(files.tables(i, b)) for i, b in items]
+    together: list[list] = []
+    while len(together) < len(items):
+        runs = files.runs(len(together))
+        together += [[t] for run in runs for t in run.tables()] or [alone[len(together)]]
     return alone, together
 
 
@@ -72,11 +77,9 @@ def test_an_open_quote_in_a_run_of_small_files_names_its_file(write_csv, tmp_pat
         write_csv(f"q/f{i}.csv", text)
     src = Source(str(tmp_path / "q" / "*.csv"))
     files = SmallFiles(list(enumerate(src.blocks)), src.options)
-    for i, b in enumerate(src.blocks[:3]):
-        (table,) = files.tables(i, b)
-        assert table.num_rows == 2
+    assert files.runs(0) == []  # the quote spoils the run: its files are read one by one
     with pytest.raises(DataError, match=r"f3\.csv") as err:
-        list(files.tables(3, src.blocks[3]))
+        scan_blocks(list(enumerate(src.blocks)), src.options, "x")
     assert "line 3, byte 10" in str(err.value)
 
 
@@ -104,3 +107,70 @@ def test_numbers_marked_once_for_all_files_match_each_file_alone(write_csv, tmp_
     assert any(c.get("b", {}).get("NaN") for c in counts) and any(c.get("a", {}).get("") for c in counts)
     assert any(c.get("c", {}).get("-999") for c in counts) == bool(na_values)
     assert len(shared) == 5  # a-e: the 11 files after the first, once (t is text: file by file)
+
+
+def _task_files(write_csv, numbers_in_text: bool) -> None:
+    """Twelve small files of one header: blanks, NaN, markers in numbers and text, dates, bools.
+
+    ``numbers_in_text``: one file's ``code`` holds only numbers and another's ``note`` only
+    ``NA``: those files' text columns are numbers / markers alone, so the rule goes file by file.
+    """
+    for i in range(12):
+        rows = []
+        for r in range(5 + i % 3):
+            code = str(100 + r) if numbers_in_text and i == 7 else f"c{(i + r) % 4}"
+            note = "NA" if numbers_in_text and i == 9 else ["x", "NA", "", "none", "y"][(i + r) % 5]
+            rows.append(",".join([
+                "" if (i + r) % 6 == 0 else str(i * 10 + r),                    # id: int, blanks
+                ["ann", "NA", '"bo, b"', "none", "cy"][(i * 2 + r) % 5],        # name: text
+                "" if i == 4 else ["nan", "-999", "", "1.5", "2.25"][(i + r) % 5],  # score
+                "true" if r % 2 else "false",                                 # flag
+                f"2024-02-{r + 1:02d}",                                       # when
+                code, note, str((i + r) % 2)]))                               # code, note, y
+        write_csv(f"t/f{i:02d}.csv", "id,name,score,flag,when,code,note,y\n" + "\n".join(rows) + "\n")
+
+
+@pytest.mark.parametrize("numbers_in_text", [False, True])
+@pytest.mark.parametrize("na_values", [None, ["none", "-999"]])
+def test_a_scan_task_of_small_files_gets_what_each_file_gets_alone(write_csv, tmp_path, monkeypatch,
+                                                                   na_values, numbers_in_text):
+    """A run of small files scanned at once (facts of all its files in one pass, one table to
+    the statistics and the cache) gives each file the facts, statistics and cached rows it gets
+    scanned on its own; text columns are sampled in the first file that shows text in them."""
+    import daskfeed.scan_task as task
+    from daskfeed.cache import open_cache
+    from daskfeed.stats import merge_stats
+
+    _task_files(write_csv, numbers_in_text)
+    src = Source(str(tmp_path / "t" / "*.csv"), na_values=na_values)
+    items = list(enumerate(src.blocks))
+    parts = []
+    real = task.parts_facts
+    monkeypatch.setattr(task, "parts_facts", lambda t, b, *a: parts.append(len(b) - 1) or real(t, b, *a))
+    runs_cache, _ = open_cache(src, str(tmp_path / "c1"), compression="none")
+    alone_cache, _ = open_cache(src, str(tmp_path / "c2"), compression="none")
+    together = task.scan_blocks(items, src.options, "y", runs_cache)
+    alone = [task.scan_blocks([item], src.options, "y", alone_cache) for item in items]
+    assert max(parts) == (1 if numbers_in_text else 11)  # the eleven after the first: one pass
+    sampled = set()
+    for i, (t, (a,)) in enumerate(zip(together["facts"], [x["facts"] for x in alone], strict=True)):
+        assert {k: v for k, v in t.items() if k != "samples"} == {
+            k: v for k, v in a.items() if k != "samples"}, src.blocks[i].describe()
+        for name, kind in a["kinds"].items():
+            if kind == "string" and name not in sampled:
+                sampled.add(name)
+                assert t["samples"][name] == a["samples"][name] != []
+    assert sampled == {"name", "code", "note"}
+    if numbers_in_text:
+        assert together["facts"][7]["kinds"]["code"] == "int"
+        assert together["facts"][9]["kinds"]["note"] == "markers"
+    merged = merge_stats(*[x["stats"] for x in alone])
+    assert together["stats"].keys() == merged.keys()
+    for name, st in merged.items():
+        for key, value in st.items():  # (merging adds "values": None, "markers": 0 where none)
+            if not (value is None or (key == "markers" and value == 0)):
+                assert together["stats"][name][key] == (
+                    pytest.approx(value) if isinstance(value, float) else value), (name, key)
+    for i, _ in items:
+        (t,), (a,) = runs_cache.tables(i), alone_cache.tables(i)
+        assert t.to_pylist() == a.to_pylist(), src.blocks[i].describe()
