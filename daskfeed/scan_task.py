@@ -86,7 +86,7 @@ def scan_blocks(items: list[tuple[int, Block]], options: ReadOptions, label: str
     acc = StatsAccumulator(label)
     task = items[0][0]
     sizes = sizes or [0] * len(items)
-    files = SmallFiles(items, options)  # small files parsed a few dozen per pyarrow call
+    files = SmallFiles(items, options)  # small files parsed up to SHARED_FILES per pyarrow call
     sampled: set[str] = set()  # text columns with samples in an earlier run of this task
     summaries: list[BlockFacts] = []
     try:

@@ -1,4 +1,4 @@
-"""Small files parsed a few dozen per pyarrow call give each block the table it gets alone:
+"""Small files parsed up to SHARED_FILES per pyarrow call give each block the table it gets alone:
 same types, values, null-marker counts; anything unusual falls back to one file at a time."""
 
 from __future__ import annotations
@@ -64,11 +64,11 @@ def test_many_plain_files_are_parsed_together(write_csv, tmp_path, monkeypatch):
 
     real = small.read_csv
     monkeypatch.setattr(small, "read_csv", lambda *a, **k: calls.append(1) or real(*a, **k))
-    for i in range(40):
-        write_csv(f"m/f{i:02d}.csv", "x,y,t\n" + "".join(f"{i * 10 + r},{r % 2},w{r}\n" for r in range(10)))
+    for i in range(small.SHARED_FILES + 8):
+        write_csv(f"m/f{i:03d}.csv", "x,y,t\n" + "".join(f"{i * 10 + r},{r % 2},w{r}\n" for r in range(10)))
     alone, together = _both(str(tmp_path / "m" / "*.csv"))
     assert all(a[0].equals(b[0], check_metadata=True) for a, b in zip(alone, together, strict=True))
-    assert len(calls) == 2 * 2  # 40 files: two runs of 32 and 8, each its first file + the rest
+    assert len(calls) == 2 * 2  # two runs (SHARED_FILES, then 8 files), each its first file + the rest
 
 
 def test_an_open_quote_in_a_run_of_small_files_names_its_file(write_csv, tmp_path):
