@@ -23,7 +23,7 @@ from daskfeed.source import Source
 
 __all__ = ["NUMERIC_KINDS", "add_counts", "arrow_kind", "check_headers", "check_label",
            "is_number", "markers_of", "markers_only", "merge_kind",
-           "resolve_column", "resolve_columns", "where", "wide_notes"]
+           "resolve_column", "resolve_columns", "type_kind", "where", "wide_notes"]
 
 NUMERIC_KINDS = {"int", "float"}
 _MARKERS = frozenset(NA_MARKERS)
@@ -47,8 +47,25 @@ def arrow_kind(col: pa.ChunkedArray) -> str:
     str
         ``"int"``, ``"float"``, ``"string"``, ``"datetime"`` or ``"null"``.
     """
-    t = col.type
-    if pa.types.is_null(t) or (len(col) and col.null_count == len(col)):
+    if len(col) and col.null_count == len(col):
+        return "null"
+    return type_kind(col.type)
+
+
+def type_kind(t: pa.DataType) -> str:
+    """Kind of a column of Arrow type ``t`` that holds values (see :func:`arrow_kind`).
+
+    Parameters
+    ----------
+    t
+        The column's type.
+
+    Returns
+    -------
+    str
+        ``"int"``, ``"float"``, ``"string"``, ``"datetime"``, or ``"null"`` for the null type.
+    """
+    if pa.types.is_null(t):
         return "null"
     if pa.types.is_integer(t):
         return "int"

@@ -27,6 +27,7 @@ from daskfeed.schema import (
     is_number,
     markers_only,
     merge_kind,
+    type_kind,
 )
 
 __all__ = ["KMV_SIZE", "StatsAccumulator", "class_counts", "distinct_estimate", "finish_stats",
@@ -147,14 +148,15 @@ def parts_facts(table: pa.Table, bounds: np.ndarray, label: str,
                              for n, c in zip(rows, counts, strict=True)]
     for name, col in zip(names, table.columns, strict=True):
         missing = _by_part(col.is_null(), bounds) if col.null_count else np.zeros(len(rows), int)
-        base = _type_kind(col.type)
+        base = type_kind(col.type)
         markers = _by_part(pc.is_in(col, value_set=_MARKER_SET), bounds) if base == "string" else None
         for k, facts in enumerate(out):
             kind = "null" if rows[k] and missing[k] == rows[k] else base
             lo, n = int(bounds[k]), int(rows[k])
             if kind == "string":
                 assert markers is not None
-                if n > missing[k] == n - markers[k]:  # nothing but null markers (see markers_only)
+                values = n - int(missing[k])
+                if values and markers[k] == values:  # nothing but null markers (see markers_only)
                     kind = "markers"
                     vc = pc.value_counts(pc.drop_null(col.slice(lo, n)))
                     facts["marker_values"][name] = dict(zip(vc.field("values").to_pylist(),
@@ -171,19 +173,6 @@ def parts_facts(table: pa.Table, bounds: np.ndarray, label: str,
 
 
 _MARKER_SET = pa.array(NA_MARKERS, pa.string())
-
-
-def _type_kind(t: pa.DataType) -> str:
-    """The kind (see :func:`daskfeed.schema.arrow_kind`) of a column of type ``t`` with values."""
-    if pa.types.is_null(t):
-        return "null"
-    if pa.types.is_integer(t):
-        return "int"
-    if pa.types.is_floating(t):
-        return "float"
-    if pa.types.is_timestamp(t):
-        return "datetime"
-    return "string"
 
 
 def _by_part(hit: pa.ChunkedArray, bounds: np.ndarray) -> np.ndarray:
