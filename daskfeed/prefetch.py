@@ -267,14 +267,6 @@ class Prefetcher:
         return self._furthest >= len(self._order) - 1
 
     @property
-    def arrived_all(self) -> bool:
-        """Whether every window of the order was started and none is being computed still."""
-        with self._lock:
-            return self.started_all and all(
-                e.data is not None or e.error is not None or e.cancelled or e.done_serving
-                for e in self._entries.values())
-
-    @property
     def held_bytes(self) -> int:
         """Bytes of windows held or (estimated) in flight."""
         with self._lock:
