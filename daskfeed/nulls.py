@@ -150,12 +150,12 @@ def text_by_part(column: pa.ChunkedArray, na_values: tuple[str, ...],
         if first is None or _looks_like_a_number(first):
             return None
     masks = [("", _mask(column.is_null()))] if column.null_count else []
-    if na_values:
-        hit = _is_in(column, na_values)
-        for marker in _value_counts(column, hit):
-            masks.append((marker, _mask(pc.fill_null(pc.equal(column, marker), False))))
-        if len(masks) > bool(column.null_count):
-            column = _null(column, hit)
+    hit = _is_in(column, na_values) if na_values else None
+    made = _value_counts(column, hit) if hit is not None else {}
+    for marker in made:  # each of the user's markers found, where it is
+        masks.append((marker, _mask(pc.fill_null(pc.equal(column, marker), False))))
+    if made:
+        column = _null(column, hit)
     return normalize_column(column), _by_part(masks, bounds)
 
 
