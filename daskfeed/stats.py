@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from daskfeed.feed import ENCODE_BYTES, epoch_seconds
-from daskfeed.nulls import NA_MARKERS, na_counts
+from daskfeed.nulls import na_counts
 from daskfeed.schema import (
     NUMERIC_KINDS,
     BlockFacts,
@@ -149,18 +149,14 @@ def parts_facts(table: pa.Table, bounds: np.ndarray, label: str,
     for name, col in zip(names, table.columns, strict=True):
         missing = _by_part(col.is_null(), bounds) if col.null_count else np.zeros(len(rows), int)
         base = type_kind(col.type)
-        markers = _by_part(pc.is_in(col, value_set=_MARKER_SET), bounds) if base == "string" else None
         for k, facts in enumerate(out):
             kind = "null" if rows[k] and missing[k] == rows[k] else base
             lo, n = int(bounds[k]), int(rows[k])
             if kind == "string":
-                assert markers is not None
-                values = n - int(missing[k])
-                if values and markers[k] == values:  # nothing but null markers (see markers_only)
+                markers = markers_only(col.slice(lo, n))  # (told by its first value, usually)
+                if markers is not None:
                     kind = "markers"
-                    vc = pc.value_counts(pc.drop_null(col.slice(lo, n)))
-                    facts["marker_values"][name] = dict(zip(vc.field("values").to_pylist(),
-                                                            vc.field("counts").to_pylist(), strict=True))
+                    facts["marker_values"][name] = markers
                 if sampled is None or name not in sampled:
                     facts["samples"][name] = _samples(col.slice(lo, n))
                     if sampled is not None and kind == "string":
@@ -170,9 +166,6 @@ def parts_facts(table: pa.Table, bounds: np.ndarray, label: str,
             facts["kinds"][name] = kind
             facts["missing"][name] = int(missing[k])
     return out
-
-
-_MARKER_SET = pa.array(NA_MARKERS, pa.string())
 
 
 def _by_part(hit: pa.ChunkedArray, bounds: np.ndarray) -> np.ndarray:
