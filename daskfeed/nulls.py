@@ -19,8 +19,8 @@ import pyarrow.compute as pc
 from daskfeed.exceptions import DataError
 from daskfeed.files import Block
 
-__all__ = ["NA_COUNTS_KEY", "NA_MARKERS", "NULL_VALUES", "column_markers", "na_counts", "normalize",
-           "normalize_column", "numbers_by_part", "text_by_part", "with_na_counts"]
+__all__ = ["NA_COUNTS_KEY", "NA_MARKERS", "NULL_VALUES", "column_markers", "count_by_part", "na_counts",
+           "normalize", "normalize_column", "numbers_by_part", "text_by_part", "with_na_counts"]
 
 # values that are missing in numeric columns (text stays text unless the user lists them)
 NA_MARKERS = ("NA", "N/A", "n/a", "#N/A", "#N/A N/A", "#NA", "<NA>", "NULL", "null", "None",
@@ -163,11 +163,35 @@ def _by_part(masks: list[tuple[str, np.ndarray]], bounds: np.ndarray) -> list[di
     """For each part (see :func:`numbers_by_part`), how many values each marker's mask hit."""
     counts: list[dict[str, int]] = [{} for _ in range(len(bounds) - 1)]
     for marker, mask in masks:
-        running = np.concatenate(([0], np.cumsum(mask)))
-        for part, n in enumerate(running[bounds[1:]] - running[bounds[:-1]]):
+        for part, n in enumerate(_part_sums(mask, bounds)):
             if n:
                 counts[part][marker] = int(n)
     return counts
+
+
+def count_by_part(where: pa.ChunkedArray, bounds: np.ndarray) -> np.ndarray:
+    """How many values of each part (see :func:`numbers_by_part`) ``where`` is true at (missing: not).
+
+    Parameters
+    ----------
+    where
+        A boolean column.
+    bounds
+        Where each part starts, and where the last one ends.
+
+    Returns
+    -------
+    numpy.ndarray
+        One count per part.
+    """
+    if len(bounds) == 2:  # one part: no mask needed
+        return np.array([pc.sum(where).as_py() or 0])
+    return _part_sums(_mask(where), bounds)
+
+
+def _part_sums(mask: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    running = np.concatenate(([0], np.cumsum(mask)))
+    return running[bounds[1:]] - running[bounds[:-1]]
 
 
 def _mask(where: pa.ChunkedArray) -> np.ndarray:

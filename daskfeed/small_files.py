@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from daskfeed.exceptions import DataError
 from daskfeed.files import Block, compression_of, is_parquet
-from daskfeed.nulls import na_counts, numbers_by_part, text_by_part, with_na_counts
+from daskfeed.nulls import na_counts, numbers_by_part, text_by_part
 from daskfeed.records import parse_header
 from daskfeed.streams import open_file
 from daskfeed.tables import (
@@ -60,11 +60,6 @@ class Run:
     def alone(cls, index: int, table: pa.Table) -> Run:
         """One block's table (as :func:`daskfeed.tables.iter_tables` gives it) as a run of one."""
         return cls([index], table, np.array([0, table.num_rows]), [na_counts(table)])
-
-    def tables(self) -> list[pa.Table]:
-        """Each block's table, as :func:`daskfeed.tables.iter_tables` gives it."""
-        return [with_na_counts(self.table.slice(a, b - a), c) for a, b, c
-                in zip(self.bounds[:-1], self.bounds[1:], self.counts, strict=True)]
 
 
 class SmallFiles:

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from daskfeed.feed import ENCODE_BYTES, epoch_seconds
-from daskfeed.nulls import na_counts
+from daskfeed.nulls import count_by_part, na_counts
 from daskfeed.schema import (
     NUMERIC_KINDS,
     BlockFacts,
@@ -147,7 +147,7 @@ def parts_facts(table: pa.Table, bounds: np.ndarray, label: str,
                               "samples": {}, "na_counts": c, "marker_values": {}}
                              for n, c in zip(rows, counts, strict=True)]
     for name, col in zip(names, table.columns, strict=True):
-        missing = _by_part(col.is_null(), bounds) if col.null_count else np.zeros(len(rows), int)
+        missing = count_by_part(col.is_null(), bounds) if col.null_count else np.zeros(len(rows), int)
         base = type_kind(col.type)
         for k, facts in enumerate(out):
             kind = "null" if rows[k] and missing[k] == rows[k] else base
@@ -166,14 +166,6 @@ def parts_facts(table: pa.Table, bounds: np.ndarray, label: str,
             facts["kinds"][name] = kind
             facts["missing"][name] = int(missing[k])
     return out
-
-
-def _by_part(hit: pa.ChunkedArray, bounds: np.ndarray) -> np.ndarray:
-    """How many values of each part (see :func:`parts_facts`) ``hit`` is true at (missing: not)."""
-    if len(bounds) == 2:
-        return np.array([pc.sum(hit).as_py() or 0])
-    running = np.concatenate(([0], np.cumsum(hit.to_numpy(zero_copy_only=False).astype(bool))))
-    return running[bounds[1:]] - running[bounds[:-1]]
 
 
 def _samples(col: pa.ChunkedArray, most: int = 3) -> list[str]:

@@ -36,8 +36,16 @@ def _both(pattern, **kwargs):
     together: list[list] = []
     while len(together) < len(items):
         runs = files.runs(len(together))
-        together += [[t] for run in runs for t in run.tables()] or [alone[len(together)]]
+        together += [[t] for run in runs for t in _tables(run)] or [alone[len(together)]]
     return alone, together
+
+
+def _tables(run):
+    """Each block of ``run`` as a table of its own, its null-marker counts in its metadata."""
+    from daskfeed.nulls import with_na_counts
+
+    return [with_na_counts(run.table.slice(a, b - a), c)
+            for a, b, c in zip(run.bounds[:-1], run.bounds[1:], run.counts, strict=True)]
 
 
 def test_each_block_gets_the_table_it_gets_alone(write_csv, tmp_path, monkeypatch):
