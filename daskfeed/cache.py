@@ -49,6 +49,7 @@ __all__ = ["COMPRESSIONS", "BlockCache", "block_tables", "default_root", "estima
            "forget_entry", "open_cache"]
 
 STALE_TMP_SECONDS = 3600  # a writer renames its files within seconds; older ones were killed
+REMOVING = ".removing-"  # an entry being removed is renamed to ``<key>.removing-<tag>`` first
 # cache bytes per byte of input, per compression (measured on the demo data: uncompressed 0.87,
 # lz4 0.61, zstd 0.32 of the CSV; kept conservative), for CSV and for compressed (.gz ...) files
 _PER_INPUT_BYTE = {None: (1.0, 8.0), "lz4": (0.75, 5.0), "zstd": (0.6, 3.0)}
@@ -389,6 +390,23 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     return BlockCache(base, key, fits[0]), f"cache: {where} ({state})"
 
 
+def _remove_entry(path: str) -> None:
+    """Remove a cache entry for good, renamed away first.
+
+    A window task of a sequence already closed may still be re-caching a block in it: a file it
+    creates while ``rmtree`` runs would keep the directory (and its name) alive. Renamed, the
+    name is gone at once and a late writer fails to write under it (it then leaves the block
+    uncached, as on a full disk). Another worker removing the same entry renames it first:
+    then there is nothing left to do here.
+    """
+    gone = f"{path}{REMOVING}{os.getpid()}-{threading.get_ident()}"
+    try:
+        os.rename(path, gone)
+    except OSError:
+        return
+    shutil.rmtree(gone, ignore_errors=True)
+
+
 def _unwritable(err: OSError, where: str, required: bool) -> str:
     """Why the cache is off for want of a writable directory; a :class:`CacheError` if ``required``."""
     where = getattr(err, "filename", None) or where
@@ -434,13 +452,16 @@ def _prepare(base: str | None, key: str, identity: str, nbytes: int,
         other = os.path.join(base, name)
         if other == entry or not os.path.isdir(other):
             continue
+        if REMOVING in name:  # a removal cut short (or still going on: rmtree twice is harmless)
+            shutil.rmtree(other, ignore_errors=True)
+            continue
         try:
             with open(os.path.join(other, "meta.json"), encoding="utf-8") as f:
                 same_files = json.load(f).get("identity") == identity
         except (OSError, ValueError):
             continue
         if same_files:  # the files changed since: that cache can never be read again
-            shutil.rmtree(other, ignore_errors=True)
+            _remove_entry(other)
     os.makedirs(entry, mode=0o700, exist_ok=True)
     os.chmod(entry, 0o700)
     _sweep(entry)

@@ -7,7 +7,7 @@ import os
 import shutil
 from dataclasses import dataclass
 
-from daskfeed.cache import default_root, forget_entry
+from daskfeed.cache import REMOVING, default_root, forget_entry
 
 __all__ = ["CacheEntry", "clear", "list_entries"]
 
@@ -34,7 +34,8 @@ def list_entries(root: str | os.PathLike[str] | None = None) -> list[CacheEntry]
     Returns
     -------
     list of CacheEntry
-        Directories without a readable ``meta.json`` are not daskfeed's and are left out.
+        Directories without a readable ``meta.json`` are not daskfeed's and are left out, as
+        are entries being removed.
     """
     base = os.fspath(root) if root is not None else default_root()
     entries = []
@@ -44,6 +45,8 @@ def list_entries(root: str | os.PathLike[str] | None = None) -> list[CacheEntry]
         return []
     for name in names:
         path = os.path.join(base, name)
+        if REMOVING in name:  # being removed (see daskfeed.cache._remove_entry)
+            continue
         try:
             with open(os.path.join(path, "meta.json"), encoding="utf-8") as f:
                 meta = json.load(f)

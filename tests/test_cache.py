@@ -92,6 +92,34 @@ def test_touching_a_file_invalidates_its_cache(id_data, tmp_path, client):
         assert b.cache.cached_blocks() == len(b.source.blocks)
 
 
+def test_a_stale_entry_loses_its_name_before_its_files(tmp_path, write_csv, monkeypatch):
+    """A window task of a closed sequence may still be re-caching a block in the stale entry:
+    renamed away before ``rmtree`` runs, the entry cannot be kept alive under its name by a file
+    that task writes meanwhile (a race that made the test above flaky)."""
+    import daskfeed.cache as cache_mod
+    from daskfeed.cache_entries import list_entries
+
+    write_csv("d/a.csv", "x,y\n1,0\n2,1\n")
+    src = Source(str(tmp_path / "d" / "*.csv"))
+    old, _ = open_cache(src, tmp_path / "c")
+    late = old.writer(0)  # the task began before the files changed
+    late.add(0, next(iter_tables(src.blocks[0], src.options)))
+    os.utime(tmp_path / "d" / "a.csv", (1_700_000_000, 1_700_000_000))
+    real, seen = shutil.rmtree, []
+
+    def rmtree(path, *a, **k):
+        seen.append((path, os.path.exists(old.path)))
+        late.commit()  # the late writer, while the entry is being removed
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(cache_mod.shutil, "rmtree", rmtree)
+    new, _ = open_cache(Source(str(tmp_path / "d" / "*.csv")), tmp_path / "c")
+    assert new.path != old.path and seen and all(not exists for _, exists in seen), seen
+    assert not os.path.exists(old.path) and late.failed  # its write found no entry to keep alive
+    assert sorted(os.listdir(tmp_path / "c")) == [os.path.basename(new.path)]
+    assert [e.path for e in list_entries(tmp_path / "c")] == [new.path]
+
+
 def test_a_disk_without_room_is_refused_up_front(tmp_path, write_csv):
     write_csv("d/a.csv", "x,y\n1,0\n")
     huge = tmp_path / "d" / "b.csv"
