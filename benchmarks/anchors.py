@@ -86,8 +86,11 @@ def pyarrow_parse(files: Sequence[str], columns: Sequence[str], passes: int = 3)
 
 
 def in_memory(files: Sequence[str], features: Sequence[str], label: str, batch_size: int, epochs: int,
-              val: Val) -> tuple[dict[str, Any], Stats, tuple[np.ndarray, np.ndarray]]:
+              val: Val, hidden: Sequence[int] = (64, 64),
+              ) -> tuple[dict[str, Any], Stats, tuple[np.ndarray, np.ndarray]]:
     """Read everything into numpy, then ``model.fit(x, y, shuffle=True)``: the ceiling.
+
+    ``hidden``: the model's hidden layers (:func:`common.quest_mlp`).
 
     Returns
     -------
@@ -103,7 +106,7 @@ def in_memory(files: Sequence[str], features: Sequence[str], label: str, batch_s
         x, y = load_numpy(files, features, label)
         stats = (x.mean(axis=0).tolist(), x.var(axis=0).tolist())
         load_s = time.perf_counter() - t0
-        model = quest_mlp(*stats)
+        model = quest_mlp(*stats, hidden=hidden)
         clock = epoch_clock()
         hist = model.fit(x, y, batch_size=batch_size, epochs=epochs, shuffle=True, verbose=0,
                          callbacks=[clock])
@@ -116,7 +119,7 @@ def in_memory(files: Sequence[str], features: Sequence[str], label: str, batch_s
 
 
 def pydataset_floor(x: np.ndarray, y: np.ndarray, stats: Stats, batch_size: int,
-                    epochs: int) -> dict[str, Any]:
+                    epochs: int, hidden: Sequence[int] = (64, 64)) -> dict[str, Any]:
     """The same fit through a ``PyDataset`` whose ``__getitem__`` only slices the arrays."""
     from daskfeed._keras import keras
 
@@ -129,7 +132,7 @@ def pydataset_floor(x: np.ndarray, y: np.ndarray, stats: Stats, batch_size: int,
 
     with RSSSampler(interval=0.1) as rss:
         t0 = time.perf_counter()
-        model = quest_mlp(*stats)
+        model = quest_mlp(*stats, hidden=hidden)
         clock = epoch_clock()
         model.fit(InMemory(), epochs=epochs, shuffle=False, verbose=0, callbacks=[clock])
     return {"rows": len(y), "epochs": epoch_records(clock, len(y), t0),
