@@ -11,6 +11,7 @@ from __future__ import annotations
 import operator
 import os
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -198,7 +199,7 @@ def _run_scan(src: Source, label: str, client: Client, token: str,
               progress: ProgressCallback | None) -> tuple[list[BlockFacts], Stats]:
     """Facts of every block (those outside ``only``: no rows) and the merged statistics."""
     if src.frame is not None:
-        scanned, stats = _scan_frame(src, label, client, token, only)
+        scanned, stats = _scan_frame(src, label, client, only)
     else:
         scanned, stats = _scan_files(src, label, client, token, partition_cache, timeout, only,
                                      progress)
@@ -214,16 +215,20 @@ def _unscanned() -> BlockFacts:
             "unscanned": True}
 
 
-def _scan_frame(src: Source, label: str, client: Client, token: str,
+def _scan_frame(src: Source, label: str, client: Client,
                 only: list[int]) -> tuple[list[BlockFacts], Stats]:
     """Facts and merged statistics of the blocks ``only`` of a dask DataFrame."""
     tables = src.partitions()  # Arrow tables, null markers and types as parsed from CSV
-    facts = [delayed(table_facts, pure=True)(tables[i], label,
-                                             dask_key_name=f"daskfeed-scan-{i}-{token}")
+    keys = ScanKeys()
+    facts = [delayed(table_facts, pure=True)(tables[i], label, dask_key_name=keys.scan(i))
              for i in only]
-    level = [delayed(table_stats, pure=True)(tables[i], label) for i in only]
+    level = [delayed(table_stats, pure=True)(tables[i], label, dask_key_name=keys.part("stats", i))
+             for i in only]
+    depth = 0
     while len(level) > 1:  # tree reduction on the cluster, fan-in 8
-        level = [delayed(merge_stats)(*level[i : i + 8]) for i in range(0, len(level), 8)]
+        depth += 1
+        level = [delayed(merge_stats)(*level[i : i + 8], dask_key_name=keys.merge(depth, i))
+                 for i in range(0, len(level), 8)]
     futures = client.compute([*facts, level[0]])
     try:
         results = client.gather(futures)
@@ -241,17 +246,22 @@ def _scan_files(src: Source, label: str, client: Client, token: str,
     tasks = scan_tasks(src, nthreads, only)
     topic = f"daskfeed-scan-{token}"
     sizes = block_sizes(src)
+    keys = ScanKeys()
     futures = [client.submit(scan_blocks, [(i, src.blocks[i]) for i in t], src.options, label,
                              partition_cache, topic, [sizes[i] for i in t],
-                             key=f"daskfeed-scan-{t[0]}-{token}", retries=1)
+                             key=keys.scan(t[0]), retries=1)
                for t in tasks]
     try:
         _await_scan(client, futures, tasks, src, timeout, topic, progress)
-        level: list[Future] = [client.submit(operator.getitem, f, "stats", pure=False) for f in futures]
+        level: list[Future] = [client.submit(operator.getitem, f, "stats", key=keys.part("stats", j))
+                               for j, f in enumerate(futures)]
+        depth = 0
         while len(level) > 1:  # tree reduction on the cluster, fan-in 8
-            level = [client.submit(merge_stats, *level[i : i + 8], pure=False)
+            depth += 1
+            level = [client.submit(merge_stats, *level[i : i + 8], key=keys.merge(depth, i))
                      for i in range(0, len(level), 8)]
-        facts = client.gather([client.submit(operator.getitem, f, "facts", pure=False) for f in futures])
+        facts = client.gather([client.submit(operator.getitem, f, "facts", key=keys.part("facts", j))
+                               for j, f in enumerate(futures)])
         stats = level[0].result()
     except Exception as err:
         new = explain(err, "the scan's statistics")
@@ -262,6 +272,35 @@ def _scan_files(src: Source, label: str, client: Client, token: str,
         for f in futures:
             f.release()
     return [f for task in facts for f in task], stats
+
+
+class ScanKeys:
+    """The keys of one scan's tasks: tuples, so that one scan's tasks are task groups of its own.
+
+    The scheduler files a task into a span (the dashboard's ``daskfeed/scan train``) by its task
+    group, and string keys ``daskfeed-scan-<i>-<token>`` or ``getitem-<uuid>`` all fall in the
+    groups ``daskfeed-scan`` and ``getitem``: a scan submitted while another scan's tasks (or any
+    ``getitem``) are still on the scheduler (the training scan's, released a moment ago, when the
+    validation scan starts) joined that one's span. A tuple key's group is its first element,
+    which carries a token of this scan: no other task shares it, nor a result left by a scan of
+    the same files with other settings. The prefixes shown stay ``daskfeed-scan``,
+    ``daskfeed-scan-stats`` ...
+    """
+
+    def __init__(self) -> None:
+        self.run = uuid.uuid4().hex
+
+    def scan(self, block: int) -> tuple[str, int]:
+        """The scan task (or a DataFrame's facts task) starting at ``block``."""
+        return (f"daskfeed-scan-{self.run}", block)
+
+    def part(self, what: str, j: int) -> tuple[str, int]:
+        """The ``what`` (``"stats"``, ``"facts"``) of the ``j``-th scan task."""
+        return (f"daskfeed-scan-{what}-{self.run}", j)
+
+    def merge(self, depth: int, i: int) -> tuple[str, int, int]:
+        """A merge of statistics at ``depth`` of the tree (1: merging the tasks' own)."""
+        return (f"daskfeed-scan-merge-{self.run}", depth, i)
 
 
 def scan_tasks(src: Source, nthreads: int, only: list[int]) -> list[list[int]]:

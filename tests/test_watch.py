@@ -26,6 +26,8 @@ from daskfeed.sequence import DaskSequence
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
 POLL = 0.2  # seconds between two looks at the page
+# the task prefixes of a scan's span: scan tasks, their facts and statistics, the merge tree
+SCAN_PREFIXES = ["daskfeed-scan", "daskfeed-scan-facts", "daskfeed-scan-merge", "daskfeed-scan-stats"]
 
 
 # -- helpers -----------------------------------------------------------------------------
@@ -106,11 +108,13 @@ def check_probe(probe: LiveProbe) -> dict[str, Any]:
     return probe.status
 
 
-def spans_on_scheduler(client: Any) -> dict[str, list[str]]:
-    """Span name -> task prefixes of its groups, as the scheduler's spans extension holds them."""
+def spans_on_scheduler(client: Any, by: str = "name") -> dict[str, list[str]]:
+    """Span name (the latest of that name) or id -> task prefixes of its groups, as the
+    scheduler's spans extension holds them."""
     def read(dask_scheduler):
         ext = dask_scheduler.extensions["spans"]
-        return {"/".join(s.name): sorted({tg.prefix.name for tg in s.groups}) for s in ext.spans.values()}
+        return {("/".join(s.name) if by == "name" else s.id): sorted({tg.prefix.name for tg in s.groups})
+                for s in ext.spans.values()}
 
     return client.run_on_scheduler(read)
 
@@ -233,7 +237,7 @@ def test_page_status_and_metrics_live_during_fit_on_a_local_cluster(client, demo
     spans = spans_on_scheduler(client)
     assert "daskfeed-window" in spans.get("daskfeed/epoch 1", []), spans
     assert "daskfeed-window" in spans.get("daskfeed/epoch 2", []), spans
-    assert spans["daskfeed/scan train"] == ["daskfeed-scan", "getitem", "merge_stats"], spans
+    assert spans["daskfeed/scan train"] == SCAN_PREFIXES, spans
     assert watch.spans is watch.sequence.spans is watch.validation.spans
     # after fit: the page says it ended, status.json keeps the run
     done = json.loads(get(watch.links.status))
@@ -317,6 +321,31 @@ def test_page_and_metrics_with_a_separate_dask_scheduler(demo_data, tmp_path, st
             assert len(history.epoch) < 20
     finally:
         stop_process_groups(procs)
+
+
+def test_a_scan_is_its_own_span_while_other_tasks_wait_on_the_scheduler(client, id_data):
+    """The scheduler files tasks into spans by task group: a scan submitted while tasks of the
+    groups it would share (another scan's, any ``getitem``) are on the scheduler, e.g. the
+    training scan's last ones released while the validation scan starts, joined their span."""
+    import operator
+
+    from distributed import span, wait
+
+    from daskfeed.dashboard import scan_span
+    from daskfeed.scanner import scan
+
+    with span("elsewhere"):  # held on the scheduler in another span while the scan runs
+        held = [client.submit(operator.getitem, [1], 0, pure=False),
+                client.submit(int, 1, key=f"daskfeed-scan-0-{'5e' * 16}"),
+                client.submit(operator.getitem, [2], 0, key=("daskfeed-scan-stats-" + "7a" * 16, 0))]
+        wait(held)
+    for name in ("train", "validation"):
+        with scan_span(client, name=name) as span_id:
+            manifest = scan(id_data.train_glob, label="cleared", client=client)
+        assert manifest.rows == id_data.train_rows
+        by_id = spans_on_scheduler(client, by="id")
+        assert by_id[span_id] == SCAN_PREFIXES, (name, spans_on_scheduler(client))
+    assert all(f.result() in (1, 2) for f in held)
 
 
 def test_epoch_spans_are_one_per_epoch_from_any_thread(client):
