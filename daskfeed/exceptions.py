@@ -1,6 +1,14 @@
-"""The few error classes daskfeed raises; each is also a builtin so callers can catch either."""
+"""The few error classes daskfeed raises, and :func:`warn_user` for what it warns of.
+
+Each error class is also a builtin, so callers can catch either; a warning points at the
+user's line.
+"""
 
 from __future__ import annotations
+
+import sys
+import warnings
+from types import FrameType
 
 __all__ = [
     "BackendError",
@@ -14,6 +22,7 @@ __all__ = [
     "FeedTimeoutError",
     "ManifestMismatchError",
     "SchemaError",
+    "warn_user",
 ]
 
 
@@ -59,3 +68,20 @@ class ClusterError(DaskfeedError, ConnectionError):
 
 class FeedTimeoutError(DaskfeedError, TimeoutError):
     """A window of batches did not arrive from the cluster in time."""
+
+
+def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
+    """Warn, pointing at the first caller outside daskfeed (the user's line, not ours).
+
+    Parameters
+    ----------
+    message
+        What to say (what was found, and a hint).
+    category
+        The warning's class.
+    """
+    frame: FrameType | None = sys._getframe(1)  # warn_user's caller: stacklevel 2
+    level = 2
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "daskfeed":
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)

@@ -1,56 +1,39 @@
 """DaskSequence: a ``keras.utils.PyDataset`` whose batches are computed by a Dask cluster.
 
-The Keras glue (construction, checks, ``seq[i]``, closing, pickling); the epoch being served is
-an :class:`~daskfeed.epoch.EpochCursor`, the windows' tasks a :class:`~daskfeed.windows.WindowTasks`.
+The Keras glue (``seq[i]``, epochs, closing, pickling) around data made ready by
+:class:`~daskfeed.prepare.Prepared` (settings, client, scan, encoding); the epoch being served
+is an :class:`~daskfeed.epoch.EpochCursor`, the windows' tasks a
+:class:`~daskfeed.windows.WindowTasks`.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import warnings
 import weakref
 from typing import Any
 
 from daskfeed import config
 from daskfeed._keras import keras, refuse_narrowed
-from daskfeed.cache import open_cache
-from daskfeed.checks import (
-    check_classes,
-    check_compatible,
-    check_disjoint,
-    check_weight_column,
-    check_weights,
-)
-from daskfeed.cluster import acquire_client
 from daskfeed.dashboard import EpochSpans
 from daskfeed.epoch import EpochCursor, EpochStats, PlanSettings
 from daskfeed.exceptions import ClusterError, DaskfeedError, ManifestMismatchError
-from daskfeed.feed import Encoding, WindowData, concat
+from daskfeed.feed import WindowData, concat
 from daskfeed.futures import WindowCancelled
-from daskfeed.ids import id_like, id_warning
 from daskfeed.layout import window_rows_for
 from daskfeed.lifecycle import Stop
 from daskfeed.manifest import Manifest
 from daskfeed.owner import Owner, refuse_multiprocessing
 from daskfeed.plan import EpochPlan, Slice
 from daskfeed.prefetch import Prefetcher
+from daskfeed.prepare import Prepared
 from daskfeed.remote import connect
-from daskfeed.scanner import scan
-from daskfeed.source import Source
-from daskfeed.split import split_settings
 from daskfeed.windows import WindowTasks
 
 __all__ = ["DaskSequence"]
 
-def _with_blocksize(manifest: Manifest | str | os.PathLike[str] | None,
-                    blocksize: int | str | None) -> tuple[Manifest | None, int | str | None]:
-    """The manifest (read from its JSON path) and the blocksize: the manifest's unless given."""
-    if manifest is not None and not isinstance(manifest, Manifest):
-        manifest = Manifest.from_json(manifest)
-    if manifest is not None and blocksize is None:  # its blocks: the same byte ranges
-        blocksize = manifest.read_options.get("blocksize")
-    return manifest, blocksize
+# the prepared data's names that a sequence keeps under another (private) name
+_RENAMED = {"owner": "_owner", "scheduler_address": "_scheduler_address", "security": "_security"}
 
 
 class DaskSequence(keras.utils.PyDataset):
@@ -174,39 +157,60 @@ class DaskSequence(keras.utils.PyDataset):
         **kwargs: Any,
     ) -> None:
         refuse_multiprocessing(kwargs)
-        split = split_settings(validation_split, subset, int(seed))  # before any work
-        self._owner = Owner()
+        super().__init__(**kwargs)  # Keras' own arguments, checked before any work
+        prepared = Prepared(
+            data, label=label, features=features, exclude=exclude, batch_size=batch_size,
+            shuffle=shuffle, seed=seed, client=client, as_matrix=as_matrix, manifest=manifest,
+            reference=reference, drop_remainder=drop_remainder, prefetch_bytes=prefetch_bytes,
+            timeout=timeout, blocksize=blocksize, encoding=encoding, dtype=dtype,
+            storage_options=storage_options, vocabulary_size=vocabulary_size, shard=shard,
+            cache=cache, bad_lines=bad_lines, sep=sep, na_values=na_values, weight=weight,
+            validation_split=validation_split, subset=subset, scan_progress=scan_progress)
+        self._serve(prepared, spans=spans, stop=stop, window_rows=window_rows,
+                    window_bytes=window_bytes)
+
+    @classmethod
+    def of(cls, prepared: Prepared, *, window_bytes: int | str | None = None,
+           window_rows: int | None = None, spans: EpochSpans | None = None,
+           stop: Stop | None = None, **kwargs: Any) -> DaskSequence:
+        """The sequence serving data prepared before (e.g. while keras was loading).
+
+        Parameters
+        ----------
+        prepared
+            The data (:class:`~daskfeed.prepare.Prepared`); the sequence takes over its client.
+        window_bytes, window_rows, spans, stop, **kwargs
+            As :class:`DaskSequence` takes them.
+
+        Returns
+        -------
+        DaskSequence
+        """
+        refuse_multiprocessing(kwargs)
+        seq = cls.__new__(cls)
+        keras.utils.PyDataset.__init__(seq, **kwargs)
+        seq._serve(prepared, spans=spans, stop=stop, window_rows=window_rows,
+                   window_bytes=window_bytes)
+        return seq
+
+    def _serve(self, prepared: Prepared, *, spans: EpochSpans | None, stop: Stop | None,
+               window_rows: int | None, window_bytes: int | str | None) -> None:
+        """Take the prepared data (and its client) over and start serving.
+
+        Rows per window, the windows' tasks and the cursor of epoch 0 (its first windows in
+        flight).
+        """
+        for name in Prepared.SHARED:
+            setattr(self, _RENAMED.get(name, name), getattr(prepared, name))
         self._finalizer = weakref.finalize(self, self._owner.close)
         self._closed = False
         self._feeds: weakref.WeakSet[Any] = weakref.WeakSet()  # tf_feed feeds: closed with it
-        super().__init__(**kwargs)
-        self._settle_settings(label=label, weight=weight, batch_size=batch_size, shuffle=shuffle, seed=seed,
-                              drop_remainder=drop_remainder, shard=shard, timeout=timeout,
-                              prefetch_bytes=prefetch_bytes, split=split)
-        manifest, blocksize = _with_blocksize(manifest, blocksize)
-        self.source = Source(data, blocksize=blocksize, encoding=encoding, dtype=dtype,
-                             storage_options=storage_options, bad_lines=bad_lines, sep=sep,
-                             na_values=na_values)
-        self._connect(client)
         try:
-            self.cache, self.cache_status = self._open_cache(cache)
-            self.manifest = self._resolve_manifest(manifest, vocabulary_size, split, scan_progress)
-            self._encode(reference, features, exclude, as_matrix)
+            refuse_narrowed({c.name: c.dtype for c in self.encoding.columns}
+                            | {self.label: self.encoding.label_dtype})
         except BaseException:
             self._close_client()
             raise
-        self._start_feeding(spans, stop, window_rows, window_bytes)
-
-    # -- construction steps -----------------------------------------------------------
-    def _connect(self, client: Any) -> None:
-        """Acquire the client (owned if started here) and what a pickled copy reconnects to."""
-        self._client, self._owns_client = acquire_client(client)
-        self._scheduler_address = self._client.scheduler.address
-        self._security = getattr(self._client, "security", None)  # tls:// reconnects after pickling
-
-    def _start_feeding(self, spans: EpochSpans | None, stop: Stop | None, window_rows: int | None,
-                       window_bytes: int | str | None) -> None:
-        """Rows per window, the windows' tasks and the cursor of epoch 0 (first windows in flight)."""
         self.window_rows = window_rows_for(
             window_rows, config.get_bytes("window-bytes", window_bytes), self.manifest,
             self.encoding.bytes_per_row, self.prefetch_bytes, self.batch_size)
@@ -216,72 +220,6 @@ class DaskSequence(keras.utils.PyDataset):
         self._windows = WindowTasks(self.source, self.manifest.fingerprint, self.encoding,
                                     self.cache, spans)
         self._cursor = self._new_cursor(0, 0)
-
-    def _settle_settings(self, *, label: str, weight: str | None, batch_size: int | None,
-                         shuffle: bool, seed: int, drop_remainder: bool, shard: tuple[int, int],
-                         timeout: float | str | None, prefetch_bytes: int | str | None,
-                         split: dict[str, Any] | None) -> None:
-        """Resolve the plain settings once (config defaults included) onto ``self``."""
-        self.batch_size = int(config.get("batch-size", batch_size))
-        if self.batch_size < 1:
-            raise ValueError(f"Expected batch_size >= 1. Received: batch_size={batch_size}.")
-        self.label = label
-        self.weight = weight
-        self.validation_split = split["validation_split"] if split else 0.0
-        self.subset = split["subset"] if split else None
-        self.shuffle = bool(shuffle)
-        self.seed = int(seed)
-        self.drop_remainder = bool(drop_remainder)
-        self.shard = (int(shard[0]), int(shard[1]))
-        self.timeout = config.get_seconds("timeout", timeout)
-        self.prefetch_bytes = config.get_bytes("prefetch-bytes", prefetch_bytes)
-
-    def _encode(self, reference: Manifest | None, features: list[str] | None,
-                exclude: tuple[str, ...] | list[str], as_matrix: bool) -> None:
-        """Pick the features, check them (and the weights) and make the encoding."""
-        ref = reference if reference is not None else self.manifest
-        self.reference = ref  # whose statistics encode the features
-        if self.weight is not None:
-            check_weight_column(self.manifest, self.weight, self.label, features)
-            exclude = [*exclude, self.weight]
-        self.features = ref.feature_names(features, exclude)
-        if features is None and reference is None and (ids := id_like(ref.columns, self.features)):
-            warnings.warn(id_warning(ids), stacklevel=3)
-        if reference is not None:
-            check_compatible(self.manifest, reference, [*self.features, self.label])
-            check_disjoint(self.manifest, reference, self.validation_split, self.subset, self.seed)
-            check_classes(self.manifest, reference, self.source, self._client, self.label,
-                          self.cache)
-        self.as_matrix = bool(as_matrix)
-        self.encoding = Encoding.from_manifest(ref, self.features, as_matrix, weight=self.weight)
-        refuse_narrowed({c.name: c.dtype for c in self.encoding.columns}
-                        | {self.label: self.encoding.label_dtype})
-        if self.weight is not None:
-            check_weights(self.manifest, self.source, self._client, self.label, self.weight,
-                          self.cache)
-
-    def _open_cache(self, cache: bool | str | os.PathLike[str] | None) -> tuple[Any, str]:
-        """The block cache on the workers and its status line (``cache`` off: None)."""
-        if cache is None or cache is False:
-            return None, "cache: off"
-        root = None if cache is True else cache
-        return open_cache(self.source, root or config.get("cache-dir"),
-                          compression=config.get("cache-compression"), required=root is not None,
-                          client=self._client)
-
-    def _resolve_manifest(self, manifest: Manifest | None, vocabulary_size: int | None,
-                          split: dict[str, Any] | None, progress: Any) -> Manifest:
-        """Return this data's manifest: ``manifest`` checked against the settings, or a new scan."""
-        label = self.label
-        k = int(config.get("vocabulary-size", vocabulary_size))
-        if manifest is None:
-            return scan(self.source, label=label, client=self._client, timeout=self.timeout,
-                        vocabulary_size=k, partition_cache=self.cache, progress=progress,
-                        validation_split=split["validation_split"] if split else None,
-                        subset=split["subset"] if split else None, seed=self.seed)
-        manifest.check_settings(self.source, label=label, vocabulary_size=k, split=split)
-        manifest.warn_notes(stacklevel=4)  # what the scan said still holds: say it again
-        return manifest
 
     # -- epochs -------------------------------------------------------------------------
     def on_epoch_begin(self) -> None:
