@@ -7,12 +7,11 @@ weight) before anything is trained.
 
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from daskfeed.exceptions import DataError, SchemaError
+from daskfeed.exceptions import DataError, SchemaError, warn_user
 from daskfeed.feed import EXACT_FLOAT32
 from daskfeed.labels import unknown_classes
 from daskfeed.manifest import Manifest, unknown_column
@@ -173,10 +172,10 @@ def check_weight_column(manifest: Manifest, weight: str, label: str,
         )
     wide = max((abs(v) for v in (col.min, col.max) if v is not None), default=0)
     if wide >= EXACT_FLOAT32:
-        warnings.warn(
+        warn_user(
             f"Weight column {weight!r} holds values up to {wide:,}: Keras takes sample weights "
             "as float32, which rounds values beyond 2**24 (relative error < 6e-8). Hint: "
-            "scale the weights down if that matters.", stacklevel=5)
+            "scale the weights down if that matters.")
 
 
 def check_weights(manifest: Manifest, source: Source, client: Client, label: str, weight: str,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from daskfeed.atomic import write_file
 from daskfeed.class_weights import class_weights
-from daskfeed.exceptions import ManifestMismatchError, SchemaError
+from daskfeed.exceptions import ManifestMismatchError, SchemaError, warn_user
 from daskfeed.ids import id_like
 from daskfeed.packing import pack_blocks, unpack_blocks
 from daskfeed.split import scanned_blocks
@@ -90,10 +90,10 @@ class Manifest:
     # the part of a split this manifest describes (see :func:`scan`); None: the whole data
     split: dict[str, Any] | None = None
 
-    def warn_notes(self, stacklevel: int = 2) -> None:
+    def warn_notes(self) -> None:
         """Repeat the scan's warnings (rows without a label, bad lines, wide numbers...)."""
         for note in self.notes:
-            warnings.warn(note, stacklevel=stacklevel + 1)
+            warn_user(note)
 
     # -- convenience -------------------------------------------------------------------
     @property

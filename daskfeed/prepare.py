@@ -155,8 +155,7 @@ class Prepared:
                         validation_split=split["validation_split"] if split else None,
                         subset=split["subset"] if split else None, seed=self.seed)
         manifest.check_settings(self.source, label=self.label, vocabulary_size=k, split=split)
-        for note in manifest.notes:  # what the scan said still holds: say it again
-            warn_user(note)
+        manifest.warn_notes()  # what the scan said still holds: say it again
         return manifest
 
     def _encode(self, reference: Manifest | None, features: list[str] | None,

@@ -12,7 +12,6 @@ import operator
 import os
 import time
 import uuid
-import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +21,7 @@ from distributed import Client, Future, wait
 from daskfeed import config
 from daskfeed.cache import BlockCache
 from daskfeed.cluster import client_context
-from daskfeed.exceptions import FeedTimeoutError, ManifestMismatchError, SchemaError
+from daskfeed.exceptions import FeedTimeoutError, ManifestMismatchError, SchemaError, warn_user
 from daskfeed.futures import explain
 from daskfeed.labels import text_classes
 from daskfeed.manifest import (
@@ -164,7 +163,7 @@ def _reusable(cache: str | os.PathLike[str] | None, src: Source, label: str, voc
         cached.check_settings(src, label=label, vocabulary_size=vocabulary_size, split=split)
     except ManifestMismatchError:
         return None  # stale, or made with other settings: rescan and overwrite
-    cached.warn_notes(stacklevel=3)
+    cached.warn_notes()
     return cached
 
 
@@ -470,7 +469,7 @@ def build_manifest(src: Source, label: str, facts: list[BlockFacts], stats: Stat
     rejects = quarantined(src, facts, bad_lines, notes)
     notes += wide_notes(columns, label)
     for note in notes:
-        warnings.warn(note, stacklevel=3)
+        warn_user(note)
     partitions = [
         {"path": b.path, "offset": b.offset, "length": b.length, "rows": f["label_rows"],
          "raw_rows": f["rows"]}

@@ -152,6 +152,25 @@ def test_unknown_feature_is_a_clear_error(id_data, client):
         make(id_data, client, features=["levle"])
 
 
+def test_prepared_data_served_later_with_warnings_at_the_users_line(id_data, client):
+    """Prepared (keras-free) does the scan; DaskSequence.of serves it and owns its client."""
+    from daskfeed.prepare import Prepared
+
+    with pytest.warns(UserWarning, match="look like row ids") as caught:
+        prepared = Prepared(id_data.train_glob, label="cleared", client=client, batch_size=BATCH,
+                            seed=11)
+    assert {w.filename for w in caught} == {__file__}  # not a line inside daskfeed
+    with pytest.warns(UserWarning, match="look like row ids") as caught:
+        direct = make(id_data, client)
+    assert {w.filename for w in caught} == {__file__}
+    with direct, daskfeed.DaskSequence.of(prepared, window_rows=WINDOW_ROWS) as served:
+        assert served.manifest is prepared.manifest and served._client is client
+        assert served.features == direct.features and len(served) == len(direct)
+        a, b = epoch_ids(served), epoch_ids(direct)  # the same batches as one made at once
+        assert all(np.array_equal(a[i], b[i]) for i in range(len(direct)))
+    assert client.status == "running"  # a client given is not the sequence's to close
+
+
 def test_pickle_holds_no_client_and_reconnects(id_data, client):
     with make(id_data, client) as seq:
         blob = pickle.dumps(seq)
