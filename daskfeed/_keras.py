@@ -1,35 +1,18 @@
-"""The one place daskfeed imports keras: the TensorFlow backend by default, or JAX; others refused.
+"""The one place daskfeed imports keras, with the backend :mod:`daskfeed.backend` chose.
 
-Under JAX, 64-bit types are on unless ``JAX_ENABLE_X64`` says otherwise: daskfeed's batches carry
-int64 / float64 columns exactly (values beyond float32's 2**24), which JAX would narrow to 32 bits.
+TensorFlow by default, or JAX; others refused (also when keras was imported earlier with one).
 """
 
 from __future__ import annotations
 
-import os
+from daskfeed.backend import BACKENDS, choose, refuse
+from daskfeed.exceptions import SchemaError
 
-from daskfeed.exceptions import BackendError, SchemaError
-
-#: The Keras backends daskfeed is tested on (tests/test_backends.py).
-BACKENDS = ("tensorflow", "jax")
-_HINT = ("Hint: KERAS_BACKEND=tensorflow (the default) or KERAS_BACKEND=jax; daskfeed is not "
-         "tested on the torch, numpy or openvino backends, so it refuses them.")
-
-
-def _refuse(backend: str) -> None:
-    if backend not in BACKENDS:
-        raise BackendError(f"Expected the Keras backend tensorflow or jax. Received: "
-                           f"KERAS_BACKEND={backend!r}.\n{_HINT}")
-
-
-_refuse(os.environ.setdefault("KERAS_BACKEND", "tensorflow"))
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-if os.environ["KERAS_BACKEND"] == "jax":
-    os.environ.setdefault("JAX_ENABLE_X64", "1")
+choose()
 
 import keras  # noqa: E402  (after the backend is chosen)
 
-_refuse(keras.backend.backend())  # keras imported earlier with another backend
+refuse(keras.backend.backend())  # keras imported earlier with another backend
 
 __all__ = ["BACKENDS", "keras", "refuse_narrowed"]
 

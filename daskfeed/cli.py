@@ -195,7 +195,7 @@ def _run_train(data: list[str], label: str, validation: list[str], output: str,
     for spec in (data, validation):  # a mistyped path: an error at once, before keras loads
         if spec:
             refuse_missing_local(spec)
-    from daskfeed.train import train as run_train  # keras: only when a command runs
+    from daskfeed.train import train as run_train  # pandas, dask; keras once the data are ready
 
     run_train(data, label=label, validation=validation or None, options=opts,
               echo=(lambda _line: None) if quiet else click.echo,

@@ -12,7 +12,7 @@ import io
 import json
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dask.utils import format_bytes
 
@@ -22,8 +22,9 @@ from daskfeed.cluster import Budget
 from daskfeed.exceptions import DaskfeedError
 from daskfeed.manifest import Manifest
 from daskfeed.ranks import Rank, shard_report
-from daskfeed.sequence import DaskSequence
-from daskfeed.watch import history_plot
+
+if TYPE_CHECKING:
+    from daskfeed.sequence import DaskSequence
 
 __all__ = ["bad_lines_report", "class_weights", "require_tensorboard", "scan_bar",
            "split_report", "write_history"]
@@ -189,6 +190,8 @@ def write_history(out: str, history: list[dict[str, Any]], *, budget: Budget, ro
     ckpt
         The checkpoint the run resumed from, or None.
     """
+    from daskfeed.watch import history_plot  # matplotlib, keras: only once there is a history
+
     history_plot(history, os.path.join(out, "history.png"))
     record = {
         "epochs": history, "memory_limit_bytes": budget.total, "budget": budget.__dict__,

@@ -1,7 +1,9 @@
 """Train: the whole job as a few named steps (cluster, data, model, callbacks, fit, outputs).
 
-:func:`train` is the Python entry point; the CLI calls it with a :class:`TrainOptions`. It
-imports keras (through the sequence, model and callbacks): the CLI imports it only to run.
+:func:`train` is the Python entry point; the CLI calls it with a :class:`TrainOptions`. The
+steps up to the training data (checks, cluster, scan) need no keras, which takes seconds to
+load: a run says where to watch it at once, and a mistake in the data or the settings is said
+without waiting for TensorFlow. The keras half, :mod:`daskfeed.fitting`, is imported after.
 """
 
 from __future__ import annotations
@@ -13,44 +15,30 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from daskfeed._keras import keras
-from daskfeed.callbacks import Checkpointer, EpochTelemetry, fit_from
+from daskfeed.backend import choose as choose_backend
 from daskfeed.checkpoint import Checkpoint, CheckpointStore, open_store
 from daskfeed.cluster import Budget, check_worker_memory, close_client, open_cluster
 from daskfeed.cursor import Cursor
 from daskfeed.dashboard import EpochSpans, install, scan_span
-from daskfeed.early_stopping import (
-    EarlyStopping,
-    make_early_stopping,
-    report_early_stopping,
-    resume_early_stopping,
-)
-from daskfeed.exceptions import DaskfeedError, ManifestMismatchError, SchemaError
+from daskfeed.exceptions import ManifestMismatchError, SchemaError
 from daskfeed.files import refuse_missing_local
 from daskfeed.layout import blocksize_for, largest_block, planned_window_bytes
 from daskfeed.lifecycle import Stop
 from daskfeed.manifest import Manifest, read_reusable
-from daskfeed.model import model_for
 from daskfeed.options import DataSpec, TrainOptions
-from daskfeed.outputs import (
-    bad_lines_report,
-    class_weights,
-    require_tensorboard,
-    scan_bar,
-    split_report,
-    write_history,
-)
+from daskfeed.outputs import require_tensorboard, scan_bar
+from daskfeed.prepare import Prepared
 from daskfeed.ranks import Rank, SharedScan, join_scan, rank_output, resolve_rank, scan_key, shard_line
 from daskfeed.rss import RSSSampler
-from daskfeed.sequence import DaskSequence
-from daskfeed.serving import export as export_serving
 from daskfeed.source import Source
-from daskfeed.watch import WatchCallback, summary_lines
 
 if TYPE_CHECKING:
     from distributed import Client
+    from keras import Model
 
-__all__ = ["TrainResult", "train"]
+    from daskfeed.sequence import DaskSequence
+
+__all__ = ["Run", "TrainResult", "train"]
 
 Echo = Callable[[str], None]
 
@@ -64,7 +52,7 @@ class TrainResult:
     manifest: Manifest
     budget: Budget | None
     dashboard_link: str | None
-    model: keras.Model | None = field(repr=False, default=None)
+    model: Model | None = field(repr=False, default=None)
 
     @property
     def final(self) -> dict[str, Any]:
@@ -73,7 +61,7 @@ class TrainResult:
 
 
 @dataclass
-class _Run:
+class Run:
     """What the steps of one run share: its settings, place, cluster and what to close."""
 
     data: DataSpec
@@ -138,15 +126,18 @@ def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
         raise TypeError(f"train() takes options= or settings, not both: {', '.join(sorted(settings))}")
     opts = options or TrainOptions.resolve(validation=validation, **settings)
     t_run = time.perf_counter()
+    choose_backend()  # a backend daskfeed does not run on is refused at once
     ranks, out, store, ckpt = _prepare(data, validation, opts, echo)
     client, budget, link = _connect(opts, echo)
-    run = _Run(data, label, validation, opts, echo, stop, ranks, out, store, ckpt, client, budget,
-               link)
+    run = Run(data, label, validation, opts, echo, stop, ranks, out, store, ckpt, client, budget,
+              link)
     try:
         with RSSSampler() as rss:
             train_seq, val_seq, reused = _open_data(run)
-            history, net, bad_report = _fit(run, train_seq, val_seq, reused, rss)
-        _summary(run, history, bad_report, time.perf_counter() - t_run, rss)
+            from daskfeed import fitting  # loaded with the training sequence
+
+            history, net, bad_report = fitting.fit(run, train_seq, val_seq, reused, rss)
+        fitting.summary(run, history, bad_report, time.perf_counter() - t_run, rss)
         return TrainResult(run.out, history, train_seq.manifest, run.budget, run.link, net)
     finally:
         for s in run.closing:
@@ -174,7 +165,6 @@ def _prepare(data: DataSpec, validation: DataSpec | None, opts: TrainOptions,
             "every rank; or --rank 0 --world-size 1 to train alone.")
     out = rank_output(opts.output, ranks)
     os.makedirs(out, mode=0o700, exist_ok=True)
-    keras.utils.set_random_seed(opts.data.seed)
     store, ckpt = open_store(out, resume=opts.resume, echo=echo)
     return ranks, out, store, ckpt
 
@@ -199,7 +189,7 @@ def _connect(opts: TrainOptions, echo: Echo) -> tuple[Client, Budget, str | None
     return client, budget, link
 
 
-def _open_data(run: _Run) -> tuple[DaskSequence, DaskSequence | None, bool]:
+def _open_data(run: Run) -> tuple[DaskSequence, DaskSequence | None, bool]:
     """The training and validation sequences (scanned, or from a reused manifest), described.
 
     Returns the two sequences and whether the training manifest was reused.
@@ -241,18 +231,26 @@ def _open_data(run: _Run) -> tuple[DaskSequence, DaskSequence | None, bool]:
     return train_seq, val_seq, manifest is cached
 
 
-def _sequence_settings(run: _Run, blocksize: int) -> dict[str, Any]:
-    """What the training and validation sequences share: client, reading, batching, watching."""
+def _data_settings(run: Run, blocksize: int) -> dict[str, Any]:
+    """What the training and validation data share: client, reading, batching, the scan's bar."""
     d = run.opts.data
     return {"label": run.label, "batch_size": d.batch_size, "client": run.client,
-            "window_bytes": run.budget.window_bytes, "as_matrix": d.as_matrix,
-            "timeout": d.timeout, "cache": d.cache, "vocabulary_size": d.vocabulary_size,
-            "spans": run.spans, "scan_progress": run.progress, "stop": run.stop,
+            "as_matrix": d.as_matrix, "timeout": d.timeout, "cache": d.cache,
+            "vocabulary_size": d.vocabulary_size, "scan_progress": run.progress,
             **d.read(blocksize)}
 
 
-def _train_sequence(run: _Run, cached: Manifest | None) -> DaskSequence:
-    """The training sequence: of the reused manifest, else (or when it no longer fits) scanned."""
+def _serving(run: Run) -> dict[str, Any]:
+    """What the training and validation sequences share when serving: windows, spans, stop."""
+    return {"window_bytes": run.budget.window_bytes, "spans": run.spans, "stop": run.stop}
+
+
+def _train_sequence(run: Run, cached: Manifest | None) -> DaskSequence:
+    """The training sequence: of the reused manifest, else (or when it no longer fits) scanned.
+
+    The data are prepared before keras is imported: a mistake in them or in the settings is
+    said without waiting seconds for TensorFlow to load.
+    """
     d, fit, ckpt, budget = run.opts.data, run.opts.fit, run.ckpt, run.budget
     block = ckpt.cursor.blocksize if ckpt else blocksize_for(d.blocksize, budget, cached, d.cache, run.echo)
     split: dict[str, Any] = ({"validation_split": fit.validation_split, "subset": "training"}
@@ -260,25 +258,28 @@ def _train_sequence(run: _Run, cached: Manifest | None) -> DaskSequence:
     # resuming: the same blocks and windows as the interrupted run, whatever the budget
     pinned: dict[str, Any] = {"window_rows": ckpt.cursor.window_rows} if ckpt else {}
 
-    def make(manifest: Manifest | None) -> DaskSequence:
+    def prepare(manifest: Manifest | None) -> Prepared:
         with scan_span(run.client, name="train"):
-            return DaskSequence(run.data, features=list(d.features) if d.features else None,
-                                exclude=d.exclude, seed=d.seed, manifest=manifest,
-                                prefetch_bytes=budget.prefetch * 2 // 3,
-                                weight=fit.weight, shard=run.ranks.shard, **split,
-                                **_sequence_settings(run, block), **pinned)
+            return Prepared(run.data, features=list(d.features) if d.features else None,
+                            exclude=d.exclude, seed=d.seed, manifest=manifest,
+                            prefetch_bytes=budget.prefetch * 2 // 3, weight=fit.weight,
+                            shard=run.ranks.shard, **split, **_data_settings(run, block))
 
     if cached is None:
-        return make(None)
-    try:
-        return make(cached)
-    except ManifestMismatchError as err:
-        # other files, or a setting that shapes the manifest changed: rebuild it
-        run.echo(f"rescanning: {str(err).splitlines()[0]}")
-        return make(None)
+        prepared = prepare(None)
+    else:
+        try:
+            prepared = prepare(cached)
+        except ManifestMismatchError as err:
+            # other files, or a setting that shapes the manifest changed: rebuild it
+            run.echo(f"rescanning: {str(err).splitlines()[0]}")
+            prepared = prepare(None)
+    from daskfeed.sequence import DaskSequence  # keras: once the training data are ready
+
+    return DaskSequence.of(prepared, **_serving(run), **pinned)
 
 
-def _validation_sequence(run: _Run, train_seq: DaskSequence,
+def _validation_sequence(run: Run, train_seq: DaskSequence,
                          manifest: Manifest | None) -> DaskSequence | None:
     """The validation sequence: of ``validation``, of the split's held-out part, or None.
 
@@ -287,7 +288,9 @@ def _validation_sequence(run: _Run, train_seq: DaskSequence,
     fit, echo = run.opts.fit, run.echo
     if not (run.validation or fit.validation_split):
         return None
-    same = {**_sequence_settings(run, train_seq.source.options.blocksize),
+    from daskfeed.sequence import DaskSequence
+
+    same = {**_data_settings(run, train_seq.source.options.blocksize), **_serving(run),
             "features": train_seq.features, "shuffle": False, "reference": train_seq.manifest,
             "prefetch_bytes": run.budget.prefetch // 3}
     if fit.validation_split:
@@ -313,85 +316,6 @@ def _validation_sequence(run: _Run, train_seq: DaskSequence,
     return seq
 
 
-def _fit(run: _Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused: bool,
-         rss: RSSSampler) -> tuple[list[dict[str, Any]], keras.Model, dict[str, Any]]:
-    """Build the model and its callbacks, fit from the start or the checkpoint, write outputs.
-
-    Returns the history, the model and the bad-lines report.
-    """
-    opts, echo, ckpt = run.opts, run.echo, run.ckpt
-    if opts.fit.weight:
-        echo(f"sample weights: column {opts.fit.weight!r} (not a feature); loss and weighted_ "
-             "metrics weighted" + ("" if val_seq is None else ", validation too" if val_seq.weight
-                                   else "; validation unweighted (its data have no such column)"))
-    weights = class_weights(train_seq.manifest, opts.fit.class_weight, echo)
-    # written now, not at the end: an interrupted run keeps its quarantined lines
-    bad_report = bad_lines_report(run.out, opts.data.bad_lines, reused, train_seq, val_seq)
-    net = model_for(opts.model, train_seq, opts.fit, echo)
-    stopper = make_early_stopping(opts.fit.patience, opts.fit.monitor, net, echo)
-    telemetry = EpochTelemetry(train_seq, rss)
-    epoch, batch = _start_point(run, net, stopper, len(train_seq))
-    every = opts.checkpoint_every
-    echo(f"checkpoints: {f'every {every} batches and ' if every else ''}at epoch ends in "
-         f"{run.store.directory} (the last {run.store.keep} kept)")
-    checkpointer = Checkpointer(run.store, train_seq, every=every, telemetry=telemetry,
-                                history=ckpt.history if ckpt else [], early_stopping=stopper)
-    watch = WatchCallback(run.client, train_seq, validation=val_seq, budget_bytes=run.budget.total,
-                          rss_sampler=rss, epochs=opts.epochs)  # the daskfeed page, live
-    callbacks = [telemetry, *([stopper] if stopper else []), checkpointer, watch,
-                 *([keras.callbacks.TensorBoard(opts.tensorboard)] if opts.tensorboard else [])]
-    try:
-        fit_from(net, train_seq, epochs=opts.epochs, epoch=epoch, batch=batch, feed=opts.fit.feed,
-                 validation_data=val_seq, shuffle=False, verbose=opts.verbose,
-                 callbacks=callbacks, class_weight=weights)
-    except Exception as err:
-        _reraise_feed_error(err, train_seq, val_seq)
-        raise
-    history = checkpointer.history
-    stopping = report_early_stopping(stopper, opts.epochs, echo)
-    net.save(os.path.join(run.out, "model.keras"))
-    try:  # serving/: the same model taking raw column values
-        export_serving(run.out, model=net, features=list(train_seq.features), echo=echo)
-    except (DaskfeedError, ValueError, TypeError) as err:  # model.keras stands; say why not
-        warnings.warn(f"serving/ not written: {err}", stacklevel=2)
-    write_history(run.out, history, budget=run.budget, rows=train_seq.rows,
-                  peak_rss=rss.overall_peak, bad_lines=bad_report, weight=opts.fit.weight,
-                  class_weights=weights, split=split_report(train_seq, val_seq),
-                  early_stopping=stopping, ranks=run.ranks, train_seq=train_seq, ckpt=ckpt)
-    return history, net, bad_report
-
-
-def _start_point(run: _Run, net: keras.Model, stopper: EarlyStopping | None, batches: int) -> tuple[int, int]:
-    """Epoch and batch to start at: 0, 0, or the checkpoint's (its weights and optimizer loaded)."""
-    ckpt, epochs = run.ckpt, run.opts.epochs
-    if ckpt is None:
-        return 0, 0
-    ckpt.restore(net)  # weights + optimizer state (its iteration count checked)
-    epoch, batch = ckpt.cursor.epoch, ckpt.cursor.batch
-    run.echo(f"resuming from {ckpt.path}: epoch {epoch + 1}/{epochs} at batch {batch + 1}/"
-             f"{batches} (optimizer iteration {ckpt.iterations})" if epoch < epochs else
-             f"{ckpt.path} is at the end of epoch {epoch}: nothing left to train (raise "
-             "--epochs to train more)")
-    if resume_early_stopping(stopper, ckpt, net, run.echo):
-        return max(epoch, epochs), 0
-    return epoch, batch
-
-
-def _summary(run: _Run, history: list[dict[str, Any]], bad_report: dict[str, Any], seconds: float,
-             rss: RSSSampler) -> None:
-    """The closing lines: the validation figure, the summary, what was written."""
-    last = history[-1] if history else {}
-    metric = next((k for k in ("val_weighted_accuracy", "val_accuracy",
-                               "val_weighted_mean_absolute_error", "val_mean_absolute_error",
-                               "val_loss") if k in last), None)
-    if metric:
-        run.echo(f"{metric.replace('_', ' ')}: {last[metric]:.4f}")
-    for line in summary_lines(history, seconds=seconds, budget_bytes=run.budget.total,
-                              peak_rss_bytes=rss.overall_peak, bad_rows=bad_report):
-        run.echo(line)
-    run.echo(f"wrote {run.out}/model.keras, manifest.json, history.json, history.png")
-
-
 def _reusing(manifest: Manifest | None,
              make: Callable[[Manifest | None], DaskSequence]) -> DaskSequence:
     """``make(manifest)`` if that manifest still describes the data, else ``make(None)`` (a scan)."""
@@ -403,7 +327,7 @@ def _reusing(manifest: Manifest | None,
         return make(None)
 
 
-def _join_scan(run: _Run) -> SharedScan | None:
+def _join_scan(run: Run) -> SharedScan | None:
     """Several trainers: the scan lock of these data on the shared scheduler (None: one trainer)."""
     if not run.ranks.several:
         return None
@@ -419,27 +343,12 @@ def _join_scan(run: _Run) -> SharedScan | None:
     return shared
 
 
-def _has_column(run: _Run, data: DataSpec, name: str, blocksize: int) -> bool:
+def _has_column(run: Run, data: DataSpec, name: str, blocksize: int) -> bool:
     """Whether the header of ``data`` names column ``name`` (one line read)."""
     with warnings.catch_warnings():  # the DaskSequence says what the Source has to say
         warnings.simplefilter("ignore")
         src = Source(data, **run.opts.data.read(blocksize))
     return name in src.header()
-
-
-def _reraise_feed_error(err: Exception, *seqs: DaskSequence | None) -> None:
-    """Raise the daskfeed error behind ``err`` if a batch failed with one.
-
-    Keras' TF backend reads batches inside a tf.data ``py_function``: an error raised by
-    ``DaskSequence.__getitem__`` reaches ``fit``'s caller as a TF ``UnknownError`` holding its
-    text. The sequence keeps the original (``failure``): raise that, clear and typed.
-    """
-    if isinstance(err, DaskfeedError):
-        return
-    for seq in seqs:
-        failure = getattr(seq, "failure", None)
-        if failure is not None:
-            raise failure from None
 
 
 def _cached_manifest(path: str) -> Manifest | None:
