@@ -6,6 +6,8 @@ import glob
 import json
 import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -88,6 +90,26 @@ def test_train_writes_model_manifest_history(demo_data, tmp_path):
     train(demo_data.train_glob, label="cleared", epochs=1, memory_limit="3GB", nworkers=1,
           dashboard_address="127.0.0.1:0", output=out, verbose=0, echo=lines.append)
     assert any("manifest reused" in line for line in lines)
+
+
+def test_a_wrong_label_is_said_before_keras_is_imported(demo_data, tmp_path):
+    """The cluster, the checks and the scan need no keras: a mistake there costs no TensorFlow load."""
+    script = (
+        "import sys\n"
+        "from daskfeed import SchemaError\n"
+        "from daskfeed.train import train\n"
+        "try:\n"
+        f"    train({demo_data.train_glob!r}, label='nope', memory_limit='2GB', nworkers=1,\n"
+        f"          dashboard_address='127.0.0.1:0', output={str(tmp_path / 'o')!r}, echo=print)\n"
+        "except SchemaError as err:\n"
+        "    print('refused:', str(err).splitlines()[0])\n"
+        "print('imported:', sorted(m for m in ('keras', 'tensorflow', 'jax') if m in sys.modules))\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "KERAS_BACKEND": "tensorflow"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "refused: Expected a label column 'nope' in the data." in proc.stdout, proc.stdout
+    assert "memory limit: 2GB" in proc.stdout  # the cluster was started: the check ran after it
+    assert "imported: []" in proc.stdout, proc.stdout
 
 
 def test_user_model_builder_is_called_with_the_manifest(demo_data, tmp_path):
