@@ -1,7 +1,7 @@
 """Fitting: the keras half of a training run (model, callbacks, fit, the model's outputs).
 
 :func:`daskfeed.train.train` starts the cluster and prepares the data without keras, then
-imports this module; the run's settings, place and cluster come in a :class:`~daskfeed.train.Run`.
+imports this module; the run's settings, place and cluster come in a :class:`~daskfeed.run.Run`.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from daskfeed.serving import export as export_serving
 from daskfeed.watch import WatchCallback, summary_lines
 
 if TYPE_CHECKING:
+    from daskfeed.run import Run
     from daskfeed.sequence import DaskSequence
-    from daskfeed.train import Run
 
 __all__ = ["fit", "reraise_feed_error", "summary"]
 

@@ -19,17 +19,18 @@ from daskfeed.backend import choose as choose_backend
 from daskfeed.checkpoint import Checkpoint, CheckpointStore, open_store
 from daskfeed.cluster import Budget, check_worker_memory, close_client, open_cluster
 from daskfeed.cursor import Cursor
-from daskfeed.dashboard import EpochSpans, install, scan_span
+from daskfeed.dashboard import install, scan_span
 from daskfeed.exceptions import ManifestMismatchError, SchemaError
 from daskfeed.files import refuse_missing_local
 from daskfeed.layout import blocksize_for, largest_block, planned_window_bytes
 from daskfeed.lifecycle import Stop
 from daskfeed.manifest import Manifest, read_reusable
 from daskfeed.options import DataSpec, TrainOptions
-from daskfeed.outputs import require_tensorboard, scan_bar
+from daskfeed.outputs import require_tensorboard
 from daskfeed.prepare import Prepared
 from daskfeed.ranks import Rank, SharedScan, join_scan, rank_output, resolve_rank, scan_key, shard_line
 from daskfeed.rss import RSSSampler
+from daskfeed.run import Echo, Run
 from daskfeed.source import Source
 
 if TYPE_CHECKING:
@@ -38,9 +39,7 @@ if TYPE_CHECKING:
 
     from daskfeed.sequence import DaskSequence
 
-__all__ = ["Run", "TrainResult", "train"]
-
-Echo = Callable[[str], None]
+__all__ = ["TrainResult", "train"]
 
 
 @dataclass
@@ -58,30 +57,6 @@ class TrainResult:
     def final(self) -> dict[str, Any]:
         """The last epoch's record."""
         return self.history[-1] if self.history else {}
-
-
-@dataclass
-class Run:
-    """What the steps of one run share: its settings, place, cluster and what to close."""
-
-    data: DataSpec
-    label: str
-    validation: DataSpec | None
-    opts: TrainOptions
-    echo: Echo
-    stop: Stop | None
-    ranks: Rank
-    out: str
-    store: CheckpointStore
-    ckpt: Checkpoint | None
-    client: Client
-    budget: Budget
-    link: str | None
-    spans: EpochSpans = field(default_factory=EpochSpans)  # one per run: both sequences' epochs
-    closing: list[Any] = field(default_factory=list)  # sequences, the shared scan's lock
-
-    def __post_init__(self) -> None:
-        self.progress = scan_bar(self.echo)  # one progress bar for the run's scans
 
 
 def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
