@@ -89,8 +89,12 @@ def _figures(ceil: list[dict[str, Any]], floor: dict[str, Any], ours: dict[str, 
 
 def run(data: str, *, models: Sequence[Sequence[int]], batch_size: int, epochs: int,
         memory_limit: str, nworkers: int | None, features: Sequence[str] = DEFAULT_FEATURES,
-        label: str = LABEL, echo: Callable[[str], None] = print) -> dict[str, Any]:
-    """For each model: the ceiling, daskfeed, the ceiling again; their figures (:func:`_figures`)."""
+        label: str = LABEL, echo: Callable[[str], None] = print,
+        scheduler: str | None = None) -> dict[str, Any]:
+    """For each model: the ceiling, daskfeed, the ceiling again; their figures (:func:`_figures`).
+
+    ``scheduler``: a running scheduler daskfeed uses instead of a LocalCluster it starts.
+    """
     import anchors
     import ours
 
@@ -105,7 +109,8 @@ def run(data: str, *, models: Sequence[Sequence[int]], batch_size: int, epochs: 
             del x, y
             ceil = [first]
             mine = ours.daskfeed_fit(data, features, label, batch_size, epochs, memory_limit, nworkers,
-                                     None, workdir, tag="-".join(map(str, hidden)), hidden=hidden)
+                                     None, workdir, tag="-".join(map(str, hidden)), hidden=hidden,
+                                     scheduler=scheduler)
             ceil.append(anchors.in_memory(files, features, label, batch_size, epochs, None,
                                           hidden=hidden)[0])
             row = _figures(ceil, floor, mine, hidden, batch_size)
@@ -124,7 +129,8 @@ def format_table(res: dict[str, Any]) -> str:
     lines = [f"command: {cfg['command']}",
              f"device: {cfg['device']['backend']} on {', '.join(cfg['device']['devices'])}; "
              f"{cfg['device']['cpus']} CPUs; {cfg['rows']:,} rows, batch {cfg['batch_size']}, "
-             f"{cfg['epochs']} epochs, budget {cfg['memory_limit']}",
+             f"{cfg['epochs']} epochs, budget {cfg['memory_limit']}; daskfeed on "
+             + (f"the scheduler {cfg['scheduler']}" if cfg.get("scheduler") else "a LocalCluster"),
              "",
              f"{'hidden layers':<22} {'ceiling rows/s':>15} {'ms/step':>8} {'daskfeed rows/s':>16} "
              f"{'steady ×':>9} {'floor ×':>8} {'epoch 1 ×':>10} {'wait steady':>12} {'wait epoch 1':>13}"]
@@ -151,6 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=4, help="per fit, >= 4 [4]")
     p.add_argument("--memory-limit", default="16GB", help="daskfeed's budget for the process tree [16GB]")
     p.add_argument("--nworkers", type=int, default=None)
+    p.add_argument("--scheduler", help="a running dask scheduler's address for daskfeed, instead of a "
+                                       "LocalCluster in the trainer's process")
     p.add_argument("--out", default=os.path.join(HERE, "results"), help="results directory")
     p.add_argument("--name", default="gpu", help="file name stem [gpu]")
     a = p.parse_args(argv)
@@ -170,10 +178,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = a.data
     command = shlex.join(["benchmarks/gpu.py", *(argv if argv is not None else sys.argv[1:])])
     res = run(data, models=models, batch_size=a.batch_size, epochs=a.epochs,
-              memory_limit=a.memory_limit, nworkers=a.nworkers)
+              memory_limit=a.memory_limit, nworkers=a.nworkers, scheduler=a.scheduler)
     res["config"] = {"command": command, "data": data, "rows": res["rows"][0]["daskfeed"]["rows"],
                      "batch_size": a.batch_size, "epochs": a.epochs, "memory_limit": a.memory_limit,
-                     "nworkers": a.nworkers, "device": _device()}
+                     "nworkers": a.nworkers, "scheduler": a.scheduler, "device": _device()}
     os.makedirs(a.out, exist_ok=True)
     stem = os.path.join(a.out, a.name)
     with open(stem + ".json", "w", encoding="utf-8") as f:

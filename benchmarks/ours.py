@@ -17,6 +17,7 @@ from common import epoch_clock, epoch_records, losses, quest_mlp
 
 from daskfeed.callbacks import fit_from
 from daskfeed.cluster import Budget, close_client, start_local_cluster
+from daskfeed.remote import connect
 from daskfeed.rss import RSSSampler
 from daskfeed.sequence import DaskSequence
 
@@ -57,10 +58,14 @@ def _epoch_stats(seq: DaskSequence, epoch: int) -> dict[str, Any]:
 
 def daskfeed_fit(data: Any, features: Sequence[str], label: str, batch_size: int, epochs: int,
                  memory_limit: str | int, nworkers: int | None, val: Any, workdir: str,
-                 tag: str = "fit", feed: str = "auto", hidden: Sequence[int] = (64, 64)) -> dict[str, Any]:
+                 tag: str = "fit", feed: str = "auto", hidden: Sequence[int] = (64, 64),
+                 scheduler: str | None = None) -> dict[str, Any]:
     """Start a cluster in ``memory_limit``, scan, and fit as ``daskfeed train`` does (``fit_from``).
 
-    ``hidden``: the model's hidden layers (:func:`common.quest_mlp`).
+    ``hidden``: the model's hidden layers (:func:`common.quest_mlp`). ``scheduler``: the address
+    of a running ``dask scheduler`` (with its workers) to use instead of a LocalCluster, as
+    ``daskfeed train --scheduler`` does: its event loop is then outside the trainer's process
+    (the peak RSS then covers the trainer alone).
 
     Returns
     -------
@@ -75,7 +80,8 @@ def daskfeed_fit(data: Any, features: Sequence[str], label: str, batch_size: int
         t0 = time.perf_counter()
         budget = Budget.split(memory_limit, nworkers=nworkers)
         try:
-            client = start_local_cluster(budget, dashboard_address="")
+            client = (connect(scheduler) if scheduler else
+                      start_local_cluster(budget, dashboard_address=""))
             t_cluster = time.perf_counter()
             seq = _sequence(TimedSequence, data, features, label, batch_size, client, budget,
                             os.path.join(workdir, f"cache-{tag}"))
