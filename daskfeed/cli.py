@@ -8,6 +8,8 @@ stop a command within seconds (its :class:`~daskfeed.lifecycle.Stop`).
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import os
 import signal
@@ -375,5 +377,36 @@ def export_serving(run_dir: str) -> None:
 
     export(run_dir, echo=click.echo)
 
+def main() -> None:
+    """The ``daskfeed`` command: the click group, then an exit that skips TensorFlow's teardown.
+
+    Once TensorFlow is loaded, the interpreter's own teardown takes about a second after a
+    command has finished (0.95 s after a small ``fit``, against 0.2 s for a LocalCluster
+    alone). By then the command has written and closed everything, so the process ends as
+    the interpreter would, less that teardown: non-daemon threads joined and the hooks of
+    ``threading`` and ``atexit`` run (the cluster, the prefetchers, logging), the standard
+    streams flushed, then ``os._exit`` with the command's exit status.
+    """
+    try:
+        cli.main(prog_name="daskfeed")
+    except SystemExit as done:
+        if "tensorflow" not in sys.modules:
+            raise
+        status = done.code
+    else:  # pragma: no cover  (click's standalone mode always exits)
+        status = 0
+    if isinstance(status, int) or status is None:
+        code = status or 0
+    else:  # sys.exit("message"): printed, status 1, as the interpreter does
+        print(status, file=sys.stderr)
+        code = 1
+    threading._shutdown()  # type: ignore[attr-defined]  # joins threads, runs their exit hooks
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    cli()
+    main()

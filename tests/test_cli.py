@@ -54,6 +54,30 @@ def test_console_script_and_dask_plugin_help():
     assert out.returncode == 0 and "train" in out.stdout, out.stderr
 
 
+@pytest.mark.parametrize(("args", "status"), [(["--version"], 0), (["train", "--bogus"], 2)])
+def test_the_command_ends_past_tensorflows_teardown_as_the_interpreter_would(args, status, tmp_path):
+    """With TensorFlow loaded, main() ends the process itself: same status and output, the
+    threads joined and the exit hooks run (a file written by each), the streams flushed."""
+    done = tmp_path / "done"
+    code = (
+        "import atexit, sys, threading\n"
+        "import tensorflow\n"
+        f"def mark(what): open({str(done)!r}, 'a').write(what + '\\n')\n"
+        "atexit.register(mark, 'atexit')\n"
+        "threading.Thread(target=lambda: (sum(range(10**7)), mark('thread'))).start()  # busy\n"
+        "print('unflushed output', end='')\n"
+        f"sys.argv = ['daskfeed', *{args!r}]\n"
+        "from daskfeed.cli import main\n"
+        "main()\n"
+        "mark('returned')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV,
+                         timeout=120)
+    assert out.returncode == status, out.stderr[-2000:]
+    assert out.stdout.startswith("unflushed output")
+    assert ("daskfeed, version" in out.stdout) if status == 0 else ("No such option" in out.stderr)
+    assert sorted(done.read_text().split()) == ["atexit", "thread"]  # and main() never returned
+
+
 def test_missing_label_is_a_clear_error_without_traceback(demo_data, tmp_path):
     out = run("train", demo_data.train_glob, "--label", "clearedd", "--memory-limit", "3GB",
               "--nworkers", "1", "--dashboard-address", "", "--output", str(tmp_path / "o"))
