@@ -103,7 +103,7 @@ def run(data: str | Sequence[str], *, validation: str | Sequence[str] | None = N
     import anchors
     import ours
 
-    from daskfeed.cluster import Budget
+    from daskfeed.budget import Budget
 
     if epochs < 4:
         raise ValueError(f"Expected epochs >= 4 (epoch 1 and three steady ones). Received: {epochs}.")

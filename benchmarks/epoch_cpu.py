@@ -51,7 +51,8 @@ def main() -> None:
     import psutil
     from common import DEFAULT_FEATURES, load_numpy, quest_mlp, resolve_files
 
-    from daskfeed.cluster import Budget, close_client, start_local_cluster
+    from daskfeed.budget import Budget
+    from daskfeed.cluster import close_client, start_local_cluster
     from daskfeed.sequence import DaskSequence
 
     me = psutil.Process()

@@ -27,7 +27,8 @@ def main() -> None:
     args = p.parse_args()
 
     import daskfeed
-    from daskfeed.cluster import Budget, close_client, start_local_cluster
+    from daskfeed.budget import Budget
+    from daskfeed.cluster import close_client, start_local_cluster
     from daskfeed.demo import write_demo_data
 
     root = args.data_dir or os.path.join("bench-out", f"manifest-size-{args.files}")

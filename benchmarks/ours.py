@@ -15,8 +15,9 @@ from typing import Any
 
 from common import epoch_clock, epoch_records, losses, quest_mlp
 
+from daskfeed.budget import Budget
 from daskfeed.callbacks import fit_from
-from daskfeed.cluster import Budget, close_client, start_local_cluster
+from daskfeed.cluster import close_client, start_local_cluster
 from daskfeed.remote import connect
 from daskfeed.rss import RSSSampler
 from daskfeed.sequence import DaskSequence

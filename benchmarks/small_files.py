@@ -59,7 +59,8 @@ def scan_vs_pyarrow(nfiles: int, root: str, memory_limit: str, passes: int, labe
     import pyarrow.dataset as pads
 
     import daskfeed
-    from daskfeed.cluster import Budget, close_client, start_local_cluster
+    from daskfeed.budget import Budget
+    from daskfeed.cluster import close_client, start_local_cluster
     from daskfeed.demo import write_demo_data
     from daskfeed.source import Source
 

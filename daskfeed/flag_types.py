@@ -13,7 +13,7 @@ import click
 from dask.utils import parse_bytes, parse_timedelta
 
 from daskfeed import config
-from daskfeed.cluster import parse_memory_limit
+from daskfeed.budget import parse_memory_limit
 from daskfeed.exceptions import DaskfeedError
 
 __all__ = ["ByteSize", "ConfigOption", "Duration", "MemorySize", "column_list", "dtype_pairs",

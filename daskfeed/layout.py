@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from dask.utils import format_bytes
 
-from daskfeed.cluster import Budget
+from daskfeed.budget import Budget
 from daskfeed.manifest import Manifest
 
 if TYPE_CHECKING:

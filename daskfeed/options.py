@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, NoReturn, Union
 
 from daskfeed import config
-from daskfeed.cluster import MAX_BLOCKSIZE, TRAINER_RESERVE, WINDOW_BYTES
+from daskfeed.budget import MAX_BLOCKSIZE, TRAINER_RESERVE, WINDOW_BYTES
 from daskfeed.exceptions import SchemaError
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from dask.utils import format_bytes
 
 from daskfeed.atomic import write_file
+from daskfeed.budget import Budget
 from daskfeed.checkpoint import Checkpoint
-from daskfeed.cluster import Budget
 from daskfeed.exceptions import DaskfeedError
 from daskfeed.manifest import Manifest
 from daskfeed.ranks import Rank, shard_report

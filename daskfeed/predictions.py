@@ -22,16 +22,15 @@ from dask.utils import format_bytes
 
 from daskfeed import config
 from daskfeed.atomic import writing
-from daskfeed.cluster import (
+from daskfeed.budget import (
     MIN_WORKER,
     Budget,
-    close_client,
     default_memory_limit,
     default_nworkers,
-    open_cluster,
     parse_memory_limit,
     result,
 )
+from daskfeed.cluster import close_client, open_cluster
 from daskfeed.exceptions import BudgetError, SchemaError
 from daskfeed.files import refuse_missing_local
 from daskfeed.manifest import Manifest

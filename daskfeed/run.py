@@ -16,8 +16,8 @@ from daskfeed.outputs import scan_bar
 if TYPE_CHECKING:
     from distributed import Client
 
+    from daskfeed.budget import Budget
     from daskfeed.checkpoint import Checkpoint, CheckpointStore
-    from daskfeed.cluster import Budget
     from daskfeed.lifecycle import Stop
     from daskfeed.options import DataSpec, TrainOptions
     from daskfeed.ranks import Rank

@@ -89,7 +89,7 @@ def one_run(data: str, nworkers: int, epochs: int, batch_size: int) -> dict[str,
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     from distributed import Client
 
-    from daskfeed.cluster import Budget
+    from daskfeed.budget import Budget
     from daskfeed.sequence import DaskSequence
 
     workdir = tempfile.mkdtemp(prefix="daskfeed-scaleout-")

@@ -9,7 +9,8 @@ import sys
 # Runs in a fresh interpreter so that no other cluster of the test session shares the process.
 AUDIT = r'''
 import json, os, stat, psutil
-from daskfeed.cluster import Budget, close_client, spill_directory, start_local_cluster
+from daskfeed.budget import Budget
+from daskfeed.cluster import close_client, spill_directory, start_local_cluster
 
 def main():
     client = start_local_cluster(Budget.split("3GB", nworkers=2), dashboard_address="127.0.0.1:0")
@@ -51,7 +52,8 @@ def test_a_taken_dashboard_port_moves_to_one_the_os_picks_without_a_warning():
     import socket
     import warnings
 
-    from daskfeed.cluster import Budget, close_client, start_local_cluster
+    from daskfeed.budget import Budget
+    from daskfeed.cluster import close_client, start_local_cluster
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -74,12 +76,12 @@ def test_a_taken_dashboard_port_moves_to_one_the_os_picks_without_a_warning():
 
 def test_a_result_behind_workers_paused_for_good_is_a_budget_error_not_a_hang():
     """Memory no task holds (here a held buffer, in predict a loaded model) keeps a worker paused:
-    cluster.result says so after its patience instead of waiting forever."""
+    budget.result says so after its patience instead of waiting forever."""
     import pytest
     from distributed import Client, LocalCluster
     from helpers import wait_for
 
-    from daskfeed.cluster import result
+    from daskfeed.budget import result
     from daskfeed.exceptions import BudgetError
 
     with LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="1GB", processes=True,
@@ -114,7 +116,8 @@ def test_the_local_workers_run_below_the_trainer_every_thread():
 
     import dask.config
 
-    from daskfeed.cluster import Budget, close_client, start_local_cluster
+    from daskfeed.budget import Budget
+    from daskfeed.cluster import close_client, start_local_cluster
 
     mine = os.getpriority(os.PRIO_PROCESS, 0)
     for nice in (10, 0):
@@ -133,7 +136,8 @@ def test_a_bad_worker_nice_is_refused_before_any_worker_starts():
     import pytest
 
     from daskfeed import DaskfeedError
-    from daskfeed.cluster import Budget, start_local_cluster
+    from daskfeed.budget import Budget
+    from daskfeed.cluster import start_local_cluster
 
     for bad in ("high", -1, 25, 2.5):
         with dask.config.set({"daskfeed.worker-nice": bad}), \

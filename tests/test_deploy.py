@@ -193,7 +193,7 @@ def test_worker_too_small_for_the_planned_partition_is_refused_before_training(
 
 def test_check_worker_memory_against_real_workers(client):
     """2 GiB workers, one thread: a 256 MiB window (1.5 GiB to parse) fits, 400 MiB does not."""
-    from daskfeed.cluster import check_worker_memory, worker_memory
+    from daskfeed.budget import check_worker_memory, worker_memory
     from daskfeed.exceptions import BudgetError
 
     workers = worker_memory(client)

@@ -38,7 +38,8 @@ def _copy_data(id_data, dest: pathlib.Path) -> str:
 
 
 def _local_client(nworkers: int = 2):
-    from daskfeed.cluster import Budget, start_local_cluster
+    from daskfeed.budget import Budget
+    from daskfeed.cluster import start_local_cluster
 
     return start_local_cluster(Budget.split("3GB", nworkers=nworkers), dashboard_address="127.0.0.1:0")
 

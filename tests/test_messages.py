@@ -170,7 +170,8 @@ def test_a_worker_warning_is_one_line_too():
     code = (
         "import warnings\n"
         "from daskfeed.cli import _warnings_as_lines\n"
-        "from daskfeed.cluster import Budget, close_client, start_local_cluster\n"
+        "from daskfeed.budget import Budget\n"
+        "from daskfeed.cluster import close_client, start_local_cluster\n"
         "undo = _warnings_as_lines()\n"
         "client = start_local_cluster(Budget.split('3GB', nworkers=1), dashboard_address='127.0.0.1:0')\n"
         "def warn():\n"

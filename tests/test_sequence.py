@@ -75,7 +75,7 @@ def test_same_batches_whatever_the_number_of_workers(id_data, client):
 def test_default_windows_do_not_depend_on_the_number_of_workers(id_data, client):
     from distributed import Client, LocalCluster
 
-    from daskfeed.cluster import Budget
+    from daskfeed.budget import Budget
 
     assert len({Budget.split("8GB", nworkers=n).window_bytes for n in (1, 2, 3, 4)}) == 1
     with make(id_data, client, window_rows=None) as seq:

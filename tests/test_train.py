@@ -164,7 +164,7 @@ def test_default_model_multiclass_softmax(tmp_path, client):
 
 
 def test_budget_split_and_refusal():
-    from daskfeed.cluster import Budget
+    from daskfeed.budget import Budget
 
     b = Budget.split("14GB", nworkers=2)
     assert b.total == 14 * 10**9
