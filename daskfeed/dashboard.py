@@ -2,7 +2,7 @@
 
 How figures travel: the trainer sends events on the ``daskfeed`` topic
 (``client.log_event``, see :func:`report`); the scan tasks already send theirs on
-``daskfeed-scan-<token>`` from the workers (:func:`daskfeed.scanner.report`). Every event
+``daskfeed-scan-<token>`` from the workers (:func:`daskfeed.scan_task.report`). Every event
 reaches the scheduler, where :class:`WatchPlugin` (registered by :func:`install`) sees it
 through the ``log_event`` hook of scheduler plugins and keeps the latest figures. This works
 the same with a ``LocalCluster`` and with a separate ``dask scheduler`` process, whose

@@ -16,7 +16,7 @@ from daskfeed.render import Figures
 __all__ = ["CACHE_TOPIC", "SCAN_TOPIC_PREFIX", "TOPIC", "Event", "Status"]
 
 TOPIC = "daskfeed"  # trainer -> scheduler: run, progress, epoch and scan events
-SCAN_TOPIC_PREFIX = "daskfeed-scan-"  # scan tasks -> scheduler (daskfeed.scanner.report)
+SCAN_TOPIC_PREFIX = "daskfeed-scan-"  # scan tasks -> scheduler (daskfeed.scan_task.report)
 CACHE_TOPIC = "daskfeed-cache"  # window tasks -> scheduler (report_cache)
 HISTORY_LIMIT = 10_000  # epoch records kept on the scheduler
 
