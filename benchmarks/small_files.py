@@ -84,7 +84,7 @@ def scan_vs_pyarrow(nfiles: int, root: str, memory_limit: str, passes: int, labe
     rows: dict[str, int] = {}
     manifest_bytes = partitions = 0
     try:
-        from daskfeed.cache import open_cache
+        from daskfeed.cache_open import open_cache
 
         for p in range(passes):
             for name, fn in (("pyarrow_threadpool", threadpool), ("pyarrow_dataset", dataset)):

@@ -7,7 +7,8 @@ import os
 import shutil
 from dataclasses import dataclass
 
-from daskfeed.cache import REMOVING, default_root, forget_entry
+from daskfeed.cache import default_root, forget_entry
+from daskfeed.cache_open import REMOVING
 
 __all__ = ["CacheEntry", "clear", "list_entries"]
 
@@ -45,7 +46,7 @@ def list_entries(root: str | os.PathLike[str] | None = None) -> list[CacheEntry]
         return []
     for name in names:
         path = os.path.join(base, name)
-        if REMOVING in name:  # being removed (see daskfeed.cache._remove_entry)
+        if REMOVING in name:  # being removed (see daskfeed.cache_open._remove_entry)
             continue
         try:
             with open(os.path.join(path, "meta.json"), encoding="utf-8") as f:

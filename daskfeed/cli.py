@@ -267,7 +267,7 @@ def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> No
                                     nthreads=kw.pop("nthreads"), scheduler=scheduler,
                                     security=security, dashboard_address=kw.pop("dashboard_address"))
     try:
-        from daskfeed.cache import open_cache
+        from daskfeed.cache_open import open_cache
 
         source = Source(list(data), blocksize=config.resolve_blocksize(kw.pop("blocksize"),
                                                                        budget.blocksize),

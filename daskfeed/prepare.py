@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from daskfeed import config
-from daskfeed.cache import open_cache
+from daskfeed.cache_open import open_cache
 from daskfeed.checks import (
     check_classes,
     check_compatible,

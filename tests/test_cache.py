@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 import daskfeed
-from daskfeed.cache import BlockCache, open_cache
+from daskfeed.cache import BlockCache
+from daskfeed.cache_open import open_cache
 from daskfeed.exceptions import CacheError
 from daskfeed.source import Source
 from daskfeed.tables import iter_tables
@@ -96,7 +97,7 @@ def test_a_stale_entry_loses_its_name_before_its_files(tmp_path, write_csv, monk
     """A window task of a closed sequence may still be re-caching a block in the stale entry:
     renamed away before ``rmtree`` runs, the entry cannot be kept alive under its name by a file
     that task writes meanwhile (a race that made the test above flaky)."""
-    import daskfeed.cache as cache_mod
+    import daskfeed.cache_open as cache_mod
     from daskfeed.cache_entries import list_entries
 
     write_csv("d/a.csv", "x,y\n1,0\n2,1\n")
@@ -135,7 +136,7 @@ def test_a_disk_without_room_is_refused_up_front(tmp_path, write_csv):
 
 
 def test_auto_compression_writes_plain_files_where_there_is_room_else_zstd(tmp_path, write_csv):
-    from daskfeed.cache import estimate_bytes
+    from daskfeed.cache_open import estimate_bytes
 
     write_csv("d/a.csv", "x,y\n1,0\n")
     cache, why = open_cache(Source(str(tmp_path / "d" / "*.csv")), tmp_path / "c0")
@@ -224,7 +225,7 @@ def test_a_damaged_cache_file_falls_back_to_the_csv(tmp_path, client, write_csv)
 
 
 def test_stale_temporary_files_of_killed_writers_are_swept(tmp_path):
-    from daskfeed.cache import STALE_TMP_SECONDS, _sweep
+    from daskfeed.cache_open import STALE_TMP_SECONDS, _sweep
 
     old = tmp_path / "g000000-abcd-000.arrow.tmp-123"
     new = tmp_path / "g000004-abcd-000.arrow.tmp-456"

@@ -146,7 +146,7 @@ def test_a_scan_task_of_small_files_gets_what_each_file_gets_alone(write_csv, tm
     the statistics and the cache) gives each file the facts, statistics and cached rows it gets
     scanned on its own; text columns are sampled in the first file that shows text in them."""
     import daskfeed.scan_task as task
-    from daskfeed.cache import open_cache
+    from daskfeed.cache_open import open_cache
     from daskfeed.stats import merge_stats
 
     _task_files(write_csv, numbers_in_text)
