@@ -39,7 +39,8 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from daskfeed._keras import keras
-from daskfeed.checkpoint import CheckpointStore, json_value, optimizer_steps
+from daskfeed.checkpoint import json_value, optimizer_steps
+from daskfeed.checkpoint_store import CheckpointStore
 from daskfeed.cursor import Cursor
 from daskfeed.early_stopping import EarlyStopping
 from daskfeed.rss import RSSSampler

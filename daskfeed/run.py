@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from distributed import Client
 
     from daskfeed.budget import Budget
-    from daskfeed.checkpoint import Checkpoint, CheckpointStore
+    from daskfeed.checkpoint import Checkpoint
+    from daskfeed.checkpoint_store import CheckpointStore
     from daskfeed.lifecycle import Stop
     from daskfeed.options import DataSpec, TrainOptions
     from daskfeed.ranks import Rank

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from daskfeed.backend import choose as choose_backend
 from daskfeed.budget import Budget, check_worker_memory
-from daskfeed.checkpoint import Checkpoint, CheckpointStore, open_store
+from daskfeed.checkpoint import Checkpoint
+from daskfeed.checkpoint_store import CheckpointStore, open_store
 from daskfeed.cluster import close_client, open_cluster
 from daskfeed.cursor import Cursor
 from daskfeed.dashboard import install, scan_span

@@ -304,7 +304,7 @@ def test_early_stopping_stops_restores_best_weights_and_survives_a_mid_epoch_res
         data, client, tmp_path):
     from daskfeed._keras import keras
     from daskfeed.callbacks import Checkpointer, fit_from
-    from daskfeed.checkpoint import CheckpointStore
+    from daskfeed.checkpoint_store import CheckpointStore
 
     kw = dict(features=["x1", "x2"], as_matrix=True, window_rows=700, seed=2)
     with _seq(data, client, **kw) as seq:

@@ -102,7 +102,7 @@ def _cursor(epoch: int, batch: int, **kw):
 
 
 def test_checkpoints_atomic_keep_two_and_truncated_newest_falls_back(tmp_path):
-    from daskfeed.checkpoint import CheckpointStore
+    from daskfeed.checkpoint_store import CheckpointStore
     from daskfeed.exceptions import CheckpointError
 
     x = np.random.default_rng(0).random((64, 3)).astype("float32")
@@ -169,7 +169,7 @@ def test_cursor_check_refuses_other_data_batch_size_seed():
 
 def test_weights_that_do_not_fit_the_model_are_a_clear_error(tmp_path):
     from daskfeed._keras import keras
-    from daskfeed.checkpoint import CheckpointStore
+    from daskfeed.checkpoint_store import CheckpointStore
     from daskfeed.exceptions import CheckpointError
 
     store = CheckpointStore(tmp_path / "c")
@@ -219,7 +219,7 @@ class _Crash(Exception):
 def test_fit_interrupted_then_resumed_equals_an_uninterrupted_fit(id_data, client, tmp_path, feed):
     from daskfeed._keras import keras
     from daskfeed.callbacks import Checkpointer, fit_from
-    from daskfeed.checkpoint import CheckpointStore
+    from daskfeed.checkpoint_store import CheckpointStore
 
     epochs, every = 3, 5
     kw = dict(batch_size=400, features=FEATURES, as_matrix=True)  # 34 batches per epoch
@@ -326,7 +326,7 @@ def _read_log(path) -> list:
 def test_cli_sigkill_mid_epoch_then_resume_trains_every_row_exactly_once(id_data, tmp_path, kill_epoch):
     import psutil
 
-    from daskfeed.checkpoint import CheckpointStore
+    from daskfeed.checkpoint_store import CheckpointStore
 
     log = tmp_path / "batches.jsonl"
     builder = BUILDER.format(log=str(log), delay=0.04, features=FEATURES)

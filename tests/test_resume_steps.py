@@ -96,7 +96,7 @@ def _probe(checkpointer, sink: list):
 ])
 def test_cursors_are_the_batches_trained(id_data, client, tmp_path, spe, variant):
     from daskfeed.callbacks import Checkpointer, fit_from
-    from daskfeed.checkpoint import CheckpointStore
+    from daskfeed.checkpoint_store import CheckpointStore
 
     epochs = 2
     sink: list = []
@@ -136,7 +136,7 @@ def test_the_step_count_is_read_where_a_cursor_is_needed(id_data, client, tmp_pa
     """A read of the optimizer's count waits for the device: at each epoch's begin and where a
     checkpoint may be due, not after every batch (once cost ``daskfeed train`` ~5 % of an epoch)."""
     import daskfeed.callbacks as callbacks
-    from daskfeed.checkpoint import CheckpointStore
+    from daskfeed.checkpoint_store import CheckpointStore
 
     reads: list = []
     real = callbacks.optimizer_steps
@@ -159,7 +159,7 @@ def test_cursor_does_not_depend_on_the_batch_keras_passes(id_data, client, tmp_p
     """The hooks called as either Keras version calls them, 4 steps per call, every=5."""
     from daskfeed._keras import keras
     from daskfeed.callbacks import Checkpointer
-    from daskfeed.checkpoint import CheckpointStore
+    from daskfeed.checkpoint_store import CheckpointStore
 
     keras.utils.set_random_seed(0)
     inp = keras.Input((3,))
@@ -226,7 +226,7 @@ def _run(id_data, client, store, manifest, *, spe, until, how, epochs=3):
     (1, "raise"), pytest.param(4, "raise", marks=pytest.mark.slow),
     pytest.param(1, "stop", marks=pytest.mark.slow), (4, "stop")])
 def test_interrupted_mid_epoch_then_resumed_trains_each_row_once(id_data, client, tmp_path, spe, how):
-    from daskfeed.checkpoint import CheckpointStore
+    from daskfeed.checkpoint_store import CheckpointStore
 
     epochs = 3
     with _seq(id_data, client) as seq:
