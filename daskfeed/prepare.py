@@ -23,7 +23,7 @@ from daskfeed.checks import (
     check_weights,
 )
 from daskfeed.cluster import acquire_client
-from daskfeed.exceptions import warn_user
+from daskfeed.exceptions import DaskfeedError, warn_user
 from daskfeed.feed import Encoding
 from daskfeed.ids import id_like, id_warning
 from daskfeed.manifest import Manifest
@@ -88,6 +88,7 @@ class Prepared:
         scan_progress: Any = None,
     ) -> None:
         split = split_settings(validation_split, subset, int(seed))  # before any work
+        self._handed = False  # to a sequence (which then owns the client)
         self._settle(label=label, weight=weight, batch_size=batch_size, shuffle=shuffle, seed=seed,
                      drop_remainder=drop_remainder, shard=shard, timeout=timeout,
                      prefetch_bytes=prefetch_bytes, split=split)
@@ -115,6 +116,27 @@ class Prepared:
     def close(self) -> None:
         """Close the client if it was started here (a sequence made of this data does so itself)."""
         self.owner.close()
+
+    def hand_over(self) -> Owner:
+        """The client's owner, for the one sequence that serves these data.
+
+        Returns
+        -------
+        Owner
+
+        Raises
+        ------
+        DaskfeedError
+            The data were handed over before, or closed: a second sequence would share (and
+            close) the first one's client.
+        """
+        if self.owner.client is None or self._handed:
+            raise DaskfeedError(
+                "Expected prepared data not yet served or closed. Received: data already handed "
+                "to a DaskSequence, or closed.\nHint: prepare the data again for another "
+                "sequence (Prepared(...)), or pass manifest=seq.manifest to skip the scan.")
+        self._handed = True
+        return self.owner
 
     # -- the steps, in order -----------------------------------------------------------
     def _settle(self, *, label: str, weight: str | None, batch_size: int | None, shuffle: bool,

@@ -200,8 +200,10 @@ class DaskSequence(keras.utils.PyDataset):
         Rows per window, the windows' tasks and the cursor of epoch 0 (its first windows in
         flight).
         """
+        owner = prepared.hand_over()
         for name in Prepared.SHARED:
             setattr(self, _RENAMED.get(name, name), getattr(prepared, name))
+        self._owner = owner
         self._finalizer = weakref.finalize(self, self._owner.close)
         self._closed = False
         self._feeds: weakref.WeakSet[Any] = weakref.WeakSet()  # tf_feed feeds: closed with it

@@ -168,6 +168,8 @@ def test_prepared_data_served_later_with_warnings_at_the_users_line(id_data, cli
         assert served.features == direct.features and len(served) == len(direct)
         a, b = epoch_ids(served), epoch_ids(direct)  # the same batches as one made at once
         assert all(np.array_equal(a[i], b[i]) for i in range(len(direct)))
+        with pytest.raises(daskfeed.DaskfeedError, match="already handed"):  # one client, one owner
+            daskfeed.DaskSequence.of(prepared)
     assert client.status == "running"  # a client given is not the sequence's to close
 
 
