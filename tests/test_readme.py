@@ -94,6 +94,11 @@ def test_shell_command_runs(index, workdir):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, f"README command {command!r}:\n{out.stderr[-4000:]}"
     if command.startswith("daskfeed train "):
-        assert "val accuracy:" in out.stdout, out.stdout
+        assert re.search(r"^final: loss \d", out.stdout, re.M) and "wrote " in out.stdout, out.stdout
+        if "--validation" in command:  # --validation DATA or --validation-split F: its figure
+            assert re.search(r"^val (weighted )?(accuracy|mean absolute error|loss): \d", out.stdout,
+                             re.M), out.stdout
+        else:
+            assert "val " not in out.stdout, out.stdout
     if command.startswith("daskfeed scan "):
         assert "3,000 rows in" in out.stdout, out.stdout
