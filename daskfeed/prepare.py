@@ -49,11 +49,12 @@ class Prepared:
         Bad data or settings, with what was expected, what was received and a hint.
     """
 
-    #: What a sequence takes over from its prepared data, by the same names.
+    #: What a sequence takes over from its prepared data, by the same names (the client's
+    #: ``owner`` through :meth:`hand_over`).
     SHARED = ("label", "weight", "batch_size", "validation_split", "subset", "shuffle", "seed",
-              "drop_remainder", "shard", "timeout", "prefetch_bytes", "source", "owner",
-              "scheduler_address", "security", "cache", "cache_status", "manifest", "reference",
-              "features", "as_matrix", "encoding")
+              "drop_remainder", "shard", "timeout", "prefetch_bytes", "source", "scheduler_address",
+              "security", "cache", "cache_status", "manifest", "reference", "features", "as_matrix",
+              "encoding")
 
     def __init__(
         self,

@@ -33,7 +33,7 @@ from daskfeed.windows import WindowTasks
 __all__ = ["DaskSequence"]
 
 # the prepared data's names that a sequence keeps under another (private) name
-_RENAMED = {"owner": "_owner", "scheduler_address": "_scheduler_address", "security": "_security"}
+_RENAMED = {"scheduler_address": "_scheduler_address", "security": "_security"}
 
 
 class DaskSequence(keras.utils.PyDataset):
@@ -200,10 +200,9 @@ class DaskSequence(keras.utils.PyDataset):
         Rows per window, the windows' tasks and the cursor of epoch 0 (its first windows in
         flight).
         """
-        owner = prepared.hand_over()
+        self._owner = prepared.hand_over()  # the client: this sequence's to close if owned
         for name in Prepared.SHARED:
             setattr(self, _RENAMED.get(name, name), getattr(prepared, name))
-        self._owner = owner
         self._finalizer = weakref.finalize(self, self._owner.close)
         self._closed = False
         self._feeds: weakref.WeakSet[Any] = weakref.WeakSet()  # tf_feed feeds: closed with it
