@@ -11,10 +11,13 @@ import os
 
 from daskfeed.exceptions import BackendError
 
-__all__ = ["BACKENDS", "choose", "refuse"]
+__all__ = ["BACKENDS", "FEEDS", "choose", "refuse"]
 
 #: The Keras backends daskfeed is tested on (tests/test_backends.py).
 BACKENDS = ("tensorflow", "jax")
+#: How batches reach Keras (``--feed`` / ``daskfeed.feed``): ``windows`` (a tf.data pipeline,
+#: TensorFlow only), ``batches`` (the ``PyDataset``) or ``auto`` (the first on TensorFlow).
+FEEDS = ("auto", "windows", "batches")
 _HINT = ("Hint: KERAS_BACKEND=tensorflow (the default) or KERAS_BACKEND=jax; daskfeed is not "
          "tested on the torch, numpy or openvino backends, so it refuses them.")
 

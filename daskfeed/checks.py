@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from daskfeed.encoding import EXACT_FLOAT32
 from daskfeed.exceptions import DataError, SchemaError, warn_user
-from daskfeed.feed import EXACT_FLOAT32
 from daskfeed.labels import unknown_classes
 from daskfeed.manifest import Manifest, unknown_column
 from daskfeed.source import Source

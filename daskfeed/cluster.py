@@ -180,7 +180,7 @@ def dask_setup(worker: Worker) -> None:
 def _warm_imports() -> None:
     import importlib
 
-    for name in ("daskfeed.feed", "daskfeed.scan_task"):
+    for name in ("daskfeed.window_read", "daskfeed.scan_task"):
         with contextlib.suppress(Exception):  # a task that needs it imports it again, or says why
             importlib.import_module(name)
 

@@ -7,17 +7,21 @@ The blocksize a run reads with, the rows per window, and the largest block and w
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from dask.utils import format_bytes
 
 from daskfeed.budget import Budget
 from daskfeed.manifest import Manifest
 
-if TYPE_CHECKING:
-    from daskfeed.sequence import DaskSequence
-
 __all__ = ["blocksize_for", "largest_block", "planned_window_bytes", "window_rows_for"]
+
+class Planned(Protocol):
+    """What :func:`planned_window_bytes` reads of a sequence."""
+
+    window_rows: int
+    manifest: Manifest
+
 
 MIN_WINDOWS = 8  # windows per epoch at least, so the cluster reads ahead of the trainer
 
@@ -59,7 +63,7 @@ def blocksize_for(asked: int | None, budget: Budget, cached: Manifest | None, ca
     return budget.blocksize
 
 
-def planned_window_bytes(*seqs: DaskSequence | None) -> int:
+def planned_window_bytes(*seqs: Planned | None) -> int:
     """CSV bytes of the largest planned window: its target rows, or one whole block.
 
     Parameters

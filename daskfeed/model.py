@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from daskfeed._keras import keras
+from daskfeed.encoding import Encoding
 from daskfeed.exceptions import SchemaError
-from daskfeed.feed import Encoding
 from daskfeed.manifest import Manifest
 from daskfeed.options import (
     DEFAULT_DROPOUT,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, NoReturn, Union
 
 from daskfeed import config
+from daskfeed.backend import FEEDS
 from daskfeed.budget import MAX_BLOCKSIZE, TRAINER_RESERVE, WINDOW_BYTES
 from daskfeed.exceptions import SchemaError
 
@@ -32,7 +33,6 @@ DataSpec = Union[str, "os.PathLike[str]", Sequence[str]]
 DEFAULT_HIDDEN = (64, 64)
 DEFAULT_DROPOUT = 0.0
 DEFAULT_LEARNING_RATE = 1e-3
-FEEDS = ("auto", "windows", "batches")  # how batches reach Keras (daskfeed.tf_feed)
 
 
 @dataclass(frozen=True)

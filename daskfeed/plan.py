@@ -13,14 +13,13 @@ give the same plan.
 from __future__ import annotations
 
 import bisect
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 __all__ = ["EpochPlan", "Slice", "Window", "equal_shard_batches", "make_plan", "shard_rows",
-           "split_blocks", "window_seed"]
+           "window_seed"]
 
 
 @dataclass(frozen=True)
@@ -320,68 +319,3 @@ def equal_shard_batches(counts: Sequence[int], *, batch_size: int, nshards: int)
         Full batches per shard per epoch.
     """
     return min(r // int(batch_size) for r in shard_rows(counts, nshards))
-
-
-def _split_rank(seed: int, key: str) -> int:
-    """A block's place in the split order: a hash of ``(seed, key)``, the same everywhere."""
-    digest = hashlib.blake2b(f"{int(seed)}\0{key}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big")
-
-
-def split_blocks(keys: Sequence[str], sizes: Sequence[int], *, validation_split: float,
-                 seed: int = 0) -> tuple[int, ...]:
-    """The blocks held out for validation: whole blocks, chosen by a seeded hash.
-
-    Blocks are ranked by a hash of ``(seed, key)`` (a key names a block: its file and
-    byte offset) and taken in that order while the bytes held out stay nearest to
-    ``validation_split`` of the total; at least one block is held out and at least one is
-    left for training. The same keys, sizes, fraction and seed give the same blocks in
-    every process and every run; nothing is read.
-
-    Parameters
-    ----------
-    keys
-        One name per block, in block order (stable across runs: path and offset).
-    sizes
-        Bytes (or any size measure) per block.
-    validation_split
-        Fraction of the data to hold out, ``0 < validation_split < 1``.
-    seed
-        Another seed draws other blocks.
-
-    Returns
-    -------
-    tuple of int
-        Indices of the held-out blocks, ascending.
-
-    Raises
-    ------
-    ValueError
-        When the fraction is outside (0, 1) or there are fewer than two blocks.
-    """
-    if not 0.0 < float(validation_split) < 1.0:
-        raise ValueError(f"Expected 0 < validation_split < 1. Received: "
-                         f"validation_split={validation_split!r}.")
-    if len(keys) != len(sizes):
-        raise ValueError(f"Expected one size per block. Received: {len(keys)} keys and "
-                         f"{len(sizes)} sizes.")
-    if len(keys) < 2:
-        raise ValueError(
-            f"Expected at least 2 blocks to hold whole blocks out for validation. "
-            f"Received: {len(keys)} block(s).\nHint: lower the blocksize (--blocksize) so the "
-            "data has several blocks, or pass separate validation data (--validation)."
-        )
-    order = sorted(range(len(keys)), key=lambda p: (_split_rank(seed, keys[p]), p))
-    target = float(validation_split) * sum(max(int(n), 0) for n in sizes)
-    held: list[int] = []
-    taken = 0
-    for p in order:
-        size = max(int(sizes[p]), 0)
-        if taken + size / 2 <= target:  # nearer the target with it than without it
-            held.append(p)
-            taken += size
-    if not held:
-        held = [order[0]]
-    if len(held) == len(keys):
-        held.pop()
-    return tuple(sorted(held))

@@ -23,8 +23,8 @@ from daskfeed.checks import (
     check_weights,
 )
 from daskfeed.cluster import acquire_client
+from daskfeed.encoding import Encoding
 from daskfeed.exceptions import DaskfeedError, warn_user
-from daskfeed.feed import Encoding
 from daskfeed.ids import id_like, id_warning
 from daskfeed.manifest import Manifest
 from daskfeed.owner import Owner

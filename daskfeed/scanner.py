@@ -107,7 +107,7 @@ def scan(
         ``daskfeed.timeout``).
     validation_split, subset, seed
         Scan only the ``subset`` ("training" or "validation") of a split into whole blocks
-        (:func:`~daskfeed.plan.split_blocks`); the other blocks count 0 rows.
+        (:func:`~daskfeed.split.split_blocks`); the other blocks count 0 rows.
     progress
         Called about every second and at the end with ``(rows, bytes done, bytes in all,
         seconds, finished)``.

@@ -15,8 +15,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from daskfeed.encoding import EXACT_FLOAT32, numeric_dtype
 from daskfeed.exceptions import SchemaError
-from daskfeed.feed import EXACT_FLOAT32, numeric_dtype
 from daskfeed.manifest import Column
 from daskfeed.nulls import NA_MARKERS
 from daskfeed.source import Source

@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 
 from daskfeed.cache import block_tables
+from daskfeed.encoding import Encoding, encode_features
 from daskfeed.exceptions import DataError, DataNotFoundError, SchemaError
-from daskfeed.feed import Encoding, encode_features
 from daskfeed.files import Block
 from daskfeed.manifest import Manifest
 from daskfeed.tables import ReadOptions
@@ -124,7 +124,7 @@ class TrainedRun:
         Returns
         -------
         Encoding
-            How :func:`~daskfeed.feed.encode_features` encodes the features.
+            How :func:`~daskfeed.encoding.encode_features` encodes the features.
         """
         return Encoding.from_manifest(self.manifest, list(self.features), self.as_matrix)
 

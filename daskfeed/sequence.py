@@ -16,9 +16,9 @@ from typing import Any
 from daskfeed import config
 from daskfeed._keras import keras, refuse_narrowed
 from daskfeed.dashboard import EpochSpans
+from daskfeed.encoding import WindowData, concat
 from daskfeed.epoch import EpochCursor, EpochStats, PlanSettings
 from daskfeed.exceptions import ClusterError, DaskfeedError, ManifestMismatchError
-from daskfeed.feed import WindowData, concat
 from daskfeed.futures import WindowCancelled
 from daskfeed.layout import window_rows_for
 from daskfeed.lifecycle import Stop
@@ -87,7 +87,7 @@ class DaskSequence(keras.utils.PyDataset):
         :class:`~daskfeed.exceptions.DataError` names the first bad row's file and line).
     validation_split, subset
         Hold out whole blocks: ``subset="training"`` or ``"validation"`` with the same ``seed``
-        (:func:`~daskfeed.plan.split_blocks`); each part is scanned on its own.
+        (:func:`~daskfeed.split.split_blocks`); each part is scanned on its own.
     vocabulary_size
         Values kept per text column (default ``daskfeed.vocabulary-size``).
     window_bytes, window_rows, prefetch_bytes, timeout

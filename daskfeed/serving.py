@@ -18,7 +18,7 @@ import tensorflow as tf  # the SavedModel is TensorFlow's format whatever the Ke
 
 from daskfeed._keras import keras
 from daskfeed.atomic import replace, temporary_name
-from daskfeed.feed import MISSING_CODE, ColumnCode
+from daskfeed.encoding import MISSING_CODE, ColumnCode
 from daskfeed.scoring import Scorer, TrainedRun
 
 __all__ = ["export"]

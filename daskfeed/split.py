@@ -1,20 +1,20 @@
 """The validation split: which whole blocks a manifest made for a split describes.
 
 ``validation_split=F, subset=..., seed=S`` holds out about F of the input bytes by whole blocks
-(:func:`~daskfeed.plan.split_blocks`); the manifest records the settings and the blocks held
+(:func:`split_blocks`); the manifest records the settings and the blocks held
 out (``split["validation_partitions"]``), so both parts are scanned once and never overlap.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-
-from daskfeed.plan import split_blocks
 
 if TYPE_CHECKING:
     from daskfeed.source import Source
 
-__all__ = ["SUBSETS", "block_sizes", "held_out", "scanned_blocks", "split_settings"]
+__all__ = ["SUBSETS", "block_sizes", "held_out", "scanned_blocks", "split_blocks", "split_settings"]
 
 SUBSETS = ("training", "validation")
 
@@ -119,3 +119,68 @@ def block_sizes(src: Source) -> list[int]:
     if src.frame is not None:
         return [1] * src.npartitions
     return [b.length if b.length >= 0 else src.files[b.file_index].size for b in src.blocks]
+
+
+def _split_rank(seed: int, key: str) -> int:
+    """A block's place in the split order: a hash of ``(seed, key)``, the same everywhere."""
+    digest = hashlib.blake2b(f"{int(seed)}\0{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def split_blocks(keys: Sequence[str], sizes: Sequence[int], *, validation_split: float,
+                 seed: int = 0) -> tuple[int, ...]:
+    """The blocks held out for validation: whole blocks, chosen by a seeded hash.
+
+    Blocks are ranked by a hash of ``(seed, key)`` (a key names a block: its file and
+    byte offset) and taken in that order while the bytes held out stay nearest to
+    ``validation_split`` of the total; at least one block is held out and at least one is
+    left for training. The same keys, sizes, fraction and seed give the same blocks in
+    every process and every run; nothing is read.
+
+    Parameters
+    ----------
+    keys
+        One name per block, in block order (stable across runs: path and offset).
+    sizes
+        Bytes (or any size measure) per block.
+    validation_split
+        Fraction of the data to hold out, ``0 < validation_split < 1``.
+    seed
+        Another seed draws other blocks.
+
+    Returns
+    -------
+    tuple of int
+        Indices of the held-out blocks, ascending.
+
+    Raises
+    ------
+    ValueError
+        When the fraction is outside (0, 1) or there are fewer than two blocks.
+    """
+    if not 0.0 < float(validation_split) < 1.0:
+        raise ValueError(f"Expected 0 < validation_split < 1. Received: "
+                         f"validation_split={validation_split!r}.")
+    if len(keys) != len(sizes):
+        raise ValueError(f"Expected one size per block. Received: {len(keys)} keys and "
+                         f"{len(sizes)} sizes.")
+    if len(keys) < 2:
+        raise ValueError(
+            f"Expected at least 2 blocks to hold whole blocks out for validation. "
+            f"Received: {len(keys)} block(s).\nHint: lower the blocksize (--blocksize) so the "
+            "data has several blocks, or pass separate validation data (--validation)."
+        )
+    order = sorted(range(len(keys)), key=lambda p: (_split_rank(seed, keys[p]), p))
+    target = float(validation_split) * sum(max(int(n), 0) for n in sizes)
+    held: list[int] = []
+    taken = 0
+    for p in order:
+        size = max(int(sizes[p]), 0)
+        if taken + size / 2 <= target:  # nearer the target with it than without it
+            held.append(p)
+            taken += size
+    if not held:
+        held = [order[0]]
+    if len(held) == len(keys):
+        held.pop()
+    return tuple(sorted(held))

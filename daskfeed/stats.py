@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from daskfeed.feed import ENCODE_BYTES, epoch_seconds
+from daskfeed.encoding import ENCODE_BYTES, epoch_seconds
 from daskfeed.nulls import count_by_part, na_counts
 from daskfeed.schema import (
     NUMERIC_KINDS,

@@ -50,10 +50,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from daskfeed._keras import keras
+from daskfeed.backend import FEEDS
+from daskfeed.encoding import WindowData
 from daskfeed.exceptions import DaskfeedError, SchemaError
-from daskfeed.feed import WindowData
 from daskfeed.futures import WindowCancelled
-from daskfeed.options import FEEDS
 from daskfeed.plan import EpochPlan, Slice
 
 if TYPE_CHECKING:

@@ -1,8 +1,8 @@
 """Window tasks: how a sequence's windows are submitted to the cluster, estimated and described.
 
 A window's task reads its blocks (or computes its dask partitions), encodes and shuffles the
-rows on a worker (:func:`~daskfeed.feed.read_window`, :func:`~daskfeed.feed.encode_window`),
-and sends back a :class:`~daskfeed.feed.WindowData`.
+rows on a worker (:func:`~daskfeed.window_read.read_window`, :func:`~daskfeed.window_read.encode_window`),
+and sends back a :class:`~daskfeed.encoding.WindowData`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 from dask.base import tokenize
 
 from daskfeed.dashboard import EpochSpans
-from daskfeed.feed import Encoding, encode_window, read_window
+from daskfeed.encoding import Encoding
 from daskfeed.plan import EpochPlan
 from daskfeed.source import Source
+from daskfeed.window_read import encode_window, read_window
 
 if TYPE_CHECKING:
     from dask.delayed import Delayed
@@ -64,7 +65,7 @@ class WindowTasks:
         Returns
         -------
         distributed.Future
-            Of the window's :class:`~daskfeed.feed.WindowData`.
+            Of the window's :class:`~daskfeed.encoding.WindowData`.
         """
         win = plan.windows[w]
         seed = plan.seed_of(w)

@@ -19,8 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daskfeed.feed import WindowData, _permute
+from daskfeed.encoding import WindowData
 from daskfeed.plan import make_plan
+from daskfeed.window_read import permute
 
 EPOCHS_FOR_ORDER = 32  # epochs compared when checking that shuffled epochs change the order
 
@@ -33,7 +34,7 @@ def window_rows(plan, w: int, counts) -> np.ndarray:
     ids = np.concatenate([np.arange(starts[p], starts[p + 1]) for p in win.blocks]
                          or [np.arange(0)])
     assert len(ids) == win.rows, f"window {w} holds {len(ids)} rows, says {win.rows}"
-    return _permute(WindowData(ids, ids), plan.seed_of(w)).y  # the worker's shuffle
+    return permute(WindowData(ids, ids), plan.seed_of(w)).y  # the worker's shuffle
 
 
 def delivered(plan, counts) -> list[np.ndarray]:

@@ -51,7 +51,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def reference(trained: dict[str, str]) -> np.ndarray:
     """In-memory model.predict on the rows encoded by the feed's own function."""
     from daskfeed._keras import keras
-    from daskfeed.feed import encode_features
+    from daskfeed.encoding import encode_features
     from daskfeed.predictions import _source
     from daskfeed.scoring import TrainedRun
     from daskfeed.tables import iter_tables

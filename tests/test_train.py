@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import daskfeed
-from daskfeed.feed import Encoding, encode_frame
+from daskfeed.encoding import Encoding, encode_frame
 
 EPOCHS = 4
 BATCH = 512

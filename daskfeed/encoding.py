@@ -1,9 +1,8 @@
-"""Feed: runs ON WORKERS — a window's blocks → compact, shuffled numpy arrays.
+"""Encoding: the manifest's columns as the compact numpy arrays a model takes.
 
 Only what the model needs crosses the wire: numeric features (missing → the mean), int32 codes
 for string columns (0 = missing, 1 = out of vocabulary, 2.. = vocabulary), and the label (a
-text label as its class code). Rows are permuted across all blocks of the window with the
-plan's window seed.
+text label as its class code).
 
 A weight column (``Encoding.weight``) travels as float32, the dtype of Keras' sample weights; it
 is not a feature. Every row with a label must have a weight >= 0: the sequence checks the
@@ -25,8 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from daskfeed.cache import block_tables
-from daskfeed.dashboard import report_cache
 from daskfeed.exceptions import DataError, SchemaError
 from daskfeed.labels import class_codes
 from daskfeed.manifest import Column, Manifest
@@ -35,8 +32,8 @@ from daskfeed.weights import checked_weights, number_array
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["ColumnCode", "Encoding", "WindowData", "concat", "encode_features", "encode_frame",
-           "encode_table", "encode_window", "numeric_dtype", "read_window"]
+__all__ = ["ENCODE_BYTES", "EXACT_FLOAT32", "MISSING_CODE", "ColumnCode", "Encoding", "WindowData", "concat",
+           "empty_window", "encode_features", "encode_frame", "encode_table", "epoch_seconds", "numeric_dtype"]
 
 MISSING_CODE = 0
 OOV_CODE = 1
@@ -237,29 +234,14 @@ def concat(parts: list[WindowData]) -> WindowData:
     return WindowData(np.concatenate([p.x for p in parts]), y, w)
 
 
-def _permute(data: WindowData, seed: Any) -> WindowData:
-    if seed is None or len(data) < 2:
-        return data
-    return data.rows(np.random.default_rng(list(seed)).permutation(len(data)))
-
-
-def _empty(encoding: Encoding) -> WindowData:
+def empty_window(encoding: Encoding) -> WindowData:
+    """A window of no rows, with the columns and dtypes the encoding gives."""
     import pandas as pd
 
     names = [c.name for c in encoding.columns] + [encoding.label] + (
         [encoding.weight] if encoding.weight else [])
     empty = pd.DataFrame({n: pd.Series([], dtype="float64") for n in names})
     return encode_frame(empty, encoding)
-
-
-def encode_window(*tables: Any, encoding: Encoding, seed: Any = None) -> WindowData:
-    """Encode a window's tables and shuffle rows across all of them (on a worker).
-
-    ``tables``: a dask DataFrame's blocks (its partitions) as Arrow
-    (:meth:`daskfeed.source.Source.partitions`).
-    """
-    parts = [encode_table(t, encoding) for t in tables if t.num_rows]
-    return _permute(concat(parts), seed) if parts else _empty(encoding)
 
 
 def _label_array(col: Any, encoding: Encoding) -> tuple[np.ndarray, np.ndarray | None]:
@@ -394,48 +376,3 @@ def encode_features(table: Any, encoding: Encoding) -> dict[str, np.ndarray] | n
 
 
 ENCODE_BYTES = 16 << 20  # tables of small blocks are concatenated up to this, then encoded
-
-
-def read_window(blocks: list[tuple[int, Any]], options: Any, encoding: Encoding, seed: Any = None,
-                cache: Any = None) -> WindowData:
-    """Read, encode and shuffle a window of ``(index, block)`` blocks in one task (on a worker).
-
-    Tables come from the parse cache when ``cache`` holds the block (only the columns the
-    encoding needs), else are parsed from CSV (and written to the cache). Consecutive tables are
-    encoded together once they hold about ``ENCODE_BYTES`` (thousands of small files are not
-    encoded one by one), so the task's peak memory is those tables plus the window's compact
-    arrays, and no parsed frame crosses the network.
-    """
-    parts: list[WindowData] = []
-    pending: list[Any] = []  # tables read, not encoded yet
-    size = 0
-    columns = encoding.names
-    readers: dict[str, Any] = {}  # each cache file opened once per window
-    hits = 0
-    for index, block in blocks:
-        hits += cache is not None and cache.has(index)
-        for table in block_tables(index, block, options, cache, columns=columns, readers=readers):
-            if table.num_rows:
-                pending.append(table)
-                size += table.nbytes
-            del table
-            if size >= ENCODE_BYTES:
-                parts.extend(_encode_tables(pending, encoding))
-                pending, size = [], 0
-                readers.clear()  # unmap what was read: the task holds these tables, not the window
-    parts.extend(_encode_tables(pending, encoding))
-    if cache is not None:
-        report_cache(hits, len(blocks) - hits)  # the dashboard's cache hit rate
-    return _permute(concat(parts), seed) if parts else _empty(encoding)
-
-
-def _encode_tables(tables: list[Any], encoding: Encoding) -> list[WindowData]:
-    """Encode tables in order: as one when their columns line up, else one by one."""
-    import pyarrow as pa
-
-    if len(tables) > 1:
-        try:
-            tables = [pa.concat_tables(tables, promote_options="permissive")]
-        except (pa.ArrowInvalid, pa.ArrowTypeError):  # e.g. numbers in one file, text in another
-            pass
-    return [encode_table(t, encoding) for t in tables]
