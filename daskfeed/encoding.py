@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["ENCODE_BYTES", "EXACT_FLOAT32", "MISSING_CODE", "ColumnCode", "Encoding", "WindowData", "concat",
-           "empty_window", "encode_features", "encode_frame", "encode_table", "epoch_seconds", "numeric_dtype"]
+           "empty_window", "encode_features", "encode_frame", "encode_table", "epoch_seconds",
+           "numeric_dtype"]
 
 MISSING_CODE = 0
 OOV_CODE = 1
