@@ -47,9 +47,16 @@ soak: $(STAMP)
 bench-quick:
 	$(MAKE) bench BENCH_ROWS=200000
 
-lint: $(STAMP)
-	$(BIN)/python -m pip install --quiet ruff mypy
+LINT_STAMP := $(VENV)/.lint-installed
+$(LINT_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[lint]"
+	touch $(LINT_STAMP)
+
+# style, types and the import contracts in pyproject.toml ([tool.importlinter]: layers, keras only
+# above the batch core, private modules behind each subpackage's __init__)
+lint: $(LINT_STAMP)
 	$(BIN)/ruff check daskfeed tests benchmarks
+	$(BIN)/lint-imports
 	$(BIN)/mypy --ignore-missing-imports daskfeed benchmarks
 
 clean:

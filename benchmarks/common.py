@@ -1,6 +1,6 @@
 """What every benchmark method shares: the data's files, the model, the clocks.
 
-The process tree's RSS is sampled by :class:`daskfeed.rss.RSSSampler`.
+The process tree's RSS is sampled by :class:`daskfeed.core._rss.RSSSampler`.
 
 The model is the quest-log MLP (Normalization → Dense 64-64 relu → sigmoid, Adam, binary
 cross-entropy) on the numeric columns of the demo data that have no missing values, seeded so
@@ -119,7 +119,7 @@ def quest_mlp(mean: Sequence[float], variance: Sequence[float], *, hidden: Seque
     keras.Model
         Compiled.
     """
-    from daskfeed._keras import keras
+    from daskfeed.adapters._keras import keras
 
     keras.utils.set_random_seed(seed)
     inputs = keras.Input(shape=(len(mean),), name="features", dtype="float32")
@@ -148,7 +148,7 @@ def epoch_clock(on_end: Callable[[int], dict[str, Any]] | None = None) -> Any:
     keras.callbacks.Callback
         With lists ``begin``, ``end``, ``steps`` (optimizer steps) and ``extra``.
     """
-    from daskfeed._keras import keras
+    from daskfeed.adapters._keras import keras
 
     class EpochClock(keras.callbacks.Callback):
         def __init__(self) -> None:

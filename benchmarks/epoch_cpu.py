@@ -44,16 +44,16 @@ def main() -> None:
     p.add_argument("--floor", action="store_true")
     p.add_argument("--windows", type=int, default=0, metavar="K")
     p.add_argument("--feed", choices=("batches", "windows"), default="batches",
-                   help="daskfeed's hand-off: the PyDataset (batches) or daskfeed.tf_feed (windows)")
+                   help="daskfeed's hand-off: the PyDataset (batches) or the tf.data hand-off (windows)")
     a = p.parse_args()
 
     import keras
     import psutil
     from common import DEFAULT_FEATURES, load_numpy, quest_mlp, resolve_files
 
-    from daskfeed.budget import Budget
-    from daskfeed.cluster import close_client, start_local_cluster
-    from daskfeed.sequence import DaskSequence
+    from daskfeed.adapters._sequence import DaskSequence
+    from daskfeed.cluster._budget import Budget
+    from daskfeed.cluster._start import close_client, start_local_cluster
 
     me = psutil.Process()
 
@@ -140,7 +140,7 @@ def main() -> None:
             model.fit(x, y, batch_size=a.batch_size, epochs=a.epochs, shuffle=False, verbose=0,
                       callbacks=[Clock()])
         elif a.feed == "windows":
-            from daskfeed.tf_feed import fit_inputs
+            from daskfeed.adapters._tf_data import fit_inputs
 
             assert seq is not None  # as daskfeed train hands it to fit (a stream, its callback)
             with fit_inputs(seq, "windows", {"epochs": a.epochs, "verbose": 0,

@@ -8,12 +8,12 @@ batch 1000) four ways, in turn, each round:
 
 - ``fit(x, y)``: Keras' own array path (the in-memory ceiling);
 - ``generator``: ``Dataset.from_generator`` yielding 280 batches a call, then ``unbatch``: one
-  ``py_function`` call per 280 batches (what ``daskfeed.tf_feed`` did first);
+  ``py_function`` call per 280 batches (what ``daskfeed.adapters._tf_data`` did first);
 - ``queue``: a Python thread puts the same chunks in a ``tf.queue.FIFOQueue`` that the dataset
-  takes from, then ``unbatch``: no Python inside TensorFlow (what ``daskfeed.tf_feed`` does);
+  takes from, then ``unbatch``: no Python inside TensorFlow (what ``daskfeed.adapters._tf_data`` does);
 - ``tensors``: the chunks as constant tensors, ``unbatch`` (no Python at all);
 - ``stream``: the ``queue`` pipeline made endless, fit with ``steps_per_epoch``: Keras keeps one
-  iterator for the whole fit instead of making one per epoch (what ``daskfeed.tf_feed`` hands
+  iterator for the whole fit instead of making one per epoch (what ``daskfeed.adapters._tf_data`` hands
   ``fit``).
 
 Prints the median steady rows/s (epochs 2..N) and the process CPU seconds per steady epoch of

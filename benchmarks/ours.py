@@ -15,12 +15,12 @@ from typing import Any
 
 from common import epoch_clock, epoch_records, losses, quest_mlp
 
-from daskfeed.budget import Budget
-from daskfeed.callbacks import fit_from
-from daskfeed.cluster import close_client, start_local_cluster
-from daskfeed.remote import connect
-from daskfeed.rss import RSSSampler
-from daskfeed.sequence import DaskSequence
+from daskfeed.adapters._sequence import DaskSequence
+from daskfeed.cluster._budget import Budget
+from daskfeed.cluster._remote import connect
+from daskfeed.cluster._start import close_client, start_local_cluster
+from daskfeed.core._rss import RSSSampler
+from daskfeed.training._callbacks import fit_from
 
 
 class TimedSequence(DaskSequence):
@@ -38,7 +38,7 @@ class TimedSequence(DaskSequence):
 
 def _sequence(cls: type[DaskSequence], data: Any, features: Sequence[str], label: str, batch_size: int,
               client: Any, budget: Budget, cache: str) -> DaskSequence:
-    """The sequence ``daskfeed train`` builds for this budget (as in ``daskfeed.train``)."""
+    """The sequence ``daskfeed train`` builds for this budget (as in ``daskfeed.training._train``)."""
     return cls(data, label=label, features=list(features), as_matrix=True, batch_size=batch_size,
                client=client, seed=0, window_bytes=budget.window_bytes, blocksize=budget.blocksize,
                prefetch_bytes=budget.prefetch * 2 // 3, cache=cache)

@@ -1,67 +1,67 @@
 """daskfeed: train Keras models on CSV data sets far larger than memory, fed by Dask.
 
-``import daskfeed`` is light: pandas, dask, distributed and keras load only when a name that
-needs them is first used (PEP 562).
+The one public face. ``import daskfeed`` is light: pandas, dask, distributed and keras load only
+when a name that needs them is first used (PEP 562). The subpackages below are the stages of the
+data flow, bottom to top: ``core``, ``cluster`` and ``dashboard``, ``reading``, ``cache``,
+``manifest``, ``scanning``, ``batches`` (the keras-free core), ``adapters`` (Keras' hand-offs),
+``inference``, ``checkpoint``, ``training``, ``cli``.
 """
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING
 
-from daskfeed.exceptions import (
+from daskfeed.core import (
+    BackendError,
     BudgetError,
+    CacheError,
     CheckpointError,
+    ClusterError,
     DaskfeedError,
     DataError,
     DataNotFoundError,
     FeedTimeoutError,
     ManifestMismatchError,
     SchemaError,
+    attach,
 )
+
+if TYPE_CHECKING:
+    from daskfeed.adapters import DaskSequence
+    from daskfeed.batches import EpochPlan, make_plan
+    from daskfeed.cli import write_demo_data
+    from daskfeed.cluster import Budget
+    from daskfeed.inference import export, predict
+    from daskfeed.manifest import Manifest
+    from daskfeed.reading import Source
+    from daskfeed.scanning import scan
+    from daskfeed.training import (
+        ClusterOptions,
+        DataOptions,
+        FitOptions,
+        TrainOptions,
+        default_model,
+        fit_from,
+        train,
+    )
 
 __version__ = "0.1.0"
 
-_LAZY = {
-    "Source": "daskfeed.source",
-    "Manifest": "daskfeed.manifest",
-    "scan": "daskfeed.scanner",
-    "EpochPlan": "daskfeed.plan",
-    "make_plan": "daskfeed.plan",
-    "Budget": "daskfeed.cluster",
-    "DaskSequence": "daskfeed.sequence",
-    "predict": "daskfeed.predictions",
-    "default_model": "daskfeed.model",
-    "write_demo_data": "daskfeed.demo",
-}
+__all__ = ["BackendError", "Budget", "BudgetError", "CacheError", "CheckpointError", "ClusterError",
+           "ClusterOptions", "DaskSequence", "DaskfeedError", "DataError", "DataNotFoundError",
+           "DataOptions", "EpochPlan", "FeedTimeoutError", "FitOptions", "Manifest",
+           "ManifestMismatchError", "SchemaError", "Source", "TrainOptions", "default_model", "export",
+           "fit_from", "make_plan", "predict", "scan", "train", "write_demo_data"]
 
-__all__ = [
-    "Budget",
-    "BudgetError",
-    "CheckpointError",
-    "DaskSequence",
-    "DaskfeedError",
-    "DataError",
-    "DataNotFoundError",
-    "EpochPlan",
-    "FeedTimeoutError",
-    "Manifest",
-    "ManifestMismatchError",
-    "SchemaError",
-    "Source",
-    "default_model",
-    "make_plan",
-    "predict",
-    "scan",
-    "write_demo_data",
-]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'daskfeed' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = attach(__name__, {
+    "DaskSequence": "adapters",
+    "EpochPlan": "batches", "make_plan": "batches",
+    "write_demo_data": "cli",
+    "Budget": "cluster",
+    "Manifest": "manifest",
+    "export": "inference", "predict": "inference",
+    "Source": "reading",
+    "scan": "scanning",
+    "ClusterOptions": "training", "DataOptions": "training", "FitOptions": "training",
+    "TrainOptions": "training", "default_model": "training", "fit_from": "training", "train": "training",
+})

@@ -37,7 +37,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def demo_data(tmp_path_factory: pytest.TempPathFactory):
     """Quest logs in the old 1000-row layout (late blanks in gold_spent)."""
-    from daskfeed.demo import write_demo_data
+    from daskfeed.cli._demo import write_demo_data
 
     return write_demo_data(tmp_path_factory.mktemp("demo"), rows=40_000, validate_rows=15_000)
 
@@ -45,7 +45,7 @@ def demo_data(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def id_data(tmp_path_factory: pytest.TempPathFactory):
     """Small quest logs with a row_id column (files of 700 rows, last one short)."""
-    from daskfeed.demo import write_demo_data
+    from daskfeed.cli._demo import write_demo_data
 
     return write_demo_data(tmp_path_factory.mktemp("ids"), rows=13_300, validate_rows=2_000,
                            rows_per_file=700, row_ids=True)

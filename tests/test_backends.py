@@ -25,8 +25,8 @@ import numpy as np
 from distributed import Client, LocalCluster
 
 import daskfeed
-from daskfeed._keras import keras
-from daskfeed.train import train
+from daskfeed.adapters._keras import keras
+from daskfeed.training._train import train
 
 data, out = sys.argv[1], sys.argv[2]
 if __name__ == "__main__":

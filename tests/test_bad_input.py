@@ -122,7 +122,7 @@ def test_bad_lines_skipped_are_counted_never_silent(tmp_path, client, write_csv,
 def test_quarantine_keeps_a_bounded_text_and_counts_every_line(tmp_path, client, write_csv):
     """A partition with many malformed lines: all counted, the first MAX_REJECTS_KEPT kept (each
     at most MAX_REJECT_CHARS), and one line saying how many more there were."""
-    from daskfeed import scan_task
+    from daskfeed.scanning import _task as scan_task
 
     good = "".join(f"{i},{i % 2}\n" for i in range(3000))
     bad = "".join(f"{i},1,{'z' * 5000}\n" for i in range(1200))
@@ -198,7 +198,7 @@ def test_cli_quarantine_writes_rejects_and_counts_them_in_history(demo_data, tmp
 
 def test_a_file_gone_after_listing_is_a_clear_error_naming_it(tmp_path, client, write_csv):
     from daskfeed import DataNotFoundError
-    from daskfeed.source import Source
+    from daskfeed.reading._source import Source
 
     write_csv("d/a.csv", "x,y\n1,0\n")
     gone = write_csv("d/b.csv", "x,y\n2,1\n")

@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 
 import daskfeed
-from daskfeed.cache import BlockCache
-from daskfeed.cache_open import open_cache
-from daskfeed.exceptions import CacheError
-from daskfeed.source import Source
-from daskfeed.tables import iter_tables
+from daskfeed.cache._blocks import BlockCache
+from daskfeed.cache._open import open_cache
+from daskfeed.core._exceptions import CacheError
+from daskfeed.reading._source import Source
+from daskfeed.reading._tables import iter_tables
 
 
 def _copy_ids(id_data, dest) -> list[str]:
@@ -97,8 +97,8 @@ def test_a_stale_entry_loses_its_name_before_its_files(tmp_path, write_csv, monk
     """A window task of a closed sequence may still be re-caching a block in the stale entry:
     renamed away before ``rmtree`` runs, the entry cannot be kept alive under its name by a file
     that task writes meanwhile (a race that made the test above flaky)."""
-    import daskfeed.cache_open as cache_mod
-    from daskfeed.cache_entries import list_entries
+    import daskfeed.cache._open as cache_mod
+    from daskfeed.cache._entries import list_entries
 
     write_csv("d/a.csv", "x,y\n1,0\n2,1\n")
     src = Source(str(tmp_path / "d" / "*.csv"))
@@ -136,7 +136,7 @@ def test_a_disk_without_room_is_refused_up_front(tmp_path, write_csv):
 
 
 def test_auto_compression_writes_plain_files_where_there_is_room_else_zstd(tmp_path, write_csv):
-    from daskfeed.cache_open import estimate_bytes
+    from daskfeed.cache._open import estimate_bytes
 
     write_csv("d/a.csv", "x,y\n1,0\n")
     cache, why = open_cache(Source(str(tmp_path / "d" / "*.csv")), tmp_path / "c0")
@@ -153,7 +153,7 @@ def test_auto_compression_writes_plain_files_where_there_is_room_else_zstd(tmp_p
 
 
 def test_gzip_is_parsed_in_bounded_buffers_with_types_per_table(tmp_path, client):
-    from daskfeed.demo import generate_rows
+    from daskfeed.cli._demo import generate_rows
 
     df = pd.DataFrame(generate_rows(20_000, seed=2, stream=0, row_id_start=0))
     df["drift"] = np.where(np.arange(len(df)) < 15_000, "1", "2.5")  # int early, float late
@@ -225,7 +225,7 @@ def test_a_damaged_cache_file_falls_back_to_the_csv(tmp_path, client, write_csv)
 
 
 def test_stale_temporary_files_of_killed_writers_are_swept(tmp_path):
-    from daskfeed.cache_open import STALE_TMP_SECONDS, _sweep
+    from daskfeed.cache._open import STALE_TMP_SECONDS, _sweep
 
     old = tmp_path / "g000000-abcd-000.arrow.tmp-123"
     new = tmp_path / "g000004-abcd-000.arrow.tmp-456"
@@ -273,7 +273,7 @@ def test_the_default_cache_directory_is_the_workers_not_the_trainers(tmp_path, w
     """Workers elsewhere (here: another XDG_CACHE_HOME) cache under their own default root."""
     from distributed import Client, LocalCluster
 
-    from daskfeed.cache import default_root
+    from daskfeed.cache._blocks import default_root
 
     for i in range(3):
         write_csv(f"d/f{i}.csv", "x,y\n" + "".join(f"{i * 10 + r},{r % 2}\n" for r in range(10)))

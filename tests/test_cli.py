@@ -24,7 +24,7 @@ def test_import_and_help_load_neither_keras_nor_tensorflow():
     code = (
         "import sys, daskfeed\n"
         "assert daskfeed.__version__\n"
-        "from daskfeed.cli import cli\n"
+        "from daskfeed.cli._commands import cli\n"
         "for args in (['--help'], ['train', '--help'], ['demo', '--help']):\n"
         "    try:\n"
         "        cli(args)\n"
@@ -67,7 +67,7 @@ def test_the_command_ends_past_tensorflows_teardown_as_the_interpreter_would(arg
         "threading.Thread(target=lambda: (sum(range(10**7)), mark('thread'))).start()  # busy\n"
         "print('unflushed output', end='')\n"
         f"sys.argv = ['daskfeed', *{args!r}]\n"
-        "from daskfeed.cli import main\n"
+        "from daskfeed.cli._commands import main\n"
         "main()\n"
         "mark('returned')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV,
@@ -98,8 +98,8 @@ def test_glob_matching_nothing_is_a_clear_error(tmp_path):
 
 def test_a_missing_path_is_refused_before_a_cluster_starts(small_data, tmp_path):
     """train (library) and scan: a local path naming nothing fails at once (predict: test_predict)."""
-    from daskfeed.exceptions import DataNotFoundError
-    from daskfeed.train import train
+    from daskfeed.core._exceptions import DataNotFoundError
+    from daskfeed.training._train import train
 
     lines: list[str] = []
     with pytest.raises(DataNotFoundError, match="No such file"):
@@ -153,7 +153,7 @@ def test_train_end_to_end_with_real_worker_processes(demo_data, tmp_path):
 @pytest.fixture(scope="module")
 def small_data(tmp_path_factory):
     """6 files of 1000 quest rows (about 100 kB each)."""
-    from daskfeed.demo import write_demo_data
+    from daskfeed.cli._demo import write_demo_data
 
     return write_demo_data(tmp_path_factory.mktemp("small"), rows=6000, validate_rows=2000)
 
@@ -234,7 +234,7 @@ def test_nonsense_blocksize_is_a_usage_error(bad, tmp_path):
 def test_configured_blocksize_is_told_from_the_shipped_default():
     import dask.config
 
-    from daskfeed import config
+    from daskfeed.core import _config as config
 
     assert not config.configured("blocksize")
     assert config.resolve_blocksize(None, 1234) == 1234  # the budget's derivation

@@ -9,8 +9,8 @@ import sys
 # Runs in a fresh interpreter so that no other cluster of the test session shares the process.
 AUDIT = r'''
 import json, os, stat, psutil
-from daskfeed.budget import Budget
-from daskfeed.cluster import close_client, spill_directory, start_local_cluster
+from daskfeed.cluster._budget import Budget
+from daskfeed.cluster._start import close_client, spill_directory, start_local_cluster
 
 def main():
     client = start_local_cluster(Budget.split("3GB", nworkers=2), dashboard_address="127.0.0.1:0")
@@ -52,8 +52,8 @@ def test_a_taken_dashboard_port_moves_to_one_the_os_picks_without_a_warning():
     import socket
     import warnings
 
-    from daskfeed.budget import Budget
-    from daskfeed.cluster import close_client, start_local_cluster
+    from daskfeed.cluster._budget import Budget
+    from daskfeed.cluster._start import close_client, start_local_cluster
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -81,8 +81,8 @@ def test_a_result_behind_workers_paused_for_good_is_a_budget_error_not_a_hang():
     from distributed import Client, LocalCluster
     from helpers import wait_for
 
-    from daskfeed.budget import result
-    from daskfeed.exceptions import BudgetError
+    from daskfeed.cluster._budget import result_unless_paused as result
+    from daskfeed.core._exceptions import BudgetError
 
     with LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="1GB", processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
@@ -116,8 +116,8 @@ def test_the_local_workers_run_below_the_trainer_every_thread():
 
     import dask.config
 
-    from daskfeed.budget import Budget
-    from daskfeed.cluster import close_client, start_local_cluster
+    from daskfeed.cluster._budget import Budget
+    from daskfeed.cluster._start import close_client, start_local_cluster
 
     mine = os.getpriority(os.PRIO_PROCESS, 0)
     for nice in (10, 0):
@@ -136,8 +136,8 @@ def test_a_bad_worker_nice_is_refused_before_any_worker_starts():
     import pytest
 
     from daskfeed import DaskfeedError
-    from daskfeed.budget import Budget
-    from daskfeed.cluster import start_local_cluster
+    from daskfeed.cluster._budget import Budget
+    from daskfeed.cluster._start import start_local_cluster
 
     for bad in ("high", -1, 25, 2.5):
         with dask.config.set({"daskfeed.worker-nice": bad}), \

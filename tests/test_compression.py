@@ -14,9 +14,9 @@ import pytest
 import zstandard
 
 from daskfeed import DataError
-from daskfeed.files import CSV_SUFFIXES, compression_of
-from daskfeed.source import Source
-from daskfeed.tables import iter_tables
+from daskfeed.reading._files import CSV_SUFFIXES, compression_of
+from daskfeed.reading._source import Source
+from daskfeed.reading._tables import iter_tables
 
 ROWS = 250_001
 
@@ -99,7 +99,7 @@ def test_zst_without_the_zstandard_module_says_how_to_install_it(tmp_path):
         "import sys, json, warnings\n"
         "sys.modules['zstandard'] = None\n"
         "warnings.simplefilter('ignore')\n"
-        "from daskfeed.source import Source\nfrom daskfeed.tables import iter_tables\n"
+        "from daskfeed.reading._source import Source\nfrom daskfeed.reading._tables import iter_tables\n"
         "from daskfeed import DataError\n"
         f"src = Source({str(path)!r})\n"
         "try:\n"

@@ -150,8 +150,8 @@ def _big_csv(path: pathlib.Path, mbytes: int) -> int:
 def test_worker_too_small_for_the_planned_partition_is_refused_before_training(
         client, tmp_path, stop_process_groups):
     """A manifest made on a bigger machine (one 60 MB partition) meets 300 MB workers."""
-    from daskfeed.scanner import scan
-    from daskfeed.source import Source
+    from daskfeed.reading._source import Source
+    from daskfeed.scanning._scan import scan
 
     data = tmp_path / "big.csv"
     rows = _big_csv(data, 60)
@@ -193,8 +193,8 @@ def test_worker_too_small_for_the_planned_partition_is_refused_before_training(
 
 def test_check_worker_memory_against_real_workers(client):
     """2 GiB workers, one thread: a 256 MiB window (1.5 GiB to parse) fits, 400 MiB does not."""
-    from daskfeed.budget import check_worker_memory, worker_memory
-    from daskfeed.exceptions import BudgetError
+    from daskfeed.cluster._budget import check_worker_memory, worker_memory
+    from daskfeed.core._exceptions import BudgetError
 
     workers = worker_memory(client)
     assert len(workers) == 2 and {w.limit for w in workers} == {2 * 2**30}

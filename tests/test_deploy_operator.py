@@ -212,7 +212,7 @@ def s3_data(tmp_path_factory):
     pytest.importorskip("moto")
     from s3server import moto_s3
 
-    from daskfeed.demo import write_demo_data
+    from daskfeed.cli._demo import write_demo_data
 
     data = pathlib.Path(write_demo_data(tmp_path_factory.mktemp("opdata"), rows=8000,
                                         validate_rows=2000).root)

@@ -38,14 +38,14 @@ def _copy_data(id_data, dest: pathlib.Path) -> str:
 
 
 def _local_client(nworkers: int = 2):
-    from daskfeed.budget import Budget
-    from daskfeed.cluster import start_local_cluster
+    from daskfeed.cluster._budget import Budget
+    from daskfeed.cluster._start import start_local_cluster
 
     return start_local_cluster(Budget.split("3GB", nworkers=nworkers), dashboard_address="127.0.0.1:0")
 
 
 def _seq(glob: str, client, **kw):
-    from daskfeed.sequence import DaskSequence
+    from daskfeed.adapters._sequence import DaskSequence
 
     opts = {"label": "cleared", "batch_size": 256, "client": client, "window_rows": 1400,
             "prefetch_bytes": 2_000_000, "timeout": 60, "seed": 3}
@@ -178,8 +178,8 @@ def test_sigkill_worker_mid_epoch_every_row_exactly_once(id_data, tmp_path):
     the trainer needs is SIGKILLed in the middle of reading it (a read made to hang on a FIFO,
     see _KillMidRead); distributed recomputes the window elsewhere, and the epoch delivers the
     same batches as without the kills: every row exactly once, no batch moved."""
-    from daskfeed.cluster import close_client
-    from daskfeed.prefetch import Prefetcher
+    from daskfeed.batches._prefetch import Prefetcher
+    from daskfeed.cluster._start import close_client
 
     assert Prefetcher.fetch_ahead is True  # the default, not switched off here
     glob = _copy_data(id_data, tmp_path / "data")
@@ -244,11 +244,11 @@ def test_sigkill_worker_during_keras_fit_each_epoch_exactly_once(id_data, tmp_pa
     """A real ``model.fit`` over 2 epochs with background fetching on; in each epoch the worker
     computing the window that reads one file is SIGKILLed in the middle of that read (see
     _KillMidRead). Every epoch still trains every row exactly once."""
-    from daskfeed.cluster import close_client
-    from daskfeed.model import default_model
-    from daskfeed.plan import make_plan
-    from daskfeed.prefetch import Prefetcher
-    from daskfeed.sequence import DaskSequence
+    from daskfeed.adapters._sequence import DaskSequence
+    from daskfeed.batches._plan import make_plan
+    from daskfeed.batches._prefetch import Prefetcher
+    from daskfeed.cluster._start import close_client
+    from daskfeed.training._model import default_model
 
     class Seq(_Recording, DaskSequence):
         pass
@@ -306,8 +306,8 @@ def test_sigkill_worker_during_keras_fit_each_epoch_exactly_once(id_data, tmp_pa
 def test_partition_failing_every_time_is_named(id_data, tmp_path, fault):
     """A file removed, replaced by other content or truncated after the scan: every retry fails;
     the error names the file and arrives within 60 s."""
-    from daskfeed.cluster import close_client
-    from daskfeed.exceptions import DaskfeedError
+    from daskfeed.cluster._start import close_client
+    from daskfeed.core._exceptions import DaskfeedError
 
     glob = _copy_data(id_data, tmp_path / "data")
     client = _local_client()
@@ -339,8 +339,8 @@ def test_partition_failing_every_time_is_named(id_data, tmp_path, fault):
 def test_hung_partition_is_a_timeout_error_not_a_hang(id_data, tmp_path):
     """A file replaced by a FIFO nobody writes to: its read blocks forever on the worker. The
     batch that needs it raises FeedTimeoutError naming the partitions after ``timeout``."""
-    from daskfeed.cluster import close_client
-    from daskfeed.exceptions import FeedTimeoutError
+    from daskfeed.cluster._start import close_client
+    from daskfeed.core._exceptions import FeedTimeoutError
 
     glob = _copy_data(id_data, tmp_path / "data")
     client = _local_client()
@@ -369,8 +369,8 @@ def test_hung_partition_is_a_timeout_error_not_a_hang(id_data, tmp_path):
 def test_hung_file_during_the_scan_is_a_timeout_error_not_a_hang(id_data, tmp_path):
     """A FIFO among the files when the scan starts: the scan task reading it never finishes.
     The scan fails with FeedTimeoutError naming it once no scan task made progress for ``timeout``."""
-    from daskfeed.cluster import close_client
-    from daskfeed.exceptions import FeedTimeoutError
+    from daskfeed.cluster._start import close_client
+    from daskfeed.core._exceptions import FeedTimeoutError
 
     glob = _copy_data(id_data, tmp_path / "data")
     victim = sorted(pathlib.Path(glob).parent.glob("*.csv"))[-1]
@@ -397,8 +397,8 @@ def test_hung_file_during_the_scan_is_a_timeout_error_not_a_hang(id_data, tmp_pa
 HOOK = '''
 import os, pathlib, sys, threading, time
 
-from daskfeed._keras import keras
-from daskfeed.model import default_model
+from daskfeed.adapters._keras import keras
+from daskfeed.training._model import default_model
 
 
 class _Progress(keras.callbacks.Callback):

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 import daskfeed
-from daskfeed.exceptions import CheckpointError, DataError, ManifestMismatchError, SchemaError
+from daskfeed.core._exceptions import CheckpointError, DataError, ManifestMismatchError, SchemaError
 
 BATCH = 128
 N_FILES = 8
@@ -73,7 +73,7 @@ def _in_memory(frame):
 
 def _twin(seq, **kw):
     """Two default models with the same initial weights."""
-    from daskfeed._keras import keras
+    from daskfeed.adapters._keras import keras
 
     keras.utils.set_random_seed(3)
     a = daskfeed.default_model(seq, hidden=(8,), **kw)
@@ -197,7 +197,7 @@ def _ids(seq) -> list[int]:
 
 
 def test_split_holds_out_whole_partitions_disjoint_stable_and_scans_training_rows_only(data, client):
-    from daskfeed._keras import keras
+    from daskfeed.adapters._keras import keras
 
     runs = []
     for _ in range(2):  # two runs: new sequences, each part scanned again
@@ -272,7 +272,7 @@ SCORES = [5.0, 3.0, 4.0, 4.5, 2.0, 1.0, 0.5, 0.2]  # best at epoch 1, then 2 wor
 
 
 def _callbacks():
-    from daskfeed._keras import keras
+    from daskfeed.adapters._keras import keras
 
     class Score(keras.callbacks.Callback):  # a monitored value known in advance
         def on_epoch_end(self, epoch, logs=None):
@@ -290,7 +290,7 @@ def _callbacks():
 
 
 def _stopper():
-    from daskfeed.early_stopping import EarlyStopping
+    from daskfeed.training._early_stopping import EarlyStopping
 
     return EarlyStopping(monitor="score", patience=2, mode="min", restore_best_weights=True)
 
@@ -302,9 +302,9 @@ def _close(a_list, b_list):
 
 def test_early_stopping_stops_restores_best_weights_and_survives_a_mid_epoch_resume(
         data, client, tmp_path):
-    from daskfeed._keras import keras
-    from daskfeed.callbacks import Checkpointer, fit_from
-    from daskfeed.checkpoint_store import CheckpointStore
+    from daskfeed.adapters._keras import keras
+    from daskfeed.checkpoint._store import CheckpointStore
+    from daskfeed.training._callbacks import Checkpointer, fit_from
 
     kw = dict(features=["x1", "x2"], as_matrix=True, window_rows=700, seed=2)
     with _seq(data, client, **kw) as seq:
@@ -362,7 +362,7 @@ def test_early_stopping_stops_restores_best_weights_and_survives_a_mid_epoch_res
     last = store.latest()
     assert (last.cursor.epoch, last.early_stopping["stopped_epoch"]) == (4, 3)
     with pytest.raises(CheckpointError, match="monitored 'score'"):
-        from daskfeed.early_stopping import EarlyStopping
+        from daskfeed.training._early_stopping import EarlyStopping
 
         EarlyStopping(monitor="val_loss").set_state(last.early_stopping)
 
@@ -396,7 +396,7 @@ def frozen(manifest):
 
 
 def test_train_weights_split_and_early_stopping_resume_with_patience_kept(data, tmp_path):
-    from daskfeed.train import train
+    from daskfeed.training._train import train
 
     out = tmp_path / "out"
     lines: list[str] = []
@@ -431,7 +431,7 @@ def test_train_weights_split_and_early_stopping_resume_with_patience_kept(data, 
 
 
 def test_train_weighs_validation_only_when_it_has_the_column(data, tmp_path):
-    from daskfeed.train import train
+    from daskfeed.training._train import train
 
     lines: list[str] = []
     result = train(data.glob, label="y", weight="w", validation=data.plain_glob, epochs=1,
@@ -450,7 +450,7 @@ def _cli(*args, cwd=None):
 
 
 def test_cli_class_weights_split_early_stopping_and_model_knobs(data, tmp_path):
-    from daskfeed._keras import keras
+    from daskfeed.adapters._keras import keras
 
     out = tmp_path / "out"
     run = _cli("train", data.glob, "--label", "y", "--validation-split", "0.25",
@@ -490,7 +490,7 @@ def test_cli_class_weights_split_early_stopping_and_model_knobs(data, tmp_path):
 def test_cli_flags_that_exclude_each_other_are_usage_errors(args, message, tmp_path):
     from click.testing import CliRunner
 
-    from daskfeed.cli import cli
+    from daskfeed.cli._commands import cli
 
     out = CliRunner().invoke(cli, ["train", str(tmp_path / "nothing.csv"), "--label", "y", *args])
     assert out.exit_code == 2, out.output

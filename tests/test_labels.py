@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import daskfeed
-from daskfeed._keras import keras
+from daskfeed.adapters._keras import keras
 
 
 @pytest.fixture(scope="module")

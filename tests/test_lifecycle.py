@@ -479,8 +479,8 @@ def test_a_wait_ends_when_its_client_closes():
 
     from distributed import Client, LocalCluster
 
-    from daskfeed.exceptions import ClusterError
-    from daskfeed.prefetch import Prefetcher
+    from daskfeed.batches._prefetch import Prefetcher
+    from daskfeed.core._exceptions import ClusterError
 
     cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                            dashboard_address=None)
@@ -524,7 +524,7 @@ def test_an_unused_prefetcher_is_collected_with_its_futures_and_thread(client):
     import gc
     import weakref
 
-    from daskfeed.prefetch import Prefetcher
+    from daskfeed.batches._prefetch import Prefetcher
 
     keys: list[str] = []
 
@@ -549,8 +549,8 @@ def test_close_is_idempotent_and_tells_a_waiting_caller(client):
     at once, the futures are released, a second close does nothing, later gets are refused."""
     import threading
 
-    from daskfeed.futures import WindowCancelled
-    from daskfeed.prefetch import Prefetcher
+    from daskfeed.batches._prefetch import Prefetcher
+    from daskfeed.cluster._futures import WindowCancelled
 
     submitted = threading.Event()
     keys: list[str] = []
@@ -592,7 +592,7 @@ def test_a_command_stopped_in_process_gives_ctrl_c_back(monkeypatch, tmp_path):
     ignored only while the line is printed)."""
     from click.testing import CliRunner
 
-    from daskfeed import cli
+    from daskfeed.cli import _commands as cli
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt  # what Python's SIGINT handler raises where Ctrl-C lands

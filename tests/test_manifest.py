@@ -13,7 +13,7 @@ import pytest
 
 import daskfeed
 from daskfeed import ManifestMismatchError, SchemaError
-from daskfeed.manifest import Manifest
+from daskfeed.manifest._manifest import Manifest
 
 
 def _all_rows(pattern: str) -> pd.DataFrame:
@@ -182,7 +182,7 @@ def test_headers_with_other_names_are_refused_naming_the_file(tmp_path, client, 
 
 
 def test_large_file_is_split_into_byte_ranges(tmp_path, client):
-    from daskfeed.demo import generate_rows
+    from daskfeed.cli._demo import generate_rows
 
     df = pd.DataFrame(generate_rows(20_000, seed=1, stream=1, row_id_start=0))
     path = tmp_path / "big.csv"

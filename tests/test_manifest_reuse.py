@@ -10,7 +10,7 @@ import pytest
 from helpers import wait_for
 
 import daskfeed
-from daskfeed.exceptions import ManifestMismatchError
+from daskfeed.core._exceptions import ManifestMismatchError
 
 
 def _entries(root) -> list[str]:
@@ -22,7 +22,7 @@ def _size(path) -> int:
 
 
 def test_three_budgets_scan_once_and_keep_one_cache_entry(demo_data, tmp_path):
-    from daskfeed.train import train
+    from daskfeed.training._train import train
 
     cache, out = tmp_path / "cache", tmp_path / "out"
     sizes, scans = [], 0
@@ -39,7 +39,7 @@ def test_three_budgets_scan_once_and_keep_one_cache_entry(demo_data, tmp_path):
 
 
 def test_a_changed_setting_rebuilds_the_manifest_in_train(demo_data, tmp_path):
-    from daskfeed.train import train
+    from daskfeed.training._train import train
 
     out = tmp_path / "out"
     common = {"label": "cleared", "epochs": 1, "memory_limit": "3GB", "nworkers": 1,
@@ -104,7 +104,7 @@ def test_scan_with_a_json_cache_rescans_on_another_setting(demo_data, client, tm
 def test_cache_list_and_clear_show_and_remove_entries(demo_data, tmp_path, client):
     from click.testing import CliRunner
 
-    from daskfeed.cli import cli
+    from daskfeed.cli._commands import cli
 
     root = tmp_path / "cache"
     with daskfeed.DaskSequence(demo_data.train_glob, label="cleared", client=client, cache=root):

@@ -18,7 +18,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from daskfeed.cli import cli
+from daskfeed.cli._commands import cli
 
 BIN = os.path.dirname(sys.executable)
 ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -55,7 +55,7 @@ def named_flags(text: str) -> set[str]:
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """Small quest logs (text columns), a file with a malformed line, an empty directory."""
-    from daskfeed.demo import write_demo_data
+    from daskfeed.cli._demo import write_demo_data
 
     root = tmp_path_factory.mktemp("messages")
     demo = write_demo_data(root / "demo", rows=3000, validate_rows=1000)
@@ -169,9 +169,9 @@ def test_a_warning_is_one_line_without_source(data, tmp_path):
 def test_a_worker_warning_is_one_line_too():
     code = (
         "import warnings\n"
-        "from daskfeed.cli import _warnings_as_lines\n"
-        "from daskfeed.budget import Budget\n"
-        "from daskfeed.cluster import close_client, start_local_cluster\n"
+        "from daskfeed.cli._commands import _warnings_as_lines\n"
+        "from daskfeed.cluster._budget import Budget\n"
+        "from daskfeed.cluster._start import close_client, start_local_cluster\n"
         "undo = _warnings_as_lines()\n"
         "client = start_local_cluster(Budget.split('3GB', nworkers=1), dashboard_address='127.0.0.1:0')\n"
         "def warn():\n"

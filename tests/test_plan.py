@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from daskfeed.plan import make_plan
+from daskfeed.batches._plan import make_plan
 
 
 def rows_of(plan, counts):

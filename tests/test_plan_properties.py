@@ -1,4 +1,4 @@
-"""Properties of ``daskfeed.plan.make_plan`` for random inputs (hypothesis).
+"""Properties of ``daskfeed.batches._plan.make_plan`` for random inputs (hypothesis).
 
 For any partition row counts (zeros included), batch size, window target, shard, seed, epoch,
 shuffle and drop_remainder: each shard delivers each of its rows exactly once per epoch (all of
@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daskfeed.encoding import WindowData
-from daskfeed.plan import make_plan
-from daskfeed.window_read import permute
+from daskfeed.batches._plan import make_plan
+from daskfeed.batches._read import permute
+from daskfeed.manifest._encoding import WindowData
 
 EPOCHS_FOR_ORDER = 32  # epochs compared when checking that shuffled epochs change the order
 

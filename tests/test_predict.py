@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import in_process_budget
 
-from daskfeed.exceptions import DataNotFoundError, SchemaError
+from daskfeed.core._exceptions import DataNotFoundError, SchemaError
 
 
 def write_rows(root: str, *, n: int, files: int, seed: int, unseen: bool = False) -> None:
@@ -36,7 +36,7 @@ def write_rows(root: str, *, n: int, files: int, seed: int, unseen: bool = False
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    from daskfeed.train import train
+    from daskfeed.training._train import train
 
     root = tmp_path_factory.mktemp("predict")
     write_rows(str(root / "train"), n=3000, files=3, seed=0)
@@ -50,11 +50,11 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 def reference(trained: dict[str, str]) -> np.ndarray:
     """In-memory model.predict on the rows encoded by the feed's own function."""
-    from daskfeed._keras import keras
-    from daskfeed.encoding import encode_features
-    from daskfeed.predictions import _source
-    from daskfeed.scoring import TrainedRun
-    from daskfeed.tables import iter_tables
+    from daskfeed.adapters._keras import keras
+    from daskfeed.inference._predict import _source
+    from daskfeed.inference._scoring import TrainedRun
+    from daskfeed.manifest._encoding import encode_features
+    from daskfeed.reading._tables import iter_tables
 
     run = TrainedRun.open(trained["out"])
     src = _source(trained["held"], run.manifest, 2**20, None)
@@ -65,7 +65,7 @@ def reference(trained: dict[str, str]) -> np.ndarray:
 
 
 def test_predict_equals_in_memory_model_predict_in_input_order(trained, tmp_path) -> None:
-    from daskfeed.predictions import predict
+    from daskfeed.inference._predict import predict
 
     lines: list[str] = []
     df = predict(trained["out"], trained["held"], keep=["row_id"],
@@ -89,7 +89,7 @@ def test_predict_equals_in_memory_model_predict_in_input_order(trained, tmp_path
 def test_cli_predict_writes_csv_with_kept_ids(trained, tmp_path) -> None:
     from click.testing import CliRunner
 
-    from daskfeed.cli import cli
+    from daskfeed.cli._commands import cli
 
     out = str(tmp_path / "p.csv")
     res = CliRunner().invoke(cli, ["predict", trained["out"], trained["held"], "--output", out,
@@ -111,8 +111,8 @@ def test_cli_predict_writes_csv_with_kept_ids(trained, tmp_path) -> None:
 def test_clear_errors(trained, tmp_path) -> None:
     from click.testing import CliRunner
 
-    from daskfeed.cli import cli
-    from daskfeed.predictions import predict
+    from daskfeed.cli._commands import cli
+    from daskfeed.inference._predict import predict
 
     with pytest.raises(DataNotFoundError, match=r"model\.keras"):
         predict(str(tmp_path), trained["held"])
@@ -138,7 +138,7 @@ def test_many_blocks_stay_within_the_budget(trained, tmp_path) -> None:
 
     import psutil
 
-    from daskfeed.rss import RSSSampler
+    from daskfeed.core._rss import RSSSampler
 
     big = tmp_path / "big"
     big.mkdir()
@@ -152,7 +152,7 @@ def test_many_blocks_stay_within_the_budget(trained, tmp_path) -> None:
     size = os.path.getsize(big / "big.csv")
     assert size > 16 * 2**21  # many blocks: never all in memory at once
     out = tmp_path / "p.parquet"
-    cmd = [sys.executable, "-m", "daskfeed.cli", "predict", trained["out"], str(big / "big.csv"),
+    cmd = [sys.executable, "-m", "daskfeed.cli._commands", "predict", trained["out"], str(big / "big.csv"),
            "--output", str(out), "--memory-limit", str(budget), "--nworkers", "1",
            "--blocksize", "2MiB", "--dashboard-address", "127.0.0.1:0", "--quiet"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -173,8 +173,8 @@ def test_the_callers_own_memory_counts_in_the_budget(trained, tmp_path) -> None:
     counts them: a budget that fits the CLI but not this process is refused up front, saying so."""
     import psutil
 
-    from daskfeed.exceptions import BudgetError
-    from daskfeed.predictions import predict
+    from daskfeed.core._exceptions import BudgetError
+    from daskfeed.inference._predict import predict
 
     held = psutil.Process().memory_info().rss
     budget = held + 2**30  # under this process + one worker with its model

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from daskfeed import FeedTimeoutError
-from daskfeed.futures import WindowCancelled
-from daskfeed.prefetch import Prefetcher
+from daskfeed.batches._prefetch import Prefetcher
+from daskfeed.cluster._futures import WindowCancelled
 
 
 def _arrays(n: int, w: int) -> np.ndarray:

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import daskfeed
-from daskfeed.exceptions import SchemaError
-from daskfeed.plan import equal_shard_batches, make_plan, shard_rows
-from daskfeed.ranks import Rank, resolve_rank, shard_line
+from daskfeed.batches._plan import equal_shard_batches, make_plan, shard_rows
+from daskfeed.core._exceptions import SchemaError
+from daskfeed.training._ranks import Rank, resolve_rank, shard_line
 
 BIN = pathlib.Path(sys.executable).parent
 
@@ -116,7 +116,7 @@ def test_sequences_of_three_ranks_serve_disjoint_rows(id_data, client):
 # ------------------------------------------------------------------ 3 trainers, one cluster
 @pytest.fixture(scope="module")
 def rank_data(tmp_path_factory):
-    from daskfeed.demo import write_demo_data
+    from daskfeed.cli._demo import write_demo_data
 
     return write_demo_data(tmp_path_factory.mktemp("ranks"), rows=12_000, validate_rows=2000)
 
@@ -186,7 +186,7 @@ def test_three_trainers_one_scheduler_one_scan(rank_data, tmp_path, stop_process
 
 
 def test_several_trainers_need_a_shared_scheduler(tmp_path, rank_data):
-    from daskfeed.train import train
+    from daskfeed.training._train import train
 
     with pytest.raises(SchemaError, match=r"Expected one Dask cluster shared by the trainers.*"
                                           r"Received: rank 1 of 2 \(from --rank/--world-size\)"):

@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daskfeed import DataError
-from daskfeed.nulls import NA_COUNTS_KEY
-from daskfeed.records import Quotes, record_buffers
-from daskfeed.source import Source
-from daskfeed.streams import open_file
-from daskfeed.tables import iter_tables
+from daskfeed.reading._nulls import NA_COUNTS_KEY
+from daskfeed.reading._records import Quotes, record_buffers
+from daskfeed.reading._source import Source
+from daskfeed.reading._streams import open_file
+from daskfeed.reading._tables import iter_tables
 
 MiB = 2**20
 
@@ -53,8 +53,8 @@ _READ_ALL = """
 import json, resource, sys, time, warnings
 warnings.simplefilter("ignore")
 from daskfeed import DataError
-from daskfeed.source import Source
-from daskfeed.tables import iter_tables
+from daskfeed.reading._source import Source
+from daskfeed.reading._tables import iter_tables
 src = Source(sys.argv[1], **json.loads(sys.argv[2]))
 before, start, msg = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter(), None
 try:

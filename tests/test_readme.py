@@ -28,7 +28,7 @@ def blocks(language: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    from daskfeed.demo import write_demo_data
+    from daskfeed.cli._demo import write_demo_data
 
     root = tmp_path_factory.mktemp("readme")
     write_demo_data(root / "data", rows=3000, validate_rows=1000)

@@ -82,7 +82,7 @@ def test_sequence_start_offset_serves_the_rest_of_the_epoch_exactly_once(id_data
 
 # -- checkpoints on disk ----------------------------------------------------------------
 def _tiny_model(seed: int = 0):
-    from daskfeed._keras import keras
+    from daskfeed.adapters._keras import keras
 
     keras.utils.set_random_seed(seed)
     inp = keras.Input((3,))
@@ -92,7 +92,7 @@ def _tiny_model(seed: int = 0):
 
 
 def _cursor(epoch: int, batch: int, **kw):
-    from daskfeed.cursor import Cursor
+    from daskfeed.checkpoint._cursor import Cursor
 
     d = dict(epoch=epoch, batch=batch, seed=0, batch_size=8, fingerprint="f" * 32, num_batches=8,
              rows=64, window_rows=64, blocksize=2**20, shuffle=True, drop_remainder=False,
@@ -102,8 +102,8 @@ def _cursor(epoch: int, batch: int, **kw):
 
 
 def test_checkpoints_atomic_keep_two_and_truncated_newest_falls_back(tmp_path):
-    from daskfeed.checkpoint_store import CheckpointStore
-    from daskfeed.exceptions import CheckpointError
+    from daskfeed.checkpoint._store import CheckpointStore
+    from daskfeed.core._exceptions import CheckpointError
 
     x = np.random.default_rng(0).random((64, 3)).astype("float32")
     y = x.sum(1)
@@ -149,7 +149,7 @@ def test_checkpoints_atomic_keep_two_and_truncated_newest_falls_back(tmp_path):
 
 
 def test_cursor_check_refuses_other_data_batch_size_seed():
-    from daskfeed.exceptions import CheckpointError, DaskfeedError
+    from daskfeed.core._exceptions import CheckpointError, DaskfeedError
 
     ck = _cursor(1, 5)
     ck.check(_cursor(1, 5), where="c")  # same batches: fine
@@ -168,9 +168,9 @@ def test_cursor_check_refuses_other_data_batch_size_seed():
 
 
 def test_weights_that_do_not_fit_the_model_are_a_clear_error(tmp_path):
-    from daskfeed._keras import keras
-    from daskfeed.checkpoint_store import CheckpointStore
-    from daskfeed.exceptions import CheckpointError
+    from daskfeed.adapters._keras import keras
+    from daskfeed.checkpoint._store import CheckpointStore
+    from daskfeed.core._exceptions import CheckpointError
 
     store = CheckpointStore(tmp_path / "c")
     store.save(_tiny_model(), _cursor(0, 1))
@@ -189,7 +189,7 @@ def _recording_model(manifest, sink: list, weights=None):
     import tensorflow as tf
 
     import daskfeed
-    from daskfeed._keras import keras
+    from daskfeed.adapters._keras import keras
 
     def record(iteration, ids):
         sink.append((int(iteration.numpy()), ids.numpy().reshape(-1).astype(np.int64).tolist()))
@@ -217,9 +217,9 @@ class _Crash(Exception):
 
 @pytest.mark.parametrize("feed", ["windows", "batches"])
 def test_fit_interrupted_then_resumed_equals_an_uninterrupted_fit(id_data, client, tmp_path, feed):
-    from daskfeed._keras import keras
-    from daskfeed.callbacks import Checkpointer, fit_from
-    from daskfeed.checkpoint_store import CheckpointStore
+    from daskfeed.adapters._keras import keras
+    from daskfeed.checkpoint._store import CheckpointStore
+    from daskfeed.training._callbacks import Checkpointer, fit_from
 
     epochs, every = 3, 5
     kw = dict(batch_size=400, features=FEATURES, as_matrix=True)  # 34 batches per epoch
@@ -278,7 +278,7 @@ import json, os, time
 import numpy as np
 import tensorflow as tf
 import daskfeed
-from daskfeed._keras import keras
+from daskfeed.adapters._keras import keras
 
 LOG = {log!r}
 
@@ -326,7 +326,7 @@ def _read_log(path) -> list:
 def test_cli_sigkill_mid_epoch_then_resume_trains_every_row_exactly_once(id_data, tmp_path, kill_epoch):
     import psutil
 
-    from daskfeed.checkpoint_store import CheckpointStore
+    from daskfeed.checkpoint._store import CheckpointStore
 
     log = tmp_path / "batches.jsonl"
     builder = BUILDER.format(log=str(log), delay=0.04, features=FEATURES)
@@ -418,8 +418,8 @@ def _daskfeed_cmd() -> list[str]:
 def test_train_resume_continues_and_refuses_changed_data(tmp_path):
     """train(resume=True): continues after the last epoch; on changed data: CheckpointError."""
     from daskfeed import write_demo_data
-    from daskfeed.exceptions import CheckpointError
-    from daskfeed.train import train
+    from daskfeed.core._exceptions import CheckpointError
+    from daskfeed.training._train import train
 
     data = write_demo_data(tmp_path / "d", rows=3000, validate_rows=1000, rows_per_file=1000,
                            row_ids=True)
@@ -444,8 +444,8 @@ def test_train_resume_continues_and_refuses_changed_data(tmp_path):
 
 
 def test_a_resumed_epoch_shows_its_real_number_in_keras_bar(id_data, client, capfd):
-    from daskfeed.callbacks import fit_from
-    from daskfeed.model import default_model
+    from daskfeed.training._callbacks import fit_from
+    from daskfeed.training._model import default_model
 
     with _seq(id_data, client, batch_size=400, features=FEATURES, as_matrix=True) as seq:
         model = default_model(seq)

@@ -1,7 +1,7 @@
 """Checkpoint cursors count the batches trained, whatever Keras' ``steps_per_execution`` and version.
 
 Keras 3.10 passes a group's *first* batch to ``on_train_batch_end`` when ``steps_per_execution``
-is above 1, Keras 3.15 its last one; the :class:`~daskfeed.callbacks.Checkpointer` counts from
+is above 1, Keras 3.15 its last one; the :class:`~daskfeed.training._callbacks.Checkpointer` counts from
 the optimizer's steps instead (issue 11, item 6). A recording model appends the row ids of every
 batch it trains to a list, before its update: the length of that list is the truth the cursors
 are checked against. Run these under another Keras by putting it first on ``PYTHONPATH``.
@@ -45,7 +45,7 @@ def _model(manifest, sink: list, *, spe: int, gas: int | None = None, optimizer:
     import tensorflow as tf
 
     import daskfeed
-    from daskfeed._keras import keras
+    from daskfeed.adapters._keras import keras
 
     def record(ids):
         sink.append(ids.numpy().reshape(-1).astype(np.int64).tolist())
@@ -71,7 +71,7 @@ def _model(manifest, sink: list, *, spe: int, gas: int | None = None, optimizer:
 
 def _probe(checkpointer, sink: list):
     """A callback (placed after ``checkpointer``) pairing each new cursor with the batches trained."""
-    from daskfeed._keras import keras
+    from daskfeed.adapters._keras import keras
 
     class Probe(keras.callbacks.Callback):
         def __init__(self):
@@ -95,8 +95,8 @@ def _probe(checkpointer, sink: list):
     (1, "plain"), (4, "plain"), (4, "accumulating"), (4, "no optimizer"), (4, "two steps per batch"),
 ])
 def test_cursors_are_the_batches_trained(id_data, client, tmp_path, spe, variant):
-    from daskfeed.callbacks import Checkpointer, fit_from
-    from daskfeed.checkpoint_store import CheckpointStore
+    from daskfeed.checkpoint._store import CheckpointStore
+    from daskfeed.training._callbacks import Checkpointer, fit_from
 
     epochs = 2
     sink: list = []
@@ -135,8 +135,8 @@ def test_cursors_are_the_batches_trained(id_data, client, tmp_path, spe, variant
 def test_the_step_count_is_read_where_a_cursor_is_needed(id_data, client, tmp_path, monkeypatch):
     """A read of the optimizer's count waits for the device: at each epoch's begin and where a
     checkpoint may be due, not after every batch (once cost ``daskfeed train`` ~5 % of an epoch)."""
-    import daskfeed.callbacks as callbacks
-    from daskfeed.checkpoint_store import CheckpointStore
+    import daskfeed.training._callbacks as callbacks
+    from daskfeed.checkpoint._store import CheckpointStore
 
     reads: list = []
     real = callbacks.optimizer_steps
@@ -157,9 +157,9 @@ def test_the_step_count_is_read_where_a_cursor_is_needed(id_data, client, tmp_pa
                                         "last batch of the group (Keras 3.15)"])
 def test_cursor_does_not_depend_on_the_batch_keras_passes(id_data, client, tmp_path, convention):
     """The hooks called as either Keras version calls them, 4 steps per call, every=5."""
-    from daskfeed._keras import keras
-    from daskfeed.callbacks import Checkpointer
-    from daskfeed.checkpoint_store import CheckpointStore
+    from daskfeed.adapters._keras import keras
+    from daskfeed.checkpoint._store import CheckpointStore
+    from daskfeed.training._callbacks import Checkpointer
 
     keras.utils.set_random_seed(0)
     inp = keras.Input((3,))
@@ -187,7 +187,7 @@ class _Interrupt(Exception):
 def _stop_after(sink: list, trained: int, how: str):
     """A callback ending the run once ``trained`` batches are in ``sink``: by raising
     (the process dies) or by ``model.stop_training``."""
-    from daskfeed._keras import keras
+    from daskfeed.adapters._keras import keras
 
     class Stop(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -202,7 +202,7 @@ def _stop_after(sink: list, trained: int, how: str):
 def _run(id_data, client, store, manifest, *, spe, until, how, epochs=3):
     """Train from the store's newest checkpoint (or from scratch) until ``until`` batches of
     this run are trained (None: to the end); return (batches trained, Checkpointer, fits)."""
-    from daskfeed.callbacks import Checkpointer, fit_from
+    from daskfeed.training._callbacks import Checkpointer, fit_from
 
     ckpt = store.latest()
     sink: list = []
@@ -226,7 +226,7 @@ def _run(id_data, client, store, manifest, *, spe, until, how, epochs=3):
     (1, "raise"), pytest.param(4, "raise", marks=pytest.mark.slow),
     pytest.param(1, "stop", marks=pytest.mark.slow), (4, "stop")])
 def test_interrupted_mid_epoch_then_resumed_trains_each_row_once(id_data, client, tmp_path, spe, how):
-    from daskfeed.checkpoint_store import CheckpointStore
+    from daskfeed.checkpoint._store import CheckpointStore
 
     epochs = 3
     with _seq(id_data, client) as seq:

@@ -30,7 +30,7 @@ BUCKET = "quests"
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     """The server, with bucket ``quests``: train/ (8 files, 8,000 rows) and validate/ (2,000)."""
-    from daskfeed.demo import write_demo_data
+    from daskfeed.cli._demo import write_demo_data
 
     data = write_demo_data(tmp_path_factory.mktemp("s3data"), rows=8000, validate_rows=2000)
     root = pathlib.Path(data.root)
@@ -64,7 +64,7 @@ def _assert_secret_absent(secret: str, *texts: str, files: list[pathlib.Path] = 
 def test_storage_options_flag_takes_json_and_pairs():
     import click
 
-    from daskfeed.flag_types import parse_storage_options
+    from daskfeed.cli._flag_types import parse_storage_options
 
     got = parse_storage_options(None, None, ('{"anon": false, "client_kwargs": {"region_name": "x"}}',
                                         "endpoint_url=http://127.0.0.1:9 max_concurrency=4",
@@ -81,7 +81,7 @@ def test_storage_options_flag_takes_json_and_pairs():
 
 def test_same_size_rewrite_changes_the_fingerprint(s3):
     """S3 mtimes have 1 s resolution: the ETag tells a same-size rewrite within that second."""
-    from daskfeed.source import Source
+    from daskfeed.reading._source import Source
 
     so = {"endpoint_url": s3.endpoint, "key": s3.key, "secret": s3.secret}
     client = s3.client()
@@ -96,8 +96,8 @@ def test_same_size_rewrite_changes_the_fingerprint(s3):
 
 
 def test_missing_bucket_is_a_clear_error(s3):
-    from daskfeed.exceptions import DataNotFoundError
-    from daskfeed.source import Source
+    from daskfeed.core._exceptions import DataNotFoundError
+    from daskfeed.reading._source import Source
 
     so = {"endpoint_url": s3.endpoint, "key": s3.key, "secret": s3.secret}
     with pytest.raises(DataNotFoundError) as err:
@@ -112,8 +112,8 @@ def test_missing_bucket_is_a_clear_error(s3):
 
 @pytest.mark.parametrize("who", ["unknown key", "wrong secret"])
 def test_denied_credentials_are_a_clear_error(s3, who):
-    from daskfeed.exceptions import DataNotFoundError
-    from daskfeed.source import Source
+    from daskfeed.core._exceptions import DataNotFoundError
+    from daskfeed.reading._source import Source
 
     key, secret = ("AKIA0000000000000000", "not-the-secret-0") if who == "unknown key" else \
         (s3.key, "not-the-secret-1")
@@ -131,8 +131,8 @@ def test_denied_credentials_are_a_clear_error(s3, who):
 
 def test_listing_allowed_reading_denied_names_the_object(s3):
     """A key that may list the bucket but not read its objects: the first read names the object."""
-    from daskfeed.exceptions import DataNotFoundError
-    from daskfeed.source import Source
+    from daskfeed.core._exceptions import DataNotFoundError
+    from daskfeed.reading._source import Source
 
     key, secret = s3.user("lister", [
         {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{BUCKET}"}])
@@ -218,7 +218,7 @@ def test_train_on_s3_never_writes_the_secret(s3, tmp_path):
     hist = json.loads((out / "history.json").read_text())
     assert hist["epochs"][0]["rows"] == 8000
     assert hist["epochs"][0]["val_accuracy"] > 0.6
-    from daskfeed.manifest import Manifest
+    from daskfeed.manifest._manifest import Manifest
 
     manifest = Manifest.from_json(out / "manifest.json")
     assert manifest.partitions[0]["path"].startswith(f"s3://{BUCKET}/train/")

@@ -55,7 +55,7 @@ def test_listed_na_values_are_missing_in_text_too(marked, client):
 
 
 def test_distinct_counts_beyond_what_is_tracked_are_estimated(tmp_path, client):
-    from daskfeed import stats
+    from daskfeed.scanning import _stats as stats
 
     n = stats.MAX_TRACKED * 4  # 200,000 distinct user ids: more than the exact counts kept
     (tmp_path / "u.csv").write_text("user_id,y\n" + "".join(f"u{i},{i % 2}\n" for i in range(n)))
@@ -69,7 +69,7 @@ def test_distinct_counts_beyond_what_is_tracked_are_estimated(tmp_path, client):
 @given(st.lists(st.one_of(st.none(), st.sampled_from(["a", "b", "c", "d", ""])), max_size=1100))
 def test_a_text_columns_samples_are_its_first_distinct_values(values):
     """The samples a type-drift message quotes: the first 3 distinct values of the first 1000."""
-    from daskfeed.stats import _samples
+    from daskfeed.scanning._stats import _samples
 
     col = pa.chunked_array([pa.array(values, pa.string())])
     first = list(dict.fromkeys(v for v in values[:1000] if v is not None))[:3]

@@ -13,7 +13,7 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 
 import daskfeed
-from daskfeed.exceptions import FeedTimeoutError
+from daskfeed.core._exceptions import FeedTimeoutError
 
 HEADER = "x,label\n"
 
@@ -79,8 +79,8 @@ def test_a_slow_read_that_keeps_making_progress_never_trips_the_watchdog(tmp_pat
 
 
 def test_a_hung_read_fails_within_the_timeout_naming_the_partition(tmp_path):
-    from daskfeed.budget import Budget
-    from daskfeed.cluster import close_client, start_local_cluster
+    from daskfeed.cluster._budget import Budget
+    from daskfeed.cluster._start import close_client, start_local_cluster
 
     (tmp_path / "a.csv").write_text(HEADER + _rows(0, 100).decode())
     fifo = tmp_path / "z.csv"

@@ -75,7 +75,7 @@ def test_same_batches_whatever_the_number_of_workers(id_data, client):
 def test_default_windows_do_not_depend_on_the_number_of_workers(id_data, client):
     from distributed import Client, LocalCluster
 
-    from daskfeed.budget import Budget
+    from daskfeed.cluster._budget import Budget
 
     assert len({Budget.split("8GB", nworkers=n).window_bytes for n in (1, 2, 3, 4)}) == 1
     with make(id_data, client, window_rows=None) as seq:
@@ -154,7 +154,7 @@ def test_unknown_feature_is_a_clear_error(id_data, client):
 
 def test_prepared_data_served_later_with_warnings_at_the_users_line(id_data, client):
     """Prepared (keras-free) does the scan; DaskSequence.of serves it and owns its client."""
-    from daskfeed.prepare import Prepared
+    from daskfeed.batches._prepare import Prepared
 
     with pytest.warns(UserWarning, match="look like row ids") as caught:
         prepared = Prepared(id_data.train_glob, label="cleared", client=client, batch_size=BATCH,
@@ -220,7 +220,7 @@ def test_validation_set_encoded_with_the_training_manifest(id_data, client):
 
 
 def test_keras_fit_shuffle_true_warns_once_and_stays_correct(id_data, client):
-    from daskfeed._keras import keras
+    from daskfeed.adapters._keras import keras
 
     seen: list[np.ndarray] = []
 
@@ -248,7 +248,7 @@ def test_keras_fit_shuffle_true_warns_once_and_stays_correct(id_data, client):
 
 
 def test_tf_peek_does_not_trigger_extra_window_computes(id_data, client):
-    from daskfeed._keras import keras
+    from daskfeed.adapters._keras import keras
 
     with make(id_data, client, features=["level", "deaths"], as_matrix=True) as seq:
         model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, activation="sigmoid")])
@@ -272,7 +272,7 @@ def test_incomplete_epoch_does_not_advance(id_data, client):
 
 
 def test_keras_thread_workers(id_data, client):
-    from daskfeed._keras import keras
+    from daskfeed.adapters._keras import keras
 
     with make(id_data, client, features=["level", "deaths"], as_matrix=True, workers=3) as seq:
         model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, activation="sigmoid")])
@@ -286,7 +286,7 @@ def test_keras_thread_workers(id_data, client):
 def test_fit_on_a_resumed_epoch_with_one_or_two_batches_left(id_data, client, left):
     """Keras peeks at batches 0 and 1 and calls on_epoch_end before training: when those are
     all that is left, the epoch must still be the one trained (and end only after it)."""
-    from daskfeed._keras import keras
+    from daskfeed.adapters._keras import keras
 
     with make(id_data, client, features=["row_id"], as_matrix=True, batch_size=1000) as seq:
         n = seq.plan.num_batches

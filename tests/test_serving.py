@@ -15,8 +15,8 @@ from test_predict import write_rows
 def test_serving_takes_raw_columns_and_matches_predict(tmp_path) -> None:
     import tensorflow as tf
 
-    from daskfeed.predictions import predict
-    from daskfeed.train import train
+    from daskfeed.inference._predict import predict
+    from daskfeed.training._train import train
 
     write_rows(str(tmp_path / "train"), n=2000, files=2, seed=0)
     write_rows(str(tmp_path / "held"), n=400, files=2, seed=1, unseen=True)  # unseen colors
@@ -48,8 +48,8 @@ def test_serving_takes_raw_columns_and_matches_predict(tmp_path) -> None:
 
 
 def test_export_refuses_a_directory_without_a_run(tmp_path) -> None:
-    from daskfeed.exceptions import DataNotFoundError
-    from daskfeed.serving import export
+    from daskfeed.core._exceptions import DataNotFoundError
+    from daskfeed.inference._serving import export
 
     with pytest.raises(DataNotFoundError, match="manifest"):
         export(tmp_path)
@@ -59,8 +59,8 @@ def test_export_refuses_a_directory_without_a_run(tmp_path) -> None:
 def test_text_classes_by_name_and_regression_in_label_units(tmp_path, label) -> None:
     import tensorflow as tf
 
-    from daskfeed.predictions import predict
-    from daskfeed.train import train
+    from daskfeed.inference._predict import predict
+    from daskfeed.training._train import train
 
     rng = np.random.default_rng(0)
     x, c = rng.normal(size=600), rng.choice(["a", "b"], 600)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from daskfeed import DataError
-from daskfeed.nulls import na_counts
-from daskfeed.scan_task import scan_blocks
-from daskfeed.small_files import SmallFiles
-from daskfeed.source import Source
-from daskfeed.tables import iter_tables
+from daskfeed.reading._nulls import na_counts
+from daskfeed.reading._small_files import SmallFiles
+from daskfeed.reading._source import Source
+from daskfeed.reading._tables import iter_tables
+from daskfeed.scanning._task import scan_blocks
 
 _FILES = {  # name: text, in the order they are listed
     "a00.csv": "id,name,score,when\n1,anna,0.5,2024-01-02\n2,NA,1.5,2024-01-03\n",
@@ -42,14 +42,14 @@ def _both(pattern, **kwargs):
 
 def _tables(run):
     """Each block of ``run`` as a table of its own, its null-marker counts in its metadata."""
-    from daskfeed.nulls import with_na_counts
+    from daskfeed.reading._nulls import with_na_counts
 
     return [with_na_counts(run.table.slice(a, b - a), c)
             for a, b, c in zip(run.bounds[:-1], run.bounds[1:], run.counts, strict=True)]
 
 
 def test_each_block_gets_the_table_it_gets_alone(write_csv, tmp_path, monkeypatch):
-    import daskfeed.small_files as small
+    import daskfeed.reading._small_files as small
 
     shared = []
     real = small.SmallFiles._parse_together
@@ -68,7 +68,7 @@ def test_each_block_gets_the_table_it_gets_alone(write_csv, tmp_path, monkeypatc
 
 def test_many_plain_files_are_parsed_together(write_csv, tmp_path, monkeypatch):
     calls = []
-    import daskfeed.small_files as small
+    import daskfeed.reading._small_files as small
 
     real = small.read_csv
     monkeypatch.setattr(small, "read_csv", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -97,7 +97,7 @@ def test_numbers_marked_once_for_all_files_match_each_file_alone(write_csv, tmp_
     """Columns that are not text get the null-marker rule once per run of files: each file's
     values and marker counts (empties, NaN however spelled, the user's numeric markers) are
     still its own."""
-    import daskfeed.small_files as small
+    import daskfeed.reading._small_files as small
 
     shared = []
     real = small.numbers_by_part
@@ -145,9 +145,9 @@ def test_a_scan_task_of_small_files_gets_what_each_file_gets_alone(write_csv, tm
     """A run of small files scanned at once (facts of all its files in one pass, one table to
     the statistics and the cache) gives each file the facts, statistics and cached rows it gets
     scanned on its own; text columns are sampled in the first file that shows text in them."""
-    import daskfeed.scan_task as task
-    from daskfeed.cache_open import open_cache
-    from daskfeed.stats import merge_stats
+    import daskfeed.scanning._task as task
+    from daskfeed.cache._open import open_cache
+    from daskfeed.scanning._stats import merge_stats
 
     _task_files(write_csv, numbers_in_text)
     src = Source(str(tmp_path / "t" / "*.csv"), na_values=na_values)

@@ -23,7 +23,7 @@ import time
 import psutil
 import pytest
 
-from daskfeed.rss import RSSSampler
+from daskfeed.core._rss import RSSSampler
 
 BUDGET = 2_000_000_000
 SIZES = (1, 4, 6.25, 8)
@@ -48,7 +48,7 @@ def _pool(root: str, nbytes: float = max(SIZES) * BUDGET) -> list[str]:
     them, ~56 MB each."""
     import pandas as pd
 
-    from daskfeed.demo import generate_rows
+    from daskfeed.cli._demo import generate_rows
 
     pool = os.path.join(root, "pool")
     os.makedirs(pool, exist_ok=True)
@@ -140,8 +140,8 @@ def test_predict_scores_data_above_the_budget_within_it(soak_dir, tmp_path):
     """`daskfeed predict --memory-limit 2GB` over 1.5x the budget of CSV: every row, peak in budget."""
     import pyarrow.parquet as pq
 
-    from daskfeed.demo import write_demo_data
-    from daskfeed.train import train
+    from daskfeed.cli._demo import write_demo_data
+    from daskfeed.training._train import train
 
     small = write_demo_data(str(tmp_path / "small"), rows=20_000)
     run = str(tmp_path / "run")

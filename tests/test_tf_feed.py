@@ -1,4 +1,4 @@
-"""The window feed (daskfeed.tf_feed): tf.data with exactly the sequence's batches, epochs in step."""
+"""The tf.data hand-off (daskfeed.adapters._tf_data): with exactly the sequence's batches, epochs in step."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def assert_same_batches(got: list, want: list) -> None:
 
 
 def feed_of(seq, chunk: int):
-    from daskfeed.tf_feed import WindowFeed
+    from daskfeed.adapters._tf_data import WindowFeed
 
     return WindowFeed(seq, chunk_bytes=chunk * seq.batch_size * seq.encoding.bytes_per_row)
 
@@ -166,7 +166,7 @@ def _model(manifest, weights=None):
 
 def test_fit_from_trains_the_same_batches_whatever_the_feed(id_data, client):
     """Same batches in the same order, validation included: the same weights and history."""
-    from daskfeed.callbacks import EpochTelemetry, fit_from
+    from daskfeed.training._callbacks import EpochTelemetry, fit_from
 
     results = {}
     with make(id_data, client) as train:
@@ -196,8 +196,8 @@ def test_fit_from_trains_the_same_batches_whatever_the_feed(id_data, client):
 
 
 def test_the_feed_setting_is_checked(tmp_path):
-    from daskfeed.options import TrainOptions
-    from daskfeed.tf_feed import uses_windows
+    from daskfeed.adapters._tf_data import uses_windows
+    from daskfeed.training._options import TrainOptions
 
     assert uses_windows("auto") and uses_windows("windows") and not uses_windows("batches")
     with pytest.raises(SchemaError, match="Expected feed to be one of auto, windows, batches"):
@@ -207,7 +207,7 @@ def test_the_feed_setting_is_checked(tmp_path):
 
 
 def test_jax_feeds_batches_and_refuses_the_window_feed():
-    code = ("from daskfeed.tf_feed import uses_windows\n"
+    code = ("from daskfeed.adapters._tf_data import uses_windows\n"
             "assert not uses_windows('auto')\n"
             "uses_windows('windows')\n")
     env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "2"}

@@ -108,8 +108,8 @@ def tls_cluster(tmp_path_factory, stop_process_groups):
 
 
 def test_tls_scheduler_through_security(tls_cluster):
-    from daskfeed.cluster import close_client
-    from daskfeed.remote import connect, make_security
+    from daskfeed.cluster._remote import connect, make_security
+    from daskfeed.cluster._start import close_client
 
     assert tls_cluster["address"].startswith("tls://127.0.0.1:")
     sec = make_security(tls_cluster["ca"], tls_cluster["cert"], tls_cluster["key"])
@@ -124,8 +124,8 @@ def test_tls_scheduler_through_security(tls_cluster):
 
 
 def test_tls_scheduler_without_credentials_or_with_a_foreign_cert_is_a_clear_error(tls_cluster):
-    from daskfeed.exceptions import ClusterError
-    from daskfeed.remote import connect, make_security
+    from daskfeed.cluster._remote import connect, make_security
+    from daskfeed.core._exceptions import ClusterError
 
     for target in (tls_cluster["address"], tls_cluster["scheduler_file"]):
         with pytest.raises(ClusterError, match="speaks TLS") as info:

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import daskfeed
-from daskfeed.encoding import Encoding, encode_frame
+from daskfeed.manifest._encoding import Encoding, encode_frame
 
 EPOCHS = 4
 BATCH = 512
@@ -28,7 +28,7 @@ def _in_memory(pattern, manifest, features):
 
 
 def test_fit_matches_in_memory_accuracy(demo_data, client):
-    from daskfeed._keras import keras
+    from daskfeed.adapters._keras import keras
 
     with daskfeed.DaskSequence(demo_data.train_glob, label="cleared", client=client,
                                batch_size=BATCH, seed=1) as train, \
@@ -51,8 +51,8 @@ def test_fit_matches_in_memory_accuracy(demo_data, client):
 
 
 def test_train_writes_model_manifest_history(demo_data, tmp_path):
-    from daskfeed._keras import keras
-    from daskfeed.train import train
+    from daskfeed.adapters._keras import keras
+    from daskfeed.training._train import train
 
     lines: list[str] = []
     out = tmp_path / "out"
@@ -97,7 +97,7 @@ def test_a_wrong_label_is_said_before_keras_is_imported(demo_data, tmp_path):
     script = (
         "import sys\n"
         "from daskfeed import SchemaError\n"
-        "from daskfeed.train import train\n"
+        "from daskfeed.training._train import train\n"
         "try:\n"
         f"    train({demo_data.train_glob!r}, label='nope', memory_limit='2GB', nworkers=1,\n"
         f"          dashboard_address='127.0.0.1:0', output={str(tmp_path / 'o')!r}, echo=print)\n"
@@ -113,10 +113,10 @@ def test_a_wrong_label_is_said_before_keras_is_imported(demo_data, tmp_path):
 
 
 def test_user_model_builder_is_called_with_the_manifest(demo_data, tmp_path):
-    from daskfeed.train import train
+    from daskfeed.training._train import train
 
     (tmp_path / "mymodels.py").write_text(
-        "from daskfeed._keras import keras\n"
+        "from daskfeed.adapters._keras import keras\n"
         "calls = []\n"
         "def build(manifest):\n"
         "    calls.append(manifest.rows)\n"
@@ -153,7 +153,7 @@ def test_default_model_multiclass_softmax(tmp_path, client):
     with daskfeed.DaskSequence(str(tmp_path / "m.csv"), label="y", client=client,
                                batch_size=256) as seq:
         assert seq.manifest.task == "multiclass" and seq.manifest.num_classes == 3
-        from daskfeed._keras import keras
+        from daskfeed.adapters._keras import keras
 
         keras.utils.set_random_seed(0)  # the same initial weights every run
         model = daskfeed.default_model(seq.manifest)
@@ -164,7 +164,7 @@ def test_default_model_multiclass_softmax(tmp_path, client):
 
 
 def test_budget_split_and_refusal():
-    from daskfeed.budget import Budget
+    from daskfeed.cluster._budget import Budget
 
     b = Budget.split("14GB", nworkers=2)
     assert b.total == 14 * 10**9

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from daskfeed.sequence import DaskSequence
+from daskfeed.adapters._sequence import DaskSequence
 
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -83,7 +83,7 @@ class LiveProbe(threading.Thread):
 
 def stop_when_done(probe: LiveProbe, fitting: threading.Event) -> Any:
     """A callback: marks fit running, and stops it once the probe has what it came for."""
-    from daskfeed._keras import keras
+    from daskfeed.adapters._keras import keras
 
     class StopWhenSeen(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
@@ -122,10 +122,10 @@ def spans_on_scheduler(client: Any, by: str = "name") -> dict[str, list[str]]:
 def fit_watched(client: Any, data: Any, *, seen: Any, epochs: int, spans: bool = False,
                 also: Any = None, **seq_kwargs: Any) -> tuple[LiveProbe, Any, Any, Any]:
     """A real fit with WatchCallback, read live by a LiveProbe; stopped once the probe is done."""
-    from daskfeed.dashboard import EpochSpans, install, scan_span
-    from daskfeed.model import default_model
-    from daskfeed.rss import RSSSampler
-    from daskfeed.watch import WatchCallback
+    from daskfeed.core._rss import RSSSampler
+    from daskfeed.dashboard._plugin import EpochSpans, install, scan_span
+    from daskfeed.training._model import default_model
+    from daskfeed.training._watch import WatchCallback
 
     links = install(client)
     assert links is not None and links.page.endswith("/daskfeed")
@@ -161,7 +161,7 @@ def live(min_epoch: int, *, history: int = 0):
 
 # -- tests -------------------------------------------------------------------------------
 def test_status_from_events_rates_eta_hit_rate_and_runs():
-    from daskfeed.status import Status
+    from daskfeed.dashboard._status import Status
 
     st = Status()
     assert st.snapshot(now=10.0)["state"] == "waiting"
@@ -245,15 +245,15 @@ def test_page_status_and_metrics_live_during_fit_on_a_local_cluster(client, demo
     # the fit's own History as history.png: loss and accuracy, training and validation
     from PIL import Image
 
-    from daskfeed.watch import history_plot
+    from daskfeed.training._watch import history_plot
 
     with Image.open(history_plot(history, tmp_path / "history.png")) as img:
         assert len(img.convert("RGB").getcolors(1 << 24)) > 50
 
 
 def test_a_resumed_epoch_is_shown_with_the_run_s_numbers(client, demo_data):
-    from daskfeed.model import default_model
-    from daskfeed.watch import WatchCallback
+    from daskfeed.training._model import default_model
+    from daskfeed.training._watch import WatchCallback
 
     with DaskSequence(demo_data.train_glob, label="cleared", batch_size=256, client=client) as seq:
         seq.set_epoch(1, start=100)  # what --resume does: epoch 2 of 3 from batch 101
@@ -270,7 +270,7 @@ def test_a_resumed_epoch_is_shown_with_the_run_s_numbers(client, demo_data):
 def test_cache_hits_reported_from_the_workers(demo_data, tmp_path):
     from distributed import Client, LocalCluster
 
-    from daskfeed.dashboard import install, report_cache
+    from daskfeed.dashboard._plugin import install, report_cache
 
     # a cluster of its own: windows of other tests' sequences would report too
     with LocalCluster(n_workers=1, threads_per_worker=1, host="127.0.0.1",
@@ -331,8 +331,8 @@ def test_a_scan_is_its_own_span_while_other_tasks_wait_on_the_scheduler(client, 
 
     from distributed import span, wait
 
-    from daskfeed.dashboard import scan_span
-    from daskfeed.scanner import scan
+    from daskfeed.dashboard._plugin import scan_span
+    from daskfeed.scanning._scan import scan
 
     with span("elsewhere"):  # held on the scheduler in another span while the scan runs
         held = [client.submit(operator.getitem, [1], 0, pure=False),
@@ -349,7 +349,7 @@ def test_a_scan_is_its_own_span_while_other_tasks_wait_on_the_scheduler(client, 
 
 
 def test_epoch_spans_are_one_per_epoch_from_any_thread(client):
-    from daskfeed.dashboard import EpochSpans
+    from daskfeed.dashboard._plugin import EpochSpans
 
     spans = EpochSpans()
     assert spans.id(0) == spans.id(0) != spans.id(1)
@@ -379,7 +379,7 @@ def test_epoch_spans_are_one_per_epoch_from_any_thread(client):
 def test_history_plot_and_closing_summary(tmp_path):
     from PIL import Image
 
-    from daskfeed.watch import history_plot, summary_lines
+    from daskfeed.training._watch import history_plot, summary_lines
 
     hist = [{"epoch": e, "loss": 0.7 - 0.1 * e, "accuracy": 0.6 + 0.05 * e, "val_loss": 0.72 - 0.08 * e,
              "val_accuracy": 0.58 + 0.05 * e, "rows": 40_000, "seconds": 8.0, "rows_per_s": 5000.0,
@@ -406,7 +406,7 @@ def test_history_plot_and_closing_summary(tmp_path):
 def test_report_is_quiet_once_the_client_is_closed(client):
     from distributed import Client
 
-    from daskfeed.dashboard import report
+    from daskfeed.dashboard._plugin import report
 
     with Client(client.scheduler.address) as other:
         assert report(other, {"kind": "ping"})
@@ -417,7 +417,7 @@ def test_report_is_quiet_once_the_client_is_closed(client):
 def test_page_under_a_dashboard_prefix_and_metrics_of_the_scheduler_still_running(client):
     from distributed import Client, LocalCluster
 
-    from daskfeed.dashboard import install, report
+    from daskfeed.dashboard._plugin import install, report
 
     session = install(client)
     with LocalCluster(n_workers=0, processes=False, protocol="tcp", dashboard_address="127.0.0.1:0",

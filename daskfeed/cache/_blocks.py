@@ -1,0 +1,303 @@
+"""Cache: every block parsed once, kept as Arrow IPC files on the workers' disk.
+
+The scan parses each CSV block once and, while it is in memory, writes it here; every epoch
+after that reads Arrow instead of CSV (several times faster to read than to parse). A block
+that is missing (the manifest came from an earlier run, a worker on another machine, a damaged
+or deleted cache file) is parsed again and written then.
+
+Layout: ``<root>/<fingerprint>/g<first>-<tag>-<n>.arrow`` holds the blocks of one scan task
+(thousands of small files make a few Arrow files, not thousands), each block a range of record
+batches; the task's ``g<first>-<tag>.json`` marker, written last (:mod:`daskfeed.cache._writer`),
+says where each block is, so a reader never sees half a task's blocks. The fingerprint covers
+every file's path, size and mtime and the read options (:meth:`daskfeed.reading._source.Source.
+fingerprint`): changed data or options get a new directory, and older directories of the same
+files are removed when a new one is made, as are temporary files that writers killed mid-write
+left behind (:mod:`daskfeed.cache._open`, on the trainer). Directories are created with mode 0700.
+
+What is stored is what the feed needs, not the CSV's exact text: whole numbers exactly (int32
+when they fit, else int64), decimals as parsed (float64), string columns dictionary-encoded,
+timestamps as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from daskfeed.cache._writer import CACHE_VERSION, BatchRange, CacheWriter
+from daskfeed.reading import Block, ReadOptions, iter_tables
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["BlockCache", "block_tables", "default_root", "forget_entry"]
+
+Readers = dict[str, ipc.RecordBatchFileReader]  # open Arrow files, by path
+
+
+
+
+
+
+def default_root() -> str:
+    """The cache root when none is given: ``$XDG_CACHE_HOME/daskfeed`` (``~/.cache/daskfeed``).
+
+    Returns
+    -------
+    str
+        As seen by the process asking (on a worker: the worker's home).
+    """
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "daskfeed")
+
+
+@dataclass(frozen=True)
+class BlockCache:
+    """One data set's cache directory (picklable: it travels to the workers with each task).
+
+    ``root`` None: :func:`default_root` where the cache is used, i.e. on each worker (a remote
+    worker's home, not the trainer's); ``key``: the data's directory under the root. Blocks
+    are numbered as in ``Source.blocks``.
+    """
+
+    root: str | None
+    key: str = ""
+    compression: str | None = None  # of the files this cache writes (None: memory-mapped reads)
+
+    @property
+    def path(self) -> str:
+        """The directory, as seen by the process asking."""
+        root = default_root() if self.root is None else self.root
+        return os.path.join(root, self.key) if self.key else root
+
+    def lookup(self, index: int) -> list[BatchRange] | None:
+        """Where block ``index`` is: ``[(Arrow file, first batch, batches), ...]`` or None.
+
+        Parameters
+        ----------
+        index
+            The block's index in the source.
+
+        Returns
+        -------
+        list of BatchRange or None
+            The block's record batches; None when it is not (completely) cached.
+        """
+        found = _index(self.path, refresh=False).get(index)
+        if found is None:
+            found = _index(self.path, refresh=True).get(index)
+        return found
+
+    def has(self, index: int) -> bool:
+        """Whether block ``index`` is complete in the cache.
+
+        Parameters
+        ----------
+        index
+            The block's index in the source.
+
+        Returns
+        -------
+        bool
+            True when the block is complete in the cache.
+        """
+        return self.lookup(index) is not None
+
+    def tables(self, index: int, columns: list[str] | None = None,
+               readers: Readers | None = None) -> list[pa.Table] | None:
+        """The cached tables of block ``index`` (None: not cached, or unreadable).
+
+        Parameters
+        ----------
+        index
+            The block.
+        columns
+            Only these (the others are not even decompressed); None: all.
+        readers
+            Open Arrow files to reuse across calls (a window reads many blocks of one file).
+
+        Returns
+        -------
+        list of pyarrow.Table or None
+            None also when a file is damaged (with a warning; the block is parsed again).
+        """
+        ranges = self.lookup(index)
+        if ranges is None:
+            return None
+        readers = {} if readers is None else readers
+        try:
+            return [_read_batches(os.path.join(self.path, name), first, count, columns, readers)
+                    for name, first, count in ranges]
+        except (OSError, ValueError, IndexError, KeyError, pa.ArrowException) as err:  # damaged: reparse
+            warnings.warn(f"daskfeed: cached block {index} in {self.path} is unreadable "
+                          f"({type(err).__name__}: {err}); parsing it from the CSV again.",
+                          stacklevel=2)
+            _forget(self.path, index)
+            return None
+
+    def writer(self, first: int) -> CacheWriter:
+        """A writer for the blocks of a scan task starting at ``first``: ``add``, then ``commit``.
+
+        Parameters
+        ----------
+        first
+            The scan task's first block.
+
+        Returns
+        -------
+        CacheWriter
+            A writer into this cache entry.
+        """
+        return CacheWriter(self.path, self.compression, first)
+
+    def cached_blocks(self) -> int:
+        """Number of complete blocks in the cache.
+
+        Returns
+        -------
+        int
+            The blocks complete in the cache.
+        """
+        return len(_index(self.path, refresh=True))
+
+
+# Per worker process: cache path -> (markers already read, block -> batch ranges). Markers are
+# written once and never change, so only new ones are read when a block is not found.
+_INDEXES: dict[str, tuple[set[str], dict[int, list[BatchRange]]]] = {}
+_INDEX_LOCK = threading.Lock()
+
+
+def _index(path: str, refresh: bool) -> dict[int, list[BatchRange]]:
+    with _INDEX_LOCK:
+        seen, blocks = _INDEXES.setdefault(path, (set(), {}))
+        if not refresh and blocks:
+            return blocks
+        try:
+            names = sorted(n for n in os.listdir(path) if n.startswith("g") and n.endswith(".json"))
+        except OSError:
+            return blocks
+        fresh = []
+        for name in names:
+            if name in seen:
+                continue
+            try:
+                with open(os.path.join(path, name), encoding="utf-8") as f:
+                    meta = json.load(f)
+                stamp = os.stat(os.path.join(path, name)).st_mtime_ns
+            except (OSError, ValueError):
+                continue
+            seen.add(name)
+            if meta.get("version") == CACHE_VERSION:
+                fresh.append((stamp, meta))
+        for _, meta in sorted(fresh, key=lambda m: m[0]):  # a rewritten block: newest wins
+            for key, ranges in meta["parts"].items():
+                blocks[int(key)] = [(str(n), int(b), int(c)) for n, b, c in ranges]
+        return blocks
+
+
+def forget_entry(path: str) -> None:
+    """Drop what this process knows of the cache entry ``path`` (it is replaced or removed).
+
+    Parameters
+    ----------
+    path
+        The cache entry's directory.
+    """
+    with _INDEX_LOCK:
+        _INDEXES.pop(path, None)
+
+
+def _forget(path: str, index: int) -> None:
+    with _INDEX_LOCK:
+        if path in _INDEXES:
+            _INDEXES[path][1].pop(index, None)
+
+
+def _read_batches(path: str, first: int, count: int, columns: list[str] | None,
+                  readers: Readers) -> pa.Table:
+    """Record batches ``[first, first + count)`` of the Arrow file ``path`` as a table."""
+    reader = readers.get(path)
+    if reader is None:
+        source = pa.memory_map(path)  # batches of an uncompressed file are views of the mapping
+        reader = ipc.open_file(source)
+        if columns is not None:
+            keep = [i for i, f in enumerate(reader.schema) if f.name in set(columns)]
+            reader = ipc.open_file(source, options=ipc.IpcReadOptions(included_fields=keep))
+        readers[path] = reader
+    batches = [reader.get_batch(b) for b in range(first, first + count)]
+    return pa.Table.from_batches(batches, schema=reader.schema)
+
+
+def block_tables(index: int, block: Block, options: ReadOptions, cache: BlockCache | None,
+                 rejects: list[str] | None = None, *, use_cache: bool = True,
+                 writer: CacheWriter | None = None, columns: list[str] | None = None,
+                 readers: Readers | None = None) -> Iterator[pa.Table]:
+    """Arrow tables of block ``index``: from the cache, else parsed (and then cached).
+
+    Parameters
+    ----------
+    index, block, options
+        The block, its number and how to parse it.
+    cache
+        Where blocks are cached (None: parse, cache nothing).
+    rejects
+        See :func:`daskfeed.reading._tables.iter_tables`.
+    use_cache
+        False: parse even when the block is cached.
+    writer
+        The scan task's writer (committed by the caller); without one, a block parsed here is
+        cached on its own.
+    columns, readers
+        See :meth:`BlockCache.tables` (tables parsed from CSV have every column).
+
+    Yields
+    ------
+    pyarrow.Table
+        The block's rows in file order.
+    """
+    if cache is not None and use_cache:
+        cached = cache.tables(index, columns, readers)
+        if cached is not None:
+            yield from cached
+            return
+    own = writer is None and cache is not None
+    if own:
+        assert cache is not None
+        writer = cache.writer(index)
+    try:
+        if writer is not None:
+            writer.begin(index)
+        for table in iter_tables(block, options, rejects):
+            if writer is not None:
+                writer.add(index, table)
+            yield table
+    except BaseException:
+        if own and writer is not None:
+            writer.abort()
+        raise
+    if own and writer is not None:
+        writer.commit()
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+

@@ -1,0 +1,84 @@
+"""Cache entries on disk, as ``daskfeed cache list`` shows them and ``daskfeed cache clear`` removes them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+
+from daskfeed.cache._blocks import default_root, forget_entry
+from daskfeed.cache._open import REMOVING
+
+__all__ = ["CacheEntry", "clear", "list_entries"]
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One data set's cache directory, as ``daskfeed cache list`` shows it."""
+
+    path: str
+    data: str  # which files (the first path and how many more)
+    size: int  # bytes on disk
+    csv_bytes: int  # bytes of the input it holds
+    created: float
+
+
+def list_entries(root: str | os.PathLike[str] | None = None) -> list[CacheEntry]:
+    """The cache entries under ``root``, largest first.
+
+    Parameters
+    ----------
+    root
+        The cache root (the caller resolves ``daskfeed.cache-dir``); None: :func:`default_root`.
+
+    Returns
+    -------
+    list of CacheEntry
+        Directories without a readable ``meta.json`` are not daskfeed's and are left out, as
+        are entries being removed.
+    """
+    base = os.fspath(root) if root is not None else default_root()
+    entries = []
+    try:
+        names = os.listdir(base)
+    except FileNotFoundError:
+        return []
+    for name in names:
+        path = os.path.join(base, name)
+        if REMOVING in name:  # being removed (see daskfeed.cache._open._remove_entry)
+            continue
+        try:
+            with open(os.path.join(path, "meta.json"), encoding="utf-8") as f:
+                meta = json.load(f)
+        except (OSError, ValueError):
+            continue  # not a daskfeed cache entry
+        size = sum(os.path.getsize(os.path.join(d, n)) for d, _, fs in os.walk(path) for n in fs)
+        entries.append(CacheEntry(path, str(meta.get("data") or "(files not recorded)"), size,
+                                  int(meta.get("csv_bytes", 0)), float(meta.get("created", 0.0))))
+    return sorted(entries, key=lambda e: -e.size)
+
+
+def clear(root: str | os.PathLike[str] | None = None,
+          keys: list[str] | None = None) -> list[CacheEntry]:
+    """Remove the cache entries under ``root``.
+
+    Parameters
+    ----------
+    root
+        As for :func:`list_entries`.
+    keys
+        Only the entries whose directory name is in ``keys``; None: all.
+
+    Returns
+    -------
+    list of CacheEntry
+        What was removed.
+    """
+    removed = []
+    for entry in list_entries(root):
+        if keys is None or os.path.basename(entry.path) in keys:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            forget_entry(entry.path)
+            removed.append(entry)
+    return removed

@@ -1,0 +1,233 @@
+"""Opening the parse cache of a data set, on the trainer: where, in which compression, with room.
+
+:func:`open_cache` picks the entry of these files and read options under the cache root
+(``daskfeed.cache-dir``, else :func:`default_root`), checks the disk has room for it
+(:func:`estimate_bytes`), removes older entries of the same files (renamed away first) and the
+temporary files of writers killed mid-write, and returns the :class:`~daskfeed.cache._blocks.BlockCache`
+the workers read and write (:mod:`daskfeed.cache._blocks`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from daskfeed.cache._blocks import BlockCache, default_root, forget_entry
+from daskfeed.cache._writer import CACHE_VERSION
+from daskfeed.core import CacheError, write_file
+from daskfeed.reading import Source, compression_of
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+__all__ = ["COMPRESSIONS", "REMOVING", "estimate_bytes", "open_cache"]
+
+STALE_TMP_SECONDS = 3600  # a writer renames its files within seconds; older ones were killed
+
+REMOVING = ".removing-"  # an entry being removed is renamed to ``<key>.removing-<tag>`` first
+
+# cache bytes per byte of input, per compression (measured on the demo data: uncompressed 0.87,
+# lz4 0.61, zstd 0.32 of the CSV; kept conservative), for CSV and for compressed (.gz ...) files
+_PER_INPUT_BYTE = {None: (1.0, 8.0), "lz4": (0.75, 5.0), "zstd": (0.6, 3.0)}
+
+COMPRESSIONS = ("auto", "none", "lz4", "zstd")
+
+_MARGIN = 1 << 30  # keep this much disk free beyond the estimate
+
+
+def estimate_bytes(source: Source, compression: str | None = "zstd") -> int:
+    """Disk the cache of ``source`` will take with ``compression``, from the input sizes (generous).
+
+    Parameters
+    ----------
+    source
+        The data.
+    compression
+        Of the cache files: None, ``"lz4"`` or ``"zstd"``.
+
+    Returns
+    -------
+    int
+        Bytes.
+    """
+    plain, packed = _PER_INPUT_BYTE[compression]
+    return int(sum(f.size * (packed if compression_of(f.path) else plain) for f in source.files))
+
+
+def _identity(source: Source) -> str:
+    """The same files, whatever their sizes, mtimes, partitioning and read options (for clean-up).
+
+    One data set has one cache entry: an entry of the same paths made for other file contents
+    or other read options is replaced by the new one, not kept beside it.
+    """
+    payload = json.dumps([f.path for f in source.files])
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
+               compression: str = "auto", required: bool = False,
+               client: Client | None = None) -> tuple[BlockCache | None, str]:
+    """Prepare the cache directory of ``source``; return it (or None) and a line saying why.
+
+    Parameters
+    ----------
+    source
+        The data (a dask DataFrame is not cached).
+    root
+        The cache root (the caller resolves ``daskfeed.cache-dir``); None: :func:`default_root`
+        resolved, created and checked on the workers (on a remote cluster: their disk).
+    compression
+        ``"auto"`` writes uncompressed files (epochs read them as memory maps: several times
+        faster than decoding) when the disk has room for them, else zstd (about a third of the
+        CSV); or ``"none"``, ``"lz4"``, ``"zstd"`` (the caller resolves
+        ``daskfeed.cache-compression``).
+    required
+        True (an explicit ``--cache DIR``): too little room or an unwritable directory is an
+        error; False: the cache is left off and the reason returned.
+    client
+        Prepares the directory on every worker; None: in this process.
+
+    Returns
+    -------
+    tuple
+        The cache (None: off) and one line saying where it is, or why it is off.
+
+    Raises
+    ------
+    CacheError
+        With ``required``, when the directory is not writable or the disk too small.
+    ValueError
+        For an unknown ``compression``.
+    """
+    if source.frame is not None:
+        return None, "cache: off (the data is a dask DataFrame)"
+    choice = str(compression)
+    if choice not in COMPRESSIONS:
+        raise ValueError(f"Expected cache compression in {COMPRESSIONS}. Received: {choice!r}.")
+    candidates = [None, "zstd"] if choice == "auto" else [None if choice == "none" else choice]
+    # an explicit directory is taken as given; the default is resolved on each worker
+    base = os.path.abspath(os.path.expanduser(os.fspath(root))) if root else None
+    key = source.fingerprint()
+    args = (base, key, _identity(source), source.nbytes, _describe_data(source))
+    try:
+        results = [_prepare(*args)] if client is None else list(client.run(_prepare, *args).values())
+    except OSError as err:
+        return None, _unwritable(err, base or "the workers' default cache directory", required)
+    free = min(r[0] for r in results)
+    reused = min(r[1] for r in results)
+    entries = sorted({r[2] for r in results})
+    where = entries[0] if len(entries) == 1 else f"{entries[0]} and {len(entries) - 1} other path(s)"
+    fits = [c for c in candidates if reused or free >= estimate_bytes(source, c) + _MARGIN]
+    if not fits:
+        return None, _too_small(source, candidates[-1], free, where, required)
+    need = estimate_bytes(source, fits[0])
+    state = (f"{reused} of the blocks cached" if reused else
+             f"~{need / 1e9:.2f} GB to write {fits[0] or 'uncompressed'}, {free / 1e9:.0f} GB free")
+    return BlockCache(base, key, fits[0]), f"cache: {where} ({state})"
+
+
+def _remove_entry(path: str) -> None:
+    """Remove a cache entry for good, renamed away first.
+
+    A window task of a sequence already closed may still be re-caching a block in it: a file it
+    creates while ``rmtree`` runs would keep the directory (and its name) alive. Renamed, the
+    name is gone at once and a late writer fails to write under it (it then leaves the block
+    uncached, as on a full disk). Another worker removing the same entry renames it first:
+    then there is nothing left to do here.
+    """
+    gone = f"{path}{REMOVING}{os.getpid()}-{threading.get_ident()}"
+    try:
+        os.rename(path, gone)
+    except OSError:
+        return
+    shutil.rmtree(gone, ignore_errors=True)
+
+
+def _unwritable(err: OSError, where: str, required: bool) -> str:
+    """Why the cache is off for want of a writable directory; a :class:`CacheError` if ``required``."""
+    where = getattr(err, "filename", None) or where
+    if required:
+        raise CacheError(
+            f"Expected a writable cache directory. Received: {where} ({err.strerror or err}).\n"
+            "Hint: pass --cache DIR on a writable disk, or --no-cache."
+        ) from err
+    return f"cache: off ({where} is not writable: {err.strerror or err})"
+
+
+def _too_small(source: Source, compression: str | None, free: int, where: str,
+               required: bool) -> str:
+    """Why the cache is off for want of disk; raised as a :class:`CacheError` if ``required``."""
+    need = estimate_bytes(source, compression)
+    msg = (f"Expected at least {(need + _MARGIN) / 1e9:.1f} GB free for the parse cache "
+           f"({need / 1e9:.1f} GB estimated + 1 GB margin) in {os.path.dirname(where)}. "
+           f"Received: {free / 1e9:.1f} GB free.")
+    if required:
+        raise CacheError(f"{msg}\nHint: pass --cache DIR on a larger disk, or --no-cache.")
+    return f"cache: off — {msg}"
+
+
+def _describe_data(source: Source) -> str:
+    """E.g. ``data/log_quest/a.csv and 1,599 more files`` (for ``daskfeed cache list``)."""
+    first = source.files[0].path if source.files else "?"
+    more = len(source.files) - 1
+    return f"{first} and {more:,} more file{'s' if more > 1 else ''}" if more else first
+
+
+def _prepare(base: str | None, key: str, identity: str, nbytes: int,
+             data: str = "") -> tuple[int, int, str]:
+    """Create the entry ``key`` (0700) under ``base`` and drop stale entries of the same files.
+
+    ``base`` None: this process's default root (run on each worker). Returns (free bytes,
+    cached blocks, the entry's path).
+    """
+    base = default_root() if base is None else base
+    entry = os.path.join(base, key)
+    forget_entry(entry)  # this process may have read an earlier directory of that name
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    for name in os.listdir(base):
+        other = os.path.join(base, name)
+        if other == entry or not os.path.isdir(other):
+            continue
+        if REMOVING in name:  # a removal cut short (or still going on: rmtree twice is harmless)
+            shutil.rmtree(other, ignore_errors=True)
+            continue
+        try:
+            with open(os.path.join(other, "meta.json"), encoding="utf-8") as f:
+                same_files = json.load(f).get("identity") == identity
+        except (OSError, ValueError):
+            continue
+        if same_files:  # the files changed since: that cache can never be read again
+            _remove_entry(other)
+    os.makedirs(entry, mode=0o700, exist_ok=True)
+    os.chmod(entry, 0o700)
+    _sweep(entry)
+    meta = os.path.join(entry, "meta.json")
+    if not os.path.exists(meta):
+        write_file(meta, json.dumps({"identity": identity, "csv_bytes": nbytes, "created": time.time(),
+                                     "version": CACHE_VERSION, "data": data}))
+    cached = BlockCache(entry).cached_blocks()
+    return shutil.disk_usage(entry).free, cached, entry
+
+
+def _sweep(entry: str, now: float | None = None) -> int:
+    """Remove temporary files killed writers left (older than an hour) and old-layout files.
+
+    Returns how many files were removed.
+    """
+    now = time.time() if now is None else now
+    removed = 0
+    for name in os.listdir(entry):
+        path = os.path.join(entry, name)
+        try:
+            stale = ".tmp-" in name and now - os.stat(path).st_mtime > STALE_TMP_SECONDS
+            if stale or (name.startswith("p") and name.endswith((".arrow", ".json"))):  # version 1
+                os.remove(path)
+                removed += 1
+        except OSError:
+            continue
+    return removed

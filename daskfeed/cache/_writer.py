@@ -1,0 +1,205 @@
+"""Cache writer: the blocks of one scan task written as a few Arrow IPC files, then one marker.
+
+The files are written under temporary names and fsync'ed (in a thread each, while the task
+parses on); :meth:`CacheWriter.commit` waits for those, renames the files into place, flushes
+the directory and writes the marker last (:mod:`daskfeed.core._atomic`), so a reader of the cache
+(:mod:`daskfeed.cache._blocks`) never sees half a scan task's blocks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import uuid
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc as ipc
+
+from daskfeed.core import fsync, temporary_name, write_file
+
+__all__ = ["CACHE_VERSION", "FLUSH_BYTES", "CacheWriter", "compact"]
+
+CACHE_VERSION = 3  # 3: whole numbers kept exact (int32/int64), decimals float64
+FLUSH_BYTES = 16 << 20  # an Arrow file holds about this much data (memory: one per task)
+
+# where a block is in the cache: (Arrow file name, first record batch, record batches)
+BatchRange = tuple[str, int, int]
+
+
+class CacheWriter:
+    """Writes the blocks of one scan task as a few Arrow IPC files, then one marker.
+
+    Tables are kept until about ``FLUSH_BYTES`` have accumulated (or the next table's columns
+    cannot share a file with them), then written as one file (see :func:`compact` for the
+    column types, decided per file; one dictionary per string column per file); uncompressed
+    (read as a memory map, nothing to decode) or zstd/lz4. Every block is a range of record
+    batches of a file.
+
+    Parameters
+    ----------
+    directory
+        The cache entry's directory.
+    compression
+        Of the Arrow files (None: uncompressed).
+    first
+        The scan task's first block (names the files).
+    """
+
+    def __init__(self, directory: str, compression: str | None, first: int) -> None:
+        self.directory = directory
+        self.compression = compression
+        self.stem = f"g{first:06d}-{uuid.uuid4().hex[:8]}"
+        self.pending: list[tuple[list[tuple[int, int]], pa.Table]] = []  # (blocks, their rows)
+        self.pending_bytes = 0
+        self.schema: pa.Schema | None = None  # the pending tables' columns, unified
+        self.blocks: dict[int, list[BatchRange]] = {}
+        self.files: list[str] = []
+        self.syncs: list[threading.Thread] = []  # fsyncs of the files written
+        self.failed = False
+
+    def begin(self, index: int) -> None:
+        """Block ``index`` starts (it is cached even if it has no rows).
+
+        Parameters
+        ----------
+        index
+            The block's index in the source.
+        """
+        self.blocks.setdefault(index, [])
+
+    def add(self, index: int, table: pa.Table) -> None:
+        """One table of block ``index``.
+
+        Parameters
+        ----------
+        index
+            The block's index in the source.
+        table
+            One table parsed from it.
+        """
+        self.add_parts([(index, table.num_rows)], table)
+
+    def add_parts(self, parts: list[tuple[int, int]], table: pa.Table) -> None:
+        """The tables of several blocks as one: ``(block index, its rows)`` in the table's order.
+
+        Parameters
+        ----------
+        parts
+            Each block's index in the source and how many of the table's rows are its (the
+            first block's come first).
+        table
+            Their rows (a :class:`daskfeed.reading._small_files.Run`'s table).
+        """
+        if self.failed:
+            return
+        schema = table.schema
+        if self.pending and not schema.equals(self.schema):
+            try:
+                schema = pa.unify_schemas([self.schema, table.schema], promote_options="permissive")
+            except (pa.ArrowInvalid, pa.ArrowTypeError):  # e.g. text here, numbers before
+                self._flush()
+        self.schema = schema
+        for index, _ in parts:
+            self.begin(index)
+        self.pending.append((parts, table))
+        self.pending_bytes += table.nbytes
+        if self.pending_bytes >= FLUSH_BYTES:
+            self._flush()
+
+    def _next_name(self) -> str:
+        return f"{self.stem}-{len(self.files):03d}.arrow"
+
+    def _flush(self) -> None:
+        if self.failed or not self.pending:
+            return
+        name = self._next_name()
+        path = temporary_name(os.path.join(self.directory, name))
+        try:
+            self._write(path, name)
+        except (OSError, pa.ArrowException):  # disk full or gone: the feed still works, from CSV
+            self.abort()
+            return
+        finally:
+            self.pending = []
+            self.pending_bytes = 0
+            self.schema = None
+        self.files.append(name)
+        # flushed to disk while the next blocks are parsed; commit waits before the marker
+        sync = threading.Thread(target=fsync, args=(path,), daemon=True, name="daskfeed-fsync")
+        sync.start()
+        self.syncs.append(sync)
+
+    def _write(self, path: str, name: str) -> None:
+        """The pending tables as one Arrow file at ``path``; their batch ranges noted."""
+        whole = compact(pa.concat_tables([t for _, t in self.pending], promote_options="permissive"))
+        whole = whole.unify_dictionaries()  # one dictionary per column per file
+        options = ipc.IpcWriteOptions(compression=self.compression)
+        with pa.OSFile(path, "wb") as f, ipc.new_file(f, whole.schema, options=options) as w:
+            batch = offset = 0
+            for index, rows in (part for parts, _ in self.pending for part in parts):
+                batches = whole.slice(offset, rows).to_batches()  # [] if no rows
+                offset += rows
+                for b in batches:
+                    w.write_batch(b)
+                self.blocks[index].append((name, batch, len(batches)))
+                batch += len(batches)
+
+    def commit(self) -> None:
+        """Write what is pending, rename the files into place, then write the marker."""
+        self._flush()
+        for sync in self.syncs:  # the data is on disk before a marker can point at it
+            sync.join()
+        if self.failed:
+            return
+        try:
+            for name in self.files:
+                final = os.path.join(self.directory, name)
+                os.replace(temporary_name(final), final)
+            fsync(self.directory)  # the renames, before the marker's
+            # the marker's key "parts" is the persisted format's: block -> batch ranges
+            marker = {"version": CACHE_VERSION, "parts": {str(k): v for k, v in self.blocks.items()}}
+            write_file(os.path.join(self.directory, f"{self.stem}.json"), json.dumps(marker))
+        except OSError:
+            self.abort()
+
+    def abort(self) -> None:
+        """Remove whatever this writer left behind."""
+        self.failed = True
+        for name in [*self.files, self._next_name()]:
+            final = os.path.join(self.directory, name)
+            for path in (temporary_name(final), final):
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+
+
+def compact(table: pa.Table) -> pa.Table:
+    """Columns as the cache keeps them.
+
+    Whole numbers exact (int32 when they fit, else int64), decimals as parsed (float64),
+    strings dictionary-encoded.
+
+    Parameters
+    ----------
+    table
+        A parsed table.
+
+    Returns
+    -------
+    pyarrow.Table
+        The same rows and column names.
+    """
+    cols = []
+    for col in table.columns:
+        t = col.type
+        if pa.types.is_integer(t) and t != pa.int32():
+            bounds = pc.min_max(col)
+            lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+            if lo is None or (-(2**31) <= lo and hi < 2**31):
+                col = col.cast(pa.int32())
+        elif pa.types.is_string(t) or pa.types.is_large_string(t):
+            col = pc.dictionary_encode(col)
+        cols.append(col)
+    return pa.Table.from_arrays(cols, names=table.column_names)

@@ -1,0 +1,265 @@
+"""How one CLI flag's value is read: sizes, durations, config defaults, columns, storage options.
+
+Click parameter types and callbacks; :mod:`daskfeed.cli._flags` groups the flags commands share.
+Nothing heavy at import.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from dask.utils import parse_bytes, parse_timedelta
+
+from daskfeed.cluster import parse_memory_limit
+from daskfeed.core import DaskfeedError, config
+
+__all__ = ["ByteSize", "ConfigOption", "Duration", "MemorySize", "column_list", "dtype_pairs",
+           "layer_sizes", "parse_storage_options", "separator"]
+
+
+class ByteSize(click.ParamType):
+    """A size such as ``64MiB`` or ``200MB`` (``dask.utils.parse_bytes``), positive; as bytes.
+
+    ``parse_bytes`` reads ``""`` as 1 byte and takes negative sizes: both are refused here.
+    """
+
+    name = "size"
+
+    def convert(self, value: str | int, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        """Bytes as an int.
+
+        Parameters
+        ----------
+        value
+            The flag's text (or a size already in bytes).
+        param, ctx
+            The flag and the command's context (for the error message).
+
+        Returns
+        -------
+        int
+            The size in bytes.
+
+        Raises
+        ------
+        click.BadParameter
+            When ``value`` is not one (exit 2 with click's usage line).
+        """
+        if isinstance(value, int):
+            n = value
+        else:
+            text = str(value).strip()
+            try:
+                n = int(parse_bytes(text)) if text else 0
+            except (ValueError, TypeError):
+                self.fail(f"expected a size such as 64MiB or 200MB. Received: {value!r}", param, ctx)
+        if n <= 0:
+            self.fail(f"expected a positive size such as 64MiB. Received: {value!r}", param, ctx)
+        return n
+
+
+class MemorySize(click.ParamType):
+    """A size such as ``14GB`` or ``14GiB`` (``dask.utils.parse_bytes``), positive."""
+
+    name = "size"
+
+    def convert(self, value: str | int, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        """Validate with ``parse_memory_limit``; keep the user's spelling for the echo.
+
+        Parameters
+        ----------
+        value
+            The flag's text.
+        param, ctx
+            The flag and the command's context (for the error message).
+
+        Returns
+        -------
+        str
+            ``value`` as the user spelled it.
+
+        Raises
+        ------
+        click.BadParameter
+            When ``value`` is not one (exit 2 with click's usage line).
+        """
+        try:
+            parse_memory_limit(value)
+        except DaskfeedError as err:
+            self.fail(str(err), param, ctx)
+        return str(value)
+
+
+class Duration(click.ParamType):
+    """A duration such as ``300``, ``300s`` or ``5min`` (``dask.utils.parse_timedelta``), positive."""
+
+    name = "duration"
+
+    def convert(self, value: str | float, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        """Seconds as a float.
+
+        Parameters
+        ----------
+        value
+            The flag's text (or a number of seconds).
+        param, ctx
+            The flag and the command's context (for the error message).
+
+        Returns
+        -------
+        float
+            The duration in seconds.
+
+        Raises
+        ------
+        click.BadParameter
+            When ``value`` is not one (exit 2 with click's usage line).
+        """
+        try:
+            seconds = float(parse_timedelta(value, default="seconds"))
+        except (ValueError, TypeError, KeyError):
+            self.fail(f"expected a duration such as 300, 300s or 5min. Received: {value!r}", param, ctx)
+        if seconds <= 0:
+            self.fail(f"expected a positive duration. Received: {value!r}", param, ctx)
+        return seconds
+
+
+def column_list(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str] | None:
+    """``--features``, ``--exclude``, ``--na-values``: ``A,B`` → ``["A", "B"]``.
+
+    A leading ``,`` (or an empty value) names the unnamed column, ``""``.
+    """
+    if value is None:
+        return None
+    cols = [c.strip() for c in value.split(",") if c.strip()]
+    if not value.strip() or value.strip().startswith(","):  # '' or ",id": the unnamed column
+        cols.insert(0, "")
+    return cols
+
+
+def layer_sizes(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
+    """``--hidden 128,64`` → ``(128, 64)``; sizes >= 1."""
+    if value is None:
+        return None
+    try:
+        sizes = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise click.BadParameter(f"expected comma-separated layer sizes >= 1 such as 128,64. "
+                                 f"Received: {value!r}")
+    return sizes
+
+
+class ConfigOption(click.Option):
+    """A flag whose default is the ``daskfeed.<key>`` config value, resolved by the library.
+
+    The flag's own default is ``None`` (so ``DASK_DASKFEED__BATCH_SIZE=512`` or a dask YAML
+    file is not masked by a click default); ``--help`` shows the value in effect and its key,
+    e.g. ``[default: 1024 (daskfeed.batch-size)]``.
+    """
+
+    def __init__(self, *args: Any, config_key: str, **kwargs: Any) -> None:
+        kwargs["default"] = None
+        super().__init__(*args, **kwargs)
+        self.config_key = config_key
+
+    def get_help_extra(self, ctx: click.Context) -> click.types.OptionHelpExtra:
+        """Click's help extras with the configured default.
+
+        Parameters
+        ----------
+        ctx
+            The command's context.
+
+        Returns
+        -------
+        click.types.OptionHelpExtra
+            Click's extras, ``default`` showing the value in effect and its config key.
+        """
+        extra = super().get_help_extra(ctx)
+        value = config.get(self.config_key)
+        shown = '""' if value == "" else "none" if value is None else str(value)
+        if self.config_key == "blocksize" and not config.configured("blocksize"):
+            shown = f"from the budget, at most {shown}"  # see config.resolve_blocksize
+        extra["default"] = f"{shown} (daskfeed.{self.config_key})"
+        return extra
+
+
+def separator(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--sep``: one character; a backslash and t, ``tab`` or ``TAB`` mean a tab."""
+    text = {"\\t": "\t", "tab": "\t", "TAB": "\t"}.get(value, value)
+    if len(text) != 1:
+        raise click.BadParameter(f"expected one character such as ',' ';' or '\\t' (tab). "
+                                 f"Received: {value!r}")
+    return text
+
+
+def dtype_pairs(ctx: click.Context, param: click.Parameter, value: str | None) -> dict[str, str] | None:
+    """``--dtype zip=string,code=string`` → ``{"zip": "string", "code": "string"}``."""
+    if not value:
+        return None
+    pairs = [p.strip() for p in value.split(",") if p.strip()]
+    bad = [p for p in pairs if "=" not in p]
+    if bad:
+        raise click.BadParameter(f"expected COLUMN=TYPE pairs such as zip=string. Received: {bad[0]!r}")
+    return {k.strip(): v.strip() for k, v in (p.split("=", 1) for p in pairs)}
+
+
+def parse_storage_options(ctx: click.Context | None, param: click.Parameter | None,
+                          value: tuple[str, ...]) -> dict[str, Any] | None:
+    """``--storage-options`` JSON or KEY=VALUE pairs (repeatable) → one dict for fsspec.
+
+    ``KEY=VALUE`` values are JSON when they parse (``anon=true``, ``max_concurrency=4``), else
+    text; a dotted key nests (``client_kwargs.region_name=eu-west-1``). Values are never
+    echoed: they may hold credentials.
+
+    Parameters
+    ----------
+    ctx, param
+        Click's context and flag (unused: a click callback).
+    value
+        The flag's values, one per ``--storage-options``.
+
+    Returns
+    -------
+    dict or None
+        The merged options (fsspec's keyword arguments); None when none were given.
+
+    Raises
+    ------
+    click.BadParameter
+        An item that is neither a JSON object nor KEY=VALUE pairs.
+    """
+    merged: dict[str, Any] = {}
+    for item in value:
+        text = item.strip()
+        if text.startswith("{"):
+            try:
+                parsed = json.loads(text)
+            except json.JSONDecodeError as err:
+                raise click.BadParameter(f"expected a JSON object such as '{{\"anon\": true}}'. "
+                                         f"Received text that is not JSON ({err.msg} at "
+                                         f"character {err.pos}).") from None
+            if not isinstance(parsed, dict):
+                raise click.BadParameter("expected a JSON object {...}")
+            merged.update(parsed)
+            continue
+        for pair in text.split():
+            key, eq, raw = pair.partition("=")
+            if not eq or not key:
+                raise click.BadParameter(f"expected KEY=VALUE pairs such as endpoint_url=http://"
+                                         f"127.0.0.1:9000 or a JSON object. Received an item "
+                                         f"without '=' (key {key[:40]!r}).")
+            try:
+                val: Any = json.loads(raw)
+            except ValueError:
+                val = raw
+            *parents, last = key.split(".")
+            node = merged
+            for name in parents:
+                node = node.setdefault(name, {})
+            node[last] = val
+    return merged or None

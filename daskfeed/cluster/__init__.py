@@ -1,0 +1,79 @@
+"""Cluster: starting or reaching a Dask cluster, the memory budget, futures, client ownership.
+
+The one place that starts a ``LocalCluster`` or connects to a scheduler.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from daskfeed.core import attach
+
+if TYPE_CHECKING:
+    from daskfeed.cluster._budget import (
+        MAX_BLOCKSIZE,
+        MIN_WORKER,
+        TRAINER_RESERVE,
+        WINDOW_BYTES,
+        Budget,
+        check_worker_memory,
+        default_memory_limit,
+        default_nworkers,
+        parse_memory_limit,
+        result_unless_paused,
+    )
+    from daskfeed.cluster._futures import (
+        WATCH,
+        WindowCancelled,
+        client_status,
+        drop,
+        explain,
+        result,
+        settle,
+        wait_for,
+    )
+    from daskfeed.cluster._owner import Owner, refuse_multiprocessing
+    from daskfeed.cluster._remote import connect, make_security
+    from daskfeed.cluster._start import acquire_client, client_context, close_client, open_cluster
+
+__all__ = [
+    "MAX_BLOCKSIZE",
+    "MIN_WORKER",
+    "TRAINER_RESERVE",
+    "WATCH",
+    "WINDOW_BYTES",
+    "Budget",
+    "Owner",
+    "WindowCancelled",
+    "acquire_client",
+    "check_worker_memory",
+    "client_context",
+    "client_status",
+    "close_client",
+    "connect",
+    "default_memory_limit",
+    "default_nworkers",
+    "drop",
+    "explain",
+    "make_security",
+    "open_cluster",
+    "parse_memory_limit",
+    "refuse_multiprocessing",
+    "result",
+    "result_unless_paused",
+    "settle",
+    "wait_for",
+]
+
+__getattr__, __dir__ = attach(__name__, {
+    "Budget": "_budget", "MAX_BLOCKSIZE": "_budget", "MIN_WORKER": "_budget", "TRAINER_RESERVE":
+    "_budget", "WINDOW_BYTES": "_budget", "check_worker_memory": "_budget", "default_memory_limit":
+    "_budget", "default_nworkers": "_budget", "parse_memory_limit": "_budget", "result_unless_paused":
+    "_budget",
+    "WATCH": "_futures", "WindowCancelled": "_futures", "client_status": "_futures", "drop": "_futures",
+    "explain": "_futures", "result": "_futures", "settle": "_futures", "wait_for": "_futures",
+    "Owner": "_owner", "refuse_multiprocessing": "_owner",
+    "connect": "_remote", "make_security": "_remote",
+    "acquire_client": "_start", "client_context": "_start", "close_client": "_start", "open_cluster":
+    "_start",
+})

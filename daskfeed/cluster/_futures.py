@@ -1,0 +1,195 @@
+"""Futures: waiting on, gathering and releasing ``distributed`` futures; a failed task explained.
+
+Every wait here ends when the process is asked to stop or the caller's ``stop()`` says why
+waiting is pointless; :func:`explain` turns a task's failure into a daskfeed error naming what
+it was reading.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+from daskfeed.core import PROCESS_STOP, Aborted, ClusterError, DaskfeedError, DataError, Stop
+
+__all__ = ["WindowCancelled", "client_status", "drop", "explain", "result", "settle", "wait_for"]
+
+WATCH = 0.01  # seconds between looks at a future in flight
+
+
+class WindowCancelled(RuntimeError):
+    """The window was dropped by ``reset`` or ``close`` while a caller waited for it."""
+
+
+def wait_for(ready: Callable[[], bool], timeout: float, pause: Callable[[float], Any],
+             interval: float, stop: Callable[[], BaseException | None] | None = None,
+             process: Stop = PROCESS_STOP) -> bool:
+    """Wait until ``ready()``; False once ``timeout`` seconds passed.
+
+    ``pause(s)`` waits up to ``s`` seconds between looks (an event's ``wait`` returns early).
+
+    Raises
+    ------
+    Aborted
+        ``process`` asked to stop (a request, or SIGINT / SIGTERM since the wait began or just
+        before it).
+    BaseException
+        What ``stop()`` returns (a cancelled window, a closed client), as soon as it returns one.
+    """
+    deadline = time.monotonic() + timeout
+    since = time.monotonic()
+    while not ready():
+        if process.stopped(since):
+            raise Aborted("stopping: no longer waiting for data")
+        err = stop() if stop is not None else None
+        if err is not None:
+            raise err
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        pause(min(interval, left))
+    return True
+
+
+def result(future: Any, timeout: float,
+           stop: Callable[[], BaseException | None] | None = None,
+           process: Stop = PROCESS_STOP) -> Any:
+    """``future.result(timeout)``, abandoned as soon as the process stops or ``stop()`` says so.
+
+    Waits for the future to finish without gathering (looking at its state), then gathers once:
+    polling ``result`` with short timeouts would cancel and restart the transfer of a large
+    window again and again (and trips a race in ``distributed.utils.sync``).
+
+    Parameters
+    ----------
+    future
+        A ``distributed.Future`` (or anything with ``result(timeout=)``).
+    timeout
+        Seconds to wait in all.
+    stop, process
+        As for :func:`wait_for`.
+
+    Returns
+    -------
+    object
+        The future's result.
+
+    Raises
+    ------
+    TimeoutError
+        ``timeout`` passed first.
+    """
+    if not hasattr(future, "done"):
+        return future.result(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    if not wait_for(future.done, timeout, time.sleep, WATCH, stop, process):
+        raise TimeoutError(f"timed out after {timeout} s.")
+    err = stop() if stop is not None else None  # a closed client cancelled it: nothing to gather
+    if err is not None:
+        raise err
+    return future.result(timeout=max(deadline - time.monotonic(), 1.0))
+
+
+def client_status(future: Any) -> str:
+    """The status of ``future``'s client ("running" when it has none)."""
+    return str(getattr(getattr(future, "client", None), "status", "running"))
+
+
+def drop(future: Any, *, cancel: bool) -> None:
+    """Cancel ``future`` (a round trip to the scheduler), or release it (no wait); never raises.
+
+    Cancelling is only tried while its client runs: a closed or reconnecting client could make
+    it wait for a scheduler that is gone.
+    """
+    with contextlib.suppress(Exception):
+        if (cancel and client_status(future) == "running") or not hasattr(future, "release"):
+            future.cancel()
+        else:
+            future.release()
+
+
+def settle(futures: list[Any], timeout: float) -> None:
+    """Wait (at most ``timeout`` s) until the scheduler knows the keys of ``futures``.
+
+    A task submitted just before the process exits may still be queued in the scheduler's
+    ``update-graph``, which runs on a thread pool that refuses work once the interpreter shuts
+    down (an in-process scheduler then logs "cannot schedule new futures after shutdown");
+    releasing the future does not cancel that. Usually one round trip. Never raises.
+    """
+    by_client: dict[int, tuple[Any, list[str]]] = {}
+    for f in futures:
+        client = getattr(f, "client", None)
+        if client is not None and hasattr(f, "key") and not f.done():
+            by_client.setdefault(id(client), (client, []))[1].append(f.key)
+    deadline = time.monotonic() + timeout
+    for client, keys in by_client.values():
+        with contextlib.suppress(Exception):
+            while client.status == "running" and time.monotonic() < deadline:
+                known = client.sync(client.scheduler.get_task_status, keys=keys,
+                                    callback_timeout=max(deadline - time.monotonic(), 0.01))
+                if all(v is not None for v in known.values()):
+                    break
+                time.sleep(WATCH)  # the scheduler is still materializing the graph
+
+
+def explain(err: BaseException, what: str, client: Any = None) -> BaseException:
+    """A failure of a task on the cluster as a daskfeed error naming ``what`` it was reading.
+
+    ``what``: e.g. "window 3 (epoch 0, blocks a.csv[0:64MB], ...)". The task was already
+    retried (``retries=1``; a lost worker's tasks are recomputed by distributed), so what
+    arrives here fails every time: a file removed, replaced or unreadable after the scan,
+    workers dying on the task, or the scheduler gone. daskfeed's own errors (which name file
+    and byte range), ``KeyboardInterrupt`` and the like pass through. ``client``: the task's
+    client, asked whether the scheduler connection is gone when the task was cancelled.
+
+    Parameters
+    ----------
+    err
+        What gathering the task's result raised.
+    what
+        What the task was reading, for the message.
+    client
+        The task's client, or None.
+
+    Returns
+    -------
+    BaseException
+        A :class:`~daskfeed.core._exceptions.ClusterError` or :class:`~daskfeed.core._exceptions.DataError`
+        chained to ``err``; ``err`` itself when it is daskfeed's own or not an ``Exception``.
+    """
+    if isinstance(err, (DaskfeedError, WindowCancelled)) or not isinstance(err, Exception):
+        return err
+    kind = type(err).__name__
+    text = f"{kind}: {str(err).strip()}"
+    new: DaskfeedError
+    if kind in ("FutureCancelledError", "CancelledError"):
+        lost = ("connection-lost" in str(err) or "closed" in str(err)
+                or getattr(client, "status", "running") not in ("running", "newly-created"))
+        new = ClusterError(
+            (f"Lost the connection to the Dask scheduler while waiting for {what}."
+             if lost else f"The task reading {what} was cancelled on the cluster.")
+            + f"\nReceived: {text}\nHint: check that the scheduler is still running (or restart "
+            "it and its workers), then run again."
+        )
+    elif kind == "KilledWorker":
+        new = ClusterError(
+            f"Workers died every time they read {what}.\nReceived: {text}\n"
+            "Hint: a worker is killed when it exceeds its memory limit: raise --memory-limit, "
+            "use fewer --nworkers, or check the worker logs."
+        )
+    elif isinstance(err, OSError):
+        new = DataError(
+            f"Cannot read {what} on the cluster, even after a retry. Expected the files as they "
+            f"were listed.\nReceived: {text}\nHint: a file removed, replaced or unreadable after "
+            "it was listed fails every time: restore it, or rescan (delete the cached "
+            "manifest.json) and restart."
+        )
+    else:
+        new = DataError(
+            f"Reading {what} failed on the cluster, even after a retry.\nReceived: {text}\n"
+            "Hint: the worker's traceback is in the worker logs (and chained to this error)."
+        )
+    new.__cause__ = err
+    return new

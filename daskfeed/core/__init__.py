@@ -1,0 +1,79 @@
+"""Core: settings, errors, atomic writes, lifecycle, process memory, the backend's choice.
+
+What every layer above stands on; it imports nothing else of daskfeed. ``attach`` makes the
+lazy package faces (PEP 562) of every subpackage.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from daskfeed.core._lazy import attach
+
+if TYPE_CHECKING:
+    from daskfeed.core import _config as config
+    from daskfeed.core._atomic import fsync, replace, temporary_name, write_file, writing
+    from daskfeed.core._backend import BACKENDS, FEEDS, choose, refuse
+    from daskfeed.core._exceptions import (
+        BackendError,
+        BudgetError,
+        CacheError,
+        CheckpointError,
+        ClusterError,
+        DaskfeedError,
+        DataError,
+        DataNotFoundError,
+        FeedTimeoutError,
+        ManifestMismatchError,
+        SchemaError,
+        warn_user,
+    )
+    from daskfeed.core._lifecycle import PROCESS_STOP, SETTLE, Aborted, Stop, close_at_exit, run_at_exit
+    from daskfeed.core._rss import RSSSampler, tree_rss
+
+__all__ = [
+    "BACKENDS",
+    "FEEDS",
+    "PROCESS_STOP",
+    "SETTLE",
+    "Aborted",
+    "BackendError",
+    "BudgetError",
+    "CacheError",
+    "CheckpointError",
+    "ClusterError",
+    "DaskfeedError",
+    "DataError",
+    "DataNotFoundError",
+    "FeedTimeoutError",
+    "ManifestMismatchError",
+    "RSSSampler",
+    "SchemaError",
+    "Stop",
+    "attach",
+    "choose",
+    "close_at_exit",
+    "config",
+    "fsync",
+    "refuse",
+    "replace",
+    "run_at_exit",
+    "temporary_name",
+    "tree_rss",
+    "warn_user",
+    "write_file",
+    "writing",
+]
+
+__getattr__, __dir__ = attach(__name__, {
+    "fsync": "_atomic", "replace": "_atomic", "temporary_name": "_atomic", "write_file": "_atomic",
+    "writing": "_atomic",
+    "BACKENDS": "_backend", "FEEDS": "_backend", "choose": "_backend", "refuse": "_backend",
+    "BackendError": "_exceptions", "BudgetError": "_exceptions", "CacheError": "_exceptions",
+    "CheckpointError": "_exceptions", "ClusterError": "_exceptions", "DaskfeedError": "_exceptions",
+    "DataError": "_exceptions", "DataNotFoundError": "_exceptions", "FeedTimeoutError": "_exceptions",
+    "ManifestMismatchError": "_exceptions", "SchemaError": "_exceptions", "warn_user": "_exceptions",
+    "Aborted": "_lifecycle", "PROCESS_STOP": "_lifecycle", "SETTLE": "_lifecycle", "Stop": "_lifecycle",
+    "close_at_exit": "_lifecycle", "run_at_exit": "_lifecycle",
+    "RSSSampler": "_rss", "tree_rss": "_rss",
+}, modules={"config": "_config"})

@@ -1,0 +1,191 @@
+"""daskfeed's dask.config defaults and the helpers that read them.
+
+Precedence, the same for the CLI and for Python: a flag or keyword argument > ``dask.config``
+(``daskfeed.*`` keys: a YAML file in ``~/.config/dask/``, ``DASK_DASKFEED__*`` environment
+variables, ``dask.config.set``) > the YAML shipped beside this module. The CLI's flags default
+to ``None`` and are resolved here, so ``DASK_DASKFEED__BATCH_SIZE=512 daskfeed train …`` trains
+with batches of 512.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import dask.config
+import yaml
+
+_fn = os.path.join(os.path.dirname(__file__), "daskfeed.yaml")
+with open(_fn, encoding="utf-8") as _f:
+    _defaults = yaml.safe_load(_f)
+dask.config.update_defaults(_defaults)
+
+
+def get(key: str, value: Any = None) -> Any:
+    """Return ``value`` if given, else the ``daskfeed.<key>`` config value.
+
+    Parameters
+    ----------
+    key
+        The key under ``daskfeed.`` (``"batch-size"``).
+    value
+        The value a flag or keyword argument gave (None: not given).
+
+    Returns
+    -------
+    object
+        ``value``, or the configured value (any YAML value).
+    """
+    if value is not None:
+        return value
+    return dask.config.get(f"daskfeed.{key}")
+
+
+def get_bytes(key: str, value: int | str | None = None) -> int:
+    """Like :func:`get` for sizes: accepts ``"64MiB"`` style strings.
+
+    Parameters
+    ----------
+    key
+        The key under ``daskfeed.``.
+    value
+        The size given (None: the configured one).
+
+    Returns
+    -------
+    int
+        The size in bytes.
+    """
+    from dask.utils import parse_bytes
+
+    v = get(key, value)
+    return int(parse_bytes(v)) if isinstance(v, str) else int(v)
+
+
+def get_seconds(key: str, value: float | str | None = None) -> float:
+    """Like :func:`get` for durations: accepts ``"300s"`` style strings.
+
+    Parameters
+    ----------
+    key
+        The key under ``daskfeed.``.
+    value
+        The duration given (None: the configured one).
+
+    Returns
+    -------
+    float
+        The duration in seconds.
+    """
+    from dask.utils import parse_timedelta
+
+    return float(parse_timedelta(get(key, value)))
+
+
+def shipped(key: str) -> Any:
+    """The default of ``daskfeed.<key>`` in the YAML shipped with daskfeed.
+
+    Parameters
+    ----------
+    key
+        The key under ``daskfeed.``.
+
+    Returns
+    -------
+    object
+        The shipped value (any YAML value).
+    """
+    return _defaults["daskfeed"][key]
+
+
+def configured(key: str) -> bool:
+    """Whether ``daskfeed.<key>`` was set to something other than the shipped default.
+
+    ``dask.config`` does not record where a value came from, so a value equal to the shipped
+    default (for sizes: the same number of bytes, ``64MiB`` = ``67108864``) counts as not set.
+
+    Parameters
+    ----------
+    key
+        The key under ``daskfeed.``.
+
+    Returns
+    -------
+    bool
+        True when the configured value differs from the shipped one.
+    """
+    value, default = dask.config.get(f"daskfeed.{key}"), shipped(key)
+    if isinstance(default, str) and key in _SIZES:
+        from dask.utils import parse_bytes
+
+        try:
+            return int(parse_bytes(value)) != int(parse_bytes(default))
+        except (TypeError, ValueError):
+            return True
+    return bool(value != default)
+
+
+_SIZES = frozenset({"blocksize", "window-bytes", "prefetch-bytes", "trainer-reserve"})
+
+
+def resolve_blocksize(value: int | str | None, derived: int) -> int:
+    """CSV bytes per block: ``value`` > a configured ``daskfeed.blocksize`` > ``derived``.
+
+    ``derived`` is what the memory budget allows (:class:`daskfeed.cluster._budget.Budget`): at most
+    the shipped ``daskfeed.blocksize`` and small enough that a window's parse peak fits a
+    worker. A ``daskfeed.blocksize`` set in the config (``DASK_DASKFEED__BLOCKSIZE=200MiB``)
+    is taken as asked, like ``--blocksize``; the shipped default only caps the derivation.
+
+    Parameters
+    ----------
+    value
+        The block size given (``--blocksize``; None: not given).
+    derived
+        The block size the memory budget allows.
+
+    Returns
+    -------
+    int
+        The block size in bytes.
+    """
+    if value is not None:
+        return get_bytes("blocksize", value)
+    if configured("blocksize"):
+        return get_bytes("blocksize")
+    return int(derived)
+
+
+def _one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+              line: str | None = None) -> str:
+    text = " ".join(str(message).split())
+    kind = "" if issubclass(category, UserWarning) else f"{category.__name__}: "
+    return f"warning: {kind}{text}\n"
+
+
+_python_format = None
+
+
+def one_line_warnings(enable: bool = True) -> None:
+    """Print warnings as ``warning: <message>``, one line, no source line; or undo that.
+
+    The CLI turns this on (``daskfeed.warnings: line``); a process that imports daskfeed with
+    that setting (a local cluster's worker processes inherit it) does the same.
+
+    Parameters
+    ----------
+    enable
+        True: one line per warning; False: Python's format again.
+    """
+    import warnings
+
+    global _python_format
+    if enable:
+        if warnings.formatwarning is not _one_line:
+            _python_format = warnings.formatwarning
+            warnings.formatwarning = _one_line
+    elif warnings.formatwarning is _one_line and _python_format is not None:
+        warnings.formatwarning = _python_format
+
+
+if get("warnings") == "line":  # a worker process started by the CLI
+    one_line_warnings()

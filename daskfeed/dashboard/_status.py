@@ -1,0 +1,208 @@
+"""The run's figures as the scheduler keeps them: :class:`Status`, updated by daskfeed's events.
+
+Pure (no scheduler, no I/O): :class:`daskfeed.dashboard._plugin.WatchPlugin` feeds it the events logged
+on the ``daskfeed`` topics and serves its :meth:`Status.snapshot`.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any
+
+from daskfeed.dashboard._render import Figures
+
+__all__ = ["CACHE_TOPIC", "SCAN_TOPIC_PREFIX", "TOPIC", "Event", "Status"]
+
+TOPIC = "daskfeed"  # trainer -> scheduler: run, progress, epoch and scan events
+SCAN_TOPIC_PREFIX = "daskfeed-scan-"  # scan tasks -> scheduler (daskfeed.scanning._task.report)
+CACHE_TOPIC = "daskfeed-cache"  # window tasks -> scheduler (report_cache)
+HISTORY_LIMIT = 10_000  # epoch records kept on the scheduler
+
+Event = dict[str, Any]  # one msgpack-able event: a ``kind`` and its figures (JSON values)
+
+
+class Status:
+    """The latest figures of a run, updated by events; pure (no scheduler, no I/O).
+
+    ``apply(topic, msg)`` takes one event; ``snapshot()`` gives the figures as a JSON-ready
+    dict (what ``/daskfeed/status.json`` serves).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.run: Event = {}
+        self.progress: Event = {}
+        self.history: list[Event] = []
+        self.scans: dict[str, Event] = {}
+        self._scanning = "scan"  # the data set whose scan started last (scan_span's name)
+        self.cache = {"hits": 0, "misses": 0}
+        self.updated = 0.0
+
+    def __getstate__(self) -> dict[str, Any]:  # pickled with the plugin
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def apply(self, topic: str, msg: object, now: float | None = None) -> bool:
+        """Take one event; False when it is not daskfeed's.
+
+        Parameters
+        ----------
+        topic
+            The event's topic: :data:`TOPIC`, :data:`CACHE_TOPIC` or a scan topic.
+        msg
+            The event as logged (anything: only dicts are daskfeed's).
+        now
+            The time it arrived (default: now).
+
+        Returns
+        -------
+        bool
+            True when the event updated the figures.
+        """
+        if not isinstance(msg, dict):
+            return False
+        now = time.time() if now is None else now
+        with self._lock:
+            if topic == TOPIC:
+                self._apply_trainer(msg, now)
+            elif topic.startswith(SCAN_TOPIC_PREFIX):
+                self._apply_scan_task(msg, now)
+            elif topic == CACHE_TOPIC:
+                self.cache["hits"] += int(msg.get("hits", 0))
+                self.cache["misses"] += int(msg.get("misses", 0))
+            else:
+                return False
+            self.updated = now
+        return True
+
+    def _apply_trainer(self, msg: dict[str, Any], now: float) -> None:
+        kind = msg.get("kind")
+        body = {k: v for k, v in msg.items() if k != "kind"}
+        if kind == "run":
+            started = self.run.get("started", now)
+            if body.get("run") != self.run.get("run"):  # a new run (not the next fit of this one)
+                self.progress, self.history, started = {}, [], now
+                self.cache = {"hits": 0, "misses": 0}
+            self.run = {**body, "started": started}
+            self._settle_scans(body.get("data") or {})
+        elif kind == "progress":
+            self.progress.update(body)
+        elif kind == "epoch":
+            self.history = [r for r in self.history if r.get("epoch") != body.get("epoch")]
+            self.history.append(body)
+            del self.history[:-HISTORY_LIMIT]
+        elif kind == "scan":
+            self._apply_scan(body, now)
+
+    def _apply_scan(self, body: dict[str, Any], now: float) -> None:
+        name = str(body.get("name") or "scan")
+        if body.get("state") == "running":
+            self._scanning = name
+            self.scans[name] = {"state": "running", "rows": 0, "bytes": 0, "started": now,
+                                "bytes_total": body.get("bytes_total")}
+        else:
+            scan = self.scans.setdefault(name, {"rows": 0, "bytes": 0, "started": now})
+            scan.update(state=body.get("state", "done"), seconds=body.get("seconds"))
+
+    def _settle_scans(self, data: dict[str, Any]) -> None:
+        """A finished scan's figures become its manifest's; a scan no task reported on was a reuse.
+
+        The scan tasks send an event at most every 0.5 s each: live progress, a lower bound.
+        """
+        for name, scan in self.scans.items():
+            if scan.get("state") != "done":
+                continue
+            if not scan.get("events"):
+                scan["state"] = "reused"
+            elif isinstance(data.get(name), dict):
+                scan["rows"] = max(scan["rows"], int(data[name].get("rows") or 0))
+                scan["bytes"] = max(scan["bytes"], int(data[name].get("bytes") or 0))
+
+    def _apply_scan_task(self, msg: dict[str, Any], now: float) -> None:
+        """A scan task's progress (its events arrive before the scan's end is reported)."""
+        scan = self.scans.setdefault(self._scanning, {"state": "running", "rows": 0, "bytes": 0,
+                                                      "started": now})
+        scan["rows"] += int(msg.get("rows", 0))
+        scan["bytes"] += int(msg.get("bytes", 0))
+        scan["events"] = scan.get("events", 0) + 1
+        scan["last"] = now
+
+    def snapshot(self, workers: dict[str, int | None] | None = None, now: float | None = None) -> Figures:
+        """The figures, with rates, ratios and ages worked out; finite numbers or None only.
+
+        Parameters
+        ----------
+        workers
+            The workers' memory as the scheduler sees it (``workers``, ``workers_bytes``,
+            ``workers_limit_bytes``), merged into the ``memory`` figures.
+        now
+            The time the ages and rates are worked out at (default: now).
+
+        Returns
+        -------
+        Figures
+            The JSON-ready figures ``/daskfeed/status.json`` serves.
+        """
+        now = time.time() if now is None else now
+        with self._lock:
+            p = dict(self.progress)
+            out: Figures = {
+                "state": p.get("state", "waiting" if not self.run else "starting"),
+                "run": self.run.get("run"),
+                "updated": self.updated or None,
+                "age_seconds": round(now - self.updated, 1) if self.updated else None,
+                "elapsed_seconds": round(now - self.run["started"], 1) if self.run else None,
+                "epoch": p.get("epoch"), "epochs": p.get("epochs", self.run.get("epochs")),
+                "batch": p.get("batch"), "batches": p.get("batches", self.run.get("batches")),
+                "rows": p.get("rows"), "rows_trained": p.get("rows_trained"),
+                "rows_per_epoch": self.run.get("rows_per_epoch"),
+                "rows_per_s": p.get("rows_per_s"), "data_wait": p.get("data_wait"),
+                "logs": dict(p.get("logs") or {}),
+                "memory": self._memory(p, workers or {}),
+                "scans": {k: _scan_figures(v, now) for k, v in self.scans.items()},
+                "cache": self._cache(),
+                "bad_rows": self.run.get("bad_rows", {}),
+                "history": [dict(r) for r in self.history],
+            }
+        return _finite(out)
+
+    def _memory(self, p: Event, workers: dict[str, int | None]) -> Figures:
+        budget = p.get("budget_bytes", self.run.get("budget_bytes"))
+        rss = p.get("rss_bytes")
+        return {"rss_bytes": rss, "peak_rss_bytes": p.get("peak_rss_bytes"), "budget_bytes": budget,
+                "budget_fraction": rss / budget if rss and budget else None, **workers}
+
+    def _cache(self) -> Figures:
+        hits, misses = self.cache["hits"], self.cache["misses"]
+        return {"status": self.run.get("cache"), "hits": hits, "misses": misses,
+                "hit_rate": hits / (hits + misses) if hits + misses else None}
+
+
+def _scan_figures(scan: Event, now: float) -> Figures:
+    """Rows, bytes, rate and (with the total bytes known) an ETA of one scan."""
+    end = now if scan.get("state") == "running" else scan.get("last", now)
+    seconds = scan.get("seconds") or max(end - scan["started"], 1e-9)
+    out = {"state": scan.get("state"), "rows": scan["rows"], "bytes": scan["bytes"],
+           "seconds": round(seconds, 2), "rows_per_s": scan["rows"] / seconds,
+           "bytes_per_s": scan["bytes"] / seconds, "bytes_total": scan.get("bytes_total"),
+           "eta_seconds": None}
+    total = scan.get("bytes_total")
+    if scan.get("state") == "running" and total and scan["bytes"]:
+        out["eta_seconds"] = max(total - scan["bytes"], 0) / out["bytes_per_s"]
+    return out
+
+
+def _finite(x: Any) -> Any:
+    """``x`` with NaN and infinities as None (JSON has neither)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x

@@ -1,0 +1,306 @@
+"""Predictions: ``daskfeed predict`` / :func:`predict`, a trained run applied to data of any size.
+
+Blocks are scored on the cluster (:func:`daskfeed.inference._scoring.score_block`) at most a few at a
+time; their tables come back in input order and are written as they arrive (CSV or Parquet,
+atomically), or gathered into a DataFrame for small data.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pandas as pd
+import psutil
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+from dask.utils import format_bytes
+
+from daskfeed.cluster import (
+    MIN_WORKER,
+    Budget,
+    close_client,
+    default_memory_limit,
+    default_nworkers,
+    open_cluster,
+    parse_memory_limit,
+    result_unless_paused,
+)
+from daskfeed.core import BudgetError, SchemaError, config, writing
+from daskfeed.inference._scoring import Scorer, TrainedRun, output_columns, output_schema, score_block
+from daskfeed.manifest import Manifest
+from daskfeed.reading import Source, refuse_missing_local
+
+__all__ = ["predict"]
+
+SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+# predict's own process holds Python, the scheduler, pyarrow and the writer, never TF: the model's
+# share of the budget (config trainer-reserve) goes to each worker, which loads the model
+CLIENT_RESERVE = 256 * 2**20
+
+
+def _format(output: str) -> str:
+    fmt = SUFFIXES.get(os.path.splitext(output)[1].lower())
+    if fmt is None:
+        raise SchemaError(
+            f"Expected an output file ending in .csv or .parquet. Received: {output!r}.\n"
+            "Hint: e.g. --output predictions.parquet."
+        )
+    return fmt
+
+
+class _Sink:
+    """Writes prediction tables to one CSV or Parquet file, or keeps them for a DataFrame."""
+
+    def __init__(self, f: Any, fmt: str | None, schema: pa.Schema) -> None:
+        self.tables: list[pa.Table] = []
+        self.writer: Any = None
+        if fmt == "parquet":
+            self.writer = pq.ParquetWriter(f, schema)
+        elif fmt == "csv":
+            self.writer = pacsv.CSVWriter(f, schema)
+
+    def add(self, table: pa.Table) -> None:
+        if self.writer is None:
+            self.tables.append(table)
+        elif table.num_rows:
+            self.writer.write_table(table)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _progress(echo: Callable[[str], None], total: int) -> Callable[[int, int, float], None]:
+    """A progress line every 10 % of the blocks (and at the end): rows, rows/s, time left.
+
+    Lines, not a redrawn bar: they read the same in a terminal, a log file and a notebook.
+    """
+    shown = [-1]
+
+    def show(done: int, rows: int, seconds: float) -> None:
+        tenth = done * 10 // max(total, 1)
+        if tenth > shown[0] or done == total:
+            shown[0] = tenth
+            left = (f"about {seconds * (total - done) / max(done, 1):.0f}s left" if done < total
+                    else f"done in {seconds:.1f}s")
+            echo(f"predict: {done}/{total} blocks ({done / max(total, 1):.0%}), {rows:,} rows, "
+                 f"{rows / max(seconds, 1e-9):,.0f} rows/s, {left}")
+
+    return show
+
+
+def _in_order(client: Any, source: Source, scorer: Scorer, keep: tuple[str, ...],
+              schema: pa.Schema, in_flight: int) -> Iterator[tuple[pa.Table, int]]:
+    """Submit blocks, at most ``in_flight`` at a time, and yield their results in block order."""
+    pending: deque[Any] = deque()
+    token = f"{os.getpid()}-{time.monotonic_ns()}"
+    blocks = iter(enumerate(source.blocks))
+    try:
+        while True:
+            while len(pending) < in_flight:
+                item = next(blocks, None)
+                if item is None:
+                    break
+                i, block = item
+                pending.append(client.submit(score_block, i, block, source.options, scorer, keep,
+                                             schema, key=f"daskfeed-predict-{token}-{i}",
+                                             priority=-i, pure=False))
+            if not pending:
+                return
+            future = pending.popleft()
+            yield result_unless_paused(future, what="the scoring of a block")
+            future.release()
+    finally:
+        for future in pending:
+            future.cancel()
+
+
+def predict(
+    output_dir: str | os.PathLike[str],
+    data: Any,
+    *,
+    output: str | os.PathLike[str] | None = None,
+    keep: Sequence[str] = (),
+    features: Sequence[str] | None = None,
+    memory_limit: str | int | None = None,
+    nworkers: int | None = None,
+    nthreads: int = 1,
+    scheduler: str | None = None,
+    security: Any = None,
+    blocksize: int | str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    processes: bool = True,
+    echo: Callable[[str], None] = print,
+    quiet: bool = False,
+) -> pd.DataFrame | str:
+    """Score ``data`` with the model a ``daskfeed train`` run wrote to ``output_dir``.
+
+    Out of core: each block of ``data`` is read on a worker with the read options of the
+    training manifest, encoded with the training statistics by the feed's encoder (exactly
+    as training encoded its batches), and scored by the run's ``model.keras``, loaded once
+    per worker. Rows keep their input order; a label column in ``data`` is ignored.
+
+    Parameters
+    ----------
+    output_dir
+        The training run's ``--output`` directory (``model.keras``, ``manifest.json``).
+    data
+        Paths / globs / a list / URLs of CSV or Parquet files with the training header.
+    output
+        A ``.csv`` or ``.parquet`` file, written as the blocks finish (atomically: it
+        appears when complete). None: return a DataFrame (for data that fit in memory).
+    keep
+        Columns of ``data`` passed through in front of the predictions (e.g. ids).
+    features
+        Only for a model over one matrix (``as_matrix``): its feature columns, in order.
+    memory_limit, nworkers, nthreads, scheduler, security, processes
+        The cluster and its budget, as for :func:`daskfeed.training._train.train`; each worker loads the
+        model, so by default only as many workers as the budget gives a copy each.
+    blocksize
+        CSV bytes per block; default: what the budget gives.
+    storage_options
+        fsspec options for ``s3://`` and other URLs.
+    echo, quiet
+        Where progress lines go; ``quiet``: none.
+
+    Returns
+    -------
+    pandas.DataFrame or str
+        The kept columns, ``prediction`` (the value; for a class label the most probable
+        class: its name, or its id for numeric classes) and ``probability_<class>`` for each
+        class; or the path written when ``output`` is given.
+
+    Raises
+    ------
+    DataNotFoundError
+        When ``output_dir`` holds no trained run, or ``data`` matches no file.
+    SchemaError
+        When ``data`` lacks a feature or ``keep`` column, or ``output`` has another suffix.
+    """
+    run = TrainedRun.open(output_dir, features)
+    refuse_missing_local(data)  # before a cluster starts
+    keep = tuple(keep)
+    fmt = _format(os.fspath(output)) if output is not None else None
+    clash = sorted(set(keep) & set(output_columns(run.manifest)))
+    if clash:
+        raise SchemaError(f"Expected kept columns other than the prediction columns. Received: "
+                          f"--keep {','.join(clash)}.\nHint: rename that column in the data.")
+    say = (lambda _line: None) if quiet else echo
+    client, budget = _open_cluster(memory_limit, nworkers=nworkers, nthreads=nthreads,
+                                   scheduler=scheduler, security=security, processes=processes,
+                                   echo=say)
+    try:
+        source = _source(data, run.manifest, blocksize or budget.blocksize, storage_options)
+        _check_header(source, run, keep)
+        schema = output_schema(run, keep)
+        in_flight = max(1, min(2 * budget.nworkers * budget.nthreads,
+                               budget.prefetch // max(1, _result_bytes(source, run, schema))))
+        if output is None:
+            return _score(client, source, run, keep, schema, in_flight, None, say).to_pandas()
+        with writing(output, "wb") as f:
+            _score(client, source, run, keep, schema, in_flight, (f, fmt), say)
+        say(f"wrote {os.fspath(output)}")
+        return os.fspath(output)
+    finally:
+        close_client(client)
+
+
+def _open_cluster(memory_limit: str | int | None, *, nworkers: int | None, nthreads: int,
+                  scheduler: str | None, security: Any, processes: bool,
+                  echo: Callable[[str], None]) -> tuple[Any, Budget]:
+    """The cluster predict scores on: this process keeps its share, each worker a model's.
+
+    Without ``nworkers`` (on a local cluster of processes), as many workers as the budget
+    gives a copy of the model each. A budget too small says what this process holds.
+    """
+    model_reserve = config.get_bytes("trainer-reserve")
+    own = _own_reserve()
+    if nworkers is None and not scheduler and processes:
+        nworkers = _workers_that_fit(memory_limit, own, model_reserve)
+    try:
+        return open_cluster(memory_limit, nworkers=nworkers, nthreads=nthreads,
+                            scheduler=scheduler, security=security, processes=processes,
+                            trainer_reserve=own if processes else own + model_reserve,
+                            worker_reserve=model_reserve if processes else 0,
+                            window_bytes=config.get_bytes("window-bytes"),
+                            max_blocksize=config.get_bytes("blocksize"), echo=echo)
+    except BudgetError as e:
+        raise BudgetError(
+            f"{e}\n(In predict the trainer's share is this process's: {format_bytes(own)}, what "
+            f"it holds now and room to write. Each worker loads the model: "
+            f"{format_bytes(model_reserve)}, config daskfeed.trainer-reserve.)"
+        ) from None
+
+
+def _own_reserve() -> int:
+    """The share of the budget for the calling process: what it holds already plus room to work.
+
+    From the CLI that is small (Python, pandas, pyarrow, dask). From a notebook or a script
+    that trained a model first, it includes TF, the model and the caller's data, which the
+    same budget covers.
+    """
+    return max(CLIENT_RESERVE, psutil.Process().memory_info().rss + CLIENT_RESERVE // 2)
+
+
+def _workers_that_fit(memory_limit: str | int | None, own: int, model_reserve: int) -> int:
+    """The default worker count, fewer where the budget cannot give each its copy of the model."""
+    total = parse_memory_limit(memory_limit) if memory_limit is not None else default_memory_limit()
+    fit = (total - own - 32 * 2**20) // (MIN_WORKER + model_reserve)
+    return int(max(1, min(default_nworkers(), fit)))
+
+
+def _score(client: Any, source: Source, run: TrainedRun, keep: tuple[str, ...],
+           schema: pa.Schema, in_flight: int, sink_to: tuple[Any, str | None] | None,
+           say: Callable[[str], None]) -> pa.Table:
+    """Score every block in order into the file (or a table, returned, when there is none)."""
+    sink = _Sink(*sink_to, schema) if sink_to else _Sink(None, None, schema)
+    show = _progress(say, source.npartitions)
+    rows = rejected = done = 0
+    t0 = time.perf_counter()
+    try:
+        for table, bad in _in_order(client, source, run.scorer, keep, schema, in_flight):
+            sink.add(table)
+            rows, rejected, done = rows + table.num_rows, rejected + bad, done + 1
+            show(done, rows, time.perf_counter() - t0)
+    finally:
+        sink.close()
+    if rejected:
+        say(f"predict: {rejected:,} malformed line(s) skipped (bad_lines="
+            f"{source.options.bad_lines!r}, as in training): no prediction for them")
+    return pa.concat_tables(sink.tables) if sink.tables else schema.empty_table()
+
+
+def _source(data: Any, manifest: Manifest, blocksize: int | str,
+            storage_options: dict[str, Any] | None) -> Source:
+    """The data, read with the options the training data were read with."""
+    o = manifest.read_options or {}
+    return Source(data, blocksize=blocksize, sep=o.get("sep", ","),
+                  encoding=o.get("encoding", "utf-8"), dtype=o.get("dtype") or None,
+                  storage_options=storage_options, bad_lines=o.get("bad_lines", "error"),
+                  na_values=o.get("na_values") or None)
+
+
+def _check_header(source: Source, run: TrainedRun, keep: Sequence[str]) -> None:
+    """Refuse data whose header lacks a feature or a kept column, before any block is read."""
+    header = source.header()
+    missing = [n for n in (*run.features, *keep) if n not in header]
+    if missing:
+        first = source.files[0].path if source.files else "the data"
+        raise SchemaError(
+            f"Expected every feature column the model was trained on"
+            f"{' and the --keep columns' if keep else ''} in the data. Received: {first} has no "
+            f"column {', '.join(map(repr, missing))} (its columns: {header[:20]}).\nHint: the "
+            f"model takes {', '.join(run.features)}; the label {run.manifest.label!r} may be "
+            "left out."
+        )
+
+
+def _result_bytes(source: Source, run: TrainedRun, schema: pa.Schema) -> int:
+    """Estimated bytes of one block's prediction table (rows from the training bytes per row)."""
+    rows = source.options.blocksize / max(run.manifest.bytes_per_row, 1.0)
+    return int(rows * 8 * len(schema))

@@ -1,0 +1,44 @@
+"""Reading: input files, byte streams, CSV records, blocks parsed into Arrow tables, ``Source``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from daskfeed.core import attach
+
+if TYPE_CHECKING:
+    from daskfeed.reading._files import Block, compression_of, is_parquet, refuse_missing_local
+    from daskfeed.reading._nulls import NA_MARKERS, count_by_part, na_counts
+    from daskfeed.reading._records import line_number
+    from daskfeed.reading._small_files import Run, SmallFiles
+    from daskfeed.reading._source import Source
+    from daskfeed.reading._streams import open_file
+    from daskfeed.reading._tables import ReadOptions, iter_tables
+
+__all__ = [
+    "NA_MARKERS",
+    "Block",
+    "ReadOptions",
+    "Run",
+    "SmallFiles",
+    "Source",
+    "compression_of",
+    "count_by_part",
+    "is_parquet",
+    "iter_tables",
+    "line_number",
+    "na_counts",
+    "open_file",
+    "refuse_missing_local",
+]
+
+__getattr__, __dir__ = attach(__name__, {
+    "Block": "_files", "compression_of": "_files", "is_parquet": "_files", "refuse_missing_local":
+    "_files",
+    "NA_MARKERS": "_nulls", "count_by_part": "_nulls", "na_counts": "_nulls",
+    "line_number": "_records",
+    "Run": "_small_files", "SmallFiles": "_small_files",
+    "Source": "_source",
+    "open_file": "_streams",
+    "ReadOptions": "_tables", "iter_tables": "_tables",
+})

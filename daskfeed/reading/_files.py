@@ -1,0 +1,341 @@
+"""Files: the input paths (glob, ``**``, directory, list, fsspec URL), their sizes, and blocks.
+
+Listing gives each file's size, mtime and ETag in one request per pattern; :func:`make_blocks`
+cuts the files into :class:`Block` s, the unit the scan counts, the cache stores and a
+validation split assigns. Storage errors name the path and where credentials come from.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+
+from daskfeed.core import DataNotFoundError
+
+__all__ = ["COMPRESSIONS", "CSV_SUFFIXES", "PARQUET_SUFFIXES", "Block", "FileInfo",
+           "compression_of", "credentials_hint", "expand_paths", "is_parquet", "make_blocks",
+           "protocol", "reason", "refuse_missing_local"]
+
+# compressions read by daskfeed.reading._streams, by suffix: each a stream of members / frames, all read
+COMPRESSIONS = {".gz": "gzip", ".gzip": "gzip", ".bz2": "bz2", ".xz": "xz",
+                ".zst": "zstd", ".zstd": "zstd"}
+CSV_SUFFIXES = tuple(base + packed for base in (".csv", ".tsv", ".txt")
+                     for packed in ("", *COMPRESSIONS))
+PARQUET_SUFFIXES = (".parquet", ".pq")
+_DATA_SUFFIXES = CSV_SUFFIXES + PARQUET_SUFFIXES
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One input file: path (with protocol for remote files), size in bytes, mtime, ETag.
+
+    ``etag`` is the object store's version tag (S3's ``ETag``; ``""`` for local files): an
+    object rewritten within the same second at the same size still gets a new fingerprint.
+    """
+
+    path: str
+    size: int
+    mtime: float
+    etag: str = ""
+
+
+@dataclass(frozen=True)
+class Block:
+    """One block of the input: a byte range of one file (``length=-1``: the whole file).
+
+    For a dask DataFrame input, ``path`` is ``"partition <i>"`` and ``file_index`` is ``i``.
+    """
+
+    path: str
+    offset: int
+    length: int
+    file_index: int
+
+    def describe(self) -> str:
+        """Say which file and byte range this block covers, for error messages.
+
+        Returns
+        -------
+        str
+            ``"<path> (whole file)"`` or ``"<path> bytes <start>-<stop>"``.
+        """
+        if self.length < 0:
+            return f"{self.path} (whole file)"
+        return f"{self.path} bytes {self.offset}-{self.offset + self.length}"
+
+
+def protocol(path: str) -> str:
+    """The fsspec protocol of ``path``.
+
+    Parameters
+    ----------
+    path
+        A local path or a URL.
+
+    Returns
+    -------
+    str
+        ``"s3"``, ``"gs"``, ... (``"file"`` for a local path).
+    """
+    return path.split("://", 1)[0] if "://" in path else "file"
+
+
+def compression_of(path: str) -> str | None:
+    """Name the compression of ``path`` from its suffix; None when it is not compressed.
+
+    Parameters
+    ----------
+    path
+        A file's path or URL.
+
+    Returns
+    -------
+    str or None
+        ``"gzip"``, ``"bz2"``, ``"xz"`` or ``"zstd"`` (decompressed by
+        :func:`daskfeed.reading._streams.open_file`); for another suffix fsspec knows (``.zip``,
+        ``.lz4``, ...) fsspec's name, read by fsspec.
+    """
+    lower = path.lower()
+    if lower.endswith((".csv", ".tsv", ".txt")):  # the usual case, told at once
+        return None
+    for suffix, name in COMPRESSIONS.items():
+        if lower.endswith(suffix):
+            return name
+    return fsspec.utils.infer_compression(path)
+
+
+def is_parquet(path: str) -> bool:
+    """Whether ``path`` is a Parquet file.
+
+    Parameters
+    ----------
+    path
+        A file's path or URL.
+
+    Returns
+    -------
+    bool
+        True for ``.parquet`` and ``.pq`` (any case).
+    """
+    return path.lower().endswith(PARQUET_SUFFIXES)
+
+
+def expand_paths(
+    data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    storage_options: dict[str, Any] | None = None,
+) -> list[FileInfo]:
+    """Expand a path, glob (``**`` too), directory, URL or list of them into files.
+
+    Parameters
+    ----------
+    data
+        What the user gave; duplicates across items are listed once.
+    storage_options
+        Passed to fsspec (credentials, endpoint URL, ...).
+
+    Returns
+    -------
+    list of FileInfo
+        In the order of the items, each item's files sorted by path.
+
+    Raises
+    ------
+    DataNotFoundError
+        When a pattern matches nothing, a path does not exist, or storage refuses the listing.
+    """
+    storage_options = storage_options or {}
+    items = [data] if isinstance(data, (str, os.PathLike)) else list(data)
+    if not items:
+        raise DataNotFoundError(
+            "Expected at least one path or glob. Received: an empty list.\n"
+            "Hint: pass a path such as 'data/log_quest/**/*.csv'."
+        )
+    files: dict[str, FileInfo] = {}
+    for item in items:
+        pattern = os.fspath(item)
+        proto = protocol(pattern)
+        for p, info in sorted(_listing(pattern, storage_options).items()):
+            full = p if proto == "file" else f"{proto}://{p}"
+            if full not in files:
+                files[full] = _file_info(full, info)
+    return list(files.values())
+
+
+def refuse_missing_local(data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> None:
+    """Refuse at once, before a cluster starts, a local path or glob that names no file.
+
+    Cheap: a glob stops at its first match (the full listing comes when the data are read);
+    URLs are left to that listing. Raises what :func:`expand_paths` raises for them.
+    """
+    if not isinstance(data, (str, os.PathLike, list, tuple)):
+        return  # e.g. a dask DataFrame: no paths
+    items = [data] if isinstance(data, (str, os.PathLike)) else list(data)
+    if not items:
+        expand_paths(items)  # the empty list's error
+    for item in items:
+        if not isinstance(item, (str, os.PathLike)):
+            continue  # not a path: the reader says what it expects
+        pattern = os.fspath(item)
+        if protocol(pattern) != "file":
+            continue
+        stripped = fsspec.filesystem("file")._strip_protocol(pattern)
+        if fsspec.core.has_magic(stripped):
+            found = next(glob.iglob(stripped, recursive=True, include_hidden=True), None)
+        else:
+            found = stripped if os.path.exists(stripped) else None
+        if found is None:
+            _listing(pattern, {})  # lists afresh: raises its error when nothing is there
+
+
+def _listing(pattern: str, storage_options: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The files ``pattern`` names, each with fsspec's details (size, mtime, ETag)."""
+    proto = protocol(pattern)
+    fs = fsspec.filesystem(proto, **storage_options)
+    stripped = fs._strip_protocol(pattern)
+    # fsspec keeps filesystems (and s3fs their listings) per process: list afresh, so an
+    # object rewritten since an earlier listing gets its new size, mtime and ETag
+    fs.invalidate_cache()
+    try:  # one listing gives names, sizes and mtimes: no request per file afterwards
+        found = _list(fs, pattern, stripped)
+    except DataNotFoundError:  # (also a FileNotFoundError): ours, already clear
+        raise
+    except PermissionError as err:
+        raise DataNotFoundError(
+            f"Cannot read {pattern!r}: permission denied. Received: {reason(err)}.\n"
+            f"Hint: {credentials_hint(proto)}"
+        ) from err
+    except FileNotFoundError as err:  # a bucket that does not exist (the glob lists it)
+        raise DataNotFoundError(
+            f"Cannot list {pattern!r}. Received: {reason(err)}.\n"
+            "Hint: check the bucket name and the endpoint (storage_options / "
+            "--storage-options endpoint_url=...)."
+        ) from err
+    if not found and proto != "file":
+        _refuse_missing_bucket(fs, pattern, stripped)
+    if not found:
+        what = "No file matches" if fsspec.core.has_magic(stripped) else "No such file"
+        where = os.path.abspath(stripped) if proto == "file" else pattern
+        raise DataNotFoundError(
+            f"{what}: {pattern!r} (looked in {where}).\n"
+            "Hint: check the path and quote globs so the shell does not expand them, "
+            "e.g. \"data/log_quest/**/*.csv\"."
+        )
+    return found
+
+
+def _list(fs: fsspec.AbstractFileSystem, pattern: str, stripped: str) -> dict[str, dict[str, Any]]:
+    """One glob, directory walk or file lookup; a directory without data files is refused."""
+    if fsspec.core.has_magic(stripped):
+        return {p: i for p, i in fs.glob(stripped, detail=True).items()
+                if i.get("type") != "directory"}
+    if fs.isdir(stripped):
+        listed = fs.find(stripped, detail=True)
+        found = {p: i for p, i in listed.items() if p.lower().endswith(_DATA_SUFFIXES)}
+        if not found:
+            where = os.path.abspath(stripped) if protocol(pattern) == "file" else pattern
+            held = (f"it holds {len(listed)} other file(s), e.g. "
+                    f"{os.path.basename(sorted(listed)[0])!r}" if listed else "it is empty")
+            raise DataNotFoundError(
+                f"Expected CSV or Parquet files in the directory {pattern!r} ({where}). "
+                f"Received: no file ending in {', '.join(_DATA_SUFFIXES)} "
+                f"there or below; {held}.\nHint: point at the directory holding the data, "
+                "or give a glob such as \"data/**/*.csv\" for other file names."
+            )
+        return found
+    if fs.exists(stripped):
+        return {stripped: fs.info(stripped)}
+    return {}
+
+
+def _file_info(path: str, info: dict[str, Any]) -> FileInfo:
+    """A :class:`FileInfo` from fsspec's details of one file (local or object store)."""
+    mtime = info.get("mtime") or info.get("LastModified") or info.get("created") or 0
+    if hasattr(mtime, "timestamp"):
+        mtime = mtime.timestamp()
+    etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
+    return FileInfo(path=path, size=int(info.get("size") or 0), mtime=float(mtime), etag=etag)
+
+
+def _refuse_missing_bucket(fs: fsspec.AbstractFileSystem, pattern: str, stripped: str) -> None:
+    """Raise a clear error when the bucket (container) of a remote ``pattern`` does not exist."""
+    bucket = stripped.split("/", 1)[0]
+    try:
+        there = bool(bucket) and fs.exists(bucket)
+    except OSError:  # cannot tell (e.g. may not list buckets): the usual "no file" error
+        return
+    if not there:
+        raise DataNotFoundError(
+            f"Cannot list {pattern!r}. Received: the bucket {bucket!r} does not exist.\n"
+            "Hint: check the bucket name and the endpoint (storage_options / "
+            "--storage-options endpoint_url=...)."
+        )
+
+
+def reason(err: BaseException) -> str:
+    """What a storage error says, for a message.
+
+    Parameters
+    ----------
+    err
+        The error fsspec (or the store's client) raised.
+
+    Returns
+    -------
+    str
+        ``PermissionError: <the store's message>``, at most 300 characters of it (never the
+        credentials: they are not in it).
+    """
+    text = (getattr(err, "strerror", None) or str(err) or "").strip()
+    return f"{type(err).__name__}: {text[:300]}"
+
+
+def credentials_hint(proto: str) -> str:
+    """Where credentials come from, for a permission error.
+
+    Parameters
+    ----------
+    proto
+        The protocol refused (``"s3"``, ``"file"``, ...).
+
+    Returns
+    -------
+    str
+        One sentence for a ``Hint:`` line.
+    """
+    if proto in ("s3", "s3a"):
+        return ("check the credentials: storage_options (--storage-options key=... secret=...), "
+                "else AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws/credentials "
+                "on this machine and on every worker, and that they may list and read the bucket.")
+    if proto == "file":
+        return "check the file permissions."
+    return f"check the {proto}:// credentials (storage_options) and the file permissions."
+
+
+def make_blocks(files: Sequence[FileInfo], blocksize: int) -> list[Block]:
+    """Split files into byte-range blocks; compressed and Parquet files stay whole.
+
+    Parameters
+    ----------
+    files
+        The listed files.
+    blocksize
+        Bytes per block; a file no larger is one block.
+
+    Returns
+    -------
+    list of Block
+        In file order, each file's blocks by offset.
+    """
+    blocks: list[Block] = []
+    for i, f in enumerate(files):
+        if compression_of(f.path) or is_parquet(f.path) or f.size <= blocksize:
+            blocks.append(Block(f.path, 0, -1, i))
+            continue
+        for off in range(0, f.size, blocksize):
+            blocks.append(Block(f.path, off, min(blocksize, f.size - off), i))
+    return blocks

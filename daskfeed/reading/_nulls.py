@@ -1,0 +1,412 @@
+"""Nulls: the null-marker rule applied to a parsed table, and the types every table keeps.
+
+Empty fields are missing in every column; the usual markers (:data:`NA_MARKERS`) only in a
+column whose other values are all numbers; the user's markers in every column. What each marker
+made missing is counted in the table's schema metadata under :data:`NA_COUNTS_KEY`.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from daskfeed.core import DataError
+from daskfeed.reading._files import Block
+
+__all__ = ["NA_COUNTS_KEY", "NA_MARKERS", "NULL_VALUES", "column_markers", "count_by_part", "na_counts",
+           "normalize", "normalize_column", "numbers_by_part", "text_by_part", "with_na_counts"]
+
+# values that are missing in numeric columns (text stays text unless the user lists them)
+NA_MARKERS = ("NA", "N/A", "n/a", "#N/A", "#N/A N/A", "#NA", "<NA>", "NULL", "null", "None",
+              "NaN", "nan", "-NaN", "-nan", "1.#IND", "-1.#IND", "1.#QNAN", "-1.#QNAN")
+NULL_VALUES = ("", *NA_MARKERS)  # "" (an empty field) is missing in every column
+# schema metadata of each parsed table: JSON {column: {marker: count of values it made missing}}
+NA_COUNTS_KEY = b"daskfeed.na_counts"
+_NUMBER_TYPES = (pa.int64(), pa.float64(), pa.bool_())  # pyarrow's order of inference
+
+
+def column_markers(name: str, column: pa.ChunkedArray, forced: pa.DataType | None,
+                    na_values: tuple[str, ...], block: Block) -> tuple[pa.ChunkedArray, dict[str, int]]:
+    """Apply the null-marker rule to one parsed column.
+
+    Parameters
+    ----------
+    name
+        The column's name (for errors).
+    column
+        The column as pyarrow parsed it (a forced column: as text).
+    forced
+        The column's dtype override, if any.
+    na_values
+        The user's null markers.
+    block
+        Where the column was read (for errors).
+
+    Returns
+    -------
+    tuple
+        The column with its markers missing, and how many values each marker made missing.
+
+    Raises
+    ------
+    DataError
+        When a value of a forced column does not convert to its dtype.
+    """
+    counts = {"": column.null_count} if column.null_count else {}
+    markers = tuple(dict.fromkeys(NA_MARKERS + na_values))
+    if _is_text(column.type):
+        if forced is None:
+            numbers = _as_numbers(column, markers)
+            if numbers is None:  # text: only the user's markers are missing
+                column, made = _null_where_in(column, na_values)
+            else:
+                column, made = numbers[0], _value_counts(column, numbers[1])
+        elif _is_text(forced):
+            column, made = _null_where_in(column, na_values)
+        else:
+            column, made = _as_forced(name, column, forced, markers, block)
+    elif pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+        column, made = _null_numbers(column, na_values)
+    else:
+        made = {}
+    if pa.types.is_floating(column.type):
+        column, nans = _nan_to_null(column)
+        made.update(nans)
+    counts.update(made)
+    return column, counts
+
+
+def numbers_by_part(column: pa.ChunkedArray, na_values: tuple[str, ...],
+                    bounds: np.ndarray) -> tuple[pa.ChunkedArray, list[dict[str, int]]]:
+    """:func:`column_markers` of a column that is not text, for all its parts at once.
+
+    What the rule does to such a column is value by value (empty fields, the user's markers
+    that are numbers, NaN), so one pass over the whole column gives each part (the rows from
+    ``bounds[i]`` to ``bounds[i + 1]``) the values and counts it gets on its own; the counts
+    come from the masks of the whole column, summed per part.
+
+    Parameters
+    ----------
+    column
+        A column that is not text (see :func:`column_markers` for text).
+    na_values
+        The user's null markers.
+    bounds
+        Where each part starts, and where the last one ends: ascending, from 0 to the
+        column's length.
+
+    Returns
+    -------
+    tuple
+        The column with its markers missing (normalized, see :func:`normalize_column`), and
+        for each part how many values each marker made missing.
+    """
+    masks = [("", _mask(column.is_null()))] if column.null_count else []
+    if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+        for marker in na_values:
+            try:
+                value = float(marker)
+            except ValueError:
+                continue
+            column = _null_masked(column, pc.fill_null(pc.equal(column, value), False), marker, masks)
+    if pa.types.is_floating(column.type):
+        column = _null_masked(column, pc.fill_null(pc.is_nan(column), False), "NaN", masks)
+    return normalize_column(column), _by_part(masks, bounds)
+
+
+def text_by_part(column: pa.ChunkedArray, na_values: tuple[str, ...],
+                 bounds: np.ndarray) -> tuple[pa.ChunkedArray, list[dict[str, int]]] | None:
+    """:func:`column_markers` of a text column (no dtype override), for all its parts at once.
+
+    A part whose first value (neither missing nor a marker) is text stays text on its own,
+    and only the user's markers become missing in it, value by value: when every part reads
+    so, one pass over the whole column does. None when some part may be numbers (its first
+    value looks like one, or it has none): :func:`column_markers` decides part by part.
+
+    Parameters
+    ----------
+    column
+        A text column, as parsed.
+    na_values
+        The user's null markers.
+    bounds
+        Where each part starts, and where the last one ends (see :func:`numbers_by_part`).
+
+    Returns
+    -------
+    tuple or None
+        The column with the user's markers missing, and for each part how many values each
+        marker made missing.
+    """
+    markers = tuple(dict.fromkeys(NA_MARKERS + na_values))
+    for start, stop in itertools.pairwise(bounds):
+        first = _first_value(column.slice(start, stop - start), markers)
+        if first is None or _looks_like_a_number(first):
+            return None
+    masks = [("", _mask(column.is_null()))] if column.null_count else []
+    hit = _is_in(column, na_values) if na_values else None
+    made = _value_counts(column, hit) if hit is not None else {}
+    for marker in made:  # each of the user's markers found, where it is
+        masks.append((marker, _mask(pc.fill_null(pc.equal(column, marker), False))))
+    if made:
+        column = _null(column, hit)
+    return normalize_column(column), _by_part(masks, bounds)
+
+
+def _by_part(masks: list[tuple[str, np.ndarray]], bounds: np.ndarray) -> list[dict[str, int]]:
+    """For each part (see :func:`numbers_by_part`), how many values each marker's mask hit."""
+    counts: list[dict[str, int]] = [{} for _ in range(len(bounds) - 1)]
+    for marker, mask in masks:
+        for part, n in enumerate(_part_sums(mask, bounds)):
+            if n:
+                counts[part][marker] = int(n)
+    return counts
+
+
+def count_by_part(where: pa.ChunkedArray, bounds: np.ndarray) -> np.ndarray:
+    """How many values of each part (see :func:`numbers_by_part`) ``where`` is true at (missing: not).
+
+    Parameters
+    ----------
+    where
+        A boolean column.
+    bounds
+        Where each part starts, and where the last one ends.
+
+    Returns
+    -------
+    numpy.ndarray
+        One count per part.
+    """
+    if len(bounds) == 2:  # one part: no mask needed
+        return np.array([pc.sum(where).as_py() or 0])
+    return _part_sums(_mask(where), bounds)
+
+
+def _part_sums(mask: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    running = np.concatenate(([0], np.cumsum(mask)))
+    return running[bounds[1:]] - running[bounds[:-1]]
+
+
+def _mask(where: pa.ChunkedArray) -> np.ndarray:
+    """A boolean column as numpy (missing: False)."""
+    return where.to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _null_masked(column: pa.ChunkedArray, hit: pa.ChunkedArray, marker: str,
+                 masks: list[tuple[str, np.ndarray]]) -> pa.ChunkedArray:
+    """``column`` missing where ``hit``; the mask noted under ``marker`` when it hit anything."""
+    mask = _mask(hit)
+    if not mask.any():
+        return column
+    masks.append((marker, mask))
+    return _null(column, hit)
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _is_in(column: pa.ChunkedArray, values: Sequence[str]) -> pa.ChunkedArray:
+    return pc.is_in(column, value_set=_value_set(tuple(values)))
+
+
+@functools.lru_cache(maxsize=64)
+def _value_set(values: tuple[str, ...]) -> pa.Array:
+    """The markers as an Arrow array, made once per set (many small files: many columns)."""
+    return pa.array(list(values), pa.string())
+
+
+def _null(column: pa.ChunkedArray, where: pa.ChunkedArray) -> pa.ChunkedArray:
+    return pc.if_else(where, pa.scalar(None, column.type), column)
+
+
+def _value_counts(column: pa.ChunkedArray, where: pa.ChunkedArray) -> dict[str, int]:
+    """How many times each value of ``column`` occurs where ``where`` is true."""
+    return {r["values"]: r["counts"] for r in pc.value_counts(pc.filter(column, where)).to_pylist()}
+
+
+def _as_numbers(column: pa.ChunkedArray,
+                markers: Sequence[str]) -> tuple[pa.ChunkedArray, pa.ChunkedArray] | None:
+    """Convert a text column whose values other than markers are all numbers.
+
+    Returns ``column`` as int64, float64 or bool with its markers missing, and where the
+    markers were; None for text (told by its first values, before the whole column is
+    looked at), and for a column of only markers and empties.
+    """
+    first = _first_value(column, markers)
+    if first is not None and not _looks_like_a_number(first):
+        return None  # text, told by its first value without a failing cast (they are slow)
+    head = column.slice(0, 256)
+    values = pc.drop_null(pc.filter(head, pc.invert(_is_in(head, markers))))
+    targets = [t for t in _NUMBER_TYPES if _casts(values, t)]
+    if len(values) and not targets:
+        return None
+    is_marker = _is_in(column, markers)
+    if not len(values):  # the first values are markers: look further
+        values = pc.drop_null(pc.filter(column, pc.invert(is_marker))).slice(0, 256)
+        targets = [t for t in _NUMBER_TYPES if len(values) and _casts(values, t)]
+    for target in targets:
+        try:
+            return pc.cast(_null(column, is_marker), target), is_marker
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    return None
+
+
+def _first_value(column: pa.ChunkedArray, markers: Sequence[str], most: int = 256) -> str | None:
+    """The first of the first ``most`` values that is neither missing nor a marker, if any."""
+    skip = set(markers)
+    for chunk in column.slice(0, most).chunks:  # scalars one at a time: usually one is read
+        for scalar in chunk:
+            value = scalar.as_py()
+            if value is not None and value not in skip:
+                return str(value)
+    return None
+
+
+def _looks_like_a_number(text: str) -> bool:
+    """Whether ``text`` could be a value of a number or bool column (pyarrow decides for sure)."""
+    try:
+        float(text)
+    except ValueError:
+        return text.strip().lower() in ("true", "false")
+    return True
+
+
+def _casts(values: pa.ChunkedArray, target: pa.DataType) -> bool:
+    try:
+        pc.cast(values, target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    return True
+
+
+def _null_where_in(column: pa.ChunkedArray, markers: Sequence[str]) -> tuple[pa.ChunkedArray, dict[str, int]]:
+    """Text column: ``markers`` become missing; counted per marker."""
+    if not markers:
+        return column, {}
+    hit = _is_in(column, markers)
+    made = _value_counts(column, hit)
+    return (_null(column, hit), made) if made else (column, {})
+
+
+def _as_forced(name: str, column: pa.ChunkedArray, target: pa.DataType, markers: Sequence[str],
+               block: Block) -> tuple[pa.ChunkedArray, dict[str, int]]:
+    """A column with a dtype override (read as text): markers missing, the rest cast."""
+    hit = _is_in(column, markers)
+    try:
+        converted = pc.cast(_null(column, hit), target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+        raise DataError(
+            f"Expected {target} values in column {name!r} of {block.describe()} (its dtype "
+            f"override). Received: {err}.\nHint: fix the value, list it as a null marker "
+            "(na_values / --na-values), or change the column's dtype override."
+        ) from err
+    return converted, _value_counts(column, hit)
+
+
+def _null_numbers(column: pa.ChunkedArray,
+                  na_values: Sequence[str]) -> tuple[pa.ChunkedArray, dict[str, int]]:
+    """Numeric column: the user's markers that are numbers (``-999``) become missing."""
+    made = {}
+    for marker in na_values:
+        try:
+            value = float(marker)
+        except ValueError:
+            continue
+        hit = pc.fill_null(pc.equal(column, value), False)
+        n = pc.sum(hit).as_py() or 0
+        if n:
+            made[marker] = n
+            column = _null(column, hit)
+    return column, made
+
+
+def _nan_to_null(column: pa.ChunkedArray) -> tuple[pa.ChunkedArray, dict[str, int]]:
+    """Float column: NaN (however it was spelled: NaN, nan, -nan) becomes missing, as "NaN"."""
+    n = pc.sum(pc.is_nan(column)).as_py() or 0  # (a missing value is no NaN: sum skips it)
+    if not n:
+        return column, {}
+    return _null(column, pc.fill_null(pc.is_nan(column), False)), {"NaN": n}
+
+
+def na_counts(table: pa.Table) -> dict[str, dict[str, int]]:
+    """What the parser's null markers made missing, per column (the table's schema metadata).
+
+    Parameters
+    ----------
+    table
+        A parsed table.
+
+    Returns
+    -------
+    dict
+        ``{column: {marker: count}}``.
+    """
+    raw = (table.schema.metadata or {}).get(NA_COUNTS_KEY)
+    return json.loads(raw) if raw else {}
+
+
+def with_na_counts(table: pa.Table, counts: dict[str, dict[str, int]]) -> pa.Table:
+    """A table with what its null markers made missing in its schema metadata.
+
+    Parameters
+    ----------
+    table
+        A parsed table.
+    counts
+        ``{column: {marker: count}}``.
+
+    Returns
+    -------
+    pyarrow.Table
+        ``table`` with ``counts`` as JSON under :data:`NA_COUNTS_KEY`.
+    """
+    meta = dict(table.schema.metadata or {})
+    meta[NA_COUNTS_KEY] = json.dumps(counts, sort_keys=True).encode()
+    return table.replace_schema_metadata(meta)
+
+
+def normalize(table: pa.Table) -> pa.Table:
+    """Types that survive nulls and chunking: bool → float64, dates → timestamps.
+
+    Parameters
+    ----------
+    table
+        A parsed table (e.g. a Parquet row group).
+
+    Returns
+    -------
+    pyarrow.Table
+        The same columns, those types converted.
+    """
+    return pa.Table.from_arrays([normalize_column(c) for c in table.columns],
+                                names=table.column_names)
+
+
+def normalize_column(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """One column as :func:`normalize` makes it.
+
+    Parameters
+    ----------
+    column
+        A parsed column.
+
+    Returns
+    -------
+    pyarrow.ChunkedArray
+        Booleans as float64, dates as timestamps, others as they are.
+    """
+    if pa.types.is_boolean(column.type):
+        return column.cast(pa.float64())
+    if pa.types.is_date(column.type):
+        return column.cast(pa.timestamp("s"))
+    return column
+

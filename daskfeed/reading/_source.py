@@ -1,0 +1,237 @@
+"""Source: a lazy, picklable handle over a CSV/Parquet file set or a dask DataFrame.
+
+Constructing a :class:`Source` lists files (:mod:`daskfeed.reading._files`) and their sizes; it never
+reads data. Each :class:`~daskfeed.reading._files.Block` is parsed on a worker by
+:func:`daskfeed.reading._tables.iter_tables`. A Source holds paths and options only, never a Client.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+from daskfeed.core import DataNotFoundError, config
+from daskfeed.reading._files import (
+    Block,
+    FileInfo,
+    compression_of,
+    credentials_hint,
+    expand_paths,
+    is_parquet,
+    make_blocks,
+    protocol,
+    reason,
+)
+from daskfeed.reading._records import parse_header
+from daskfeed.reading._streams import open_file
+from daskfeed.reading._tables import BAD_LINES, ReadOptions, frame_table
+
+if TYPE_CHECKING:
+    import dask.dataframe as dd
+    from dask.delayed import Delayed
+
+__all__ = ["Source"]
+
+PathsLike = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+
+
+class Source:
+    """A lazy handle over the data: files + read options, or a dask DataFrame.
+
+    Parameters
+    ----------
+    data
+        A path, a glob (``**`` too), a directory, an fsspec URL, a list of those, or a
+        ``dask.dataframe.DataFrame``.
+    blocksize
+        Bytes of CSV per block (default ``daskfeed.blocksize``).
+    dtype
+        Per-column dtype overrides, e.g. ``{"zip": "string"}``.
+    storage_options
+        Passed to fsspec (credentials, endpoint URL for S3-compatible stores, ...).
+    bad_lines
+        A line whose field count differs from the header's: ``"error"`` (default) stops with
+        the file, byte range and line; ``"skip"`` drops it and counts it in the manifest
+        (``bad_lines``); ``"quarantine"`` also keeps its text for a rejects file.
+    na_values
+        Null markers that are missing in every column, text columns included (e.g.
+        ``["NA"]``). Empty fields are always missing; ``NA``, ``N/A``, ``null``, ``NaN``, ...
+        (:data:`daskfeed.reading._nulls.NA_MARKERS`) are missing in numeric columns only.
+    """
+
+    def __init__(
+        self,
+        data: PathsLike | dd.DataFrame,
+        *,
+        blocksize: int | str | None = None,
+        sep: str = ",",
+        encoding: str = "utf-8",
+        dtype: dict[str, str] | None = None,
+        storage_options: dict[str, Any] | None = None,
+        bad_lines: str = "error",
+        na_values: Sequence[str] | None = None,
+    ) -> None:
+        if bad_lines not in BAD_LINES:
+            raise ValueError(
+                f"Expected bad_lines to be one of {', '.join(BAD_LINES)}. Received: {bad_lines!r}."
+            )
+        self.options = ReadOptions(
+            blocksize=config.get_bytes("blocksize", blocksize),
+            sep=sep,
+            encoding=encoding,
+            dtype=tuple(sorted((dtype or {}).items())),
+            storage_options=tuple(sorted((storage_options or {}).items())),
+            bad_lines=bad_lines,
+            na_values=_na_values(na_values),
+        )
+        self.frame: dd.DataFrame | None = None
+        self.files: list[FileInfo] = []
+        self._fingerprint: str | None = None
+        if _is_dask_frame(data):
+            self.frame = data
+            self.blocks: list[Block] = [
+                Block(f"partition {i}", 0, -1, i) for i in range(data.npartitions)
+            ]
+        else:
+            self.files = expand_paths(data, dict(self.options.storage_options))
+            self.blocks = make_blocks(self.files, self.options.blocksize)
+            packed = [f for f in self.files if compression_of(f.path)]
+            if packed:
+                biggest = max(packed, key=lambda f: f.size)
+                warnings.warn(
+                    f"{len(packed)} compressed file(s) cannot be split into byte ranges: each is "
+                    f"one block (largest: {biggest.path}, {biggest.size / 1e6:.1f} MB "
+                    "compressed), decompressed as a stream and parsed blocksize at a time, so "
+                    "memory stays bounded, but a whole file is one unit of the shuffle and of "
+                    "the work. Hint: for large files prefer uncompressed CSV or Parquet.",
+                    stacklevel=2,
+                )
+
+    @property
+    def npartitions(self) -> int:
+        """Number of blocks (Dask's word, as in ``DataFrame.npartitions``)."""
+        return len(self.blocks)
+
+    @property
+    def nbytes(self) -> int:
+        """Total size of the input files in bytes (0 for a dask DataFrame)."""
+        return sum(f.size for f in self.files)
+
+    def fingerprint(self) -> str:
+        """Hash of (path, size, mtime) of every file + read options (or the frame's token).
+
+        Returns
+        -------
+        str
+            32 hex digits (``frame-<token>`` for a dask DataFrame); computed once per Source
+            (its files were listed, with their sizes and mtimes, when it was made).
+        """
+        if self._fingerprint is None:
+            self._fingerprint = self._compute_fingerprint()
+        return self._fingerprint
+
+    def _compute_fingerprint(self) -> str:
+        if self.frame is not None:
+            from dask.base import tokenize  # dask is not loaded by `import daskfeed`
+
+            return "frame-" + tokenize(self.frame)
+        opts = asdict(self.options)
+        opts.pop("storage_options")
+        payload = json.dumps(
+            {"files": [_file_key(f) for f in self.files], "options": opts}, sort_keys=True
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+    def header(self) -> list[str]:
+        """Column names, read from the first file's first line (no data parsed).
+
+        Returns
+        -------
+        list of str
+            The header of the first file that is not empty ([] when all are).
+
+        Raises
+        ------
+        DataNotFoundError
+            When storage refuses to read the file.
+        """
+        if self.frame is not None:
+            return [str(c) for c in self.frame.columns]
+        so = dict(self.options.storage_options)
+        for info in self.files:  # the first file that is not empty
+            if is_parquet(info.path):
+                import pyarrow.parquet as pq  # only where Parquet is read
+
+                with open_file(info.path, so) as f:
+                    return list(pq.ParquetFile(f).schema_arrow.names)
+            try:
+                with open_file(info.path, so, compression_of(info.path)) as f:
+                    line = f.readline()
+            except PermissionError as err:  # remote files open lazily: refused at the read
+                raise DataNotFoundError(
+                    f"Cannot read {info.path}: permission denied. Received: {reason(err)}.\n"
+                    f"Hint: {credentials_hint(protocol(info.path))}"
+                ) from err
+            names = parse_header(line, self.options.sep, info.path, self.options.encoding)
+            if names:
+                return names
+        return []
+
+    def partitions(self) -> list[Delayed]:
+        """One ``dask.delayed`` Arrow table per partition of a dask DataFrame input.
+
+        Each is made by :func:`daskfeed.reading._tables.frame_table`: the null-marker rule, the types
+        and the ``na_counts`` metadata of a table parsed from CSV.
+
+        Returns
+        -------
+        list of Delayed
+            Nothing is computed; empty for a file input (its blocks are read by
+            :func:`daskfeed.reading._tables.iter_tables`).
+        """
+        if self.frame is None:
+            return []
+        from dask import delayed  # dask is not loaded by `import daskfeed`
+
+        return [delayed(frame_table, pure=True)(part, self.options, i)
+                for i, part in enumerate(self.frame.to_delayed())]
+
+    def __repr__(self) -> str:
+        if self.frame is not None:
+            return f"Source(dask DataFrame, npartitions={self.npartitions})"
+        return (
+            f"Source({len(self.files)} files, {self.nbytes / 1e9:.2f} GB, "
+            f"npartitions={self.npartitions})"
+        )
+
+
+def _file_key(info: FileInfo) -> dict[str, Any]:
+    """What identifies a file's contents in a fingerprint: path, size, mtime and an ETag if any."""
+    key: dict[str, Any] = {"path": info.path, "size": info.size, "mtime": info.mtime}
+    if info.etag:  # local files: the same fingerprints as before ETags were kept
+        key["etag"] = info.etag
+    return key
+
+
+def _na_values(values: Sequence[str] | str | None) -> tuple[str, ...]:
+    """The user's null markers as a sorted tuple (a fingerprint does not depend on order)."""
+    if values is None:
+        return ()
+    if isinstance(values, str):
+        values = [values]
+    bad = [v for v in values if not isinstance(v, str)]
+    if bad:
+        raise ValueError(f"Expected na_values to be strings such as 'NA'. Received: {bad[:3]!r}.")
+    return tuple(sorted({v for v in values if v}))
+
+
+def _is_dask_frame(data: object) -> TypeGuard[dd.DataFrame]:
+    mod = type(data).__module__ or ""
+    return mod.startswith("dask") and hasattr(data, "npartitions") and hasattr(data, "columns")
+
+

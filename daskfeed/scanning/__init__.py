@@ -1,0 +1,19 @@
+"""Scanning: the ONE pass over every block on the cluster that makes a ``Manifest``.
+
+Scan tasks, column kinds, mergeable statistics, the watchdog.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from daskfeed.core import attach
+
+if TYPE_CHECKING:
+    from daskfeed.scanning._scan import scan
+
+__all__ = ["scan"]
+
+__getattr__, __dir__ = attach(__name__, {
+    "scan": "_scan",
+})

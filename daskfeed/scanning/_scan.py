@@ -1,0 +1,385 @@
+"""Scan: ONE pass over every block on the cluster → a :class:`~daskfeed.manifest._manifest.Manifest`.
+
+Scan tasks (a few blocks each) parse their blocks once on the workers, report progress to the
+trainer's watchdog, write the parse cache, and return small facts per block; statistics are
+merged in a tree on the cluster (:mod:`daskfeed.scanning._stats`). The trainer reconciles the kinds
+(:mod:`daskfeed.scanning._schema`) and builds the manifest.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from dask import delayed
+from distributed import Client, Future
+
+from daskfeed.cache import BlockCache
+from daskfeed.cluster import client_context, explain
+from daskfeed.core import ManifestMismatchError, SchemaError, config, warn_user
+from daskfeed.manifest import (
+    Manifest,
+    block_sizes,
+    held_out,
+    read_reusable,
+    read_settings,
+    scanned_blocks,
+    split_settings,
+    text_classes,
+    unknown_column,
+)
+from daskfeed.reading import Source
+from daskfeed.scanning._schema import (
+    BlockFacts,
+    Stats,
+    check_headers,
+    check_label,
+    resolve_columns,
+    wide_notes,
+)
+from daskfeed.scanning._stats import (
+    class_counts,
+    finish_stats,
+    label_task,
+    merge_stats,
+    table_facts,
+    table_stats,
+)
+from daskfeed.scanning._task import quarantined, scan_blocks
+from daskfeed.scanning._watch import ProgressCallback, await_scan
+
+if TYPE_CHECKING:
+    import dask.dataframe as dd
+
+    Data = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Source | dd.DataFrame
+
+__all__ = ["ScanKeys", "build_manifest", "scan", "scan_tasks"]
+
+
+
+def scan(
+    data: Data,
+    *,
+    label: str,
+    client: Client | None = None,
+    vocabulary_size: int | None = None,
+    blocksize: int | str | None = None,
+    encoding: str = "utf-8",
+    dtype: dict[str, str] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    bad_lines: str = "error",
+    partition_cache: BlockCache | None = None,
+    timeout: float | str | None = None,
+    sep: str = ",",
+    na_values: list[str] | tuple[str, ...] | None = None,
+    validation_split: float | None = None,
+    subset: str | None = None,
+    seed: int = 0,
+    progress: ProgressCallback | None = None,
+) -> Manifest:
+    """Scan ``data`` once on the cluster and return its :class:`~daskfeed.manifest._manifest.Manifest`.
+
+    Parameters
+    ----------
+    data
+        Path, glob, list of paths, URL, :class:`~daskfeed.reading._source.Source`, or dask DataFrame.
+    label
+        Name of the label column: numbers, or text (class names, sorted into codes 0..K-1).
+    client
+        A ``distributed.Client``; by default the current one, else a local cluster is started
+        for the scan.
+    vocabulary_size
+        Most frequent K values kept per string column (default ``daskfeed.vocabulary-size``).
+    blocksize, encoding, dtype, storage_options, sep, na_values, bad_lines
+        How the files are read (:class:`~daskfeed.reading._source.Source`); skipped lines are counted
+        in ``Manifest.bad_lines`` (quarantine: their text in ``Manifest.rejects``, not in JSON).
+    cache
+        A JSON path: a manifest there made for these files with the same settings is returned
+        without scanning (its warnings repeated); otherwise the new one is written there.
+    partition_cache
+        A :class:`~daskfeed.cache._blocks.BlockCache` the scan writes every parsed block to.
+    timeout
+        Seconds without any scan task making progress before ``FeedTimeoutError`` (default
+        ``daskfeed.timeout``).
+    validation_split, subset, seed
+        Scan only the ``subset`` ("training" or "validation") of a split into whole blocks
+        (:func:`~daskfeed.manifest._split.split_blocks`); the other blocks count 0 rows.
+    progress
+        Called about every second and at the end with ``(rows, bytes done, bytes in all,
+        seconds, finished)``.
+
+    Returns
+    -------
+    Manifest
+
+    Raises
+    ------
+    SchemaError
+        When the label is not a column, the data hold no rows, or a column changes type.
+    FeedTimeoutError
+        When no scan task made progress within ``timeout``.
+
+    Examples
+    --------
+    >>> m = daskfeed.scan("data/log_quest/**/*.csv", label="cleared")  # doctest: +SKIP
+    >>> m.rows, m.columns["level"].mean  # doctest: +SKIP
+    """
+    vocabulary_size = int(config.get("vocabulary-size", vocabulary_size))
+    timeout_s = config.get_seconds("timeout", timeout)
+    src = data if isinstance(data, Source) else Source(
+        data, blocksize=blocksize, encoding=encoding, dtype=dtype, storage_options=storage_options,
+        bad_lines=bad_lines, sep=sep, na_values=na_values)
+    split = split_settings(validation_split, subset, seed)
+    reused = _reusable(cache, src, label, vocabulary_size, split)
+    if reused is not None:
+        return reused
+    _check_label(src, label)
+    if split is not None:
+        split["validation_partitions"] = list(held_out(src, split))
+    fingerprint = src.fingerprint()
+    t0 = time.perf_counter()
+    with client_context(client) as c:
+        facts, stats = _run_scan(src, label, c, fingerprint, partition_cache, timeout_s,
+                                 scanned_blocks(src.npartitions, split), progress)
+    manifest = build_manifest(src, label, facts, stats, vocabulary_size, fingerprint, split)
+    manifest.scan_seconds = time.perf_counter() - t0
+    if cache is not None:
+        manifest.to_json(cache)
+    return manifest
+
+
+def _reusable(cache: str | os.PathLike[str] | None, src: Source, label: str, vocabulary_size: int,
+              split: dict[str, Any] | None) -> Manifest | None:
+    """The manifest at ``cache`` when it was made for these files and settings (its notes repeated)."""
+    cached = read_reusable(cache) if cache is not None else None
+    if cached is None:
+        return None
+    try:
+        cached.check_settings(src, label=label, vocabulary_size=vocabulary_size, split=split)
+    except ManifestMismatchError:
+        return None  # stale, or made with other settings: rescan and overwrite
+    cached.warn_notes()
+    return cached
+
+
+def _check_label(src: Source, label: str) -> None:
+    """Refuse a label that is not a column of the data, naming the columns it might be."""
+    header = src.header()
+    if label not in header:
+        hint = unknown_column(label, header, "label").split("Hint: ")[1]
+        sep = _likely_sep(header)
+        if sep is not None:
+            hint = (f"the header reads as one column, split by {sep!r}: pass --sep {sep!r} "
+                    f"(sep={sep!r}); the delimiter now is {src.options.sep!r}.")
+        raise SchemaError(
+            f"Expected a label column {label!r} in the data. Received: columns "
+            f"{header[:20]}{' ...' if len(header) > 20 else ''} in "
+            f"{src.files[0].path if src.files else 'the DataFrame'}.\nHint: {hint}"
+        )
+
+
+def _likely_sep(header: list[str]) -> str | None:
+    """The delimiter a one-column header seems split by (tab, ';', '|', ','), or None."""
+    if len(header) != 1:
+        return None
+    counts = {sep: header[0].count(sep) for sep in ("\t", ";", "|", ",")}
+    best = max(counts, key=lambda sep: counts[sep])
+    return best if counts[best] else None
+
+
+# ----------------------------------------------------------------------------- on the cluster
+def _run_scan(src: Source, label: str, client: Client, token: str,
+              partition_cache: BlockCache | None, timeout: float, only: list[int],
+              progress: ProgressCallback | None) -> tuple[list[BlockFacts], Stats]:
+    """Facts of every block (those outside ``only``: no rows) and the merged statistics."""
+    if src.frame is not None:
+        scanned, stats = _scan_frame(src, label, client, only)
+    else:
+        scanned, stats = _scan_files(src, label, client, token, partition_cache, timeout, only,
+                                     progress)
+    facts = [_unscanned() for _ in range(src.npartitions)]
+    for i, f in zip(only, scanned, strict=True):
+        facts[i] = f
+    return facts, stats
+
+
+def _unscanned() -> BlockFacts:
+    """The facts of a block outside the scanned part of a split: no rows."""
+    return {"rows": 0, "columns": [], "kinds": {}, "missing": {}, "label_rows": 0, "samples": {},
+            "unscanned": True}
+
+
+def _scan_frame(src: Source, label: str, client: Client,
+                only: list[int]) -> tuple[list[BlockFacts], Stats]:
+    """Facts and merged statistics of the blocks ``only`` of a dask DataFrame."""
+    tables = src.partitions()  # Arrow tables, null markers and types as parsed from CSV
+    keys = ScanKeys()
+    facts = [delayed(table_facts, pure=True)(tables[i], label, dask_key_name=keys.scan(i))
+             for i in only]
+    level = [delayed(table_stats, pure=True)(tables[i], label, dask_key_name=keys.part("stats", i))
+             for i in only]
+    depth = 0
+    while len(level) > 1:  # tree reduction on the cluster, fan-in 8
+        depth += 1
+        level = [delayed(merge_stats)(*level[i : i + 8], dask_key_name=keys.merge(depth, i))
+                 for i in range(0, len(level), 8)]
+    futures = client.compute([*facts, level[0]])
+    try:
+        results = client.gather(futures)
+    finally:
+        for f in futures:
+            f.release()
+    return list(results[:-1]), results[-1]
+
+
+def _scan_files(src: Source, label: str, client: Client, token: str,
+                partition_cache: BlockCache | None, timeout: float, only: list[int],
+                progress: ProgressCallback | None) -> tuple[list[BlockFacts], Stats]:
+    """Parse each block once in scan tasks (small files together): facts, stats, parse cache."""
+    nthreads = sum(client.nthreads().values()) or 1
+    tasks = scan_tasks(src, nthreads, only)
+    topic = f"daskfeed-scan-{token}"
+    sizes = block_sizes(src)
+    keys = ScanKeys()
+    futures = [client.submit(scan_blocks, [(i, src.blocks[i]) for i in t], src.options, label,
+                             partition_cache, topic, [sizes[i] for i in t],
+                             key=keys.scan(t[0]), retries=1)
+               for t in tasks]
+    try:
+        await_scan(client, futures, tasks, src, timeout, topic, progress)
+        level: list[Future] = [client.submit(operator.getitem, f, "stats", key=keys.part("stats", j))
+                               for j, f in enumerate(futures)]
+        depth = 0
+        while len(level) > 1:  # tree reduction on the cluster, fan-in 8
+            depth += 1
+            level = [client.submit(merge_stats, *level[i : i + 8], key=keys.merge(depth, i))
+                     for i in range(0, len(level), 8)]
+        facts = client.gather([client.submit(operator.getitem, f, "facts", key=keys.part("facts", j))
+                               for j, f in enumerate(futures)])
+        stats = level[0].result()
+    except Exception as err:
+        new = explain(err, "the scan's statistics")
+        if new is err:
+            raise
+        raise new from err
+    finally:
+        for f in futures:
+            f.release()
+    return [f for task in facts for f in task], stats
+
+
+class ScanKeys:
+    """The keys of one scan's tasks: tuples, so that one scan's tasks are task groups of its own.
+
+    The scheduler files a task into a span (the dashboard's ``daskfeed/scan train``) by its task
+    group, and string keys ``daskfeed-scan-<i>-<token>`` or ``getitem-<uuid>`` all fall in the
+    groups ``daskfeed-scan`` and ``getitem``: a scan submitted while another scan's tasks (or any
+    ``getitem``) are still on the scheduler (the training scan's, released a moment ago, when the
+    validation scan starts) joined that one's span. A tuple key's group is its first element,
+    which carries a token of this scan: no other task shares it, nor a result left by a scan of
+    the same files with other settings. The prefixes shown stay ``daskfeed-scan``,
+    ``daskfeed-scan-stats`` ...
+    """
+
+    def __init__(self) -> None:
+        self.run = uuid.uuid4().hex
+
+    def scan(self, block: int) -> tuple[str, int]:
+        """The scan task (or a DataFrame's facts task) starting at ``block``."""
+        return (f"daskfeed-scan-{self.run}", block)
+
+    def part(self, what: str, j: int) -> tuple[str, int]:
+        """The ``what`` (``"stats"``, ``"facts"``) of the ``j``-th scan task."""
+        return (f"daskfeed-scan-{what}-{self.run}", j)
+
+    def merge(self, depth: int, i: int) -> tuple[str, int, int]:
+        """A merge of statistics at ``depth`` of the tree (1: merging the tasks' own)."""
+        return (f"daskfeed-scan-merge-{self.run}", depth, i)
+
+
+def scan_tasks(src: Source, nthreads: int, only: list[int]) -> list[list[int]]:
+    """The blocks ``only``, in order, cut into scan tasks of about blocksize bytes each.
+
+    At least four scan tasks per worker thread when there is enough data; thousands of small
+    files cost a few tasks, not thousands.
+    """
+    sizes = block_sizes(src)
+    target = max(1, min(src.options.blocksize, sum(sizes[i] for i in only) // (4 * nthreads)))
+    tasks: list[list[int]] = []
+    current: list[int] = []
+    acc = 0
+    for i in only:
+        current.append(i)
+        acc += sizes[i]
+        if acc >= target:
+            tasks.append(current)
+            current, acc = [], 0
+    if current:
+        tasks.append(current)
+    return tasks
+
+
+# ----------------------------------------------------------------------------- the manifest
+def build_manifest(src: Source, label: str, facts: list[BlockFacts], stats: Stats,
+                   vocabulary_size: int, fingerprint: str,
+                   split: dict[str, Any] | None = None) -> Manifest:
+    """The :class:`~daskfeed.manifest._manifest.Manifest` of the scanned blocks' facts and merged statistics.
+
+    Its notes (rows without a label, aligned headers, bad lines, wide numbers) are warned
+    here and kept in the manifest, so a reused manifest repeats them.
+
+    Raises
+    ------
+    SchemaError
+        When headers differ, every file is empty, a column changes type, or the label is
+        empty in every row, neither numbers nor text, or text with more than
+        :data:`~daskfeed.manifest._labels.MAX_CLASSES` classes.
+    """
+    notes: list[str] = []
+    ref_cols, aligned = check_headers(src, facts, notes)
+    columns = resolve_columns(src, ref_cols, facts, finish_stats(stats), vocabulary_size)
+    check_label(src, label, columns[label], facts)
+    values = stats.get(label, {}).get("values") or {}
+    classes = text_classes(columns[label], values) if columns[label].kind == "categorical" else None
+    task, num_classes = ("multiclass", len(classes)) if classes is not None else label_task(values)
+    label_rows = sum(f["label_rows"] for f in facts)
+    rows_total = sum(f["rows"] for f in facts)
+    if label_rows == 0:
+        raise SchemaError(f"Label column {label!r} is empty in every row.\nHint: check the label name.")
+    if rows_total - label_rows:
+        notes.append(
+            f"{rows_total - label_rows:,} of {rows_total:,} rows have no value in label "
+            f"{label!r}; they are skipped (counted in manifest.label_missing)."
+        )
+    if aligned:
+        notes.append(
+            f"{len(aligned)} file(s) list the same columns in another order, e.g. "
+            f"{sorted(aligned)[0]}; their columns are aligned by name (counted in "
+            "manifest.aligned_files)."
+        )
+    bad_lines = sum(f.get("bad_lines", 0) for f in facts)
+    rejects = quarantined(src, facts, bad_lines, notes)
+    notes += wide_notes(columns, label)
+    for note in notes:
+        warn_user(note)
+    partitions = [
+        {"path": b.path, "offset": b.offset, "length": b.length, "rows": f["label_rows"],
+         "raw_rows": f["rows"]}
+        for b, f in zip(src.blocks, facts, strict=False)
+    ]
+    scanned = [i for i, f in enumerate(facts) if not f.get("unscanned")]
+    nbytes = src.nbytes if split is None or src.frame is not None else sum(
+        block_sizes(src)[i] for i in scanned)
+    return Manifest(
+        fingerprint=fingerprint, label=label, task=task, num_classes=num_classes, columns=columns,
+        partitions=partitions, rows=label_rows, label_missing=rows_total - label_rows,
+        nbytes=nbytes, read_options=read_settings(src), vocabulary_size=vocabulary_size,
+        bad_lines=bad_lines, aligned_files=len(aligned), rejects=rejects, notes=notes,
+        label_counts=classes if classes is not None else class_counts(values) if task != "regression"
+        else {}, label_classes=list(classes) if classes is not None else None, split=split,
+    )

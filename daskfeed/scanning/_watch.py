@@ -1,0 +1,126 @@
+"""Scan watch: the trainer waits for the scan tasks, judging progress, not completion.
+
+Scan tasks report each table they parse and each cache file they write on a topic; a scan is
+stuck only when no task reported or finished for ``timeout`` seconds, and a task that failed
+for good ends the scan with the files named (:func:`await_scan`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from distributed import Client, Future, wait
+
+from daskfeed.cluster import explain
+from daskfeed.core import FeedTimeoutError
+from daskfeed.manifest import block_sizes
+from daskfeed.reading import Source
+
+__all__ = ["ProgressCallback", "ScanProgress", "await_scan"]
+
+# (rows, bytes done, bytes in all, seconds, finished)
+ProgressCallback = Callable[[int, int, int, float, bool], None]
+
+
+class ScanProgress:
+    """What the scan tasks report while they run (events on a topic, :func:`daskfeed.scanning._task.report`).
+
+    Each event says a scan task parsed a table of block ``block`` (rows and bytes so far) or
+    wrote a cache file: progress, whether or not a task has finished yet.
+    """
+
+    def __init__(self, tasks: list[list[int]]) -> None:
+        self.last = time.monotonic()
+        self.rows = 0
+        self.nbytes = 0
+        self.at: dict[int, int] = {}  # scan task (its first block) -> block being read
+        self._first = {t[0] for t in tasks}
+
+    def __call__(self, event: tuple[float, dict[str, int]]) -> None:
+        """Take one event of a scan task (distributed's topic handler)."""
+        msg: dict[str, int] = event[1]
+        if not isinstance(msg, dict) or msg.get("task") not in self._first:
+            return
+        self.last = time.monotonic()
+        self.rows += int(msg.get("rows", 0))
+        self.nbytes += int(msg.get("bytes", 0))
+        self.at[int(msg["task"])] = int(msg.get("block", msg["task"]))
+
+
+def _describe(src: Source, blocks: list[int], at: int | None = None) -> str:
+    """What a scan task reads (``at``: the block it is reading now), for messages."""
+    if at is not None and at != blocks[0]:
+        return f"the scan of {src.blocks[at].describe()} (block {at})"
+    first, last = src.blocks[blocks[0]], src.blocks[blocks[-1]]
+    more = f" … {last.describe()} ({len(blocks)} blocks)" if len(blocks) > 1 else ""
+    return f"the scan of {first.describe()}{more}"
+
+
+def _wait_some(client: Client, pending: set[Future], timeout: float) -> tuple[set[Future], set[Future]]:
+    """The scan tasks done within a second (or ``timeout``), and those still running."""
+    try:
+        with client.as_current():  # wait() takes the current client
+            done, rest = wait(list(pending), timeout=min(1.0, timeout), return_when="FIRST_COMPLETED")
+    except TimeoutError:
+        return set(), pending
+    return set(done), set(rest)
+
+
+def await_scan(client: Client, futures: list[Future], tasks: list[list[int]], src: Source,
+                timeout: float, topic: str, on_progress: ProgressCallback | None = None) -> ScanProgress:
+    """Wait for the scan tasks, judging progress, not completion; fail fast with the files named.
+
+    A scan task reports each table it parses and each cache file it writes
+    (:func:`daskfeed.scanning._task.report`);
+    the scan is stuck only when no task reported progress or finished for ``timeout`` seconds
+    (a read that blocks: hung storage, a FIFO), however slow the disk. A task that fails for
+    good (after its retry) ends the scan with a clear error.
+    """
+    progress = ScanProgress(tasks)
+    sizes = block_sizes(src)
+    total = sum(sizes[i] for t in tasks for i in t)
+    t0 = time.monotonic()
+    blocks_of = {f.key: t for f, t in zip(futures, tasks, strict=True)}
+    client.subscribe_topic(topic, progress)
+    try:
+        pending = set(futures)
+        while pending:
+            done, pending = _wait_some(client, pending, timeout)
+            if on_progress is not None:
+                on_progress(progress.rows, progress.nbytes, total, time.monotonic() - t0,
+                            not pending)
+            for f in done:
+                progress.last = time.monotonic()
+                if f.status != "finished":
+                    _raise_failed(f, _describe(src, blocks_of[f.key]))
+            if pending and time.monotonic() - progress.last > timeout:
+                raise _stuck(src, [blocks_of[f.key] for f in pending], progress, timeout)
+    finally:
+        client.unsubscribe_topic(topic)
+    return progress
+
+
+def _stuck(src: Source, pending: list[list[int]], progress: ScanProgress,
+           timeout: float) -> FeedTimeoutError:
+    """The error for scan tasks ``pending`` that made no progress for ``timeout`` seconds."""
+    stuck = sorted(pending)[:3]
+    return FeedTimeoutError(
+        f"No scan task made progress within {timeout:.0f}s; still reading "
+        f"{'; '.join(_describe(src, t, progress.at.get(t[0])) for t in stuck)}"
+        f"{f' and {len(pending) - 3} more' if len(pending) > 3 else ''}.\n"
+        "Hint: a read that blocks (hung storage, a FIFO) never finishes: check the "
+        "workers on the dashboard; for storage that stalls longer between reads raise "
+        "--timeout (daskfeed.timeout)."
+    )
+
+
+def _raise_failed(future: Future, what: str) -> None:
+    """Raise the error of a scan task that failed for good, as a daskfeed error naming ``what``."""
+    try:
+        future.result()
+    except Exception as err:
+        new = explain(err, what)
+        if new is err:
+            raise
+        raise new from err

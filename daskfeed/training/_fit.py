@@ -1,0 +1,126 @@
+"""Fitting: the keras half of a training run (model, callbacks, fit, the model's outputs).
+
+:func:`daskfeed.training._train.train` starts the cluster and prepares the data without keras, then
+imports this module; the run's settings, place and cluster come in a :class:`~daskfeed.training._run.Run`.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from daskfeed.adapters import keras
+from daskfeed.core import DaskfeedError, RSSSampler
+from daskfeed.inference import export as export_serving
+from daskfeed.training._callbacks import Checkpointer, EpochTelemetry, fit_from
+from daskfeed.training._early_stopping import (
+    EarlyStopping,
+    make_early_stopping,
+    report_early_stopping,
+    resume_early_stopping,
+)
+from daskfeed.training._model import model_for
+from daskfeed.training._outputs import bad_lines_report, class_weights, split_report, write_history
+from daskfeed.training._watch import WatchCallback, summary_lines
+
+if TYPE_CHECKING:
+    from daskfeed.adapters import DaskSequence
+    from daskfeed.training._run import Run
+
+__all__ = ["fit", "reraise_feed_error", "summary"]
+
+
+def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused: bool,
+        rss: RSSSampler) -> tuple[list[dict[str, Any]], keras.Model, dict[str, Any]]:
+    """Build the model and its callbacks, fit from the start or the checkpoint, write outputs.
+
+    Returns the history, the model and the bad-lines report.
+    """
+    opts, echo, ckpt = run.opts, run.echo, run.ckpt
+    keras.utils.set_random_seed(opts.data.seed)  # the model's initial weights, dropout
+    if opts.fit.weight:
+        echo(f"sample weights: column {opts.fit.weight!r} (not a feature); loss and weighted_ "
+             "metrics weighted" + ("" if val_seq is None else ", validation too" if val_seq.weight
+                                   else "; validation unweighted (its data have no such column)"))
+    weights = class_weights(train_seq.manifest, opts.fit.class_weight, echo)
+    # written now, not at the end: an interrupted run keeps its quarantined lines
+    bad_report = bad_lines_report(run.out, opts.data.bad_lines, reused, train_seq, val_seq)
+    net = model_for(opts.model, train_seq, opts.fit, echo)
+    stopper = make_early_stopping(opts.fit.patience, opts.fit.monitor, net, echo)
+    telemetry = EpochTelemetry(train_seq, rss)
+    epoch, batch = _start_point(run, net, stopper, len(train_seq))
+    every = opts.checkpoint_every
+    echo(f"checkpoints: {f'every {every} batches and ' if every else ''}at epoch ends in "
+         f"{run.store.directory} (the last {run.store.keep} kept)")
+    checkpointer = Checkpointer(run.store, train_seq, every=every, telemetry=telemetry,
+                                history=ckpt.history if ckpt else [], early_stopping=stopper)
+    watch = WatchCallback(run.client, train_seq, validation=val_seq, budget_bytes=run.budget.total,
+                          rss_sampler=rss, epochs=opts.epochs)  # the daskfeed page, live
+    callbacks = [telemetry, *([stopper] if stopper else []), checkpointer, watch,
+                 *([keras.callbacks.TensorBoard(opts.tensorboard)] if opts.tensorboard else [])]
+    try:
+        fit_from(net, train_seq, epochs=opts.epochs, epoch=epoch, batch=batch, feed=opts.fit.feed,
+                 validation_data=val_seq, shuffle=False, verbose=opts.verbose,
+                 callbacks=callbacks, class_weight=weights)
+    except Exception as err:
+        reraise_feed_error(err, train_seq, val_seq)
+        raise
+    history = checkpointer.history
+    stopping = report_early_stopping(stopper, opts.epochs, echo)
+    net.save(os.path.join(run.out, "model.keras"))
+    try:  # serving/: the same model taking raw column values
+        export_serving(run.out, model=net, features=list(train_seq.features), echo=echo)
+    except (DaskfeedError, ValueError, TypeError) as err:  # model.keras stands; say why not
+        warnings.warn(f"serving/ not written: {err}", stacklevel=2)
+    write_history(run.out, history, budget=run.budget, rows=train_seq.rows,
+                  peak_rss=rss.overall_peak, bad_lines=bad_report, weight=opts.fit.weight,
+                  class_weights=weights, split=split_report(train_seq, val_seq),
+                  early_stopping=stopping, ranks=run.ranks, train_seq=train_seq, ckpt=ckpt)
+    return history, net, bad_report
+
+
+def _start_point(run: Run, net: keras.Model, stopper: EarlyStopping | None, batches: int) -> tuple[int, int]:
+    """Epoch and batch to start at: 0, 0, or the checkpoint's (its weights and optimizer loaded)."""
+    ckpt, epochs = run.ckpt, run.opts.epochs
+    if ckpt is None:
+        return 0, 0
+    ckpt.restore(net)  # weights + optimizer state (its iteration count checked)
+    epoch, batch = ckpt.cursor.epoch, ckpt.cursor.batch
+    run.echo(f"resuming from {ckpt.path}: epoch {epoch + 1}/{epochs} at batch {batch + 1}/"
+             f"{batches} (optimizer iteration {ckpt.iterations})" if epoch < epochs else
+             f"{ckpt.path} is at the end of epoch {epoch}: nothing left to train (raise "
+             "--epochs to train more)")
+    if resume_early_stopping(stopper, ckpt, net, run.echo):
+        return max(epoch, epochs), 0
+    return epoch, batch
+
+
+def summary(run: Run, history: list[dict[str, Any]], bad_report: dict[str, Any], seconds: float,
+            rss: RSSSampler) -> None:
+    """The closing lines: the validation figure, the summary, what was written."""
+    last = history[-1] if history else {}
+    metric = next((k for k in ("val_weighted_accuracy", "val_accuracy",
+                               "val_weighted_mean_absolute_error", "val_mean_absolute_error",
+                               "val_loss") if k in last), None)
+    if metric:
+        run.echo(f"{metric.replace('_', ' ')}: {last[metric]:.4f}")
+    for line in summary_lines(history, seconds=seconds, budget_bytes=run.budget.total,
+                              peak_rss_bytes=rss.overall_peak, bad_rows=bad_report):
+        run.echo(line)
+    run.echo(f"wrote {run.out}/model.keras, manifest.json, history.json, history.png")
+
+
+def reraise_feed_error(err: Exception, *seqs: DaskSequence | None) -> None:
+    """Raise the daskfeed error behind ``err`` if a batch failed with one.
+
+    Keras' TF backend reads batches inside a tf.data ``py_function``: an error raised by
+    ``DaskSequence.__getitem__`` reaches ``fit``'s caller as a TF ``UnknownError`` holding its
+    text. The sequence keeps the original (``failure``): raise that, clear and typed.
+    """
+    if isinstance(err, DaskfeedError):
+        return
+    for seq in seqs:
+        failure = getattr(seq, "failure", None)
+        if failure is not None:
+            raise failure from None

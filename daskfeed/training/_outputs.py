@@ -1,0 +1,205 @@
+"""What a training run writes and says besides the model and the manifest.
+
+history.json, history.png, rejects.csv; the scan progress lines, the class weights and the
+validation split it reports.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import json
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from dask.utils import format_bytes
+
+from daskfeed.checkpoint import Checkpoint
+from daskfeed.cluster import Budget
+from daskfeed.core import DaskfeedError, write_file
+from daskfeed.manifest import Manifest
+from daskfeed.training._ranks import Rank, shard_report
+
+if TYPE_CHECKING:
+    from daskfeed.adapters import DaskSequence
+
+__all__ = ["bad_lines_report", "class_weights", "require_tensorboard", "scan_bar",
+           "split_report", "write_history"]
+
+Echo = Callable[[str], None]
+
+
+def scan_bar(echo: Echo) -> Callable[[int, int, int, float, bool], None]:
+    """A scan progress line every 10 % of the bytes (and at the end): rows/s, bytes, ETA.
+
+    Parameters
+    ----------
+    echo
+        Where the lines go.
+
+    Returns
+    -------
+    callable
+        The ``progress`` callback of a scan: ``(rows, done, total, seconds, finished)``.
+    """
+    shown = [-1]
+
+    def show(rows: int, done: int, total: int, seconds: float, finished: bool) -> None:
+        step = int(10 * done / total) if total else 0
+        if finished or not done or step <= shown[0] or seconds < 2:  # small scans: no lines
+            return
+        shown[0] = step
+        rate = done / seconds if seconds else 0.0
+        eta = f", ETA {(total - done) / rate:.0f}s" if rate and done < total else ""
+        echo(f"scan: {100 * done / total:.0f}% of {format_bytes(total)}, {rows:,} rows, "
+             f"{rows / seconds:,.0f} rows/s{eta}")
+
+    return show
+
+
+def require_tensorboard() -> None:
+    """Refuse ``tensorboard=`` up front when the ``tensorboard`` package is missing.
+
+    Raises
+    ------
+    DaskfeedError
+        When it is not installed, with the extra to install.
+    """
+    if importlib.util.find_spec("tensorboard") is None:
+        raise DaskfeedError(
+            "Expected the tensorboard package for --tensorboard. Received: it is not installed "
+            "(tensorflow-cpu does not bring it).\nHint: pip install 'daskfeed[tensorboard]', or "
+            "leave out --tensorboard."
+        )
+
+
+def class_weights(manifest: Manifest, spec: str | dict[Any, float] | None,
+                  echo: Echo) -> dict[int, float] | None:
+    """The class weights of ``spec`` from the manifest's label counts, echoed.
+
+    Parameters
+    ----------
+    manifest
+        The training manifest (its label counts).
+    spec
+        ``"balanced"``, ``{class: weight}``, or None.
+    echo
+        Where the weights are said.
+
+    Returns
+    -------
+    dict or None
+        ``{class id: weight}`` as ``fit(class_weight=)`` takes it; None: no class weights.
+    """
+    if spec is None:
+        return None
+    weights = manifest.class_weights(spec)
+    counts = ", ".join(f"{k}: {int(n):,}" for k, n in manifest.label_counts.items())
+    names = manifest.classes  # a text label: its class names, not their codes
+    shown = ", ".join(f"{names[k] if names else k}: {w:.4g}" for k, w in weights.items())
+    how = "balanced, from the label counts" if spec == "balanced" else "given; label counts"
+    echo(f"class weights ({how} {counts}): {shown}")
+    return weights
+
+
+def split_report(train_seq: DaskSequence, val_seq: DaskSequence | None) -> dict[str, Any] | None:
+    """What history.json says of a validation split.
+
+    Parameters
+    ----------
+    train_seq, val_seq
+        The training sequence and the held-out one.
+
+    Returns
+    -------
+    dict or None
+        Fraction, seed, held-out blocks and rows; None: no split.
+    """
+    split = train_seq.manifest.split
+    if not split:
+        return None
+    return {"fraction": split["validation_split"], "seed": split["seed"], "by": "partition",
+            "validation_partitions": split["validation_partitions"],
+            "training_rows": train_seq.manifest.rows,
+            "validation_rows": val_seq.manifest.rows if val_seq is not None else None}
+
+
+def bad_lines_report(out: str, policy: str, reused: bool,
+                     *seqs: DaskSequence | None) -> dict[str, Any]:
+    """Malformed lines skipped per data set; under quarantine their text goes to rejects.csv.
+
+    Parameters
+    ----------
+    out
+        The output directory.
+    policy
+        The ``bad_lines`` policy.
+    reused
+        Whether the manifest was reused from ``out`` (a rerun, ``--resume``): the rejects
+        file that the scan of that manifest wrote is then kept as it is.
+    *seqs
+        The training and validation sequences.
+
+    Returns
+    -------
+    dict
+        The policy, the counts per data set and, under quarantine, the rejects file.
+    """
+    report: dict[str, Any] = {"policy": policy}
+    rejects = []
+    for name, seq in zip(("train", "validation"), seqs, strict=False):
+        if seq is not None:
+            report[name] = seq.manifest.bad_lines
+            rejects += [(name, r["where"], r["line"]) for r in seq.manifest.rejects]
+    if policy == "quarantine":
+        path = os.path.join(out, "rejects.csv")
+        report["rejects_file"] = path
+        if reused and os.path.exists(path):
+            return report
+        text = io.StringIO(newline="")
+        w = csv.writer(text)
+        w.writerow(["data", "where", "line"])
+        w.writerows(rejects)
+        write_file(path, text.getvalue())
+    return report
+
+
+def write_history(out: str, history: list[dict[str, Any]], *, budget: Budget, rows: int,
+                  peak_rss: int, bad_lines: dict[str, Any], weight: str | None,
+                  class_weights: dict[int, float] | None, split: dict[str, Any] | None,
+                  early_stopping: dict[str, Any] | None, ranks: Rank, train_seq: DaskSequence,
+                  ckpt: Checkpoint | None) -> None:
+    """Write ``history.png`` and ``history.json``: the epochs and what the run was.
+
+    Parameters
+    ----------
+    out
+        The output directory.
+    history
+        The epoch records.
+    budget, rows, peak_rss
+        The memory budget, the rows per epoch, the process tree's peak RSS.
+    bad_lines, weight, class_weights, split, early_stopping
+        What the run reports of them (see the functions above and
+        :func:`daskfeed.training._callbacks.report_early_stopping`).
+    ranks, train_seq
+        This trainer's rank and its training sequence (its shard).
+    ckpt
+        The checkpoint the run resumed from, or None.
+    """
+    from daskfeed.training._watch import history_plot  # matplotlib, keras: only once there is a history
+
+    history_plot(history, os.path.join(out, "history.png"))
+    record = {
+        "epochs": history, "memory_limit_bytes": budget.total, "budget": budget.__dict__,
+        "rows_per_epoch": rows, "peak_rss_bytes": peak_rss, "bad_lines": bad_lines,
+        "sample_weight": weight,
+        "class_weight": {str(k): v for k, v in class_weights.items()} if class_weights else None,
+        "validation_split": split, "early_stopping": early_stopping,
+        "ranks": shard_report(ranks, train_seq),
+        "resumed_from": ({"checkpoint": ckpt.path, "epoch": ckpt.cursor.epoch,
+                          "batch": ckpt.cursor.batch} if ckpt else None),
+    }
+    write_file(os.path.join(out, "history.json"), json.dumps(record, indent=1))

@@ -1,0 +1,51 @@
+"""Run: what the steps of one training run share (``_train`` and ``_fit``).
+
+Its settings, output place, checkpoint, cluster and budget, the dashboard's spans, and what to
+close at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from daskfeed.dashboard import EpochSpans
+from daskfeed.training._outputs import scan_bar
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from daskfeed.checkpoint import Checkpoint, CheckpointStore
+    from daskfeed.cluster import Budget
+    from daskfeed.core import Stop
+    from daskfeed.training._options import DataSpec, TrainOptions
+    from daskfeed.training._ranks import Rank
+
+__all__ = ["Echo", "Run"]
+
+Echo = Callable[[str], None]
+
+
+@dataclass
+class Run:
+    """What the steps of one run share: its settings, place, cluster and what to close."""
+
+    data: DataSpec
+    label: str
+    validation: DataSpec | None
+    opts: TrainOptions
+    echo: Echo
+    stop: Stop | None
+    ranks: Rank
+    out: str
+    store: CheckpointStore
+    ckpt: Checkpoint | None
+    client: Client
+    budget: Budget
+    link: str | None
+    spans: EpochSpans = field(default_factory=EpochSpans)  # one per run: both sequences' epochs
+    closing: list[Any] = field(default_factory=list)  # sequences, the shared scan's lock
+
+    def __post_init__(self) -> None:
+        self.progress = scan_bar(self.echo)  # one progress bar for the run's scans

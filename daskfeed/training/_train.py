@@ -1,0 +1,334 @@
+"""Train: the whole job as a few named steps (cluster, data, model, callbacks, fit, outputs).
+
+:func:`train` is the Python entry point; the CLI calls it with a :class:`TrainOptions`. The
+steps up to the training data (checks, cluster, scan) need no keras, which takes seconds to
+load: a run says where to watch it at once, and a mistake in the data or the settings is said
+without waiting for TensorFlow. The keras half, :mod:`daskfeed.training._fit`, is imported after.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from daskfeed.batches import Prepared, blocksize_for, largest_block, planned_window_bytes
+from daskfeed.checkpoint import Checkpoint, CheckpointStore, Cursor, open_store
+from daskfeed.cluster import Budget, check_worker_memory, close_client, open_cluster
+from daskfeed.core import ManifestMismatchError, RSSSampler, SchemaError, Stop
+from daskfeed.core import choose as choose_backend
+from daskfeed.dashboard import install, scan_span
+from daskfeed.manifest import Manifest, read_reusable
+from daskfeed.reading import Source, refuse_missing_local
+from daskfeed.training._options import DataSpec, TrainOptions
+from daskfeed.training._outputs import require_tensorboard
+from daskfeed.training._ranks import (
+    Rank,
+    SharedScan,
+    join_scan,
+    rank_output,
+    resolve_rank,
+    scan_key,
+    shard_line,
+)
+from daskfeed.training._run import Echo, Run
+
+if TYPE_CHECKING:
+    from distributed import Client
+    from keras import Model
+
+    from daskfeed.adapters import DaskSequence
+
+__all__ = ["TrainResult", "train"]
+
+
+@dataclass
+class TrainResult:
+    """What ``train`` produced: output files, per-epoch history, manifest, budget."""
+
+    output: str
+    history: list[dict[str, Any]]
+    manifest: Manifest
+    budget: Budget | None
+    dashboard_link: str | None
+    model: Model | None = field(repr=False, default=None)
+
+    @property
+    def final(self) -> dict[str, Any]:
+        """The last epoch's record."""
+        return self.history[-1] if self.history else {}
+
+
+def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
+          options: TrainOptions | None = None, echo: Echo = print, stop: Stop | None = None,
+          **settings: Any) -> TrainResult:
+    """Train a Keras model on ``data`` within a memory budget; write model, manifest, history.
+
+    Parameters
+    ----------
+    data, validation
+        Paths / globs / lists / URLs of the training and validation data.
+    label
+        The label column.
+    options
+        The resolved settings; or give them as keyword arguments (``settings``).
+    echo
+        Where progress lines go (the CLI's ``click.echo``; a no-op when quiet).
+    stop
+        Ends waits for data at once when requested (the CLI's signal watcher sets it);
+        default: the process-wide stop request.
+    **settings
+        The settings by name (``epochs``, ``batch_size``, ``memory_limit``, ``model``,
+        ``resume``, ...), as :meth:`TrainOptions.resolve` takes them; one not given takes its
+        ``daskfeed.*`` config value.
+
+    Returns
+    -------
+    TrainResult
+        The output directory, the history, the manifest, the budget and the model.
+
+    Raises
+    ------
+    DaskfeedError
+        For bad data, settings or budgets, with what was expected, what was received and a hint.
+
+    Notes
+    -----
+    A manifest in the output directory is reused, with its blocks and parse cache, whatever the
+    budget, cluster shape, batch size or model; changed files or read settings rescan.
+    """
+    if options is not None and settings:
+        raise TypeError(f"train() takes options= or settings, not both: {', '.join(sorted(settings))}")
+    opts = options or TrainOptions.resolve(validation=validation, **settings)
+    t_run = time.perf_counter()
+    choose_backend()  # a backend daskfeed does not run on is refused at once
+    ranks, out, store, ckpt = _prepare(data, validation, opts, echo)
+    client, budget, link = _connect(opts, echo)
+    run = Run(data, label, validation, opts, echo, stop, ranks, out, store, ckpt, client, budget,
+              link)
+    try:
+        with RSSSampler() as rss:
+            train_seq, val_seq, reused = _open_data(run)
+            from daskfeed.training import _fit as fitting  # loaded with the training sequence
+
+            history, net, bad_report = fitting.fit(run, train_seq, val_seq, reused, rss)
+        fitting.summary(run, history, bad_report, time.perf_counter() - t_run, rss)
+        return TrainResult(run.out, history, train_seq.manifest, run.budget, run.link, net)
+    finally:
+        for s in run.closing:
+            s.close()
+        close_client(run.client)
+
+
+def _prepare(data: DataSpec, validation: DataSpec | None, opts: TrainOptions,
+             echo: Echo) -> tuple[Rank, str, CheckpointStore, Checkpoint | None]:
+    """Check what can be checked before any cluster: paths, TensorBoard, ranks, the checkpoint.
+
+    Returns the rank, the output directory, its checkpoint store and the checkpoint to resume.
+    """
+    for spec in (data, validation):
+        if spec is not None:
+            refuse_missing_local(spec)
+    if opts.tensorboard:
+        require_tensorboard()
+    ranks = resolve_rank(opts.cluster.rank, opts.cluster.world_size)
+    if ranks.several and not opts.cluster.scheduler:
+        raise SchemaError(
+            "Expected one Dask cluster shared by the trainers (--scheduler or --scheduler-file) "
+            f"with several trainers. Received: {ranks.describe()} and no scheduler.\nHint: start "
+            "'dask scheduler' and 'dask worker' processes (see deploy/) and pass --scheduler to "
+            "every rank; or --rank 0 --world-size 1 to train alone.")
+    out = rank_output(opts.output, ranks)
+    os.makedirs(out, mode=0o700, exist_ok=True)
+    store, ckpt = open_store(out, resume=opts.resume, echo=echo)
+    return ranks, out, store, ckpt
+
+
+def _connect(opts: TrainOptions, echo: Echo) -> tuple[Client, Budget, str | None]:
+    """Start or reach the cluster, install daskfeed's page and metrics, say where to watch.
+
+    Returns the client, the budget it works in and the dashboard's address.
+    """
+    c = opts.cluster
+    client, budget = open_cluster(
+        c.memory_limit, nworkers=c.nworkers, nthreads=c.nthreads, scheduler=c.scheduler,
+        security=c.security, dashboard_address=c.dashboard_address, processes=c.processes,
+        trainer_reserve=c.trainer_reserve, window_bytes=c.window_bytes,
+        max_blocksize=c.max_blocksize, echo=echo)
+    links = install(client)
+    link = links.dashboard if links else getattr(client, "dashboard_link", None) or None
+    if link:
+        echo(f"dashboard: {link}")
+    if links:
+        echo(f"daskfeed page: {links.page} (Prometheus: {links.metrics})")
+    return client, budget, link
+
+
+def _open_data(run: Run) -> tuple[DaskSequence, DaskSequence | None, bool]:
+    """The training and validation sequences (scanned, or from a reused manifest), described.
+
+    Returns the two sequences and whether the training manifest was reused.
+    """
+    opts, echo = run.opts, run.echo
+    shared = _join_scan(run)
+    cached = ((shared.get("train") if shared is not None else None)
+              or _cached_manifest(os.path.join(run.out, "manifest.json")))
+    if cached is not None and opts.fit.class_weight == "balanced" and not cached.label_counts:
+        cached = None  # made before the scan kept label counts: rescan
+    if opts.cluster.scheduler and cached is not None:  # before any window is sent to a worker
+        check_worker_memory(run.client, largest_block(cached), what="block")
+    t0 = time.perf_counter()
+    train_seq = _train_sequence(run, cached)
+    run.closing.append(train_seq)
+    manifest = train_seq.manifest
+    if run.ckpt:  # refuse other data, batch size, seed, features before anything is trained
+        cur = run.ckpt.cursor
+        cur.check(Cursor.of(train_seq, cur.epoch, cur.batch), where=run.ckpt.path)
+    manifest.to_json(os.path.join(run.out, "manifest.json"))
+    how = "manifest reused" if manifest is cached else f"scanned in {time.perf_counter() - t0:.1f}s"
+    echo(f"train data: {manifest.summary()} ({how})")
+    echo(train_seq.cache_status)
+    echo(f"features ({len(train_seq.features)}): {', '.join(train_seq.features)}")
+    nwin = len(train_seq.plan.windows)
+    echo(f"{len(train_seq)} batches of {train_seq.batch_size} per epoch; rows shuffled in "
+         f"{nwin} window{'s' if nwin > 1 else ''} of ~{train_seq.rows // nwin:,} rows")
+    if run.ranks.several:
+        echo(shard_line(run.ranks, train_seq))
+    with scan_span(run.client, name="validation"):
+        val_seq = _validation_sequence(run, train_seq,
+                                       shared.get("validation") if shared is not None else None)
+    if val_seq is not None:
+        run.closing.append(val_seq)
+    if shared is not None:  # the other ranks reuse what this one scanned
+        shared.share(train=manifest, validation=val_seq.manifest if val_seq else None)
+    if opts.cluster.scheduler:  # workers too small for these windows: say so before training
+        check_worker_memory(run.client, planned_window_bytes(train_seq, val_seq))
+    return train_seq, val_seq, manifest is cached
+
+
+def _data_settings(run: Run, blocksize: int) -> dict[str, Any]:
+    """What the training and validation data share: client, reading, batching, the scan's bar."""
+    d = run.opts.data
+    return {"label": run.label, "batch_size": d.batch_size, "client": run.client,
+            "as_matrix": d.as_matrix, "timeout": d.timeout, "cache": d.cache,
+            "vocabulary_size": d.vocabulary_size, "scan_progress": run.progress,
+            **d.read(blocksize)}
+
+
+def _serving(run: Run) -> dict[str, Any]:
+    """What the training and validation sequences share when serving: windows, spans, stop."""
+    return {"window_bytes": run.budget.window_bytes, "spans": run.spans, "stop": run.stop}
+
+
+def _train_sequence(run: Run, cached: Manifest | None) -> DaskSequence:
+    """The training sequence: of the reused manifest, else (or when it no longer fits) scanned.
+
+    The data are prepared before keras is imported: a mistake in them or in the settings is
+    said without waiting seconds for TensorFlow to load.
+    """
+    d, fit, ckpt, budget = run.opts.data, run.opts.fit, run.ckpt, run.budget
+    block = ckpt.cursor.blocksize if ckpt else blocksize_for(d.blocksize, budget, cached, d.cache, run.echo)
+    split: dict[str, Any] = ({"validation_split": fit.validation_split, "subset": "training"}
+             if fit.validation_split else {})
+    # resuming: the same blocks and windows as the interrupted run, whatever the budget
+    pinned: dict[str, Any] = {"window_rows": ckpt.cursor.window_rows} if ckpt else {}
+
+    def prepare(manifest: Manifest | None) -> Prepared:
+        with scan_span(run.client, name="train"):
+            return Prepared(run.data, features=list(d.features) if d.features else None,
+                            exclude=d.exclude, seed=d.seed, manifest=manifest,
+                            prefetch_bytes=budget.prefetch * 2 // 3, weight=fit.weight,
+                            shard=run.ranks.shard, **split, **_data_settings(run, block))
+
+    if cached is None:
+        prepared = prepare(None)
+    else:
+        try:
+            prepared = prepare(cached)
+        except ManifestMismatchError as err:
+            # other files, or a setting that shapes the manifest changed: rebuild it
+            run.echo(f"rescanning: {str(err).splitlines()[0]}")
+            prepared = prepare(None)
+    from daskfeed.adapters import DaskSequence  # keras: once the training data are ready
+
+    return DaskSequence.of(prepared, **_serving(run), **pinned)
+
+
+def _validation_sequence(run: Run, train_seq: DaskSequence,
+                         manifest: Manifest | None) -> DaskSequence | None:
+    """The validation sequence: of ``validation``, of the split's held-out part, or None.
+
+    ``manifest``: one another rank published for it, reused if it still describes the data.
+    """
+    fit, echo = run.opts.fit, run.echo
+    if not (run.validation or fit.validation_split):
+        return None
+    from daskfeed.adapters import DaskSequence
+
+    same = {**_data_settings(run, train_seq.source.options.blocksize), **_serving(run),
+            "features": train_seq.features, "shuffle": False, "reference": train_seq.manifest,
+            "prefetch_bytes": run.budget.prefetch // 3}
+    if fit.validation_split:
+        seq = _reusing(manifest, lambda m: DaskSequence(
+            run.data, seed=train_seq.seed, validation_split=fit.validation_split,
+            subset="validation", weight=fit.weight, manifest=m, **same))
+        held = len((seq.manifest.split or {})["validation_partitions"])
+        share = seq.manifest.rows / max(seq.manifest.rows + train_seq.manifest.rows, 1)
+        coarse = ("; whole blocks: lower --blocksize for a split nearer "
+                  f"{fit.validation_split:g}" if abs(share - fit.validation_split) >
+                  0.5 * fit.validation_split else "")
+        echo(f"validation split {fit.validation_split:g} by whole blocks (seed "
+             f"{train_seq.seed}): {seq.manifest.rows:,} rows ({share:.1%}) in {held} of "
+             f"{len(seq.manifest.partitions)} blocks held out{coarse}; training on the other "
+             f"{train_seq.manifest.rows:,} rows (their statistics only)")
+        return seq
+    assert run.validation is not None
+    block = train_seq.source.options.blocksize
+    weight = fit.weight if fit.weight and _has_column(run, run.validation, fit.weight, block) else None
+    seq = _reusing(manifest, lambda m: DaskSequence(run.validation, weight=weight, manifest=m,
+                                                    **same))
+    echo(f"validation data: {seq.manifest.rows:,} rows in {len(seq.manifest.partitions)} blocks")
+    return seq
+
+
+def _reusing(manifest: Manifest | None,
+             make: Callable[[Manifest | None], DaskSequence]) -> DaskSequence:
+    """``make(manifest)`` if that manifest still describes the data, else ``make(None)`` (a scan)."""
+    if manifest is None:
+        return make(None)
+    try:
+        return make(manifest)
+    except ManifestMismatchError:
+        return make(None)
+
+
+def _join_scan(run: Run) -> SharedScan | None:
+    """Several trainers: the scan lock of these data on the shared scheduler (None: one trainer)."""
+    if not run.ranks.several:
+        return None
+    run.echo(f"trainer {run.ranks.describe()}")
+    d = run.opts.data
+    key = scan_key(data=run.data, validation=run.validation, label=run.label,
+                   vocabulary_size=d.vocabulary_size, sep=d.sep, encoding=d.encoding,
+                   na_values=d.na_values, dtype=d.dtype, bad_lines=d.bad_lines,
+                   blocksize=d.blocksize, validation_split=run.opts.fit.validation_split,
+                   seed=d.seed)
+    shared = join_scan(run.client, key, wait=run.opts.cluster.rank_wait, echo=run.echo)
+    run.closing.append(shared)
+    return shared
+
+
+def _has_column(run: Run, data: DataSpec, name: str, blocksize: int) -> bool:
+    """Whether the header of ``data`` names column ``name`` (one line read)."""
+    with warnings.catch_warnings():  # the DaskSequence says what the Source has to say
+        warnings.simplefilter("ignore")
+        src = Source(data, **run.opts.data.read(blocksize))
+    return name in src.header()
+
+
+def _cached_manifest(path: str) -> Manifest | None:
+    """The manifest an earlier run wrote to ``path`` (None: none, unreadable, or an older format)."""
+    return read_reusable(path)

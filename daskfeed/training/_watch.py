@@ -1,0 +1,416 @@
+"""Watching a run: the Keras callback that feeds the dashboard, the history plot, the summary.
+
+- :class:`WatchCallback` reports epoch, batch of total, loss and metrics, rows/s, data-wait
+  and memory to the scheduler's ``/daskfeed`` page and ``daskfeed_*`` series (see
+  :mod:`daskfeed.dashboard._plugin`) at most every ``every_seconds`` and at each epoch's end, and
+  gives each epoch a ``distributed.span`` (:class:`~daskfeed.dashboard._plugin.EpochSpans`).
+- :func:`history_plot` writes ``history.png``; :func:`summary_lines` the closing summary.
+
+Example::
+
+    from daskfeed.dashboard._plugin import install, scan_span
+    from daskfeed.training._watch import WatchCallback, history_plot, summary_lines
+
+    links = install(client)                      # links.page: http://…/daskfeed
+    with scan_span(client):
+        seq = daskfeed.DaskSequence("data/**/*.csv", label="cleared", client=client)
+    model.fit(seq, epochs=3, shuffle=False, callbacks=[WatchCallback(client, seq)])
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from daskfeed.adapters import keras
+from daskfeed.core import RSSSampler, tree_rss
+from daskfeed.dashboard import EpochSpans, Links, install, report
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+__all__ = ["WatchCallback", "history_plot", "summary_lines"]
+
+
+class WatchCallback(keras.callbacks.Callback):
+    """Report a ``fit`` to the scheduler's daskfeed page and ``/metrics`` while it runs.
+
+    Parameters
+    ----------
+    client
+        The ``distributed.Client`` of the cluster (a ``LocalCluster``'s or a remote
+        scheduler's); :func:`~daskfeed.dashboard._plugin.install` is called on it when training starts.
+    sequence
+        The training :class:`~daskfeed.DaskSequence` (rows, data-wait, batches per epoch; any
+        ``keras.utils.PyDataset`` works with fewer figures).
+    validation
+        The validation sequence, for its bad-row counts.
+    budget_bytes
+        The memory budget that the process tree's RSS is shown against.
+    rss_sampler
+        A :class:`daskfeed.core._rss.RSSSampler` (its ``sample()`` and ``peak``); default: the RSS of
+        this process and its children, measured at each report.
+    every_seconds
+        Least time between two reports during an epoch (each epoch's end is always reported).
+    epochs
+        Epochs of the whole run, when ``fit`` is called in parts (``--resume``).
+
+    Notes
+    -----
+    Each epoch's tasks belong to the span ``daskfeed/epoch N`` when they are submitted inside
+    ``spans(epoch)`` (``callback.spans``, an :class:`~daskfeed.dashboard._plugin.EpochSpans`). A
+    ``distributed.span`` tags what is submitted in the thread that entered it, and a
+    DaskSequence submits its windows from its prefetch and Keras' reader threads, not from
+    the thread running the callbacks, and starts on the first epoch's windows when it is
+    created. So the spans are entered where windows are submitted: by a sequence with a
+    ``spans`` attribute (an ``EpochSpans`` given when it is created, whose epoch-1 windows are
+    then in ``daskfeed/epoch 1`` too). The callback uses the training sequence's ``spans``,
+    or hands its own to sequences whose ``spans`` is None (from then on); the tasks of a
+    sequence without the attribute stay in the cluster's default span. The scheduler files
+    tasks into spans by task group, and keys ``daskfeed-window-<token>`` all fall in the group
+    ``daskfeed-window``: a window submitted while that group still has tasks on the scheduler
+    (the next epoch's first windows, overlapping the last ones of this epoch or the validation
+    windows) joins the group's span. Keys ``("daskfeed-window-<token>", w)`` give each window
+    its own group (the prefix, ``daskfeed-window``, stays), so every window lands in its epoch.
+    """
+
+    def __init__(self, client: Client, sequence: keras.utils.PyDataset, *,
+                 validation: keras.utils.PyDataset | None = None,
+                 budget_bytes: int | None = None, rss_sampler: RSSSampler | None = None,
+                 every_seconds: float = 2.0, epochs: int | None = None) -> None:
+        super().__init__()
+        self.client = client
+        self.sequence = sequence
+        self.validation = validation
+        self.budget_bytes = budget_bytes
+        self.rss = rss_sampler
+        self.every_seconds = float(every_seconds)
+        self.epochs = epochs
+        own = getattr(sequence, "spans", None)
+        self.spans = own if isinstance(own, EpochSpans) else EpochSpans()
+        self.links: Links | None = None
+        self.reports = 0  # events sent
+        self._rows_before = 0  # rows trained in earlier epochs of this run
+        self._peak = 0
+        self._epoch = self._batch = 0  # the epoch (0-based) and the batches of it trained
+        self._t0 = self._t_train = self._last = 0.0
+        for seq in (sequence, validation):
+            if seq is not None and hasattr(seq, "spans") and seq.spans is None:
+                seq.spans = self.spans  # a sequence that submits its tasks inside spans(epoch)
+
+    # -- Keras hooks ------------------------------------------------------------------
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        """Install the scheduler plugin (idempotent) and announce the run.
+
+        Parameters
+        ----------
+        logs
+            Keras' logs (losses and metrics so far; may be None).
+        """
+        self.links = install(self.client)
+        self._send({"kind": "run", "run": self.spans.run, "epochs": self._epochs(),
+                    "batches": self._batches(), "rows_per_epoch": getattr(self.sequence, "rows", None),
+                    "budget_bytes": self.budget_bytes, "bad_rows": self._bad_rows(), "data": self._data(),
+                    "cache": getattr(self.sequence, "cache_status", None)})
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        """Start the epoch's clock; report batch 0 (or the batch a resumed epoch starts at).
+
+        Parameters
+        ----------
+        epoch
+            The epoch (0-based).
+        logs
+            Keras' logs (losses and metrics so far; may be None).
+        """
+        self._epoch, self._batch = epoch, self._start()
+        self._t0, self._t_train = time.perf_counter(), 0.0
+        self._progress("training", self._batch, {})
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        """Report at most every ``every_seconds``.
+
+        Parameters
+        ----------
+        batch
+            The batch within the epoch (as Keras numbers it).
+        logs
+            Keras' logs (losses and metrics so far; may be None).
+        """
+        self._batch = self._start() + batch + 1
+        if time.perf_counter() - self._last >= self.every_seconds:
+            self._progress("training", self._batch, logs or {})
+
+    def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
+        """Validation starts: the training part of the epoch ends.
+
+        Parameters
+        ----------
+        logs
+            Keras' logs (losses and metrics so far; may be None).
+        """
+        if self._t0 and not self._t_train:
+            self._t_train = time.perf_counter()
+            self._progress("validating", self._batch, {})
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        """Report the finished epoch (train and validation logs, its rows/s and data-wait).
+
+        Parameters
+        ----------
+        epoch
+            The epoch (0-based).
+        logs
+            Keras' logs (losses and metrics so far; may be None).
+        """
+        logs = _floats(logs or {})
+        rec = self._epoch_record(epoch, logs)
+        self._rows_before += rec["rows"]
+        self._progress("epoch-end", self._batch, logs, rec)
+        self._send({"kind": "epoch", **rec})
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        """Say the fit finished.
+
+        Parameters
+        ----------
+        logs
+            Keras' logs (losses and metrics so far; may be None).
+        """
+        stopped = getattr(self.model, "stop_training", False)
+        self._send({"kind": "progress", "state": "stopped" if stopped else "done"})
+
+    # -- figures ------------------------------------------------------------------------
+    def _progress(self, state: str, batch: int, logs: Mapping[str, Any],
+                  rec: dict[str, Any] | None = None) -> None:
+        rss = self._rss()
+        if rec is None:
+            seconds = max(time.perf_counter() - self._t0, 1e-9)
+            rows = self._rows_done(batch)
+            wait = self._stats().get("wait_seconds", 0.0)
+            rows_per_s, wait = rows / seconds, min(1.0, wait / seconds)
+        else:
+            rows, rows_per_s, wait = rec["rows"], rec["rows_per_s"], rec["data_wait"]
+        msg = {
+            "kind": "progress", "state": state, "epoch": self._epoch + 1, "epochs": self._epochs(),
+            "batch": int(batch), "batches": self._batches(), "rows": int(rows),
+            "rows_trained": int(self._rows_before + (0 if rec else rows)),
+            "rows_per_s": float(rows_per_s), "data_wait": float(wait),
+            "rss_bytes": rss, "peak_rss_bytes": self._peak_rss(rss), "budget_bytes": self.budget_bytes,
+        }
+        if logs:  # none at an epoch's start or validation's: the latest stay on the page
+            msg["logs"] = _floats(logs)
+        if not rows:  # no batch trained yet this epoch: no rate yet, the last one stays
+            del msg["rows_per_s"], msg["data_wait"]
+        self._send(msg)
+
+    def _epoch_record(self, epoch: int, logs: dict[str, float]) -> dict[str, Any]:
+        end = time.perf_counter()
+        seconds = max((self._t_train or end) - self._t0, 1e-9)
+        stats = self._stats(done=epoch)
+        rows = int(stats.get("rows", 0))
+        return {"epoch": epoch + 1, **logs, "rows": rows, "seconds": round(seconds, 3),
+                "rows_per_s": rows / seconds,
+                "data_wait": min(1.0, stats.get("wait_seconds", 0.0) / seconds),
+                "peak_rss_bytes": self._peak_rss(self._rss())}
+
+    def _stats(self, done: int | None = None) -> dict[str, Any]:
+        """The sequence's figures of this epoch, or of the finished epoch ``done``.
+
+        By the time Keras calls ``on_epoch_end`` the sequence has moved on to the next epoch.
+        """
+        seq = self.sequence
+        last = getattr(seq, "last_epoch_stats", None) or {}
+        if done is not None and last.get("epoch") == done:
+            return last
+        return dict(seq.epoch_stats()) if hasattr(seq, "epoch_stats") else {}
+
+    def _rows_done(self, batch: int) -> int:
+        """Rows trained this epoch up to ``batch`` (only the epoch's last batch may be short)."""
+        start, size = self._start(), _batch_size(self.sequence)
+        rows = max(batch - start, 0) * size
+        plan = getattr(self.sequence, "plan", None)
+        return min(rows, plan.rows - start * size) if plan is not None else rows
+
+    def _rss(self) -> int:
+        if self.rss is not None:
+            return int(self.rss.sample())
+        return tree_rss()
+
+    def _peak_rss(self, rss: int) -> int:
+        self._peak = max(self._peak, rss, int(getattr(self.rss, "peak", 0) or 0))
+        return self._peak
+
+    def _epochs(self) -> int | None:
+        return self.epochs or (self.params or {}).get("epochs")
+
+    def _batches(self) -> int:
+        plan = getattr(self.sequence, "plan", None)
+        return int(plan.num_batches if plan is not None else (self.params or {}).get("steps") or 0)
+
+    def _start(self) -> int:
+        return int(getattr(self.sequence, "start", 0) or 0)
+
+    def _manifests(self) -> dict[str, Any]:
+        pairs = (("train", self.sequence), ("validation", self.validation))
+        return {name: m for name, seq in pairs if (m := getattr(seq, "manifest", None)) is not None}
+
+    def _bad_rows(self) -> dict[str, dict[str, int]]:
+        return {name: {"malformed": int(m.bad_lines), "label_missing": int(m.label_missing)}
+                for name, m in self._manifests().items()}
+
+    def _data(self) -> dict[str, dict[str, int]]:
+        return {name: {"rows": int(m.rows), "bytes": int(m.nbytes), "partitions": len(m.partitions)}
+                for name, m in self._manifests().items()}
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        self._last = time.perf_counter()
+        if report(self.client, msg):
+            self.reports += 1
+
+
+def _batch_size(seq: keras.utils.PyDataset) -> int:
+    return int(getattr(seq, "batch_size", 1) or 1)
+
+
+def _floats(logs: Mapping[str, Any]) -> dict[str, float]:
+    """Keras logs as plain floats (msgpack-able); what is not a number is left out."""
+    out = {}
+    for k, v in logs.items():
+        try:
+            out[str(k)] = float(v)
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+# -- outputs -----------------------------------------------------------------------------
+_NOT_METRICS = {"epoch", "rows", "batches", "seconds", "val_seconds", "rows_per_s", "data_wait",
+                "data_wait_seconds", "data_wait_fraction", "windows_computed", "peak_rss_bytes",
+                "resumed_at_batch", "learning_rate"}
+
+
+def _as_records(history: Any) -> list[dict[str, Any]]:
+    """Per-epoch records from daskfeed's history (a list of dicts), a Keras ``History`` or its dict."""
+    history = getattr(history, "history", history)
+    if isinstance(history, Mapping):
+        n = max((len(v) for v in history.values()), default=0)
+        return [{k: v[i] for k, v in history.items() if i < len(v)} | {"epoch": i} for i in range(n)]
+    return [dict(r) for r in history]
+
+
+def _metric_names(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Loss first, then each metric, as trained (``val_`` twins are drawn beside them)."""
+    names: list[str] = []
+    for rec in records:
+        for k, v in rec.items():
+            base = k[4:] if k.startswith("val_") else k
+            if base not in names and k not in _NOT_METRICS and base not in _NOT_METRICS and _number(v):
+                names.append(base)
+    return sorted(names, key=lambda k: k != "loss")
+
+
+def history_plot(history: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) -> str:
+    """Write loss and each metric per epoch, training vs validation, as a PNG at ``path``.
+
+    Parameters
+    ----------
+    history
+        daskfeed's per-epoch records (``history.json``'s ``epochs``; ``epoch`` 0-based), or a
+        Keras ``History`` / its ``history`` dict.
+    path
+        Where to write (e.g. ``OUTPUT/history.png``).
+
+    Returns
+    -------
+    str
+        ``path``.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    records = _as_records(history)
+    names = _metric_names(records) or ["loss"]
+    fig = Figure(figsize=(5.0 * min(len(names), 3), 3.6 * math.ceil(len(names) / 3)), dpi=100)
+    FigureCanvasAgg(fig)
+    epochs = [int(r.get("epoch", i)) + 1 for i, r in enumerate(records)]
+    for i, name in enumerate(names):
+        ax = fig.add_subplot(math.ceil(len(names) / 3), min(len(names), 3), i + 1)
+        for key, label in ((name, "training"), (f"val_{name}", "validation")):
+            pts = [(e, r[key]) for e, r in zip(epochs, records, strict=True) if _number(r.get(key))]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker="o", label=label)
+        ax.set_title(name)
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.fspath(path), format="png")
+    return os.fspath(path)
+
+
+def summary_lines(history: Sequence[Mapping[str, Any]], *, seconds: float,
+                  budget_bytes: int | None = None, peak_rss_bytes: int | None = None,
+                  bad_rows: Mapping[str, Any] | None = None) -> list[str]:
+    """The closing summary of a run: final metrics, rows, time, rows/s, data-wait, memory, bad rows.
+
+    Parameters
+    ----------
+    history
+        daskfeed's per-epoch records (Keras logs + ``rows``, ``seconds``,
+        ``data_wait_seconds`` or ``data_wait_fraction`` from ``EpochTelemetry``).
+    seconds
+        Wall time of the whole run (scan included).
+    budget_bytes, peak_rss_bytes
+        The memory budget and the peak RSS of the process tree over the run.
+    bad_rows
+        ``{"train": n, "validation": n, "policy": ...}`` (``history.json``'s ``bad_lines``).
+
+    Returns
+    -------
+    list of str
+        The summary's lines, ready to print.
+    """
+    from dask.utils import format_bytes
+
+    records = [dict(r) for r in history]
+    rows = sum(int(r.get("rows", 0)) for r in records)
+    train_s = sum(float(r.get("seconds", 0.0)) for r in records)
+    wait_s = sum(float(r.get("data_wait_seconds", r.get("data_wait_fraction", 0.0) * r.get("seconds", 0.0)))
+                 for r in records)
+    last = records[-1] if records else {}
+    final = ", ".join(f"{k} {last[k]:.4f}" for k in _final_keys(last))
+    lines = [f"summary: {len(records)} epoch{'s' if len(records) != 1 else ''}, {rows:,} rows trained "
+             f"in {_duration(seconds)} wall time ({rows / max(seconds, 1e-9):,.0f} rows/s overall, "
+             f"{rows / max(train_s, 1e-9):,.0f} rows/s while training)",
+             f"final: {final or 'no metrics'}",
+             f"data wait: {100 * wait_s / max(train_s, 1e-9):.1f}% of training time"]
+    if peak_rss_bytes:
+        of = (f" of the {format_bytes(budget_bytes)} budget ({100 * peak_rss_bytes / budget_bytes:.0f}%)"
+              if budget_bytes else "")
+        lines.append(f"peak memory of the process tree: {format_bytes(peak_rss_bytes)}{of}")
+    if bad_rows is not None:
+        counts = ", ".join(f"{k} {v:,}" for k, v in bad_rows.items() if isinstance(v, int))
+        policy = f" (bad_lines={bad_rows['policy']})" if "policy" in bad_rows else ""
+        lines.append(f"bad rows skipped: {counts or 'none'}{policy}")
+    return lines
+
+
+def _final_keys(rec: Mapping[str, Any]) -> list[str]:
+    keys = [k for k in rec if _number(rec[k]) and (k[4:] if k.startswith("val_") else k) not in _NOT_METRICS]
+    return sorted(keys, key=lambda k: (k.startswith("val_"), k != "loss" and k != "val_loss"))
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _duration(seconds: float) -> str:
+    s = round(seconds)
+    if s >= 3600:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    return f"{s // 60}m {s % 60:02d}s" if s >= 60 else f"{seconds:.1f}s"
