@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from common import epoch_clock, epoch_records, load_numpy, losses, quest_mlp
 
-from daskfeed.core._rss import RSSSampler
+from daskfeed.core import RSSSampler
 
 Stats = tuple[list[float], list[float]]
 Val = tuple[np.ndarray, np.ndarray] | None
@@ -121,7 +121,7 @@ def in_memory(files: Sequence[str], features: Sequence[str], label: str, batch_s
 def pydataset_floor(x: np.ndarray, y: np.ndarray, stats: Stats, batch_size: int,
                     epochs: int, hidden: Sequence[int] = (64, 64)) -> dict[str, Any]:
     """The same fit through a ``PyDataset`` whose ``__getitem__`` only slices the arrays."""
-    from daskfeed.adapters._keras import keras
+    from daskfeed.adapters import keras
 
     class InMemory(keras.utils.PyDataset):
         def __len__(self) -> int:

@@ -103,7 +103,7 @@ def run(data: str | Sequence[str], *, validation: str | Sequence[str] | None = N
     import anchors
     import ours
 
-    from daskfeed.cluster._budget import Budget
+    from daskfeed import Budget
 
     if epochs < 4:
         raise ValueError(f"Expected epochs >= 4 (epoch 1 and three steady ones). Received: {epochs}.")
@@ -184,7 +184,7 @@ def run(data: str | Sequence[str], *, validation: str | Sequence[str] | None = N
 
 def demo_data(rows: int, data_dir: str | None, echo: Callable[[str], None] = print) -> tuple[str, str]:
     """Demo quest logs (1000-row files) of ``rows`` rows; globs of the train and validation sets."""
-    from daskfeed.cli._demo import write_demo_data
+    from daskfeed import write_demo_data
 
     vrows = min(50_000, max(1000, rows // 10))
     root = data_dir or os.path.join("bench-out", f"data-{rows}")

@@ -119,7 +119,7 @@ def quest_mlp(mean: Sequence[float], variance: Sequence[float], *, hidden: Seque
     keras.Model
         Compiled.
     """
-    from daskfeed.adapters._keras import keras
+    from daskfeed.adapters import keras
 
     keras.utils.set_random_seed(seed)
     inputs = keras.Input(shape=(len(mean),), name="features", dtype="float32")
@@ -148,7 +148,7 @@ def epoch_clock(on_end: Callable[[int], dict[str, Any]] | None = None) -> Any:
     keras.callbacks.Callback
         With lists ``begin``, ``end``, ``steps`` (optimizer steps) and ``extra``.
     """
-    from daskfeed.adapters._keras import keras
+    from daskfeed.adapters import keras
 
     class EpochClock(keras.callbacks.Callback):
         def __init__(self) -> None:

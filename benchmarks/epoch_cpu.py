@@ -51,9 +51,8 @@ def main() -> None:
     import psutil
     from common import DEFAULT_FEATURES, load_numpy, quest_mlp, resolve_files
 
-    from daskfeed.adapters._sequence import DaskSequence
-    from daskfeed.cluster._budget import Budget
-    from daskfeed.cluster._start import close_client, start_local_cluster
+    from daskfeed import Budget, DaskSequence
+    from daskfeed.cluster import close_client, start_local_cluster
 
     me = psutil.Process()
 
@@ -140,7 +139,7 @@ def main() -> None:
             model.fit(x, y, batch_size=a.batch_size, epochs=a.epochs, shuffle=False, verbose=0,
                       callbacks=[Clock()])
         elif a.feed == "windows":
-            from daskfeed.adapters._tf_data import fit_inputs
+            from daskfeed.adapters import fit_inputs
 
             assert seq is not None  # as daskfeed train hands it to fit (a stream, its callback)
             with fit_inputs(seq, "windows", {"epochs": a.epochs, "verbose": 0,

@@ -41,7 +41,7 @@ MODELS = "64,64;1024,1024,1024;4096,4096,4096;8192,8192,8192,8192"
 
 def _device() -> dict[str, Any]:
     """The backend and the devices it trains on."""
-    from daskfeed.adapters._keras import keras
+    from daskfeed.adapters import keras
 
     backend = keras.backend.backend()
     if backend == "jax":

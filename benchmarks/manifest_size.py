@@ -27,9 +27,8 @@ def main() -> None:
     args = p.parse_args()
 
     import daskfeed
-    from daskfeed.cli._demo import write_demo_data
-    from daskfeed.cluster._budget import Budget
-    from daskfeed.cluster._start import close_client, start_local_cluster
+    from daskfeed import Budget, write_demo_data
+    from daskfeed.cluster import close_client, start_local_cluster
 
     root = args.data_dir or os.path.join("bench-out", f"manifest-size-{args.files}")
     demo = write_demo_data(root, rows=args.files * args.rows_per_file, validate_rows=args.rows_per_file,

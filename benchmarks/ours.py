@@ -15,12 +15,9 @@ from typing import Any
 
 from common import epoch_clock, epoch_records, losses, quest_mlp
 
-from daskfeed.adapters._sequence import DaskSequence
-from daskfeed.cluster._budget import Budget
-from daskfeed.cluster._remote import connect
-from daskfeed.cluster._start import close_client, start_local_cluster
-from daskfeed.core._rss import RSSSampler
-from daskfeed.training._callbacks import fit_from
+from daskfeed import Budget, DaskSequence, fit_from
+from daskfeed.cluster import close_client, connect, start_local_cluster
+from daskfeed.core import RSSSampler
 
 
 class TimedSequence(DaskSequence):

@@ -59,10 +59,8 @@ def scan_vs_pyarrow(nfiles: int, root: str, memory_limit: str, passes: int, labe
     import pyarrow.dataset as pads
 
     import daskfeed
-    from daskfeed.cli._demo import write_demo_data
-    from daskfeed.cluster._budget import Budget
-    from daskfeed.cluster._start import close_client, start_local_cluster
-    from daskfeed.reading._source import Source
+    from daskfeed import Budget, Source, write_demo_data
+    from daskfeed.cluster import close_client, start_local_cluster
 
     t_gen, demo = _timed(lambda: write_demo_data(root, rows=nfiles * 1000, validate_rows=1000))
     pattern = demo.train_glob
@@ -84,7 +82,7 @@ def scan_vs_pyarrow(nfiles: int, root: str, memory_limit: str, passes: int, labe
     rows: dict[str, int] = {}
     manifest_bytes = partitions = 0
     try:
-        from daskfeed.cache._open import open_cache
+        from daskfeed.cache import open_cache
 
         for p in range(passes):
             for name, fn in (("pyarrow_threadpool", threadpool), ("pyarrow_dataset", dataset)):
@@ -153,8 +151,8 @@ def listing_and_planning(counts: list[int], root: str, plan_counts: list[int]) -
     """Part 2 (see the module's docstring)."""
     import numpy as np
 
-    from daskfeed.batches._plan import make_plan
-    from daskfeed.reading._source import Source, expand_paths
+    from daskfeed import make_plan
+    from daskfeed.reading import Source, expand_paths
 
     listing = []
     for n in counts:

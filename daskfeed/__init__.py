@@ -29,6 +29,7 @@ from daskfeed.core import (
 if TYPE_CHECKING:
     from daskfeed.adapters import DaskSequence
     from daskfeed.batches import EpochPlan, make_plan
+    from daskfeed.checkpoint import CheckpointStore
     from daskfeed.cli import write_demo_data
     from daskfeed.cluster import Budget
     from daskfeed.inference import export, predict
@@ -36,10 +37,13 @@ if TYPE_CHECKING:
     from daskfeed.reading import Source
     from daskfeed.scanning import scan
     from daskfeed.training import (
+        Checkpointer,
         ClusterOptions,
         DataOptions,
+        EarlyStopping,
         FitOptions,
         TrainOptions,
+        WatchCallback,
         default_model,
         fit_from,
         train,
@@ -47,15 +51,45 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-__all__ = ["BackendError", "Budget", "BudgetError", "CacheError", "CheckpointError", "ClusterError",
-           "ClusterOptions", "DaskSequence", "DaskfeedError", "DataError", "DataNotFoundError",
-           "DataOptions", "EpochPlan", "FeedTimeoutError", "FitOptions", "Manifest",
-           "ManifestMismatchError", "SchemaError", "Source", "TrainOptions", "default_model", "export",
-           "fit_from", "make_plan", "predict", "scan", "train", "write_demo_data"]
+__all__ = [
+    "BackendError",
+    "Budget",
+    "BudgetError",
+    "CacheError",
+    "CheckpointError",
+    "CheckpointStore",
+    "Checkpointer",
+    "ClusterError",
+    "ClusterOptions",
+    "DaskSequence",
+    "DaskfeedError",
+    "DataError",
+    "DataNotFoundError",
+    "DataOptions",
+    "EarlyStopping",
+    "EpochPlan",
+    "FeedTimeoutError",
+    "FitOptions",
+    "Manifest",
+    "ManifestMismatchError",
+    "SchemaError",
+    "Source",
+    "TrainOptions",
+    "WatchCallback",
+    "default_model",
+    "export",
+    "fit_from",
+    "make_plan",
+    "predict",
+    "scan",
+    "train",
+    "write_demo_data",
+]
 
 __getattr__, __dir__ = attach(__name__, {
     "DaskSequence": "adapters",
     "EpochPlan": "batches", "make_plan": "batches",
+    "CheckpointStore": "checkpoint",
     "write_demo_data": "cli",
     "Budget": "cluster",
     "Manifest": "manifest",
@@ -63,5 +97,6 @@ __getattr__, __dir__ = attach(__name__, {
     "Source": "reading",
     "scan": "scanning",
     "ClusterOptions": "training", "DataOptions": "training", "FitOptions": "training",
-    "TrainOptions": "training", "default_model": "training", "fit_from": "training", "train": "training",
+    "TrainOptions": "training", "default_model": "training", "Checkpointer": "training",
+    "EarlyStopping": "training", "WatchCallback": "training", "fit_from": "training", "train": "training",
 })

@@ -89,8 +89,7 @@ def one_run(data: str, nworkers: int, epochs: int, batch_size: int) -> dict[str,
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     from distributed import Client
 
-    from daskfeed.cluster._budget import Budget
-    from daskfeed.adapters._sequence import DaskSequence
+    from daskfeed import Budget, DaskSequence
 
     workdir = tempfile.mkdtemp(prefix="daskfeed-scaleout-")
     procs, sf = start_cluster(nworkers, workdir)
@@ -167,7 +166,7 @@ def main() -> None:
     ap.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "daskfeed-scaleout-data"))
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    from daskfeed.cli._demo import write_demo_data
+    from daskfeed import write_demo_data
 
     demo = write_demo_data(args.data_dir, rows=args.rows, validate_rows=1000,
                            rows_per_file=args.rows_per_file)

@@ -34,7 +34,13 @@ if TYPE_CHECKING:
     )
     from daskfeed.cluster._owner import Owner, refuse_multiprocessing
     from daskfeed.cluster._remote import connect, make_security
-    from daskfeed.cluster._start import acquire_client, client_context, close_client, open_cluster
+    from daskfeed.cluster._start import (
+        acquire_client,
+        client_context,
+        close_client,
+        open_cluster,
+        start_local_cluster,
+    )
 
 __all__ = [
     "MAX_BLOCKSIZE",
@@ -62,6 +68,7 @@ __all__ = [
     "result",
     "result_unless_paused",
     "settle",
+    "start_local_cluster",
     "wait_for",
 ]
 
@@ -75,5 +82,5 @@ __getattr__, __dir__ = attach(__name__, {
     "Owner": "_owner", "refuse_multiprocessing": "_owner",
     "connect": "_remote", "make_security": "_remote",
     "acquire_client": "_start", "client_context": "_start", "close_client": "_start", "open_cluster":
-    "_start",
+    "_start", "start_local_cluster": "_start",
 })

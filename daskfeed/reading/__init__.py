@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from daskfeed.core import attach
 
 if TYPE_CHECKING:
-    from daskfeed.reading._files import Block, compression_of, is_parquet, refuse_missing_local
+    from daskfeed.reading._files import Block, compression_of, expand_paths, is_parquet, refuse_missing_local
     from daskfeed.reading._nulls import NA_MARKERS, count_by_part, na_counts
     from daskfeed.reading._records import line_number
     from daskfeed.reading._small_files import Run, SmallFiles
@@ -24,6 +24,7 @@ __all__ = [
     "Source",
     "compression_of",
     "count_by_part",
+    "expand_paths",
     "is_parquet",
     "iter_tables",
     "line_number",
@@ -33,8 +34,8 @@ __all__ = [
 ]
 
 __getattr__, __dir__ = attach(__name__, {
-    "Block": "_files", "compression_of": "_files", "is_parquet": "_files", "refuse_missing_local":
-    "_files",
+    "Block": "_files", "compression_of": "_files", "expand_paths": "_files", "is_parquet": "_files",
+    "refuse_missing_local": "_files",
     "NA_MARKERS": "_nulls", "count_by_part": "_nulls", "na_counts": "_nulls",
     "line_number": "_records",
     "Run": "_small_files", "SmallFiles": "_small_files",

@@ -7,18 +7,22 @@ from typing import TYPE_CHECKING
 from daskfeed.core import attach
 
 if TYPE_CHECKING:
-    from daskfeed.training._callbacks import fit_from
+    from daskfeed.training._callbacks import Checkpointer, fit_from
+    from daskfeed.training._early_stopping import EarlyStopping
     from daskfeed.training._model import default_model
     from daskfeed.training._options import ClusterOptions, DataOptions, FitOptions, TrainOptions
     from daskfeed.training._train import train
+    from daskfeed.training._watch import WatchCallback
 
-__all__ = ["ClusterOptions", "DataOptions", "FitOptions", "TrainOptions", "default_model", "fit_from",
-           "train"]
+__all__ = ["Checkpointer", "ClusterOptions", "DataOptions", "EarlyStopping", "FitOptions", "TrainOptions",
+           "WatchCallback", "default_model", "fit_from", "train"]
 
 __getattr__, __dir__ = attach(__name__, {
-    "fit_from": "_callbacks",
+    "Checkpointer": "_callbacks", "fit_from": "_callbacks",
+    "EarlyStopping": "_early_stopping",
     "default_model": "_model",
     "ClusterOptions": "_options", "DataOptions": "_options", "FitOptions": "_options", "TrainOptions":
     "_options",
     "train": "_train",
+    "WatchCallback": "_watch",
 })
