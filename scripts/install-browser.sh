@@ -1,5 +1,5 @@
 #!/bin/sh
-# Headless Chromium for the browser tests (tests/test_dashboard_browser.py): Debian's package.
+# Headless Chromium for the browser tests (tests/e2e/test_dashboard_browser.py): Debian's package.
 # Needs root (or sudo); does nothing when /usr/bin/chromium is already there.
 set -eu
 if [ -x /usr/bin/chromium ]; then

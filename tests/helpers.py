@@ -1,4 +1,9 @@
-"""Waiting helpers shared by the tests that start processes and watch them."""
+"""Helpers shared by test files in several folders: waiting on processes, the repository's places,
+deploy/compose.yaml's command lines, data written by predict's tests.
+
+Imported as ``from helpers import ...``: tests/ is on ``sys.path`` (pytest puts the folder of
+tests/conftest.py there), whichever folder the test file is in.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,12 @@ import os
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+#: tests/ and the repository's root, wherever the test file using them lies under tests/
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
 
 
 def wait_for(condition: Callable[[], Any], timeout: float, what: str | Callable[[], str],
@@ -39,3 +49,45 @@ def in_process_budget(room: int = 3 * 10**9) -> str:
     import psutil
 
     return str(psutil.Process().memory_info().rss + room)
+
+
+def compose_commands(scheduler_file: str) -> tuple[list[str], list[str]]:
+    """deploy/compose.yaml's scheduler and worker command lines, on loopback ports the OS picks,
+    meeting through ``scheduler_file``."""
+    import yaml
+
+    services = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())["services"]
+    sched, worker = list(services["scheduler"]["command"]), list(services["worker"]["command"])
+
+    def setopt(cmd: list[str], flag: str, value: str) -> None:
+        cmd[cmd.index(flag) + 1] = value
+
+    setopt(sched, "--host", "127.0.0.1")
+    setopt(sched, "--port", "0")
+    setopt(sched, "--dashboard-address", "127.0.0.1:0")
+    sched += ["--scheduler-file", scheduler_file]
+    worker = [p for p in worker if not p.startswith("tcp://")]
+    setopt(worker, "--dashboard-address", "127.0.0.1:0")
+    worker += ["--scheduler-file", scheduler_file, "--host", "127.0.0.1", "--nthreads", "1"]
+    return sched, worker
+
+
+def write_rows(root: str, *, n: int, files: int, seed: int, unseen: bool = False) -> None:
+    """Rows with a text column (``unseen``: categories training never saw), blanks, numbers, a date."""
+    import numpy as np
+
+    os.makedirs(root, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    colors = ["red", "green", "mauve", "ochre"] if unseen else ["red", "green", "blue", "teal"]
+    per = n // files
+    for f in range(files):
+        lines = ["row_id,color,size,count,day,cleared"]
+        for i in range(f * per, (f + 1) * per):
+            color, size = rng.choice(colors), rng.normal(5, 2)
+            label = int(size + 2 * (color == "red") + rng.normal(0, 1) > 6)
+            day = f"2024-{rng.integers(1, 13):02d}-{rng.integers(1, 28):02d}"
+            lines.append(f"{i},{'' if rng.random() < 0.1 else color},"
+                         f"{'' if rng.random() < 0.1 else f'{size:.3f}'},{rng.integers(0, 100)},"
+                         f"{day},{label}")
+        with open(os.path.join(root, f"part{f}.csv"), "w", encoding="utf-8") as fh:
+            fh.write("\n".join(lines) + "\n")

@@ -9,9 +9,10 @@ import statistics
 import subprocess
 import sys
 
+import helpers
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(helpers.ROOT)
 BENCH = os.path.join(ROOT, "benchmarks")
 sys.path.insert(0, BENCH)
 

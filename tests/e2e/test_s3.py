@@ -200,7 +200,7 @@ def test_cli_scan_of_a_missing_bucket_exits_1(s3):
     assert "Traceback" not in run.stderr
 
 
-@pytest.mark.slow  # a whole train (~80 s here); tests/test_deploy_operator.py trains from S3 too
+@pytest.mark.slow  # a whole train (~80 s here); tests/e2e/test_deploy_operator.py trains from S3 too
 @pytest.mark.timeout(600)
 def test_train_on_s3_never_writes_the_secret(s3, tmp_path):
     """train from s3:// with the credentials given as --storage-options (workers get them)."""

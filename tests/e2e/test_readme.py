@@ -15,8 +15,9 @@ import sys
 
 import psutil
 import pytest
+from helpers import ROOT
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+README = str(ROOT / "README.md")
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 LANGUAGES = {"python", "sh", "text"}
 

@@ -129,11 +129,10 @@ def _env(**extra: str) -> dict[str, str]:
 @pytest.mark.slow  # four processes, three trainers; test_sequences_of_three_ranks_... stays fast
 @pytest.mark.timeout(900)
 def test_three_trainers_one_scheduler_one_scan(rank_data, tmp_path, stop_process_groups):
-    from helpers import wait_for_scheduler_file
-    from test_deploy import _compose_commands
+    from helpers import compose_commands, wait_for_scheduler_file
 
     sf = str(tmp_path / "scheduler.json")
-    sched_cmd, worker_cmd = _compose_commands(sf)
+    sched_cmd, worker_cmd = compose_commands(sf)
     dask = str(BIN / "dask")
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     procs = [subprocess.Popen([dask, *sched_cmd[1:]], env=_env(), start_new_session=True, **quiet)]

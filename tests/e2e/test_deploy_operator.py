@@ -22,10 +22,10 @@ import sys
 import jsonschema
 import pytest
 import yaml
+from helpers import ROOT, TESTS
 
-HERE = pathlib.Path(__file__).resolve().parent
-OPERATOR = HERE.parent / "deploy" / "kubernetes" / "operator"
-CRDS = HERE / "data" / "dask-kubernetes-crds"
+OPERATOR = ROOT / "deploy" / "kubernetes" / "operator"
+CRDS = TESTS / "data" / "dask-kubernetes-crds"
 CRD_SHA256 = {  # of the uncompressed YAML in dask_kubernetes-2026.3.0 (see the README there)
     "daskcluster": "2da8d66739b4c98c8aadb2d1653b6ae6171d35f4e6c17db14d5ab0873943b9c6",
     "daskjob": "f81511cbbdd0d8421301b9b4499dfe51eee66e5e514a878d188801d36d7a668e",
@@ -148,7 +148,7 @@ def test_memory_limits_within_container_limits_and_images_pinned():
     job = _one("Job")["spec"]["template"]["spec"]["containers"]
     daskjob = _one("DaskJob")["spec"]["job"]["spec"]["containers"]
     containers += [("Job trainer", c) for c in job] + [("DaskJob trainer", c) for c in daskjob]
-    dockerfile = (HERE.parent / "deploy" / "Dockerfile").read_text()
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
     tag = re.search(r"-t (daskfeed:[\w.]+)", dockerfile).group(1)
     for where, c in containers:
         assert c["image"] == tag, where

@@ -12,9 +12,9 @@ import urllib.request
 
 import pytest
 import yaml
-from helpers import wait_for_scheduler_file
+from helpers import ROOT, compose_commands, wait_for_scheduler_file
 
-DEPLOY = pathlib.Path(__file__).resolve().parents[1] / "deploy"
+DEPLOY = ROOT / "deploy"
 BIN = pathlib.Path(sys.executable).parent
 ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
@@ -85,27 +85,10 @@ def test_health_probes_on_the_dashboard_port():
     assert probes == 2
 
 
-def _compose_commands(scheduler_file: str) -> tuple[list[str], list[str]]:
-    services = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
-    sched, worker = list(services["scheduler"]["command"]), list(services["worker"]["command"])
-
-    def setopt(cmd: list[str], flag: str, value: str) -> None:
-        cmd[cmd.index(flag) + 1] = value
-
-    setopt(sched, "--host", "127.0.0.1")
-    setopt(sched, "--port", "0")
-    setopt(sched, "--dashboard-address", "127.0.0.1:0")
-    sched += ["--scheduler-file", scheduler_file]
-    worker = [p for p in worker if not p.startswith("tcp://")]
-    setopt(worker, "--dashboard-address", "127.0.0.1:0")
-    worker += ["--scheduler-file", scheduler_file, "--host", "127.0.0.1", "--nthreads", "1"]
-    return sched, worker
-
-
 @pytest.mark.timeout(400)
 def test_scale_out_on_real_dask_scheduler_and_workers(demo_data, tmp_path, stop_process_groups):
     sf = str(tmp_path / "scheduler.json")
-    sched_cmd, worker_cmd = _compose_commands(sf)
+    sched_cmd, worker_cmd = compose_commands(sf)
     dask = str(BIN / "dask")
     procs = [subprocess.Popen([dask, *sched_cmd[1:]], env=ENV, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
@@ -163,7 +146,7 @@ def test_worker_too_small_for_the_planned_partition_is_refused_before_training(
     m.to_json(str(out / "manifest.json"))
 
     sf = str(tmp_path / "scheduler.json")
-    sched_cmd, worker_cmd = _compose_commands(sf)
+    sched_cmd, worker_cmd = compose_commands(sf)
     worker_cmd[worker_cmd.index("--memory-limit") + 1] = "300MB"
     dask = str(BIN / "dask")
     procs = [subprocess.Popen([dask, *sched_cmd[1:]], env=ENV, start_new_session=True,

@@ -6,7 +6,7 @@ files). The RSS of the whole process tree (the CLI process, which is the trainer
 worker process) is sampled from outside every 0.1 s for the whole run: scan, epoch and saving.
 The peak must stay under the budget and flat as the data grow.
 
-Run: ``make soak`` (or ``pytest --runslow tests/test_soak.py``). DASKFEED_SOAK_DIR keeps the
+Run: ``make soak`` (or ``pytest --runslow tests/e2e/test_soak.py``). DASKFEED_SOAK_DIR keeps the
 generated data between runs (default: a temporary directory, removed afterwards). Figures are
 appended to ``$DASKFEED_SOAK_DIR/soak.json``.
 """

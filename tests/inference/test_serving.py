@@ -8,8 +8,7 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import in_process_budget
-from test_predict import write_rows
+from helpers import in_process_budget, write_rows
 
 
 def test_serving_takes_raw_columns_and_matches_predict(tmp_path) -> None:

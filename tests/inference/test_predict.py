@@ -10,28 +10,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import in_process_budget
+from helpers import in_process_budget, write_rows
 
 from daskfeed.core._exceptions import DataNotFoundError, SchemaError
-
-
-def write_rows(root: str, *, n: int, files: int, seed: int, unseen: bool = False) -> None:
-    """Rows with a text column (``unseen``: categories training never saw), blanks, numbers, a date."""
-    os.makedirs(root, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    colors = ["red", "green", "mauve", "ochre"] if unseen else ["red", "green", "blue", "teal"]
-    per = n // files
-    for f in range(files):
-        lines = ["row_id,color,size,count,day,cleared"]
-        for i in range(f * per, (f + 1) * per):
-            color, size = rng.choice(colors), rng.normal(5, 2)
-            label = int(size + 2 * (color == "red") + rng.normal(0, 1) > 6)
-            day = f"2024-{rng.integers(1, 13):02d}-{rng.integers(1, 28):02d}"
-            lines.append(f"{i},{'' if rng.random() < 0.1 else color},"
-                         f"{'' if rng.random() < 0.1 else f'{size:.3f}'},{rng.integers(0, 100)},"
-                         f"{day},{label}")
-        with open(os.path.join(root, f"part{f}.csv"), "w", encoding="utf-8") as fh:
-            fh.write("\n".join(lines) + "\n")
 
 
 @pytest.fixture(scope="module")
