@@ -20,25 +20,13 @@ from daskfeed.cluster import close_client, connect, start_local_cluster
 from daskfeed.core import RSSSampler
 
 
-class TimedSequence(DaskSequence):
-    """A ``DaskSequence`` that adds up the seconds spent assembling batches, by either feed."""
-
-    assembly_seconds = 0.0
-
-    def _rows(self, *args: Any) -> Any:
-        t = time.perf_counter()
-        try:
-            return super()._rows(*args)
-        finally:
-            self.assembly_seconds += time.perf_counter() - t
-
-
-def _sequence(cls: type[DaskSequence], data: Any, features: Sequence[str], label: str, batch_size: int,
+def _sequence(data: Any, features: Sequence[str], label: str, batch_size: int,
               client: Any, budget: Budget, cache: str) -> DaskSequence:
     """The sequence ``daskfeed train`` builds for this budget (as in ``daskfeed.training._train``)."""
-    return cls(data, label=label, features=list(features), as_matrix=True, batch_size=batch_size,
-               client=client, seed=0, window_bytes=budget.window_bytes, blocksize=budget.blocksize,
-               prefetch_bytes=budget.prefetch * 2 // 3, cache=cache)
+    return DaskSequence(data, label=label, features=list(features), as_matrix=True,
+                        batch_size=batch_size, client=client, seed=0,
+                        window_bytes=budget.window_bytes, blocksize=budget.blocksize,
+                        prefetch_bytes=budget.prefetch * 2 // 3, cache=cache)
 
 
 def _epoch_stats(seq: DaskSequence, epoch: int) -> dict[str, Any]:
@@ -81,7 +69,7 @@ def daskfeed_fit(data: Any, features: Sequence[str], label: str, batch_size: int
             client = (connect(scheduler) if scheduler else
                       start_local_cluster(budget, dashboard_address=""))
             t_cluster = time.perf_counter()
-            seq = _sequence(TimedSequence, data, features, label, batch_size, client, budget,
+            seq = _sequence(data, features, label, batch_size, client, budget,
                             os.path.join(workdir, f"cache-{tag}"))
             t_scan = time.perf_counter()
             m = seq.manifest
@@ -91,8 +79,8 @@ def daskfeed_fit(data: Any, features: Sequence[str], label: str, batch_size: int
 
             def on_end(epoch: int) -> dict[str, Any]:
                 st = _epoch_stats(seq, epoch)
-                g = seq.assembly_seconds - seen["assembly"]
-                seen["assembly"] = seq.assembly_seconds
+                g = seq.stream.assembly_seconds - seen["assembly"]  # waiting + slicing
+                seen["assembly"] = seq.stream.assembly_seconds
                 return {"rows_served": st.get("rows"), "wait_seconds": round(st.get("wait_seconds", 0.0), 4),
                         "assembly_seconds": round(g, 4), "windows_computed": st.get("windows_computed"),
                         "rss_bytes": rss.sample()}
@@ -139,7 +127,7 @@ def feed_only(data: Any, features: Sequence[str], label: str, batch_size: int, e
         try:
             client = start_local_cluster(budget, dashboard_address="")
             t_cluster = time.perf_counter()
-            seq = _sequence(DaskSequence, data, features, label, batch_size, client, budget,
+            seq = _sequence(data, features, label, batch_size, client, budget,
                             os.path.join(workdir, "cache-feed"))
             t_scan = time.perf_counter()
             for e in range(epochs):

@@ -1,39 +1,35 @@
 """DaskSequence: a ``keras.utils.PyDataset`` whose batches are computed by a Dask cluster.
 
-The Keras glue (``seq[i]``, epochs, closing, pickling) around data made ready by
-:class:`~daskfeed.batches._prepare.Prepared` (settings, client, scan, encoding); the epoch being served
-is an :class:`~daskfeed.batches._epoch.EpochCursor`, the windows' tasks a
-:class:`~daskfeed.batches._windows.WindowTasks`.
+The Keras glue (``seq[i]``, Keras' epoch calls, ``to_tf_dataset``) over a keras-free
+:class:`~daskfeed.batches._stream.BatchStream` of data made ready by
+:class:`~daskfeed.batches._prepare.Prepared` (settings, client, scan, encoding). The data's
+settings are read from the prepared data, never copied.
 """
 
 from __future__ import annotations
 
-import functools
 import os
-import weakref
 from typing import Any
 
 from daskfeed.adapters._keras import keras, refuse_narrowed
-from daskfeed.batches import (
-    EpochCursor,
-    EpochPlan,
-    EpochStats,
-    PlanSettings,
-    Prefetcher,
-    Prepared,
-    Slice,
-    WindowTasks,
-    window_rows_for,
-)
-from daskfeed.cluster import Owner, WindowCancelled, connect, refuse_multiprocessing
-from daskfeed.core import ClusterError, DaskfeedError, ManifestMismatchError, Stop, config
+from daskfeed.adapters._tf_data import WindowFeed, uses_windows
+from daskfeed.batches import BatchStream, EpochPlan, EpochStats, Prepared
+from daskfeed.cluster import refuse_multiprocessing
+from daskfeed.core import DaskfeedError, Stop, config
 from daskfeed.dashboard import EpochSpans
-from daskfeed.manifest import Manifest, WindowData, concat
+from daskfeed.manifest import Manifest
 
 __all__ = ["DaskSequence"]
 
-# the prepared data's names that a sequence keeps under another (private) name
-_RENAMED = {"scheduler_address": "_scheduler_address", "security": "_security"}
+
+class _Setting:
+    """A setting of the data served, read from the stream's prepared data (one place)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, seq: Any, owner: type | None = None) -> Any:
+        return self if seq is None else getattr(seq.stream.data, self.name)
 
 
 class DaskSequence(keras.utils.PyDataset):
@@ -106,8 +102,10 @@ class DaskSequence(keras.utils.PyDataset):
 
     Notes
     -----
-    A sequence owns threads and futures: close it (:meth:`close`, or ``with``). It is also
-    closed when garbage-collected or at interpreter exit.
+    The batches come from a keras-free :class:`~daskfeed.batches._stream.BatchStream`
+    (``seq.stream``), which the tf.data hand-off reads too. A sequence owns threads and futures:
+    close it (:meth:`close`, or ``with``). It is also closed when garbage-collected or at
+    interpreter exit.
 
     Examples
     --------
@@ -195,37 +193,62 @@ class DaskSequence(keras.utils.PyDataset):
 
     def _serve(self, prepared: Prepared, *, spans: EpochSpans | None, stop: Stop | None,
                window_rows: int | None, window_bytes: int | str | None) -> None:
-        """Take the prepared data (and its client) over and start serving.
-
-        Rows per window, the windows' tasks and the cursor of epoch 0 (its first windows in
-        flight).
-        """
-        self._owner = prepared.hand_over()  # the client: this sequence's to close if owned
-        for name in Prepared.SHARED:
-            setattr(self, _RENAMED.get(name, name), getattr(prepared, name))
-        self._finalizer = weakref.finalize(self, self._owner.close)
-        self._closed = False
-        self._feeds: weakref.WeakSet[Any] = weakref.WeakSet()  # tf_feed feeds: closed with it
+        """Check the data fit the backend, then serve them from a stream (first windows in flight)."""
         try:
-            refuse_narrowed({c.name: c.dtype for c in self.encoding.columns}
-                            | {self.label: self.encoding.label_dtype})
+            refuse_narrowed({c.name: c.dtype for c in prepared.encoding.columns}
+                            | {prepared.label: prepared.encoding.label_dtype})
         except BaseException:
-            self._close_client()
+            prepared.close()
             raise
-        self.window_rows = window_rows_for(
-            window_rows, config.get_bytes("window-bytes", window_bytes), self.manifest,
-            self.encoding.bytes_per_row, self.prefetch_bytes, self.batch_size)
-        self.failure: DaskfeedError | None = None  # the last error a batch raised
-        self.spans = spans  # one distributed.span per epoch for the windows (dashboard)
-        self._stop = stop  # None: the process-wide stop request (daskfeed.core._lifecycle)
-        self._windows = WindowTasks(self.source, self.manifest.fingerprint, self.encoding,
-                                    self.cache, spans)
-        self._cursor = self._new_cursor(0, 0)
+        self.stream = BatchStream(
+            prepared, window_bytes=config.get_bytes("window-bytes", window_bytes),
+            window_rows=window_rows, spans=spans, stop=stop,
+            tolerance=self.workers + self.max_queue_size + 2)
+
+    # -- the data's settings (DaskSequence's arguments, resolved) ---------------------------
+    label = _Setting()
+    weight = _Setting()
+    batch_size = _Setting()
+    validation_split = _Setting()
+    subset = _Setting()
+    shuffle = _Setting()
+    seed = _Setting()
+    drop_remainder = _Setting()
+    shard = _Setting()
+    timeout = _Setting()
+    prefetch_bytes = _Setting()
+    source = _Setting()
+    cache = _Setting()
+    cache_status = _Setting()
+    manifest = _Setting()
+    reference = _Setting()
+    features = _Setting()
+    as_matrix = _Setting()
+    encoding = _Setting()
+
+    @property
+    def window_rows(self) -> int:
+        """Rows per window."""
+        return self.stream.window_rows
+
+    @property
+    def spans(self) -> EpochSpans | None:
+        """One ``distributed.span`` per epoch for the windows (the dashboard), or None."""
+        return self.stream.spans
+
+    @spans.setter
+    def spans(self, spans: EpochSpans | None) -> None:
+        self.stream.spans = spans
+
+    @property
+    def failure(self) -> DaskfeedError | None:
+        """The last error a batch raised (Keras' TF backend re-raises it as a tf error)."""
+        return self.stream.failure
 
     # -- epochs -------------------------------------------------------------------------
     def on_epoch_begin(self) -> None:
         """Keras starts an epoch: batches it read before (the TF backend's peek) are trained now."""
-        self._cursor.begin()
+        self.stream.begin()
 
     def on_epoch_end(self) -> None:
         """Move to the next epoch's order once every batch of this epoch was delivered.
@@ -236,7 +259,7 @@ class DaskSequence(keras.utils.PyDataset):
         <daskfeed.batches._epoch.EpochCursor.end>`), so the peeked windows are reused and training
         starts with the current epoch.
         """
-        self._cursor.end()
+        self.stream.end()
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
         """Jump to ``epoch`` (e.g. when resuming); batches follow that epoch's order.
@@ -248,7 +271,7 @@ class DaskSequence(keras.utils.PyDataset):
         The next epoch starts at batch 0. Keras fixes the steps per epoch when ``fit``
         starts, so fit such a partial epoch on its own (``fit(..., initial_epoch=epoch,
         epochs=epoch + 1)``), then the remaining epochs in a second ``fit``
-        (:func:`daskfeed.training._callbacks.fit_from` does both).
+        (:func:`daskfeed.fit_from` does both).
 
         Parameters
         ----------
@@ -262,37 +285,35 @@ class DaskSequence(keras.utils.PyDataset):
         ValueError
             ``start`` is not a batch of the epoch.
         """
-        epoch, start = int(epoch), int(start)
-        if epoch != self._cursor.epoch or start != self._cursor.start:
-            self._cursor.set(epoch, start)
+        self.stream.set_epoch(epoch, start)
 
     def set_last_epoch(self, epoch: int | None) -> None:
         """The run ends after ``epoch`` (None: not known): no window past it is fetched ahead.
 
         The next epoch's first windows are computed during the current one; for the last
-        epoch of a run that is work for nothing. :func:`daskfeed.training._callbacks.fit_from` sets it.
+        epoch of a run that is work for nothing. :func:`daskfeed.fit_from` sets it.
 
         Parameters
         ----------
         epoch
             The run's last epoch.
         """
-        self._cursor.set_last_epoch(None if epoch is None else int(epoch))
+        self.stream.set_last_epoch(epoch)
 
     @property
     def epoch(self) -> int:
         """The epoch whose batches ``seq[i]`` returns."""
-        return self._cursor.epoch
+        return self.stream.epoch
 
     @property
     def start(self) -> int:
         """First batch of the current epoch served (``seq[0]``): 0 except when resuming."""
-        return self._cursor.start
+        return self.stream.start
 
     @property
     def plan(self) -> EpochPlan:
         """The current epoch's plan."""
-        return self._cursor.plan
+        return self.stream.plan
 
     @property
     def rows(self) -> int:
@@ -302,7 +323,7 @@ class DaskSequence(keras.utils.PyDataset):
     @property
     def last_epoch_stats(self) -> EpochStats | dict[str, Any]:
         """:meth:`epoch_stats` of the last epoch that ended (empty before the first)."""
-        return self._cursor.last_stats or {}
+        return self.stream.last_epoch_stats
 
     def stats_of(self, epoch: int) -> EpochStats | dict[str, Any]:
         """:meth:`epoch_stats` of ``epoch`` once it ended (one of the last eight); else empty.
@@ -321,7 +342,7 @@ class DaskSequence(keras.utils.PyDataset):
         EpochStats or dict
             Its figures, or ``{}`` when it has not ended (or ended long ago).
         """
-        return self._cursor.ended.get(int(epoch), {})
+        return self.stream.stats_of(epoch)
 
     def epoch_stats(self) -> EpochStats:
         """Rows and batches served, seconds waited for data, windows computed this epoch.
@@ -331,51 +352,11 @@ class DaskSequence(keras.utils.PyDataset):
         EpochStats
             The current epoch's figures so far.
         """
-        return self._cursor.stats()
-
-    # -- the cluster side ---------------------------------------------------------------
-    def _client_or_connect(self) -> Any:
-        """The client; after unpickling, a new connection to the same scheduler (owned)."""
-        self._check_usable()
-        if self._client is None:
-            self._client = connect(self._scheduler_address, security=self._security)
-            self._owns_client = True
-        if self._client.status in ("closing", "closed"):
-            raise ClusterError(
-                f"The Dask client of this DaskSequence ({self._scheduler_address}) was closed. "
-                "Expected a running client.\nHint: close the DaskSequence before its client, "
-                "or create it again with a running client."
-            )
-        return self._client
-
-    def _submit(self, plan: EpochPlan, w: int) -> Any:
-        return self._windows.submit(self._client_or_connect(), plan, w)
-
-    def _new_prefetcher(self, plan: EpochPlan, order: list[int], budget: int | None) -> Prefetcher:
-        """A prefetcher bound to ``plan``, whatever epoch comes next (``budget``: room lent to it)."""
-        pf = Prefetcher(
-            functools.partial(self._submit, plan),
-            functools.partial(self._windows.estimate, plan), order,
-            budget=self.prefetch_bytes if budget is None else budget, timeout=self.timeout,
-            describe=functools.partial(self._windows.describe, plan), stop=self._stop,
-        )
-        if self._client is not None:  # unpickled copies start on their first batch
-            pf.start(within_budget=budget is not None)
-        return pf
-
-    def _new_cursor(self, epoch: int, start: int) -> EpochCursor:
-        settings = PlanSettings(
-            counts=tuple(self.manifest.counts), batch_size=self.batch_size, seed=self.seed,
-            shuffle=self.shuffle, window_rows=self.window_rows,
-            drop_remainder=self.drop_remainder, shard=self.shard)
-        cursor = EpochCursor(settings, self._new_prefetcher,
-                             tolerance=self.workers + self.max_queue_size + 2)
-        cursor.set(epoch, start)
-        return cursor
+        return self.stream.epoch_stats()
 
     # -- PyDataset ---------------------------------------------------------------------
     def __len__(self) -> int:
-        return self.plan.num_batches - self.start
+        return len(self.stream)
 
     def __getitem__(self, index: int) -> tuple[Any, ...]:
         """Batch ``index`` of the current epoch as ``(x, y)``, or ``(x, y, w)`` with ``weight``.
@@ -395,43 +376,11 @@ class DaskSequence(keras.utils.PyDataset):
         IndexError
             ``index`` is out of range.
         DaskfeedError
-            Reading the batch's windows failed (kept in ``failure`` too).
+            Reading the batch's windows failed (kept in ``failure`` too: Keras' TF backend
+            reads batches in a tf.data py_function, which re-raises it as a tf UnknownError;
+            ``train()`` re-raises this one instead).
         """
-        self._check_usable()  # first: a forked child must not touch the parent's locks
-        try:
-            for _ in range(3):
-                try:
-                    return self._get(index)
-                except WindowCancelled:
-                    continue  # the epoch changed while we waited: serve from the current plan
-            return self._get(index)
-        except DaskfeedError as err:
-            # Keras' TF backend reads batches in a tf.data py_function, which re-raises our error
-            # as a tf UnknownError; train() re-raises this one instead (see ``failure``)
-            self.failure = err
-            raise
-
-    def _get(self, index: int) -> tuple[Any, ...]:
-        plan, pf, i = self._cursor.reserve(index)
-        slices = plan.batch(i)
-        batch = self._rows(plan, pf, slices)
-        self._cursor.served(plan, i, slices)
-        return batch.batch()
-
-    def _rows(self, plan: EpochPlan, pf: Prefetcher, slices: list[Slice]) -> WindowData:
-        """The rows of ``slices`` of ``plan``'s windows, in order (waiting for their windows)."""
-        pieces = []
-        for s in slices:
-            data: WindowData = pf.get(s.window)
-            expected = plan.windows[s.window].rows
-            if len(data) != expected:
-                raise ManifestMismatchError(
-                    f"Window {s.window} ({self._windows.describe(plan, s.window)}) has {len(data)} "
-                    f"rows; the manifest says {expected}. The data changed after the scan.\n"
-                    "Hint: rescan (remove the cached manifest) and restart."
-                )
-            pieces.append(data.take(s.start, s.stop))
-        return concat(pieces)
+        return self.stream.batch(index)
 
     def to_tf_dataset(self) -> Any:
         """The sequence as a ``tf.data.Dataset`` fed many batches per Python call (TensorFlow).
@@ -439,8 +388,8 @@ class DaskSequence(keras.utils.PyDataset):
         The same batches as ``seq[0] .. seq[len(seq) - 1]``, each epoch the sequence's next,
         at less cost to the trainer than Keras' one call per batch of a ``PyDataset``
         (:mod:`daskfeed.adapters._tf_data` tells how epochs are counted;
-        :func:`daskfeed.training.fit_from`
-        uses it with the callback that keeps Keras' epochs and the sequence's in step).
+        :func:`daskfeed.fit_from` uses it with the callback that keeps Keras' epochs and the
+        sequence's in step).
 
         Returns
         -------
@@ -451,32 +400,14 @@ class DaskSequence(keras.utils.PyDataset):
         --------
         >>> model.fit(seq.to_tf_dataset(), epochs=3)  # doctest: +SKIP
         """
-        from daskfeed.adapters._tf_data import WindowFeed, uses_windows
-
         uses_windows("windows")  # refuses other backends
-        return WindowFeed(self).dataset()
+        return WindowFeed(self.stream).dataset()
 
     # -- lifecycle ---------------------------------------------------------------------
     @property
-    def _client(self) -> Any:
-        return self._owner.client
-
-    @_client.setter
-    def _client(self, client: Any) -> None:
-        self._owner.client = client
-
-    @property
-    def _owns_client(self) -> bool:
-        return self._owner.owns
-
-    @_owns_client.setter
-    def _owns_client(self, owns: bool) -> None:
-        self._owner.owns = bool(owns)
-
-    @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
-        return self._closed
+        return self.stream.closed
 
     def close(self) -> None:
         """Stop prefetching, release windows in flight, close the client if this sequence started it.
@@ -486,47 +417,13 @@ class DaskSequence(keras.utils.PyDataset):
         sequence serves no batch. In a forked child it does nothing (the parent's
         connection is not the child's to close).
         """
-        if self._owner.pid != os.getpid():
-            return
-        self._closed = True
-        for feed in list(self._feeds):
-            feed.close()
-        self._cursor.close()
-        self._close_client()
-
-    def _close_client(self) -> None:
-        self._owner.close()
-
-    def _check_usable(self) -> None:
-        """Refuse a closed sequence, and a fork's copy (Keras' worker processes)."""
-        self._owner.check_process()
-        if self._closed:
-            raise DaskfeedError(
-                "This DaskSequence is closed. Expected an open sequence.\nHint: create a new "
-                "DaskSequence (pass manifest=old.manifest to skip the scan)."
-            )
+        self.stream.close()
 
     def __enter__(self) -> DaskSequence:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        for k in ("_owner", "_finalizer", "_closed", "_cursor", "_feeds"):
-            state.pop(k, None)
-        state["_resume"] = (self.epoch, self.start)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """A copy in this process: it connects to the same scheduler on its first batch."""
-        self.__dict__.update(state)
-        self._owner = Owner()
-        self._finalizer = weakref.finalize(self, self._owner.close)
-        self._closed = False
-        self._feeds = weakref.WeakSet()
-        self._cursor = self._new_cursor(*self.__dict__.pop("_resume"))
 
     def __repr__(self) -> str:
         return (

@@ -25,7 +25,7 @@ iterator's reads) takes the chunks ``0 .. n - 1`` of its pass in order and drops
   away, as under a ``tf.distribute`` strategy), a new pass serves it again from its start.
 - Without it (``model.fit(seq.to_tf_dataset())``), each pass is the next epoch; after a pass cut
   short, the next pass drops the rest of that epoch and is the epoch after it.
-- A *stream* (``dataset(stream=True)``, what :func:`fit_inputs` hands ``fit`` with
+- A *stream* (``dataset(stream=True)``, what :func:`~daskfeed.adapters._handoff.fit_inputs` hands ``fit`` with
   ``steps_per_epoch=len(seq)``) is one pass over epoch after epoch, endless: Keras then keeps one
   iterator for the whole ``fit``. A new iterator each epoch (what Keras makes of a dataset of
   known length) made the first batch of about one steady epoch in five wait 0.3 to 1.9 s, for
@@ -42,23 +42,18 @@ original kept in the sequence's ``failure``.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from daskfeed.adapters._keras import keras
-from daskfeed.batches import EpochPlan, Slice
+from daskfeed.batches import BatchStream, EpochPlan
 from daskfeed.cluster import WindowCancelled
 from daskfeed.core import FEEDS, DaskfeedError, SchemaError
 from daskfeed.manifest import WindowData
 
-if TYPE_CHECKING:
-    from daskfeed.adapters._sequence import DaskSequence
-
-__all__ = ["CHUNK_BYTES", "WindowFeed", "fit_inputs", "uses_windows"]
+__all__ = ["CHUNK_BYTES", "WindowFeed", "uses_windows"]
 
 CHUNK_BYTES = 8 * 2**20  # encoded bytes per chunk, at most
 QUEUED = 2  # chunks waiting in TensorFlow's queue, at most
@@ -100,66 +95,15 @@ def uses_windows(feed: str) -> bool:
     return feed == "windows" or (feed == "auto" and backend == "tensorflow")
 
 
-@contextlib.contextmanager
-def fit_inputs(sequence: DaskSequence, feed: str, kwargs: dict[str, Any],
-               steps_per_execution: int = 1) -> Iterator[tuple[Any, dict[str, Any]]]:
-    """What one ``model.fit`` over ``sequence`` is handed: the data and its other arguments.
-
-    With the window feed (:func:`uses_windows`): ``sequence`` as a :class:`WindowFeed`'s dataset
-    (a stream with ``steps_per_epoch=len(sequence)`` where it can be), its callback first in
-    ``callbacks``, a ``DaskSequence`` given as ``validation_data`` as a dataset too, and
-    ``shuffle=False`` (daskfeed shuffles; Keras would warn that ``fit`` does not shuffle a
-    dataset); the feeds are closed on leaving. Otherwise the sequence itself and ``kwargs`` as
-    they are.
-
-    Parameters
-    ----------
-    sequence
-        The training sequence, where its next ``fit`` starts (epoch and batch).
-    feed
-        ``auto``, ``windows`` or ``batches``.
-    kwargs
-        ``fit``'s other arguments.
-    steps_per_execution
-        The model's: a stream needs it to divide the epoch's batches.
-
-    Yields
-    ------
-    tuple
-        ``(x, kwargs)`` for ``model.fit(x, **kwargs)``.
-    """
-    if not uses_windows(feed):
-        yield sequence, kwargs
-        return
-    from daskfeed.adapters._sequence import DaskSequence
-
-    feeds = [WindowFeed(sequence)]
-    out = {**kwargs, "shuffle": False}
-    out["callbacks"] = [feeds[0].callback(), *(kwargs.get("callbacks") or ())]
-    # one iterator for the whole fit: a stream, unless the epoch is a resumed one (fitted alone),
-    # steps are the caller's, or a group of steps would cross an epoch's end
-    stream = (not sequence.start and "steps_per_epoch" not in kwargs
-              and len(sequence) % max(int(steps_per_execution), 1) == 0)
-    if stream:
-        out["steps_per_epoch"] = len(sequence)
-    if isinstance(kwargs.get("validation_data"), DaskSequence):
-        feeds.append(WindowFeed(kwargs["validation_data"]))
-        out["validation_data"] = feeds[1].dataset()
-    try:
-        yield feeds[0].dataset(stream=stream), out
-    finally:
-        for f in feeds:
-            f.close()
-
-
 class WindowFeed:
     """A :class:`~daskfeed.DaskSequence` as a ``tf.data.Dataset`` fed a chunk of batches at a time.
 
     Parameters
     ----------
-    seq
-        The sequence; the feed serves its epochs from where it stands now (its ``epoch`` and
-        ``start``: a feed of a resumed epoch serves that epoch only).
+    stream
+        The batch stream (a sequence's ``seq.stream``); the feed serves its epochs from where it
+        stands now (its ``epoch`` and ``start``: a feed of a resumed epoch serves that epoch
+        only).
     chunk_bytes
         Encoded bytes per chunk at most (default: :data:`CHUNK_BYTES`, or a sixteenth of the
         sequence's ``prefetch_bytes`` when less); at least one batch.
@@ -170,22 +114,23 @@ class WindowFeed:
 
     Examples
     --------
-    >>> feed = WindowFeed(seq)  # doctest: +SKIP
+    >>> feed = WindowFeed(seq.stream)  # doctest: +SKIP
     >>> model.fit(feed.dataset(), epochs=3, callbacks=[feed.callback()])  # doctest: +SKIP
     >>> feed.close()  # doctest: +SKIP
     """
 
-    def __init__(self, seq: DaskSequence, *, chunk_bytes: int | None = None) -> None:
+    def __init__(self, stream: BatchStream, *, chunk_bytes: int | None = None) -> None:
         import tensorflow as tf
 
-        self.seq = seq
-        self.epoch, self.start = seq.epoch, seq.start  # where the first pass begins
-        cap = chunk_bytes or min(CHUNK_BYTES, max(seq.prefetch_bytes // 16, 1))
-        self.chunk = max(1, int(cap) // (seq.batch_size * seq.encoding.bytes_per_row))
-        self._arrays = _array_specs(seq)  # (dtype, inner shape) of each array of a chunk
-        self._len = len(seq)  # batches per pass
-        self._chunks = len(self._bounds(seq.plan, self.start))  # per pass
-        self._full = len(self._bounds(seq.plan, 0))  # per whole epoch
+        self.stream = stream
+        data = stream.data
+        self.epoch, self.start = stream.epoch, stream.start  # where the first pass begins
+        cap = chunk_bytes or min(CHUNK_BYTES, max(data.prefetch_bytes // 16, 1))
+        self.chunk = max(1, int(cap) // (data.batch_size * data.encoding.bytes_per_row))
+        self._arrays = _array_specs(stream)  # (dtype, inner shape) of each array of a chunk
+        self._len = len(stream)  # batches per pass
+        self._chunks = len(self._bounds(stream.plan, self.start))  # per pass
+        self._full = len(self._bounds(stream.plan, 0))  # per whole epoch
         self._queue = tf.queue.FIFOQueue(
             QUEUED, [tf.int64, tf.int64, tf.int64, tf.string,
                      *(tf.as_dtype(d) for d, _ in self._arrays)])
@@ -200,7 +145,7 @@ class WindowFeed:
         self._began = False  # begin() was called (a stream checks only the first epoch)
         self._closed = False
         self._thread: threading.Thread | None = None
-        seq._feeds.add(self)
+        stream.close_with(self)
 
     # -- what Keras is handed ----------------------------------------------------------
     def dataset(self, stream: bool = False) -> Any:
@@ -229,7 +174,7 @@ class WindowFeed:
             raise ValueError(f"Expected a feed from an epoch's start for a stream. Received: "
                              f"epoch {self.epoch} from batch {self.start}.\nHint: fit a resumed "
                              "epoch alone, with dataset() (fit_from does).")
-        self.seq._check_usable()
+        self.stream.check_usable()
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._produce, daemon=True,
@@ -290,7 +235,7 @@ class WindowFeed:
             arrays = [tf.identity(a) for a in item[_TAGS:]]
         for a, (_, inner) in zip(arrays, self._arrays, strict=True):
             a.set_shape((None, None, *inner))
-        enc = self.seq.encoding
+        enc = self.stream.data.encoding
         n = 1 if enc.as_matrix else len(enc.columns)
         x = arrays[0] if enc.as_matrix else dict(zip([c.name for c in enc.columns], arrays[:n],
                                                      strict=True))
@@ -328,7 +273,6 @@ class WindowFeed:
     # -- the producer ------------------------------------------------------------------
     def _produce(self) -> None:
         """Queue the chunks of epoch after epoch, restarting where :meth:`begin` asks."""
-        seq = self.seq
         tag, epoch, start = 0, self.epoch, self.start
         try:
             while True:
@@ -345,7 +289,7 @@ class WindowFeed:
         except _Closed:
             return
         except WindowCancelled:  # the sequence was closed
-            if not seq.closed:
+            if not self.stream.closed:
                 self._fail(DaskfeedError("A window of the epoch being fed was cancelled. Expected "
                                          "one feed at a time over a DaskSequence.\nHint: close "
                                          "other feeds, and do not call set_epoch while fit reads."))
@@ -354,8 +298,7 @@ class WindowFeed:
 
     def _serve(self, tag: int, epoch: int, start: int) -> bool:
         """Queue ``epoch``'s chunks from batch ``start``; False if a new pass was asked for first."""
-        cursor = self.seq._cursor
-        plan, pf = cursor.open_pass(epoch, start)
+        plan, pf = self.stream.open_pass(epoch, start)
         bounds = self._bounds(plan, start)
         if self._stream and len(bounds) != self._full:  # a stream counts n chunks an epoch
             raise DaskfeedError(f"Expected {self._full} chunks in every epoch of a stream. "
@@ -364,12 +307,9 @@ class WindowFeed:
         for index, (i, j) in enumerate(bounds):
             if self._request is not None:
                 return False
-            per_batch = [plan.batch(b) for b in range(i, j)]
-            data = self.seq._rows(plan, pf, _merged(per_batch))
-            for b, slices in zip(range(i, j), per_batch, strict=True):
-                cursor.served(plan, b, slices)
+            data = self.stream.take(plan, pf, i, j)
             if index == len(bounds) - 1:  # its figures are kept before Keras can read its end;
-                cursor.finish(plan, advance=not self.start)  # a resumed epoch: fit_from moves on
+                self.stream.finish(plan, advance=not self.start)  # resumed: fit_from moves on
             self._put(tag, epoch, index, _stacked(data, j - i, plan.batch_rows(i)))
         return True
 
@@ -404,7 +344,7 @@ class WindowFeed:
 
     def _fail(self, err: DaskfeedError) -> None:
         """Keep ``err`` for ``train`` and hand its text to whatever pass reads next."""
-        self.seq.failure = err
+        self.stream.failure = err
         try:
             self._put_error(str(err))
         except _Closed:
@@ -438,24 +378,12 @@ class _EpochSync(keras.callbacks.Callback):
         self.feed.begin(epoch)
 
 
-def _array_specs(seq: DaskSequence) -> list[tuple[str, tuple[int, ...]]]:
+def _array_specs(stream: BatchStream) -> list[tuple[str, tuple[int, ...]]]:
     """The arrays of a batch in order (features, label, weight): dtype and shape past the rows."""
-    enc = seq.encoding
+    enc = stream.data.encoding
     x = ([(enc.matrix_dtype, (len(enc.columns),))] if enc.as_matrix
          else [(c.dtype, ()) for c in enc.columns])
     return [*x, (enc.label_dtype, ()), *([("float32", ())] if enc.weight else [])]
-
-
-def _merged(per_batch: list[list[Slice]]) -> list[Slice]:
-    """The slices of consecutive batches, touching slices of one window joined."""
-    out: list[Slice] = []
-    for slices in per_batch:
-        for s in slices:
-            if out and out[-1].window == s.window and out[-1].stop == s.start:
-                out[-1] = Slice(s.window, out[-1].start, s.stop)
-            else:
-                out.append(s)
-    return out
 
 
 def _stacked(data: WindowData, k: int, rows: int) -> list[np.ndarray]:

@@ -9,14 +9,13 @@ from __future__ import annotations
 import operator
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypedDict
 
 from daskfeed.batches._plan import EpochPlan, Slice, equal_shard_batches, make_plan
 from daskfeed.batches._prefetch import Prefetcher
-from daskfeed.core import SchemaError
+from daskfeed.core import SchemaError, warn_user
 
 __all__ = ["EpochCursor", "EpochStats", "PlanSettings"]
 
@@ -413,10 +412,8 @@ class EpochCursor:
         self._jumps += 1
         if self._jumps >= 3 and not self._warned_random:
             self._warned_random = True
-            warnings.warn(
+            warn_user(  # at the first line outside daskfeed, however deep the reader
                 "DaskSequence is being read in random batch order (Keras' fit(shuffle=True) is "
                 "the default). Batches stay correct, but windows may be computed more than "
                 "once. daskfeed already shuffles blocks and rows itself: pass "
-                "shuffle=False to model.fit() for the fast path.",
-                stacklevel=5,
-            )
+                "shuffle=False to model.fit() for the fast path.")

@@ -35,21 +35,16 @@ class Prepared:
 
     Takes :class:`~daskfeed.adapters._sequence.DaskSequence`'s arguments but the serving ones (windows,
     prefetching's spans and stop request, Keras' ``workers``); see there for each. The client
-    it starts (when given none) is held by ``owner``, which the sequence made of it takes over;
-    :meth:`close` gives it back when no sequence is made.
+    it starts (when given none) is held by ``owner``, which the
+    :class:`~daskfeed.batches._stream.BatchStream` serving it takes over; :meth:`close` gives it
+    back when no stream is made. The settings are its attributes, resolved once (config defaults
+    included): a stream and a sequence read them here.
 
     Raises
     ------
     DaskfeedError
         Bad data or settings, with what was expected, what was received and a hint.
     """
-
-    #: What a sequence takes over from its prepared data, by the same names (the client's
-    #: ``owner`` through :meth:`hand_over`).
-    SHARED = ("label", "weight", "batch_size", "validation_split", "subset", "shuffle", "seed",
-              "drop_remainder", "shard", "timeout", "prefetch_bytes", "source", "scheduler_address",
-              "security", "cache", "cache_status", "manifest", "reference", "features", "as_matrix",
-              "encoding")
 
     def __init__(
         self,
@@ -133,6 +128,17 @@ class Prepared:
                 "sequence (Prepared(...)), or pass manifest=seq.manifest to skip the scan.")
         self._handed = True
         return self.owner
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the client: a copy's stream connects to ``scheduler_address``."""
+        state = self.__dict__.copy()
+        state.pop("owner")
+        state["_handed"] = True  # a copy serves no new sequence
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.owner = Owner()
 
     # -- the steps, in order -----------------------------------------------------------
     def _settle(self, *, label: str, weight: str | None, batch_size: int | None, shuffle: bool,

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from daskfeed.manifest._manifest import Column
+from typing import Protocol
 
 __all__ = ["id_like", "id_warning"]
+
+
+class Column(Protocol):
+    """What is read of a manifest's column (:class:`~daskfeed.manifest._manifest.Column`)."""
+
+    kind: str
+    count: int
+    distinct: int
+    approximate: bool
+    integer: bool
+    missing: int
+    min: float | None
+    max: float | None
+    var: float
 
 
 def id_like(columns: Mapping[str, Column], names: list[str]) -> dict[str, str]:

@@ -164,7 +164,7 @@ def test_prepared_data_served_later_with_warnings_at_the_users_line(id_data, cli
         direct = make(id_data, client)
     assert {w.filename for w in caught} == {__file__}
     with direct, daskfeed.DaskSequence.of(prepared, window_rows=WINDOW_ROWS) as served:
-        assert served.manifest is prepared.manifest and served._client is client
+        assert served.manifest is prepared.manifest and served.stream.client is client
         assert served.features == direct.features and len(served) == len(direct)
         a, b = epoch_ids(served), epoch_ids(direct)  # the same batches as one made at once
         assert all(np.array_equal(a[i], b[i]) for i in range(len(direct)))
@@ -315,7 +315,7 @@ def test_the_next_epochs_windows_are_fetched_ahead_within_the_budget(id_data, cl
         want.append(epoch_ids(ref))
     with make(id_data, client) as seq:
         got = [epoch_ids(seq)]
-        cursor = seq._cursor
+        cursor = seq.stream._cursor
         assert cursor._ahead is not None, "epoch 1's windows were not started during epoch 0"
         ahead = cursor._ahead
         assert cursor._next.epoch == 1 and ahead.submitted >= 1
@@ -345,7 +345,7 @@ def test_a_resumed_start_in_the_epoch_fetched_ahead_gets_its_batches(id_data, cl
 def test_unshuffled_epochs_keep_their_windows_and_fetch_nothing_ahead(id_data, client):
     with make(id_data, client, shuffle=False) as seq:
         epoch_ids(seq)
-        assert seq._cursor._ahead is None
+        assert seq.stream._cursor._ahead is None
         seq.on_epoch_end()
         epoch_ids(seq)
         assert seq.epoch_stats()["windows_computed"] == 0
@@ -353,11 +353,11 @@ def test_unshuffled_epochs_keep_their_windows_and_fetch_nothing_ahead(id_data, c
 
 def test_nothing_is_fetched_ahead_past_the_runs_last_epoch(id_data, client):
     with make(id_data, client) as seq:
-        assert seq._cursor._ahead is not None  # epoch 1's windows, started with epoch 0's
-        pf = seq._cursor.prefetcher
+        assert seq.stream._cursor._ahead is not None  # epoch 1's windows, started with epoch 0's
+        pf = seq.stream._cursor.prefetcher
         seq.set_last_epoch(0)  # a one-epoch run: they are dropped and the room given back
-        assert seq._cursor._ahead is None and pf.lent == 0
+        assert seq.stream._cursor._ahead is None and pf.lent == 0
         epoch_ids(seq)
-        assert seq._cursor._ahead is None
+        assert seq.stream._cursor._ahead is None
         seq.set_last_epoch(None)  # not known after all: epoch 1 is fetched ahead again
-        assert seq._cursor._ahead is not None and seq._cursor._next.epoch == 1
+        assert seq.stream._cursor._ahead is not None and seq.stream._cursor._next.epoch == 1

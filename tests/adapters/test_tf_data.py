@@ -44,7 +44,7 @@ def assert_same_batches(got: list, want: list) -> None:
 def feed_of(seq, chunk: int):
     from daskfeed.adapters._tf_data import WindowFeed
 
-    return WindowFeed(seq, chunk_bytes=chunk * seq.batch_size * seq.encoding.bytes_per_row)
+    return WindowFeed(seq.stream, chunk_bytes=chunk * seq.batch_size * seq.encoding.bytes_per_row)
 
 
 @pytest.mark.parametrize("settings,chunk", [

@@ -72,7 +72,7 @@ def main():
     if MODE == "with":
         with daskfeed.DaskSequence(DATA, **kw) as seq:
             fit(seq)
-        pf = seq._cursor.prefetcher
+        pf = seq.stream._cursor.prefetcher
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and any(
                 str(k).startswith("daskfeed-window") for k in client.futures):
@@ -89,7 +89,7 @@ def main():
         client.close()
         return
     seq = daskfeed.DaskSequence(DATA, **kw)
-    assert seq._owns_client == (MODE == "owned")
+    assert seq.stream.owns_client == (MODE == "owned")
     fit(seq)
     if MODE == "close":
         seq.close()

@@ -1,0 +1,66 @@
+"""What one ``model.fit`` is handed: the sequence itself, or its batches as a tf.data feed.
+
+Above both hand-offs (:mod:`daskfeed.adapters._sequence`, :mod:`daskfeed.adapters._tf_data`),
+which do not import each other's users.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from daskfeed.adapters._sequence import DaskSequence
+from daskfeed.adapters._tf_data import WindowFeed, uses_windows
+
+__all__ = ["fit_inputs"]
+
+
+@contextlib.contextmanager
+def fit_inputs(sequence: DaskSequence, feed: str, kwargs: dict[str, Any],
+               steps_per_execution: int = 1) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """What one ``model.fit`` over ``sequence`` is handed: the data and its other arguments.
+
+    With the window feed (:func:`uses_windows`): ``sequence`` as a :class:`WindowFeed`'s dataset
+    (a stream with ``steps_per_epoch=len(sequence)`` where it can be), its callback first in
+    ``callbacks``, a ``DaskSequence`` given as ``validation_data`` as a dataset too, and
+    ``shuffle=False`` (daskfeed shuffles; Keras would warn that ``fit`` does not shuffle a
+    dataset); the feeds are closed on leaving. Otherwise the sequence itself and ``kwargs`` as
+    they are.
+
+    Parameters
+    ----------
+    sequence
+        The training sequence, where its next ``fit`` starts (epoch and batch).
+    feed
+        ``auto``, ``windows`` or ``batches``.
+    kwargs
+        ``fit``'s other arguments.
+    steps_per_execution
+        The model's: a stream needs it to divide the epoch's batches.
+
+    Yields
+    ------
+    tuple
+        ``(x, kwargs)`` for ``model.fit(x, **kwargs)``.
+    """
+    if not uses_windows(feed):
+        yield sequence, kwargs
+        return
+    feeds = [WindowFeed(sequence.stream)]
+    out = {**kwargs, "shuffle": False}
+    out["callbacks"] = [feeds[0].callback(), *(kwargs.get("callbacks") or ())]
+    # one iterator for the whole fit: a stream, unless the epoch is a resumed one (fitted alone),
+    # steps are the caller's, or a group of steps would cross an epoch's end
+    stream = (not sequence.start and "steps_per_epoch" not in kwargs
+              and len(sequence) % max(int(steps_per_execution), 1) == 0)
+    if stream:
+        out["steps_per_epoch"] = len(sequence)
+    if isinstance(kwargs.get("validation_data"), DaskSequence):
+        feeds.append(WindowFeed(kwargs["validation_data"].stream))
+        out["validation_data"] = feeds[1].dataset()
+    try:
+        yield feeds[0].dataset(stream=stream), out
+    finally:
+        for f in feeds:
+            f.close()

@@ -1,0 +1,383 @@
+"""BatchStream: a prepared data set's batches, epoch after epoch, with no keras in it.
+
+Both Keras hand-offs stand on it: :class:`~daskfeed.DaskSequence` (a ``PyDataset``, one batch per
+call: :meth:`BatchStream.batch`) and the tf.data hand-off (chunks of batches:
+:meth:`BatchStream.open_pass`, :meth:`BatchStream.take`, :meth:`BatchStream.finish`). It owns the
+client it was handed, the window tasks and the epoch being served (an
+:class:`~daskfeed.batches._epoch.EpochCursor`). Its resume state is :meth:`BatchStream.get_state`
+/ :meth:`BatchStream.set_state` (the epoch and its first batch served), as Grain's checkpointable
+iterators have it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+from daskfeed.batches._epoch import EpochCursor, EpochStats, PlanSettings
+from daskfeed.batches._layout import window_rows_for
+from daskfeed.batches._plan import EpochPlan, Slice
+from daskfeed.batches._prefetch import Prefetcher
+from daskfeed.batches._prepare import Prepared
+from daskfeed.batches._windows import WindowTasks
+from daskfeed.cluster import Owner, WindowCancelled, connect
+from daskfeed.core import ClusterError, DaskfeedError, ManifestMismatchError, Stop
+from daskfeed.dashboard import EpochSpans
+from daskfeed.manifest import WindowData, concat
+
+
+class BatchStream:
+    """Every epoch's batches of :class:`~daskfeed.batches._prepare.Prepared` data.
+
+    ``batch(i)`` is deterministic for ``(data, seed, batch_size, epoch)`` in any call order and
+    from any thread; every row is delivered once per epoch.
+
+    Parameters
+    ----------
+    data
+        The prepared data; the stream takes over its client (:meth:`Prepared.hand_over`).
+    window_bytes
+        Bytes of encoded rows per window (resolved by the caller), unless ``window_rows``.
+    window_rows
+        Rows per window (e.g. a checkpoint's, so that a resumed epoch has its windows).
+    spans
+        One ``distributed.span`` per epoch for the windows (the dashboard), or None.
+    stop
+        A stop request ending every wait; None: the process-wide one.
+    tolerance
+        Index jumps up to this many batches are still sequential reads (readers' threads and
+        queues read a little ahead).
+
+    Notes
+    -----
+    A stream owns threads and futures: :meth:`close` it. It is also closed when
+    garbage-collected or at interpreter exit.
+    """
+
+    def __init__(self, data: Prepared, *, window_bytes: int, window_rows: int | None = None,
+                 spans: EpochSpans | None = None, stop: Stop | None = None,
+                 tolerance: int = 2) -> None:
+        self.data = data
+        self._owner = data.hand_over()  # the client: this stream's to close if owned
+        self._finalizer = weakref.finalize(self, self._owner.close)
+        self._closed = False
+        self._dependents: weakref.WeakSet[Any] = weakref.WeakSet()  # closed with the stream
+        self.window_rows = window_rows_for(window_rows, window_bytes, data.manifest,
+                                           data.encoding.bytes_per_row, data.prefetch_bytes,
+                                           data.batch_size)
+        self.tolerance = int(tolerance)
+        self.failure: DaskfeedError | None = None  # the last error a batch raised
+        self.assembly_seconds = 0.0  # spent assembling batches (waiting + slicing), all epochs
+        self._stop = stop
+        self._windows = WindowTasks(data.source, data.manifest.fingerprint, data.encoding,
+                                    data.cache, spans)
+        self._cursor = self._new_cursor(0, 0)
+        self._position = 0  # batches of this epoch yielded by __iter__
+
+    # -- epochs -------------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        """The epoch whose batches :meth:`batch` returns."""
+        return self._cursor.epoch
+
+    @property
+    def start(self) -> int:
+        """First batch of the current epoch served (``batch(0)``): 0 except when resuming."""
+        return self._cursor.start
+
+    @property
+    def plan(self) -> EpochPlan:
+        """The current epoch's plan."""
+        return self._cursor.plan
+
+    def __len__(self) -> int:
+        """Batches left to serve of the current epoch from its ``start``."""
+        return self.plan.num_batches - self.start
+
+    def begin(self) -> None:
+        """A reader starts an epoch: batches it read before (a peek) are trained now."""
+        self._cursor.begin()
+
+    def end(self) -> None:
+        """Keras ends an epoch: move to the next epoch's order once every batch was delivered.
+
+        See :meth:`EpochCursor.end <daskfeed.batches._epoch.EpochCursor.end>` for the call that
+        never advances (Keras' reset after its peek).
+        """
+        self._cursor.end()
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        """Serve ``epoch`` from its batch ``start`` (``DaskSequence.set_epoch`` tells more).
+
+        Raises
+        ------
+        ValueError
+            ``start`` is not a batch of the epoch.
+        """
+        epoch, start = int(epoch), int(start)
+        if epoch != self._cursor.epoch or start != self._cursor.start:
+            self._cursor.set(epoch, start)
+        self._position = 0
+
+    def set_last_epoch(self, epoch: int | None) -> None:
+        """The run ends after ``epoch`` (None: not known): no window past it is fetched ahead."""
+        self._cursor.set_last_epoch(None if epoch is None else int(epoch))
+
+    def get_state(self) -> dict[str, int]:
+        """Where the stream stands: ``{"epoch": e, "start": b}``, for :meth:`set_state`.
+
+        ``b`` is the epoch's next batch: its ``start`` plus the batches :meth:`__iter__` has
+        yielded (an epoch read to its end is ``{"epoch": e + 1, "start": 0}``). A stream with the
+        same data and settings set to this state serves exactly the batches this one would
+        serve next. Readers that fetch ahead of what they train (Keras) keep their own count
+        instead (the checkpoint cursor does).
+        """
+        start = self.start + self._position
+        if start >= self.plan.num_batches:
+            return {"epoch": self.epoch + 1, "start": 0}
+        return {"epoch": self.epoch, "start": start}
+
+    def set_state(self, state: dict[str, int]) -> None:
+        """Go on from a state :meth:`get_state` returned (of this stream or another's).
+
+        Raises
+        ------
+        ValueError
+            The state's ``start`` is not a batch of its epoch.
+        """
+        self.set_epoch(state["epoch"], state.get("start", 0))
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        """The current epoch's batches in order from where the stream stands; then the next epoch.
+
+        One epoch per iteration (as a ``torch`` ``IterableDataset`` or a plain loop reads it):
+        when its last batch was yielded the stream moves to the next epoch, so the next
+        ``iter()`` serves that one. :meth:`get_state` at any point between two batches resumes
+        exactly after the last one yielded.
+        """
+        while self._position < len(self):
+            batch = self.batch(self._position)
+            self._position += 1
+            yield batch
+        plan = self.plan
+        if self._cursor.finish(plan):  # every batch served: move on
+            self._position = 0
+
+    @property
+    def last_epoch_stats(self) -> EpochStats | dict[str, Any]:
+        """:meth:`epoch_stats` of the last epoch that ended (empty before the first)."""
+        return self._cursor.last_stats or {}
+
+    def stats_of(self, epoch: int) -> EpochStats | dict[str, Any]:
+        """:meth:`epoch_stats` of ``epoch`` once it ended (one of the last eight); else empty."""
+        return self._cursor.ended.get(int(epoch), {})
+
+    def epoch_stats(self) -> EpochStats:
+        """Rows and batches served, seconds waited for data, windows computed this epoch."""
+        return self._cursor.stats()
+
+    # -- batches -----------------------------------------------------------------------
+    def batch(self, index: int) -> tuple[Any, ...]:
+        """Batch ``index`` of the current epoch as ``(x, y)``, or ``(x, y, w)`` with a weight.
+
+        Raises
+        ------
+        IndexError
+            ``index`` is out of range.
+        DaskfeedError
+            Reading the batch's windows failed (kept in ``failure`` too).
+        """
+        self.check_usable()  # first: a forked child must not touch the parent's locks
+        try:
+            for _ in range(3):
+                try:
+                    return self._batch(index)
+                except WindowCancelled:
+                    continue  # the epoch changed while we waited: serve from the current plan
+            return self._batch(index)
+        except DaskfeedError as err:
+            self.failure = err
+            raise
+
+    def _batch(self, index: int) -> tuple[Any, ...]:
+        plan, pf, i = self._cursor.reserve(index)
+        slices = plan.batch(i)
+        batch = self._rows(plan, pf, slices)
+        self._cursor.served(plan, i, slices)
+        return batch.batch()
+
+    def open_pass(self, epoch: int, start: int) -> tuple[EpochPlan, Prefetcher]:
+        """A pass over ``epoch`` from batch ``start`` begins: its plan and prefetcher."""
+        self.check_usable()
+        return self._cursor.open_pass(epoch, start)
+
+    def take(self, plan: EpochPlan, pf: Prefetcher, first: int, end: int) -> WindowData:
+        """Batches ``first .. end - 1`` of ``plan`` as one run of rows, marked served.
+
+        Parameters
+        ----------
+        plan, pf
+            What :meth:`open_pass` returned.
+        first, end
+            The batches (consecutive).
+
+        Returns
+        -------
+        WindowData
+            Their rows in order.
+        """
+        per_batch = [plan.batch(b) for b in range(first, end)]
+        data = self._rows(plan, pf, _merged(per_batch))
+        for b, slices in zip(range(first, end), per_batch, strict=True):
+            self._cursor.served(plan, b, slices)
+        return data
+
+    def finish(self, plan: EpochPlan, advance: bool = True) -> bool:
+        """End ``plan``'s epoch once every batch was served (its figures kept); maybe move on."""
+        return self._cursor.finish(plan, advance=advance)
+
+    def _rows(self, plan: EpochPlan, pf: Prefetcher, slices: list[Slice]) -> WindowData:
+        """The rows of ``slices`` of ``plan``'s windows, in order (waiting for their windows)."""
+        t = time.perf_counter()
+        try:
+            pieces = []
+            for s in slices:
+                data: WindowData = pf.get(s.window)
+                expected = plan.windows[s.window].rows
+                if len(data) != expected:
+                    raise ManifestMismatchError(
+                        f"Window {s.window} ({self._windows.describe(plan, s.window)}) has "
+                        f"{len(data)} rows; the manifest says {expected}. The data changed after "
+                        "the scan.\nHint: rescan (remove the cached manifest) and restart."
+                    )
+                pieces.append(data.take(s.start, s.stop))
+            return concat(pieces)
+        finally:
+            self.assembly_seconds += time.perf_counter() - t
+
+    # -- the cluster side ---------------------------------------------------------------
+    @property
+    def spans(self) -> EpochSpans | None:
+        """The epochs' spans the windows are submitted in (settable before the first epoch)."""
+        return self._windows.spans
+
+    @spans.setter
+    def spans(self, spans: EpochSpans | None) -> None:
+        self._windows.spans = spans
+
+    @property
+    def client(self) -> Any:
+        """The ``distributed.Client`` (None once closed, or in an unpickled copy before use)."""
+        return self._owner.client
+
+    @property
+    def owns_client(self) -> bool:
+        """Whether closing the stream closes its client (it started it)."""
+        return self._owner.owns
+
+    def _client_or_connect(self) -> Any:
+        """The client; after unpickling, a new connection to the same scheduler (owned)."""
+        self.check_usable()
+        if self._owner.client is None:
+            self._owner.client = connect(self.data.scheduler_address, security=self.data.security)
+            self._owner.owns = True
+        if self._owner.client.status in ("closing", "closed"):
+            raise ClusterError(
+                f"The Dask client of this DaskSequence ({self.data.scheduler_address}) was "
+                "closed. Expected a running client.\nHint: close the DaskSequence before its "
+                "client, or create it again with a running client."
+            )
+        return self._owner.client
+
+    def _submit(self, plan: EpochPlan, w: int) -> Any:
+        return self._windows.submit(self._client_or_connect(), plan, w)
+
+    def _new_prefetcher(self, plan: EpochPlan, order: list[int], budget: int | None) -> Prefetcher:
+        """A prefetcher bound to ``plan``, whatever epoch comes next (``budget``: room lent to it)."""
+        pf = Prefetcher(
+            functools.partial(self._submit, plan),
+            functools.partial(self._windows.estimate, plan), order,
+            budget=self.data.prefetch_bytes if budget is None else budget,
+            timeout=self.data.timeout, describe=functools.partial(self._windows.describe, plan),
+            stop=self._stop,
+        )
+        if self._owner.client is not None:  # unpickled copies start on their first batch
+            pf.start(within_budget=budget is not None)
+        return pf
+
+    def _new_cursor(self, epoch: int, start: int) -> EpochCursor:
+        d = self.data
+        settings = PlanSettings(
+            counts=tuple(d.manifest.counts), batch_size=d.batch_size, seed=d.seed,
+            shuffle=d.shuffle, window_rows=self.window_rows, drop_remainder=d.drop_remainder,
+            shard=d.shard)
+        cursor = EpochCursor(settings, self._new_prefetcher, tolerance=self.tolerance)
+        cursor.set(epoch, start)
+        return cursor
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def close_with(self, dependent: Any) -> None:
+        """Close ``dependent`` (anything with ``close()``, e.g. a tf.data feed) with the stream."""
+        self._dependents.add(dependent)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def close(self) -> None:
+        """Stop prefetching, release windows in flight, close the client if the stream owns it.
+
+        Idempotent and quick. In a forked child it does nothing (the parent's connection is not
+        the child's to close).
+        """
+        if self._owner.pid != os.getpid():
+            return
+        self._closed = True
+        for dependent in list(self._dependents):
+            dependent.close()
+        self._cursor.close()
+        self._owner.close()
+
+    def check_usable(self) -> None:
+        """Refuse a closed stream, and a fork's copy (e.g. Keras' worker processes)."""
+        self._owner.check_process()
+        if self._closed:
+            raise DaskfeedError(
+                "This DaskSequence is closed. Expected an open sequence.\nHint: create a new "
+                "DaskSequence (pass manifest=old.manifest to skip the scan)."
+            )
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for k in ("_owner", "_finalizer", "_closed", "_cursor", "_dependents"):
+            state.pop(k, None)
+        state["_resume"] = self.get_state()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A copy in this process: it connects to the same scheduler on its first batch."""
+        resume = state.pop("_resume")
+        self.__dict__.update(state)
+        self._owner = Owner()
+        self._finalizer = weakref.finalize(self, self._owner.close)
+        self._closed = False
+        self._dependents = weakref.WeakSet()
+        self._cursor = self._new_cursor(resume["epoch"], resume["start"])
+        self._position = 0
+
+
+def _merged(per_batch: list[list[Slice]]) -> list[Slice]:
+    """The slices of consecutive batches, touching slices of one window joined."""
+    out: list[Slice] = []
+    for slices in per_batch:
+        for s in slices:
+            if out and out[-1].window == s.window and out[-1].stop == s.start:
+                out[-1] = Slice(s.window, out[-1].start, s.stop)
+            else:
+                out.append(s)
+    return out
