@@ -1,0 +1,73 @@
+"""Package faces (daskfeed.core._lazy.attach): a name loads its private module on first use."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+
+from daskfeed.core._lazy import attach
+
+SUBPACKAGES = ["core", "cluster", "dashboard", "reading", "cache", "manifest", "scanning", "batches",
+               "checkpoint", "adapters", "inference", "training", "cli"]
+
+
+@pytest.fixture
+def face(tmp_path, monkeypatch):
+    """A package ``facepkg`` whose ``__init__`` is a face over ``_one`` and ``_two``."""
+    pkg = tmp_path / "facepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "from daskfeed.core._lazy import attach\n"
+        "__getattr__, __dir__ = attach(__name__, {'one': '_one', 'ONE_TOO': '_one'}, {'two': '_two'})\n"
+        "PLAIN = 3\n")
+    (pkg / "_one.py").write_text("LOADS = []\nLOADS.append(1)\none = 'the one'\nONE_TOO = 11\n")
+    (pkg / "_two.py").write_text("VALUE = 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield importlib.import_module("facepkg")
+    for name in [m for m in sys.modules if m == "facepkg" or m.startswith("facepkg.")]:
+        del sys.modules[name]
+
+
+def test_a_name_loads_its_module_on_first_use_and_is_then_kept(face):
+    assert "facepkg._one" not in sys.modules
+    assert face.one == "the one"
+    assert "facepkg._one" in sys.modules and vars(face)["one"] == "the one"  # kept: no more look-ups
+    assert face.ONE_TOO == 11 and sys.modules["facepkg._one"].LOADS == [1]  # loaded once
+    assert "facepkg._two" not in sys.modules
+
+
+def test_a_module_handed_on_whole(face):
+    two = face.two
+    assert two is sys.modules["facepkg._two"] and two.VALUE == 2
+
+
+def test_dir_lists_the_face_s_names_before_they_are_loaded(face):
+    names = dir(face)
+    assert {"one", "ONE_TOO", "two", "PLAIN"} <= set(names) and names == sorted(names)
+    assert "facepkg._one" not in sys.modules
+
+
+def test_an_unknown_name_is_an_attribute_error_naming_the_package(face):
+    with pytest.raises(AttributeError, match=r"^module 'facepkg' has no attribute 'three'$"):
+        face.three  # noqa: B018
+    assert not hasattr(face, "_one_private")
+
+
+def test_attach_alone_returns_the_pair():
+    getattr_, dir_ = attach("daskfeed.core", {"warn_user": "_exceptions"})
+    from daskfeed.core._exceptions import warn_user
+
+    assert getattr_("warn_user") is warn_user and "warn_user" in dir_()
+
+
+@pytest.mark.parametrize("sub", SUBPACKAGES)
+def test_every_name_of_every_face_resolves(sub):
+    """What each subpackage's ``__all__`` promises is there (a face naming a moved name fails here)."""
+    pkg = importlib.import_module(f"daskfeed.{sub}")
+    assert pkg.__all__, sub
+    missing = [n for n in pkg.__all__ if n not in dir(pkg)]
+    assert missing == [], f"daskfeed.{sub}: __all__ names {missing}, its __dir__ does not"
+    for name in pkg.__all__:
+        assert getattr(pkg, name) is not None, f"daskfeed.{sub}.{name}"
