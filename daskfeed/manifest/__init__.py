@@ -25,8 +25,8 @@ if TYPE_CHECKING:
         epoch_seconds,
         numeric_dtype,
     )
-    from daskfeed.manifest._ids import id_like, id_warning
-    from daskfeed.manifest._labels import text_classes, unknown_classes
+    from daskfeed.manifest._ids import id_like, id_warning, joined
+    from daskfeed.manifest._labels import refuse_single_class, text_classes, unknown_classes
     from daskfeed.manifest._manifest import Column, Manifest, read_reusable, read_settings, unknown_column
     from daskfeed.manifest._split import block_sizes, held_out, scanned_blocks, split_settings
     from daskfeed.manifest._weights import frame_weight_faults, record_line, weight_faults
@@ -50,10 +50,12 @@ __all__ = [
     "held_out",
     "id_like",
     "id_warning",
+    "joined",
     "numeric_dtype",
     "read_reusable",
     "read_settings",
     "record_line",
+    "refuse_single_class",
     "scanned_blocks",
     "split_settings",
     "text_classes",
@@ -67,8 +69,8 @@ __getattr__, __dir__ = attach(__name__, {
     "_encoding", "MISSING_CODE": "_encoding", "WindowData": "_encoding", "concat": "_encoding",
     "empty_window": "_encoding", "encode_features": "_encoding", "encode_table": "_encoding",
     "epoch_seconds": "_encoding", "numeric_dtype": "_encoding",
-    "id_like": "_ids", "id_warning": "_ids",
-    "text_classes": "_labels", "unknown_classes": "_labels",
+    "id_like": "_ids", "id_warning": "_ids", "joined": "_ids",
+    "refuse_single_class": "_labels", "text_classes": "_labels", "unknown_classes": "_labels",
     "Column": "_manifest", "Manifest": "_manifest", "read_reusable": "_manifest", "read_settings":
     "_manifest", "unknown_column": "_manifest",
     "block_sizes": "_split", "held_out": "_split", "scanned_blocks": "_split", "split_settings": "_split",

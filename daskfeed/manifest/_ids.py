@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Protocol
 
-__all__ = ["id_like", "id_warning"]
+__all__ = ["id_like", "id_warning", "joined"]
 
 
 class Column(Protocol):
@@ -56,6 +56,37 @@ def id_like(columns: Mapping[str, Column], names: list[str]) -> dict[str, str]:
             about = "~" if col.approximate else ""
             found[name] = f"{about}{col.distinct:,} distinct values in {col.count:,} rows"
     return found
+
+
+def joined(a: Column, b: Column) -> Column:
+    """One column as two disjoint parts of the data hold it (a split's training and validation).
+
+    What :func:`id_like` reads, exact for counts, range and variance: a row number is a
+    permutation of consecutive values over the whole data, not over either part.
+
+    Parameters
+    ----------
+    a, b
+        The same column in the two parts' manifests.
+
+    Returns
+    -------
+    Column
+        The whole data's view of it (enough for :func:`id_like`).
+    """
+    from types import SimpleNamespace
+
+    n = a.count + b.count
+    mean = (a.mean * a.count + b.mean * b.count) / n if n else 0.0
+    var = ((a.var * a.count + b.var * b.count
+            + a.count * b.count / n * (a.mean - b.mean) ** 2) / n) if n else 0.0
+    bounds = [v for v in (a.min, b.min) if v is not None], [v for v in (a.max, b.max) if v is not None]
+    whole = SimpleNamespace(
+        kind=a.kind if a.kind == b.kind else "mixed", count=n, distinct=a.distinct + b.distinct,
+        approximate=True, integer=a.integer and b.integer, missing=a.missing + b.missing,
+        min=min(bounds[0]) if bounds[0] else None, max=max(bounds[1]) if bounds[1] else None,
+        mean=mean, var=var)
+    return whole  # type: ignore[return-value]
 
 
 def id_warning(found: dict[str, str]) -> str:

@@ -16,13 +16,44 @@ import pyarrow.compute as pc
 
 from daskfeed.cache import BlockCache, block_tables
 from daskfeed.core import SchemaError
-from daskfeed.manifest._manifest import Column
+from daskfeed.manifest._manifest import Column, Manifest
 from daskfeed.reading import Block, ReadOptions
 
-__all__ = ["MAX_CLASSES", "class_codes", "text_classes", "unknown_classes"]
+__all__ = ["MAX_CLASSES", "class_codes", "refuse_single_class", "text_classes", "unknown_classes"]
 
 #: The most distinct values a text label may have.
 MAX_CLASSES = 1000
+
+
+def refuse_single_class(manifest: Manifest) -> None:
+    """Refuse to train a classifier on a label with fewer than two classes present.
+
+    A model fit on one class learns nothing (binary: a constant; softmax over one unit: a loss
+    of 0 and no gradient), yet ``fit`` runs and reports figures: refused before any fit.
+
+    Parameters
+    ----------
+    manifest
+        The training data's manifest.
+
+    Raises
+    ------
+    SchemaError
+        Naming the label, its one value and its rows.
+    """
+    if manifest.task == "regression":
+        return
+    present = {k: n for k, n in manifest.label_counts.items() if n}
+    if len(present) >= 2 or not manifest.label_counts:  # (no counts: a manifest before they were kept)
+        return
+    value, rows = next(iter(present.items()), ("(none)", 0))
+    if manifest.label_classes is None and manifest.task == "binary":
+        value = f"{value} (a 0/1 label)"
+    raise SchemaError(
+        f"Expected at least two classes in label {manifest.label!r} to train a classifier. "
+        f"Received: all {rows:,} labelled rows have the value {value}.\nHint: check the label "
+        "column (--label) and the files chosen (does the glob take the data of one outcome "
+        "only?); with a validation split, the training part alone has to hold two classes.")
 
 
 def text_classes(column: Column, values: dict[str, int]) -> dict[str, int]:

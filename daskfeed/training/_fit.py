@@ -28,14 +28,16 @@ if TYPE_CHECKING:
     from daskfeed.adapters import DaskSequence
     from daskfeed.training._run import Run
 
-__all__ = ["fit", "reraise_feed_error", "summary"]
+__all__ = ["fit", "reraise_feed_error", "saved_record", "summary"]
 
 
 def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused: bool,
-        rss: RSSSampler) -> tuple[list[dict[str, Any]], keras.Model, dict[str, Any]]:
+        rss: RSSSampler) -> tuple[list[dict[str, Any]], keras.Model, dict[str, Any],
+                                  dict[str, Any] | None]:
     """Build the model and its callbacks, fit from the start or the checkpoint, write outputs.
 
-    Returns the history, the model and the bad-lines report.
+    Returns the history, the model, the bad-lines report and what early stopping did (None
+    without it).
     """
     opts, echo, ckpt = run.opts, run.echo, run.ckpt
     keras.utils.set_random_seed(opts.data.seed)  # the model's initial weights, dropout
@@ -77,7 +79,7 @@ def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused:
                   peak_rss=rss.overall_peak, bad_lines=bad_report, weight=opts.fit.weight,
                   class_weights=weights, split=split_report(train_seq, val_seq),
                   early_stopping=stopping, ranks=run.ranks, train_seq=train_seq, ckpt=ckpt)
-    return history, net, bad_report
+    return history, net, bad_report, stopping
 
 
 def _start_point(run: Run, net: keras.Model, stopper: EarlyStopping | None, batches: int) -> tuple[int, int]:
@@ -97,18 +99,38 @@ def _start_point(run: Run, net: keras.Model, stopper: EarlyStopping | None, batc
 
 
 def summary(run: Run, history: list[dict[str, Any]], bad_report: dict[str, Any], seconds: float,
-            rss: RSSSampler) -> None:
-    """The closing lines: the validation figure, the summary, what was written."""
-    last = history[-1] if history else {}
+            rss: RSSSampler, stopping: dict[str, Any] | None) -> None:
+    """The closing lines: the validation figure, the summary, what was written.
+
+    The figures are those of the weights saved: the epoch early stopping restored, if it did.
+    """
+    saved = saved_record(history, stopping)
     metric = next((k for k in ("val_weighted_accuracy", "val_accuracy",
                                "val_weighted_mean_absolute_error", "val_mean_absolute_error",
-                               "val_loss") if k in last), None)
+                               "val_loss") if k in saved), None)
     if metric:
-        run.echo(f"{metric.replace('_', ' ')}: {last[metric]:.4f}")
+        restored = saved is not (history[-1] if history else {})  # saved_record's own record
+        run.echo(f"{metric.replace('_', ' ')}: {saved[metric]:.4f}"
+                 + (f" (epoch {int(saved['epoch']) + 1}, whose weights early stopping restored)"
+                    if restored else ""))
     for line in summary_lines(history, seconds=seconds, budget_bytes=run.budget.total,
-                              peak_rss_bytes=rss.overall_peak, bad_rows=bad_report):
+                              peak_rss_bytes=rss.overall_peak, bad_rows=bad_report,
+                              restored=saved):
         run.echo(line)
     run.echo(f"wrote {run.out}/model.keras, manifest.json, history.json, history.png")
+
+
+def saved_record(history: list[dict[str, Any]],
+                 stopping: dict[str, Any] | None) -> dict[str, Any]:
+    """The record of the epoch whose weights the model holds at the end of the run.
+
+    The last epoch's, unless early stopping restored the best epoch's weights: that epoch's.
+    """
+    last = history[-1] if history else {}
+    if not stopping or not stopping.get("restored_best_weights"):
+        return last
+    best = int(stopping["best_epoch"])
+    return next((r for r in history if int(r.get("epoch", -1)) == best), last)
 
 
 def reraise_feed_error(err: Exception, *seqs: DaskSequence | None) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 
 from daskfeed.adapters import DaskSequence, keras
 from daskfeed.core import SchemaError
-from daskfeed.manifest import Encoding, Manifest
+from daskfeed.manifest import Encoding, Manifest, refuse_single_class
 from daskfeed.training._options import (
     DEFAULT_DROPOUT,
     DEFAULT_HIDDEN,
@@ -87,6 +87,7 @@ def default_model(
         hidden sizes, dropout or learning rate out of range.
     """
     manifest, names, as_matrix = _selection(data, features, exclude, as_matrix)
+    refuse_single_class(manifest)  # a classifier of one class learns nothing
     _check_knobs(hidden, dropout, learning_rate)
     enc = Encoding.from_manifest(manifest, names, as_matrix)
     if as_matrix:

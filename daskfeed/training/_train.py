@@ -18,10 +18,17 @@ from typing import TYPE_CHECKING, Any
 from daskfeed.batches import Prepared, blocksize_for, largest_block, planned_window_bytes
 from daskfeed.checkpoint import Checkpoint, CheckpointStore, Cursor, open_store
 from daskfeed.cluster import Budget, check_worker_memory, close_client, open_cluster
-from daskfeed.core import ManifestMismatchError, RSSSampler, SchemaError, Stop
+from daskfeed.core import ManifestMismatchError, RSSSampler, SchemaError, Stop, warn_user
 from daskfeed.core import choose as choose_backend
 from daskfeed.dashboard import install, scan_span
-from daskfeed.manifest import Manifest, read_reusable
+from daskfeed.manifest import (
+    Manifest,
+    id_like,
+    id_warning,
+    joined,
+    read_reusable,
+    refuse_single_class,
+)
 from daskfeed.reading import Source, refuse_missing_local
 from daskfeed.training._options import DataSpec, TrainOptions
 from daskfeed.training._outputs import require_tensorboard
@@ -114,8 +121,8 @@ def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
             train_seq, val_seq, reused = _open_data(run)
             from daskfeed.training import _fit as fitting  # loaded with the training sequence
 
-            history, net, bad_report = fitting.fit(run, train_seq, val_seq, reused, rss)
-        fitting.summary(run, history, bad_report, time.perf_counter() - t_run, rss)
+            history, net, bad_report, stopping = fitting.fit(run, train_seq, val_seq, reused, rss)
+        fitting.summary(run, history, bad_report, time.perf_counter() - t_run, rss, stopping)
         return TrainResult(run.out, history, train_seq.manifest, run.budget, run.link, net)
     finally:
         for s in run.closing:
@@ -184,6 +191,7 @@ def _open_data(run: Run) -> tuple[DaskSequence, DaskSequence | None, bool]:
     train_seq = _train_sequence(run, cached)
     run.closing.append(train_seq)
     manifest = train_seq.manifest
+    refuse_single_class(manifest)  # before any fit, whatever the model
     if run.ckpt:  # refuse other data, batch size, seed, features before anything is trained
         cur = run.ckpt.cursor
         cur.check(Cursor.of(train_seq, cur.epoch, cur.batch), where=run.ckpt.path)
@@ -202,11 +210,28 @@ def _open_data(run: Run) -> tuple[DaskSequence, DaskSequence | None, bool]:
                                        shared.get("validation") if shared is not None else None)
     if val_seq is not None:
         run.closing.append(val_seq)
+        if opts.fit.validation_split and not opts.data.features:
+            _warn_split_ids(train_seq, val_seq)
     if shared is not None:  # the other ranks reuse what this one scanned
         shared.share(train=manifest, validation=val_seq.manifest if val_seq else None)
     if opts.cluster.scheduler:  # workers too small for these windows: say so before training
         check_worker_memory(run.client, planned_window_bytes(train_seq, val_seq))
     return train_seq, val_seq, manifest is cached
+
+
+def _warn_split_ids(train_seq: DaskSequence, val_seq: DaskSequence) -> None:
+    """Warn of numeric row ids that only the whole data show (a split's parts each miss some rows).
+
+    Row numbers are consecutive over the data, not over the blocks either part holds; the
+    training part already warned of the ids it could see (names, text) on its own.
+    """
+    seen = id_like(train_seq.manifest.columns, train_seq.features)
+    numeric = [n for n in train_seq.features if n not in seen
+               and train_seq.manifest.columns[n].kind == "numeric"
+               and n in val_seq.manifest.columns]
+    whole = {n: joined(train_seq.manifest.columns[n], val_seq.manifest.columns[n]) for n in numeric}
+    if ids := id_like(whole, numeric):
+        warn_user(id_warning(ids))
 
 
 def _data_settings(run: Run, blocksize: int) -> dict[str, Any]:

@@ -355,8 +355,13 @@ def history_plot(history: Sequence[Mapping[str, Any]], path: str | os.PathLike[s
 
 def summary_lines(history: Sequence[Mapping[str, Any]], *, seconds: float,
                   budget_bytes: int | None = None, peak_rss_bytes: int | None = None,
-                  bad_rows: Mapping[str, Any] | None = None) -> list[str]:
+                  bad_rows: Mapping[str, Any] | None = None,
+                  restored: Mapping[str, Any] | None = None) -> list[str]:
     """The closing summary of a run: final metrics, rows, time, rows/s, data-wait, memory, bad rows.
+
+    The ``final`` figures are those of the weights the model holds: the last epoch's, or, when
+    early stopping restored an earlier epoch's weights (``restored``), that epoch's, named, with
+    the last epoch's on a line of their own.
 
     Parameters
     ----------
@@ -369,6 +374,8 @@ def summary_lines(history: Sequence[Mapping[str, Any]], *, seconds: float,
         The memory budget and the peak RSS of the process tree over the run.
     bad_rows
         ``{"train": n, "validation": n, "policy": ...}`` (``history.json``'s ``bad_lines``).
+    restored
+        The record of the epoch whose weights early stopping restored (None: the last epoch's).
 
     Returns
     -------
@@ -383,12 +390,16 @@ def summary_lines(history: Sequence[Mapping[str, Any]], *, seconds: float,
     wait_s = sum(float(r.get("data_wait_seconds", r.get("data_wait_fraction", 0.0) * r.get("seconds", 0.0)))
                  for r in records)
     last = records[-1] if records else {}
-    final = ", ".join(f"{k} {last[k]:.4f}" for k in _final_keys(last))
     lines = [f"summary: {len(records)} epoch{'s' if len(records) != 1 else ''}, {rows:,} rows trained "
              f"in {_duration(seconds)} wall time ({rows / max(seconds, 1e-9):,.0f} rows/s overall, "
-             f"{rows / max(train_s, 1e-9):,.0f} rows/s while training)",
-             f"final: {final or 'no metrics'}",
-             f"data wait: {100 * wait_s / max(train_s, 1e-9):.1f}% of training time"]
+             f"{rows / max(train_s, 1e-9):,.0f} rows/s while training)"]
+    if restored is not None and restored.get("epoch") != last.get("epoch"):
+        lines += [f"final (epoch {int(restored['epoch']) + 1}, the best, restored by early stopping: "
+                  f"the weights model.keras holds): {_figures(restored)}",
+                  f"last epoch ({len(records)}), not kept: {_figures(last)}"]
+    else:
+        lines.append(f"final: {_figures(last)}")
+    lines.append(f"data wait: {100 * wait_s / max(train_s, 1e-9):.1f}% of training time")
     if peak_rss_bytes:
         of = (f" of the {format_bytes(budget_bytes)} budget ({100 * peak_rss_bytes / budget_bytes:.0f}%)"
               if budget_bytes else "")
@@ -398,6 +409,10 @@ def summary_lines(history: Sequence[Mapping[str, Any]], *, seconds: float,
         policy = f" (bad_lines={bad_rows['policy']})" if "policy" in bad_rows else ""
         lines.append(f"bad rows skipped: {counts or 'none'}{policy}")
     return lines
+
+
+def _figures(rec: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} {rec[k]:.4f}" for k in _final_keys(rec)) or "no metrics"
 
 
 def _final_keys(rec: Mapping[str, Any]) -> list[str]:

@@ -207,3 +207,34 @@ def test_a_file_gone_after_listing_is_a_clear_error_naming_it(tmp_path, client, 
     with pytest.raises(DataNotFoundError) as err:
         daskfeed.scan(src, label="y", client=client)
     assert "b.csv" in str(err.value) and "Hint:" in str(err.value)
+
+
+@pytest.mark.parametrize("label, value", [("1", "1 (a 0/1 label)"), ("gold", "gold")])
+def test_a_label_of_one_class_is_refused_before_any_fit(tmp_path, client, write_csv, label, value):
+    """Binary all-1, or one text class: the CLI and the Python route refuse it, naming the value."""
+    import shutil
+    import subprocess
+    import sys
+
+    rows = "".join(f"{i},{i % 7},{label}\n" for i in range(300))
+    write_csv("one/a.csv", "x,z,y\n" + rows)
+    data = str(tmp_path / "one" / "a.csv")
+    want = (f"Expected at least two classes in label 'y' to train a classifier. Received: all 300 "
+            f"labelled rows have the value {value}.")
+    with daskfeed.DaskSequence(data, label="y", client=client, batch_size=64) as seq:
+        with pytest.raises(SchemaError, match=re_escape(want)):
+            daskfeed.default_model(seq)
+    exe = shutil.which("daskfeed", path=os.path.dirname(sys.executable)) or "daskfeed"
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    out = subprocess.run([exe, "train", data, "--label", "y", "--epochs", "1", "--memory-limit",
+                          "2GB", "--dashboard-address", "", "--output", str(tmp_path / "out")],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert want in " ".join(out.stderr.split()) and "--label" in out.stderr
+    assert not (tmp_path / "out" / "model.keras").exists()
+
+
+def re_escape(text: str) -> str:
+    import re
+
+    return re.escape(text)

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -424,6 +425,14 @@ def test_train_weights_split_and_early_stopping_resume_with_patience_kept(data, 
     hist = json.loads((out / "history.json").read_text())
     assert [r["epoch"] for r in hist["epochs"]] == [0, 1, 2, 3]
     assert hist["early_stopping"]["stopped_epoch"] == 3 and hist["early_stopping"]["best_epoch"] == 0
+    # the closing figures are the restored epoch's (the weights model.keras holds), named
+    best = hist["epochs"][0]
+    metric = next(k for k in ("val_weighted_accuracy", "val_accuracy") if k in best)
+    assert (f"{metric.replace('_', ' ')}: {best[metric]:.4f} (epoch 1, whose weights early "
+            "stopping restored)") in text
+    assert f"final (epoch 1, the best, restored by early stopping: the weights model.keras " \
+           f"holds): loss {best['loss']:.4f}" in text
+    assert "last epoch (4), not kept: loss " in text and "\nfinal: " not in text
     lines.clear()
     with pytest.raises(CheckpointError, match=r"(?s)validation_split=0.25.*--validation-split"):
         train(data.glob, label="y", weight="w", validation_split=0.5, epochs=10, model=frozen,
@@ -495,3 +504,27 @@ def test_cli_flags_that_exclude_each_other_are_usage_errors(args, message, tmp_p
     out = CliRunner().invoke(cli, ["train", str(tmp_path / "nothing.csv"), "--label", "y", *args])
     assert out.exit_code == 2, out.output
     assert message in out.output and "Usage:" in out.output
+
+
+def test_row_ids_are_warned_of_whether_or_not_a_validation_split_is_given(tmp_path):
+    """``rownames`` (R's row numbers) is 1..n over the whole data: each part of a split holds only
+    some of its values, so neither part alone is a permutation of consecutive numbers."""
+    from daskfeed.training._train import train
+
+    rng = np.random.default_rng(5)
+    for f in range(8):
+        n = 300
+        pd.DataFrame({"rownames": np.arange(f * n + 1, (f + 1) * n + 1), "x": rng.normal(size=n),
+                      "y": rng.integers(0, 2, n)}).to_csv(tmp_path / f"p{f}.csv", index=False)
+    glob_ = str(tmp_path / "p*.csv")
+
+    for split in (None, 0.25):
+        with pytest.warns(UserWarning, match=r"look like row ids: 'rownames' \(whole numbers, one "
+                                             r"per row\)") as caught:
+            train(glob_, label="y", validation_split=split, epochs=1,
+                  output=tmp_path / f"out-{split}", echo=lambda line: None, **QUICK)
+        assert sum("look like row ids" in str(w.message) for w in caught) == 1  # said once
+    with warnings.catch_warnings():  # the user chose the features: nothing to warn of
+        warnings.simplefilter("error", UserWarning)
+        train(glob_, label="y", validation_split=0.25, epochs=1, features=["x"],
+              output=tmp_path / "chosen", echo=lambda line: None, **QUICK)

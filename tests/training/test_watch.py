@@ -292,6 +292,19 @@ def test_history_plot_and_closing_summary(tmp_path):
     assert "data wait: 25.0% of training time" in text
     assert "peak memory of the process tree: 1.40 GiB of the 1.86 GiB budget (75%)" in text
     assert "bad rows skipped: train 3, validation 0 (bad_lines=skip)" in text
+    # early stopping restored epoch 2's weights: its figures are the final ones, named
+    from daskfeed.training._fit import saved_record
+
+    stopping = {"restored_best_weights": True, "best_epoch": 1}
+    restored = saved_record(hist, stopping)
+    assert restored is hist[1] and saved_record(hist, None) is hist[-1]
+    assert saved_record(hist, {**stopping, "restored_best_weights": False}) is hist[-1]
+    text = "\n".join(summary_lines(hist, seconds=30.0, restored=restored))
+    assert ("final (epoch 2, the best, restored by early stopping: the weights model.keras holds): "
+            "loss 0.6000, accuracy 0.6500, val_loss 0.6400, val_accuracy 0.6300") in text
+    assert "last epoch (3), not kept: loss 0.5000, accuracy 0.7000" in text
+    assert "final: " not in text
+    assert "final: loss 0.5000" in "\n".join(summary_lines(hist, seconds=30.0, restored=hist[-1]))
 
 
 def test_report_is_quiet_once_the_client_is_closed(client):
