@@ -20,6 +20,7 @@ class Column(Protocol):
     missing: int
     min: float | None
     max: float | None
+    mean: float
     var: float
 
 
