@@ -30,7 +30,7 @@ from daskfeed.cluster import (
     parse_memory_limit,
     result_unless_paused,
 )
-from daskfeed.core import BudgetError, SchemaError, config, writing
+from daskfeed.core import BudgetError, DataNotFoundError, SchemaError, config, writing
 from daskfeed.inference._scoring import Scorer, TrainedRun, output_columns, output_schema, score_block
 from daskfeed.manifest import Manifest
 from daskfeed.reading import Source, refuse_missing_local
@@ -44,12 +44,22 @@ CLIENT_RESERVE = 256 * 2**20
 
 
 def _format(output: str) -> str:
+    """The output file's format by its suffix; its directory checked (before any cluster starts)."""
     fmt = SUFFIXES.get(os.path.splitext(output)[1].lower())
     if fmt is None:
         raise SchemaError(
             f"Expected an output file ending in .csv or .parquet. Received: {output!r}.\n"
             "Hint: e.g. --output predictions.parquet."
         )
+    where = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(where):
+        raise DataNotFoundError(
+            f"Expected the output file in an existing directory. Received: --output {output!r}, "
+            f"whose directory {where} does not exist.\nHint: create it first "
+            f"(mkdir -p {where}), or write the file elsewhere.")
+    if os.path.isdir(output):
+        raise SchemaError(f"Expected an output file. Received: --output {output!r}, a directory."
+                          "\nHint: name a file in it, e.g. predictions.parquet.")
     return fmt
 
 

@@ -101,6 +101,14 @@ def test_clear_errors(trained, tmp_path) -> None:
         predict(trained["out"], str(tmp_path / "typo.csv"), echo=pytest.fail)
     with pytest.raises(SchemaError, match=r"\.csv or \.parquet"):
         predict(trained["out"], trained["held"], output=str(tmp_path / "p.xlsx"))
+    res = CliRunner().invoke(cli, ["predict", trained["out"], trained["held"], "--output",
+                                   str(tmp_path / "missing" / "dir" / "p.csv"), "--nworkers", "1"])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert (f"whose directory {tmp_path / 'missing' / 'dir'} does not exist" in res.output
+            and "mkdir -p" in res.output)
+    with pytest.raises(SchemaError, match="a directory"):
+        predict(trained["out"], trained["held"], output=str(tmp_path / "d.csv"),
+                echo=pytest.fail) if (tmp_path / "d.csv").mkdir() is None else None
     bad = tmp_path / "bad.csv"
     bad.write_text("row_id,color,count,day\n1,red,3,2024-01-01\n", encoding="utf-8")
     res = CliRunner().invoke(cli, ["predict", trained["out"], str(bad),
