@@ -13,7 +13,7 @@ from daskfeed.core._exceptions import BackendError
 
 __all__ = ["BACKENDS", "FEEDS", "choose", "refuse"]
 
-#: The Keras backends daskfeed is tested on (tests/test_backends.py).
+#: The Keras backends daskfeed is tested on (tests/core/test_backend.py).
 BACKENDS = ("tensorflow", "jax")
 #: How batches reach Keras (``--feed`` / ``daskfeed.feed``): ``windows`` (a tf.data pipeline,
 #: TensorFlow only), ``batches`` (the ``PyDataset``) or ``auto`` (the first on TensorFlow).
