@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         FeedTimeoutError,
         ManifestMismatchError,
         SchemaError,
+        refuse_setting,
         warn_user,
     )
     from daskfeed.core._lifecycle import PROCESS_STOP, SETTLE, Aborted, Stop, close_at_exit, run_at_exit
@@ -56,6 +57,7 @@ __all__ = [
     "config",
     "fsync",
     "refuse",
+    "refuse_setting",
     "replace",
     "run_at_exit",
     "temporary_name",
@@ -72,7 +74,8 @@ __getattr__, __dir__ = attach(__name__, {
     "BackendError": "_exceptions", "BudgetError": "_exceptions", "CacheError": "_exceptions",
     "CheckpointError": "_exceptions", "ClusterError": "_exceptions", "DaskfeedError": "_exceptions",
     "DataError": "_exceptions", "DataNotFoundError": "_exceptions", "FeedTimeoutError": "_exceptions",
-    "ManifestMismatchError": "_exceptions", "SchemaError": "_exceptions", "warn_user": "_exceptions",
+    "ManifestMismatchError": "_exceptions", "SchemaError": "_exceptions", "refuse_setting": "_exceptions",
+    "warn_user": "_exceptions",
     "Aborted": "_lifecycle", "PROCESS_STOP": "_lifecycle", "SETTLE": "_lifecycle", "Stop": "_lifecycle",
     "close_at_exit": "_lifecycle", "run_at_exit": "_lifecycle",
     "RSSSampler": "_rss", "tree_rss": "_rss",

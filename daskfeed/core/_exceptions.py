@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import warnings
 from types import FrameType
+from typing import NoReturn
 
 __all__ = [
     "BackendError",
@@ -22,6 +23,7 @@ __all__ = [
     "FeedTimeoutError",
     "ManifestMismatchError",
     "SchemaError",
+    "refuse_setting",
     "warn_user",
 ]
 
@@ -68,6 +70,26 @@ class ClusterError(DaskfeedError, ConnectionError):
 
 class FeedTimeoutError(DaskfeedError, TimeoutError):
     """A window of batches did not arrive from the cluster in time."""
+
+
+def refuse_setting(expected: str, received: str, hint: str) -> NoReturn:
+    """Raise the :class:`SchemaError` of a bad setting, in daskfeed's three parts.
+
+    Parameters
+    ----------
+    expected
+        What was expected (a sentence).
+    received
+        What was received (without the trailing full stop).
+    hint
+        What to do instead.
+
+    Raises
+    ------
+    SchemaError
+        The expected, received and hint parts, the hint on a line of its own.
+    """
+    raise SchemaError(f"{expected} Received: {received}.\nHint: {hint}")
 
 
 def warn_user(message: str, category: type[Warning] = UserWarning) -> None:

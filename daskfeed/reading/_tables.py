@@ -45,16 +45,6 @@ class ReadOptions:
     bad_lines: str = "error"  # error | skip | quarantine (see BAD_LINES)
     na_values: tuple[str, ...] = ()  # the user's null markers: missing in every column
 
-    def dtype_map(self) -> dict[str, str]:
-        """Return the per-column dtype overrides as a dict.
-
-        Returns
-        -------
-        dict of str to str
-            ``{column: dtype}``, as given with ``--dtype``.
-        """
-        return dict(self.dtype)
-
 
 def iter_tables(block: Block, options: ReadOptions,
                 rejects: list[str] | None = None) -> Iterator[pa.Table]:

@@ -12,10 +12,10 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, NoReturn, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from daskfeed.cluster import MAX_BLOCKSIZE, TRAINER_RESERVE, WINDOW_BYTES
-from daskfeed.core import FEEDS, SchemaError, config
+from daskfeed.core import FEEDS, config, refuse_setting
 
 if TYPE_CHECKING:
     from distributed import Security
@@ -94,25 +94,25 @@ class FitOptions:
             For settings that exclude each other, or a value out of range, with a hint.
         """
         if validation_split is not None and not 0.0 < float(validation_split) < 1.0:
-            _refuse("Expected 0 < validation_split < 1.", f"validation_split={validation_split!r}",
+            refuse_setting("Expected 0 < validation_split < 1.", f"validation_split={validation_split!r}",
                     "e.g. 0.1 holds out about 10% of the data (--validation-split 0.1).")
         if validation_split and validation:
-            _refuse("Expected validation data or a validation split, not both.",
+            refuse_setting("Expected validation data or a validation split, not both.",
                     f"validation={validation!r} and validation_split={validation_split}",
                     "drop --validation-split to validate on that data, or drop --validation.")
         if class_weight is not None and weight is not None:
-            _refuse("Expected class weights or a weight column, not both: Keras' fit does not take "
+            refuse_setting("Expected class weights or a weight column, not both: Keras' fit does not take "
                     "class_weight and sample weights together.",
                     f"class_weight={class_weight!r}, weight={weight!r}",
                     "multiply the class weights into the weight column, or drop one.")
         feed = str(config.get("feed", feed))
         if feed not in FEEDS:
-            _refuse(f"Expected feed to be one of {', '.join(FEEDS)}.", f"feed={feed!r}",
+            refuse_setting(f"Expected feed to be one of {', '.join(FEEDS)}.", f"feed={feed!r}",
                     "auto (the default) picks the fastest for the Keras backend (--feed auto).")
         has_validation = bool(validation or validation_split)
         patience, monitor = _early_stopping(early_stopping, monitor, has_validation)
         if builder and (hidden is not None or dropout is not None):
-            _refuse("Expected --hidden/--dropout only for the default model: a --model builder "
+            refuse_setting("Expected --hidden/--dropout only for the default model: a --model builder "
                     "shapes its own.", f"hidden={hidden!r}, dropout={dropout!r} with a builder",
                     "set them in your builder, or drop --model.")
         return cls(
@@ -127,24 +127,20 @@ class FitOptions:
         )
 
 
-def _refuse(expected: str, received: str, hint: str) -> NoReturn:
-    raise SchemaError(f"{expected} Received: {received}.\nHint: {hint}")
-
-
 def _early_stopping(patience: int | None, monitor: str | None,
                     has_validation: bool) -> tuple[int | None, str | None]:
     """Patience and the monitored quantity: val_loss with validation data, else loss."""
     if patience is None:
         if monitor is not None:
-            _refuse("Expected --monitor only with early stopping.", f"monitor={monitor!r}",
+            refuse_setting("Expected --monitor only with early stopping.", f"monitor={monitor!r}",
                     "add --early-stopping PATIENCE (e.g. 3).")
         return None, None
     if int(patience) < 0:
-        _refuse("Expected a patience >= 0 (epochs without improvement).",
+        refuse_setting("Expected a patience >= 0 (epochs without improvement).",
                 f"early_stopping={patience!r}", "e.g. --early-stopping 3.")
     monitor = monitor or ("val_loss" if has_validation else "loss")
     if monitor.startswith("val_") and not has_validation:
-        _refuse(f"Expected validation data to monitor {monitor!r}.", "no validation data",
+        refuse_setting(f"Expected validation data to monitor {monitor!r}.", "no validation data",
                 "pass --validation DATA or --validation-split 0.1, or monitor 'loss'.")
     return int(patience), monitor
 
@@ -161,7 +157,7 @@ def _class_weight_spec(spec: str | dict[Any, float] | None) -> str | dict[Any, f
     except ValueError:
         parsed = None
     if not isinstance(parsed, dict) or not parsed:
-        _refuse("Expected class weights 'balanced' or a JSON object {class: weight}.",
+        refuse_setting("Expected class weights 'balanced' or a JSON object {class: weight}.",
                 f"class_weight={spec!r}", "e.g. --class-weight balanced or --class-weight "
                 "'{\"0\": 1, \"1\": 9}'.")
     return parsed
@@ -406,7 +402,7 @@ class TrainOptions:
         if settings:
             raise TypeError(f"train() got unexpected keyword arguments: {', '.join(sorted(settings))}")
         if int(epochs) < 1:
-            _refuse("Expected epochs >= 1.", f"epochs={epochs!r}", "e.g. --epochs 3.")
+            refuse_setting("Expected epochs >= 1.", f"epochs={epochs!r}", "e.g. --epochs 3.")
         return cls(
             data=DataOptions.resolve(**groups["data"]),
             cluster=ClusterOptions.resolve(**groups["cluster"]),

@@ -25,9 +25,9 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
-from daskfeed.core import ClusterError, SchemaError
+from daskfeed.core import ClusterError, refuse_setting
 from daskfeed.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ def resolve_rank(rank: int | None = None, world_size: int | None = None,
         try:
             got_rank, got_size = int(env.get("RANK", "0")), int(env["WORLD_SIZE"])
         except ValueError:
-            _refuse("Expected integers in RANK and WORLD_SIZE.",
+            refuse_setting("Expected integers in RANK and WORLD_SIZE.",
                     f"RANK={env.get('RANK')!r}, WORLD_SIZE={env.get('WORLD_SIZE')!r}",
                     "unset them, or pass --rank and --world-size.")
         return _checked(got_rank, got_size, "RANK/WORLD_SIZE")
@@ -98,11 +98,11 @@ def resolve_rank(rank: int | None = None, world_size: int | None = None,
 
 def _checked(rank: int | None, world_size: int | None, origin: str) -> Rank:
     if rank is None or world_size is None:
-        _refuse("Expected both a rank and a world size (several trainers).",
+        refuse_setting("Expected both a rank and a world size (several trainers).",
                 f"rank={rank!r}, world_size={world_size!r}",
                 "pass both, e.g. --rank 0 --world-size 3 (one command per trainer).")
     if world_size < 1 or not 0 <= rank < world_size:
-        _refuse("Expected 0 <= rank < world_size.", f"rank={rank}, world_size={world_size} "
+        refuse_setting("Expected 0 <= rank < world_size.", f"rank={rank}, world_size={world_size} "
                 f"(from {origin})", "ranks count from 0: with 3 trainers, ranks 0, 1 and 2.")
     return Rank(int(rank), int(world_size), origin)
 
@@ -113,21 +113,17 @@ def _from_tf_config(text: str) -> Rank:
         cluster, task = cfg["cluster"], cfg["task"]
         kind, index = str(task["type"]), int(task["index"])
     except (ValueError, KeyError, TypeError):
-        _refuse("Expected TF_CONFIG as tf.distribute writes it: {\"cluster\": {...}, \"task\": "
+        refuse_setting("Expected TF_CONFIG as tf.distribute writes it: {\"cluster\": {...}, \"task\": "
                 "{\"type\": ..., \"index\": ...}}.", f"TF_CONFIG={text[:200]!r}",
                 "fix TF_CONFIG, or unset it and pass --rank and --world-size.")
     chiefs = len(cluster.get("chief", []))
     workers = len(cluster.get("worker", []))
     if kind not in ("chief", "worker"):
-        _refuse("Expected a TF_CONFIG task of type 'chief' or 'worker' (the tasks that train).",
+        refuse_setting("Expected a TF_CONFIG task of type 'chief' or 'worker' (the tasks that train).",
                 f"task type {kind!r}", "run daskfeed train only in the chief and worker tasks; "
                 "parameter servers and evaluators are not supported.")
     rank = index if kind == "chief" else chiefs + index
     return _checked(rank, chiefs + workers, "TF_CONFIG")
-
-
-def _refuse(expected: str, received: str, hint: str) -> NoReturn:
-    raise SchemaError(f"{expected} Received: {received}.\nHint: {hint}")
 
 
 def scan_key(**settings: Any) -> str:
