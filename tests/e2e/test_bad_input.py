@@ -238,3 +238,20 @@ def re_escape(text: str) -> str:
     import re
 
     return re.escape(text)
+
+
+def test_a_validation_split_of_one_block_is_a_clear_error_not_a_traceback(tmp_path, write_csv):
+    import shutil
+    import subprocess
+    import sys
+
+    write_csv("one.csv", "x,y\n" + "".join(f"{i},{i % 2}\n" for i in range(200)))
+    exe = shutil.which("daskfeed", path=os.path.dirname(sys.executable)) or "daskfeed"
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    out = subprocess.run([exe, "train", str(tmp_path / "one.csv"), "--label", "y",
+                          "--validation-split", "0.2", "--memory-limit", "2GB",
+                          "--dashboard-address", "", "--output", str(tmp_path / "out")],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert "Expected at least 2 blocks to hold whole blocks out for validation. Received: 1 " \
+           "block(s)." in out.stderr and "--blocksize" in out.stderr
