@@ -141,7 +141,7 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
             recorded = not isinstance(err, KeyboardInterrupt) or isinstance(err, Aborted)
             term = isinstance(err, Terminated) or (recorded and stop.signum == signal.SIGTERM)
             click.echo(f"daskfeed: stopped by {'SIGTERM' if term else 'Ctrl-C (SIGINT)'}; "
-                       "cluster connections closed.", err=True)
+                       "cluster connections closed." + _resume_hint(kwargs), err=True)
             sys.exit(128 + (signal.SIGTERM if term else signal.SIGINT))
         finally:
             undo_warnings()
@@ -153,6 +153,16 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
                 signal.signal(signal.SIGINT, sigint)  # works again once it returns
 
     return wrapper
+
+
+def _resume_hint(kwargs: dict[str, Any]) -> str:
+    """For ``train``: where its checkpoints are and how to go on (empty for other commands)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or ctx.info_name != "train" or "output" not in kwargs:
+        return ""
+    where = os.path.join(kwargs["output"], "checkpoints")
+    return (f"\nTo go on from the last checkpoint in {where} (the batch it was written at), run "
+            "the same command again with --resume.")
 
 
 @click.group(name="feed", context_settings={"help_option_names": ["-h", "--help"]})

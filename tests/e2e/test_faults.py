@@ -620,6 +620,7 @@ def test_cli_signal_clean_shutdown(private_data, tmp_path, sig, group):
         assert rc == 128 + sig, (rc, err[-3000:])
         assert "Traceback" not in err, err[-3000:]
         assert f"stopped by {'SIGTERM' if sig == signal.SIGTERM else 'Ctrl-C'}" in err, err[-2000:]
+        assert "run the same command again with --resume" in err, err[-2000:]
         assert took < 30
         assert all(ip == "127.0.0.1" for ip, _ in run.ports), run.ports
         assert not run.survivors(), run.survivors()

@@ -603,5 +603,12 @@ def test_a_command_stopped_in_process_gives_ctrl_c_back(monkeypatch, tmp_path):
     result = CliRunner().invoke(cli.cli, ["scan", str(tmp_path / "a.csv"), "--label", "cleared"])
     assert result.exit_code == 130, result.output
     assert "stopped by Ctrl-C (SIGINT)" in result.output
+    assert "--resume" not in result.output  # scan has nothing to resume
     assert signal.getsignal(signal.SIGINT) is before
     assert before is not signal.SIG_IGN
+    monkeypatch.setattr(cli, "_run_train", interrupted)  # train stopped: how to go on
+    result = CliRunner().invoke(cli.cli, ["train", str(tmp_path / "a.csv"), "--label", "cleared",
+                                          "--output", str(tmp_path / "run")])
+    assert result.exit_code == 130, result.output
+    assert (f"To go on from the last checkpoint in {tmp_path / 'run' / 'checkpoints'} (the batch "
+            "it was written at), run the same command again with --resume.") in result.output
