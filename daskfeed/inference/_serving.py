@@ -1,18 +1,31 @@
 """Serving: ``OUTPUT/serving/``, a TensorFlow SavedModel that takes raw column values.
 
-Its ``serve`` signature takes one 1-D tensor per feature column, named by the column: text as
-``tf.string`` ("" is missing), numbers as float64 (NaN is missing), dates as their ISO text
-(``2024-05-01`` or ``2024-05-01 13:45:00``). Inside, each column is encoded as the feed encodes
-it for training, from the manifest's values (vocabulary codes with the missing and OOV codes,
-the mean for a missing number, seconds since 1970 for a date), then the trained model runs.
-SavedModels are TensorFlow's format: the export needs the TensorFlow backend.
+Its ``serve`` signature takes one 1-D tensor per feature column: text as ``tf.string`` (""
+is missing), numbers as float64 (NaN is missing), dates as their ISO text (``2024-05-01`` or
+``2024-05-01 13:45:00``). Inside, each column is encoded as the feed encodes it for training,
+from the manifest's values (vocabulary codes with the missing and OOV codes, the mean for a
+missing number, seconds since 1970 for a date), then the trained model runs. SavedModels are
+TensorFlow's format: the export needs the TensorFlow backend.
+
+Inputs. Called in Python (``tf.saved_model.load(...).serve({column: tensor})``) the function
+takes a dict keyed by column name. The signatures (TF Serving, ``saved_model_cli``,
+``.signatures["serve"](**inputs)``) name each input by its column too, where TensorFlow allows
+the name: an ASCII letter, then letters, digits and ``_``, and no Python keyword (signature
+inputs become Python parameters). Otherwise each other character becomes ``_``, a name that
+does not start with a letter or is a keyword gets ``col_`` in front, and a name already taken (a
+valid column name keeps its own) gets ``_2``, ``_3``, ... in column order: ``gold spent (€)`` →
+``gold_spent____``, ``_rank`` → ``col__rank``, ``class`` → ``col_class``.
+``serving/inputs.json`` lists each column with its input name, kind and dtype.
 """
 
 from __future__ import annotations
 
+import json
+import keyword
 import os
+import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import tensorflow as tf  # the SavedModel is TensorFlow's format whatever the Keras backend
 
@@ -21,9 +34,42 @@ from daskfeed.core import replace, temporary_name
 from daskfeed.inference._scoring import Scorer, TrainedRun
 from daskfeed.manifest import MISSING_CODE, ColumnCode
 
-__all__ = ["export"]
+__all__ = ["export", "input_names"]
 
+VALID_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")  # a signature input (and not a keyword)
 ISO_DATE = r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?"
+
+
+def input_names(columns: Sequence[str]) -> list[str]:
+    """The signature's input name of each column (the rule is in the module docstring).
+
+    Parameters
+    ----------
+    columns
+        The feature columns, in order.
+
+    Returns
+    -------
+    list of str
+        One name per column, each valid for TensorFlow and all distinct.
+    """
+    def valid(name: str) -> bool:
+        return bool(VALID_NAME.fullmatch(name)) and not keyword.iskeyword(name)
+
+    taken = {c for c in columns if valid(c)}
+    names = []
+    for column in columns:
+        if valid(column):
+            names.append(column)
+            continue
+        name = re.sub(r"[^A-Za-z0-9_]", "_", column)
+        name = name if valid(name) else f"col_{name}"
+        base, n = name, 2
+        while name in taken:
+            name, n = f"{base}_{n}", n + 1
+        taken.add(name)
+        names.append(name)
+    return names
 
 
 def _text_codes(raw: tf.Tensor, code: ColumnCode, lookup: keras.layers.StringLookup,
@@ -74,18 +120,14 @@ def _seconds(raw: tf.Tensor, code: ColumnCode) -> tf.Tensor:
     return tf.where(valid, value, tf.constant(float(code.fill), tf.float64))
 
 
-def _spec(code: ColumnCode, index: int) -> tf.TensorSpec:
-    """The raw input of one column; TensorSpec names allow fewer characters than columns."""
-    dtype = tf.float64 if code.kind == "numeric" else tf.string
-    return tf.TensorSpec([None], dtype, name=f"column_{index}")
-
-
 class _Serve:
     """The ``serve`` function: raw columns → training encoding → model → named outputs."""
 
     def __init__(self, model: keras.Model, scorer: Scorer, na_values: list[str]) -> None:
         self.model = model
         self.scorer = scorer
+        self.codes = scorer.encoding.columns
+        self.inputs = input_names([c.name for c in self.codes])
         self.markers = tf.constant(list(na_values), tf.string)
         self.lookups = {
             c.name: keras.layers.StringLookup(vocabulary=list(c.vocabulary), mask_token="",
@@ -95,6 +137,12 @@ class _Serve:
             layer(tf.constant([""]))
         names = scorer.classes or ()
         self.class_names = tf.constant(list(names), tf.string)
+
+    def specs(self) -> dict[str, tf.TensorSpec]:
+        """The input signature by column: numbers as float64, text and dates as text."""
+        return {c.name: tf.TensorSpec([None], tf.float64 if c.kind == "numeric" else tf.string,
+                                      name=name)
+                for name, c in zip(self.inputs, self.codes, strict=True)}
 
     def encode(self, columns: dict[str, tf.Tensor]) -> tf.Tensor | dict[str, tf.Tensor]:
         """The model input, as the feed gives it for training.
@@ -133,6 +181,17 @@ class _Serve:
         return {"probabilities": probs, "class_id": best,
                 "class_name": tf.gather(self.class_names, best)}
 
+    def describe(self) -> dict[str, object]:
+        """What ``inputs.json`` says: each column's input, kind and dtype, and the outputs."""
+        specs = self.specs()
+        outputs = (["prediction"] if self.scorer.classes is None
+                   else ["probabilities", "class_id", "class_name"])
+        return {"signatures": ["serve"],
+                "inputs": [{"column": c.name, "input": name, "kind": c.kind,
+                            "serve": specs[c.name].dtype.name}
+                           for name, c in zip(self.inputs, self.codes, strict=True)],
+                "outputs": outputs}
+
 
 def export(output_dir: str | os.PathLike[str], *, model: keras.Model | None = None,
            features: list[str] | None = None, echo: Callable[[str], None] = print) -> str | None:
@@ -158,7 +217,8 @@ def export(output_dir: str | os.PathLike[str], *, model: keras.Model | None = No
 
     Outputs of ``serve``: ``prediction`` (float32) for a regression label; for a class label
     ``probabilities`` (one column per class, in the order of the manifest's classes),
-    ``class_id`` and ``class_name`` (the class name, or its id as text).
+    ``class_id`` and ``class_name`` (the class name, or its id as text). ``inputs.json`` beside
+    ``saved_model.pb`` maps the columns to the signature's inputs.
     """
     if keras.backend.backend() != "tensorflow":
         echo(f"serving/ not written: a SavedModel needs KERAS_BACKEND=tensorflow (this run: "
@@ -171,14 +231,18 @@ def export(output_dir: str | os.PathLike[str], *, model: keras.Model | None = No
     archive.track(net)
     for layer in serve.lookups.values():
         archive.track(layer)
-    codes = serve.scorer.encoding.columns
-    archive.add_endpoint("serve", serve, input_signature=[
-        {c.name: _spec(c, i) for i, c in enumerate(codes)}])
+    archive.add_endpoint("serve", serve, input_signature=[serve.specs()])
     path = os.path.join(os.fspath(output_dir), "serving")
     tmp = temporary_name(path)
     shutil.rmtree(tmp, ignore_errors=True)
     archive.write_out(tmp, verbose=False)
+    with open(os.path.join(tmp, "inputs.json"), "w", encoding="utf-8") as f:
+        json.dump(serve.describe(), f, indent=1, ensure_ascii=False)
     shutil.rmtree(path, ignore_errors=True)
     replace(tmp, path)
-    echo(f"wrote {path} (SavedModel: serve() takes the raw columns {', '.join(run.features)})")
+    renamed = [f"{c.name!r} as {n}" for c, n in zip(serve.codes, serve.inputs, strict=True)
+               if c.name != n]
+    echo(f"wrote {path} (SavedModel: serve() takes the raw columns {', '.join(run.features)}"
+         f"{'; signature inputs ' + ', '.join(renamed) if renamed else ''}; inputs.json names "
+         "each input)")
     return path
