@@ -66,7 +66,7 @@ class DaskSequence(keras.utils.PyDataset):
         Keep every block parsed once as Arrow on the workers' disk (:mod:`daskfeed.cache._blocks`):
         ``True`` uses ``daskfeed.cache-dir`` when it has room, a path that directory, ``False``
         none.
-    sep, encoding, dtype, na_values, blocksize, storage_options
+    sep, encoding, dtype, na_values, decimal, blocksize, storage_options
         How the data are read (see :class:`~daskfeed.reading._source.Source`).
     bad_lines
         Lines with the wrong number of fields: ``"error"``, ``"skip"`` or ``"quarantine"``.
@@ -146,6 +146,7 @@ class DaskSequence(keras.utils.PyDataset):
         bad_lines: str = "error",
         sep: str = ",",
         na_values: list[str] | tuple[str, ...] | None = None,
+        decimal: str = ".",
         weight: str | None = None,
         validation_split: float | None = None,
         subset: str | None = None,
@@ -162,7 +163,8 @@ class DaskSequence(keras.utils.PyDataset):
             reference=reference, drop_remainder=drop_remainder, prefetch_bytes=prefetch_bytes,
             timeout=timeout, blocksize=blocksize, encoding=encoding, dtype=dtype,
             storage_options=storage_options, vocabulary_size=vocabulary_size, shard=shard,
-            cache=cache, bad_lines=bad_lines, sep=sep, na_values=na_values, weight=weight,
+            cache=cache, bad_lines=bad_lines, sep=sep, na_values=na_values, decimal=decimal,
+            weight=weight,
             validation_split=validation_split, subset=subset, scan_progress=scan_progress)
         self._serve(prepared, spans=spans, stop=stop, window_rows=window_rows,
                     window_bytes=window_bytes)

@@ -73,6 +73,7 @@ class Prepared:
         bad_lines: str = "error",
         sep: str = ",",
         na_values: list[str] | tuple[str, ...] | None = None,
+        decimal: str = ".",
         weight: str | None = None,
         validation_split: float | None = None,
         subset: str | None = None,
@@ -86,7 +87,7 @@ class Prepared:
         manifest, blocksize = _with_blocksize(manifest, blocksize)
         self.source = Source(data, blocksize=blocksize, encoding=encoding, dtype=dtype,
                              storage_options=storage_options, bad_lines=bad_lines, sep=sep,
-                             na_values=na_values)
+                             na_values=na_values, decimal=decimal)
         self.owner = Owner()
         self.owner.client, self.owner.owns = acquire_client(client)
         self.scheduler_address = self.client.scheduler.address  # what a pickled copy reconnects to

@@ -280,6 +280,7 @@ def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> No
                                                                        budget.blocksize),
                         encoding=kw.pop("encoding"), bad_lines=kw.pop("bad_lines"),
                         sep=kw.pop("sep"), na_values=kw.pop("na_values"), dtype=kw.pop("dtype"),
+                        decimal=kw.pop("decimal"),
                         storage_options=kw.pop("storage_options"))
         part_cache, status = (None, "cache: off") if cache is False else open_cache(
             source, (None if cache is True else cache) or config.get("cache-dir"),

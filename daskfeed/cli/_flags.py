@@ -112,6 +112,9 @@ def data_options(fn: F) -> F:
                      help="Comma-separated null markers that are missing in EVERY column, text "
                           "too (e.g. NA,N/A). Without it empty fields are missing everywhere and "
                           "NA, N/A, null, NaN... only in numeric columns."),
+        click.option("--decimal", default=".", show_default=True,
+                     help="The numbers' decimal point: ',' for files written as 1,5 (many "
+                          "locales; then usually --sep ';')."),
         click.option("--dtype", callback=dtype_pairs, default=None,
                      help="Column types to force, COLUMN=TYPE[,...]: e.g. zip=string keeps a "
                           "column of digits as text (a category)."),

@@ -292,7 +292,7 @@ def _source(data: Any, manifest: Manifest, blocksize: int | str,
     return Source(data, blocksize=blocksize, sep=o.get("sep", ","),
                   encoding=o.get("encoding", "utf-8"), dtype=o.get("dtype") or None,
                   storage_options=storage_options, bad_lines=o.get("bad_lines", "error"),
-                  na_values=o.get("na_values") or None)
+                  na_values=o.get("na_values") or None, decimal=o.get("decimal", "."))
 
 
 def _check_header(source: Source, run: TrainedRun, keep: Sequence[str]) -> None:

@@ -318,14 +318,15 @@ def _named(classes: list[str] | None) -> str:
 
 
 # what a manifest from before a setting was recorded was made with
-_DEFAULT_SETTINGS: dict[str, Any] = {"na_values": [], "dtype": {}}
+_DEFAULT_SETTINGS: dict[str, Any] = {"na_values": [], "dtype": {}, "decimal": "."}
 
 
 def read_settings(source: Source) -> dict[str, Any]:
     """The read options of ``source`` that shape a manifest, as the manifest records them."""
     o = source.options
     return {"blocksize": o.blocksize, "sep": o.sep, "encoding": o.encoding, "dtype": dict(o.dtype),
-            "bad_lines": o.bad_lines, "na_values": list(getattr(o, "na_values", ()))}
+            "bad_lines": o.bad_lines, "na_values": list(getattr(o, "na_values", ())),
+            "decimal": o.decimal}
 
 
 def _comparable(value: Any) -> Any:

@@ -32,7 +32,8 @@ _NUMBER_TYPES = (pa.int64(), pa.float64(), pa.bool_())  # pyarrow's order of inf
 
 
 def column_markers(name: str, column: pa.ChunkedArray, forced: pa.DataType | None,
-                    na_values: tuple[str, ...], block: Block) -> tuple[pa.ChunkedArray, dict[str, int]]:
+                    na_values: tuple[str, ...], block: Block,
+                    decimal: str = ".") -> tuple[pa.ChunkedArray, dict[str, int]]:
     """Apply the null-marker rule to one parsed column.
 
     Parameters
@@ -47,6 +48,8 @@ def column_markers(name: str, column: pa.ChunkedArray, forced: pa.DataType | Non
         The user's null markers.
     block
         Where the column was read (for errors).
+    decimal
+        The decimal point of the numbers in the text (``--decimal``).
 
     Returns
     -------
@@ -62,7 +65,7 @@ def column_markers(name: str, column: pa.ChunkedArray, forced: pa.DataType | Non
     markers = tuple(dict.fromkeys(NA_MARKERS + na_values))
     if _is_text(column.type):
         if forced is None:
-            numbers = _as_numbers(column, markers)
+            numbers = _as_numbers(column, markers, decimal)
             if numbers is None:  # text: only the user's markers are missing
                 column, made = _null_where_in(column, na_values)
             else:
@@ -70,7 +73,7 @@ def column_markers(name: str, column: pa.ChunkedArray, forced: pa.DataType | Non
         elif _is_text(forced):
             column, made = _null_where_in(column, na_values)
         else:
-            column, made = _as_forced(name, column, forced, markers, block)
+            column, made = _as_forced(name, column, forced, markers, block, decimal)
     elif pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
         column, made = _null_numbers(column, na_values)
     else:
@@ -120,8 +123,8 @@ def numbers_by_part(column: pa.ChunkedArray, na_values: tuple[str, ...],
     return normalize_column(column), _by_part(masks, bounds)
 
 
-def text_by_part(column: pa.ChunkedArray, na_values: tuple[str, ...],
-                 bounds: np.ndarray) -> tuple[pa.ChunkedArray, list[dict[str, int]]] | None:
+def text_by_part(column: pa.ChunkedArray, na_values: tuple[str, ...], bounds: np.ndarray,
+                 decimal: str = ".") -> tuple[pa.ChunkedArray, list[dict[str, int]]] | None:
     """:func:`column_markers` of a text column (no dtype override), for all its parts at once.
 
     A part whose first value (neither missing nor a marker) is text stays text on its own,
@@ -137,6 +140,8 @@ def text_by_part(column: pa.ChunkedArray, na_values: tuple[str, ...],
         The user's null markers.
     bounds
         Where each part starts, and where the last one ends (see :func:`numbers_by_part`).
+    decimal
+        The decimal point of the numbers in the text (``--decimal``).
 
     Returns
     -------
@@ -147,7 +152,7 @@ def text_by_part(column: pa.ChunkedArray, na_values: tuple[str, ...],
     markers = tuple(dict.fromkeys(NA_MARKERS + na_values))
     for start, stop in itertools.pairwise(bounds):
         first = _first_value(column.slice(start, stop - start), markers)
-        if first is None or _looks_like_a_number(first):
+        if first is None or _looks_like_a_number(first, decimal):
             return None
     masks = [("", _mask(column.is_null()))] if column.null_count else []
     hit = _is_in(column, na_values) if na_values else None
@@ -232,23 +237,25 @@ def _value_counts(column: pa.ChunkedArray, where: pa.ChunkedArray) -> dict[str, 
     return {r["values"]: r["counts"] for r in pc.value_counts(pc.filter(column, where)).to_pylist()}
 
 
-def _as_numbers(column: pa.ChunkedArray,
-                markers: Sequence[str]) -> tuple[pa.ChunkedArray, pa.ChunkedArray] | None:
+def _as_numbers(column: pa.ChunkedArray, markers: Sequence[str],
+                decimal: str = ".") -> tuple[pa.ChunkedArray, pa.ChunkedArray] | None:
     """Convert a text column whose values other than markers are all numbers.
 
     Returns ``column`` as int64, float64 or bool with its markers missing, and where the
     markers were; None for text (told by its first values, before the whole column is
-    looked at), and for a column of only markers and empties.
+    looked at), and for a column of only markers and empties. ``decimal``: the numbers'
+    decimal point.
     """
     first = _first_value(column, markers)
-    if first is not None and not _looks_like_a_number(first):
+    if first is not None and not _looks_like_a_number(first, decimal):
         return None  # text, told by its first value without a failing cast (they are slow)
+    original, column = column, _with_point(column, decimal)
     head = column.slice(0, 256)
     values = pc.drop_null(pc.filter(head, pc.invert(_is_in(head, markers))))
     targets = [t for t in _NUMBER_TYPES if _casts(values, t)]
     if len(values) and not targets:
         return None
-    is_marker = _is_in(column, markers)
+    is_marker = _is_in(original, markers)
     if not len(values):  # the first values are markers: look further
         values = pc.drop_null(pc.filter(column, pc.invert(is_marker))).slice(0, 256)
         targets = [t for t in _NUMBER_TYPES if len(values) and _casts(values, t)]
@@ -271,10 +278,15 @@ def _first_value(column: pa.ChunkedArray, markers: Sequence[str], most: int = 25
     return None
 
 
-def _looks_like_a_number(text: str) -> bool:
+def _with_point(column: pa.ChunkedArray, decimal: str) -> pa.ChunkedArray:
+    """Text whose numbers are written with ``decimal`` as their point, with ``.`` instead."""
+    return column if decimal == "." else pc.replace_substring(column, decimal, ".")
+
+
+def _looks_like_a_number(text: str, decimal: str = ".") -> bool:
     """Whether ``text`` could be a value of a number or bool column (pyarrow decides for sure)."""
     try:
-        float(text)
+        float(text if decimal == "." else text.replace(decimal, "."))
     except ValueError:
         return text.strip().lower() in ("true", "false")
     return True
@@ -298,11 +310,12 @@ def _null_where_in(column: pa.ChunkedArray, markers: Sequence[str]) -> tuple[pa.
 
 
 def _as_forced(name: str, column: pa.ChunkedArray, target: pa.DataType, markers: Sequence[str],
-               block: Block) -> tuple[pa.ChunkedArray, dict[str, int]]:
+               block: Block, decimal: str = ".") -> tuple[pa.ChunkedArray, dict[str, int]]:
     """A column with a dtype override (read as text): markers missing, the rest cast."""
     hit = _is_in(column, markers)
+    numeric = pa.types.is_integer(target) or pa.types.is_floating(target)
     try:
-        converted = pc.cast(_null(column, hit), target)
+        converted = pc.cast(_null(_with_point(column, decimal) if numeric else column, hit), target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
         raise DataError(
             f"Expected {target} values in column {name!r} of {block.describe()} (its dtype "

@@ -168,7 +168,7 @@ class SmallFiles:
             if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
                 done[name] = numbers_by_part(col, na, bounds)  # value by value: once for all
             elif name not in forced:
-                whole = text_by_part(col, na, bounds)
+                whole = text_by_part(col, na, bounds, self.options.decimal)
                 if whole is not None:
                     done[name] = whole
         if len(done) == rest.num_columns:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from daskfeed.core import DataNotFoundError, config
+from daskfeed.core import DataNotFoundError, SchemaError, config
 from daskfeed.reading._files import (
     Block,
     FileInfo,
@@ -62,6 +62,9 @@ class Source:
         Null markers that are missing in every column, text columns included (e.g.
         ``["NA"]``). Empty fields are always missing; ``NA``, ``N/A``, ``null``, ``NaN``, ...
         (:data:`daskfeed.reading._nulls.NA_MARKERS`) are missing in numeric columns only.
+    decimal
+        The numbers' decimal point: ``"."`` (default) or, as many locales write them, ``","``
+        (then the separator is usually ``";"``).
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class Source:
         storage_options: dict[str, Any] | None = None,
         bad_lines: str = "error",
         na_values: Sequence[str] | None = None,
+        decimal: str = ".",
     ) -> None:
         if bad_lines not in BAD_LINES:
             raise ValueError(
@@ -88,6 +92,7 @@ class Source:
             storage_options=tuple(sorted((storage_options or {}).items())),
             bad_lines=bad_lines,
             na_values=_na_values(na_values),
+            decimal=_decimal(decimal, sep),
         )
         self.frame: dd.DataFrame | None = None
         self.files: list[FileInfo] = []
@@ -142,6 +147,8 @@ class Source:
             return "frame-" + tokenize(self.frame)
         opts = asdict(self.options)
         opts.pop("storage_options")
+        if opts["decimal"] == ".":  # the same fingerprints as before the setting existed
+            opts.pop("decimal")
         payload = json.dumps(
             {"files": [_file_key(f) for f in self.files], "options": opts}, sort_keys=True
         )
@@ -228,6 +235,16 @@ def _na_values(values: Sequence[str] | str | None) -> tuple[str, ...]:
     if bad:
         raise ValueError(f"Expected na_values to be strings such as 'NA'. Received: {bad[:3]!r}.")
     return tuple(sorted({v for v in values if v}))
+
+
+def _decimal(decimal: str, sep: str) -> str:
+    """The decimal point, checked: one character, not the field separator nor a quote."""
+    if not isinstance(decimal, str) or len(decimal) != 1 or decimal in (sep, '"') or decimal.isalnum():
+        raise SchemaError(
+            f"Expected a decimal point of one character other than the separator ({sep!r}), "
+            f"such as '.' or ','. Received: decimal={decimal!r}.\nHint: for numbers like 1,5 "
+            "pass --decimal , with --sep ';' (decimal=',', sep=';').")
+    return decimal
 
 
 def _is_dask_frame(data: object) -> TypeGuard[dd.DataFrame]:

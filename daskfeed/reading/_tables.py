@@ -44,6 +44,7 @@ class ReadOptions:
     storage_options: tuple[tuple[str, Any], ...] = field(default=(), compare=False, repr=False)
     bad_lines: str = "error"  # error | skip | quarantine (see BAD_LINES)
     na_values: tuple[str, ...] = ()  # the user's null markers: missing in every column
+    decimal: str = "."  # the numbers' decimal point (pyarrow's decimal_point; "," in many locales)
 
 
 def iter_tables(block: Block, options: ReadOptions,
@@ -288,7 +289,8 @@ def with_markers(table: pa.Table, forced: dict[str, pa.DataType], options: ReadO
         if done and name in done:
             column, made = done[name]
         else:
-            column, made = column_markers(name, column, forced.get(name), options.na_values, block)
+            column, made = column_markers(name, column, forced.get(name), options.na_values, block,
+                                          options.decimal)
             column = normalize_column(column)
         columns.append(column)
         if made:
@@ -371,6 +373,7 @@ def read_csv(body: bytes, names: list[str], block: Block, options: ReadOptions,
                 strings_can_be_null=True,
                 null_values=[""],
                 timestamp_parsers=[],
+                decimal_point=options.decimal,
             ),
         )
     except (pa.ArrowInvalid, UnicodeDecodeError) as err:

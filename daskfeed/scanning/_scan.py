@@ -77,6 +77,7 @@ def scan(
     timeout: float | str | None = None,
     sep: str = ",",
     na_values: list[str] | tuple[str, ...] | None = None,
+    decimal: str = ".",
     validation_split: float | None = None,
     subset: str | None = None,
     seed: int = 0,
@@ -95,7 +96,7 @@ def scan(
         for the scan.
     vocabulary_size
         Most frequent K values kept per string column (default ``daskfeed.vocabulary-size``).
-    blocksize, encoding, dtype, storage_options, sep, na_values, bad_lines
+    blocksize, encoding, dtype, storage_options, sep, na_values, decimal, bad_lines
         How the files are read (:class:`~daskfeed.reading._source.Source`); skipped lines are counted
         in ``Manifest.bad_lines`` (quarantine: their text in ``Manifest.rejects``, not in JSON).
     cache
@@ -133,7 +134,7 @@ def scan(
     timeout_s = config.get_seconds("timeout", timeout)
     src = data if isinstance(data, Source) else Source(
         data, blocksize=blocksize, encoding=encoding, dtype=dtype, storage_options=storage_options,
-        bad_lines=bad_lines, sep=sep, na_values=na_values)
+        bad_lines=bad_lines, sep=sep, na_values=na_values, decimal=decimal)
     split = split_settings(validation_split, subset, seed)
     reused = _reusable(cache, src, label, vocabulary_size, split)
     if reused is not None:

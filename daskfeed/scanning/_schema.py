@@ -9,6 +9,7 @@ another) is an error naming both blocks.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from typing import Any
 
@@ -164,6 +165,67 @@ def is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+# a number written with a decimal comma: 1,5  -3,25  1.234,5 (dots grouping thousands)
+_DECIMAL_COMMA = re.compile(r"[+-]?(\d{1,3}(\.\d{3})+|\d+),\d+")
+STRAY_TOKENS = 5  # at most this many distinct non-numbers in a column of numbers: stray tokens
+STRAY_SHARE = 0.01  # ... on at most this share of its rows
+
+
+def refuse_numbers_as_text(src: Source, name: str, values: dict[str, int], block: int) -> None:
+    """Refuse a text column that is really numbers: with a decimal comma, or a few stray tokens.
+
+    Either would silently become a category of thousands of values (a numeric label: a
+    classifier of as many classes). The scan's exact value counts tell: numbers written
+    ``1,5`` while the decimal point is ``.`` (hint: ``--decimal ,``), or numbers but for at
+    most :data:`STRAY_TOKENS` distinct values on at most :data:`STRAY_SHARE` of the rows (such
+    as ``?`` or ``-``; hint: list them with ``--na-values``). A column of text that merely
+    holds some numbers is left as it is; ``--dtype NAME=string`` keeps any column as text.
+
+    Parameters
+    ----------
+    src
+        The data (its read options and blocks).
+    name
+        The column.
+    values
+        Its value counts (the most frequent when there are very many).
+    block
+        The first block that read it as text (named in the message).
+
+    Raises
+    ------
+    SchemaError
+        Naming the column, the values and where, with the flag that reads them.
+    """
+    rows = sum(values.values())
+    if not rows:
+        return
+    numbers = {v: n for v, n in values.items() if is_number(v)}
+    comma = ({v: n for v, n in values.items() if _DECIMAL_COMMA.fullmatch(v.strip())}
+             if src.options.decimal == "." else {})
+    other = {v: n for v, n in values.items()  # null markers are missing once it reads as numbers
+             if v not in numbers and v not in comma and v.strip() not in _MARKERS}
+    keep = f"--dtype {name}=string (dtype={{{name!r}: 'string'}})"
+    if comma and sum(comma.values()) + sum(numbers.values()) >= (1 - STRAY_SHARE) * rows:
+        shown = ", ".join(repr(v) for v in sorted(comma, key=lambda v: -comma[v])[:3])
+        raise SchemaError(
+            f"Expected numbers with the decimal point '.' in column {name!r}. Received: "
+            f"numbers written with a decimal comma ({shown} ...; {sum(comma.values()):,} of "
+            f"{rows:,} values) in {where(src, block)}, which would be read as text categories."
+            f"\nHint: pass --decimal , (decimal=','); such files often separate fields with "
+            f"';' (--sep ';'). To keep the column as text: {keep}.")
+    few = len(other) <= STRAY_TOKENS and sum(other.values()) <= max(1, STRAY_SHARE * rows)
+    if other and few and len(numbers) >= 3:
+        tokens = sorted(other, key=lambda v: (-other[v], v))
+        counted = ", ".join(f"{v!r} ({other[v]:,})" for v in tokens)
+        raise SchemaError(
+            f"Expected numbers in column {name!r}. Received: {sum(numbers.values()):,} numbers "
+            f"and {sum(other.values()):,} other value(s) {counted} in {where(src, block)}, which "
+            f"would make the whole column text categories.\nHint: if they mean 'missing', list "
+            f"them: --na-values {','.join(tokens)} (na_values={tokens!r}); to keep the column "
+            f"as text: {keep}.")
 
 
 def where(src: Source, i: int) -> str:
@@ -351,6 +413,8 @@ def resolve_column(src: Source, name: str, kinds: dict[str, int], missing: int,
                       min=_finite(st.get("min")), max=_finite(st.get("max")),
                       integer=real.keys() == {"int"})
     values: dict[str, int] = st.get("values", {})
+    if name not in dict(src.options.dtype):  # a column forced to text is text
+        refuse_numbers_as_text(src, name, values, real.get("string", 0))
     ranked = sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))
     count += int(st.get("markers", 0))  # text that reads "NA" is a value here
     return Column(name, "categorical", "string", missing=missing, count=count,

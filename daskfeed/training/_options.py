@@ -186,7 +186,7 @@ class DataOptions:
         Longest wait for one window in seconds (resolved: ``daskfeed.timeout``).
     cache
         The parse cache: True (the default place), a directory, or False (off).
-    encoding, sep, na_values, dtype, bad_lines, storage_options
+    encoding, sep, na_values, decimal, dtype, bad_lines, storage_options
         As :class:`~daskfeed.reading._source.Source` takes them.
     """
 
@@ -202,6 +202,7 @@ class DataOptions:
     encoding: str = "utf-8"
     sep: str = ","
     na_values: tuple[str, ...] | None = None
+    decimal: str = "."
     dtype: dict[str, str] | None = None
     bad_lines: str = "error"
     storage_options: dict[str, Any] | None = field(default=None, repr=False)
@@ -212,7 +213,7 @@ class DataOptions:
                 blocksize: int | str | None = None, vocabulary_size: int | None = None,
                 timeout: float | str | None = None,
                 cache: bool | str | os.PathLike[str] = True, encoding: str = "utf-8",
-                sep: str = ",", na_values: Sequence[str] | None = None,
+                sep: str = ",", na_values: Sequence[str] | None = None, decimal: str = ".",
                 dtype: dict[str, str] | None = None, bad_lines: str = "error",
                 storage_options: dict[str, Any] | None = None) -> DataOptions:
         """Fill in the ``daskfeed.*`` config values for the settings not given.
@@ -221,7 +222,7 @@ class DataOptions:
         ----------
         features, exclude, batch_size, seed, as_matrix, blocksize, vocabulary_size, timeout
             As :func:`~daskfeed.training._train.train` takes them.
-        cache, encoding, sep, na_values, dtype, bad_lines, storage_options
+        cache, encoding, sep, na_values, decimal, dtype, bad_lines, storage_options
             Likewise.
 
         Returns
@@ -237,7 +238,8 @@ class DataOptions:
             vocabulary_size=int(config.get("vocabulary-size", vocabulary_size)),
             timeout=config.get_seconds("timeout", timeout),
             cache=cache if isinstance(cache, bool) else os.fspath(cache), encoding=encoding,
-            sep=sep, na_values=tuple(na_values) if na_values is not None else None, dtype=dtype,
+            sep=sep, na_values=tuple(na_values) if na_values is not None else None,
+            decimal=decimal, dtype=dtype,
             bad_lines=bad_lines, storage_options=storage_options)
 
     def read(self, blocksize: int) -> dict[str, Any]:
@@ -251,11 +253,12 @@ class DataOptions:
         Returns
         -------
         dict
-            ``sep``, ``encoding``, ``dtype``, ``na_values``, ``bad_lines``, ``blocksize`` and
+            ``sep``, ``encoding``, ``dtype``, ``na_values``, ``decimal``, ``bad_lines``, ``blocksize`` and
             ``storage_options``.
         """
         return {"sep": self.sep, "encoding": self.encoding, "dtype": self.dtype,
                 "na_values": list(self.na_values) if self.na_values is not None else None,
+                "decimal": self.decimal,
                 "bad_lines": self.bad_lines, "blocksize": blocksize,
                 "storage_options": self.storage_options}
 

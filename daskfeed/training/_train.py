@@ -338,7 +338,7 @@ def _join_scan(run: Run) -> SharedScan | None:
     d = run.opts.data
     key = scan_key(data=run.data, validation=run.validation, label=run.label,
                    vocabulary_size=d.vocabulary_size, sep=d.sep, encoding=d.encoding,
-                   na_values=d.na_values, dtype=d.dtype, bad_lines=d.bad_lines,
+                   na_values=d.na_values, decimal=d.decimal, dtype=d.dtype, bad_lines=d.bad_lines,
                    blocksize=d.blocksize, validation_split=run.opts.fit.validation_split,
                    seed=d.seed)
     shared = join_scan(run.client, key, wait=run.opts.cluster.rank_wait, echo=run.echo)

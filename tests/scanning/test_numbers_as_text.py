@@ -1,0 +1,119 @@
+"""Numbers the reader would take for text: decimal commas (``--decimal``) and stray tokens.
+
+Either used to become a text column of thousands of categories without a word (a numeric label:
+a classifier of as many classes). Now the scan refuses them naming the values and the flag that
+reads them, and ``decimal=","`` reads such numbers in the scan, the feed and ``predict`` alike.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import daskfeed
+from daskfeed import SchemaError
+
+
+def _comma_file(path, rows=400, seed=3):
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({"a": rng.normal(5, 2, rows).round(3), "b": rng.integers(0, 50, rows),
+                       "y": rng.normal(10, 3, rows).round(2)})
+    df.to_csv(path, sep=";", decimal=",", index=False)
+    return pd.read_csv(path, sep=";", decimal=",")
+
+
+def test_decimal_commas_are_refused_with_the_flag_that_reads_them(tmp_path, client):
+    _comma_file(tmp_path / "dc.csv")
+    with pytest.raises(SchemaError) as err:
+        daskfeed.scan(str(tmp_path / "dc.csv"), label="y", sep=";", client=client)
+    text = str(err.value)
+    assert text.startswith("Expected numbers with the decimal point '.' in column 'a'. Received: "
+                           "numbers written with a decimal comma (")
+    assert "400 of 400 values) in block 0" in text and "dc.csv" in text
+    assert "--decimal , (decimal=',')" in text and "--dtype a=string" in text
+
+
+def test_decimal_comma_reads_the_numbers_in_the_scan_and_the_feed(tmp_path, client):
+    frame = _comma_file(tmp_path / "dc.csv")
+    m = daskfeed.scan(str(tmp_path / "dc.csv"), label="y", sep=";", decimal=",", client=client)
+    assert m.task == "regression" and m.read_options["decimal"] == ","
+    assert [m.columns[c].kind for c in ("a", "b", "y")] == ["numeric"] * 3
+    assert m.columns["a"].mean == pytest.approx(frame["a"].mean(), rel=1e-12)
+    assert m.columns["y"].var == pytest.approx(frame["y"].var(ddof=0), rel=1e-9)
+    with daskfeed.DaskSequence(str(tmp_path / "dc.csv"), label="y", sep=";", decimal=",",
+                               client=client, batch_size=100, shuffle=False) as seq:
+        a = np.concatenate([seq[i][0]["a"] for i in range(len(seq))])
+        y = np.concatenate([seq[i][1] for i in range(len(seq))])
+    assert np.allclose(np.sort(a), np.sort(frame["a"].to_numpy()))
+    assert np.allclose(np.sort(y), np.sort(frame["y"].to_numpy()))
+
+
+def test_decimal_comma_with_null_markers_still_reads_numbers(tmp_path, client):
+    """A column with NA markers is read as text first, then converted: the comma too."""
+    (tmp_path / "na.csv").write_text("a;y\n" + "".join(
+        f"{'NA' if i % 10 == 0 else f'{i},5'};{i % 2}\n" for i in range(200)), encoding="utf-8")
+    m = daskfeed.scan(str(tmp_path / "na.csv"), label="y", sep=";", decimal=",", client=client)
+    col = m.columns["a"]
+    assert col.kind == "numeric" and col.missing == 20 and col.missing_markers == {"NA": 20}
+    want = np.array([i + 0.5 for i in range(200) if i % 10])
+    assert col.mean == pytest.approx(want.mean(), rel=1e-12)
+
+
+def test_a_decimal_point_that_is_the_separator_is_refused(tmp_path, client):
+    _comma_file(tmp_path / "dc.csv")
+    with pytest.raises(SchemaError, match=r"other than the separator \(','\).*decimal=','"):
+        daskfeed.scan(str(tmp_path / "dc.csv"), label="y", decimal=",", client=client)
+
+
+def test_a_stray_token_in_a_column_of_numbers_is_refused_then_read_as_missing(tmp_path, client,
+                                                                             write_csv):
+    rows = [f"{i * 0.37:.3f},{i % 5},{i % 2}" for i in range(3000)]
+    rows[1500] = "?,1,0"
+    write_csv("stray.csv", "x,z,y\n" + "\n".join(rows) + "\n")
+    data = str(tmp_path / "stray.csv")
+    with pytest.raises(SchemaError) as err:
+        daskfeed.scan(data, label="y", client=client)
+    assert str(err.value).startswith("Expected numbers in column 'x'. Received: 2,999 numbers and "
+                                     "1 other value(s) '?' (1) in block 0")
+    assert "--na-values ? (na_values=['?'])" in str(err.value)
+    m = daskfeed.scan(data, label="y", na_values=["?"], client=client)
+    assert m.columns["x"].kind == "numeric" and m.columns["x"].missing_markers == {"?": 1}
+    kept = daskfeed.scan(data, label="y", dtype={"x": "string"}, client=client)  # asked for text
+    assert kept.columns["x"].kind == "categorical"
+
+
+def test_text_that_holds_some_numbers_stays_text(tmp_path, client, write_csv):
+    words = ["red", "green", "blue", "12", "7"]
+    write_csv("t.csv", "c,y\n" + "".join(f"{words[i % 5]},{i % 2}\n" for i in range(500)))
+    m = daskfeed.scan(str(tmp_path / "t.csv"), label="y", client=client)
+    assert m.columns["c"].kind == "categorical"
+
+
+def test_cli_trains_a_regression_on_decimal_commas_and_refuses_without_the_flag(tmp_path):
+    _comma_file(tmp_path / "dc.csv")
+    exe = shutil.which("daskfeed", path=os.path.dirname(sys.executable)) or "daskfeed"
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    args = [exe, "train", str(tmp_path / "dc.csv"), "--label", "y", "--sep", ";", "--epochs", "1",
+            "--memory-limit", "2GB", "--dashboard-address", "", "--verbose", "0", "--no-cache"]
+    out = subprocess.run([*args, "--output", str(tmp_path / "no")], capture_output=True,
+                         text=True, env=env, timeout=300, cwd=tmp_path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert "--decimal ," in out.stderr
+    out = subprocess.run([*args, "--decimal", ",", "--output", str(tmp_path / "ok")],
+                         capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "label 'y': regression" in out.stdout and "final: loss" in out.stdout
+    scored = subprocess.run([exe, "predict", str(tmp_path / "ok"), str(tmp_path / "dc.csv"),
+                             "--output", str(tmp_path / "p.csv"), "--memory-limit", "2GB",
+                             "--nworkers", "1"], capture_output=True, text=True, env=env,
+                            timeout=300, cwd=tmp_path)
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    p = pd.read_csv(tmp_path / "p.csv")  # predict reads with the run's decimal point
+    assert len(p) == 400 and np.isfinite(p["prediction"]).all()
+    assert p["prediction"].std() > 0  # the features were read as numbers, not all missing
