@@ -13,9 +13,9 @@ from typing import Any
 
 from daskfeed.adapters._keras import keras, refuse_narrowed
 from daskfeed.adapters._tf_data import WindowFeed, uses_windows
-from daskfeed.batches import BatchStream, EpochPlan, EpochStats, Prepared
+from daskfeed.batches import BatchStream, DataSettings, EpochPlan, EpochStats, Prepared
 from daskfeed.cluster import refuse_multiprocessing
-from daskfeed.core import DaskfeedError, Stop, config
+from daskfeed.core import DaskfeedError, Stop
 from daskfeed.dashboard import EpochSpans
 from daskfeed.manifest import Manifest
 
@@ -23,7 +23,17 @@ __all__ = ["DaskSequence"]
 
 
 class _Setting:
-    """A setting of the data served, read from the stream's prepared data (one place)."""
+    """A setting of the data served, read where it is kept: the resolved settings (one place)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, seq: Any, owner: type | None = None) -> Any:
+        return self if seq is None else getattr(seq.stream.data.settings, self.name)
+
+
+class _Prepared:
+    """What the data were made into (source, manifest, features, encoding, cache)."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -157,30 +167,31 @@ class DaskSequence(keras.utils.PyDataset):
     ) -> None:
         refuse_multiprocessing(kwargs)
         super().__init__(**kwargs)  # Keras' own arguments, checked before any work
-        prepared = Prepared(
-            data, label=label, features=features, exclude=exclude, batch_size=batch_size,
-            shuffle=shuffle, seed=seed, client=client, as_matrix=as_matrix, manifest=manifest,
-            reference=reference, drop_remainder=drop_remainder, prefetch_bytes=prefetch_bytes,
-            timeout=timeout, blocksize=blocksize, encoding=encoding, dtype=dtype,
-            storage_options=storage_options, vocabulary_size=vocabulary_size, shard=shard,
-            cache=cache, bad_lines=bad_lines, sep=sep, na_values=na_values, decimal=decimal,
-            weight=weight,
-            validation_split=validation_split, subset=subset, scan_progress=scan_progress)
-        self._serve(prepared, spans=spans, stop=stop, window_rows=window_rows,
-                    window_bytes=window_bytes)
+        settings = DataSettings.resolve(  # every setting resolved here, once
+            label=label, features=features, exclude=exclude, weight=weight,
+            batch_size=batch_size, shuffle=shuffle, seed=seed, as_matrix=as_matrix,
+            drop_remainder=drop_remainder, shard=shard, timeout=timeout,
+            prefetch_bytes=prefetch_bytes, window_bytes=window_bytes,
+            vocabulary_size=vocabulary_size, cache=cache, validation_split=validation_split,
+            subset=subset, blocksize=blocksize, encoding=encoding, dtype=dtype,
+            storage_options=storage_options, bad_lines=bad_lines, sep=sep, na_values=na_values,
+            decimal=decimal)
+        prepared = Prepared(data, settings, client=client, manifest=manifest,
+                            reference=reference, scan_progress=scan_progress)
+        self._serve(prepared, spans=spans, stop=stop, window_rows=window_rows)
 
     @classmethod
-    def of(cls, prepared: Prepared, *, window_bytes: int | str | None = None,
-           window_rows: int | None = None, spans: EpochSpans | None = None,
-           stop: Stop | None = None, **kwargs: Any) -> DaskSequence:
+    def of(cls, prepared: Prepared, *, window_rows: int | None = None,
+           spans: EpochSpans | None = None, stop: Stop | None = None,
+           **kwargs: Any) -> DaskSequence:
         """The sequence serving data prepared before (e.g. while keras was loading).
 
         Parameters
         ----------
         prepared
             The data (:class:`~daskfeed.batches._prepare.Prepared`); the sequence takes over its client.
-        window_bytes, window_rows, spans, stop, **kwargs
-            As :class:`DaskSequence` takes them.
+        window_rows, spans, stop, **kwargs
+            As :class:`DaskSequence` takes them (the window bytes are the prepared data's).
 
         Returns
         -------
@@ -189,25 +200,22 @@ class DaskSequence(keras.utils.PyDataset):
         refuse_multiprocessing(kwargs)
         seq = cls.__new__(cls)
         keras.utils.PyDataset.__init__(seq, **kwargs)
-        seq._serve(prepared, spans=spans, stop=stop, window_rows=window_rows,
-                   window_bytes=window_bytes)
+        seq._serve(prepared, spans=spans, stop=stop, window_rows=window_rows)
         return seq
 
     def _serve(self, prepared: Prepared, *, spans: EpochSpans | None, stop: Stop | None,
-               window_rows: int | None, window_bytes: int | str | None) -> None:
+               window_rows: int | None) -> None:
         """Check the data fit the backend, then serve them from a stream (first windows in flight)."""
         try:
             refuse_narrowed({c.name: c.dtype for c in prepared.encoding.columns}
-                            | {prepared.label: prepared.encoding.label_dtype})
+                            | {prepared.settings.label: prepared.encoding.label_dtype})
         except BaseException:
             prepared.close()
             raise
-        self.stream = BatchStream(
-            prepared, window_bytes=config.get_bytes("window-bytes", window_bytes),
-            window_rows=window_rows, spans=spans, stop=stop,
-            tolerance=self.workers + self.max_queue_size + 2)
+        self.stream = BatchStream(prepared, window_rows=window_rows, spans=spans, stop=stop,
+                                  tolerance=self.workers + self.max_queue_size + 2)
 
-    # -- the data's settings (DaskSequence's arguments, resolved) ---------------------------
+    # -- the data's settings (DaskSequence's arguments, resolved) and what they were made into
     label = _Setting()
     weight = _Setting()
     batch_size = _Setting()
@@ -219,14 +227,14 @@ class DaskSequence(keras.utils.PyDataset):
     shard = _Setting()
     timeout = _Setting()
     prefetch_bytes = _Setting()
-    source = _Setting()
-    cache = _Setting()
-    cache_status = _Setting()
-    manifest = _Setting()
-    reference = _Setting()
-    features = _Setting()
     as_matrix = _Setting()
-    encoding = _Setting()
+    source = _Prepared()
+    cache = _Prepared()
+    cache_status = _Prepared()
+    manifest = _Prepared()
+    reference = _Prepared()
+    features = _Prepared()
+    encoding = _Prepared()
 
     @property
     def window_rows(self) -> int:

@@ -125,8 +125,8 @@ class WindowFeed:
         self.stream = stream
         data = stream.data
         self.epoch, self.start = stream.epoch, stream.start  # where the first pass begins
-        cap = chunk_bytes or min(CHUNK_BYTES, max(data.prefetch_bytes // 16, 1))
-        self.chunk = max(1, int(cap) // (data.batch_size * data.encoding.bytes_per_row))
+        cap = chunk_bytes or min(CHUNK_BYTES, max(data.settings.prefetch_bytes // 16, 1))
+        self.chunk = max(1, int(cap) // (data.settings.batch_size * data.encoding.bytes_per_row))
         self._arrays = _array_specs(stream)  # (dtype, inner shape) of each array of a chunk
         self._len = len(stream)  # batches per pass
         self._chunks = len(self._bounds(stream.plan, self.start))  # per pass

@@ -16,15 +16,17 @@ if TYPE_CHECKING:
     from daskfeed.batches._layout import blocksize_for, largest_block, planned_window_bytes
     from daskfeed.batches._plan import EpochPlan, make_plan
     from daskfeed.batches._prepare import Prepared
+    from daskfeed.batches._settings import DataSettings
     from daskfeed.batches._stream import BatchStream
 
-__all__ = ["BatchStream", "EpochPlan", "EpochStats", "Prepared", "blocksize_for", "largest_block",
-           "make_plan", "planned_window_bytes"]
+__all__ = ["BatchStream", "DataSettings", "EpochPlan", "EpochStats", "Prepared", "blocksize_for",
+           "largest_block", "make_plan", "planned_window_bytes"]
 
 __getattr__, __dir__ = attach(__name__, {
     "EpochStats": "_epoch",
     "blocksize_for": "_layout", "largest_block": "_layout", "planned_window_bytes": "_layout",
     "EpochPlan": "_plan", "make_plan": "_plan",
     "Prepared": "_prepare",
+    "DataSettings": "_settings",
     "BatchStream": "_stream",
 })

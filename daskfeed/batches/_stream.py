@@ -40,10 +40,9 @@ class BatchStream:
     ----------
     data
         The prepared data; the stream takes over its client (:meth:`Prepared.hand_over`).
-    window_bytes
-        Bytes of encoded rows per window (resolved by the caller), unless ``window_rows``.
     window_rows
-        Rows per window (e.g. a checkpoint's, so that a resumed epoch has its windows).
+        Rows per window (e.g. a checkpoint's, so that a resumed epoch has its windows); None:
+        from the settings' ``window_bytes``.
     spans
         One ``distributed.span`` per epoch for the windows (the dashboard), or None.
     stop
@@ -58,7 +57,7 @@ class BatchStream:
     garbage-collected or at interpreter exit.
     """
 
-    def __init__(self, data: Prepared, *, window_bytes: int, window_rows: int | None = None,
+    def __init__(self, data: Prepared, *, window_rows: int | None = None,
                  spans: EpochSpans | None = None, stop: Stop | None = None,
                  tolerance: int = 2) -> None:
         self.data = data
@@ -66,9 +65,10 @@ class BatchStream:
         self._finalizer = weakref.finalize(self, self._owner.close)
         self._closed = False
         self._dependents: weakref.WeakSet[Any] = weakref.WeakSet()  # closed with the stream
-        self.window_rows = window_rows_for(window_rows, window_bytes, data.manifest,
-                                           data.encoding.bytes_per_row, data.prefetch_bytes,
-                                           data.batch_size)
+        st = data.settings
+        self.window_rows = window_rows_for(window_rows, st.window_bytes, data.manifest,
+                                           data.encoding.bytes_per_row, st.prefetch_bytes,
+                                           st.batch_size)
         self.tolerance = int(tolerance)
         self.failure: DaskfeedError | None = None  # the last error a batch raised
         self.assembly_seconds = 0.0  # spent assembling batches (waiting + slicing), all epochs
@@ -301,8 +301,8 @@ class BatchStream:
         pf = Prefetcher(
             functools.partial(self._submit, plan),
             functools.partial(self._windows.estimate, plan), order,
-            budget=self.data.prefetch_bytes if budget is None else budget,
-            timeout=self.data.timeout, describe=functools.partial(self._windows.describe, plan),
+            budget=self.data.settings.prefetch_bytes if budget is None else budget,
+            timeout=self.data.settings.timeout, describe=functools.partial(self._windows.describe, plan),
             stop=self._stop,
         )
         if self._owner.client is not None:  # unpickled copies start on their first batch
@@ -310,11 +310,11 @@ class BatchStream:
         return pf
 
     def _new_cursor(self, epoch: int, start: int) -> EpochCursor:
-        d = self.data
+        st = self.data.settings
         settings = PlanSettings(
-            counts=tuple(d.manifest.counts), batch_size=d.batch_size, seed=d.seed,
-            shuffle=d.shuffle, window_rows=self.window_rows, drop_remainder=d.drop_remainder,
-            shard=d.shard)
+            counts=tuple(self.data.manifest.counts), batch_size=st.batch_size, seed=st.seed,
+            shuffle=st.shuffle, window_rows=self.window_rows, drop_remainder=st.drop_remainder,
+            shard=st.shard)
         cursor = EpochCursor(settings, self._new_prefetcher, tolerance=self.tolerance)
         cursor.set(epoch, start)
         return cursor

@@ -9,12 +9,12 @@ from daskfeed.core import attach
 if TYPE_CHECKING:
     from daskfeed.cache._blocks import BlockCache, block_tables, default_root
     from daskfeed.cache._entries import clear, list_entries
-    from daskfeed.cache._open import open_cache
+    from daskfeed.cache._open import CacheChoice, open_cache
 
-__all__ = ["BlockCache", "block_tables", "clear", "default_root", "list_entries", "open_cache"]
+__all__ = ["BlockCache", "CacheChoice", "block_tables", "clear", "default_root", "list_entries", "open_cache"]
 
 __getattr__, __dir__ = attach(__name__, {
     "BlockCache": "_blocks", "block_tables": "_blocks", "default_root": "_blocks",
     "clear": "_entries", "list_entries": "_entries",
-    "open_cache": "_open",
+    "CacheChoice": "_open", "open_cache": "_open",
 })

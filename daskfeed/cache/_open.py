@@ -15,17 +15,18 @@ import os
 import shutil
 import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from daskfeed.cache._blocks import BlockCache, default_root, forget_entry
 from daskfeed.cache._writer import CACHE_VERSION
-from daskfeed.core import CacheError, write_file
+from daskfeed.core import CacheError, config, write_file
 from daskfeed.reading import Source, compression_of
 
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["COMPRESSIONS", "REMOVING", "estimate_bytes", "open_cache"]
+__all__ = ["COMPRESSIONS", "REMOVING", "CacheChoice", "estimate_bytes", "open_cache"]
 
 STALE_TMP_SECONDS = 3600  # a writer renames its files within seconds; older ones were killed
 
@@ -67,6 +68,45 @@ def _identity(source: Source) -> str:
     """
     payload = json.dumps([f.path for f in source.files])
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class CacheChoice:
+    """Where a data set's parse cache goes, resolved once where the settings enter.
+
+    Attributes
+    ----------
+    on
+        False: no cache.
+    root
+        The cache root (``--cache DIR``, else ``daskfeed.cache-dir``); None: each worker's
+        default (:func:`~daskfeed.cache._blocks.default_root`).
+    required
+        An explicit directory: too little room is an error, not a cache left off.
+    compression
+        ``daskfeed.cache-compression`` (``auto``, ``none``, ``lz4``, ``zstd``).
+    """
+
+    on: bool = True
+    root: str | None = None
+    required: bool = False
+    compression: str = "auto"
+
+    @classmethod
+    def resolve(cls, cache: bool | str | os.PathLike[str] | None) -> CacheChoice:
+        """``True`` (the configured or default place), a directory, or ``False``/None (off)."""
+        if cache is None or cache is False:
+            return cls(on=False)
+        root = None if cache is True else os.fspath(cache)
+        return cls(root=root or config.get("cache-dir"), required=root is not None,
+                   compression=str(config.get("cache-compression")))
+
+    def open(self, source: Source, client: Client | None) -> tuple[BlockCache | None, str]:
+        """:func:`open_cache` as chosen: the cache (None: off) and the line saying so."""
+        if not self.on:
+            return None, "cache: off"
+        return open_cache(source, self.root, compression=self.compression,
+                          required=self.required, client=client)
 
 
 def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,

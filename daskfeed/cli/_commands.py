@@ -274,7 +274,7 @@ def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> No
                                     nthreads=kw.pop("nthreads"), scheduler=scheduler,
                                     security=security, dashboard_address=kw.pop("dashboard_address"))
     try:
-        from daskfeed.cache import open_cache
+        from daskfeed.cache import CacheChoice
 
         source = Source(list(data), blocksize=config.resolve_blocksize(kw.pop("blocksize"),
                                                                        budget.blocksize),
@@ -282,9 +282,7 @@ def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> No
                         sep=kw.pop("sep"), na_values=kw.pop("na_values"), dtype=kw.pop("dtype"),
                         decimal=kw.pop("decimal"),
                         storage_options=kw.pop("storage_options"))
-        part_cache, status = (None, "cache: off") if cache is False else open_cache(
-            source, (None if cache is True else cache) or config.get("cache-dir"),
-            compression=config.get("cache-compression"), required=cache is not True, client=client)
+        part_cache, status = CacheChoice.resolve(cache).open(source, client)
         if source.options.blocksize != budget.blocksize:
             click.echo(f"blocks of {format_bytes(source.options.blocksize)} (--blocksize / "
                        f"daskfeed.blocksize; the budget alone gives {format_bytes(budget.blocksize)})")

@@ -11,27 +11,13 @@ if TYPE_CHECKING:
     from daskfeed.reading._nulls import NA_MARKERS, count_by_part, na_counts
     from daskfeed.reading._records import line_number
     from daskfeed.reading._small_files import Run, SmallFiles
-    from daskfeed.reading._source import Source
+    from daskfeed.reading._source import Source, read_options
     from daskfeed.reading._streams import open_file
     from daskfeed.reading._tables import ReadOptions, iter_tables
 
-__all__ = [
-    "NA_MARKERS",
-    "Block",
-    "ReadOptions",
-    "Run",
-    "SmallFiles",
-    "Source",
-    "compression_of",
-    "count_by_part",
-    "expand_paths",
-    "is_parquet",
-    "iter_tables",
-    "line_number",
-    "na_counts",
-    "open_file",
-    "refuse_missing_local",
-]
+__all__ = ["NA_MARKERS", "Block", "ReadOptions", "Run", "SmallFiles", "Source", "compression_of",
+           "count_by_part", "expand_paths", "is_parquet", "iter_tables", "line_number",
+           "na_counts", "open_file", "read_options", "refuse_missing_local"]
 
 __getattr__, __dir__ = attach(__name__, {
     "Block": "_files", "compression_of": "_files", "expand_paths": "_files", "is_parquet": "_files",
@@ -39,7 +25,7 @@ __getattr__, __dir__ = attach(__name__, {
     "NA_MARKERS": "_nulls", "count_by_part": "_nulls", "na_counts": "_nulls",
     "line_number": "_records",
     "Run": "_small_files", "SmallFiles": "_small_files",
-    "Source": "_source",
+    "Source": "_source", "read_options": "_source",
     "open_file": "_streams",
     "ReadOptions": "_tables", "iter_tables": "_tables",
 })

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import dask.dataframe as dd
     from dask.delayed import Delayed
 
-__all__ = ["Source"]
+__all__ = ["Source", "read_options"]
 
 PathsLike = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
@@ -65,6 +65,9 @@ class Source:
     decimal
         The numbers' decimal point: ``"."`` (default) or, as many locales write them, ``","``
         (then the separator is usually ``";"``).
+    options
+        All of the above resolved before (:func:`read_options`); the other arguments are then
+        not used.
     """
 
     def __init__(
@@ -79,21 +82,12 @@ class Source:
         bad_lines: str = "error",
         na_values: Sequence[str] | None = None,
         decimal: str = ".",
+        options: ReadOptions | None = None,
     ) -> None:
-        if bad_lines not in BAD_LINES:
-            raise ValueError(
-                f"Expected bad_lines to be one of {', '.join(BAD_LINES)}. Received: {bad_lines!r}."
-            )
-        self.options = ReadOptions(
-            blocksize=config.get_bytes("blocksize", blocksize),
-            sep=sep,
-            encoding=encoding,
-            dtype=tuple(sorted((dtype or {}).items())),
-            storage_options=tuple(sorted((storage_options or {}).items())),
-            bad_lines=bad_lines,
-            na_values=_na_values(na_values),
-            decimal=_decimal(decimal, sep),
-        )
+        self.options = options if options is not None else read_options(
+            blocksize=blocksize, sep=sep, encoding=encoding, dtype=dtype,
+            storage_options=storage_options, bad_lines=bad_lines, na_values=na_values,
+            decimal=decimal)
         self.frame: dd.DataFrame | None = None
         self.files: list[FileInfo] = []
         self._fingerprint: str | None = None
@@ -235,6 +229,43 @@ def _na_values(values: Sequence[str] | str | None) -> tuple[str, ...]:
     if bad:
         raise ValueError(f"Expected na_values to be strings such as 'NA'. Received: {bad[:3]!r}.")
     return tuple(sorted({v for v in values if v}))
+
+
+def read_options(*, blocksize: int | str | None = None, sep: str = ",", encoding: str = "utf-8",
+                 dtype: dict[str, str] | None = None,
+                 storage_options: dict[str, Any] | None = None, bad_lines: str = "error",
+                 na_values: Sequence[str] | None = None, decimal: str = ".") -> ReadOptions:
+    """How files are read, checked, with ``daskfeed.blocksize`` when no blocksize is given.
+
+    Parameters
+    ----------
+    blocksize, sep, encoding, dtype, storage_options, bad_lines, na_values, decimal
+        As :class:`Source` takes them.
+
+    Returns
+    -------
+    ReadOptions
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``bad_lines`` or ``na_values`` that are not text.
+    SchemaError
+        For a decimal point that is not one character other than the separator.
+    """
+    if bad_lines not in BAD_LINES:
+        raise ValueError(
+            f"Expected bad_lines to be one of {', '.join(BAD_LINES)}. Received: {bad_lines!r}.")
+    return ReadOptions(
+        blocksize=config.get_bytes("blocksize", blocksize),
+        sep=sep,
+        encoding=encoding,
+        dtype=tuple(sorted((dtype or {}).items())),
+        storage_options=tuple(sorted((storage_options or {}).items())),
+        bad_lines=bad_lines,
+        na_values=_na_values(na_values),
+        decimal=_decimal(decimal, sep),
+    )
 
 
 def _decimal(decimal: str, sep: str) -> str:

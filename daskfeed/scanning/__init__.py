@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 from daskfeed.core import attach
 
 if TYPE_CHECKING:
-    from daskfeed.scanning._scan import scan
+    from daskfeed.scanning._scan import scan, scan_source
 
-__all__ = ["scan"]
+__all__ = ["scan", "scan_source"]
 
 __getattr__, __dir__ = attach(__name__, {
-    "scan": "_scan",
+    "scan": "_scan", "scan_source": "_scan",
 })

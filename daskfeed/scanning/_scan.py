@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
     Data = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Source | dd.DataFrame
 
-__all__ = ["ScanKeys", "build_manifest", "scan", "scan_tasks"]
+__all__ = ["ScanKeys", "build_manifest", "scan", "scan_source", "scan_tasks"]
 
 
 
@@ -130,12 +130,37 @@ def scan(
     >>> m = daskfeed.scan("data/log_quest/**/*.csv", label="cleared")  # doctest: +SKIP
     >>> m.rows, m.columns["level"].mean  # doctest: +SKIP
     """
-    vocabulary_size = int(config.get("vocabulary-size", vocabulary_size))
-    timeout_s = config.get_seconds("timeout", timeout)
     src = data if isinstance(data, Source) else Source(
         data, blocksize=blocksize, encoding=encoding, dtype=dtype, storage_options=storage_options,
         bad_lines=bad_lines, sep=sep, na_values=na_values, decimal=decimal)
-    split = split_settings(validation_split, subset, seed)
+    return scan_source(src, label=label, client=client,
+                       vocabulary_size=int(config.get("vocabulary-size", vocabulary_size)),
+                       timeout=config.get_seconds("timeout", timeout), cache=cache,
+                       partition_cache=partition_cache,
+                       split=split_settings(validation_split, subset, seed), progress=progress)
+
+
+def scan_source(src: Source, *, label: str, client: Client | None, vocabulary_size: int,
+                timeout: float, split: dict[str, Any] | None = None,
+                partition_cache: BlockCache | None = None,
+                cache: str | os.PathLike[str] | None = None,
+                progress: ProgressCallback | None = None) -> Manifest:
+    """:func:`scan` with its settings resolved (no config looked up): what a sequence's data use.
+
+    Parameters
+    ----------
+    src
+        The data.
+    label, client, vocabulary_size, timeout, partition_cache, cache, progress
+        As :func:`scan` takes them, resolved.
+    split
+        The split's settings (:func:`~daskfeed.manifest.split_settings`), or None.
+
+    Returns
+    -------
+    Manifest
+    """
+    timeout_s = float(timeout)
     reused = _reusable(cache, src, label, vocabulary_size, split)
     if reused is not None:
         return reused

@@ -14,8 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Union
 
+from daskfeed.cache import CacheChoice
 from daskfeed.cluster import MAX_BLOCKSIZE, TRAINER_RESERVE, WINDOW_BYTES
 from daskfeed.core import FEEDS, config, refuse_setting
+from daskfeed.reading import ReadOptions, read_options
 
 if TYPE_CHECKING:
     from distributed import Security
@@ -185,7 +187,8 @@ class DataOptions:
     timeout
         Longest wait for one window in seconds (resolved: ``daskfeed.timeout``).
     cache
-        The parse cache: True (the default place), a directory, or False (off).
+        Where the parse cache goes (resolved from True: the configured or default place, a
+        directory, or False: off).
     encoding, sep, na_values, decimal, dtype, bad_lines, storage_options
         As :class:`~daskfeed.reading._source.Source` takes them.
     """
@@ -198,7 +201,7 @@ class DataOptions:
     blocksize: int | None = None
     vocabulary_size: int = 1000
     timeout: float = 300.0
-    cache: bool | str = True
+    cache: CacheChoice = field(default_factory=CacheChoice)
     encoding: str = "utf-8"
     sep: str = ","
     na_values: tuple[str, ...] | None = None
@@ -237,30 +240,26 @@ class DataOptions:
             seed=int(seed), as_matrix=bool(as_matrix), blocksize=asked or None,
             vocabulary_size=int(config.get("vocabulary-size", vocabulary_size)),
             timeout=config.get_seconds("timeout", timeout),
-            cache=cache if isinstance(cache, bool) else os.fspath(cache), encoding=encoding,
+            cache=CacheChoice.resolve(cache), encoding=encoding,
             sep=sep, na_values=tuple(na_values) if na_values is not None else None,
             decimal=decimal, dtype=dtype,
             bad_lines=bad_lines, storage_options=storage_options)
 
-    def read(self, blocksize: int) -> dict[str, Any]:
-        """The keyword arguments of :class:`~daskfeed.reading._source.Source` at ``blocksize``.
+    def read(self, blocksize: int) -> ReadOptions:
+        """How the files are read, at ``blocksize`` (resolved: nothing is looked up).
 
         Parameters
         ----------
         blocksize
-            CSV bytes per block, resolved.
+            CSV bytes per block.
 
         Returns
         -------
-        dict
-            ``sep``, ``encoding``, ``dtype``, ``na_values``, ``decimal``, ``bad_lines``, ``blocksize`` and
-            ``storage_options``.
+        ReadOptions
         """
-        return {"sep": self.sep, "encoding": self.encoding, "dtype": self.dtype,
-                "na_values": list(self.na_values) if self.na_values is not None else None,
-                "decimal": self.decimal,
-                "bad_lines": self.bad_lines, "blocksize": blocksize,
-                "storage_options": self.storage_options}
+        return read_options(blocksize=blocksize, sep=self.sep, encoding=self.encoding,
+                            dtype=self.dtype, na_values=self.na_values, decimal=self.decimal,
+                            bad_lines=self.bad_lines, storage_options=self.storage_options)
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,16 @@ import os
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from daskfeed.batches import Prepared, blocksize_for, largest_block, planned_window_bytes
+from daskfeed.batches import (
+    DataSettings,
+    Prepared,
+    blocksize_for,
+    largest_block,
+    planned_window_bytes,
+)
 from daskfeed.checkpoint import Checkpoint, CheckpointStore, Cursor, open_store
 from daskfeed.cluster import Budget, check_worker_memory, close_client, open_cluster
 from daskfeed.core import ManifestMismatchError, RSSSampler, SchemaError, Stop, warn_user
@@ -234,18 +240,22 @@ def _warn_split_ids(train_seq: DaskSequence, val_seq: DaskSequence) -> None:
         warn_user(id_warning(ids))
 
 
-def _data_settings(run: Run, blocksize: int) -> dict[str, Any]:
-    """What the training and validation data share: client, reading, batching, the scan's bar."""
-    d = run.opts.data
-    return {"label": run.label, "batch_size": d.batch_size, "client": run.client,
-            "as_matrix": d.as_matrix, "timeout": d.timeout, "cache": d.cache,
-            "vocabulary_size": d.vocabulary_size, "scan_progress": run.progress,
-            **d.read(blocksize)}
+def _train_settings(run: Run, blocksize: int) -> DataSettings:
+    """The training data's settings, from the options resolved at the entry (nothing looked up)."""
+    d, fit, budget = run.opts.data, run.opts.fit, run.budget
+    return DataSettings(
+        label=run.label, read=d.read(blocksize), blocksize_given=True, features=d.features,
+        exclude=d.exclude, weight=fit.weight, batch_size=d.batch_size, seed=d.seed,
+        as_matrix=d.as_matrix, shard=run.ranks.shard, timeout=d.timeout,
+        prefetch_bytes=budget.prefetch * 2 // 3, window_bytes=budget.window_bytes,
+        vocabulary_size=d.vocabulary_size, cache=d.cache,
+        validation_split=fit.validation_split or 0.0,
+        subset="training" if fit.validation_split else None)
 
 
 def _serving(run: Run) -> dict[str, Any]:
-    """What the training and validation sequences share when serving: windows, spans, stop."""
-    return {"window_bytes": run.budget.window_bytes, "spans": run.spans, "stop": run.stop}
+    """What the training and validation sequences share when serving: spans, stop request."""
+    return {"spans": run.spans, "stop": run.stop}
 
 
 def _train_sequence(run: Run, cached: Manifest | None) -> DaskSequence:
@@ -254,19 +264,17 @@ def _train_sequence(run: Run, cached: Manifest | None) -> DaskSequence:
     The data are prepared before keras is imported: a mistake in them or in the settings is
     said without waiting seconds for TensorFlow to load.
     """
-    d, fit, ckpt, budget = run.opts.data, run.opts.fit, run.ckpt, run.budget
-    block = ckpt.cursor.blocksize if ckpt else blocksize_for(d.blocksize, budget, cached, d.cache, run.echo)
-    split: dict[str, Any] = ({"validation_split": fit.validation_split, "subset": "training"}
-             if fit.validation_split else {})
+    d, ckpt, budget = run.opts.data, run.ckpt, run.budget
+    block = ckpt.cursor.blocksize if ckpt else blocksize_for(d.blocksize, budget, cached,
+                                                             d.cache.on, run.echo)
     # resuming: the same blocks and windows as the interrupted run, whatever the budget
     pinned: dict[str, Any] = {"window_rows": ckpt.cursor.window_rows} if ckpt else {}
+    settings = _train_settings(run, block)
 
     def prepare(manifest: Manifest | None) -> Prepared:
         with scan_span(run.client, name="train"):
-            return Prepared(run.data, features=list(d.features) if d.features else None,
-                            exclude=d.exclude, seed=d.seed, manifest=manifest,
-                            prefetch_bytes=budget.prefetch * 2 // 3, weight=fit.weight,
-                            shard=run.ranks.shard, **split, **_data_settings(run, block))
+            return Prepared(run.data, settings, client=run.client, manifest=manifest,
+                            scan_progress=run.progress)
 
     if cached is None:
         prepared = prepare(None)
@@ -293,13 +301,17 @@ def _validation_sequence(run: Run, train_seq: DaskSequence,
         return None
     from daskfeed.adapters import DaskSequence
 
-    same = {**_data_settings(run, train_seq.source.options.blocksize), **_serving(run),
-            "features": train_seq.features, "shuffle": False, "reference": train_seq.manifest,
-            "prefetch_bytes": run.budget.prefetch // 3}
+    train = train_seq.stream.data.settings
+    same = replace(train, features=tuple(train_seq.features), exclude=(), shuffle=False,
+                   shard=(0, 1), prefetch_bytes=run.budget.prefetch // 3)
+
+    def serve(data: DataSpec, settings: DataSettings, m: Manifest | None) -> DaskSequence:
+        prepared = Prepared(data, settings, client=run.client, manifest=m,
+                            reference=train_seq.manifest, scan_progress=run.progress)
+        return DaskSequence.of(prepared, **_serving(run))
+
     if fit.validation_split:
-        seq = _reusing(manifest, lambda m: DaskSequence(
-            run.data, seed=train_seq.seed, validation_split=fit.validation_split,
-            subset="validation", weight=fit.weight, manifest=m, **same))
+        seq = _reusing(manifest, lambda m: serve(run.data, replace(same, subset="validation"), m))
         held = len((seq.manifest.split or {})["validation_partitions"])
         share = seq.manifest.rows / max(seq.manifest.rows + train_seq.manifest.rows, 1)
         coarse = ("; whole blocks: lower --blocksize for a split nearer "
@@ -313,8 +325,9 @@ def _validation_sequence(run: Run, train_seq: DaskSequence,
     assert run.validation is not None
     block = train_seq.source.options.blocksize
     weight = fit.weight if fit.weight and _has_column(run, run.validation, fit.weight, block) else None
-    seq = _reusing(manifest, lambda m: DaskSequence(run.validation, weight=weight, manifest=m,
-                                                    **same))
+    plain = replace(same, weight=weight, validation_split=0.0, subset=None)
+    validation = run.validation
+    seq = _reusing(manifest, lambda m: serve(validation, plain, m))
     echo(f"validation data: {seq.manifest.rows:,} rows in {len(seq.manifest.partitions)} blocks")
     return seq
 
@@ -350,7 +363,7 @@ def _has_column(run: Run, data: DataSpec, name: str, blocksize: int) -> bool:
     """Whether the header of ``data`` names column ``name`` (one line read)."""
     with warnings.catch_warnings():  # the DaskSequence says what the Source has to say
         warnings.simplefilter("ignore")
-        src = Source(data, **run.opts.data.read(blocksize))
+        src = Source(data, options=run.opts.data.read(blocksize))
     return name in src.header()
 
 

@@ -154,11 +154,11 @@ def test_unknown_feature_is_a_clear_error(id_data, client):
 
 def test_prepared_data_served_later_with_warnings_at_the_users_line(id_data, client):
     """Prepared (keras-free) does the scan; DaskSequence.of serves it and owns its client."""
-    from daskfeed.batches._prepare import Prepared
+    from daskfeed.batches import DataSettings, Prepared
 
     with pytest.warns(UserWarning, match="look like row ids") as caught:
-        prepared = Prepared(id_data.train_glob, label="cleared", client=client, batch_size=BATCH,
-                            seed=11)
+        prepared = Prepared(id_data.train_glob, DataSettings.resolve(
+            label="cleared", batch_size=BATCH, seed=11), client=client)
     assert {w.filename for w in caught} == {__file__}  # not a line inside daskfeed
     with pytest.warns(UserWarning, match="look like row ids") as caught:
         direct = make(id_data, client)

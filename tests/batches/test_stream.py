@@ -12,16 +12,16 @@ import textwrap
 import numpy as np
 import pytest
 
-from daskfeed.batches import BatchStream, Prepared
+from daskfeed.batches import BatchStream, DataSettings, Prepared
 
 BATCH = 256
 WINDOW_ROWS = 2000
 
 
 def test_every_row_once_an_epoch_and_a_new_order_the_next(id_data, client):
-    prepared = Prepared(id_data.train_glob, label="cleared", client=client, batch_size=BATCH,
-                        seed=11, features=["row_id", "level"])
-    stream = BatchStream(prepared, window_bytes=2**30, window_rows=WINDOW_ROWS)
+    prepared = Prepared(id_data.train_glob, client=client, settings=DataSettings.resolve(
+        label="cleared", batch_size=BATCH, seed=11, features=["row_id", "level"]))
+    stream = BatchStream(prepared, window_rows=WINDOW_ROWS)
     try:
         n = id_data.train_rows
         assert len(stream) == -(-n // BATCH)
@@ -46,9 +46,9 @@ def test_every_row_once_an_epoch_and_a_new_order_the_next(id_data, client):
 
 def test_state_after_any_batch_resumes_exactly(id_data, client):
     """Grain's convention: get_state between two batches; a new stream set to it goes on."""
-    prepared = Prepared(id_data.train_glob, label="cleared", client=client, batch_size=BATCH,
-                        seed=3, features=["row_id"])
-    with_ids = BatchStream(prepared, window_bytes=2**30, window_rows=WINDOW_ROWS)
+    prepared = Prepared(id_data.train_glob, client=client, settings=DataSettings.resolve(
+        label="cleared", batch_size=BATCH, seed=3, features=["row_id"]))
+    with_ids = BatchStream(prepared, window_rows=WINDOW_ROWS)
     try:
         whole = [x["row_id"].copy() for x, _ in with_ids]  # epoch 0 uninterrupted
         with_ids.set_state({"epoch": 0, "start": 0})
@@ -72,12 +72,12 @@ def test_state_after_any_batch_resumes_exactly(id_data, client):
 
 
 def test_a_stream_owns_the_client_it_was_handed(id_data, client):
-    prepared = Prepared(id_data.train_glob, label="cleared", client=client, batch_size=BATCH,
-                        features=["level"])
-    stream = BatchStream(prepared, window_bytes=2**30)
+    prepared = Prepared(id_data.train_glob, client=client, settings=DataSettings.resolve(
+        label="cleared", batch_size=BATCH, features=["level"]))
+    stream = BatchStream(prepared)
     assert stream.client is client and not stream.owns_client  # given: not the stream's to close
     with pytest.raises(Exception, match="already handed"):
-        BatchStream(prepared, window_bytes=2**30)  # one client, one owner
+        BatchStream(prepared)  # one client, one owner
     stream.close()
     assert client.status == "running"
 
@@ -88,11 +88,11 @@ def test_the_batch_core_imports_no_keras(id_data):
         import json, sys
         import numpy as np
         from distributed import Client
-        from daskfeed.batches import BatchStream, Prepared
+        from daskfeed.batches import BatchStream, DataSettings, Prepared
         with Client(n_workers=1, threads_per_worker=1, processes=False) as client:
-            p = Prepared({id_data.train_glob!r}, label="cleared", client=client, batch_size=512,
-                         features=["row_id", "level"])
-            s = BatchStream(p, window_bytes=2**30)
+            p = Prepared({id_data.train_glob!r}, DataSettings.resolve(
+                label="cleared", batch_size=512, features=["row_id", "level"]), client=client)
+            s = BatchStream(p)
             rows = np.sort(np.concatenate([x["row_id"] for x, _ in s]))
             s.close()
         print(json.dumps({{"rows": int(len(rows)), "exact": bool((rows == np.arange(len(rows))).all()),
