@@ -32,7 +32,7 @@ from daskfeed.cli._flags import (
     scheduler_and_security,
     train_options,
 )
-from daskfeed.cluster import close_client, open_cluster
+from daskfeed.cluster import ClusterSpec, close_client
 from daskfeed.core import Aborted, DaskfeedError, SchemaError, Stop, config
 from daskfeed.training import TrainOptions
 
@@ -174,12 +174,10 @@ def cli() -> None:
 def _start_cluster(memory_limit: str | None, *, nworkers: int | None, nthreads: int,
                    scheduler: str | None, security: Any, dashboard_address: str | None) -> Any:
     """A client and its budget, as ``train`` makes them (a LocalCluster or a running scheduler)."""
-    client, budget = open_cluster(memory_limit, nworkers=nworkers, nthreads=nthreads,
-                                  scheduler=scheduler, security=security,
-                                  dashboard_address=dashboard_address,
-                                  trainer_reserve=config.get_bytes("trainer-reserve"),
-                                  window_bytes=config.get_bytes("window-bytes"),
-                                  max_blocksize=config.get_bytes("blocksize"), echo=click.echo)
+    spec = ClusterSpec.resolve(memory_limit=memory_limit, nworkers=nworkers, nthreads=nthreads,
+                               scheduler=scheduler, security=security,
+                               dashboard_address=dashboard_address)
+    client, budget = spec.open(click.echo)
     if not scheduler and getattr(client, "dashboard_link", None):
         click.echo(f"dashboard: {client.dashboard_link}")
     return client, budget
@@ -375,7 +373,7 @@ def predict(run_dir: str, data: tuple[str, ...], destination: str, keep: str | N
                 keep=[k for k in (keep or "").split(",") if k], blocksize=blocksize,
                 memory_limit=kw["memory_limit"], nworkers=kw["nworkers"],
                 nthreads=kw["nthreads"], scheduler=scheduler, security=security,
-                echo=click.echo, quiet=quiet)
+                dashboard_address=kw["dashboard_address"], echo=click.echo, quiet=quiet)
 
 
 

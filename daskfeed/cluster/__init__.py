@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from daskfeed.cluster._owner import Owner, refuse_multiprocessing
     from daskfeed.cluster._remote import connect, make_security
     from daskfeed.cluster._start import (
+        ClusterSpec,
         acquire_client,
         client_context,
         close_client,
@@ -42,35 +43,12 @@ if TYPE_CHECKING:
         start_local_cluster,
     )
 
-__all__ = [
-    "MAX_BLOCKSIZE",
-    "MIN_WORKER",
-    "TRAINER_RESERVE",
-    "WATCH",
-    "WINDOW_BYTES",
-    "Budget",
-    "Owner",
-    "WindowCancelled",
-    "acquire_client",
-    "check_worker_memory",
-    "client_context",
-    "client_status",
-    "close_client",
-    "connect",
-    "default_memory_limit",
-    "default_nworkers",
-    "drop",
-    "explain",
-    "make_security",
-    "open_cluster",
-    "parse_memory_limit",
-    "refuse_multiprocessing",
-    "result",
-    "result_unless_paused",
-    "settle",
-    "start_local_cluster",
-    "wait_for",
-]
+__all__ = ["MAX_BLOCKSIZE", "MIN_WORKER", "TRAINER_RESERVE", "WATCH", "WINDOW_BYTES", "Budget",
+           "ClusterSpec", "Owner", "WindowCancelled", "acquire_client", "check_worker_memory",
+           "client_context", "client_status", "close_client", "connect", "default_memory_limit",
+           "default_nworkers", "drop", "explain", "make_security", "open_cluster",
+           "parse_memory_limit", "refuse_multiprocessing", "result", "result_unless_paused",
+           "settle", "start_local_cluster", "wait_for"]
 
 __getattr__, __dir__ = attach(__name__, {
     "Budget": "_budget", "MAX_BLOCKSIZE": "_budget", "MIN_WORKER": "_budget", "TRAINER_RESERVE":
@@ -81,6 +59,6 @@ __getattr__, __dir__ = attach(__name__, {
     "explain": "_futures", "result": "_futures", "settle": "_futures", "wait_for": "_futures",
     "Owner": "_owner", "refuse_multiprocessing": "_owner",
     "connect": "_remote", "make_security": "_remote",
-    "acquire_client": "_start", "client_context": "_start", "close_client": "_start", "open_cluster":
-    "_start", "start_local_cluster": "_start",
+    "ClusterSpec": "_start", "acquire_client": "_start", "client_context": "_start",
+    "close_client": "_start", "open_cluster": "_start", "start_local_cluster": "_start",
 })

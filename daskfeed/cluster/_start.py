@@ -12,7 +12,7 @@ import os
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from daskfeed.cluster._budget import (
@@ -28,8 +28,8 @@ from daskfeed.core import SchemaError, config
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster, Security, Worker
 
-__all__ = ["acquire_client", "client_context", "close_client", "open_cluster", "spill_directory",
-           "start_local_cluster"]
+__all__ = ["ClusterSpec", "acquire_client", "client_context", "close_client", "open_cluster",
+           "spill_directory", "start_local_cluster"]
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +117,78 @@ def spill_directory(client: Client) -> str | None:
     return owned.spill if owned else None
 
 
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Where work runs and within which memory: one description for train, predict and scan.
+
+    Attributes
+    ----------
+    memory_limit
+        Budget of the whole process tree, e.g. ``"14GB"`` (None: 75 % of RAM).
+    nworkers, nthreads, processes
+        The local cluster's shape (ignored with ``scheduler``).
+    dashboard_address
+        Where a local cluster's dashboard listens (resolved: ``daskfeed.dashboard-address``).
+    scheduler
+        Address or scheduler file of a running cluster; None: a LocalCluster on 127.0.0.1.
+    security
+        A ``distributed.Security`` for a ``tls://`` scheduler.
+    trainer_reserve, window_bytes, max_blocksize
+        What the budget keeps for the calling process and the caps of the window and block
+        sizes it derives (resolved: ``daskfeed.trainer-reserve``, ``window-bytes``,
+        ``blocksize``).
+    """
+
+    memory_limit: str | int | None = None
+    nworkers: int | None = None
+    nthreads: int = 1
+    processes: bool = True
+    dashboard_address: str | None = None
+    scheduler: str | None = None
+    security: Security | None = field(default=None, repr=False)
+    trainer_reserve: int = TRAINER_RESERVE
+    window_bytes: int = WINDOW_BYTES
+    max_blocksize: int = MAX_BLOCKSIZE
+
+    @classmethod
+    def resolve(cls, **settings: Any) -> Any:
+        """These settings, the ``daskfeed.*`` config filled in where not given (the one place).
+
+        Parameters
+        ----------
+        **settings
+            The attributes, by name (a subclass's too).
+
+        Returns
+        -------
+        ClusterSpec
+            The resolved settings (of the class it is called on).
+        """
+        settings["dashboard_address"] = config.get("dashboard-address",
+                                                   settings.get("dashboard_address"))
+        for key in ("trainer_reserve", "window_bytes"):
+            settings[key] = config.get_bytes(key.replace("_", "-"), settings.get(key))
+        settings["max_blocksize"] = config.get_bytes("blocksize", settings.get("max_blocksize"))
+        return cls(**settings)
+
+    def open(self, echo: Callable[[str], None] = print, *, trainer_reserve: int | None = None,
+             worker_reserve: int = 0, nworkers: int | None = None) -> tuple[Client, Budget]:
+        """:func:`open_cluster` as described (``trainer_reserve``, ``nworkers``: the caller's own).
+
+        Returns
+        -------
+        tuple
+            The client and the budget it works in.
+        """
+        return open_cluster(
+            self.memory_limit, nworkers=self.nworkers if nworkers is None else nworkers,
+            nthreads=self.nthreads, scheduler=self.scheduler, security=self.security,
+            dashboard_address=self.dashboard_address, processes=self.processes,
+            trainer_reserve=self.trainer_reserve if trainer_reserve is None else trainer_reserve,
+            worker_reserve=worker_reserve, window_bytes=self.window_bytes,
+            max_blocksize=self.max_blocksize, echo=echo)
 
 
 def open_cluster(memory_limit: str | int | None, *, nworkers: int | None = None, nthreads: int = 1,

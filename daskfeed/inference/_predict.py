@@ -23,14 +23,14 @@ from dask.utils import format_bytes
 from daskfeed.cluster import (
     MIN_WORKER,
     Budget,
+    ClusterSpec,
     close_client,
     default_memory_limit,
     default_nworkers,
-    open_cluster,
     parse_memory_limit,
     result_unless_paused,
 )
-from daskfeed.core import BudgetError, DataNotFoundError, SchemaError, config, writing
+from daskfeed.core import BudgetError, DataNotFoundError, SchemaError, writing
 from daskfeed.inference._scoring import Scorer, TrainedRun, output_columns, output_schema, score_block
 from daskfeed.manifest import Manifest
 from daskfeed.reading import Source, refuse_missing_local
@@ -145,6 +145,7 @@ def predict(
     blocksize: int | str | None = None,
     storage_options: dict[str, Any] | None = None,
     processes: bool = True,
+    dashboard_address: str | None = None,
     echo: Callable[[str], None] = print,
     quiet: bool = False,
 ) -> pd.DataFrame | str:
@@ -168,9 +169,10 @@ def predict(
         Columns of ``data`` passed through in front of the predictions (e.g. ids).
     features
         Only for a model over one matrix (``as_matrix``): its feature columns, in order.
-    memory_limit, nworkers, nthreads, scheduler, security, processes
-        The cluster and its budget, as for :func:`daskfeed.training._train.train`; each worker loads the
-        model, so by default only as many workers as the budget gives a copy each.
+    memory_limit, nworkers, nthreads, scheduler, security, processes, dashboard_address
+        The cluster and its budget (:class:`~daskfeed.cluster.ClusterSpec`, as ``train``
+        describes it); each worker loads the model, so by default only as many workers as the
+        budget gives a copy each.
     blocksize
         CSV bytes per block; default: what the budget gives.
     storage_options
@@ -203,7 +205,7 @@ def predict(
     say = (lambda _line: None) if quiet else echo
     client, budget = _open_cluster(memory_limit, nworkers=nworkers, nthreads=nthreads,
                                    scheduler=scheduler, security=security, processes=processes,
-                                   echo=say)
+                                   dashboard_address=dashboard_address, echo=say)
     try:
         source = _source(data, run.manifest, blocksize or budget.blocksize, storage_options)
         _check_header(source, run, keep)
@@ -222,23 +224,27 @@ def predict(
 
 def _open_cluster(memory_limit: str | int | None, *, nworkers: int | None, nthreads: int,
                   scheduler: str | None, security: Any, processes: bool,
+                  dashboard_address: str | None,
                   echo: Callable[[str], None]) -> tuple[Any, Budget]:
     """The cluster predict scores on: this process keeps its share, each worker a model's.
 
     Without ``nworkers`` (on a local cluster of processes), as many workers as the budget
     gives a copy of the model each. A budget too small says what this process holds.
     """
-    model_reserve = config.get_bytes("trainer-reserve")
+    spec = ClusterSpec.resolve(memory_limit=memory_limit, nworkers=nworkers, nthreads=nthreads,
+                               scheduler=scheduler, security=security, processes=processes,
+                               dashboard_address=dashboard_address)
+    model_reserve = spec.trainer_reserve  # each worker loads the model: a trainer's share
     own = _own_reserve()
     if nworkers is None and not scheduler and processes:
         nworkers = _workers_that_fit(memory_limit, own, model_reserve)
     try:
-        return open_cluster(memory_limit, nworkers=nworkers, nthreads=nthreads,
-                            scheduler=scheduler, security=security, processes=processes,
-                            trainer_reserve=own if processes else own + model_reserve,
-                            worker_reserve=model_reserve if processes else 0,
-                            window_bytes=config.get_bytes("window-bytes"),
-                            max_blocksize=config.get_bytes("blocksize"), echo=echo)
+        client, budget = spec.open(echo, nworkers=nworkers,
+                                   trainer_reserve=own if processes else own + model_reserve,
+                                   worker_reserve=model_reserve if processes else 0)
+        if not scheduler and spec.dashboard_address and getattr(client, "dashboard_link", None):
+            echo(f"dashboard: {client.dashboard_link}")  # where to watch it, as train says
+        return client, budget
     except BudgetError as e:
         raise BudgetError(
             f"{e}\n(In predict the trainer's share is this process's: {format_bytes(own)}, what "

@@ -15,12 +15,11 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Union
 
 from daskfeed.cache import CacheChoice
-from daskfeed.cluster import MAX_BLOCKSIZE, TRAINER_RESERVE, WINDOW_BYTES
+from daskfeed.cluster import ClusterSpec
 from daskfeed.core import FEEDS, config, refuse_setting
 from daskfeed.reading import ReadOptions, read_options
 
 if TYPE_CHECKING:
-    from distributed import Security
     from keras import Model
 
     from daskfeed.manifest import Manifest
@@ -263,48 +262,25 @@ class DataOptions:
 
 
 @dataclass(frozen=True)
-class ClusterOptions:
-    """Where the work runs and within which memory.
+class ClusterOptions(ClusterSpec):
+    """Where training runs (:class:`~daskfeed.cluster.ClusterSpec`), and this trainer's rank.
 
     Attributes
     ----------
-    memory_limit
-        Budget of the whole process tree, e.g. ``"14GB"`` (None: 75 % of RAM).
-    nworkers, nthreads, processes
-        The local cluster's shape (ignored with ``scheduler``).
-    dashboard_address
-        Where a local cluster's dashboard listens (resolved: ``daskfeed.dashboard-address``).
-    scheduler
-        Address or scheduler file of a running cluster; None: a LocalCluster on 127.0.0.1.
-    security
-        A ``distributed.Security`` for a ``tls://`` scheduler.
     rank, world_size
         This trainer's place among several (None: from the environment, see
         :func:`daskfeed.training._ranks.resolve_rank`).
     rank_wait
         Seconds a rank waits for the scan another rank makes (resolved: ``daskfeed.rank-wait``).
-    trainer_reserve, window_bytes, max_blocksize
-        What the budget keeps for the trainer and the caps of the window and block sizes it
-        derives (resolved: ``daskfeed.trainer-reserve``, ``window-bytes``, ``blocksize``).
     """
 
-    memory_limit: str | int | None = None
-    nworkers: int | None = None
-    nthreads: int = 1
-    processes: bool = True
-    dashboard_address: str | None = None
-    scheduler: str | None = None
-    security: Security | None = field(default=None, repr=False)
     rank: int | None = None
     world_size: int | None = None
     rank_wait: float = 7200.0
-    trainer_reserve: int = TRAINER_RESERVE
-    window_bytes: int = WINDOW_BYTES
-    max_blocksize: int = MAX_BLOCKSIZE
 
     @classmethod
     def resolve(cls, **settings: Any) -> ClusterOptions:
-        """These settings, the dashboard address from the config when not given.
+        """The cluster's settings resolved as for every command, and the rank's wait.
 
         Parameters
         ----------
@@ -316,13 +292,8 @@ class ClusterOptions:
         ClusterOptions
             The resolved settings.
         """
-        settings["dashboard_address"] = config.get("dashboard-address",
-                                                   settings.get("dashboard_address"))
         settings["rank_wait"] = config.get_seconds("rank-wait", settings.get("rank_wait"))
-        for key in ("trainer_reserve", "window_bytes"):
-            settings[key] = config.get_bytes(key.replace("_", "-"), settings.get(key))
-        settings["max_blocksize"] = config.get_bytes("blocksize", settings.get("max_blocksize"))
-        return cls(**settings)
+        return super().resolve(**settings)  # type: ignore[no-any-return]
 
 
 Builder = Callable[["Manifest"], "Model"]

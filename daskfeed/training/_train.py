@@ -23,7 +23,7 @@ from daskfeed.batches import (
     planned_window_bytes,
 )
 from daskfeed.checkpoint import Checkpoint, CheckpointStore, Cursor, open_store
-from daskfeed.cluster import Budget, check_worker_memory, close_client, open_cluster
+from daskfeed.cluster import Budget, check_worker_memory, close_client
 from daskfeed.core import ManifestMismatchError, RSSSampler, SchemaError, Stop, warn_user
 from daskfeed.core import choose as choose_backend
 from daskfeed.dashboard import install, scan_span
@@ -165,12 +165,7 @@ def _connect(opts: TrainOptions, echo: Echo) -> tuple[Client, Budget, str | None
 
     Returns the client, the budget it works in and the dashboard's address.
     """
-    c = opts.cluster
-    client, budget = open_cluster(
-        c.memory_limit, nworkers=c.nworkers, nthreads=c.nthreads, scheduler=c.scheduler,
-        security=c.security, dashboard_address=c.dashboard_address, processes=c.processes,
-        trainer_reserve=c.trainer_reserve, window_bytes=c.window_bytes,
-        max_blocksize=c.max_blocksize, echo=echo)
+    client, budget = opts.cluster.open(echo)
     links = install(client)
     link = links.dashboard if links else getattr(client, "dashboard_link", None) or None
     if link:

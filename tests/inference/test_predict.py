@@ -84,6 +84,13 @@ def test_cli_predict_writes_csv_with_kept_ids(trained, tmp_path) -> None:
     assert total > 1 and f"predict: {total}/{total} blocks (100%), 600 rows, " in lines[-1]
     assert "done in" in lines[-1] and "s left" in lines[0], lines
     assert f"wrote {out}" in res.output
+    # where to watch it, as train says it (daskfeed.dashboard-address, or --dashboard-address)
+    assert re.search(r"^dashboard: http://127\.0\.0\.1:\d+/status$", res.output, re.M), res.output
+    res = CliRunner().invoke(cli, ["predict", trained["out"], trained["held"], "--output",
+                                   str(tmp_path / "q.csv"), "--memory-limit", in_process_budget(),
+                                   "--nworkers", "1", "--dashboard-address", ""])
+    assert res.exit_code == 0, res.output
+    assert "dashboard: " not in res.output  # no dashboard asked for: none (it was ignored)
     df = pd.read_csv(out)
     assert list(df.columns)[:2] == ["row_id", "day"] and df["row_id"].tolist() == list(range(600))
     assert np.abs(df["probability_1"].to_numpy() - reference(trained)).max() <= 1e-6
