@@ -20,7 +20,6 @@ if TYPE_CHECKING:
         default_memory_limit,
         default_nworkers,
         parse_memory_limit,
-        result_unless_paused,
     )
     from daskfeed.cluster._futures import (
         WATCH,
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
         drop,
         explain,
         result,
+        result_unless_paused,
         settle,
         wait_for,
     )
@@ -53,10 +53,10 @@ __all__ = ["MAX_BLOCKSIZE", "MIN_WORKER", "TRAINER_RESERVE", "WATCH", "WINDOW_BY
 __getattr__, __dir__ = attach(__name__, {
     "Budget": "_budget", "MAX_BLOCKSIZE": "_budget", "MIN_WORKER": "_budget", "TRAINER_RESERVE":
     "_budget", "WINDOW_BYTES": "_budget", "check_worker_memory": "_budget", "default_memory_limit":
-    "_budget", "default_nworkers": "_budget", "parse_memory_limit": "_budget", "result_unless_paused":
-    "_budget",
+    "_budget", "default_nworkers": "_budget", "parse_memory_limit": "_budget",
     "WATCH": "_futures", "WindowCancelled": "_futures", "client_status": "_futures", "drop": "_futures",
-    "explain": "_futures", "result": "_futures", "settle": "_futures", "wait_for": "_futures",
+    "explain": "_futures", "result": "_futures", "result_unless_paused": "_futures",
+    "settle": "_futures", "wait_for": "_futures",
     "Owner": "_owner", "refuse_multiprocessing": "_owner",
     "connect": "_remote", "make_security": "_remote",
     "ClusterSpec": "_start", "acquire_client": "_start", "client_context": "_start",

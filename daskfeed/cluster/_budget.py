@@ -9,29 +9,23 @@ clear error. :mod:`daskfeed.cluster._start` starts the cluster in a budget.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dask.utils import format_bytes, parse_bytes
 
 from daskfeed.core import BudgetError, DaskfeedError, config
 
 if TYPE_CHECKING:
-    from distributed import Client, Future
+    from distributed import Client
 
 __all__ = ["MAX_BLOCKSIZE", "TRAINER_RESERVE", "WINDOW_BYTES", "Budget", "WorkerMemory",
            "check_worker_memory", "default_memory_limit", "default_nworkers", "parse_memory_limit",
-           "result_unless_paused", "worker_memory"]
+           "worker_memory"]
 
 # measured: an idle dask worker ≈ 0.15 GB RSS; it also needs room to parse one block
 MIN_WORKER = 384 * 2**20
 
-
-PAUSED_PATIENCE = 60.0  # seconds every worker may stay paused before result() gives up
-
-
-POLL_SECONDS = 5.0
 
 
 # parsing a CSV window costs several × its bytes (arrow buffers, pandas frames, concat, encode)
@@ -277,37 +271,6 @@ def check_worker_memory(client: Client, window_bytes: int, *, what: str = "shuff
         f"Hint: start the workers with --memory-limit {want:g}GB or more (or fewer --nthreads), "
         "or use smaller blocks (--blocksize) so windows are smaller."
     )
-
-
-def result_unless_paused(future: Future, *, patience: float = PAUSED_PATIENCE, what: str = "a task") -> Any:
-    """``future.result()``, or a :class:`BudgetError` once every worker has stayed paused.
-
-    A worker pauses at ``distributed.worker.memory.pause`` (80 %) of its memory limit and runs
-    nothing until its memory falls; memory no task holds (a loaded model, the runtime) never
-    falls, so the wait would never end. After ``patience`` seconds with every worker paused,
-    this says so instead.
-    """
-    client = future.client
-    paused_since: float | None = None
-    while True:
-        try:
-            return future.result(timeout=POLL_SECONDS)
-        except TimeoutError:
-            pass
-        workers = client.scheduler_info(n_workers=-1)["workers"]
-        if not workers or any(w.get("status") != "paused" for w in workers.values()):
-            paused_since = None
-            continue
-        paused_since = paused_since or time.monotonic()
-        if time.monotonic() - paused_since >= patience:
-            limit = min(w.get("memory_limit") or 0 for w in workers.values())
-            raise BudgetError(
-                f"Expected the workers to run {what}. Received: every worker has been paused for "
-                f"{patience:g}s at distributed.worker.memory.pause of its memory limit "
-                f"({format_bytes(limit)}), with nothing it can spill.\n"
-                "Hint: raise --memory-limit, or run fewer --nworkers (each holds its own copy) or "
-                "smaller --blocksize."
-            )
 
 
 def _window_and_block(worker_memory: float, nthreads: int, window_bytes: int,

@@ -8,15 +8,29 @@ it was reading.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable
 from typing import Any
 
-from daskfeed.core import PROCESS_STOP, Aborted, ClusterError, DaskfeedError, DataError, Stop
+from dask.utils import format_bytes
 
-__all__ = ["WindowCancelled", "client_status", "drop", "explain", "result", "settle", "wait_for"]
+from daskfeed.core import (
+    PROCESS_STOP,
+    Aborted,
+    BudgetError,
+    ClusterError,
+    DaskfeedError,
+    DataError,
+    Stop,
+)
+
+__all__ = ["WindowCancelled", "client_status", "drop", "explain", "result", "result_unless_paused",
+           "settle", "wait_for"]
 
 WATCH = 0.01  # seconds between looks at a future in flight
+PAUSED_PATIENCE = 60.0  # seconds every worker may stay paused before result_unless_paused gives up
+PAUSED_LOOK = 1.0  # seconds between looks at the workers' states while waiting
 
 
 class WindowCancelled(RuntimeError):
@@ -67,7 +81,7 @@ def result(future: Any, timeout: float,
     future
         A ``distributed.Future`` (or anything with ``result(timeout=)``).
     timeout
-        Seconds to wait in all.
+        Seconds to wait in all (``math.inf``: no limit).
     stop, process
         As for :func:`wait_for`.
 
@@ -81,15 +95,72 @@ def result(future: Any, timeout: float,
     TimeoutError
         ``timeout`` passed first.
     """
+    endless = math.isinf(timeout)  # (distributed takes None for no timeout, not inf)
     if not hasattr(future, "done"):
-        return future.result(timeout=timeout)
+        return future.result(timeout=None if endless else timeout)
     deadline = time.monotonic() + timeout
     if not wait_for(future.done, timeout, time.sleep, WATCH, stop, process):
         raise TimeoutError(f"timed out after {timeout} s.")
     err = stop() if stop is not None else None  # a closed client cancelled it: nothing to gather
     if err is not None:
         raise err
-    return future.result(timeout=max(deadline - time.monotonic(), 1.0))
+    return future.result(timeout=None if endless else max(deadline - time.monotonic(), 1.0))
+
+
+def result_unless_paused(future: Any, *, patience: float = PAUSED_PATIENCE,
+                         what: str = "a task", process: Stop = PROCESS_STOP) -> Any:
+    """:func:`result` with no timeout, or a :class:`BudgetError` once every worker stays paused.
+
+    A worker pauses at ``distributed.worker.memory.pause`` (80 %) of its memory limit and runs
+    nothing until its memory falls; memory no task holds (a loaded model, the runtime) never
+    falls, so the wait would never end. After ``patience`` seconds with every worker paused,
+    this says so instead. Like every wait here it ends when the process is asked to stop.
+
+    Parameters
+    ----------
+    future
+        A ``distributed.Future``.
+    patience
+        Seconds every worker may stay paused.
+    what
+        What the task does (for the message).
+    process
+        The stop request that ends the wait.
+
+    Returns
+    -------
+    object
+        The future's result.
+
+    Raises
+    ------
+    BudgetError
+        Every worker stayed paused for ``patience`` seconds.
+    """
+    client = future.client
+    looked, since = [0.0], [math.inf]  # the last look at the workers; since when all paused
+
+    def paused() -> BaseException | None:
+        now = time.monotonic()
+        if now - looked[0] < PAUSED_LOOK:
+            return None
+        looked[0] = now
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+        if not workers or any(w.get("status") != "paused" for w in workers.values()):
+            since[0] = math.inf
+            return None
+        since[0] = min(since[0], now)
+        if now - since[0] < patience:
+            return None
+        limit = min(w.get("memory_limit") or 0 for w in workers.values())
+        return BudgetError(
+            f"Expected the workers to run {what}. Received: every worker has been paused for "
+            f"{patience:g}s at distributed.worker.memory.pause of its memory limit "
+            f"({format_bytes(limit)}), with nothing it can spill.\n"
+            "Hint: raise --memory-limit, or run fewer --nworkers (each holds its own copy) or "
+            "smaller --blocksize.")
+
+    return result(future, math.inf, paused, process)
 
 
 def client_status(future: Any) -> str:

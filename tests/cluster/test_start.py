@@ -76,12 +76,12 @@ def test_a_taken_dashboard_port_moves_to_one_the_os_picks_without_a_warning():
 
 def test_a_result_behind_workers_paused_for_good_is_a_budget_error_not_a_hang():
     """Memory no task holds (here a held buffer, in predict a loaded model) keeps a worker paused:
-    budget.result says so after its patience instead of waiting forever."""
+    result_unless_paused says so after its patience instead of waiting forever."""
     import pytest
     from distributed import Client, LocalCluster
     from helpers import wait_for
 
-    from daskfeed.cluster._budget import result_unless_paused as result
+    from daskfeed.cluster._futures import result_unless_paused as result
     from daskfeed.core._exceptions import BudgetError
 
     with LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="1GB", processes=True,
