@@ -49,8 +49,8 @@ def main() -> None:
         back = daskfeed.Manifest.from_json(path)
         load_s = time.perf_counter() - t0
         size = os.path.getsize(path)
-    assert back.partitions == m.partitions
-    n = len(m.partitions)
+    assert back.blocks == m.blocks
+    n = len(m.blocks)
     print(f"{n:,} blocks, {m.rows:,} rows, scan {scan_s:.1f}s: manifest.json {size:,} bytes = "
           f"{size / n:.1f} bytes per block; save {save_s * 1e3:.0f} ms, load {load_s * 1e3:.0f} ms")
 

@@ -107,7 +107,7 @@ def scan_vs_pyarrow(nfiles: int, root: str, memory_limit: str, passes: int, labe
             path = os.path.join(tmp, "manifest.json")
             m.to_json(path)
             manifest_bytes = os.path.getsize(path)
-            partitions = len(m.partitions)
+            partitions = len(m.blocks)
     finally:
         close_client(client)
     med = {k: statistics.median(v) for k, v in times.items()}

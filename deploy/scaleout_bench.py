@@ -112,7 +112,7 @@ def one_run(data: str, nworkers: int, epochs: int, batch_size: int) -> dict[str,
                         seq.on_epoch_end()
                 m = seq.manifest
                 out = {"workers": nworkers, "rows": m.rows, "csv_bytes": m.nbytes,
-                       "partitions": len(m.partitions), "windows": len(seq.plan.windows),
+                       "partitions": len(m.blocks), "windows": len(seq.plan.windows),
                        "scan_seconds": scan_s, "scan_rows_per_s": m.rows / scan_s,
                        "epoch_rows_per_s": rates, "cache_bytes": du(cache),
                        "cache_status": seq.cache_status}

@@ -67,7 +67,7 @@ class Manifest:
     task: str  # binary | multiclass | regression
     num_classes: int
     columns: dict[str, Column]
-    partitions: list[dict[str, Any]]  # the blocks: path, offset, length, rows (usable), raw_rows
+    blocks: list[dict[str, Any]]  # path, offset, length, rows (usable), raw_rows (JSON: "blocks")
     rows: int
     label_missing: int
     nbytes: int
@@ -89,6 +89,11 @@ class Manifest:
     # the part of a split this manifest describes (see :func:`scan`); None: the whole data
     split: dict[str, Any] | None = None
 
+    @property
+    def partitions(self) -> list[dict[str, Any]]:
+        """The blocks, by their old name (the glossary's word is *block*: :attr:`blocks`)."""
+        return self.blocks
+
     def warn_notes(self) -> None:
         """Repeat the scan's warnings (rows without a label, bad lines, wide numbers...)."""
         for note in self.notes:
@@ -107,12 +112,12 @@ class Manifest:
     @property
     def counts(self) -> list[int]:
         """Usable rows (label present) per block, in block order."""
-        return [p["rows"] for p in self.partitions]
+        return [p["rows"] for p in self.blocks]
 
     @property
     def bytes_per_row(self) -> float:
         """Average input bytes per row (CSV bytes, or an estimate for frames)."""
-        raw = sum(p.get("raw_rows", p["rows"]) for p in self.partitions)
+        raw = sum(p.get("raw_rows", p["rows"]) for p in self.blocks)
         if not raw or not self.nbytes:
             return 8.0 * max(1, len(self.columns))
         return self.nbytes / raw
@@ -225,9 +230,9 @@ class Manifest:
     # -- JSON -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON representation; the blocks packed (:func:`~daskfeed.manifest._packing.pack_blocks`)."""
-        d = asdict(replace(self, partitions=[], rejects=[]))
-        del d["partitions"], d["rejects"]
-        d["blocks"] = pack_blocks(self.partitions)
+        d = asdict(replace(self, blocks=[], rejects=[]))
+        del d["rejects"]
+        d["blocks"] = pack_blocks(self.blocks)
         return d
 
     def to_json(self, path: str | os.PathLike[str]) -> None:
@@ -250,7 +255,7 @@ class Manifest:
                 "(made by another daskfeed).\nHint: rescan the data (pass manifest=None, or "
                 "remove the manifest.json)."
             )
-        d["partitions"] = unpack_blocks(d.pop("blocks"))
+        d["blocks"] = unpack_blocks(d["blocks"])
         d["columns"] = {k: Column(**v) for k, v in d["columns"].items()}
         return cls(**d)
 
@@ -296,10 +301,10 @@ class Manifest:
         for c in self.columns.values():
             kinds.setdefault(c.kind, []).append(c.name)
         parts = ", ".join(f"{len(v)} {k}" for k, v in kinds.items())
-        where = f"{len(self.partitions)} blocks ("
+        where = f"{len(self.blocks)} blocks ("
         if self.split:
-            used = len(scanned_blocks(len(self.partitions), self.split))
-            where = (f"{used} of {len(self.partitions)} blocks (the {self.split['subset']} part "
+            used = len(scanned_blocks(len(self.blocks), self.split))
+            where = (f"{used} of {len(self.blocks)} blocks (the {self.split['subset']} part "
                      f"of validation_split={self.split['validation_split']:g}, seed="
                      f"{self.split['seed']}; ")
         classes = f" ({self.num_classes} classes{_named(self.label_classes)})"

@@ -54,7 +54,7 @@ def pack_blocks(partitions: list[dict[str, Any]]) -> dict[str, Any]:
     Parameters
     ----------
     partitions
-        ``Manifest.partitions``.
+        ``Manifest.blocks``.
 
     Returns
     -------

@@ -403,7 +403,7 @@ def build_manifest(src: Source, label: str, facts: list[BlockFacts], stats: Stat
         block_sizes(src)[i] for i in scanned)
     return Manifest(
         fingerprint=fingerprint, label=label, task=task, num_classes=num_classes, columns=columns,
-        partitions=partitions, rows=label_rows, label_missing=rows_total - label_rows,
+        blocks=partitions, rows=label_rows, label_missing=rows_total - label_rows,
         nbytes=nbytes, read_options=read_settings(src), vocabulary_size=vocabulary_size,
         bad_lines=bad_lines, aligned_files=len(aligned), rejects=rejects, notes=notes,
         label_counts=classes if classes is not None else class_counts(values) if task != "regression"

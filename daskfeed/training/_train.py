@@ -314,7 +314,7 @@ def _validation_sequence(run: Run, train_seq: DaskSequence,
                   0.5 * fit.validation_split else "")
         echo(f"validation split {fit.validation_split:g} by whole blocks (seed "
              f"{train_seq.seed}): {seq.manifest.rows:,} rows ({share:.1%}) in {held} of "
-             f"{len(seq.manifest.partitions)} blocks held out{coarse}; training on the other "
+             f"{len(seq.manifest.blocks)} blocks held out{coarse}; training on the other "
              f"{train_seq.manifest.rows:,} rows (their statistics only)")
         return seq
     assert run.validation is not None
@@ -323,7 +323,7 @@ def _validation_sequence(run: Run, train_seq: DaskSequence,
     plain = replace(same, weight=weight, validation_split=0.0, subset=None)
     validation = run.validation
     seq = _reusing(manifest, lambda m: serve(validation, plain, m))
-    echo(f"validation data: {seq.manifest.rows:,} rows in {len(seq.manifest.partitions)} blocks")
+    echo(f"validation data: {seq.manifest.rows:,} rows in {len(seq.manifest.blocks)} blocks")
     return seq
 
 

@@ -192,7 +192,7 @@ def test_dask_dataframe_input(client):
                         "y": (np.arange(5000) % 3 == 0).astype(int)})
     ddf = dd.from_pandas(pdf, npartitions=7)
     with daskfeed.DaskSequence(ddf, label="y", client=client, batch_size=300, window_rows=1500) as seq:
-        assert len(seq.manifest.partitions) == 7 and seq.manifest.rows == 5000
+        assert len(seq.manifest.blocks) == 7 and seq.manifest.rows == 5000
         ids = np.concatenate([seq[i][0]["row_id"] for i in range(len(seq))]).astype(int)
         assert np.array_equal(np.sort(ids), np.arange(5000))
 
@@ -202,7 +202,7 @@ def test_list_of_paths(id_data, client, tmp_path):
 
     files = sorted(glob.glob(id_data.train_glob, recursive=True))[:3]
     with daskfeed.DaskSequence(files, label="cleared", client=client, batch_size=500) as seq:
-        assert [p["path"] for p in seq.manifest.partitions] == files
+        assert [p["path"] for p in seq.manifest.blocks] == files
         ids = np.concatenate([seq[i][0]["row_id"] for i in range(len(seq))]).astype(int)
         assert np.array_equal(np.sort(ids), np.arange(3 * 700))
 

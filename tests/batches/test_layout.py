@@ -24,7 +24,7 @@ def manifest(rows_per_block=(1000, 4000, 2500), *, bytes_per_row=50, blocksize=N
     parts = [{"path": f"f{i}.csv", "offset": 0, "length": n * bytes_per_row, "rows": n, "raw_rows": n}
              for i, n in enumerate(rows_per_block)]
     return Manifest(fingerprint="0" * 32, label="y", task="binary", num_classes=2, columns={},
-                    partitions=parts, rows=sum(rows_per_block), label_missing=0,
+                    blocks=parts, rows=sum(rows_per_block), label_missing=0,
                     nbytes=sum(rows_per_block) * bytes_per_row,
                     read_options={} if blocksize is None else {"blocksize": blocksize})
 

@@ -42,7 +42,7 @@ def test_gzip_file_is_one_partition_with_a_warning(tmp_path, client):
         seq = daskfeed.DaskSequence(str(tmp_path / "a.csv.gz"), label="y", client=client,
                                     batch_size=512, blocksize=1000)
     with seq:
-        assert len(seq.manifest.partitions) == 1 and seq.manifest.rows == 3000
+        assert len(seq.manifest.blocks) == 1 and seq.manifest.rows == 3000
         xs = np.concatenate([seq[i][0]["x"] for i in range(len(seq))])
         assert np.array_equal(np.sort(xs), np.arange(3000))
 
@@ -86,7 +86,7 @@ def test_byte_ranges_lose_and_duplicate_no_row(tmp_path, client):
         (tmp_path / name).write_bytes(text.encode())
         with daskfeed.DaskSequence(str(tmp_path / name), label="y", client=client, batch_size=999,
                                    blocksize=997, shuffle=False) as seq:
-            assert len(seq.manifest.partitions) > 20
+            assert len(seq.manifest.blocks) > 20
             a = np.concatenate([seq[i][0]["a"] for i in range(len(seq))])
             assert np.array_equal(a, np.arange(5000)), name
 

@@ -142,7 +142,7 @@ def test_worker_too_small_for_the_planned_partition_is_refused_before_training(
     out.mkdir()
     m = scan(Source(str(data), blocksize="64MiB"), label="cleared", client=client,
              partition_cache=None)
-    assert m.rows == rows and len(m.partitions) == 1
+    assert m.rows == rows and len(m.blocks) == 1
     m.to_json(str(out / "manifest.json"))
 
     sf = str(tmp_path / "scheduler.json")

@@ -221,7 +221,7 @@ def test_train_on_s3_never_writes_the_secret(s3, tmp_path):
     from daskfeed.manifest._manifest import Manifest
 
     manifest = Manifest.from_json(out / "manifest.json")
-    assert manifest.partitions[0]["path"].startswith(f"s3://{BUCKET}/train/")
+    assert manifest.blocks[0]["path"].startswith(f"s3://{BUCKET}/train/")
     written = [p for p in out.rglob("*") if p.is_file()]
     _assert_secret_absent(s3.secret, run.stdout, run.stderr, files=written)
     _assert_secret_absent(s3.key, run.stdout, run.stderr, files=written)

@@ -25,7 +25,7 @@ def test_scan_statistics_match_pandas(demo_data, client):
     m = daskfeed.scan(demo_data.train_glob, label="cleared", client=client)
     df = _all_rows(demo_data.train_glob)
     assert m.rows == len(df) == demo_data.train_rows
-    assert len(m.partitions) == 40 and sum(m.counts) == m.rows
+    assert len(m.blocks) == 40 and sum(m.counts) == m.rows
     assert m.task == "binary" and m.num_classes == 2
     for name in ["level", "gear_score", "duration_s", "gold_spent", "deaths"]:
         col, ref = m.columns[name], df[name]
@@ -188,7 +188,7 @@ def test_large_file_is_split_into_byte_ranges(tmp_path, client):
     path = tmp_path / "big.csv"
     df.to_csv(path, index=False)
     m = daskfeed.scan(str(path), label="cleared", client=client, blocksize="100kB")
-    assert len(m.partitions) > 5
+    assert len(m.blocks) > 5
     assert m.rows == 20_000
     assert m.columns["row_id"].min == 0 and m.columns["row_id"].max == 19_999
     assert m.columns["row_id"].mean == pytest.approx(9999.5)
@@ -206,11 +206,11 @@ def test_a_manifest_of_many_small_files_is_compact_and_round_trips(tmp_path, cli
     pattern = str(tmp_path / "d" / "**" / "*.csv")
     path = tmp_path / "manifest.json"
     m = daskfeed.scan(pattern, label="cleared", client=client, cache=path)
-    assert len(m.partitions) == n and m.rows == 2 * n
+    assert len(m.blocks) == n and m.rows == 2 * n
     size = path.stat().st_size
     assert size / n <= 60, f"{size / n:.1f} bytes per block"
     back = Manifest.from_json(path)
-    assert back.partitions == m.partitions and back.counts == m.counts
+    assert back.blocks == m.blocks and back.counts == m.counts
     assert back.to_dict() == m.to_dict() and back.summary() == m.summary()
     back.check_fingerprint(daskfeed.Source(pattern).fingerprint())  # the same files: accepted
     paths[1234].write_text("level,region,cleared\n1,EU,0\n", encoding="utf-8")
@@ -223,7 +223,7 @@ def test_a_manifest_of_an_older_format_is_rescanned_with_a_note(tmp_path, client
     write_csv("d/a.csv", "x,y\n1,0\n2,1\n")
     path = tmp_path / "manifest.json"
     m = daskfeed.scan(str(tmp_path / "d" / "*.csv"), label="y", client=client, cache=path)
-    old = m.to_dict() | {"version": 2, "partitions": m.partitions}
+    old = m.to_dict() | {"version": 2, "partitions": m.blocks}
     del old["blocks"]
     path.write_text(json.dumps(old), encoding="utf-8")
     with pytest.warns(UserWarning, match=r"manifest of format version 2 .*scanned again"):
