@@ -81,8 +81,9 @@ class DaskSequence(keras.utils.PyDataset):
     bad_lines
         Lines with the wrong number of fields: ``"error"``, ``"skip"`` or ``"quarantine"``.
     reference
-        Manifest whose statistics encode the features (e.g. the training set's); default: this
-        data's own.
+        The training data: its ``DaskSequence`` (its statistics encode the features, and its
+        features are this sequence's unless ``features`` / ``exclude`` are given), or its
+        manifest (its statistics only); default: this data's own.
     drop_remainder
         Drop the epoch's last batch when it is short.
     shard
@@ -140,7 +141,7 @@ class DaskSequence(keras.utils.PyDataset):
         client: Any = None,
         as_matrix: bool = False,
         manifest: Manifest | str | os.PathLike[str] | None = None,
-        reference: Manifest | None = None,
+        reference: Manifest | DaskSequence | None = None,
         drop_remainder: bool = False,
         window_bytes: int | str | None = None,
         window_rows: int | None = None,
@@ -167,6 +168,10 @@ class DaskSequence(keras.utils.PyDataset):
     ) -> None:
         refuse_multiprocessing(kwargs)
         super().__init__(**kwargs)  # Keras' own arguments, checked before any work
+        if isinstance(reference, DaskSequence):  # the training sequence: its features too
+            if features is None and not exclude:
+                features = list(reference.features)
+            reference = reference.reference
         settings = DataSettings.resolve(  # every setting resolved here, once
             label=label, features=features, exclude=exclude, weight=weight,
             batch_size=batch_size, shuffle=shuffle, seed=seed, as_matrix=as_matrix,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import math
 import os
 import pkgutil
@@ -298,7 +299,7 @@ def model_for(spec: str | Builder | None, seq: DaskSequence, fit: FitOptions,
     """
     if spec is not None:
         builder = load_builder(spec) if isinstance(spec, str) else spec
-        return _built(builder, seq.manifest, spec, fit, echo)
+        return _built(builder, seq, spec, fit, echo)
     lr = DEFAULT_LEARNING_RATE if fit.learning_rate is None else fit.learning_rate
     hidden = fit.hidden or DEFAULT_HIDDEN
     net = default_model(seq, hidden=hidden, dropout=fit.dropout or 0.0, learning_rate=lr)
@@ -307,15 +308,22 @@ def model_for(spec: str | Builder | None, seq: DaskSequence, fit: FitOptions,
     return net
 
 
-def _built(builder: Builder, manifest: Manifest, spec: str | Builder, fit: FitOptions,
+def _built(builder: Builder, seq: DaskSequence, spec: str | Builder, fit: FitOptions,
            echo: Callable[[str], None]) -> keras.Model:
-    """The builder's model, checked, compiled for the task if it comes uncompiled."""
-    net = builder(manifest)
+    """The builder's model, checked, compiled for the task if it comes uncompiled.
+
+    A builder that takes a ``features`` argument is also handed the features chosen (in the
+    order batches carry them: ``--features`` / ``--exclude`` applied).
+    """
+    manifest = seq.manifest
+    net = (builder(manifest, features=list(seq.features)) if _takes_features(builder)
+           else builder(manifest))
     if not isinstance(net, keras.Model):
         raise SchemaError(
             f"Expected the model builder to return a keras.Model. Received: "
             f"{type(net).__name__}.\nHint: return the model from your function."
         )
+    _check_inputs(net, seq, spec)
     if net.compiled and fit.learning_rate is not None:
         raise SchemaError(
             "Expected an uncompiled model from the builder to apply --learning-rate. Received: a "
@@ -328,6 +336,39 @@ def _built(builder: Builder, manifest: Manifest, spec: str | Builder, fit: FitOp
         echo(f"model from {spec if isinstance(spec, str) else 'the builder'} was not "
              f"compiled; compiled for the {manifest.task} label with {describe_compile(net)}")
     return net
+
+
+def _takes_features(builder: Builder) -> bool:
+    """Whether ``builder`` accepts ``features=`` (by name, or through ``**kwargs``)."""
+    try:
+        params = inspect.signature(builder).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: called with the manifest alone
+        return False
+    return any((p.name == "features" and p.kind is not p.POSITIONAL_ONLY)
+               or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _check_inputs(net: keras.Model, seq: DaskSequence, spec: str | Builder) -> None:
+    """Refuse a model whose named inputs are not all features the batches carry (before fit).
+
+    Keras would stop the first step with a long traceback ("Missing data for input ...").
+    """
+    if seq.as_matrix:
+        return  # one matrix: whatever the input is named
+    try:
+        names = [t.name for t in net.inputs]
+    except (AttributeError, ValueError):  # a model not built yet (Sequential without Input)
+        return
+    missing = [n for n in names if n not in seq.features]
+    if missing:
+        who = spec if isinstance(spec, str) else "the builder"
+        raise SchemaError(
+            f"Expected the inputs of the model from {who} to be features the batches carry: "
+            f"{', '.join(seq.features)}. Received: input(s) {', '.join(map(repr, missing))} "
+            "that are not (left out by --exclude / --features, or the label?).\nHint: build "
+            "inputs for the chosen features only: a builder that takes them, "
+            "def build(manifest, features): ..., is called with features=[...]."
+        )
 
 
 def describe_compile(net: keras.Model) -> str:

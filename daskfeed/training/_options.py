@@ -22,7 +22,6 @@ from daskfeed.reading import ReadOptions, read_options
 if TYPE_CHECKING:
     from keras import Model
 
-    from daskfeed.manifest import Manifest
 
 __all__ = ["ClusterOptions", "DataOptions", "FitOptions", "TrainOptions"]
 
@@ -296,8 +295,9 @@ class ClusterOptions(ClusterSpec):
         return super().resolve(**settings)  # type: ignore[no-any-return]
 
 
-Builder = Callable[["Manifest"], "Model"]
-"""A model builder: called with the training manifest, returns a ``keras.Model``."""
+Builder = Callable[..., "Model"]
+"""A model builder: called with the training manifest (and ``features=``, the features chosen,
+when it takes them), returns a ``keras.Model``."""
 
 
 @dataclass(frozen=True)

@@ -76,8 +76,8 @@ class TrainResult:
 
 
 def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
-          options: TrainOptions | None = None, echo: Echo = print, stop: Stop | None = None,
-          **settings: Any) -> TrainResult:
+          options: TrainOptions | None = None, echo: Echo = print, quiet: bool = False,
+          stop: Stop | None = None, **settings: Any) -> TrainResult:
     """Train a Keras model on ``data`` within a memory budget; write model, manifest, history.
 
     Parameters
@@ -89,7 +89,10 @@ def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
     options
         The resolved settings; or give them as keyword arguments (``settings``).
     echo
-        Where progress lines go (the CLI's ``click.echo``; a no-op when quiet).
+        Where progress lines go (the CLI's ``click.echo``).
+    quiet
+        Say nothing but warnings and errors (as ``--quiet``): no progress lines, and Keras'
+        own output off unless ``verbose`` is given.
     stop
         Ends waits for data at once when requested (the CLI's signal watcher sets it);
         default: the process-wide stop request.
@@ -115,6 +118,10 @@ def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
     """
     if options is not None and settings:
         raise TypeError(f"train() takes options= or settings, not both: {', '.join(sorted(settings))}")
+    if quiet:
+        echo = _silent
+        if options is None:
+            settings.setdefault("verbose", 0)
     opts = options or TrainOptions.resolve(validation=validation, **settings)
     t_run = time.perf_counter()
     choose_backend()  # a backend daskfeed does not run on is refused at once
@@ -233,6 +240,10 @@ def _warn_split_ids(train_seq: DaskSequence, val_seq: DaskSequence) -> None:
     whole = {n: joined(train_seq.manifest.columns[n], val_seq.manifest.columns[n]) for n in numeric}
     if ids := id_like(whole, numeric):
         warn_user(id_warning(ids))
+
+
+def _silent(line: str) -> None:
+    """``echo`` of a quiet run: progress lines go nowhere."""
 
 
 def _train_settings(run: Run, blocksize: int) -> DataSettings:
