@@ -212,7 +212,9 @@ def _run_train(data: list[str], label: str, validation: list[str], output: str,
 
 @cli.command()
 @click.argument("data", nargs=-1, required=True)
-@click.option("--label", required=True, help="The label column (numeric: 0/1, class ids or values).")
+@click.option("--label", required=True,
+              help="The label column: 0/1 (binary), whole numbers or text class names "
+                   "(classes), or other numbers (regression).")
 @click.option("--validation", multiple=True, help="Validation data (path, glob or URL; repeatable).")
 @click.option("--output", default="daskfeed-out", show_default=True,
               help="Directory for model.keras, manifest.json, history.json.")
@@ -250,7 +252,9 @@ def demo(data_dir: str, rows: int, validate_rows: int, output: str, **kw: Any) -
 
 @cli.command()
 @click.argument("data", nargs=-1, required=True)
-@click.option("--label", required=True, help="The label column (numeric).")
+@click.option("--label", required=True,
+              help="The label column: 0/1 (binary), whole numbers or text class names "
+                   "(classes), or other numbers (regression).")
 @click.option("--output", type=click.Path(dir_okay=False), default=None,
               help="Write the manifest JSON here.")
 @cluster_options
@@ -334,8 +338,13 @@ def cache_list(root: str | None) -> None:
 @cache_group.command(name="clear")
 @click.argument("entries", nargs=-1)
 @_CACHE_ROOT
-def cache_clear(entries: tuple[str, ...], root: str | None) -> None:
-    """Remove cache ENTRIES (names as `daskfeed cache list` shows them), or all of them."""
+@click.option("--yes", "-y", is_flag=True,
+              help="Remove every entry without asking (when no ENTRIES are named).")
+def cache_clear(entries: tuple[str, ...], root: str | None, yes: bool) -> None:
+    """Remove cache ENTRIES (names as `daskfeed cache list` shows them), or all of them.
+
+    With no ENTRIES every entry goes: it asks first, unless --yes (scripts).
+    """
     from daskfeed.cache import (
         clear,
         default_root,  # pyarrow: only when it runs
@@ -348,6 +357,15 @@ def cache_clear(entries: tuple[str, ...], root: str | None) -> None:
     if unknown:
         raise click.BadParameter(f"no cache entry {unknown[0]!r} in {root or default_root()} "
                                  "(see: daskfeed cache list)", param_hint="ENTRIES")
+    if not entries and known and not yes:
+        everything = list_entries(root)
+        total = format_bytes(sum(e.size for e in everything))
+        if not sys.stdin.isatty():
+            raise click.UsageError(f"removing all {len(everything)} cache entries ({total}) in "
+                                   f"{root or default_root()} needs --yes when not asked at a "
+                                   "terminal; or name the entries (see: daskfeed cache list)")
+        click.confirm(f"Remove all {len(everything)} cache entries ({total}) in "
+                      f"{root or default_root()}?", abort=True)
     removed = clear(root, list(entries) or None)
     click.echo(f"removed {len(removed)} cache entr{'y' if len(removed) == 1 else 'ies'}, "
                f"{format_bytes(sum(e.size for e in removed))}")

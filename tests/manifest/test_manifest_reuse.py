@@ -122,7 +122,10 @@ def test_cache_list_and_clear_show_and_remove_entries(demo_data, tmp_path, clien
     (entry,) = _entries(root)
     assert entry in listed.output and "1 entry" in listed.output
     assert "and 39 more files" in listed.output  # the data it holds: 40 demo files
-    cleared = runner.invoke(cli, ["cache", "clear", "--cache", str(root)])
+    asked = runner.invoke(cli, ["cache", "clear", "--cache", str(root)])  # all: not without --yes
+    assert asked.exit_code == 2 and "removing all 1 cache entries" in asked.output, asked.output
+    assert "needs --yes" in asked.output and _entries(root) == [entry]
+    cleared = runner.invoke(cli, ["cache", "clear", "--cache", str(root), "--yes"])
     assert cleared.exit_code == 0 and "removed 1 cache entry" in cleared.output, cleared.output
     assert _entries(root) == []
     assert "no cache entries" in runner.invoke(cli, ["cache", "list", "--cache", str(root)]).output
