@@ -15,7 +15,7 @@ from typing import Any
 
 import fsspec
 
-from daskfeed.core import DataNotFoundError
+from daskfeed.core import DataNotFoundError, warn_user
 
 __all__ = ["COMPRESSIONS", "CSV_SUFFIXES", "PARQUET_SUFFIXES", "Block", "FileInfo",
            "compression_of", "credentials_hint", "expand_paths", "is_parquet", "make_blocks",
@@ -228,6 +228,30 @@ def _listing(pattern: str, storage_options: dict[str, Any]) -> dict[str, dict[st
     return found
 
 
+def _without_notes(found: dict[str, dict[str, Any]], pattern: str) -> dict[str, dict[str, Any]]:
+    """A directory's data files: ``.txt`` files beside ``.csv``/``.tsv``/Parquet ones are left out.
+
+    A ``README.txt`` or ``notes.txt`` next to the data is not data; a directory of ``.txt``
+    files only is (many exports name their CSV so). What is left out is said, with the glob
+    that reads it.
+    """
+    def text(path: str) -> bool:
+        base = path.lower()
+        for packed in COMPRESSIONS:
+            base = base.removesuffix(packed)
+        return base.endswith(".txt")
+
+    notes = sorted(p for p in found if text(p))
+    if not notes or len(notes) == len(found):
+        return found
+    shown = ", ".join(os.path.basename(p) for p in notes[:3]) + (" ..." if len(notes) > 3 else "")
+    warn_user(f"Left out {len(notes)} .txt file(s) in the directory {pattern!r} ({shown}): "
+              f"its data are the {len(found) - len(notes)} CSV/TSV/Parquet file(s) beside them."
+              f"\nHint: to read .txt files as CSV too, give a glob such as "
+              f"{os.path.join(pattern, '**', '*.txt')!r} as well.")
+    return {p: i for p, i in found.items() if p not in notes}
+
+
 def _list(fs: fsspec.AbstractFileSystem, pattern: str, stripped: str) -> dict[str, dict[str, Any]]:
     """One glob, directory walk or file lookup; a directory without data files is refused."""
     if fsspec.core.has_magic(stripped):
@@ -246,7 +270,7 @@ def _list(fs: fsspec.AbstractFileSystem, pattern: str, stripped: str) -> dict[st
                 f"there or below; {held}.\nHint: point at the directory holding the data, "
                 "or give a glob such as \"data/**/*.csv\" for other file names."
             )
-        return found
+        return _without_notes(found, pattern)
     if fs.exists(stripped):
         return {stripped: fs.info(stripped)}
     return {}

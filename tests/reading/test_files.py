@@ -1,0 +1,32 @@
+"""What a directory given as data means: its data files, and not the notes beside them."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from daskfeed.reading import expand_paths
+
+
+def test_text_files_beside_csv_files_are_left_out_and_said(tmp_path):
+    (tmp_path / "2026-11-24").mkdir()
+    for name in ("a.csv", "2026-11-24/b.csv.gz", "c.parquet"):
+        (tmp_path / name).write_bytes(b"x,y\n1,0\n")
+    (tmp_path / "README.txt").write_text("how these logs were made", encoding="utf-8")
+    (tmp_path / "notes.TXT").write_text("...", encoding="utf-8")
+    with pytest.warns(UserWarning, match=r"Left out 2 \.txt file\(s\) in the directory .*"
+                                         r"\(README\.txt, notes\.TXT\): its data are the 3 "
+                                         r"CSV/TSV/Parquet file\(s\) beside them") as caught:
+        files = expand_paths(str(tmp_path))
+    assert [f.path.rsplit("/", 1)[1] for f in files] == ["b.csv.gz", "a.csv", "c.parquet"]
+    assert "'**/*.txt'" in str(caught[0].message).replace(str(tmp_path) + "/", "")
+
+
+def test_a_directory_of_text_files_only_reads_them(tmp_path):
+    for name in ("x.txt", "y.txt.gz"):
+        (tmp_path / name).write_bytes(b"x,y\n1,0\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        files = expand_paths(str(tmp_path))
+    assert sorted(f.path.rsplit("/", 1)[1] for f in files) == ["x.txt", "y.txt.gz"]
