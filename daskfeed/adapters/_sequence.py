@@ -155,7 +155,7 @@ class DaskSequence(keras.utils.PyDataset):
         shard: tuple[int, int] = (0, 1),
         cache: bool | str | os.PathLike[str] = True,
         bad_lines: str = "error",
-        sep: str = ",",
+        sep: str | None = None,
         na_values: list[str] | tuple[str, ...] | None = None,
         decimal: str = ".",
         weight: str | None = None,

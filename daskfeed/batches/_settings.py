@@ -84,7 +84,7 @@ class DataSettings:
                 blocksize: int | str | None = None, encoding: str = "utf-8",
                 dtype: dict[str, str] | None = None,
                 storage_options: dict[str, Any] | None = None, bad_lines: str = "error",
-                sep: str = ",", na_values: Sequence[str] | None = None,
+                sep: str | None = None, na_values: Sequence[str] | None = None,
                 decimal: str = ".") -> DataSettings:
         """The settings with the ``daskfeed.*`` config filled in where not given, checked.
 

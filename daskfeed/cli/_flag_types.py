@@ -188,8 +188,10 @@ class ConfigOption(click.Option):
         return extra
 
 
-def separator(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    """``--sep``: one character; a backslash and t, ``tab`` or ``TAB`` mean a tab."""
+def separator(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--sep``: one character; a backslash and t, ``tab`` or ``TAB`` mean a tab (None: by suffix)."""
+    if value is None:
+        return None
     text = {"\\t": "\t", "tab": "\t", "TAB": "\t"}.get(value, value)
     if len(text) != 1:
         raise click.BadParameter(f"expected one character such as ',' ';' or '\\t' (tab). "

@@ -97,8 +97,9 @@ def data_options(fn: F) -> F:
         ``fn`` with the flags added.
     """
     return _apply([
-        click.option("--sep", "--delimiter", "sep", default=",", show_default=True,
-                     callback=separator, help="Field delimiter: ';', '|', or '\\t' (tab) for TSV."),
+        click.option("--sep", "--delimiter", "sep", default=None, callback=separator,
+                     show_default="',' (a tab when every file is .tsv)",
+                     help="Field delimiter: ';', '|', or '\\t' (tab) for TSV."),
         click.option("--encoding", default="utf-8", show_default=True,
                      help="Text encoding of the CSV files (e.g. latin-1)."),
         click.option("--storage-options", multiple=True, callback=parse_storage_options,

@@ -12,11 +12,12 @@ import json
 import os
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from daskfeed.core import DataNotFoundError, SchemaError, config
 from daskfeed.reading._files import (
+    COMPRESSIONS,
     Block,
     FileInfo,
     compression_of,
@@ -75,7 +76,7 @@ class Source:
         data: PathsLike | dd.DataFrame,
         *,
         blocksize: int | str | None = None,
-        sep: str = ",",
+        sep: str | None = None,
         encoding: str = "utf-8",
         dtype: dict[str, str] | None = None,
         storage_options: dict[str, Any] | None = None,
@@ -98,6 +99,9 @@ class Source:
             ]
         else:
             self.files = expand_paths(data, dict(self.options.storage_options))
+            if self.options.sep_by_suffix:  # no separator chosen: a tab for .tsv, else a comma
+                self.options = replace(self.options, sep=_sep_of(self.files), sep_by_suffix=False)
+                _decimal(self.options.decimal, self.options.sep)
             self.blocks = make_blocks(self.files, self.options.blocksize)
             packed = [f for f in self.files if compression_of(f.path)]
             if packed:
@@ -141,6 +145,7 @@ class Source:
             return "frame-" + tokenize(self.frame)
         opts = asdict(self.options)
         opts.pop("storage_options")
+        opts.pop("sep_by_suffix")  # resolved by now (a frame has no files: nothing to resolve)
         if opts["decimal"] == ".":  # the same fingerprints as before the setting existed
             opts.pop("decimal")
         payload = json.dumps(
@@ -231,7 +236,8 @@ def _na_values(values: Sequence[str] | str | None) -> tuple[str, ...]:
     return tuple(sorted({v for v in values if v}))
 
 
-def read_options(*, blocksize: int | str | None = None, sep: str = ",", encoding: str = "utf-8",
+def read_options(*, blocksize: int | str | None = None, sep: str | None = None,
+                 encoding: str = "utf-8",
                  dtype: dict[str, str] | None = None,
                  storage_options: dict[str, Any] | None = None, bad_lines: str = "error",
                  na_values: Sequence[str] | None = None, decimal: str = ".") -> ReadOptions:
@@ -258,19 +264,32 @@ def read_options(*, blocksize: int | str | None = None, sep: str = ",", encoding
             f"Expected bad_lines to be one of {', '.join(BAD_LINES)}. Received: {bad_lines!r}.")
     return ReadOptions(
         blocksize=config.get_bytes("blocksize", blocksize),
-        sep=sep,
+        sep="," if sep is None else sep,
+        sep_by_suffix=sep is None,
         encoding=encoding,
         dtype=tuple(sorted((dtype or {}).items())),
         storage_options=tuple(sorted((storage_options or {}).items())),
         bad_lines=bad_lines,
         na_values=_na_values(na_values),
-        decimal=_decimal(decimal, sep),
+        decimal=_decimal(decimal, sep or ""),  # (no separator chosen: checked once it is)
     )
 
 
+def _sep_of(files: Sequence[FileInfo]) -> str:
+    """The separator the files' names tell: a tab when every file is ``.tsv`` (packed or not)."""
+    def tsv(path: str) -> bool:
+        base = path.lower()
+        for packed in COMPRESSIONS:
+            base = base.removesuffix(packed)
+        return base.endswith(".tsv")
+
+    return "\t" if files and all(tsv(f.path) for f in files) else ","
+
+
 def _decimal(decimal: str, sep: str) -> str:
-    """The decimal point, checked: one character, not the field separator nor a quote."""
-    if not isinstance(decimal, str) or len(decimal) != 1 or decimal in (sep, '"') or decimal.isalnum():
+    """The decimal point, checked: one character, not the field separator (if known) nor a quote."""
+    if (not isinstance(decimal, str) or len(decimal) != 1 or decimal == sep or decimal == '"'
+            or decimal.isalnum()):
         raise SchemaError(
             f"Expected a decimal point of one character other than the separator ({sep!r}), "
             f"such as '.' or ','. Received: decimal={decimal!r}.\nHint: for numbers like 1,5 "

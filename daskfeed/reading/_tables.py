@@ -45,6 +45,8 @@ class ReadOptions:
     bad_lines: str = "error"  # error | skip | quarantine (see BAD_LINES)
     na_values: tuple[str, ...] = ()  # the user's null markers: missing in every column
     decimal: str = "."  # the numbers' decimal point (pyarrow's decimal_point; "," in many locales)
+    # no separator chosen: the Source that lists the files makes it a tab when all are .tsv
+    sep_by_suffix: bool = False
 
 
 def iter_tables(block: Block, options: ReadOptions,

@@ -75,7 +75,7 @@ def scan(
     bad_lines: str = "error",
     partition_cache: BlockCache | None = None,
     timeout: float | str | None = None,
-    sep: str = ",",
+    sep: str | None = None,
     na_values: list[str] | tuple[str, ...] | None = None,
     decimal: str = ".",
     validation_split: float | None = None,

@@ -201,7 +201,7 @@ class DataOptions:
     timeout: float = 300.0
     cache: CacheChoice = field(default_factory=CacheChoice)
     encoding: str = "utf-8"
-    sep: str = ","
+    sep: str | None = None
     na_values: tuple[str, ...] | None = None
     decimal: str = "."
     dtype: dict[str, str] | None = None
@@ -214,7 +214,8 @@ class DataOptions:
                 blocksize: int | str | None = None, vocabulary_size: int | None = None,
                 timeout: float | str | None = None,
                 cache: bool | str | os.PathLike[str] = True, encoding: str = "utf-8",
-                sep: str = ",", na_values: Sequence[str] | None = None, decimal: str = ".",
+                sep: str | None = None, na_values: Sequence[str] | None = None,
+                decimal: str = ".",
                 dtype: dict[str, str] | None = None, bad_lines: str = "error",
                 storage_options: dict[str, Any] | None = None) -> DataOptions:
         """Fill in the ``daskfeed.*`` config values for the settings not given.

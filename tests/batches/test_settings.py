@@ -40,7 +40,7 @@ def test_settings_are_checked_where_they_enter():
     with pytest.raises(SchemaError, match="0 < validation_split < 1"):
         DataSettings.resolve(label="y", validation_split=1.5, subset="training")
     with pytest.raises(SchemaError, match="decimal"):
-        DataSettings.resolve(label="y", decimal=",")  # the separator too
+        DataSettings.resolve(label="y", sep=",", decimal=",")  # the separator too
     with pytest.raises(ValueError, match="bad_lines"):
         DataSettings.resolve(label="y", bad_lines="ignore")
 

@@ -30,3 +30,18 @@ def test_a_directory_of_text_files_only_reads_them(tmp_path):
         warnings.simplefilter("error")
         files = expand_paths(str(tmp_path))
     assert sorted(f.path.rsplit("/", 1)[1] for f in files) == ["x.txt", "y.txt.gz"]
+
+
+def test_tsv_files_are_read_with_tabs_unless_a_separator_is_chosen(tmp_path, client):
+    import daskfeed
+
+    (tmp_path / "a.tsv").write_text("x\ty\tname\n" + "".join(
+        f"{i}\t{i % 2}\tn,{i}\n" for i in range(100)), encoding="utf-8")
+    m = daskfeed.scan(str(tmp_path / "a.tsv"), label="y", client=client)
+    assert list(m.columns) == ["x", "y", "name"] and m.read_options["sep"] == "\t"
+    assert m.columns["x"].kind == "numeric" and m.columns["name"].kind == "categorical"
+    with pytest.raises(daskfeed.SchemaError, match="label column 'y'"):  # chosen: as chosen
+        daskfeed.scan(str(tmp_path / "a.tsv"), label="y", sep=",", client=client)
+    (tmp_path / "b.csv").write_text("x,y\n1,0\n2,1\n", encoding="utf-8")
+    assert daskfeed.scan(str(tmp_path / "b.csv"), label="y",
+                         client=client).read_options["sep"] == ","
