@@ -16,7 +16,7 @@ from typing import IO
 
 import numpy as np
 
-from daskfeed.core import DataError
+from daskfeed.core import DataError, SchemaError
 from daskfeed.reading._files import Block
 
 __all__ = ["Quotes", "line_number", "parse_header", "quote_limit", "record_buffers",
@@ -48,6 +48,8 @@ def parse_header(line: bytes, sep: str, path: str, encoding: str = "utf-8") -> l
     ------
     DataError
         When the line is not ``encoding`` text.
+    SchemaError
+        When a name is there twice.
     """
     if line.startswith(_BOM):
         line = line[len(_BOM) :]
@@ -60,7 +62,17 @@ def parse_header(line: bytes, sep: str, path: str, encoding: str = "utf-8") -> l
         ) from err
     if not text:
         return []
-    return next(csv.reader([text], delimiter=sep))
+    names = next(csv.reader([text], delimiter=sep))
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names, start=1):
+        if name in seen:
+            raise SchemaError(
+                f"Expected distinct column names in the header of {path}. Received: {name!r} "
+                f"as column {seen[name]} and column {i} (line 1).\nHint: rename one of them in "
+                "the file; a column is told by its name everywhere (features, --exclude, the "
+                "model's inputs).")
+        seen[name] = i
+    return names
 
 
 def refuse_open_quote(f: IO[bytes], block: Block, body: bytes, body_start: int, sep: str) -> None:

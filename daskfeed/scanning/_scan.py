@@ -369,6 +369,12 @@ def build_manifest(src: Source, label: str, facts: list[BlockFacts], stats: Stat
     notes: list[str] = []
     ref_cols, aligned = check_headers(src, facts, notes)
     columns = resolve_columns(src, ref_cols, facts, finish_stats(stats), vocabulary_size)
+    if ref_cols and not split and not any(f["rows"] for f in facts):
+        files = [f.path for f in src.files[:3]]
+        raise SchemaError(
+            f"Expected rows of data. Received: a header line and no rows in every file "
+            f"({', '.join(files)}{' ...' if len(src.files) > 3 else ''}).\nHint: check that the "
+            "files are complete (an export cut short?) and that the path points at the data.")
     check_label(src, label, columns[label], facts)
     values = stats.get(label, {}).get("values") or {}
     classes = text_classes(columns[label], values) if columns[label].kind == "categorical" else None

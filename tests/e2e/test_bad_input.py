@@ -255,3 +255,15 @@ def test_a_validation_split_of_one_block_is_a_clear_error_not_a_traceback(tmp_pa
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
     assert "Expected at least 2 blocks to hold whole blocks out for validation. Received: 1 " \
            "block(s)." in out.stderr and "--blocksize" in out.stderr
+
+
+def test_a_header_only_file_and_duplicated_names_say_what_is_wrong(tmp_path, client, write_csv):
+    write_csv("h/only.csv", "x,y\n")
+    with pytest.raises(SchemaError, match=r"Expected rows of data\. Received: a header line and "
+                                          r"no rows in every file \(.*only\.csv\)"):
+        daskfeed.scan(str(tmp_path / "h" / "only.csv"), label="y", client=client)
+    write_csv("d/dup.csv", "x,z,x,y\n1,2,3,0\n")
+    with pytest.raises(SchemaError, match=r"Expected distinct column names in the header of "
+                                          r".*dup\.csv\. Received: 'x' as column 1 and column 3 "
+                                          r"\(line 1\)"):
+        daskfeed.scan(str(tmp_path / "d" / "dup.csv"), label="y", client=client)
