@@ -233,7 +233,7 @@ def train(data: tuple[str, ...], label: str, validation: tuple[str, ...], output
 
 
 @cli.command()
-@click.option("--data-dir", default="demo-data", show_default=True,
+@click.option("--data-dir", default="data", show_default=True,
               help="Where the demo CSV files are written.")
 @click.option("--rows", type=click.IntRange(1000), default=200_000, show_default=True)
 @click.option("--validate-rows", type=click.IntRange(1000), default=50_000, show_default=True)

@@ -126,8 +126,9 @@ def test_demo_writes_the_old_layout_and_trains(tmp_path):
     out = run("demo", "--rows", "6000", "--validate-rows", "2000", "--epochs", "1",
               "--nworkers", "1", "--dashboard-address", "127.0.0.1:0", cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr[-3000:]
-    assert (tmp_path / "demo-data/log_quest/splited/split_data_00005.csv").exists()
-    assert (tmp_path / "demo-data/log_quest_validate/splited/split_data_00001.csv").exists()
+    # where the README's commands look: data/log_quest/**/*.csv and data/log_quest_validate/
+    assert (tmp_path / "data/log_quest/splited/split_data_00005.csv").exists()
+    assert (tmp_path / "data/log_quest_validate/splited/split_data_00001.csv").exists()
     assert "val accuracy:" in out.stdout
     assert (tmp_path / "demo-out" / "model.keras").exists()
 
