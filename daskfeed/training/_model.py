@@ -191,14 +191,34 @@ def compile_for(model: keras.Model, manifest: Manifest, *, learning_rate: float 
         weighted (Keras' ``weighted_metrics``: ``weighted_accuracy``, ``val_weighted_accuracy``
         ...); the loss is weighted in any case.
     """
-    loss, metrics = {
-        "binary": ("binary_crossentropy", ["accuracy"]),
-        "multiclass": ("sparse_categorical_crossentropy", ["accuracy"]),
-        "regression": ("mean_squared_error", ["mean_absolute_error"]),
-    }[manifest.task]
-    model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss=loss, metrics=metrics,
-                  weighted_metrics=list(metrics) if weighted else None,
+    loss = {"binary": "binary_crossentropy", "multiclass": "sparse_categorical_crossentropy",
+            "regression": "mean_squared_error"}[manifest.task]
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss=loss,
+                  metrics=task_metrics(manifest.task),
+                  weighted_metrics=task_metrics(manifest.task) if weighted else None,
                   loss_weights=_standardized_loss(model, manifest))
+
+
+def task_metrics(task: str) -> list[Any]:
+    """The metrics a task's users read: accuracy, and for a 0/1 label AUC, precision and recall.
+
+    Fresh metric objects on each call (Keras keeps each one's state; the weighted set needs
+    its own).
+
+    Parameters
+    ----------
+    task
+        ``binary``, ``multiclass`` or ``regression``.
+
+    Returns
+    -------
+    list
+        For ``model.compile(metrics=...)``.
+    """
+    if task == "binary":
+        return ["accuracy", keras.metrics.AUC(name="auc"), keras.metrics.Precision(name="precision"),
+                keras.metrics.Recall(name="recall")]
+    return ["accuracy"] if task == "multiclass" else ["mean_absolute_error"]
 
 
 def _standardized_loss(model: keras.Model, manifest: Manifest) -> float | None:
@@ -392,8 +412,10 @@ def describe_compile(net: keras.Model) -> str:
     except (TypeError, ValueError):  # a schedule
         lr_text = f"(learning_rate={type(lr).__name__})"
     metrics = cfg.get("metrics")
-    names = [m if isinstance(m, str) else getattr(m, "name", type(m).__name__)
-             for m in (metrics if isinstance(metrics, (list, tuple)) else [metrics] if metrics else [])]
+    listed = metrics if isinstance(metrics, (list, tuple)) else [metrics] if metrics else []
+    names = [m if isinstance(m, str) else  # a serialized metric object: its config has the name
+             (m.get("config") or {}).get("name", m.get("class_name")) if isinstance(m, dict)
+             else getattr(m, "name", type(m).__name__) for m in listed]
     loss = cfg.get("loss", getattr(net, "loss", None))
     return (f"loss {loss if isinstance(loss, str) else getattr(loss, 'name', loss)}, optimizer "
             f"{type(opt).__name__}{lr_text}, metrics {names}")

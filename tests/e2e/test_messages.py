@@ -208,4 +208,4 @@ def test_an_uncompiled_model_from_a_builder_says_how_it_was_compiled(data, tmp_p
     line = next((x for x in out.stdout.splitlines() if "was not compiled" in x), "")
     assert "mymodel.py:build" in line and "binary label" in line, out.stdout
     assert "loss binary_crossentropy" in line and "optimizer Adam(learning_rate=0.001)" in line, line
-    assert "metrics ['accuracy']" in line, line
+    assert "metrics ['accuracy', 'auc', 'precision', 'recall']" in line, line

@@ -101,3 +101,17 @@ def test_a_builder_is_handed_the_features_chosen_and_a_mismatch_is_refused(logs,
     assert "to be features the batches carry: x1, x2. Received: input(s) 'row_id' that are " \
            "not" in text
     assert "def build(manifest, features)" in text
+
+
+def test_a_binary_label_reports_auc_precision_and_recall(logs, tmp_path):
+    lines: list[str] = []
+    result = daskfeed.train(str(logs / "*.csv"), label="y", exclude=["row_id"], epochs=1,
+                            validation_split=0.25, memory_limit="2GB", nworkers=1,
+                            dashboard_address="", cache=False, output=str(tmp_path / "out"),
+                            echo=lines.append, verbose=0)
+    rec = result.history[-1]
+    for name in ("accuracy", "auc", "precision", "recall"):
+        assert 0.0 <= rec[name] <= 1.0 and 0.0 <= rec[f"val_{name}"] <= 1.0, rec
+    assert rec["val_auc"] > 0.75  # the label follows x1 + x2: the model ranks rows well
+    final = next(line for line in lines if line.startswith("final: "))
+    assert all(f"{n} " in final for n in ("auc", "precision", "recall", "val_auc"))
