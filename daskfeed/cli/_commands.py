@@ -25,6 +25,7 @@ import dask.config
 from dask.utils import format_bytes
 
 from daskfeed.cli._demo import write_demo_data
+from daskfeed.cli._flag_types import column_list, parse_storage_options
 from daskfeed.cli._flags import (
     cache_choice,
     cluster_options,
@@ -378,16 +379,23 @@ def cache_clear(entries: tuple[str, ...], root: str | None, yes: bool) -> None:
               help="Where the predictions go: FILE.csv or FILE.parquet.")
 @click.option("--keep", default=None, help="Columns of DATA passed through, e.g. ids: A,B.")
 @click.option("--blocksize", default=None, help="CSV bytes per block (default: from the budget).")
+@click.option("--features", callback=column_list, default=None,
+              help="Only for a run trained --as-matrix: its feature columns, in order (A,B,...).")
+@click.option("--storage-options", multiple=True, callback=parse_storage_options,
+              metavar="JSON|KEY=VALUE",
+              help="fsspec options for s3:// and other URLs, as train takes them.")
 @click.option("--quiet", is_flag=True, help="Print only warnings and errors.")
 @cluster_options
 @_friendly
 def predict(run_dir: str, data: tuple[str, ...], destination: str, keep: str | None,
-            blocksize: str | None, quiet: bool, **kw: Any) -> None:
+            blocksize: str | None, features: list[str] | None,
+            storage_options: dict[str, Any] | None, quiet: bool, **kw: Any) -> None:
     """Score DATA with the model a train run wrote to OUTPUT, encoded exactly as in training."""
     from daskfeed.inference import predict as run_predict  # keras: only when it runs
 
     scheduler, security = scheduler_and_security(kw)
-    run_predict(run_dir, list(data), output=destination,
+    run_predict(run_dir, list(data), output=destination, features=features,
+                storage_options=storage_options,
                 keep=[k for k in (keep or "").split(",") if k], blocksize=blocksize,
                 memory_limit=kw["memory_limit"], nworkers=kw["nworkers"],
                 nthreads=kw["nthreads"], scheduler=scheduler, security=security,

@@ -177,3 +177,27 @@ def test_the_callers_own_memory_counts_in_the_budget(trained, tmp_path) -> None:
     with pytest.raises(BudgetError, match=r"this process") as err:
         predict(trained["out"], trained["held"], memory_limit=budget, nworkers=1, quiet=True)
     assert "Hint:" in str(err.value)
+
+
+def test_cli_scores_a_run_trained_as_one_matrix_given_its_features(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from daskfeed.cli._commands import cli
+    from daskfeed.training._train import train
+
+    rng = np.random.default_rng(4)
+    for f in range(2):
+        a, b = rng.normal(size=300).round(3), rng.normal(size=300).round(3)
+        pd.DataFrame({"a": a, "b": b, "y": (a - b > 0).astype(int)}).to_csv(
+            tmp_path / f"m{f}.csv", index=False)
+    data, out = str(tmp_path / "m*.csv"), str(tmp_path / "run")
+    train(data, label="y", as_matrix=True, epochs=1, memory_limit="3GB", nworkers=1,
+          output=out, cache=False, verbose=0, echo=lambda _line: None)
+    args = ["predict", out, data, "--output", str(tmp_path / "p.csv"), "--memory-limit",
+            in_process_budget(), "--nworkers", "1"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 1 and "Expected the feature columns" in res.output, res.output
+    res = CliRunner().invoke(cli, [*args, "--features", "a,b"])
+    assert res.exit_code == 0, res.output
+    scores = pd.read_csv(tmp_path / "p.csv")
+    assert len(scores) == 600 and scores["probability_1"].between(0, 1).all()
