@@ -18,6 +18,8 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from daskfeed.batches._epoch import EpochCursor, EpochStats, PlanSettings
 from daskfeed.batches._layout import window_rows_for
 from daskfeed.batches._plan import EpochPlan, Slice
@@ -25,7 +27,7 @@ from daskfeed.batches._prefetch import Prefetcher
 from daskfeed.batches._prepare import Prepared
 from daskfeed.batches._windows import WindowTasks
 from daskfeed.cluster import Owner, WindowCancelled, connect
-from daskfeed.core import ClusterError, DaskfeedError, ManifestMismatchError, Stop
+from daskfeed.core import ClusterError, DaskfeedError, ManifestMismatchError, SchemaError, Stop
 from daskfeed.dashboard import EpochSpans
 from daskfeed.manifest import WindowData, concat
 
@@ -72,6 +74,7 @@ class BatchStream:
         self.tolerance = int(tolerance)
         self.failure: DaskfeedError | None = None  # the last error a batch raised
         self.assembly_seconds = 0.0  # spent assembling batches (waiting + slicing), all epochs
+        self._class_weights: np.ndarray | None = None  # multiplied into the sample weights
         self._stop = stop
         self._windows = WindowTasks(data.source, data.manifest.fingerprint, data.encoding,
                                     data.cache, spans)
@@ -181,6 +184,35 @@ class BatchStream:
         return self._cursor.stats()
 
     # -- batches -----------------------------------------------------------------------
+    def weigh_classes(self, weights: dict[int, float] | None) -> None:
+        """Multiply each row's sample weight by its class's weight (None: stop doing so).
+
+        What ``fit(class_weight=...)`` does to batches without sample weights, for batches
+        that carry them (Keras takes one or the other). Only rows of the classes named in
+        ``weights`` change (others keep weight x 1).
+
+        Raises
+        ------
+        SchemaError
+            The data have no weight column, or ``weights`` names a class the label lacks.
+        """
+        if weights is None:
+            self._class_weights = None
+            return
+        manifest = self.data.manifest
+        if self.data.settings.weight is None:
+            raise SchemaError("Expected a weight column to multiply class weights into. "
+                              "Received: no weight column.\nHint: pass class_weight to fit().")
+        n = max(manifest.num_classes, 2 if manifest.task == "binary" else 0)
+        if any(not 0 <= int(k) < n for k in weights):
+            raise SchemaError(f"Expected class ids 0..{n - 1} in the class weights. Received: "
+                              f"{sorted(weights)}.\nHint: weigh the label's classes only.")
+        table = np.ones(n, dtype="float32")
+        for k, w in weights.items():
+            table[int(k)] = w
+        self._class_weights = table
+
+
     def batch(self, index: int) -> tuple[Any, ...]:
         """Batch ``index`` of the current epoch as ``(x, y)``, or ``(x, y, w)`` with a weight.
 
@@ -255,7 +287,11 @@ class BatchStream:
                         "the scan.\nHint: rescan (remove the cached manifest) and restart."
                     )
                 pieces.append(data.take(s.start, s.stop))
-            return concat(pieces)
+            rows = concat(pieces)
+            if self._class_weights is not None and rows.w is not None:  # a new array: windows
+                rows = WindowData(rows.x, rows.y,  # may be held for other batches
+                                  rows.w * self._class_weights[rows.y.astype("int64")])
+            return rows
         finally:
             self.assembly_seconds += time.perf_counter() - t
 

@@ -46,6 +46,12 @@ def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused:
              "metrics weighted" + ("" if val_seq is None else ", validation too" if val_seq.weight
                                    else "; validation unweighted (its data have no such column)"))
     weights = class_weights(train_seq.manifest, opts.fit.class_weight, echo)
+    fit_weights = weights
+    if weights is not None and opts.fit.weight:  # Keras takes one or the other: multiply
+        train_seq.stream.weigh_classes(weights)
+        fit_weights = None
+        echo(f"class weights multiplied into the sample weights of {opts.fit.weight!r} "
+             "(training batches; validation keeps its sample weights)")
     # written now, not at the end: an interrupted run keeps its quarantined lines
     bad_report = bad_lines_report(run.out, opts.data.bad_lines, reused, train_seq, val_seq)
     net = model_for(opts.model, train_seq, opts.fit, echo)
@@ -64,7 +70,7 @@ def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused:
     try:
         fit_from(net, train_seq, epochs=opts.epochs, epoch=epoch, batch=batch, feed=opts.fit.feed,
                  validation_data=val_seq, shuffle=False, verbose=opts.verbose,
-                 callbacks=callbacks, class_weight=weights)
+                 callbacks=callbacks, class_weight=fit_weights)
     except Exception as err:
         reraise_feed_error(err, train_seq, val_seq)
         raise

@@ -100,11 +100,6 @@ class FitOptions:
             refuse_setting("Expected validation data or a validation split, not both.",
                     f"validation={validation!r} and validation_split={validation_split}",
                     "drop --validation-split to validate on that data, or drop --validation.")
-        if class_weight is not None and weight is not None:
-            refuse_setting("Expected class weights or a weight column, not both: Keras' fit does not take "
-                    "class_weight and sample weights together.",
-                    f"class_weight={class_weight!r}, weight={weight!r}",
-                    "multiply the class weights into the weight column, or drop one.")
         feed = str(config.get("feed", feed))
         if feed not in FEEDS:
             refuse_setting(f"Expected feed to be one of {', '.join(FEEDS)}.", f"feed={feed!r}",

@@ -528,3 +528,32 @@ def test_row_ids_are_warned_of_whether_or_not_a_validation_split_is_given(tmp_pa
         warnings.simplefilter("error", UserWarning)
         train(glob_, label="y", validation_split=0.25, epochs=1, features=["x"],
               output=tmp_path / "chosen", echo=lambda line: None, **QUICK)
+
+
+def test_class_weights_multiply_into_the_sample_weights(data, client, tmp_path):
+    """Keras takes class_weight or sample weights: with both, each training row's weight is its
+    weight column times its class's weight, batch after batch, the windows left as they were."""
+    with _seq(data, client, weight="w", shuffle=False) as seq:
+        plain = [seq[i] for i in range(len(seq))]
+        seq.on_epoch_end()
+        seq.stream.weigh_classes({1: 3.0})
+        weighed = [seq[i] for i in range(len(seq))]
+        for (_, y, w), (_, y2, w2) in zip(plain, weighed, strict=True):
+            assert np.array_equal(y, y2)
+            assert np.allclose(w2, w * np.where(y == 1, 3.0, 1.0))
+        seq.stream.weigh_classes(None)
+        seq.on_epoch_end()
+        again = [seq[i] for i in range(len(seq))]
+        assert all(np.array_equal(a[2], b[2]) for a, b in zip(plain, again, strict=True))
+        with pytest.raises(SchemaError, match=r"class ids 0\.\.1"):
+            seq.stream.weigh_classes({2: 1.0})
+    from daskfeed.training._train import train
+
+    lines: list[str] = []
+    result = train(data.glob, label="y", weight="w", class_weight={"1": 3}, epochs=1,
+                   model=frozen, output=tmp_path / "out", echo=lines.append, **QUICK)
+    assert any("class weights multiplied into the sample weights of 'w'" in line
+               for line in lines), lines
+    hist = json.loads((tmp_path / "out" / "history.json").read_text())
+    assert hist["class_weight"] == {"0": 1.0, "1": 3.0} and hist["sample_weight"] == "w"
+    assert len(result.history) == 1
