@@ -55,7 +55,7 @@ $(LINT_STAMP): $(STAMP)
 # style, types and the import contracts in pyproject.toml ([tool.importlinter]: layers, keras only
 # above the batch core, private modules behind each subpackage's __init__)
 lint: $(LINT_STAMP)
-	$(BIN)/ruff check daskfeed tests benchmarks
+	$(BIN)/ruff check daskfeed tests benchmarks scripts
 	$(BIN)/lint-imports
 	$(BIN)/mypy --ignore-missing-imports daskfeed benchmarks
 
