@@ -63,6 +63,7 @@ def _levels(nodes: list[str], edges: set[tuple[str, str]]) -> tuple[int, list[li
 
 
 def main(root: str) -> dict[str, object]:
+    """The figures of the checkout at ``root`` (a JSON-ready dict)."""
     sys.path.insert(0, root)
     import grimp
 
