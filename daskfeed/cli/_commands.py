@@ -380,7 +380,8 @@ def cache_clear(entries: tuple[str, ...], root: str | None, yes: bool) -> None:
 @click.option("--keep", default=None, help="Columns of DATA passed through, e.g. ids: A,B.")
 @click.option("--blocksize", default=None, help="CSV bytes per block (default: from the budget).")
 @click.option("--features", callback=column_list, default=None,
-              help="Only for a run trained --as-matrix: its feature columns, in order (A,B,...).")
+              help="Only for a model that takes one matrix of the features (trained as one "
+                   "matrix): its feature columns, in order (A,B,...).")
 @click.option("--storage-options", multiple=True, callback=parse_storage_options,
               metavar="JSON|KEY=VALUE",
               help="fsspec options for s3:// and other URLs, as train takes them.")

@@ -487,7 +487,6 @@ def test_cli_class_weights_split_early_stopping_and_model_knobs(data, tmp_path):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--validation", "v.csv", "--validation-split", "0.1"], "validation data or a validation split"),
-    (["--weight", "w", "--class-weight", "balanced"], "class_weight and sample weights together"),
     (["--monitor", "loss"], "--monitor only with early stopping"),
     (["--early-stopping", "2", "--monitor", "val_auc"], "validation data to monitor 'val_auc'"),
     (["--model", "m:build", "--hidden", "8"], "only for the default model"),
