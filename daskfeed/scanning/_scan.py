@@ -12,6 +12,7 @@ import operator
 import os
 import time
 import uuid
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -71,7 +72,7 @@ def scan(
     encoding: str = "utf-8",
     dtype: dict[str, str] | None = None,
     storage_options: dict[str, Any] | None = None,
-    cache: str | os.PathLike[str] | None = None,
+    manifest_path: str | os.PathLike[str] | None = None,
     bad_lines: str = "error",
     partition_cache: BlockCache | None = None,
     timeout: float | str | None = None,
@@ -82,6 +83,7 @@ def scan(
     subset: str | None = None,
     seed: int = 0,
     progress: ProgressCallback | None = None,
+    cache: str | os.PathLike[str] | None = None,
 ) -> Manifest:
     """Scan ``data`` once on the cluster and return its :class:`~daskfeed.manifest._manifest.Manifest`.
 
@@ -99,7 +101,7 @@ def scan(
     blocksize, encoding, dtype, storage_options, sep, na_values, decimal, bad_lines
         How the files are read (:class:`~daskfeed.reading._source.Source`); skipped lines are counted
         in ``Manifest.bad_lines`` (quarantine: their text in ``Manifest.rejects``, not in JSON).
-    cache
+    manifest_path
         A JSON path: a manifest there made for these files with the same settings is returned
         without scanning (its warnings repeated); otherwise the new one is written there.
     partition_cache
@@ -113,6 +115,9 @@ def scan(
     progress
         Called about every second and at the end with ``(rows, bytes done, bytes in all,
         seconds, finished)``.
+    cache
+        The old name of ``manifest_path`` (deprecated: everywhere else *cache* is the parse
+        cache).
 
     Returns
     -------
@@ -130,12 +135,16 @@ def scan(
     >>> m = daskfeed.scan("data/log_quest/**/*.csv", label="cleared")  # doctest: +SKIP
     >>> m.rows, m.columns["level"].mean  # doctest: +SKIP
     """
+    if cache is not None:
+        warnings.warn("scan(cache=) is now scan(manifest_path=): cache means the parse cache "
+                      "everywhere else in daskfeed.", DeprecationWarning, stacklevel=2)
+        manifest_path = manifest_path if manifest_path is not None else cache
     src = data if isinstance(data, Source) else Source(
         data, blocksize=blocksize, encoding=encoding, dtype=dtype, storage_options=storage_options,
         bad_lines=bad_lines, sep=sep, na_values=na_values, decimal=decimal)
     return scan_source(src, label=label, client=client,
                        vocabulary_size=int(config.get("vocabulary-size", vocabulary_size)),
-                       timeout=config.get_seconds("timeout", timeout), cache=cache,
+                       timeout=config.get_seconds("timeout", timeout), manifest_path=manifest_path,
                        partition_cache=partition_cache,
                        split=split_settings(validation_split, subset, seed), progress=progress)
 
@@ -143,7 +152,7 @@ def scan(
 def scan_source(src: Source, *, label: str, client: Client | None, vocabulary_size: int,
                 timeout: float, split: dict[str, Any] | None = None,
                 partition_cache: BlockCache | None = None,
-                cache: str | os.PathLike[str] | None = None,
+                manifest_path: str | os.PathLike[str] | None = None,
                 progress: ProgressCallback | None = None) -> Manifest:
     """:func:`scan` with its settings resolved (no config looked up): what a sequence's data use.
 
@@ -151,7 +160,7 @@ def scan_source(src: Source, *, label: str, client: Client | None, vocabulary_si
     ----------
     src
         The data.
-    label, client, vocabulary_size, timeout, partition_cache, cache, progress
+    label, client, vocabulary_size, timeout, partition_cache, manifest_path, progress
         As :func:`scan` takes them, resolved.
     split
         The split's settings (:func:`~daskfeed.manifest.split_settings`), or None.
@@ -161,7 +170,7 @@ def scan_source(src: Source, *, label: str, client: Client | None, vocabulary_si
     Manifest
     """
     timeout_s = float(timeout)
-    reused = _reusable(cache, src, label, vocabulary_size, split)
+    reused = _reusable(manifest_path, src, label, vocabulary_size, split)
     if reused is not None:
         return reused
     _check_label(src, label)
@@ -174,15 +183,15 @@ def scan_source(src: Source, *, label: str, client: Client | None, vocabulary_si
                                  scanned_blocks(src.npartitions, split), progress)
     manifest = build_manifest(src, label, facts, stats, vocabulary_size, fingerprint, split)
     manifest.scan_seconds = time.perf_counter() - t0
-    if cache is not None:
-        manifest.to_json(cache)
+    if manifest_path is not None:
+        manifest.to_json(manifest_path)
     return manifest
 
 
-def _reusable(cache: str | os.PathLike[str] | None, src: Source, label: str, vocabulary_size: int,
+def _reusable(path: str | os.PathLike[str] | None, src: Source, label: str, vocabulary_size: int,
               split: dict[str, Any] | None) -> Manifest | None:
-    """The manifest at ``cache`` when it was made for these files and settings (its notes repeated)."""
-    cached = read_reusable(cache) if cache is not None else None
+    """The manifest at ``path`` when it was made for these files and settings (its notes repeated)."""
+    cached = read_reusable(path) if path is not None else None
     if cached is None:
         return None
     try:

@@ -69,13 +69,13 @@ def test_vocabulary_keeps_top_k_and_counts_oov(demo_data, client):
 
 def test_manifest_json_roundtrip_and_reuse_without_rescan(demo_data, client, tmp_path):
     path = tmp_path / "m.json"
-    m = daskfeed.scan(demo_data.train_glob, label="cleared", client=client, cache=path)
+    m = daskfeed.scan(demo_data.train_glob, label="cleared", client=client, manifest_path=path)
     assert path.exists()
     back = Manifest.from_json(path)
     assert back.to_dict() == Manifest.from_dict(m.to_dict()).to_dict()
     assert back.columns["region"].vocabulary == m.columns["region"].vocabulary
     t0 = time.perf_counter()
-    again = daskfeed.scan(demo_data.train_glob, label="cleared", client=client, cache=path)
+    again = daskfeed.scan(demo_data.train_glob, label="cleared", client=client, manifest_path=path)
     assert again.created == m.created  # read from disk, not rescanned
     assert time.perf_counter() - t0 < 2
     from distributed import get_task_stream
@@ -205,7 +205,7 @@ def test_a_manifest_of_many_small_files_is_compact_and_round_trips(tmp_path, cli
         p.write_text(f"level,region,cleared\n{i % 70},EU,{i % 2}\n{i % 13},JP,1\n", encoding="utf-8")
     pattern = str(tmp_path / "d" / "**" / "*.csv")
     path = tmp_path / "manifest.json"
-    m = daskfeed.scan(pattern, label="cleared", client=client, cache=path)
+    m = daskfeed.scan(pattern, label="cleared", client=client, manifest_path=path)
     assert len(m.blocks) == n and m.rows == 2 * n
     size = path.stat().st_size
     assert size / n <= 60, f"{size / n:.1f} bytes per block"
@@ -222,11 +222,20 @@ def test_a_manifest_of_many_small_files_is_compact_and_round_trips(tmp_path, cli
 def test_a_manifest_of_an_older_format_is_rescanned_with_a_note(tmp_path, client, write_csv):
     write_csv("d/a.csv", "x,y\n1,0\n2,1\n")
     path = tmp_path / "manifest.json"
-    m = daskfeed.scan(str(tmp_path / "d" / "*.csv"), label="y", client=client, cache=path)
+    m = daskfeed.scan(str(tmp_path / "d" / "*.csv"), label="y", client=client, manifest_path=path)
     old = m.to_dict() | {"version": 2, "partitions": m.blocks}
     del old["blocks"]
     path.write_text(json.dumps(old), encoding="utf-8")
     with pytest.warns(UserWarning, match=r"manifest of format version 2 .*scanned again"):
-        again = daskfeed.scan(str(tmp_path / "d" / "*.csv"), label="y", client=client, cache=path)
+        again = daskfeed.scan(str(tmp_path / "d" / "*.csv"), label="y", client=client,
+                              manifest_path=path)
     assert again.created != m.created and again.rows == 2
     assert Manifest.from_json(path).version == again.version > 2  # rewritten in the new format
+
+
+def test_the_old_cache_argument_of_scan_still_names_the_manifest_path(tmp_path, client, write_csv):
+    write_csv("d/a.csv", "x,y\n1,0\n2,1\n")
+    path = tmp_path / "m.json"
+    with pytest.warns(DeprecationWarning, match=r"scan\(cache=\) is now scan\(manifest_path=\)"):
+        m = daskfeed.scan(str(tmp_path / "d" / "a.csv"), label="y", client=client, cache=path)
+    assert path.exists() and daskfeed.Manifest.from_json(path).fingerprint == m.fingerprint
