@@ -235,8 +235,8 @@ def explain(err: BaseException, what: str, client: Any = None) -> BaseException:
     kind = type(err).__name__
     text = f"{kind}: {str(err).strip()}"
     new: DaskfeedError
-    if kind in ("FutureCancelledError", "CancelledError"):
-        lost = ("connection-lost" in str(err) or "closed" in str(err)
+    if kind in ("FutureCancelledError", "CancelledError", "CommClosedError", "StreamClosedError"):
+        lost = ("connection-lost" in str(err) or "closed" in str(err) or kind.endswith("ClosedError")
                 or getattr(client, "status", "running") not in ("running", "newly-created"))
         new = ClusterError(
             (f"Lost the connection to the Dask scheduler while waiting for {what}."

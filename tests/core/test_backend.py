@@ -79,7 +79,9 @@ def wide_data(tmp_path_factory: pytest.TempPathFactory) -> str:
         n = 1500
         x1 = rng.normal(size=n)
         ts = 1_700_000_000_000 + rng.integers(0, 10**9, n)
-        y = (x1 + (ts - 1_700_000_500_000_000) / 3e8 + rng.normal(0, 0.3, n) > 0).astype(int)
+        # ts is in ms: its middle is 1_700_000_500_000 (the label depends on both columns; it
+        # was all 0 with a nanosecond middle, which train now refuses as a label of one class)
+        y = (x1 + (ts - 1_700_000_500_000) / 3e8 + rng.normal(0, 0.3, n) > 0).astype(int)
         pd.DataFrame({"x1": x1, "ts": ts, "cat": rng.choice(["a", "b", "c"], n), "y": y}).to_csv(
             root / f"part{i}.csv", index=False)
     return str(root / "*.csv")

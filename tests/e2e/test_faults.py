@@ -419,7 +419,7 @@ class Reporting(keras.Model):
 def _watch_waits(victim, marker):
     """Write ``marker`` (what is awaited) once a thread of this process waits in
     ``Prefetcher.get`` for a window that reads ``victim``: the trainer is blocked on it."""
-    here = os.path.join("daskfeed", "prefetch.py")
+    here = os.path.join("daskfeed", "batches", "_prefetch.py")
     while True:
         for frame in list(sys._current_frames().values()):
             waiting = False
