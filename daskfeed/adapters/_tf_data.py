@@ -42,6 +42,7 @@ original kept in the sequence's ``failure``.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -50,7 +51,7 @@ import numpy as np
 from daskfeed.adapters._keras import keras
 from daskfeed.batches import BatchStream, EpochPlan
 from daskfeed.cluster import WindowCancelled
-from daskfeed.core import FEEDS, DaskfeedError, SchemaError
+from daskfeed.core import FEEDS, Aborted, DaskfeedError, SchemaError
 from daskfeed.manifest import WindowData
 
 __all__ = ["CHUNK_BYTES", "WindowFeed", "uses_windows"]
@@ -295,6 +296,9 @@ class WindowFeed:
                                          "other feeds, and do not call set_epoch while fit reads."))
         except DaskfeedError as err:
             self._fail(err)
+        except Aborted:  # the process is stopping (a signal, a stop request): no more chunks;
+            with contextlib.suppress(_Closed):  # a pass still reading is told, not left waiting
+                self._put_error("stopping: no longer feeding data")
 
     def _serve(self, tag: int, epoch: int, start: int) -> bool:
         """Queue ``epoch``'s chunks from batch ``start``; False if a new pass was asked for first."""

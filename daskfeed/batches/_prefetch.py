@@ -318,10 +318,11 @@ class Prefetcher:
             why = "the prefetcher was closed" if self._closed else "an epoch change"
             return WindowCancelled(f"window {w} was cancelled by {why}")
         if future is not None and client_status(future) in ("closing", "closed"):
-            return ClusterError(
-                f"The Dask client was closed while waiting for window {w} ({self._describe(w)})."
-                "\nHint: close the DaskSequence (or leave its `with` block) before closing its "
-                "client."
+            return ClusterError(  # (a client that lost its scheduler closes itself too)
+                f"Lost the connection to the Dask scheduler, or its client was closed, while "
+                f"waiting for window {w} ({self._describe(w)}).\nHint: check that the scheduler "
+                "is still running (or restart it and its workers), then run again; in a script, "
+                "close the DaskSequence (or leave its `with` block) before closing its client."
             )
         return None
 
