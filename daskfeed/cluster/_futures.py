@@ -142,10 +142,13 @@ def result_unless_paused(future: Any, *, patience: float = PAUSED_PATIENCE,
 
     def paused() -> BaseException | None:
         now = time.monotonic()
-        if now - looked[0] < PAUSED_LOOK:
+        if future.done() or now - looked[0] < PAUSED_LOOK:  # done: gathered whatever happened
             return None
         looked[0] = now
-        workers = client.scheduler_info(n_workers=-1)["workers"]
+        try:
+            workers = client.scheduler_info(n_workers=-1)["workers"]
+        except Exception:  # a client closing or gone: the future's own error says why
+            return None
         if not workers or any(w.get("status") != "paused" for w in workers.values()):
             since[0] = math.inf
             return None

@@ -21,7 +21,8 @@ reader's null markers, :mod:`daskfeed.reading`) and encoded with the training st
   column also ``NA``, ``NULL``, ``NaN``, ... (``NA_MARKERS``). A missing number or date gets the
   training mean, a missing text the missing code, as in training.
 - numbers: decimal (``-1.5e3``, ``.5``, ``+2``), ``0x1F``, ``inf``, ``true``/``false`` (1, 0);
-  spaces around a number are ignored.
+  spaces around a number are ignored; a run read with ``--decimal ,`` reads ``1.234,5`` as
+  1234.5 (dots group thousands), as its training did.
 - dates, ISO 8601 as pyarrow reads them: ``YYYY-MM-DD``, optionally followed by ``T`` or a
   space and ``hh``, ``hh:mm``, ``hh:mm:ss`` or ``hh:mm:ss.fff`` (1 to 9 digits), then optionally
   ``Z``, ``+hh``, ``+hhmm`` or ``+hh:mm`` (or ``-``). A time with a zone is converted to UTC, one
@@ -153,19 +154,25 @@ def _read_number(text: tf.Tensor, code: ColumnCode) -> tuple[tf.Tensor, tf.Tenso
 
 
 def _number(raw: tf.Tensor, code: ColumnCode, markers: tf.Tensor,
-            numbers: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            numbers: tf.Tensor, decimal: str = ".") -> tuple[tf.Tensor, tf.Tensor]:
     """A number column (float64, or text as the reader reads it), the mean where missing.
 
     ``markers`` are the null markers of a number column, ``numbers`` those that read as numbers
     (``-999``: any text of that value is missing, as pyarrow compares them). Returns the
-    encoded values and where a text was no number (unparsed).
+    encoded values and where a text was no number (unparsed). ``decimal``: the run's decimal
+    point (``--decimal``; with ``,`` dots group thousands, as the reader reads them).
     """
     if raw.dtype == tf.float64:
         value, exact, unparsed = raw, tf.cast(raw, code.dtype), tf.zeros_like(raw, tf.bool)
         missing = tf.zeros_like(raw, tf.bool)
     else:
         text = tf.strings.strip(raw)
-        value, exact, ok = _read_number(text, code)
+        written = text
+        if decimal == ",":
+            written = tf.strings.regex_replace(written, r"\.", "")
+        if decimal != ".":
+            written = tf.strings.regex_replace(written, re.escape(decimal), ".")
+        value, exact, ok = _read_number(written, code)
         missing = tf.equal(text, "") | _is_in(text, markers)
         unparsed = ~missing & ~ok
         missing |= ~ok
@@ -228,8 +235,10 @@ def _date(raw: tf.Tensor, code: ColumnCode, markers: tf.Tensor) -> tuple[tf.Tens
 class _Serve:
     """The serving function: raw columns → training encoding → model → named outputs."""
 
-    def __init__(self, model: keras.Model, scorer: Scorer, na_values: list[str]) -> None:
+    def __init__(self, model: keras.Model, scorer: Scorer, na_values: list[str],
+                 decimal: str = ".") -> None:
         self.model = model
+        self.decimal = decimal
         self.scorer = scorer
         self.codes = scorer.encoding.columns
         self.inputs = input_names([c.name for c in self.codes])
@@ -275,7 +284,8 @@ class _Serve:
             if code.kind == "datetime":
                 x[code.name], unparsed = _date(raw, code, self.markers)
             else:
-                x[code.name], unparsed = _number(raw, code, self.number_markers, self.numbers)
+                x[code.name], unparsed = _number(raw, code, self.number_markers, self.numbers,
+                                                 self.decimal)
             flags.append(unparsed)
         unparsed = tf.stack(flags, axis=1)
         if not self.scorer.encoding.as_matrix:
@@ -350,7 +360,8 @@ def export(output_dir: str | os.PathLike[str], *, model: keras.Model | None = No
         return None
     run = TrainedRun.open(output_dir, features)
     net = model if model is not None else keras.saving.load_model(run.model_path, compile=False)
-    serve = _Serve(net, run.scorer, list((run.manifest.read_options or {}).get("na_values") or []))
+    read = run.manifest.read_options or {}
+    serve = _Serve(net, run.scorer, list(read.get("na_values") or []), read.get("decimal", "."))
     archive = keras.export.ExportArchive()
     archive.track(net)
     for layer in serve.lookups.values():

@@ -279,14 +279,24 @@ def _first_value(column: pa.ChunkedArray, markers: Sequence[str], most: int = 25
 
 
 def _with_point(column: pa.ChunkedArray, decimal: str) -> pa.ChunkedArray:
-    """Text whose numbers are written with ``decimal`` as their point, with ``.`` instead."""
-    return column if decimal == "." else pc.replace_substring(column, decimal, ".")
+    """Text whose numbers are written with ``decimal`` as their point, with ``.`` instead.
+
+    With a decimal comma, dots group thousands (``1.234,5`` is 1234.5, ``1.234`` is 1234), as
+    the locales that write a decimal comma have it.
+    """
+    if decimal == ".":
+        return column
+    if decimal == ",":
+        column = pc.replace_substring(column, ".", "")
+    return pc.replace_substring(column, decimal, ".")
 
 
 def _looks_like_a_number(text: str, decimal: str = ".") -> bool:
     """Whether ``text`` could be a value of a number or bool column (pyarrow decides for sure)."""
     try:
-        float(text if decimal == "." else text.replace(decimal, "."))
+        float(text if decimal == "." else
+              text.replace(".", "").replace(decimal, ".") if decimal == "," else
+              text.replace(decimal, "."))
     except ValueError:
         return text.strip().lower() in ("true", "false")
     return True

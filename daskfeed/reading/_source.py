@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from daskfeed.core import DataNotFoundError, SchemaError, config
+from daskfeed.core import DataNotFoundError, SchemaError, config, warn_user
 from daskfeed.reading._files import (
     COMPRESSIONS,
     Block,
@@ -283,7 +283,12 @@ def _sep_of(files: Sequence[FileInfo]) -> str:
             base = base.removesuffix(packed)
         return base.endswith(".tsv")
 
-    return "\t" if files and all(tsv(f.path) for f in files) else ","
+    marked = [f.path for f in files if tsv(f.path)]
+    if marked and len(marked) < len(files):
+        warn_user(f"{len(marked)} of {len(files)} files end in .tsv (e.g. {marked[0]}), the "
+                  "others not: all are read with ',' as the separator.\nHint: pass --sep to "
+                  "choose it (sep=), or read the .tsv files on their own.")
+    return "\t" if marked and len(marked) == len(files) else ","
 
 
 def _decimal(decimal: str, sep: str) -> str:

@@ -169,11 +169,13 @@ def is_number(text: str) -> bool:
 
 # a number written with a decimal comma: 1,5  -3,25  1.234,5 (dots grouping thousands)
 _DECIMAL_COMMA = re.compile(r"[+-]?(\d{1,3}(\.\d{3})+|\d+),\d+")
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+")  # 12,345 or 1,234,567: US thousands, ambiguous
 STRAY_TOKENS = 5  # at most this many distinct non-numbers in a column of numbers: stray tokens
 STRAY_SHARE = 0.01  # ... on at most this share of its rows
 
 
-def refuse_numbers_as_text(src: Source, name: str, values: dict[str, int], block: int) -> None:
+def refuse_numbers_as_text(src: Source, name: str, values: dict[str, int], block: int,
+                           approximate: bool = False) -> None:
     """Refuse a text column that is really numbers: with a decimal comma, or a few stray tokens.
 
     Either would silently become a category of thousands of values (a numeric label: a
@@ -193,6 +195,9 @@ def refuse_numbers_as_text(src: Source, name: str, values: dict[str, int], block
         Its value counts (the most frequent when there are very many).
     block
         The first block that read it as text (named in the message).
+    approximate
+        ``values`` holds only the most frequent values: rare stray tokens may be missing from
+        it, so only the decimal comma is judged.
 
     Raises
     ------
@@ -208,6 +213,15 @@ def refuse_numbers_as_text(src: Source, name: str, values: dict[str, int], block
     other = {v: n for v, n in values.items()  # null markers are missing once it reads as numbers
              if v not in numbers and v not in comma and v.strip() not in _MARKERS}
     keep = f"--dtype {name}=string (dtype={{{name!r}: 'string'}})"
+    if comma and all(_THOUSANDS.fullmatch(v.strip()) for v in comma) and (
+            sum(comma.values()) + sum(numbers.values()) >= (1 - STRAY_SHARE) * rows):
+        shown = ", ".join(repr(v) for v in sorted(comma, key=lambda v: -comma[v])[:3])
+        raise SchemaError(
+            f"Expected numbers without thousands separators in column {name!r}. Received: "
+            f"{shown} ... ({sum(comma.values()):,} of {rows:,} values) in {where(src, block)}, "
+            "which would be read as text categories.\nHint: write the numbers without the "
+            "',' between thousands (pyarrow reads no thousands separator); with a decimal "
+            f"comma (1.234,5) pass --decimal , instead. To keep the column as text: {keep}.")
     if comma and sum(comma.values()) + sum(numbers.values()) >= (1 - STRAY_SHARE) * rows:
         shown = ", ".join(repr(v) for v in sorted(comma, key=lambda v: -comma[v])[:3])
         raise SchemaError(
@@ -217,7 +231,7 @@ def refuse_numbers_as_text(src: Source, name: str, values: dict[str, int], block
             f"\nHint: pass --decimal , (decimal=','); such files often separate fields with "
             f"';' (--sep ';'). To keep the column as text: {keep}.")
     few = len(other) <= STRAY_TOKENS and sum(other.values()) <= max(1, STRAY_SHARE * rows)
-    if other and few and len(numbers) >= 3:
+    if other and few and len(numbers) >= 3 and not approximate:
         tokens = sorted(other, key=lambda v: (-other[v], v))
         counted = ", ".join(f"{v!r} ({other[v]:,})" for v in tokens)
         raise SchemaError(
@@ -414,7 +428,8 @@ def resolve_column(src: Source, name: str, kinds: dict[str, int], missing: int,
                       integer=real.keys() == {"int"})
     values: dict[str, int] = st.get("values", {})
     if name not in dict(src.options.dtype):  # a column forced to text is text
-        refuse_numbers_as_text(src, name, values, real.get("string", 0))
+        refuse_numbers_as_text(src, name, values, real.get("string", 0),
+                               approximate=bool(st.get("approximate")))
     ranked = sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))
     count += int(st.get("markers", 0))  # text that reads "NA" is a value here
     return Column(name, "categorical", "string", missing=missing, count=count,

@@ -359,13 +359,16 @@ def _built(builder: Builder, seq: DaskSequence, spec: str | Builder, fit: FitOpt
 
 
 def _takes_features(builder: Builder) -> bool:
-    """Whether ``builder`` accepts ``features=`` (by name, or through ``**kwargs``)."""
+    """Whether ``builder`` names a ``features`` parameter (``**kwargs`` alone is not asked).
+
+    A builder that passes its ``**kwargs`` on (to ``keras.Model``) would fail on one it never
+    asked for.
+    """
     try:
         params = inspect.signature(builder).parameters.values()
     except (TypeError, ValueError):  # a builtin or C callable: called with the manifest alone
         return False
-    return any((p.name == "features" and p.kind is not p.POSITIONAL_ONLY)
-               or p.kind is p.VAR_KEYWORD for p in params)
+    return any(p.name == "features" and p.kind is not p.POSITIONAL_ONLY for p in params)
 
 
 def _check_inputs(net: keras.Model, seq: DaskSequence, spec: str | Builder) -> None:
@@ -375,8 +378,9 @@ def _check_inputs(net: keras.Model, seq: DaskSequence, spec: str | Builder) -> N
     """
     if seq.as_matrix:
         return  # one matrix: whatever the input is named
-    try:
-        names = [t.name for t in net.inputs]
+    struct = getattr(net, "_inputs_struct", None)
+    try:  # inputs given as a dict are matched by key (a name may not hold '/'), else by name
+        names = list(struct) if isinstance(struct, dict) else [t.name for t in net.inputs]
     except (AttributeError, ValueError):  # a model not built yet (Sequential without Input)
         return
     missing = [n for n in names if n not in seq.features]

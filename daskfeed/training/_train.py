@@ -250,7 +250,8 @@ def _train_settings(run: Run, blocksize: int) -> DataSettings:
     """The training data's settings, from the options resolved at the entry (nothing looked up)."""
     d, fit, budget = run.opts.data, run.opts.fit, run.budget
     return DataSettings(
-        label=run.label, read=d.read(blocksize), blocksize_given=True, features=d.features,
+        label=run.label, read=d.read(blocksize), blocksize_given=True,
+        features=d.features or None,  # (none chosen: every column but the label)
         exclude=d.exclude, weight=fit.weight, batch_size=d.batch_size, seed=d.seed,
         as_matrix=d.as_matrix, shard=run.ranks.shard, timeout=d.timeout,
         prefetch_bytes=budget.prefetch * 2 // 3, window_bytes=budget.window_bytes,

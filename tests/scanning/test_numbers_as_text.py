@@ -117,3 +117,21 @@ def test_cli_trains_a_regression_on_decimal_commas_and_refuses_without_the_flag(
     p = pd.read_csv(tmp_path / "p.csv")  # predict reads with the run's decimal point
     assert len(p) == 400 and np.isfinite(p["prediction"]).all()
     assert p["prediction"].std() > 0  # the features were read as numbers, not all missing
+
+
+def test_with_a_decimal_comma_dots_group_thousands(tmp_path, client, write_csv):
+    write_csv("g.csv", "a;y\n1.234,5;0\n2.000;1\n3,25;0\n-1.000.000,5;1\n")
+    m = daskfeed.scan(str(tmp_path / "g.csv"), label="y", sep=";", decimal=",", client=client)
+    col = m.columns["a"]
+    assert col.kind == "numeric" and col.min == pytest.approx(-1_000_000.5)
+    assert col.max == pytest.approx(2000.0)
+    assert col.mean == pytest.approx((1234.5 + 2000 + 3.25 - 1_000_000.5) / 4)
+
+
+def test_us_thousands_separators_are_not_taken_for_a_decimal_comma(tmp_path, client, write_csv):
+    write_csv("t.csv", "a;y\n" + "".join(f"{i},{i * 7 % 1000:03d};{i % 2}\n"
+                                           for i in range(1, 200)))
+    with pytest.raises(SchemaError) as err:
+        daskfeed.scan(str(tmp_path / "t.csv"), label="y", sep=";", client=client)
+    assert str(err.value).startswith("Expected numbers without thousands separators in column 'a'")
+    assert "--decimal , instead" in str(err.value)

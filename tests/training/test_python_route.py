@@ -72,6 +72,13 @@ BUILDERS = textwrap.dedent('''
         return keras.Model(inputs, out)
 
 
+    def build_keyed(manifest, features):
+        """Inputs matched by dict key, their tensors named otherwise (Keras allows it)."""
+        inputs = {f: keras.Input(shape=(1,), name=f"in_{i}") for i, f in enumerate(features)}
+        h = keras.layers.Concatenate()(list(inputs.values()))
+        return keras.Model(inputs, keras.layers.Dense(1, activation="sigmoid")(h))
+
+
     def build_all(manifest):
         """Inputs for every column but the label, whatever was chosen."""
         names = [c for c in manifest.columns if c != manifest.label]
@@ -93,6 +100,10 @@ def test_a_builder_is_handed_the_features_chosen_and_a_mismatch_is_refused(logs,
                         timeout=300, cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr[-3000:]
     assert "features (2): x1, x2" in ok.stdout and "final: loss" in ok.stdout
+    keyed = subprocess.run([*args, "--model", f"{tmp_path / 'mymodels.py'}:build_keyed",
+                            "--output", str(tmp_path / "keyed")], capture_output=True, text=True,
+                           env=env, timeout=300, cwd=tmp_path)
+    assert keyed.returncode == 0, keyed.stderr[-3000:]
     bad = subprocess.run([*args, "--model", f"{tmp_path / 'mymodels.py'}:build_all", "--output",
                           str(tmp_path / "bad")], capture_output=True, text=True, env=env,
                          timeout=300, cwd=tmp_path)
@@ -105,10 +116,10 @@ def test_a_builder_is_handed_the_features_chosen_and_a_mismatch_is_refused(logs,
 
 def test_a_binary_label_reports_auc_precision_and_recall(logs, tmp_path):
     lines: list[str] = []
-    result = daskfeed.train(str(logs / "*.csv"), label="y", exclude=["row_id"], epochs=1,
-                            validation_split=0.25, memory_limit="2GB", nworkers=1,
+    result = daskfeed.train(str(logs / "*.csv"), label="y", exclude=["row_id"], epochs=3,
+                            batch_size=64, validation_split=0.25, memory_limit="2GB", nworkers=1,
                             dashboard_address="", cache=False, output=str(tmp_path / "out"),
-                            echo=lines.append, verbose=0)
+                            echo=lines.append, verbose=0, seed=2)
     rec = result.history[-1]
     for name in ("accuracy", "auc", "precision", "recall"):
         assert 0.0 <= rec[name] <= 1.0 and 0.0 <= rec[f"val_{name}"] <= 1.0, rec
