@@ -599,6 +599,9 @@ def test_a_command_stopped_in_process_gives_ctrl_c_back(monkeypatch, tmp_path):
 
     monkeypatch.setattr(cli, "_start_cluster", interrupted)
     (tmp_path / "a.csv").write_text("x,cleared\n1,0\n", encoding="utf-8")
+    # a notebook's SIGINT handler: Python's own (a pytest-xdist worker may start with SIGINT
+    # ignored, which would make the check below say nothing)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     before = signal.getsignal(signal.SIGINT)
     result = CliRunner().invoke(cli.cli, ["scan", str(tmp_path / "a.csv"), "--label", "cleared"])
     assert result.exit_code == 130, result.output
@@ -612,3 +615,5 @@ def test_a_command_stopped_in_process_gives_ctrl_c_back(monkeypatch, tmp_path):
     assert result.exit_code == 130, result.output
     assert (f"To go on from the last checkpoint in {tmp_path / 'run' / 'checkpoints'} (the batch "
             "it was written at), run the same command again with --resume.") in result.output
+    assert signal.getsignal(signal.SIGINT) is before
+    signal.signal(signal.SIGINT, previous)
