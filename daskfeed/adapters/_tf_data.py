@@ -299,6 +299,12 @@ class WindowFeed:
         except Aborted:  # the process is stopping (a signal, a stop request): no more chunks;
             with contextlib.suppress(_Closed):  # a pass still reading is told, not left waiting
                 self._put_error("stopping: no longer feeding data")
+        except Exception as err:  # a bug of ours: fit gets it as an error, never waits forever
+            failure = DaskfeedError(f"The tf.data feed stopped on an unexpected error. Received: "
+                                    f"{type(err).__name__}: {err}\nHint: fit with "
+                                    "feed='batches' to go on, and report this.")
+            failure.__cause__ = err
+            self._fail(failure)
 
     def _serve(self, tag: int, epoch: int, start: int) -> bool:
         """Queue ``epoch``'s chunks from batch ``start``; False if a new pass was asked for first."""
