@@ -15,6 +15,15 @@ exactly; a column reaching that magnitude travels as int64 (whole numbers) or fl
 counts and timestamps arrive exactly as the CSV wrote them. Decimal fractions are carried at
 float32 precision (about 7 significant digits) in the narrow case. Dates travel as float64
 seconds since 1970. The same rule applies to a regression label.
+
+Dates read the same whatever type pyarrow gave their block (:func:`date_seconds`): a block of
+timestamps in its own unit, a block pyarrow left as text (one value that is not a date, zoned
+and naive times mixed) value by value, in the ISO 8601 forms pyarrow reads (a zone converted to
+UTC, a time without one taken as UTC), exactly as ``serving/`` reads them. A value of a date or
+number column that is neither missing nor read (``yesterday``, ``20130923`` in a date column,
+``12x`` in a number column) gets the training mean, as a missing value does, and is counted:
+:func:`encode_features` reports where (``unparsed``), the values ``serving/`` counts in its
+``unparsed`` output.
 """
 
 from __future__ import annotations
@@ -28,18 +37,28 @@ from daskfeed.core import DataError, SchemaError
 from daskfeed.manifest._labels import class_codes
 from daskfeed.manifest._manifest import Column, Manifest
 from daskfeed.manifest._weights import checked_weights, number_array
+from daskfeed.reading import NA_MARKERS
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["ENCODE_BYTES", "EXACT_FLOAT32", "MISSING_CODE", "ColumnCode", "Encoding", "WindowData", "concat",
-           "empty_window", "encode_features", "encode_frame", "encode_table", "epoch_seconds",
-           "numeric_dtype"]
+__all__ = ["ENCODE_BYTES", "EXACT_FLOAT32", "ISO_DATE", "MISSING_CODE", "ColumnCode", "Encoding",
+           "WindowData", "concat", "date_seconds", "empty_window", "encode_features", "encode_frame",
+           "encode_table", "epoch_seconds", "numeric_dtype"]
 
 MISSING_CODE = 0
 OOV_CODE = 1
 VOCAB_OFFSET = 2
 EXACT_FLOAT32 = 2**24  # float32 holds every whole number up to this magnitude
+# ISO 8601 as pyarrow's parser takes it (RE2, ASCII digits), the grammar of serving's DATE: year,
+# month, day, then optionally T or a space and hh, hh:mm, hh:mm:ss or hh:mm:ss.f (1 to 9 digits),
+# then optionally Z, ±hh, ±hhmm or ±hh:mm
+ISO_DATE = (r"^(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})(?:[T ](?P<h>\d{2})(?::(?P<mi>\d{2})"
+            r"(?::(?P<s>\d{2})(?:\.(?P<f>\d{1,9}))?)?)?(?P<z>Z|(?P<zs>[+-])(?P<zh>\d{2})"
+            r"(?::?(?P<zm>\d{2}))?)?)?$")
+SPACES = " \t\n\r\x0b\x0c"  # stripped around a date or a number, as serving strips them
+NS_RANGE = 9_223_372_035  # seconds from 1970 within int64 nanoseconds (1677 to 2262)
+DAYS_IN_MONTH = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], dtype=np.int64)
 
 
 def numeric_dtype(column: Column) -> str:
@@ -168,6 +187,11 @@ class WindowData:
 
 
 def _encode_column(s: pd.Series, code: ColumnCode) -> np.ndarray:
+    return _encode_series(s, code)[0]
+
+
+def _encode_series(s: pd.Series, code: ColumnCode) -> tuple[np.ndarray, np.ndarray | None]:
+    """One pandas column → the feed's array, and where a value was not read (None: nowhere)."""
     import pandas as pd  # only for what Arrow does not cover (workers need no pandas otherwise)
 
     if code.kind == "categorical":
@@ -177,22 +201,129 @@ def _encode_column(s: pd.Series, code: ColumnCode) -> np.ndarray:
         missing = s.isna().to_numpy()
         if missing.any():
             codes[missing] = MISSING_CODE
-        return codes
-    if code.kind == "datetime":
-        ts = pd.to_datetime(s, errors="coerce")
-        arr = ts.astype("int64").to_numpy() / 1e9
-        arr[ts.isna().to_numpy()] = code.fill
-        return arr.astype(code.dtype)
+        return codes, None
+    if code.kind == "datetime":  # through Arrow: the one reading of dates (date_seconds)
+        import pyarrow as pa
+
+        if pd.api.types.is_datetime64_any_dtype(s.dtype) or pd.api.types.is_numeric_dtype(s.dtype):
+            col = pa.Array.from_pandas(s)
+        else:
+            col = pa.Array.from_pandas(s.astype("string"))
+        return _date_column(col, code)
     num = pd.to_numeric(s, errors="coerce")
     missing = num.isna().to_numpy()
     if pd.api.types.is_integer_dtype(num.dtype):  # exact, whatever the magnitude
         arr = num.to_numpy(dtype=np.int64, na_value=0)
     else:
-        arr = num.to_numpy(dtype=np.float64, na_value=np.nan)
+        arr = num.to_numpy(dtype=np.float64, na_value=0.0)  # missing: the fill, below
     arr = arr.astype(code.dtype)
+    unparsed = None
     if missing.any():
         arr[missing] = code.fill_value
-    return arr
+        if not pd.api.types.is_numeric_dtype(s.dtype):
+            unparsed = _not_numbers(s, missing)
+    return arr, unparsed
+
+
+def _not_numbers(s: pd.Series, nan: np.ndarray) -> np.ndarray | None:
+    """Where text read as NaN is no missing value: not blank, no null marker, no NaN spelt out."""
+    text = s.astype("string").str.strip(SPACES)
+    missing = (text.isna() | text.eq("") | text.isin(NA_MARKERS)
+               | text.str.fullmatch(r"[+-]?nan", case=False))
+    unparsed = nan & ~missing.to_numpy(dtype=bool, na_value=True)
+    return unparsed if unparsed.any() else None
+
+
+def date_seconds(col: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds since 1970 (UTC) of a date column, whatever type pyarrow gave its block.
+
+    A block of timestamps is read in its own unit (:func:`epoch_seconds`); a block pyarrow left
+    as text (it holds a value that is not a date, or zoned and naive times mixed) value by
+    value, each as pyarrow reads a date alone: ISO 8601 (:data:`ISO_DATE`; spaces around it
+    ignored), a zone converted to UTC, a time without one taken as UTC, a fraction carried as
+    nanosecond timestamps carry it (``ticks / 1e9``). Any other type (numbers: ``20130923`` is
+    no date) holds no date. The reading is serving's (:mod:`daskfeed.inference._serving`).
+
+    Parameters
+    ----------
+    col
+        A pyarrow Array or ChunkedArray (timestamps, dates, text, numbers or nulls).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        The seconds (float64; NaN where missing or not a date) and where a value is not a date
+        although not missing (missing: null, or only spaces).
+    """
+    import pyarrow as pa
+
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    t = col.type
+    if pa.types.is_dictionary(t):
+        col, t = col.cast(t.value_type), t.value_type
+    valid = np.asarray(col.is_valid(), dtype=bool)
+    if pa.types.is_date(t):
+        col, t = col.cast(pa.timestamp("s")), pa.timestamp("s")
+    if pa.types.is_timestamp(t):
+        secs = epoch_seconds(col)
+        secs[~valid] = np.nan
+        return secs, np.zeros(len(col), dtype=bool)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return _iso_seconds(col)
+    return np.full(len(col), np.nan), valid  # numbers, booleans, ...: no date (null: all missing)
+
+
+def _iso_seconds(col: Any) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`date_seconds` of a text column: each value parsed alone (vectorised, in int64)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = pc.utf8_trim(col, characters=SPACES)
+    blank = np.asarray(pc.fill_null(pc.equal(text, ""), True), dtype=bool)  # null or spaces
+    parts = pc.extract_regex(text, ISO_DATE)
+    matched = np.asarray(parts.is_valid(), dtype=bool)
+
+    def whole(name: str) -> np.ndarray:  # "" (an absent part) is 0
+        part = pc.struct_field(parts, name)
+        zero, empty = pa.scalar("0", part.type), pa.scalar("", part.type)
+        digits = pc.binary_join_element_wise(zero, part, empty)
+        return np.asarray(pc.fill_null(digits, zero).cast(pa.int64()), dtype=np.int64)
+
+    y, m, d, hh, mm, ss, zh, zm = (whole(n) for n in ("y", "mo", "d", "h", "mi", "s", "zh", "zm"))
+    frac = pc.fill_null(pc.struct_field(parts, "f"), "")
+    fraction = np.asarray(pc.not_equal(frac, ""), dtype=bool)
+    nanos = np.asarray(pc.utf8_rpad(frac, width=9, padding="0").cast(pa.int64()), dtype=np.int64)
+    west = np.asarray(pc.fill_null(pc.equal(pc.struct_field(parts, "zs"), "-"), False), dtype=bool)
+    leap = ((y % 4 == 0) & (y % 100 != 0)) | (y % 400 == 0)
+    month_days = DAYS_IN_MONTH[np.clip(m - 1, 0, 11)] + ((m == 2) & leap)
+    ok = (matched & (m >= 1) & (m <= 12) & (d >= 1) & (d <= month_days) & (hh < 24) & (mm < 60)
+          & (ss < 60) & (zh < 24) & (zm < 60))
+    offset = (zh * 3600 + zm * 60) * np.where(west, -1, 1)
+    secs = _days_from_civil(y, m, d) * 86400 + hh * 3600 + mm * 60 + ss - offset
+    in_ns = np.abs(secs) < NS_RANGE
+    ticks = (np.where(in_ns, secs, 0) * 10**9 + nanos).astype(np.float64) / 1e9
+    value = secs.astype(np.float64)
+    value = np.where(fraction, np.where(in_ns, ticks, value + nanos / 1e9), value)
+    value[~ok | blank] = np.nan
+    return value, ~ok & ~blank
+
+
+def _days_from_civil(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Days since 1970-01-01 of proleptic Gregorian dates (H. Hinnant's algorithm), as serving."""
+    y = y - (m <= 2)
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (m + np.where(m > 2, -3, 9)) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+def _date_column(col: Any, code: ColumnCode) -> tuple[np.ndarray, np.ndarray | None]:
+    """A date column's array (the mean where missing or not a date) and where it was not one."""
+    secs, unparsed = date_seconds(col)
+    secs[np.isnan(secs)] = code.fill
+    return secs.astype(code.dtype, copy=False), (unparsed if unparsed.any() else None)
 
 
 def encode_frame(df: pd.DataFrame, encoding: Encoding) -> WindowData:
@@ -283,17 +414,43 @@ def _class_label(col: Any, encoding: Encoding) -> tuple[np.ndarray, np.ndarray |
     return codes, (None if labelled.all() else labelled)
 
 
-def _table_column(col: Any, code: ColumnCode) -> np.ndarray:
-    """One Arrow column → the feed's array (the pandas path for anything unusual)."""
+def _table_column(col: Any, code: ColumnCode) -> tuple[np.ndarray, np.ndarray | None]:
+    """One Arrow column → the feed's array, and where a date or number was not read (None: nowhere).
+
+    Numbers in a number column and text in a text column are encoded by Arrow, dates by
+    :func:`date_seconds` whatever their type, anything else by pandas.
+    """
+    import pyarrow as pa
+
+    if code.kind == "datetime":
+        return _date_column(col, code)
+    t = col.type
+    if pa.types.is_null(t):
+        if code.kind == "categorical":
+            return np.full(len(col), MISSING_CODE, dtype=np.int32), None
+        return np.full(len(col), code.fill_value, dtype=code.dtype), None
+    if _plain(col, code):
+        return _arrow_column(col, code), None
+    return _encode_series(col.to_pandas(), code)
+
+
+def _plain(col: Any, code: ColumnCode) -> bool:
+    """Whether Arrow encodes ``col`` alone: numbers in a number column, text in a text column."""
+    import pyarrow as pa
+
+    t = col.type
+    if code.kind == "numeric":
+        return pa.types.is_integer(t) or pa.types.is_floating(t)
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t)
+
+
+def _arrow_column(col: Any, code: ColumnCode) -> np.ndarray:
+    """A :func:`_plain` column's array, without pandas."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     t = col.type
-    if pa.types.is_null(t):
-        if code.kind == "categorical":
-            return np.full(len(col), MISSING_CODE, dtype=np.int32)
-        return np.full(len(col), code.fill_value, dtype=code.dtype)
-    if code.kind == "numeric" and (pa.types.is_integer(t) or pa.types.is_floating(t)):
+    if code.kind == "numeric":
         valid = None if not col.null_count else np.asarray(col.is_valid())
         if pa.types.is_integer(t):  # whole numbers: exact in int64, and in float32 below 2**24
             arr = pc.fill_null(col, 0).cast(pa.int64()).to_numpy(zero_copy_only=False)
@@ -306,27 +463,20 @@ def _table_column(col: Any, code: ColumnCode) -> np.ndarray:
             arr = arr if arr.flags.writeable else arr.copy()
             arr[~valid] = code.fill_value
         return arr
-    if code.kind == "categorical" and (pa.types.is_string(t) or pa.types.is_large_string(t)
-                                       or pa.types.is_dictionary(t)):
-        if not pa.types.is_dictionary(t):
-            col = pc.dictionary_encode(col)
-        col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-        if isinstance(col, pa.ChunkedArray):  # zero chunks
-            return np.zeros(0, dtype=np.int32)
-        values = col.dictionary.cast(pa.string())
-        found = pc.index_in(values, value_set=pa.array(list(code.vocabulary), pa.string()))
-        lookup = (pc.fill_null(found, -1).to_numpy(zero_copy_only=False) + VOCAB_OFFSET).astype(np.int32)
-        lookup[lookup < VOCAB_OFFSET] = OOV_CODE  # not in the vocabulary
-        idx = pc.fill_null(col.indices, 0).to_numpy(zero_copy_only=False)
-        valid = np.asarray(col.is_valid())
-        out = lookup[idx] if len(lookup) else np.full(len(idx), OOV_CODE, np.int32)
-        out[~valid] = MISSING_CODE
-        return out.astype(np.int32, copy=False)
-    if code.kind == "datetime" and pa.types.is_timestamp(t):
-        arr = epoch_seconds(col).astype(code.dtype)
-        arr[~np.asarray(col.is_valid())] = code.fill
-        return arr
-    return _encode_column(col.to_pandas(), code)
+    if not pa.types.is_dictionary(t):  # text in a text column
+        col = pc.dictionary_encode(col)
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if isinstance(col, pa.ChunkedArray):  # zero chunks
+        return np.zeros(0, dtype=np.int32)
+    values = col.dictionary.cast(pa.string())
+    found = pc.index_in(values, value_set=pa.array(list(code.vocabulary), pa.string()))
+    lookup = (pc.fill_null(found, -1).to_numpy(zero_copy_only=False) + VOCAB_OFFSET).astype(np.int32)
+    lookup[lookup < VOCAB_OFFSET] = OOV_CODE  # not in the vocabulary
+    idx = pc.fill_null(col.indices, 0).to_numpy(zero_copy_only=False)
+    valid = np.asarray(col.is_valid())
+    out = lookup[idx] if len(lookup) else np.full(len(idx), OOV_CODE, np.int32)
+    out[~valid] = MISSING_CODE
+    return out.astype(np.int32, copy=False)
 
 
 def epoch_seconds(col: Any) -> np.ndarray:
@@ -338,11 +488,13 @@ def epoch_seconds(col: Any) -> np.ndarray:
     return np.asarray(ticks, dtype=np.float64) / scale
 
 
-def encode_table(table: Any, encoding: Encoding) -> WindowData:
+def encode_table(table: Any, encoding: Encoding,
+                 unparsed: dict[str, np.ndarray] | None = None) -> WindowData:
     """Encode an Arrow table in row order, without pandas (rows without a label are dropped).
 
     Same result as :func:`encode_frame`; columns are taken by name, so files whose header
-    lists the same columns in another order line up.
+    lists the same columns in another order line up. ``unparsed``: as :func:`encode_features`
+    fills it, over the rows kept.
     """
     if encoding.label not in table.column_names:
         raise SchemaError(
@@ -359,20 +511,44 @@ def encode_table(table: Any, encoding: Encoding) -> WindowData:
     w = None
     if encoding.weight:
         w = checked_weights(number_array(table.column(encoding.weight)), encoding.weight)
-    return WindowData(encode_features(table, encoding), y, w)
+    return WindowData(encode_features(table, encoding, unparsed), y, w)
 
 
-def encode_features(table: Any, encoding: Encoding) -> dict[str, np.ndarray] | np.ndarray:
+def encode_features(table: Any, encoding: Encoding,
+                    unparsed: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray] | np.ndarray:
     """The model input ``x`` of an Arrow table's rows, in order (no label needed).
 
     What :func:`encode_table` gives as ``x``; also what ``daskfeed predict`` scores.
+
+    Parameters
+    ----------
+    table
+        The rows, as the reader parses them.
+    encoding
+        The training encoding.
+    unparsed
+        Filled, when given, with the columns where a value of a date or number column was
+        neither missing nor read (it got the training mean, as a missing value does): column
+        → bool mask over the rows. Serving counts the same values (its ``unparsed`` output).
+
+    Returns
+    -------
+    dict of str to numpy.ndarray, or numpy.ndarray
+        One array per feature column, or one matrix (``as_matrix``).
     """
+    x: dict[str, np.ndarray] = {}
+    matrix = None
     if encoding.as_matrix:
-        x = np.empty((table.num_rows, len(encoding.columns)), dtype=encoding.matrix_dtype)
-        for j, code in enumerate(encoding.columns):
-            x[:, j] = _table_column(table.column(code.name), code)
-        return x
-    return {c.name: _table_column(table.column(c.name), c) for c in encoding.columns}
+        matrix = np.empty((table.num_rows, len(encoding.columns)), dtype=encoding.matrix_dtype)
+    for j, code in enumerate(encoding.columns):
+        arr, where = _table_column(table.column(code.name), code)
+        if where is not None and unparsed is not None:
+            unparsed[code.name] = where
+        if matrix is None:
+            x[code.name] = arr
+        else:
+            matrix[:, j] = arr
+    return x if matrix is None else matrix
 
 
 
