@@ -83,8 +83,8 @@ def run(tmp_path_factory):
         os.makedirs(root / name)
         _write(str(root / name / "zoned.csv"), 300, seed, zoned=True)
         _write(str(root / name / "naive.csv"), 300, seed + 10, zoned=False)
-    # the odd values sit in a file of their own: predict reads a date column holding one as
-    # text and parses that whole block with pandas (see the module docstring of _serving)
+    # the odd values sit in a file of their own: pyarrow reads a date column holding one as
+    # text, which the feed's encoder reads value by value (daskfeed.manifest._encoding)
     pd.DataFrame([(w, g, c, 1.0) for w, g, c, _ in ODD],
                  columns=["when", "gold", "hero", "score"]).to_csv(root / "held" / "odd.csv",
                                                                     index=False)
@@ -102,8 +102,8 @@ def run(tmp_path_factory):
 
 
 def _feed_scores(out: str, files: list[str]) -> np.ndarray:
-    """predict's scores before Keras' ``predict`` narrows them: the files read and encoded as
-    predict does (pyarrow, the reader's markers, the feed's encoder), the model called on them."""
+    """predict's scores, computed here: the files read and encoded as predict does (pyarrow, the
+    reader's markers, the feed's encoder), the model called on them."""
     from daskfeed.adapters import keras
     from daskfeed.inference._scoring import TrainedRun
     from daskfeed.manifest import encode_features
@@ -117,12 +117,12 @@ def _feed_scores(out: str, files: list[str]) -> np.ndarray:
 
 
 def _same(served, run: dict, rows) -> None:
-    """Served predictions equal predict's: exactly the model on the feed's encoding (float32
-    rounding), and predict's own within 2e-3. predict scores with Keras' ``model.predict``, which
-    narrows float64 inputs to float32: seconds since 1970 move by up to 64 s in 2013."""
+    """Served predictions equal predict's: the model on the feed's encoding (float32 rounding).
+    predict feeds float64 dates as float64 (Keras' ``model.predict`` narrowed them to float32:
+    seconds since 1970 moved by up to 64 s in 2013, 2e-3 here)."""
     got = served["prediction"].numpy()
     np.testing.assert_allclose(got, run["feed"][rows], rtol=0, atol=1e-5)
-    np.testing.assert_allclose(got, run["scored"][rows], rtol=0, atol=2e-3)
+    np.testing.assert_allclose(got, run["scored"][rows], rtol=0, atol=1e-5)
 
 
 def _typed(held: pd.DataFrame) -> dict:
@@ -236,8 +236,8 @@ def test_input_names_are_valid_distinct_and_deterministic(columns, names) -> Non
 
 
 # ----------------------------------------------------------------------------- value by value
-# each value alone in a block, as predict reads it; for the values pyarrow reads as text, predict
-# hands the block to pandas, which gives most of them NaN (the mean), and serving counts them
+# each value alone in a block, as predict reads it; the values pyarrow reads as text get the
+# mean in predict (the feed's encoder counts them) and serving counts them
 DATES_READ = [
     "2013-09-23", "2012-02-29", "2000-02-29", "0000-01-01", "9999-12-31T23:59:59", " 2013-09-23",
     "2013-09-23T21", "2013-09-23 21:05", "2013-09-23T21:00:00", "2013-09-23T21:00:00Z",
