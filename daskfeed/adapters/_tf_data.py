@@ -42,7 +42,6 @@ original kept in the sequence's ``failure``.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from typing import Any
 
@@ -296,9 +295,8 @@ class WindowFeed:
                                          "other feeds, and do not call set_epoch while fit reads."))
         except DaskfeedError as err:
             self._fail(err)
-        except Aborted:  # the process is stopping (a signal, a stop request): no more chunks;
-            with contextlib.suppress(_Closed):  # a pass still reading is told, not left waiting
-                self._put_error("stopping: no longer feeding data")
+        except Aborted:  # the process is stopping (a signal, a stop request): its main thread
+            return  # unwinds fit and closes the feed; a chunk queued now could block the exit
         except Exception as err:  # a bug of ours: fit gets it as an error, never waits forever
             failure = DaskfeedError(f"The tf.data feed stopped on an unexpected error. Received: "
                                     f"{type(err).__name__}: {err}\nHint: fit with "
