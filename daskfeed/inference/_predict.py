@@ -31,7 +31,14 @@ from daskfeed.cluster import (
     result_unless_paused,
 )
 from daskfeed.core import BudgetError, DataNotFoundError, SchemaError, writing
-from daskfeed.inference._scoring import Scorer, TrainedRun, output_columns, output_schema, score_block
+from daskfeed.inference._scoring import (
+    Scorer,
+    TrainedRun,
+    Unparsed,
+    output_columns,
+    output_schema,
+    score_block,
+)
 from daskfeed.manifest import Manifest
 from daskfeed.reading import Source, refuse_missing_local
 
@@ -105,7 +112,7 @@ def _progress(echo: Callable[[str], None], total: int) -> Callable[[int, int, fl
 
 
 def _in_order(client: Any, source: Source, scorer: Scorer, keep: tuple[str, ...],
-              schema: pa.Schema, in_flight: int) -> Iterator[tuple[pa.Table, int]]:
+              schema: pa.Schema, in_flight: int) -> Iterator[tuple[pa.Table, int, dict[str, Unparsed]]]:
     """Submit blocks, at most ``in_flight`` at a time, and yield their results in block order."""
     pending: deque[Any] = deque()
     token = f"{os.getpid()}-{time.monotonic_ns()}"
@@ -185,7 +192,11 @@ def predict(
     pandas.DataFrame or str
         The kept columns, ``prediction`` (the value; for a class label the most probable
         class: its name, or its id for numeric classes) and ``probability_<class>`` for each
-        class; or the path written when ``output`` is given.
+        class; or the path written when ``output`` is given. The DataFrame's
+        ``attrs["unparsed"]`` counts by column the values neither missing nor read (a date
+        column's ``yesterday``, a number column's ``12x``): they were scored with the training
+        mean, as missing values are, and a closing line says so (``serving/`` counts the same
+        values in its ``unparsed`` output).
 
     Raises
     ------
@@ -213,7 +224,10 @@ def predict(
         in_flight = max(1, min(2 * budget.nworkers * budget.nthreads,
                                budget.prefetch // max(1, _result_bytes(source, run, schema))))
         if output is None:
-            return _score(client, source, run, keep, schema, in_flight, None, say).to_pandas()
+            unparsed: dict[str, Unparsed] = {}
+            df = _score(client, source, run, keep, schema, in_flight, None, say, unparsed).to_pandas()
+            df.attrs["unparsed"] = {name: u.count for name, u in unparsed.items()}
+            return df
         with writing(output, "wb") as f:
             _score(client, source, run, keep, schema, in_flight, (f, fmt), say)
         say(f"wrote {os.fspath(output)}")
@@ -272,23 +286,43 @@ def _workers_that_fit(memory_limit: str | int | None, own: int, model_reserve: i
 
 def _score(client: Any, source: Source, run: TrainedRun, keep: tuple[str, ...],
            schema: pa.Schema, in_flight: int, sink_to: tuple[Any, str | None] | None,
-           say: Callable[[str], None]) -> pa.Table:
-    """Score every block in order into the file (or a table, returned, when there is none)."""
+           say: Callable[[str], None], unparsed: dict[str, Unparsed] | None = None) -> pa.Table:
+    """Score every block in order into the file (or a table, returned, when there is none).
+
+    ``unparsed`` (when given) is filled with the values neither missing nor read, by column.
+    """
     sink = _Sink(*sink_to, schema) if sink_to else _Sink(None, None, schema)
     show = _progress(say, source.npartitions)
     rows = rejected = done = 0
+    found: dict[str, Unparsed] = {} if unparsed is None else unparsed
     t0 = time.perf_counter()
     try:
-        for table, bad in _in_order(client, source, run.scorer, keep, schema, in_flight):
+        for table, bad, odd in _in_order(client, source, run.scorer, keep, schema, in_flight):
             sink.add(table)
             rows, rejected, done = rows + table.num_rows, rejected + bad, done + 1
+            for name, u in odd.items():
+                found[name] = found[name].plus(u) if name in found else u
             show(done, rows, time.perf_counter() - t0)
     finally:
         sink.close()
     if rejected:
         say(f"predict: {rejected:,} malformed line(s) skipped (bad_lines="
             f"{source.options.bad_lines!r}, as in training): no prediction for them")
+    if found:
+        say(_unparsed_line(found, run))
     return pa.concat_tables(sink.tables) if sink.tables else schema.empty_table()
+
+
+def _unparsed_line(found: dict[str, Unparsed], run: TrainedRun) -> str:
+    """The closing line on values neither missing nor read: how many, by column, the first."""
+    kinds = {run.manifest.columns[n].kind for n in found}
+    what = " or ".join(w for k, w in (("datetime", "a date"), ("numeric", "a number")) if k in kinds)
+    each = "; ".join(f"{name!r} {u.count:,} (first {u.first} in {u.where})"
+                     for name, u in found.items())
+    total = sum(u.count for u in found.values())
+    return (f"predict: {total:,} value(s) not missing but not {what} were scored with the "
+            f"training mean, as missing values are: {each} (serving/ counts them in its "
+            "'unparsed' output)")
 
 
 def _source(data: Any, manifest: Manifest, blocksize: int | str,

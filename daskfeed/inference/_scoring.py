@@ -4,7 +4,9 @@
 block with the training read options, encodes it with the feed's own encoder and the training
 statistics, and scores it with the model the worker loaded once, each input in the dtype the
 feed gives it (float64 dates and wide numbers stay float64, as in training: :func:`apply_model`).
-``daskfeed predict`` (:mod:`daskfeed.inference._predict`) puts the blocks in order and writes them.
+A value of a date or number column that is neither missing nor read is scored with the training
+mean and counted (:class:`Unparsed`). ``daskfeed predict`` (:mod:`daskfeed.inference._predict`)
+puts the blocks in order, writes them and says the count.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from daskfeed.reading import Block, ReadOptions
 if TYPE_CHECKING:
     from keras import Model
 
-__all__ = ["Scorer", "TrainedRun", "apply_model", "class_names", "output_columns", "output_schema",
-           "score_block"]
+__all__ = ["Scorer", "TrainedRun", "Unparsed", "apply_model", "class_names", "output_columns",
+           "output_schema", "score_block"]
 
 PREDICT_BATCH = 8192  # rows per model call on a worker
 
@@ -246,7 +248,8 @@ class Scorer:
         out.update({f"probability_{n}": probs[:, j] for j, n in enumerate(self.classes)})
         return out
 
-    def score(self, table: pa.Table, model: Model) -> dict[str, np.ndarray]:
+    def score(self, table: pa.Table, model: Model,
+              unparsed: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Encode ``table``'s rows as training did and score them with ``model``.
 
         Parameters
@@ -255,6 +258,10 @@ class Scorer:
             Rows as the reader parses them (a label column, if any, is ignored).
         model
             The Keras model at ``model_path``.
+        unparsed
+            Filled, when given, with the rows of each column whose value was neither missing
+            nor read (scored with the training mean), as
+            :func:`~daskfeed.manifest._encoding.encode_features` fills it.
 
         Returns
         -------
@@ -264,7 +271,7 @@ class Scorer:
         if not table.num_rows:
             return self.outputs(np.zeros((0, len(self.classes or ()) if self.task == "multiclass"
                                           else 1), dtype=np.float32))
-        x = encode_features(table, self.encoding)
+        x = encode_features(table, self.encoding, unparsed)
         return self.outputs(apply_model(model, x, table.num_rows))
 
 
@@ -319,9 +326,32 @@ def _model(path: str, stamp: int) -> Model:
         return model
 
 
+@dataclass(frozen=True)
+class Unparsed:
+    """The values of one column that were neither missing nor read, in one block or more.
+
+    Parameters
+    ----------
+    count
+        How many (each scored with the training mean, as a missing value is).
+    first
+        The first of them, as written (``repr``).
+    where
+        The block it is in (:meth:`~daskfeed.reading.Block.describe`).
+    """
+
+    count: int
+    first: str
+    where: str
+
+    def plus(self, other: Unparsed | None) -> Unparsed:
+        """The sum of both counts (``other``: a later block's), the first value kept."""
+        return self if other is None else Unparsed(self.count + other.count, self.first, self.where)
+
+
 def score_block(index: int, block: Block, options: ReadOptions, scorer: Scorer, keep: tuple[str, ...],
-                schema: pa.Schema) -> tuple[pa.Table, int]:
-    """Score one block (on a worker): its prediction table in row order and its rejected lines.
+                schema: pa.Schema) -> tuple[pa.Table, int, dict[str, Unparsed]]:
+    """Score one block (on a worker): predictions in row order, rejected lines, unparsed values.
 
     Parameters
     ----------
@@ -339,7 +369,9 @@ def score_block(index: int, block: Block, options: ReadOptions, scorer: Scorer, 
     Returns
     -------
     tuple
-        The block's output table (``schema``, row order) and the number of lines rejected.
+        The block's output table (``schema``, row order), the number of lines rejected, and
+        by column the values neither missing nor read (a date column's ``yesterday``, a number
+        column's ``12x``), which got the training mean.
 
     Raises
     ------
@@ -352,14 +384,20 @@ def score_block(index: int, block: Block, options: ReadOptions, scorer: Scorer, 
     needed = (*(c.name for c in scorer.encoding.columns), *keep)
     parts = []
     rejects: list[str] = []
+    unparsed: dict[str, Unparsed] = {}
     for table in block_tables(index, block, options, None, rejects):
         _check_columns(table, needed, block)
-        cols = scorer.score(table, model)
+        where: dict[str, np.ndarray] = {}
+        cols = scorer.score(table, model, where)
+        for name, rows in where.items():
+            first = table.column(name)[int(np.flatnonzero(rows)[0])].as_py()
+            found = Unparsed(int(rows.sum()), repr(first), block.describe())
+            unparsed[name] = unparsed[name].plus(found) if name in unparsed else found
         arrays = [_kept(table.column(k), schema.field(k).type, k, block) for k in keep]
         arrays += [pa.array(cols[name], type=schema.field(name).type) for name in cols]
         parts.append(pa.Table.from_arrays(arrays, schema=schema))
     table = pa.concat_tables(parts) if parts else schema.empty_table()
-    return table, len(rejects)
+    return table, len(rejects), unparsed
 
 
 def _check_columns(table: pa.Table, needed: Sequence[str], block: Block) -> None:

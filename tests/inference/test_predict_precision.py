@@ -4,6 +4,9 @@
   date (about 1.38e9 s) moved by up to 64 s and a wide number lost its last digits before the
   model's float64 normalization; predict now equals the model applied to the feed's encoding,
   and ``serving/`` equals predict.
+- A block pyarrow reads as text (zoned and naive times mixed, a value that is no date) scores as
+  its rows do in blocks of timestamps; a value that is no date or number gets the training mean
+  and is counted (the DataFrame's ``attrs["unparsed"]``, the closing line), as serving counts it.
 
 The runs are real: ``train`` on CSV files, ``predict`` and the CLI on a LocalCluster, the
 SavedModel loaded with ``tf.saved_model.load``.
@@ -12,6 +15,7 @@ SavedModel loaded with ``tf.saved_model.load``.
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pandas as pd
@@ -112,4 +116,43 @@ def test_predict_equals_the_model_on_the_feeds_encoding_and_serving(run) -> None
     np.testing.assert_allclose(got, _model_on_feed(run["out"], run["typed"]), rtol=0, atol=1e-6)
     served = _served(run["out"], run["held"])
     np.testing.assert_allclose(served["prediction"], got, rtol=0, atol=1e-5)
-    assert not served["unparsed"].any()
+    assert not served["unparsed"].any() and scored.attrs["unparsed"] == {}
+
+
+def test_a_block_read_as_text_scores_as_its_rows_in_blocks_of_dates(run, tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from daskfeed.cli._commands import cli
+    from daskfeed.reading import Block, ReadOptions, iter_tables
+
+    (table,) = iter_tables(Block(run["mixed"], 0, -1, 0), ReadOptions())
+    assert str(table.schema.field("when").type) == "string"  # zoned and naive mixed: text
+    out = str(tmp_path / "mixed.csv")
+    res = CliRunner().invoke(cli, ["predict", run["out"], run["mixed"], "--output", out,
+                                   "--memory-limit", in_process_budget(), "--nworkers", "1",
+                                   "--dashboard-address", ""])
+    assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+    mixed = pd.read_csv(out)["prediction"].to_numpy(dtype=np.float64)
+    typed = _model_on_feed(run["out"], run["typed"])
+    n = len(run["order"])
+    np.testing.assert_allclose(mixed[:n], typed[run["order"]], rtol=0, atol=1e-6)
+    # the odd rows: the mean for what is no date or number, as serving reads them, and counted
+    served = _served(run["out"], run["rows"])
+    np.testing.assert_allclose(served["prediction"], mixed, rtol=0, atol=1e-5)
+    assert served["unparsed"][n:].tolist() == [1, 1, 2, 0]
+    line = next(ln for ln in res.output.splitlines() if "training mean" in ln)
+    assert re.fullmatch(
+        r"predict: 4 value\(s\) not missing but not a date or a number were scored with the "
+        r"training mean, as missing values are: 'when' 3 \(first 'yesterday' in .*mixed\.csv.*\); "
+        r"'gold' 1 \(first '12x' in .*mixed\.csv.*\) \(serving/ counts them in its 'unparsed' "
+        r"output\)", line), line
+
+
+def test_predicts_dataframe_counts_unparsed_values_by_column(run) -> None:
+    from daskfeed.inference._predict import predict
+
+    lines: list[str] = []
+    scored = predict(run["out"], run["mixed"], memory_limit=in_process_budget(), nworkers=1,
+                     echo=lines.append)
+    assert scored.attrs["unparsed"] == {"when": 3, "gold": 1}
+    assert sum("training mean" in ln for ln in lines) == 1
