@@ -46,6 +46,7 @@ from daskfeed.training._early_stopping import EarlyStopping
 
 if TYPE_CHECKING:
     from daskfeed.adapters import DaskSequence
+    from daskfeed.batches import EpochStats
 
 __all__ = ["Checkpointer", "EpochTelemetry", "fit_from"]
 
@@ -261,7 +262,9 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
         How batches reach Keras: ``windows``, a ``tf.data`` pipeline fed a chunk of batches
         per Python call (:class:`~daskfeed.adapters._tf_data.WindowFeed`, TensorFlow backend only);
         ``batches``, the sequence itself (a ``PyDataset``, one call per batch); ``auto``
-        (default), ``windows`` on TensorFlow and ``batches`` on JAX. The batches are the same.
+        (default), ``windows`` on TensorFlow and ``batches`` on JAX. The batches are the same;
+        callbacks with a ``set_feed`` method are told which it is (the wait for data is not
+        measured the same way, see :class:`EpochTelemetry`).
     **kwargs
         ``fit``'s other arguments (``callbacks``, ``validation_data``, ``verbose``, ...).
 
@@ -284,6 +287,7 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
             callbacks.append(_ProgbarTo(epochs))
         try:
             with fit_inputs(sequence, feed, {**kwargs, "callbacks": callbacks}, group) as (x, args):
+                _tell_feed(args, x is sequence)
                 fits.append(model.fit(x, initial_epoch=epoch, epochs=epoch + 1, **args))
         finally:
             for cb in carried:
@@ -294,8 +298,22 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
     if epoch < epochs:
         sequence.set_epoch(epoch)
         with fit_inputs(sequence, feed, kwargs, group) as (x, args):
+            _tell_feed(args, x is sequence)
             fits.append(model.fit(x, initial_epoch=epoch, epochs=epochs, **args))
     return fits
+
+
+def _tell_feed(args: dict[str, Any], batches: bool) -> None:
+    """Tell the callbacks that measure the wait for data how batches reach Keras.
+
+    Those with a ``set_feed`` method (:class:`EpochTelemetry`,
+    :class:`~daskfeed.training._watch.WatchCallback`) get ``batches`` (the sequence itself) or
+    ``windows`` (a window feed's ``tf.data`` pipeline).
+    """
+    for cb in args.get("callbacks") or ():
+        set_feed = getattr(cb, "set_feed", None)
+        if callable(set_feed):
+            set_feed("batches" if batches else "windows")
 
 
 class _ProgbarTo(keras.callbacks.ProgbarLogger):
@@ -317,21 +335,92 @@ class _ProgbarTo(keras.callbacks.ProgbarLogger):
 
 
 class EpochTelemetry(keras.callbacks.Callback):
-    """Per epoch: rows, training seconds, rows/s, data-wait fraction, peak RSS of the tree.
+    """Per epoch: rows trained, training seconds, rows/s, the wait for data, peak RSS of the tree.
 
-    ``seconds`` is the training part of the epoch (validation is ``val_seconds``);
-    ``data_wait_fraction`` is the time ``__getitem__`` waited for windows over ``seconds``.
+    Every time is measured on one clock, ``time.perf_counter`` of this process, the clock of the
+    sequence's own figures (:meth:`~daskfeed.DaskSequence.stats_of`). A record's fields:
+
+    ``rows``, ``batches``
+        Rows and batches trained in the epoch by this process: in a resumed epoch those from
+        ``resumed_at_batch`` on (the :class:`Checkpointer` adds that field), else all the epoch's.
+    ``seconds``
+        The epoch's training time: from ``on_epoch_begin`` to validation's start (to the epoch's
+        end without validation). ``val_seconds``: validation's.
+    ``rows_per_s``
+        ``rows / seconds``: only rows trained in that time.
+    ``windows_computed``, ``peak_rss_bytes``
+        Windows the epoch computed; the process tree's peak RSS during the epoch.
+
+    The wait for data depends on how batches reach Keras (:func:`fit_from` says which through
+    :meth:`set_feed`; ``batches`` unless told):
+
+    ``feed="batches"`` (Keras reads ``seq[i]``, one thread at a time with PyDataset's ``workers=1``)
+        ``data_wait_seconds`` is the time Keras' reads of the epoch's batches waited for windows
+        during the epoch's training time, ``data_wait_fraction`` that over ``seconds``. Keras
+        starts reading an epoch's batches after ``on_epoch_begin`` and has read them all before
+        its training ends, so those waits lie inside the training time, one after another: the
+        fraction is at most 1 by construction. ``first_batch_wait_seconds`` is the time reads
+        of the epoch waited *before* its training began: the TensorFlow backend reads batches
+        0 and 1 when ``fit`` starts, before its first ``on_epoch_begin`` (0 for other epochs).
+    ``feed="windows"`` (a ``tf.data`` pipeline fed by a :class:`~daskfeed.adapters._tf_data.WindowFeed`)
+        Keras' own wait, on the ``tf.data`` queue, is not observable from Python, and the feed's
+        producer thread reads ahead of training (the next epochs' chunks while this one trains,
+        ends or validates), so its waits are not the trainer's and do not lie inside
+        ``seconds``: ``data_wait_seconds``, ``data_wait_fraction`` and
+        ``first_batch_wait_seconds`` are None (not measured). The producer's figures are
+        recorded instead: ``feed_wait_seconds``, the time it waited for the epoch's windows;
+        ``feed_seconds``, the time from when the sequence began serving the epoch (made, or
+        done with the epoch before) to when the producer assembled its last batch;
+        ``feed_wait_fraction``, the first over the second. The producer's waits for the epoch
+        lie inside that span, one after another: at most 1 by construction.
+
+    The sequence keeps the figures of its last eight epochs. On small data the window feed can
+    read further ahead than that; an epoch whose figures are gone by its end has its rows and
+    batches from its plan (every epoch has the same, and Keras trained them all) and None for
+    ``windows_computed`` and the wait.
+
+    Parameters
+    ----------
+    sequence
+        The training :class:`~daskfeed.DaskSequence`.
+    rss_sampler
+        Samples the process tree's RSS (its peak per epoch is recorded); None: no memory figure.
+    feed
+        ``batches`` or ``windows``: how batches reach Keras (:func:`fit_from` sets it).
     """
 
-    def __init__(self, sequence: DaskSequence, rss_sampler: RSSSampler | None = None) -> None:
+    def __init__(self, sequence: DaskSequence, rss_sampler: RSSSampler | None = None, *,
+                 feed: str = "batches") -> None:
         super().__init__()
         self.sequence = sequence
         self.rss = rss_sampler
         self.epochs: list[dict[str, Any]] = []
+        self.feed = ""
+        self.set_feed(feed)
         self._t0 = self._t_train = 0.0
+        self._start = 0  # the batch the epoch starts at (> 0 in a resumed epoch)
+        self._waited_before = 0.0  # the epoch's reads waited this long before on_epoch_begin
+        self._seen: EpochStats | dict[str, Any] = {}  # the epoch's final figures, once seen
+
+    def set_feed(self, feed: str) -> None:
+        """Say how batches reach Keras: ``batches`` (``seq[i]``) or ``windows`` (a WindowFeed).
+
+        Parameters
+        ----------
+        feed
+            ``batches`` or ``windows``.
+
+        Raises
+        ------
+        ValueError
+            For another value.
+        """
+        if feed not in ("batches", "windows"):
+            raise ValueError(f"Expected feed 'batches' or 'windows'. Received: feed={feed!r}.")
+        self.feed = feed
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        """Start the epoch clock and a new RSS peak.
+        """Start the epoch clock and a new RSS peak; note how long its reads already waited.
 
         Parameters
         ----------
@@ -340,6 +429,10 @@ class EpochTelemetry(keras.callbacks.Callback):
         logs
             Keras' logs (losses and metrics so far; may be None).
         """
+        now = self.sequence.epoch_stats()
+        self._waited_before = float(now["wait_seconds"]) if now["epoch"] == epoch else 0.0
+        self._start = int(self.sequence.start)
+        self._seen = self.sequence.stats_of(epoch)  # a feed that reads ahead may be done with it
         self._t0 = time.perf_counter()
         self._t_train = 0.0
         if self.rss is not None:
@@ -369,18 +462,52 @@ class EpochTelemetry(keras.callbacks.Callback):
         end = time.perf_counter()
         train_end = self._t_train or end
         seconds = max(train_end - self._t0, 1e-9)
-        stats = self.sequence.stats_of(epoch) or self.sequence.last_epoch_stats
-        rec = {
+        stats = self._stats(epoch)
+        size = int(self.sequence.batch_size)
+        if stats:
+            rows, batches, start = int(stats["rows"]), int(stats["batches"]), int(stats["start_batch"])
+        else:  # figures no longer kept: the plan's (the same every epoch), all trained
+            start = self._start
+            rows = int(self.sequence.rows) - start * size
+            batches = int(self.sequence.plan.num_batches) - start
+        rec: dict[str, Any] = {
             "epoch": epoch,
-            "rows": stats.get("rows", 0),
-            "batches": stats.get("batches", 0),
+            "rows": rows,
+            "batches": batches,
             "seconds": round(seconds, 4),
             "val_seconds": round(end - train_end, 4),
-            "rows_per_s": round(stats.get("rows", 0) / seconds, 1),
-            "data_wait_seconds": round(stats.get("wait_seconds", 0.0), 4),
-            "data_wait_fraction": round(min(1.0, stats.get("wait_seconds", 0.0) / seconds), 4),
-            "windows_computed": stats.get("windows_computed", 0),
+            "rows_per_s": round(rows / seconds, 1),
+            "windows_computed": stats.get("windows_computed"),
         }
+        waited = float(stats["wait_seconds"]) if stats else None
+        if self.feed == "batches":
+            during = None if waited is None else waited - self._waited_before
+            rec.update(data_wait_seconds=_rounded(during),
+                       data_wait_fraction=None if during is None else round(during / seconds, 4),
+                       first_batch_wait_seconds=round(self._waited_before, 4))
+        else:
+            served = float(stats["seconds"]) if stats else None
+            rec.update(data_wait_seconds=None, data_wait_fraction=None, first_batch_wait_seconds=None,
+                       feed_wait_seconds=_rounded(waited), feed_seconds=_rounded(served),
+                       feed_wait_fraction=(round(waited / served, 4)
+                                           if waited is not None and served else None))
         if self.rss is not None:
             rec["peak_rss_bytes"] = int(self.rss.peak)
         self.epochs.append(rec)
+
+    def _stats(self, epoch: int) -> EpochStats | dict[str, Any]:
+        """The sequence's figures of ``epoch`` at its end ({} when no longer kept).
+
+        An epoch cut short (``model.stop_training``) has the figures of what was read of it.
+        """
+        ended = self.sequence.stats_of(epoch) or self._seen
+        if ended:
+            return ended
+        now = self.sequence.epoch_stats()
+        return now if now["epoch"] == epoch and getattr(self.model, "stop_training", False) else {}
+
+
+def _rounded(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+

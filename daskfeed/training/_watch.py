@@ -57,9 +57,20 @@ class WatchCallback(keras.callbacks.Callback):
         Least time between two reports during an epoch (each epoch's end is always reported).
     epochs
         Epochs of the whole run, when ``fit`` is called in parts (``--resume``).
+    feed
+        How batches reach Keras: ``batches`` (the sequence itself) or ``windows`` (a window
+        feed's ``tf.data`` pipeline); :func:`~daskfeed.training._callbacks.fit_from` sets it.
 
     Notes
     -----
+    The data-wait figure (``data_wait``: the page's "waiting for data", ``/metrics``'
+    ``daskfeed_data_wait_ratio``) is the share of the epoch's training time so far that Keras'
+    reads of its batches waited for windows: with ``feed="batches"`` one thread reads them after
+    ``on_epoch_begin`` (what it read before, the TensorFlow backend's first batches when ``fit``
+    starts, is not counted), so the share is at most 1 by construction. With the window feed
+    Keras' wait is not observable (see
+    :class:`~daskfeed.training._callbacks.EpochTelemetry`): no ``data_wait`` is reported.
+
     Each epoch's tasks belong to the span ``daskfeed/epoch N`` when they are submitted inside
     ``spans(epoch)`` (``callback.spans``, an :class:`~daskfeed.dashboard._plugin.EpochSpans`). A
     ``distributed.span`` tags what is submitted in the thread that entered it, and a
@@ -80,7 +91,8 @@ class WatchCallback(keras.callbacks.Callback):
     def __init__(self, client: Client, sequence: keras.utils.PyDataset, *,
                  validation: keras.utils.PyDataset | None = None,
                  budget_bytes: int | None = None, rss_sampler: RSSSampler | None = None,
-                 every_seconds: float = 2.0, epochs: int | None = None) -> None:
+                 every_seconds: float = 2.0, epochs: int | None = None,
+                 feed: str = "batches") -> None:
         super().__init__()
         self.client = client
         self.sequence = sequence
@@ -89,6 +101,8 @@ class WatchCallback(keras.callbacks.Callback):
         self.rss = rss_sampler
         self.every_seconds = float(every_seconds)
         self.epochs = epochs
+        self.feed = ""
+        self.set_feed(feed)
         own = getattr(sequence, "spans", None)
         self.spans = own if isinstance(own, EpochSpans) else EpochSpans()
         self.links: Links | None = None
@@ -97,9 +111,27 @@ class WatchCallback(keras.callbacks.Callback):
         self._peak = 0
         self._epoch = self._batch = 0  # the epoch (0-based) and the batches of it trained
         self._t0 = self._t_train = self._last = 0.0
+        self._waited_before = 0.0  # the epoch's reads waited this long before on_epoch_begin
         for seq in (sequence, validation):
             if seq is not None and hasattr(seq, "spans") and seq.spans is None:
                 seq.spans = self.spans  # a sequence that submits its tasks inside spans(epoch)
+
+    def set_feed(self, feed: str) -> None:
+        """Say how batches reach Keras: ``batches`` (``seq[i]``) or ``windows`` (a WindowFeed).
+
+        Parameters
+        ----------
+        feed
+            ``batches`` or ``windows``.
+
+        Raises
+        ------
+        ValueError
+            For another value.
+        """
+        if feed not in ("batches", "windows"):
+            raise ValueError(f"Expected feed 'batches' or 'windows'. Received: feed={feed!r}.")
+        self.feed = feed
 
     # -- Keras hooks ------------------------------------------------------------------
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
@@ -127,6 +159,8 @@ class WatchCallback(keras.callbacks.Callback):
             Keras' logs (losses and metrics so far; may be None).
         """
         self._epoch, self._batch = epoch, self._start()
+        now = self._stats()
+        self._waited_before = float(now.get("wait_seconds", 0.0)) if now.get("epoch") == epoch else 0.0
         self._t0, self._t_train = time.perf_counter(), 0.0
         self._progress("training", self._batch, {})
 
@@ -190,42 +224,59 @@ class WatchCallback(keras.callbacks.Callback):
         if rec is None:
             seconds = max(time.perf_counter() - self._t0, 1e-9)
             rows = self._rows_done(batch)
-            wait = self._stats().get("wait_seconds", 0.0)
-            rows_per_s, wait = rows / seconds, min(1.0, wait / seconds)
+            rows_per_s, wait = rows / seconds, self._wait_share(self._stats(), seconds)
         else:
-            rows, rows_per_s, wait = rec["rows"], rec["rows_per_s"], rec["data_wait"]
+            rows, rows_per_s, wait = rec["rows"], rec["rows_per_s"], rec.get("data_wait")
         msg = {
             "kind": "progress", "state": state, "epoch": self._epoch + 1, "epochs": self._epochs(),
             "batch": int(batch), "batches": self._batches(), "rows": int(rows),
             "rows_trained": int(self._rows_before + (0 if rec else rows)),
-            "rows_per_s": float(rows_per_s), "data_wait": float(wait),
+            "rows_per_s": float(rows_per_s),
             "rss_bytes": rss, "peak_rss_bytes": self._peak_rss(rss), "budget_bytes": self.budget_bytes,
         }
+        if wait is not None:  # not measured with the window feed
+            msg["data_wait"] = float(wait)
         if logs:  # none at an epoch's start or validation's: the latest stay on the page
             msg["logs"] = _floats(logs)
         if not rows:  # no batch trained yet this epoch: no rate yet, the last one stays
-            del msg["rows_per_s"], msg["data_wait"]
+            msg.pop("rows_per_s")
+            msg.pop("data_wait", None)
         self._send(msg)
+
+    def _wait_share(self, stats: Mapping[str, Any], seconds: float) -> float | None:
+        """Share of the epoch's ``seconds`` of training so far Keras' reads waited for windows.
+
+        ``stats``: the sequence's figures of the epoch (now, or at its end). None with the
+        window feed (Keras' wait is not observable), or when ``stats`` are another epoch's.
+        """
+        if self.feed != "batches" or stats.get("epoch") != self._epoch:
+            return None
+        return (float(stats.get("wait_seconds", 0.0)) - self._waited_before) / seconds
 
     def _epoch_record(self, epoch: int, logs: dict[str, float]) -> dict[str, Any]:
         end = time.perf_counter()
         seconds = max((self._t_train or end) - self._t0, 1e-9)
         stats = self._stats(done=epoch)
         rows = int(stats.get("rows", 0))
-        return {"epoch": epoch + 1, **logs, "rows": rows, "seconds": round(seconds, 3),
-                "rows_per_s": rows / seconds,
-                "data_wait": min(1.0, stats.get("wait_seconds", 0.0) / seconds),
-                "peak_rss_bytes": self._peak_rss(self._rss())}
+        rec = {"epoch": epoch + 1, **logs, "rows": rows, "seconds": round(seconds, 3),
+               "rows_per_s": rows / seconds, "peak_rss_bytes": self._peak_rss(self._rss())}
+        wait = self._wait_share(stats, seconds)
+        if wait is not None:
+            rec["data_wait"] = wait
+        return rec
 
     def _stats(self, done: int | None = None) -> dict[str, Any]:
         """The sequence's figures of this epoch, or of the finished epoch ``done``.
 
-        By the time Keras calls ``on_epoch_end`` the sequence has moved on to the next epoch.
+        By the time Keras calls ``on_epoch_end`` the sequence has moved on to the next epoch
+        (with the window feed, maybe past it).
         """
         seq = self.sequence
-        last = getattr(seq, "last_epoch_stats", None) or {}
-        if done is not None and last.get("epoch") == done:
-            return last
+        if done is not None:
+            ended = seq.stats_of(done) if hasattr(seq, "stats_of") else {}
+            last = getattr(seq, "last_epoch_stats", None) or {}
+            if ended or last.get("epoch") == done:
+                return dict(ended or last)
         return dict(seq.epoch_stats()) if hasattr(seq, "epoch_stats") else {}
 
     def _rows_done(self, batch: int) -> int:
@@ -289,8 +340,9 @@ def _floats(logs: Mapping[str, Any]) -> dict[str, float]:
 
 # -- outputs -----------------------------------------------------------------------------
 _NOT_METRICS = {"epoch", "rows", "batches", "seconds", "val_seconds", "rows_per_s", "data_wait",
-                "data_wait_seconds", "data_wait_fraction", "windows_computed", "peak_rss_bytes",
-                "resumed_at_batch", "learning_rate"}
+                "data_wait_seconds", "data_wait_fraction", "first_batch_wait_seconds",
+                "feed_wait_seconds", "feed_seconds", "feed_wait_fraction", "windows_computed",
+                "peak_rss_bytes", "resumed_at_batch", "learning_rate"}
 
 
 def _as_records(history: Any) -> list[dict[str, Any]]:
@@ -363,11 +415,19 @@ def summary_lines(history: Sequence[Mapping[str, Any]], *, seconds: float,
     early stopping restored an earlier epoch's weights (``restored``), that epoch's, named, with
     the last epoch's on a line of their own.
 
+    The wait for data is what :class:`~daskfeed.training._callbacks.EpochTelemetry` measured:
+    with ``feed="batches"``, Keras' wait for windows during the training time
+    (``data_wait_seconds`` over ``seconds``), and, on a line of its own when it is material (1 %
+    of the training time, 0.01 s at least), the wait before training began
+    (``first_batch_wait_seconds``); with the window feed, where Keras' wait is not observable,
+    the feed's producer's wait over the time it served the epochs (``feed_wait_seconds`` over
+    ``feed_seconds``). Each share is at most 100 % by construction.
+
     Parameters
     ----------
     history
-        daskfeed's per-epoch records (Keras logs + ``rows``, ``seconds``,
-        ``data_wait_seconds`` or ``data_wait_fraction`` from ``EpochTelemetry``).
+        daskfeed's per-epoch records (Keras logs + ``EpochTelemetry``'s ``rows``, ``seconds``
+        and wait figures).
     seconds
         Wall time of the whole run (scan included).
     budget_bytes, peak_rss_bytes
@@ -387,8 +447,6 @@ def summary_lines(history: Sequence[Mapping[str, Any]], *, seconds: float,
     records = [dict(r) for r in history]
     rows = sum(int(r.get("rows", 0)) for r in records)
     train_s = sum(float(r.get("seconds", 0.0)) for r in records)
-    wait_s = sum(float(r.get("data_wait_seconds", r.get("data_wait_fraction", 0.0) * r.get("seconds", 0.0)))
-                 for r in records)
     last = records[-1] if records else {}
     lines = [f"summary: {len(records)} epoch{'s' if len(records) != 1 else ''}, {rows:,} rows trained "
              f"in {_duration(seconds)} wall time ({rows / max(seconds, 1e-9):,.0f} rows/s overall, "
@@ -399,7 +457,7 @@ def summary_lines(history: Sequence[Mapping[str, Any]], *, seconds: float,
                   f"last epoch ({len(records)}), not kept: {_figures(last)}"]
     else:
         lines.append(f"final: {_figures(last)}")
-    lines.append(f"data wait: {100 * wait_s / max(train_s, 1e-9):.1f}% of training time")
+    lines += _wait_lines(records)
     if peak_rss_bytes:
         of = (f" of the {format_bytes(budget_bytes)} budget ({100 * peak_rss_bytes / budget_bytes:.0f}%)"
               if budget_bytes else "")
@@ -409,6 +467,43 @@ def summary_lines(history: Sequence[Mapping[str, Any]], *, seconds: float,
         policy = f" (bad_lines={bad_rows['policy']})" if "policy" in bad_rows else ""
         lines.append(f"bad rows skipped: {counts or 'none'}{policy}")
     return lines
+
+
+def _wait_lines(mine: list[dict[str, Any]]) -> list[str]:
+    """The summary's lines on the wait for data (see :func:`summary_lines`)."""
+    lines = []
+    keras_read = [(w, float(r.get("seconds", 0.0)), r) for r in mine if (w := _keras_wait(r)) is not None]
+    if keras_read:
+        wait_s = sum(w for w, _, _ in keras_read)
+        train_s = sum(s for _, s, _ in keras_read)
+        lines.append(f"data wait: {100 * wait_s / max(train_s, 1e-9):.1f}% of training time "
+                     f"(Keras waited {wait_s:.2f}s for windows in {train_s:.2f}s of training)")
+        first = sum(float(r.get("first_batch_wait_seconds") or 0.0) for _, _, r in keras_read)
+        if first >= max(0.01, 0.01 * train_s):
+            lines.append(f"data wait before training began: {first:.2f}s (Keras reads the first "
+                         "batches when fit starts; not in the share above)")
+    windows = [r for r in mine if "feed_wait_seconds" in r]
+    fed = [r for r in windows if _number(r["feed_wait_seconds"]) and _number(r.get("feed_seconds"))]
+    if windows:
+        lost = len(windows) - len(fed)
+        wait_s = sum(float(r["feed_wait_seconds"]) for r in fed)
+        served = sum(float(r["feed_seconds"]) for r in fed)
+        share = (f"its producer waited for windows {100 * wait_s / max(served, 1e-9):.1f}% of the "
+                 f"time it served the epochs ({wait_s:.2f}s of {served:.2f}s)" if fed else "")
+        gone = (f"{'; ' if fed else ''}the producer's figures of {lost} epoch{'s' if lost != 1 else ''} "
+                "were no longer kept (it read more than eight epochs ahead)" if lost else "")
+        lines.append("data wait: not measured with the window feed (Keras waits on a tf.data "
+                     f"queue); {share}{gone}")
+    return lines
+
+
+def _keras_wait(rec: Mapping[str, Any]) -> float | None:
+    """Seconds Keras waited for data in the epoch's training time; None: not measured."""
+    if "data_wait_seconds" in rec:
+        return float(rec["data_wait_seconds"]) if _number(rec["data_wait_seconds"]) else None
+    if _number(rec.get("data_wait_fraction")):  # records of older versions
+        return float(rec["data_wait_fraction"]) * float(rec.get("seconds", 0.0))
+    return None
 
 
 def _figures(rec: Mapping[str, Any]) -> str:
