@@ -343,6 +343,9 @@ class EpochTelemetry(keras.callbacks.Callback):
     ``rows``, ``batches``
         Rows and batches trained in the epoch by this process: in a resumed epoch those from
         ``resumed_at_batch`` on (the :class:`Checkpointer` adds that field), else all the epoch's.
+    ``epoch_rows``
+        The epoch's rows, all of them (``rows`` plus those of the batches before
+        ``resumed_at_batch``, which the run that wrote the checkpoint trained).
     ``seconds``
         The epoch's training time: from ``on_epoch_begin`` to validation's start (to the epoch's
         end without validation). ``val_seconds``: validation's.
@@ -350,6 +353,10 @@ class EpochTelemetry(keras.callbacks.Callback):
         ``rows / seconds``: only rows trained in that time.
     ``windows_computed``, ``peak_rss_bytes``
         Windows the epoch computed; the process tree's peak RSS during the epoch.
+    ``ended_at``
+        When the epoch ended, in Unix seconds (``time.time()``): a resumed run's history holds
+        the records of earlier runs too, and :func:`~daskfeed.training._watch.summary_lines`
+        tells this run's by it.
 
     The wait for data depends on how batches reach Keras (:func:`fit_from` says which through
     :meth:`set_feed`; ``batches`` unless told):
@@ -473,11 +480,13 @@ class EpochTelemetry(keras.callbacks.Callback):
         rec: dict[str, Any] = {
             "epoch": epoch,
             "rows": rows,
+            "epoch_rows": rows + start * size,
             "batches": batches,
             "seconds": round(seconds, 4),
             "val_seconds": round(end - train_end, 4),
             "rows_per_s": round(rows / seconds, 1),
             "windows_computed": stats.get("windows_computed"),
+            "ended_at": round(time.time(), 3),
         }
         waited = float(stats["wait_seconds"]) if stats else None
         if self.feed == "batches":

@@ -339,10 +339,10 @@ def _floats(logs: Mapping[str, Any]) -> dict[str, float]:
 
 
 # -- outputs -----------------------------------------------------------------------------
-_NOT_METRICS = {"epoch", "rows", "batches", "seconds", "val_seconds", "rows_per_s", "data_wait",
-                "data_wait_seconds", "data_wait_fraction", "first_batch_wait_seconds",
+_NOT_METRICS = {"epoch", "rows", "epoch_rows", "batches", "seconds", "val_seconds", "rows_per_s",
+                "data_wait", "data_wait_seconds", "data_wait_fraction", "first_batch_wait_seconds",
                 "feed_wait_seconds", "feed_seconds", "feed_wait_fraction", "windows_computed",
-                "peak_rss_bytes", "resumed_at_batch", "learning_rate"}
+                "peak_rss_bytes", "resumed_at_batch", "ended_at", "learning_rate"}
 
 
 def _as_records(history: Any) -> list[dict[str, Any]]:
@@ -415,8 +415,16 @@ def summary_lines(history: Sequence[Mapping[str, Any]], *, seconds: float,
     early stopping restored an earlier epoch's weights (``restored``), that epoch's, named, with
     the last epoch's on a line of their own.
 
+    Rows and rates are this run's: the rows it trained (each record's ``rows``: in a resumed
+    epoch only those from ``resumed_at_batch`` on) over its wall time ("overall") and over its
+    epochs' training seconds ("while training"). A resumed run's history also holds the epochs
+    that earlier runs trained (they came with the checkpoint): a record is this run's when it
+    ended within the run's wall time (its ``ended_at`` at most ``seconds`` ago; when no record
+    has ``ended_at``, as from older versions, every record counts as this run's). The rows
+    earlier runs trained are said on the same line.
+
     The wait for data is what :class:`~daskfeed.training._callbacks.EpochTelemetry` measured:
-    with ``feed="batches"``, Keras' wait for windows during the training time
+    with ``feed="batches"``, Keras' wait for windows during this run's training time
     (``data_wait_seconds`` over ``seconds``), and, on a line of its own when it is material (1 %
     of the training time, 0.01 s at least), the wait before training began
     (``first_batch_wait_seconds``); with the window feed, where Keras' wait is not observable,
@@ -426,10 +434,10 @@ def summary_lines(history: Sequence[Mapping[str, Any]], *, seconds: float,
     Parameters
     ----------
     history
-        daskfeed's per-epoch records (Keras logs + ``EpochTelemetry``'s ``rows``, ``seconds``
-        and wait figures).
+        daskfeed's per-epoch records (Keras logs + ``EpochTelemetry``'s ``rows``, ``epoch_rows``,
+        ``seconds``, wait figures and ``ended_at``).
     seconds
-        Wall time of the whole run (scan included).
+        Wall time of the whole run (scan included), up to now.
     budget_bytes, peak_rss_bytes
         The memory budget and the peak RSS of the process tree over the run.
     bad_rows
@@ -445,19 +453,24 @@ def summary_lines(history: Sequence[Mapping[str, Any]], *, seconds: float,
     from dask.utils import format_bytes
 
     records = [dict(r) for r in history]
-    rows = sum(int(r.get("rows", 0)) for r in records)
-    train_s = sum(float(r.get("seconds", 0.0)) for r in records)
+    mine = _this_run(records, seconds)
+    rows = sum(int(r.get("rows", 0)) for r in mine.values())
+    train_s = sum(float(r.get("seconds", 0.0)) for r in mine.values())
+    earlier = (sum(_epoch_rows(r) for i, r in enumerate(records) if i not in mine)
+               + sum(_epoch_rows(r) - int(r.get("rows", 0)) for r in mine.values()))
     last = records[-1] if records else {}
     lines = [f"summary: {len(records)} epoch{'s' if len(records) != 1 else ''}, {rows:,} rows trained "
              f"in {_duration(seconds)} wall time ({rows / max(seconds, 1e-9):,.0f} rows/s overall, "
-             f"{rows / max(train_s, 1e-9):,.0f} rows/s while training)"]
+             f"{rows / max(train_s, 1e-9):,.0f} rows/s while training)"
+             + (f"; before the resume, earlier runs trained {earlier:,} rows of these epochs"
+                if earlier else "")]
     if restored is not None and restored.get("epoch") != last.get("epoch"):
         lines += [f"final (epoch {int(restored['epoch']) + 1}, the best, restored by early stopping: "
                   f"the weights model.keras holds): {_figures(restored)}",
                   f"last epoch ({len(records)}), not kept: {_figures(last)}"]
     else:
         lines.append(f"final: {_figures(last)}")
-    lines += _wait_lines(records)
+    lines += _wait_lines(list(mine.values()))
     if peak_rss_bytes:
         of = (f" of the {format_bytes(budget_bytes)} budget ({100 * peak_rss_bytes / budget_bytes:.0f}%)"
               if budget_bytes else "")
@@ -467,6 +480,19 @@ def summary_lines(history: Sequence[Mapping[str, Any]], *, seconds: float,
         policy = f" (bad_lines={bad_rows['policy']})" if "policy" in bad_rows else ""
         lines.append(f"bad rows skipped: {counts or 'none'}{policy}")
     return lines
+
+
+def _this_run(records: list[dict[str, Any]], seconds: float) -> dict[int, dict[str, Any]]:
+    """The records (by index) of epochs this run trained: those that ended within its wall time."""
+    if not any(_number(r.get("ended_at")) for r in records):
+        return dict(enumerate(records))  # older records: no way to tell, all count
+    since = time.time() - seconds
+    return {i: r for i, r in enumerate(records) if _number(r.get("ended_at")) and r["ended_at"] >= since}
+
+
+def _epoch_rows(rec: Mapping[str, Any]) -> int:
+    """All the epoch's rows (``rows`` alone in records made before ``epoch_rows`` was)."""
+    return int(rec.get("epoch_rows", rec.get("rows", 0)))
 
 
 def _wait_lines(mine: list[dict[str, Any]]) -> list[str]:

@@ -1,4 +1,4 @@
-"""The run's figures mean what they say: the wait for data (issue 32, item 7).
+"""The run's figures mean what they say: the wait for data and rows/s (issue 32, item 7).
 
 Real Keras fits on real CSV files with a real LocalCluster (conftest ``client``).
 
@@ -8,12 +8,17 @@ wait longer than the whole training, and the closing summary said "data wait: 18
 time" (the epoch's figure clamped to 100 %). The wait before training is now its own figure, the
 share counts only waits inside the training time (at most 100 % by construction, no clamp). With
 the window feed Keras' own wait is not observable: the producer's is recorded under its own name.
+
+Rows/s after ``--resume``: the summary divided every epoch's rows (those earlier runs trained
+too) by this run's seconds; only the rows this run trained count now.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
+import time
 
 import pytest
 from live_probe import get
@@ -113,7 +118,7 @@ def test_the_window_feed_records_its_producer_s_wait_not_a_trainer_s(tiny, clien
         # Keras' wait on the tf.data queue is not observable: not measured, not made up
         assert rec["data_wait_seconds"] is None and rec["data_wait_fraction"] is None
         assert rec["first_batch_wait_seconds"] is None
-        assert rec["rows"] == 2 * FILES and rec["batches"] == 2
+        assert rec["rows"] == rec["epoch_rows"] == 2 * FILES and rec["batches"] == 2
     first = epochs[0]  # the producer waited for epoch 1's only window, before and during training
     assert first["feed_wait_seconds"] == pytest.approx(waits[0], abs=1e-4) and first["feed_wait_seconds"] > 0
     for rec in epochs:
@@ -130,3 +135,39 @@ def test_the_window_feed_records_its_producer_s_wait_not_a_trainer_s(tiny, clien
     # nor on the dashboard (its "waiting for data: x of training time" would be the producer's)
     assert status["data_wait"] is None
     assert all("data_wait" not in shown for shown in status["history"])
+
+
+def test_rows_per_second_after_a_resume_counts_the_rows_this_run_trained(id_data, client, tmp_path):
+    from daskfeed.training._train import train
+
+    out = tmp_path / "out"
+    kw = dict(label="cleared", exclude=["row_id"], batch_size=400, checkpoint_every=10, epochs=2,
+              output=out, verbose=0, cache=False, scheduler=client.scheduler.address)
+    train(id_data.train_glob, echo=lambda s: None, **kw)
+    # 34 batches an epoch (the last of 100 rows): keep the checkpoint at epoch 2, batch 30
+    ckpts = out / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["ckpt-000001-000000030", "ckpt-000002-000000000"]
+    earlier = json.loads((out / "history.json").read_text())["epochs"]
+    shutil.rmtree(ckpts / "ckpt-000002-000000000")
+    lines: list[str] = []
+    t0 = time.perf_counter()
+    train(id_data.train_glob, echo=lines.append, resume=True, **kw)
+    wall = time.perf_counter() - t0
+    trained = 3 * 400 + 100  # batches 30 .. 33 of epoch 2
+    [summary] = [x for x in lines if x.startswith("summary: ")]
+    assert summary.startswith(f"summary: 2 epochs, {trained:,} rows trained in "), summary  # was
+    # 14,600: epoch 1's rows, trained by the earlier run, over this run's time
+    m = re.fullmatch(r"summary: 2 epochs, ([\d,]+) rows trained in .+ wall time \(([\d,]+) rows/s "
+                     r"overall, ([\d,]+) rows/s while training\); before the resume, earlier runs "
+                     r"trained ([\d,]+) rows of these epochs", summary)
+    assert m, summary
+    rows, overall, training, before = (int(g.replace(",", "")) for g in m.groups())
+    assert rows == trained and before == 13_300 + 30 * 400
+    hist = json.loads((out / "history.json").read_text())["epochs"]
+    assert hist[0] == earlier[0]  # epoch 1 came with the checkpoint, as the earlier run wrote it
+    resumed = hist[1]
+    assert (resumed["resumed_at_batch"], resumed["rows"], resumed["epoch_rows"]) == (30, trained, 13_300)
+    assert resumed["batches"] == 4
+    assert resumed["rows_per_s"] == pytest.approx(trained / resumed["seconds"], rel=1e-3)
+    assert training == pytest.approx(trained / resumed["seconds"], abs=1)
+    assert trained / wall - 1 <= overall <= training  # this run's rows over its wall time (rounded)
