@@ -43,6 +43,7 @@ from daskfeed.adapters import fit_inputs, keras
 from daskfeed.checkpoint import CheckpointStore, Cursor, json_value, optimizer_steps
 from daskfeed.core import RSSSampler
 from daskfeed.training._early_stopping import EarlyStopping
+from daskfeed.training._watch import FeedAware
 
 if TYPE_CHECKING:
     from daskfeed.adapters import DaskSequence
@@ -334,7 +335,7 @@ class _ProgbarTo(keras.callbacks.ProgbarLogger):
         super().set_params({**params, "epochs": self._total})
 
 
-class EpochTelemetry(keras.callbacks.Callback):
+class EpochTelemetry(FeedAware):
     """Per epoch: rows trained, training seconds, rows/s, the wait for data, peak RSS of the tree.
 
     Every time is measured on one clock, ``time.perf_counter`` of this process, the clock of the
@@ -402,29 +403,11 @@ class EpochTelemetry(keras.callbacks.Callback):
         self.sequence = sequence
         self.rss = rss_sampler
         self.epochs: list[dict[str, Any]] = []
-        self.feed = ""
         self.set_feed(feed)
         self._t0 = self._t_train = 0.0
         self._start = 0  # the batch the epoch starts at (> 0 in a resumed epoch)
         self._waited_before = 0.0  # the epoch's reads waited this long before on_epoch_begin
         self._seen: EpochStats | dict[str, Any] = {}  # the epoch's final figures, once seen
-
-    def set_feed(self, feed: str) -> None:
-        """Say how batches reach Keras: ``batches`` (``seq[i]``) or ``windows`` (a WindowFeed).
-
-        Parameters
-        ----------
-        feed
-            ``batches`` or ``windows``.
-
-        Raises
-        ------
-        ValueError
-            For another value.
-        """
-        if feed not in ("batches", "windows"):
-            raise ValueError(f"Expected feed 'batches' or 'windows'. Received: feed={feed!r}.")
-        self.feed = feed
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         """Start the epoch clock and a new RSS peak; note how long its reads already waited.

@@ -32,10 +32,33 @@ from daskfeed.dashboard import EpochSpans, Links, install, report
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["WatchCallback", "history_plot", "summary_lines"]
+__all__ = ["FeedAware", "WatchCallback", "history_plot", "summary_lines"]
 
 
-class WatchCallback(keras.callbacks.Callback):
+class FeedAware(keras.callbacks.Callback):
+    """A callback told how batches reach Keras (``fit_from`` calls :meth:`set_feed`)."""
+
+    feed = "batches"
+
+    def set_feed(self, feed: str) -> None:
+        """Say how batches reach Keras: ``batches`` (``seq[i]``) or ``windows`` (a WindowFeed).
+
+        Parameters
+        ----------
+        feed
+            ``batches`` or ``windows``.
+
+        Raises
+        ------
+        ValueError
+            For another value.
+        """
+        if feed not in ("batches", "windows"):
+            raise ValueError(f"Expected feed 'batches' or 'windows'. Received: feed={feed!r}.")
+        self.feed = feed
+
+
+class WatchCallback(FeedAware):
     """Report a ``fit`` to the scheduler's daskfeed page and ``/metrics`` while it runs.
 
     Parameters
@@ -101,7 +124,6 @@ class WatchCallback(keras.callbacks.Callback):
         self.rss = rss_sampler
         self.every_seconds = float(every_seconds)
         self.epochs = epochs
-        self.feed = ""
         self.set_feed(feed)
         own = getattr(sequence, "spans", None)
         self.spans = own if isinstance(own, EpochSpans) else EpochSpans()
@@ -115,23 +137,6 @@ class WatchCallback(keras.callbacks.Callback):
         for seq in (sequence, validation):
             if seq is not None and hasattr(seq, "spans") and seq.spans is None:
                 seq.spans = self.spans  # a sequence that submits its tasks inside spans(epoch)
-
-    def set_feed(self, feed: str) -> None:
-        """Say how batches reach Keras: ``batches`` (``seq[i]``) or ``windows`` (a WindowFeed).
-
-        Parameters
-        ----------
-        feed
-            ``batches`` or ``windows``.
-
-        Raises
-        ------
-        ValueError
-            For another value.
-        """
-        if feed not in ("batches", "windows"):
-            raise ValueError(f"Expected feed 'batches' or 'windows'. Received: feed={feed!r}.")
-        self.feed = feed
 
     # -- Keras hooks ------------------------------------------------------------------
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
