@@ -14,6 +14,10 @@ fingerprint`): changed data or options get a new directory, and older directorie
 files are removed when a new one is made, as are temporary files that writers killed mid-write
 left behind (:mod:`daskfeed.cache._open`, on the trainer). Directories are created with mode 0700.
 
+Each block's rows are stored in a seeded random order (:mod:`daskfeed.cache._scatter`):
+:meth:`BlockCache.stored` gives them so (a window of the global order reads ranges of every
+block), :func:`block_tables` in the file's order.
+
 What is stored is what the feed needs, not the CSV's exact text: whole numbers exactly (int32
 when they fit, else int64), decimals as parsed (float64), string columns dictionary-encoded,
 timestamps as they are.
@@ -30,22 +34,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
+from daskfeed.cache._scatter import scatter, unscatter
 from daskfeed.cache._writer import CACHE_VERSION, BatchRange, CacheWriter
 from daskfeed.reading import Block, ReadOptions, iter_tables
 
-if TYPE_CHECKING:
-    pass
-
-__all__ = ["BlockCache", "block_tables", "default_root", "forget_entry"]
+__all__ = ["BlockCache", "block_tables", "default_root", "forget_entry", "stored_table"]
 
 Readers = dict[str, ipc.RecordBatchFileReader]  # open Arrow files, by path
-
-
-
-
-
 
 def default_root() -> str:
     """The cache root when none is given: ``$XDG_CACHE_HOME/daskfeed`` (``~/.cache/daskfeed``).
@@ -91,10 +89,25 @@ class BlockCache:
         list of BatchRange or None
             The block's record batches; None when it is not (completely) cached.
         """
-        found = _index(self.path, refresh=False).get(index)
+        found = _index(self.path, refresh=False)[0].get(index)
         if found is None:
-            found = _index(self.path, refresh=True).get(index)
+            found = _index(self.path, refresh=True)[0].get(index)
         return found
+
+    def pieces(self, index: int) -> list[int] | None:
+        """Rows of each piece of block ``index`` (None: one piece, see :mod:`~daskfeed.cache._scatter`).
+
+        Parameters
+        ----------
+        index
+            The block's index in the source (looked up before, :meth:`lookup`).
+
+        Returns
+        -------
+        list of int or None
+            The pieces' rows in file order; None for a block parsed as one table.
+        """
+        return _index(self.path, refresh=False)[1].get(index)
 
     def has(self, index: int) -> bool:
         """Whether block ``index`` is complete in the cache.
@@ -111,9 +124,28 @@ class BlockCache:
         """
         return self.lookup(index) is not None
 
+    def stored(self, index: int, columns: list[str] | None = None,
+               readers: Readers | None = None) -> pa.Table | None:
+        """Block ``index``'s rows in their stored order, as one table (None: not cached).
+
+        Parameters
+        ----------
+        index, columns, readers
+            As :meth:`tables` takes them.
+
+        Returns
+        -------
+        pyarrow.Table or None
+            Views of the memory-mapped files where they are uncompressed.
+        """
+        tables = self.tables(index, columns, readers)
+        if tables is None:
+            return None
+        return _one(tables)
+
     def tables(self, index: int, columns: list[str] | None = None,
                readers: Readers | None = None) -> list[pa.Table] | None:
-        """The cached tables of block ``index`` (None: not cached, or unreadable).
+        """The cached tables of block ``index``, in stored order (None: not cached, or unreadable).
 
         Parameters
         ----------
@@ -166,24 +198,50 @@ class BlockCache:
         int
             The blocks complete in the cache.
         """
-        return len(_index(self.path, refresh=True))
+        return len(_index(self.path, refresh=True)[0])
 
 
-# Per worker process: cache path -> (markers already read, block -> batch ranges). Markers are
-# written once and never change, so only new ones are read when a block is not found.
-_INDEXES: dict[str, tuple[set[str], dict[int, list[BatchRange]]]] = {}
+def _one(tables: list[pa.Table]) -> pa.Table:
+    """A block's tables as one (files may type a column differently: int32 and int64...)."""
+    if len(tables) == 1:
+        return tables[0]
+    try:
+        return pa.concat_tables(tables, promote_options="permissive").unify_dictionaries()
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # e.g. numbers in one piece, text in another
+        return _as_text(tables)
+
+
+def _as_text(tables: list[pa.Table]) -> pa.Table:
+    """Tables whose column types cannot be promoted, with those columns as text."""
+    names = tables[0].column_names
+    clash = {n for n in names if len({t.schema.field(n).type for t in tables if n in t.column_names}) > 1}
+    out = []
+    for t in tables:
+        cols = [pc.cast(t.column(n).cast(t.column(n).type.value_type)
+                                if pa.types.is_dictionary(t.column(n).type) else t.column(n),
+                                pa.string()) if n in clash else t.column(n) for n in t.column_names]
+        out.append(pa.Table.from_arrays(cols, names=t.column_names))
+    return pa.concat_tables(out, promote_options="permissive").unify_dictionaries()
+
+
+Index = tuple[dict[int, list[BatchRange]], dict[int, list[int]]]  # block -> ranges, -> pieces
+
+# Per worker process: cache path -> (markers already read, block -> batch ranges, block ->
+# pieces). Markers are written once and never change, so only new ones are read when a block
+# is not found.
+_INDEXES: dict[str, tuple[set[str], dict[int, list[BatchRange]], dict[int, list[int]]]] = {}
 _INDEX_LOCK = threading.Lock()
 
 
-def _index(path: str, refresh: bool) -> dict[int, list[BatchRange]]:
+def _index(path: str, refresh: bool) -> Index:
     with _INDEX_LOCK:
-        seen, blocks = _INDEXES.setdefault(path, (set(), {}))
+        seen, blocks, pieces = _INDEXES.setdefault(path, (set(), {}, {}))
         if not refresh and blocks:
-            return blocks
+            return blocks, pieces
         try:
             names = sorted(n for n in os.listdir(path) if n.startswith("g") and n.endswith(".json"))
         except OSError:
-            return blocks
+            return blocks, pieces
         fresh = []
         for name in names:
             if name in seen:
@@ -198,9 +256,14 @@ def _index(path: str, refresh: bool) -> dict[int, list[BatchRange]]:
             if meta.get("version") == CACHE_VERSION:
                 fresh.append((stamp, meta))
         for _, meta in sorted(fresh, key=lambda m: m[0]):  # a rewritten block: newest wins
+            split = meta.get("pieces", {})
             for key, ranges in meta["parts"].items():
                 blocks[int(key)] = [(str(n), int(b), int(c)) for n, b, c in ranges]
-        return blocks
+                if key in split:
+                    pieces[int(key)] = [int(r) for r in split[key]]
+                else:
+                    pieces.pop(int(key), None)
+        return blocks, pieces
 
 
 def forget_entry(path: str) -> None:
@@ -219,6 +282,7 @@ def _forget(path: str, index: int) -> None:
     with _INDEX_LOCK:
         if path in _INDEXES:
             _INDEXES[path][1].pop(index, None)
+            _INDEXES[path][2].pop(index, None)
 
 
 def _read_batches(path: str, first: int, count: int, columns: list[str] | None,
@@ -240,7 +304,7 @@ def block_tables(index: int, block: Block, options: ReadOptions, cache: BlockCac
                  rejects: list[str] | None = None, *, use_cache: bool = True,
                  writer: CacheWriter | None = None, columns: list[str] | None = None,
                  readers: Readers | None = None) -> Iterator[pa.Table]:
-    """Arrow tables of block ``index``: from the cache, else parsed (and then cached).
+    """Arrow tables of block ``index`` in file order: from the cache, else parsed (and then cached).
 
     Parameters
     ----------
@@ -264,9 +328,9 @@ def block_tables(index: int, block: Block, options: ReadOptions, cache: BlockCac
         The block's rows in file order.
     """
     if cache is not None and use_cache:
-        cached = cache.tables(index, columns, readers)
+        cached = cache.stored(index, columns, readers)
         if cached is not None:
-            yield from cached
+            yield from unscatter(index, cached, cache.pieces(index))
             return
     own = writer is None and cache is not None
     if own:
@@ -287,17 +351,28 @@ def block_tables(index: int, block: Block, options: ReadOptions, cache: BlockCac
         writer.commit()
 
 
+def stored_table(index: int, block: Block, options: ReadOptions, cache: BlockCache | None,
+                 columns: list[str] | None = None, readers: Readers | None = None) -> pa.Table:
+    """Block ``index``'s rows in their stored order: from the cache, else parsed (and cached).
 
+    Parameters
+    ----------
+    index, block, options, cache, columns, readers
+        As :func:`block_tables` takes them.
 
-
-
-
-
-
-
-
-
-
-
-
-
+    Returns
+    -------
+    pyarrow.Table
+        Every row of the block, in the order the cache keeps them (the same whether it was
+        cached or parsed here).
+    """
+    if cache is not None:
+        found = cache.stored(index, columns, readers)
+        if found is not None:
+            return found
+    pieces = [scatter(index, t, k) for k, t in enumerate(
+        block_tables(index, block, options, cache, use_cache=False))]
+    table = _one(pieces) if pieces else pa.table({})
+    if columns is not None and table.num_columns:
+        table = table.select([c for c in columns if c in table.column_names])
+    return table

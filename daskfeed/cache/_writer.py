@@ -18,12 +18,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
+from daskfeed.cache._scatter import scatter, scatter_parts
 from daskfeed.core import fsync, temporary_name, write_file
 
 __all__ = ["CACHE_VERSION", "FLUSH_BYTES", "CacheWriter", "compact"]
 
-CACHE_VERSION = 3  # 3: whole numbers kept exact (int32/int64), decimals float64
+# 3: whole numbers kept exact (int32/int64), decimals float64; 4: each block's rows in their
+# stored order (:mod:`daskfeed.cache._scatter`), record batches of at most BATCH_ROWS rows
+CACHE_VERSION = 4
 FLUSH_BYTES = 16 << 20  # an Arrow file holds about this much data (memory: one per task)
+BATCH_ROWS = 8192  # a window reads runs of every block: a compressed file decodes little more
 
 # where a block is in the cache: (Arrow file name, first record batch, record batches)
 BatchRange = tuple[str, int, int]
@@ -32,6 +36,8 @@ BatchRange = tuple[str, int, int]
 class CacheWriter:
     """Writes the blocks of one scan task as a few Arrow IPC files, then one marker.
 
+    Each table's rows are put in their stored order first
+    (:func:`~daskfeed.cache._scatter.scatter`); a block of several tables has several pieces.
     Tables are kept until about ``FLUSH_BYTES`` have accumulated (or the next table's columns
     cannot share a file with them), then written as one file (see :func:`compact` for the
     column types, decided per file; one dictionary per string column per file); uncompressed
@@ -59,6 +65,7 @@ class CacheWriter:
         self.files: list[str] = []
         self.syncs: list[threading.Thread] = []  # fsyncs of the files written
         self.failed = False
+        self.pieces: dict[int, list[int]] = {}  # rows of each piece of each block (file order)
 
     def begin(self, index: int) -> None:
         """Block ``index`` starts (it is cached even if it has no rows).
@@ -71,7 +78,7 @@ class CacheWriter:
         self.blocks.setdefault(index, [])
 
     def add(self, index: int, table: pa.Table) -> None:
-        """One table of block ``index``.
+        """One table of block ``index`` (its next piece), kept in its stored order.
 
         Parameters
         ----------
@@ -80,10 +87,12 @@ class CacheWriter:
         table
             One table parsed from it.
         """
-        self.add_parts([(index, table.num_rows)], table)
+        pieces = self.pieces.setdefault(index, [])
+        pieces.append(table.num_rows)
+        self._pend([(index, table.num_rows)], scatter(index, table, len(pieces) - 1))
 
     def add_parts(self, parts: list[tuple[int, int]], table: pa.Table) -> None:
-        """The tables of several blocks as one: ``(block index, its rows)`` in the table's order.
+        """Whole blocks parsed as one table: ``(block index, its rows)`` in the table's order.
 
         Parameters
         ----------
@@ -95,6 +104,12 @@ class CacheWriter:
         """
         if self.failed:
             return
+        for index, rows in parts:
+            self.pieces[index] = [rows]
+        self._pend(parts, scatter_parts(parts, table))
+
+    def _pend(self, parts: list[tuple[int, int]], table: pa.Table) -> None:
+        """Rows of whole blocks (or a piece of one), in their stored order, for the next file."""
         schema = table.schema
         if self.pending and not schema.equals(self.schema):
             try:
@@ -140,7 +155,7 @@ class CacheWriter:
         with pa.OSFile(path, "wb") as f, ipc.new_file(f, whole.schema, options=options) as w:
             batch = offset = 0
             for index, rows in (part for parts, _ in self.pending for part in parts):
-                batches = whole.slice(offset, rows).to_batches()  # [] if no rows
+                batches = whole.slice(offset, rows).to_batches(max_chunksize=BATCH_ROWS)
                 offset += rows
                 for b in batches:
                     w.write_batch(b)
@@ -160,7 +175,8 @@ class CacheWriter:
                 os.replace(temporary_name(final), final)
             fsync(self.directory)  # the renames, before the marker's
             # the marker's key "parts" is the persisted format's: block -> batch ranges
-            marker = {"version": CACHE_VERSION, "parts": {str(k): v for k, v in self.blocks.items()}}
+            marker = {"version": CACHE_VERSION, "parts": {str(k): v for k, v in self.blocks.items()},
+                      "pieces": {str(k): v for k, v in self.pieces.items() if len(v) > 1}}
             write_file(os.path.join(self.directory, f"{self.stem}.json"), json.dumps(marker))
         except OSError:
             self.abort()

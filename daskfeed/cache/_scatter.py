@@ -1,0 +1,89 @@
+"""Stored order: each block's rows are kept in the cache in a seeded random order.
+
+The scan writes every block once; while it is in memory its rows are permuted
+(:func:`block_order`, seeded by the block's number alone: the same data give the same cache,
+whatever the run's seed, budget or model). A block parsed as one table (a byte range of a CSV:
+the usual case) is permuted as a whole; a block that comes as several tables (a gzip file or a
+file streamed in pieces, a Parquet file's row groups) has each *piece* permuted on its own, so
+that the scan never holds more than one table of it. A contiguous range of a block's stored rows is then a
+random sample of that block, so a window that takes a range of every block is a stratified
+sample of the whole data set (:mod:`daskfeed.batches._order`) and reads each block in runs, not
+row by row. Readers that want the file's order (:func:`daskfeed.cache._blocks.block_tables`) undo
+the permutation (:func:`unscatter`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["block_order", "scatter", "scatter_parts", "unscatter"]
+
+_TAG = 0x5CA7  # the stored order's own stream of random numbers
+
+
+def block_order(index: int, rows: int, piece: int = 0) -> np.ndarray:
+    """Stored position ``k`` holds row ``block_order(index, rows, piece)[k]`` of the piece.
+
+    Parameters
+    ----------
+    index
+        The block's number in its source.
+    rows
+        The piece's rows (all of them, with or without a label).
+    piece
+        The piece of the block (0: the first table it is parsed as, the whole block usually).
+
+    Returns
+    -------
+    numpy.ndarray
+        A permutation of ``range(rows)`` (int64).
+    """
+    return np.random.default_rng([_TAG, int(index), int(piece)]).permutation(int(rows))
+
+
+def scatter(index: int, table: pa.Table, piece: int = 0) -> pa.Table:
+    """Piece ``piece`` of block ``index`` (a table, in file order) in its stored order."""
+    if table.num_rows < 2:
+        return table
+    return table.take(block_order(index, table.num_rows, piece))
+
+
+def scatter_parts(parts: list[tuple[int, int]], table: pa.Table) -> pa.Table:
+    """Whole one-piece blocks one after another in ``table`` (``(index, rows)``), each scattered."""
+    if table.num_rows < 2:
+        return table
+    start, order = 0, []
+    for index, rows in parts:
+        order.append(start + block_order(index, rows))
+        start += rows
+    return table.take(np.concatenate(order)) if order else table
+
+
+def unscatter(index: int, table: pa.Table, pieces: list[int] | None = None) -> list[pa.Table]:
+    """Block ``index``'s rows (in stored order) in file order, one table per piece.
+
+    Parameters
+    ----------
+    index
+        The block's number.
+    table
+        All its rows, in stored order.
+    pieces
+        Rows of each of its pieces (None: one piece, the whole table).
+
+    Returns
+    -------
+    list of pyarrow.Table
+        The pieces in file order.
+    """
+    out, start = [], 0
+    for k, rows in enumerate(pieces or [table.num_rows]):
+        part = table.slice(start, rows)
+        start += rows
+        if rows > 1:
+            inverse = np.empty(rows, dtype=np.int64)
+            inverse[block_order(index, rows, k)] = np.arange(rows)
+            part = part.take(inverse)
+        out.append(part)
+    return out

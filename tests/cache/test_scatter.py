@@ -1,0 +1,50 @@
+"""The stored order: each block's rows permuted in the cache, file order given back exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from daskfeed.cache._blocks import BlockCache, block_tables, stored_table
+from daskfeed.cache._scatter import block_order, scatter, unscatter
+from daskfeed.reading import Block, ReadOptions
+
+
+@settings(max_examples=50, deadline=None)
+@given(index=st.integers(0, 10**6), pieces=st.lists(st.integers(0, 300), min_size=1, max_size=4))
+def test_unscatter_gives_back_the_file_order_of_every_piece(index, pieces):
+    tables = [pa.table({"i": np.arange(n) + 1000 * k}) for k, n in enumerate(pieces)]
+    stored = pa.concat_tables([scatter(index, t, k) for k, t in enumerate(tables)])
+    back = unscatter(index, stored, pieces)
+    assert [t.column("i").to_pylist() for t in back] == [t.column("i").to_pylist() for t in tables]
+
+
+def test_a_block_in_pieces_is_stored_piece_by_piece_and_read_back_in_file_order(tmp_path):
+    (tmp_path / "c").mkdir()
+    cache = BlockCache(str(tmp_path / "c"))
+    w = cache.writer(7)
+    w.add(7, pa.table({"i": np.arange(50)}))
+    w.add(7, pa.table({"i": np.arange(50, 80)}))  # a second piece (a gzip file's next buffer)
+    w.add(8, pa.table({"i": np.arange(20)}))
+    w.commit()
+    assert cache.pieces(7) == [50, 30] and cache.pieces(8) is None
+    stored = cache.stored(7).column("i").to_pylist()
+    assert stored == [*block_order(7, 50, 0).tolist(), *(50 + block_order(7, 30, 1)).tolist()]
+    assert stored != sorted(stored)  # really permuted
+    dummy = Block(str(tmp_path / "absent.csv"), 0, -1, 0)  # never parsed: the cache has it
+    rows = [v for t in block_tables(7, dummy, ReadOptions(), cache) for v in t.column("i").to_pylist()]
+    assert rows == list(range(80))
+
+
+def test_a_block_parsed_where_it_is_not_cached_has_the_stored_order_it_gets_cached_in(tmp_path):
+    path = tmp_path / "a.csv"
+    path.write_text("i,j\n" + "".join(f"{k},{k % 3}\n" for k in range(500)))
+    block = Block(str(path), 0, -1, 0)
+    (tmp_path / "c").mkdir()
+    cache = BlockCache(str(tmp_path / "c"))
+    parsed = stored_table(3, block, ReadOptions(), cache).column("i").to_pylist()
+    assert sorted(parsed) == list(range(500)) and parsed == block_order(3, 500).tolist()
+    assert cache.has(3)  # cached on the way
+    assert cache.stored(3).column("i").to_pylist() == parsed
