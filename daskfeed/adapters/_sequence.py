@@ -302,6 +302,31 @@ class DaskSequence(keras.utils.PyDataset):
         """
         self.stream.set_epoch(epoch, start)
 
+    @property
+    def global_order(self) -> bool:
+        """Whether batches follow the global order (the parse cache on files, shuffled).
+
+        Then an epoch's order of rows follows from the data, the seed and the epoch alone; the
+        budget (window size) and the number of trainers only decide how it is read and shared,
+        and :meth:`set_position` resumes under any of them.
+        """
+        return self.stream.global_order
+
+    def position(self, batch: int | None = None) -> int:
+        """Batches of the current epoch trained by all trainers once this one's ``batch`` is next.
+
+        See :meth:`BatchStream.position <daskfeed.batches._stream.BatchStream.position>`.
+        """
+        return self.stream.position(batch)
+
+    def set_position(self, epoch: int, position: int) -> None:
+        """Serve ``epoch`` from ``position`` (a checkpoint's), in this sequence's layout.
+
+        With the global order, under any budget and any number of trainers: this trainer goes
+        on with its share of the batches from ``position`` on. Else as :meth:`set_epoch`.
+        """
+        self.stream.set_position(epoch, position)
+
     def set_last_epoch(self, epoch: int | None) -> None:
         """The run ends after ``epoch`` (None: not known): no window past it is fetched ahead.
 

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypedDict
 
-from daskfeed.batches._plan import EpochPlan, Slice, equal_shard_batches, make_plan
+from daskfeed.batches._order import GlobalOrder
+from daskfeed.batches._plan import EpochPlan, Slice, equal_shard_batches, make_order_plan, make_plan
 from daskfeed.batches._prefetch import Prefetcher
 from daskfeed.core import SchemaError, warn_user
 
@@ -47,8 +48,9 @@ class PlanSettings:
     window_rows: int
     drop_remainder: bool
     shard: tuple[int, int]
+    units: int = 0  # S of the global order (:mod:`daskfeed.batches._order`); 0: windows of blocks
 
-    def plan(self, epoch: int) -> EpochPlan:
+    def plan(self, epoch: int, origin: int = 0) -> EpochPlan:
         """The plan of ``epoch``.
 
         With several shards (trainers stepping together) every shard serves the same number of
@@ -58,12 +60,20 @@ class PlanSettings:
         ----------
         epoch
             The epoch number.
+        origin
+            Of the global order's lanes (:class:`~daskfeed.batches._order.Lanes`): 0 but in an
+            epoch resumed under another number of trainers.
 
         Returns
         -------
         EpochPlan
             Its windows and batches.
         """
+        if self.units:
+            order = GlobalOrder.of(self.counts, self.units, self.seed, epoch)
+            return make_order_plan(order, batch_size=self.batch_size, window_rows=self.window_rows,
+                                   drop_remainder=self.drop_remainder, shard=self.shard,
+                                   origin=origin)
         counts = list(self.counts)
         equal = (equal_shard_batches(counts, batch_size=self.batch_size, nshards=self.shard[1])
                  if self.shard[1] > 1 else None)
@@ -104,6 +114,7 @@ class EpochCursor:
         self.lock = threading.RLock()
         self.epoch = 0
         self.start = 0
+        self.origin = 0  # of the plan's lanes (a resume under another number of trainers)
         self._plan: EpochPlan | None = None
         self.prefetcher: Prefetcher | None = None
         self.last_stats: EpochStats | None = None
@@ -121,13 +132,15 @@ class EpochCursor:
         assert self._plan is not None
         return self._plan
 
-    def set(self, epoch: int, start: int = 0) -> None:
+    def set(self, epoch: int, start: int = 0, origin: int = 0) -> None:
         """Serve ``epoch`` from its batch ``start``.
 
         Parameters
         ----------
         epoch, start
             The epoch, and the first of its batches served (``> 0`` when resuming).
+        origin
+            See :meth:`PlanSettings.plan`.
 
         Raises
         ------
@@ -137,7 +150,8 @@ class EpochCursor:
             ``start`` is not a batch of the epoch.
         """
         nxt = self._next  # the next epoch's plan, if made already (read once: set may race)
-        plan = nxt if nxt is not None and nxt.epoch == epoch else self.settings.plan(epoch)
+        reuse = nxt is not None and nxt.epoch == epoch and origin == 0
+        plan = nxt if reuse and nxt is not None else self.settings.plan(epoch, origin)
         if plan.num_batches == 0:
             raise SchemaError(
                 f"Expected at least one batch. Received: {plan.rows} rows with "
@@ -149,7 +163,7 @@ class EpochCursor:
                              f"Received: start={start}.")
         with self.lock:
             old, old_pf = self._plan, self.prefetcher
-            self.epoch, self.start, self._plan = epoch, start, plan
+            self.epoch, self.start, self.origin, self._plan = epoch, start, origin, plan
             self._ended = False
             self._served: set[int] = set()
             # batches of each window still to serve (windows wholly before ``start`` have none)

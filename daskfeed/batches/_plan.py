@@ -7,7 +7,10 @@ last has exactly ``batch_size`` rows and batches span block and window edges.
 
 With ``shuffle=True`` the block order is a permutation drawn from ``(seed, epoch)`` and the
 rows of window ``w`` are permuted with ``window_seed(seed, epoch, w)``; the same inputs always
-give the same plan.
+give the same plan (:func:`make_plan`: windows of blocks, what serves without the parse cache).
+With the parse cache the windows are units of the global order instead
+(:func:`make_order_plan`, :mod:`daskfeed.batches._order`): the same plan structure, another
+recipe for what a window reads.
 """
 
 from __future__ import annotations
@@ -18,18 +21,27 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["EpochPlan", "Slice", "Window", "equal_shard_batches", "make_plan", "shard_rows",
-           "window_seed"]
+from daskfeed.batches._order import GlobalOrder, Lanes
+
+__all__ = ["EpochPlan", "Slice", "Window", "equal_shard_batches", "make_order_plan", "make_plan",
+           "shard_rows", "window_seed"]
 
 
 @dataclass(frozen=True)
 class Window:
-    """Blocks read and shuffled together; ``offset`` is its first row in the epoch."""
+    """Blocks read and shuffled together; ``offset`` is its first row in the epoch.
+
+    In a plan of the global order (:mod:`daskfeed.batches._order`) a window is the units
+    ``units`` (a range of every block), ``span`` its rows in the order and ``rows``/``offset``
+    count this trainer's rows only.
+    """
 
     index: int
     blocks: tuple[int, ...]
     rows: int
     offset: int
+    units: tuple[int, int] | None = None
+    span: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,8 @@ class EpochPlan:
     num_batches: int
     _starts: tuple[int, ...] = field(repr=False, default=())
     dropped: int = 0  # rows of this shard left out this epoch (max_batches / drop_remainder)
+    order: GlobalOrder | None = None  # the global order the windows are units of (None: blocks)
+    lanes: Lanes | None = None  # which of the order's batches are this trainer's
 
     def __len__(self) -> int:
         return self.num_batches
@@ -156,6 +170,8 @@ class EpochPlan:
             and self.batch_size == other.batch_size
             and not self.shuffle
             and not other.shuffle
+            and self.order is None
+            and other.order is None
         )
 
 
@@ -319,3 +335,65 @@ def equal_shard_batches(counts: Sequence[int], *, batch_size: int, nshards: int)
         Full batches per shard per epoch.
     """
     return min(r // int(batch_size) for r in shard_rows(counts, nshards))
+
+
+def make_order_plan(order: GlobalOrder, *, batch_size: int, window_rows: int,
+                    drop_remainder: bool = False, shard: tuple[int, int] = (0, 1),
+                    origin: int = 0) -> EpochPlan:
+    """The plan of one trainer's batches of ``order``'s epoch.
+
+    Parameters
+    ----------
+    order
+        The epoch's global order.
+    batch_size
+        Rows per batch.
+    window_rows
+        Rows a window of this trainer should hold: whole units, about this many of its rows.
+    drop_remainder
+        Leave out the epoch's last batch if it is short. With several trainers only full
+        batches are taken, the same number by each: the last ``< world`` batches (and the
+        short one) are left out, a different few each epoch.
+    shard
+        ``(rank, world)``.
+    origin
+        See :class:`Lanes` (0: the epoch from its start).
+
+    Returns
+    -------
+    EpochPlan
+        Windows of consecutive units (only those holding some of this trainer's rows), with
+        this trainer's rows counted locally: its batch ``j`` is its rows
+        ``[j * batch_size, (j + 1) * batch_size)``.
+    """
+    if batch_size < 1:
+        raise ValueError(f"Expected batch_size >= 1. Received: batch_size={batch_size}")
+    rank, world = shard
+    if not 0 <= rank < world:
+        raise ValueError(f"Expected 0 <= shard index < shard count. Received: shard={shard}")
+    total = order.rows
+    if world == 1:
+        count = total // batch_size if drop_remainder else -(-total // batch_size)
+        batches = max(count - origin, 0)
+    else:
+        batches = max((total // batch_size - origin) // world, 0)
+    lanes = Lanes(int(origin), int(world), int(rank), batches, int(batch_size))
+    per_unit = max(total / order.units, 1.0)
+    k = max(1, int(window_rows * world / per_unit))
+    windows: list[Window] = []
+    for u0 in range(0, order.units, k):
+        u1 = min(u0 + k, order.units)
+        r0, r1 = order.rows_before(u0), order.rows_before(u1)
+        a, b = lanes.local(r0), lanes.local(r1)
+        if b > a:
+            windows.append(Window(len(windows), order.blocks, b - a, a, units=(u0, u1),
+                                  span=(r0, r1)))
+    rows = lanes.local(total)
+    trained = (origin + (batches * world if world > 1 else batches)) * batch_size
+    return EpochPlan(
+        epoch=order.epoch, seed=order.seed, batch_size=int(batch_size), shuffle=True,
+        windows=tuple(windows), rows=rows, num_batches=batches,
+        _starts=tuple(w.offset for w in windows),
+        dropped=max(total - min(trained, total), 0) if world > 1 or drop_remainder else 0,
+        order=order, lanes=lanes,
+    )

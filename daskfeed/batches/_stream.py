@@ -22,6 +22,7 @@ import numpy as np
 
 from daskfeed.batches._epoch import EpochCursor, EpochStats, PlanSettings
 from daskfeed.batches._layout import window_rows_for
+from daskfeed.batches._order import unit_count
 from daskfeed.batches._plan import EpochPlan, Slice
 from daskfeed.batches._prefetch import Prefetcher
 from daskfeed.batches._prepare import Prepared
@@ -78,6 +79,9 @@ class BatchStream:
         self._stop = stop
         self._windows = WindowTasks(data.source, data.manifest.fingerprint, data.encoding,
                                     data.cache, spans)
+        # the global order needs every block's stored order: the parse cache, on files
+        ordered = data.cache is not None and data.source.frame is None and st.shuffle
+        self.units = unit_count(sum(data.manifest.counts), st.batch_size) if ordered else 0
         self._cursor = self._new_cursor(0, 0)
         self._position = 0  # batches of this epoch yielded by __iter__
 
@@ -122,8 +126,62 @@ class BatchStream:
             ``start`` is not a batch of the epoch.
         """
         epoch, start = int(epoch), int(start)
-        if epoch != self._cursor.epoch or start != self._cursor.start:
+        if epoch != self._cursor.epoch or start != self._cursor.start or self._cursor.origin:
             self._cursor.set(epoch, start)
+        self._position = 0
+
+    @property
+    def global_order(self) -> bool:
+        """Whether batches follow the global order (:mod:`daskfeed.batches._order`).
+
+        They do with the parse cache on files, shuffled; else they come from windows of blocks.
+        """
+        return self.units > 0
+
+    def position(self, batch: int | None = None) -> int:
+        """Batches of the current epoch trained once this trainer's ``batch`` is next.
+
+        In the global order, by every trainer together (all step together): a position in the
+        order that a resume under any budget or number of trainers continues from
+        (:meth:`set_position`). Otherwise this trainer's own batch.
+
+        Parameters
+        ----------
+        batch
+            This trainer's first batch not trained (default: where the stream stands).
+
+        Returns
+        -------
+        int
+            The position.
+        """
+        b = self.start + self._position if batch is None else int(batch)
+        lanes = self.plan.lanes
+        return b if lanes is None else lanes.origin + b * lanes.world
+
+    def set_position(self, epoch: int, position: int) -> None:
+        """Serve ``epoch`` from ``position`` (see :meth:`position`), in this stream's layout.
+
+        In the global order this trainer of ``world`` continues at the order's batch
+        ``position + rank``: from its batch ``position // world`` of lanes whose origin is
+        ``position % world``. An epoch with nothing left for it moves to the next.
+
+        Raises
+        ------
+        ValueError
+            ``position`` is beyond the epoch (windows of blocks).
+        """
+        epoch, position = int(epoch), int(position)
+        if not self.global_order:
+            self.set_epoch(epoch, position)
+            return
+        world = self.data.settings.shard[1]
+        origin, start = position % world, position // world
+        plan = self._cursor.settings.plan(epoch, origin)
+        if start >= plan.num_batches:
+            self.set_epoch(epoch + 1, 0)
+            return
+        self._cursor.set(epoch, start, origin)
         self._position = 0
 
     def set_last_epoch(self, epoch: int | None) -> None:
@@ -141,8 +199,8 @@ class BatchStream:
         """
         start = self.start + self._position
         if start >= self.plan.num_batches:
-            return {"epoch": self.epoch + 1, "start": 0}
-        return {"epoch": self.epoch, "start": start}
+            return {"epoch": self.epoch + 1, "start": 0, "position": 0}
+        return {"epoch": self.epoch, "start": start, "position": self.position()}
 
     def set_state(self, state: dict[str, int]) -> None:
         """Go on from a state :meth:`get_state` returned (of this stream or another's).
@@ -152,7 +210,10 @@ class BatchStream:
         ValueError
             The state's ``start`` is not a batch of its epoch.
         """
-        self.set_epoch(state["epoch"], state.get("start", 0))
+        if "position" in state:
+            self.set_position(state["epoch"], state["position"])
+        else:
+            self.set_epoch(state["epoch"], state.get("start", 0))
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
         """The current epoch's batches in order from where the stream stands; then the next epoch.
@@ -350,7 +411,7 @@ class BatchStream:
         settings = PlanSettings(
             counts=tuple(self.data.manifest.counts), batch_size=st.batch_size, seed=st.seed,
             shuffle=st.shuffle, window_rows=self.window_rows, drop_remainder=st.drop_remainder,
-            shard=st.shard)
+            shard=st.shard, units=self.units)
         cursor = EpochCursor(settings, self._new_prefetcher, tolerance=self.tolerance)
         cursor.set(epoch, start)
         return cursor
@@ -403,8 +464,9 @@ class BatchStream:
         self._finalizer = weakref.finalize(self, self._owner.close)
         self._closed = False
         self._dependents = weakref.WeakSet()
-        self._cursor = self._new_cursor(resume["epoch"], resume["start"])
+        self._cursor = self._new_cursor(0, 0)
         self._position = 0
+        self.set_state(resume)
 
 
 def _merged(per_batch: list[list[Slice]]) -> list[Slice]:

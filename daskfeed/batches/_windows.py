@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from dask.base import tokenize
 
 from daskfeed.batches._plan import EpochPlan
-from daskfeed.batches._read import encode_window, read_window
+from daskfeed.batches._read import encode_window, read_units, read_window
 from daskfeed.dashboard import EpochSpans
 from daskfeed.manifest import Encoding
 from daskfeed.reading import Source
@@ -68,7 +68,7 @@ class WindowTasks:
             Of the window's :class:`~daskfeed.manifest._encoding.WindowData`.
         """
         win = plan.windows[w]
-        seed = plan.seed_of(w)
+        seed = plan.seed_of(w) if plan.order is None else (plan.order, win.units, plan.lanes)
         # a tuple key: each window its own task group (so its epoch's span), prefix daskfeed-window
         token = tokenize(self.fingerprint, self.encoding, win.blocks, seed)
         key = (f"daskfeed-window-{token}", w)
@@ -78,8 +78,13 @@ class WindowTasks:
         return self._submit(client, plan, w, key, seed)
 
     def _submit(self, client: Client, plan: EpochPlan, w: int, key: tuple[str, int],
-                seed: tuple[int, ...] | None) -> Future:
-        blocks = plan.windows[w].blocks
+                seed: Any) -> Future:
+        win = plan.windows[w]
+        blocks = win.blocks
+        if plan.order is not None:  # a window of the global order: runs of every block
+            return client.submit(read_units, plan.order, win.units, win.span, plan.lanes,
+                                 [(b, self.source.blocks[b]) for b in blocks], self.source.options,
+                                 self.encoding, self.cache, key=key, retries=1)
         if self.source.frame is None:
             return client.submit(read_window, [(b, self.source.blocks[b]) for b in blocks],
                                  self.source.options, self.encoding, seed, self.cache, key=key,
@@ -122,7 +127,11 @@ class WindowTasks:
         str
             E.g. ``"epoch 0, blocks a.csv[0:64MB], b.csv[0:12MB]"``.
         """
-        blocks = plan.windows[w].blocks
+        win = plan.windows[w]
+        blocks = win.blocks
+        if plan.order is not None and win.units is not None:
+            return (f"epoch {plan.epoch}, units {win.units[0]}..{win.units[1] - 1} of "
+                    f"{plan.order.units} (a run of each of {len(blocks)} blocks)")
         names = [self.source.blocks[b].describe() for b in blocks[:3]]
         more = f" and {len(blocks) - 3} more" if len(blocks) > 3 else ""
         return f"epoch {plan.epoch}, blocks {', '.join(names)}{more}"

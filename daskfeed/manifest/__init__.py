@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         encode_features,
         encode_table,
         epoch_seconds,
+        labelled,
         numeric_dtype,
     )
     from daskfeed.manifest._ids import id_like, id_warning, joined
@@ -51,6 +52,7 @@ __all__ = [
     "id_like",
     "id_warning",
     "joined",
+    "labelled",
     "numeric_dtype",
     "read_reusable",
     "read_settings",
@@ -68,6 +70,7 @@ __getattr__, __dir__ = attach(__name__, {
     "ColumnCode": "_encoding", "ENCODE_BYTES": "_encoding", "EXACT_FLOAT32": "_encoding", "Encoding":
     "_encoding", "MISSING_CODE": "_encoding", "WindowData": "_encoding", "concat": "_encoding",
     "empty_window": "_encoding", "encode_features": "_encoding", "encode_table": "_encoding",
+    "labelled": "_encoding",
     "epoch_seconds": "_encoding", "numeric_dtype": "_encoding",
     "id_like": "_ids", "id_warning": "_ids", "joined": "_ids",
     "refuse_single_class": "_labels", "text_classes": "_labels", "unknown_classes": "_labels",

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ENCODE_BYTES", "EXACT_FLOAT32", "ISO_DATE", "MISSING_CODE", "ColumnCode", "Encoding",
            "WindowData", "concat", "date_seconds", "empty_window", "encode_features", "encode_frame",
-           "encode_table", "epoch_seconds", "numeric_dtype"]
+           "encode_table", "epoch_seconds", "labelled", "numeric_dtype"]
 
 MISSING_CODE = 0
 OOV_CODE = 1
@@ -374,6 +374,24 @@ def empty_window(encoding: Encoding) -> WindowData:
         [encoding.weight] if encoding.weight else [])
     empty = pd.DataFrame({n: pd.Series([], dtype="float64") for n in names})
     return encode_frame(empty, encoding)
+
+
+def labelled(table: Any, encoding: Encoding) -> np.ndarray | None:
+    """Which rows of an Arrow table have a label (the rows :func:`encode_table` keeps; None: all).
+
+    Parameters
+    ----------
+    table
+        Rows with the encoding's label column.
+    encoding
+        How the label is read.
+
+    Returns
+    -------
+    numpy.ndarray or None
+        A boolean mask, or None when every row has one.
+    """
+    return _label_array(table.column(encoding.label), encoding)[1]
 
 
 def _label_array(col: Any, encoding: Encoding) -> tuple[np.ndarray, np.ndarray | None]:

@@ -1,9 +1,10 @@
 """Ranks: several trainers (data-parallel) on one Dask cluster, one scan between them.
 
-Each trainer is a *rank* of ``world_size``; it trains on the disjoint shard of blocks
-``b % world_size == rank`` (:func:`daskfeed.batches._plan.make_plan`), and every rank serves the same
-number of batches per epoch (:func:`daskfeed.batches._plan.equal_shard_batches`). The rank comes from
-``--rank`` / ``--world-size``, else ``TF_CONFIG``, else ``RANK`` / ``WORLD_SIZE``.
+Each trainer is a *rank* of ``world_size``; in the global order (the parse cache on) it trains on
+the batches ``b % world_size == rank`` of each epoch's order (:mod:`daskfeed.batches._order`),
+without it on the disjoint shard of blocks ``b % world_size == rank``
+(:func:`daskfeed.batches._plan.make_plan`); every rank serves the same number of batches per epoch.
+The rank comes from ``--rank`` / ``--world-size``, else ``TF_CONFIG``, else ``RANK`` / ``WORLD_SIZE``.
 
 One scan for all ranks: the scheduler they share is the meeting point. Each rank takes the
 Dask ``Lock`` named after the data and the settings that shape a manifest; under it, a rank
@@ -278,6 +279,13 @@ def shard_line(rank: Rank, seq: DaskSequence) -> str:
     """What a rank says of its shard: rows, batches, rows dropped to keep the counts equal."""
     plan = seq.plan
     served = plan.rows
+    if plan.lanes is not None:
+        world = rank.world_size
+        return (f"{rank.describe()}: batches {rank.rank}, {rank.rank + world}, "
+                f"{rank.rank + 2 * world}, ... of each epoch's global order; "
+                f"{plan.num_batches} batches of {plan.batch_size} per epoch on every rank "
+                f"({served:,} rows), {plan.dropped:,} rows of the epoch left out by all ranks "
+                "to keep the counts equal (the order's last rows: other rows each epoch)")
     return (f"{rank.describe()}: blocks b % {rank.world_size} == {rank.rank}, "
             f"{served + plan.dropped:,} rows; {plan.num_batches} batches of {plan.batch_size} per "
             f"epoch on every rank ({served:,} rows), {plan.dropped:,} rows of this shard left out "
@@ -289,6 +297,12 @@ def shard_report(rank: Rank, seq: DaskSequence) -> dict[str, Any] | None:
     if not rank.several:
         return None
     plan = seq.plan
+    if plan.lanes is not None:
+        return {"rank": rank.rank, "world_size": rank.world_size, "from": rank.origin,
+                "shard": f"batches b of the global order with b % {rank.world_size} == {rank.rank}",
+                "rows_per_epoch": plan.rows, "batches_per_epoch": plan.num_batches,
+                "dropped_rows_per_epoch": plan.dropped,
+                "remainder_policy": "equal batch counts: the epoch's last rows are left out by all ranks"}
     return {"rank": rank.rank, "world_size": rank.world_size, "from": rank.origin,
             "shard_rows": plan.rows + plan.dropped, "rows_per_epoch": plan.rows,
             "batches_per_epoch": plan.num_batches, "dropped_rows_per_epoch": plan.dropped,

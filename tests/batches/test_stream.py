@@ -55,12 +55,12 @@ def test_state_after_any_batch_resumes_exactly(id_data, client):
         it = iter(with_ids)
         first = [next(it)[0]["row_id"].copy() for _ in range(7)]
         state = with_ids.get_state()
-        assert state == {"epoch": 0, "start": 7}
+        assert state == {"epoch": 0, "start": 7, "position": 7}
         copy = pickle.loads(pickle.dumps(with_ids))  # another process's stream would do the same
         try:
             copy.set_state(state)
             rest = [x["row_id"].copy() for x, _ in copy]
-            assert copy.get_state() == {"epoch": 1, "start": 0}
+            assert copy.get_state() == {"epoch": 1, "start": 0, "position": 0}
         finally:
             copy.close()
         got = first + rest

@@ -60,26 +60,42 @@ def test_cached_batches_equal_parsed_batches(demo_data, tmp_path, client, compre
     import dask
 
     kw = {"label": "cleared", "client": client, "batch_size": 1000, "seed": 3}
-    expected = []
-    with daskfeed.DaskSequence(demo_data.train_glob, cache=False, **kw) as plain:
-        manifest = plain.manifest
+
+    def epochs(seq):
+        out = []
         for _ in range(2):
-            expected.append([plain[i] for i in range(len(plain))])
-            plain.on_epoch_end()
-    with dask.config.set({"daskfeed.cache-compression": compression}), daskfeed.DaskSequence(
-            demo_data.train_glob, cache=tmp_path / "c", manifest=manifest, **kw) as cached:
-        assert cached.cache.compression == (None if compression == "none" else compression)
-        assert cached.manifest is manifest  # no scan ran: the first epoch's windows fill the cache
-        assert cached.cache.cached_blocks() < len(cached.source.blocks)
-        for epoch in range(2):  # epoch 0 parses CSV (and writes the cache), epoch 1 reads it
-            for i, (xa, ya) in enumerate(expected[epoch]):
-                xb, yb = cached[i]
+            out.append([seq[i] for i in range(len(seq))])
+            seq.on_epoch_end()
+        return out
+
+    def same(a, b):
+        for epoch, (ea, eb) in enumerate(zip(a, b, strict=True)):
+            for i, ((xa, ya), (xb, yb)) in enumerate(zip(ea, eb, strict=True)):
                 assert np.array_equal(ya, yb)
                 for k in xa:
                     assert np.array_equal(xa[k], xb[k]), (epoch, i, k)
-            cached.on_epoch_end()
-            if epoch == 0:
-                assert cached.cache.cached_blocks() == len(cached.source.blocks)
+
+    with daskfeed.DaskSequence(demo_data.train_glob, cache=False, shuffle=False, **kw) as plain:
+        manifest = plain.manifest
+        expected = epochs(plain)
+    with dask.config.set({"daskfeed.cache-compression": compression}):
+        # in file order (windows of blocks): epoch 0 parses CSV and writes the cache, 1 reads it
+        with daskfeed.DaskSequence(demo_data.train_glob, cache=tmp_path / "c", manifest=manifest,
+                                   shuffle=False, **kw) as cached:
+            assert cached.cache.compression == (None if compression == "none" else compression)
+            assert cached.manifest is manifest  # no scan ran: the first epoch's windows fill the cache
+            assert cached.cache.cached_blocks() < len(cached.source.blocks)
+            same(expected, epochs(cached))
+            assert cached.cache.cached_blocks() == len(cached.source.blocks)
+        # in the global order: the same batches whether its blocks were parsed or cached
+        with daskfeed.DaskSequence(demo_data.train_glob, cache=tmp_path / "d", manifest=manifest,
+                                   **kw) as first:
+            assert first.global_order  # a fresh cache: its windows parse the blocks and cache them
+            parsed = epochs(first)
+            assert first.cache.cached_blocks() == len(first.source.blocks)
+        with daskfeed.DaskSequence(demo_data.train_glob, cache=tmp_path / "d", manifest=manifest,
+                                   **kw) as again:
+            same(parsed, epochs(again))
 
 
 def test_touching_a_file_invalidates_its_cache(id_data, tmp_path, client):

@@ -78,12 +78,12 @@ def test_equal_batches_disjoint_shards_union_is_the_epoch(seed):
 
 
 def test_sequences_of_three_ranks_serve_disjoint_rows(id_data, client):
-    """Real DaskSequences: every row at most once over the ranks, the rest counted as dropped."""
+    """Real DaskSequences without the parse cache: shards of blocks, every row at most once."""
     base = daskfeed.DaskSequence(id_data.train_glob, label="cleared", client=client, batch_size=256,
-                                 window_rows=1500, seed=3, shard=(0, 3))
+                                 window_rows=1500, seed=3, shard=(0, 3), cache=False)
     seqs = [base] + [daskfeed.DaskSequence(id_data.train_glob, label="cleared", client=client,
                                            batch_size=256, window_rows=1500, seed=3, shard=(r, 3),
-                                           manifest=base.manifest) for r in (1, 2)]
+                                           manifest=base.manifest, cache=False) for r in (1, 2)]
     try:
         assert len({len(s) for s in seqs}) == 1  # 4,900 / 4,200 / 4,200 rows → 16 batches each
         assert len(seqs[0]) == 4200 // 256
@@ -128,6 +128,52 @@ def _env(**extra: str) -> dict[str, str]:
 
 @pytest.mark.slow  # four processes, three trainers; test_sequences_of_three_ranks_... stays fast
 @pytest.mark.timeout(900)
+def test_ranks_in_the_global_order_take_every_world_th_batch_and_resume_under_another_world(
+        id_data, client):
+    """With the parse cache: rank r's batch j is the single trainer's batch r + j * world, and a
+    position reached by 3 ranks is continued by 2 ranks: each row exactly once per epoch."""
+    kw = {"label": "cleared", "client": client, "batch_size": 256, "seed": 3, "features": ["row_id"]}
+    with daskfeed.DaskSequence(id_data.train_glob, window_rows=3000, **kw) as one:
+        assert one.global_order
+        alone = [one[i][0]["row_id"].astype(np.int64) for i in range(len(one))]
+        manifest = one.manifest
+
+    def ranks(world, window_rows):
+        return [daskfeed.DaskSequence(id_data.train_glob, window_rows=window_rows, shard=(r, world),
+                                      manifest=manifest, **kw) for r in range(world)]
+
+    three = ranks(3, 1000)
+    try:
+        assert [len(s) for s in three] == [13300 // 256 // 3] * 3  # 51 full batches: 17 each
+        for r, s in enumerate(three):
+            for j in range(len(s)):
+                assert np.array_equal(s[j][0]["row_id"], alone[r + 3 * j]), (r, j)
+        assert all(s.plan.dropped == 13300 - 51 * 256 for s in three)
+        line = shard_line(Rank(1, 3, "--rank/--world-size"), three[1])
+        assert line.startswith("rank 1 of 3 (from --rank/--world-size): batches 1, 4, 7, ... of "
+                               "each epoch's global order; 17 batches of 256"), line
+        position = three[0].position(5)  # every rank trained 5 batches: 15 of the order
+        assert position == 15
+    finally:
+        for s in three:
+            s.close()
+    two = ranks(2, 5000)  # another world size and window size
+    try:
+        trained = [alone[g] for g in range(15)]
+        for r, s in enumerate(two):
+            s.set_position(0, position)
+            assert len(s) == (51 - 15) // 2
+            for j in range(len(s)):
+                assert np.array_equal(s[j][0]["row_id"], alone[position + r + 2 * j]), (r, j)
+                trained.append(s[j][0]["row_id"])
+        every = np.concatenate(trained)
+        assert len(every) == len(np.unique(every)) == 51 * 256
+        assert set(every.tolist()) == set(np.concatenate(alone[:51]).tolist())
+    finally:
+        for s in two:
+            s.close()
+
+
 def test_three_trainers_one_scheduler_one_scan(rank_data, tmp_path, stop_process_groups):
     from helpers import compose_commands, wait_for_scheduler_file
 
@@ -169,17 +215,16 @@ def test_three_trainers_one_scheduler_one_scan(rank_data, tmp_path, stop_process
         hists = [json.loads((d / "history.json").read_text()) for d in dirs]
         ranks = [h["ranks"] for h in hists]
         assert [r["rank"] for r in ranks] == [0, 1, 2]
-        assert sum(r["shard_rows"] for r in ranks) == 12_000  # the shards are the whole data
         batches = {r["batches_per_epoch"] for r in ranks}
-        assert batches == {4000 // 256}  # 4 files of 1,000 rows per rank
+        assert batches == {12_000 // 256 // 3}  # every 3rd of the global order's 46 full batches
         for h, r in zip(hists, ranks, strict=True):
             assert h["epochs"][0]["rows"] == r["rows_per_epoch"] == 15 * 256
-            assert r["dropped_rows_per_epoch"] == r["shard_rows"] - r["rows_per_epoch"] == 160
+            assert r["dropped_rows_per_epoch"] == 12_000 - 3 * 15 * 256 == 480  # by all ranks
             assert h["epochs"][0]["val_accuracy"] > 0.6
         fingerprints = {json.loads((d / "manifest.json").read_text())["fingerprint"] for d in dirs}
         assert len(fingerprints) == 1
         for text in texts:
-            assert "blocks b % 3 ==" in text and "160 rows of this shard left out" in text
+            assert "of each epoch's global order" in text and "480 rows of the epoch left out" in text
     finally:
         stop_process_groups(procs)
 
