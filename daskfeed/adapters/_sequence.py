@@ -312,12 +312,12 @@ class DaskSequence(keras.utils.PyDataset):
         """
         return self.stream.global_order
 
-    def position(self, batch: int | None = None) -> int:
-        """Batches of the current epoch trained by all trainers once this one's ``batch`` is next.
+    def position(self, batch: int | None = None, epoch: int | None = None) -> int:
+        """Batches of ``epoch`` trained by all trainers once this one's ``batch`` is next.
 
         See :meth:`BatchStream.position <daskfeed.batches._stream.BatchStream.position>`.
         """
-        return self.stream.position(batch)
+        return self.stream.position(batch, epoch)
 
     def set_position(self, epoch: int, position: int) -> None:
         """Serve ``epoch`` from ``position`` (a checkpoint's), in this sequence's layout.

@@ -82,6 +82,7 @@ class BatchStream:
         # the global order needs every block's stored order: the parse cache, on files
         ordered = data.cache is not None and data.source.frame is None and st.shuffle
         self.units = unit_count(sum(data.manifest.counts), st.batch_size) if ordered else 0
+        self._origins: dict[int, int] = {}  # an epoch resumed under another number of trainers
         self._cursor = self._new_cursor(0, 0)
         self._position = 0  # batches of this epoch yielded by __iter__
 
@@ -126,7 +127,7 @@ class BatchStream:
             ``start`` is not a batch of the epoch.
         """
         epoch, start = int(epoch), int(start)
-        if epoch != self._cursor.epoch or start != self._cursor.start or self._cursor.origin:
+        if epoch != self._cursor.epoch or start != self._cursor.start:  # (else as set: its origin)
             self._cursor.set(epoch, start)
         self._position = 0
 
@@ -138,8 +139,8 @@ class BatchStream:
         """
         return self.units > 0
 
-    def position(self, batch: int | None = None) -> int:
-        """Batches of the current epoch trained once this trainer's ``batch`` is next.
+    def position(self, batch: int | None = None, epoch: int | None = None) -> int:
+        """Batches of ``epoch`` trained once this trainer's ``batch`` is next.
 
         In the global order, by every trainer together (all step together): a position in the
         order that a resume under any budget or number of trainers continues from
@@ -149,6 +150,9 @@ class BatchStream:
         ----------
         batch
             This trainer's first batch not trained (default: where the stream stands).
+        epoch
+            Its epoch (default: the current one). Readers that fetch ahead (the tf.data feed)
+            may be serving a later epoch than the one trained.
 
         Returns
         -------
@@ -156,8 +160,10 @@ class BatchStream:
             The position.
         """
         b = self.start + self._position if batch is None else int(batch)
-        lanes = self.plan.lanes
-        return b if lanes is None else lanes.origin + b * lanes.world
+        if not self.global_order:
+            return b
+        e = self.epoch if epoch is None else int(epoch)
+        return self._origins.get(e, 0) + b * self.data.settings.shard[1]
 
     def set_position(self, epoch: int, position: int) -> None:
         """Serve ``epoch`` from ``position`` (see :meth:`position`), in this stream's layout.
@@ -182,6 +188,7 @@ class BatchStream:
             self.set_epoch(epoch + 1, 0)
             return
         self._cursor.set(epoch, start, origin)
+        self._origins = {epoch: origin}
         self._position = 0
 
     def set_last_epoch(self, epoch: int | None) -> None:

@@ -160,7 +160,7 @@ class CheckpointStore:
                 continue
             if errors:
                 msg = (f"{' '.join(errors)} Resuming from the previous good checkpoint {ckpt.path} "
-                       f"instead (epoch {ckpt.cursor.epoch}, batch {ckpt.cursor.batch}); the "
+                       f"instead (epoch {ckpt.cursor.epoch}, batch {ckpt.cursor.at}); the "
                        "damaged one was renamed *.corrupt.")
                 warnings.warn(msg, stacklevel=2)
                 if warn is not None:
@@ -207,7 +207,7 @@ class CheckpointStore:
             When the directory cannot be written (the temporary directory is removed).
         """
         self._prepare()
-        name = f"ckpt-{cursor.epoch:06d}-{cursor.batch:09d}"
+        name = f"ckpt-{cursor.epoch:06d}-{cursor.at:09d}"  # sorted by where the epoch stands
         final = os.path.join(self.directory, name)
         tmp = os.path.join(self.directory, f".tmp-{name}-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)

@@ -57,7 +57,7 @@ def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused:
     net = model_for(opts.model, train_seq, opts.fit, echo)
     stopper = make_early_stopping(opts.fit.patience, opts.fit.monitor, net, echo)
     telemetry = EpochTelemetry(train_seq, rss)
-    epoch, batch = _start_point(run, net, stopper, len(train_seq))
+    epoch, batch = _start_point(run, net, stopper, train_seq)
     every = opts.checkpoint_every
     echo(f"checkpoints: {f'every {every} batches and ' if every else ''}at epoch ends in "
          f"{run.store.directory} (the last {run.store.keep} kept)")
@@ -88,15 +88,27 @@ def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused:
     return history, net, bad_report, stopping
 
 
-def _start_point(run: Run, net: keras.Model, stopper: EarlyStopping | None, batches: int) -> tuple[int, int]:
-    """Epoch and batch to start at: 0, 0, or the checkpoint's (its weights and optimizer loaded)."""
+def _start_point(run: Run, net: keras.Model, stopper: EarlyStopping | None,
+                 train_seq: DaskSequence) -> tuple[int, int]:
+    """Epoch and batch to start at: 0, 0, or the checkpoint's (its weights and optimizer loaded).
+
+    A checkpoint in the global order is a position in it: this run goes on from there in its
+    own layout (windows of its budget, its number of trainers).
+    """
     ckpt, epochs = run.ckpt, run.opts.epochs
     if ckpt is None:
         return 0, 0
     ckpt.restore(net)  # weights + optimizer state (its iteration count checked)
-    epoch, batch = ckpt.cursor.epoch, ckpt.cursor.batch
-    run.echo(f"resuming from {ckpt.path}: epoch {epoch + 1}/{epochs} at batch {batch + 1}/"
-             f"{batches} (optimizer iteration {ckpt.iterations})" if epoch < epochs else
+    cur = ckpt.cursor
+    epoch, batch = cur.epoch, cur.batch
+    if cur.global_order and epoch < epochs:
+        train_seq.set_position(epoch, cur.at)
+        epoch, batch = train_seq.epoch, train_seq.start
+    where = (f"batch {cur.at + 1} of the epoch's global order, this trainer's batch {batch + 1}/"
+             f"{train_seq.plan.num_batches}" if cur.global_order and run.ranks.several else
+             f"batch {batch + 1}/{train_seq.plan.num_batches}")
+    run.echo(f"resuming from {ckpt.path}: epoch {epoch + 1}/{epochs} at {where} (optimizer "
+             f"iteration {ckpt.iterations})" if epoch < epochs else
              f"{ckpt.path} is at the end of epoch {epoch}: nothing left to train (raise "
              "--epochs to train more)")
     if resume_early_stopping(stopper, ckpt, net, run.echo):

@@ -164,7 +164,31 @@ def _prepare(data: DataSpec, validation: DataSpec | None, opts: TrainOptions,
     out = rank_output(opts.output, ranks)
     os.makedirs(out, mode=0o700, exist_ok=True)
     store, ckpt = open_store(out, resume=opts.resume, echo=echo)
+    if opts.resume:
+        ckpt = _elastic(ranks, opts.output, store, ckpt, echo)
     return ranks, out, store, ckpt
+
+
+def _elastic(ranks: Rank, output: str, store: CheckpointStore, ckpt: Checkpoint | None,
+             echo: Echo) -> Checkpoint | None:
+    """The checkpoint a rank resumes from when the number of trainers changed: rank 0's.
+
+    Rank 0's checkpoint (in ``output``) says how many trainers the run had. With another
+    number now, every rank resumes from it: its model, and its position in the global order,
+    which the new trainers share out among themselves. A rank's own older checkpoints (of the
+    old layout) are removed. Checkpoints of windows of blocks stay as they are (the cursor
+    check refuses another number of trainers for them, with a hint).
+    """
+    chief = ckpt if ranks.rank == 0 else CheckpointStore(os.path.join(output, "checkpoints")).latest()
+    if chief is None or not chief.cursor.global_order or chief.cursor.shard[1] == ranks.world_size:
+        return ckpt
+    if ranks.rank > 0:
+        store.clear()
+    who = "every rank" if ranks.several else "the trainer"
+    echo(f"the run had {chief.cursor.shard[1]} trainer(s), now {ranks.world_size}: {who} resumes "
+         f"from rank 0's checkpoint {chief.path}, at batch {chief.cursor.at + 1} of epoch "
+         f"{chief.cursor.epoch + 1}'s global order")
+    return chief
 
 
 def _connect(opts: TrainOptions, echo: Echo) -> tuple[Client, Budget, str | None]:
@@ -274,8 +298,10 @@ def _train_sequence(run: Run, cached: Manifest | None) -> DaskSequence:
     d, ckpt, budget = run.opts.data, run.ckpt, run.budget
     block = ckpt.cursor.blocksize if ckpt else blocksize_for(d.blocksize, budget, cached,
                                                              d.cache.on, run.echo)
-    # resuming: the same blocks and windows as the interrupted run, whatever the budget
-    pinned: dict[str, Any] = {"window_rows": ckpt.cursor.window_rows} if ckpt else {}
+    # resuming: the same blocks as the interrupted run, whatever the budget; windows of blocks
+    # are part of their order (the global order's windows are this budget's)
+    pinned: dict[str, Any] = ({"window_rows": ckpt.cursor.window_rows}
+                              if ckpt and not ckpt.cursor.global_order else {})
     settings = _train_settings(run, block)
 
     def prepare(manifest: Manifest | None) -> Prepared:

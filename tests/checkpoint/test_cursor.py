@@ -26,7 +26,8 @@ CURSORS = st.builds(
     blocksize=st.integers(1, 2**31), shuffle=st.booleans(), drop_remainder=st.booleans(),
     label=st.text(min_size=1, max_size=12), features=st.lists(st.text(max_size=8), max_size=6).map(tuple),
     shard=st.integers(1, 8).flatmap(lambda n: st.tuples(st.integers(0, n - 1), st.just(n))),
-    validation_split=st.sampled_from([0.0, 0.1, 0.25]))
+    validation_split=st.sampled_from([0.0, 0.1, 0.25]), units=st.sampled_from([0, 1, 640]),
+    position=st.none() | st.integers(0, 10**9))
 
 
 @settings(max_examples=100, deadline=None)
@@ -59,7 +60,7 @@ def test_of_reads_a_sequence_s_plan_manifest_and_settings():
         plan=SimpleNamespace(num_batches=40, rows=2_500), window_rows=4_096,
         source=SimpleNamespace(options=SimpleNamespace(blocksize=2**20)), shuffle=True,
         drop_remainder=False, label="cleared", features=["gold", "level", "class"], shard=[1, 3],
-        validation_split=0.2)
+        validation_split=0.2, global_order=False)
     assert Cursor.of(seq, 3, 17) == BASE
     del seq.validation_split  # a sequence without a split
     assert Cursor.of(seq, 3, 17) == replace(BASE, validation_split=0.0)
@@ -90,7 +91,8 @@ DIFFERENCES = [
     ("validation_split", 0.0, "--validation-split 0.2"),
     ("shuffle", False, "shuffle True"),
     ("drop_remainder", True, "drop_remainder False"),
-    ("shard", (0, 3), "shard (1, 3)"),
+    ("shard", (0, 3), "--rank 1 --world-size 3 (a run in the global order, with the parse cache "
+                      "on, resumes under any number of trainers)"),
     ("num_batches", 41, "num_batches 40"),
     ("rows", 2_501, "rows 2500"),
     ("window_rows", 8_192, "the same --memory-limit (it sets the window size) and 4096"),
@@ -110,8 +112,30 @@ def test_a_setting_that_changes_the_batches_is_refused_with_both_values(name, re
 
 
 def test_every_field_but_where_training_stands_and_the_blocksize_is_checked():
-    checked = {name for name, _, _ in DIFFERENCES} | {"fingerprint"}
-    assert {f.name for f in fields(Cursor)} - checked == {"epoch", "batch", "blocksize"}
+    checked = {name for name, _, _ in DIFFERENCES} | {"fingerprint", "units"}
+    assert {f.name for f in fields(Cursor)} - checked == {"epoch", "batch", "blocksize", "position"}
+
+
+ORDERED = replace(BASE, units=64, position=51)  # a cursor in the global order
+
+
+def test_a_position_in_the_global_order_resumes_under_any_layout():
+    """Window size, number of trainers (and with it the batches and rows of each) may change."""
+    ORDERED.check(replace(ORDERED, shard=(0, 2), window_rows=100, num_batches=61, rows=3_900), WHERE)
+    assert ORDERED.at == 51 and ORDERED.global_order and BASE.at == 17
+
+
+def test_a_global_order_of_other_units_or_another_order_is_refused():
+    with pytest.raises(CheckpointError, match=r"made with units=64; .* Received: units=65"):
+        ORDERED.check(replace(ORDERED, units=65), WHERE)
+    with pytest.raises(CheckpointError) as err:
+        ORDERED.check(BASE, WHERE)
+    assert str(err.value).startswith(
+        f"The checkpoint {WHERE} was made in the global order (parse cache on); resuming needs the "
+        "same order of rows. Received: a run with windows of blocks (the parse cache off, or a "
+        "dask DataFrame).\nHint: resume with the cache setting the run started with")
+    with pytest.raises(CheckpointError, match="made with windows of blocks"):
+        BASE.check(ORDERED, WHERE)
 
 
 def test_the_fingerprint_is_told_before_the_settings():
