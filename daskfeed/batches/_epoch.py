@@ -13,9 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypedDict
 
+import numpy as np
+
 from daskfeed.batches._order import GlobalOrder
 from daskfeed.batches._plan import EpochPlan, Slice, equal_shard_batches, make_order_plan, make_plan
 from daskfeed.batches._prefetch import Prefetcher
+from daskfeed.batches._quality import LabelSpread
 from daskfeed.core import SchemaError, warn_user
 
 __all__ = ["EpochCursor", "EpochStats", "PlanSettings"]
@@ -35,6 +38,8 @@ class EpochStats(TypedDict):
     windows: int
     dropped_rows: int
     seconds: float
+    label_spread: float | None  # batch label-mean spread over an iid shuffle's (batches._quality)
+    inside_iid: float | None  # share of full batches inside the iid 99 % interval
 
 
 @dataclass(frozen=True)
@@ -101,14 +106,19 @@ class EpochCursor:
     tolerance
         Index jumps up to this many batches are still sequential reads (Keras' threads and
         queue read a little ahead); more than that, three times, warns of random order.
+    classes
+        Classes of a multiclass label (more than 2), else 0: how the shuffle's quality is
+        measured (:class:`~daskfeed.batches._quality.LabelSpread`).
 
     Notes
     -----
     Thread-safe: batches are asked for from Keras' threads while epochs change.
     """
 
-    def __init__(self, settings: PlanSettings, new_prefetcher: NewPrefetcher, tolerance: int) -> None:
+    def __init__(self, settings: PlanSettings, new_prefetcher: NewPrefetcher, tolerance: int,
+                 classes: int = 0) -> None:
         self.settings = settings
+        self.classes = classes
         self._new_prefetcher = new_prefetcher
         self._tolerance = tolerance
         self.lock = threading.RLock()
@@ -166,6 +176,7 @@ class EpochCursor:
             self.epoch, self.start, self.origin, self._plan = epoch, start, origin, plan
             self._ended = False
             self._served: set[int] = set()
+            self._spread = LabelSpread(self.settings.batch_size, self.classes)
             # batches of each window still to serve (windows wholly before ``start`` have none)
             self._left = {w.index: sum(1 for b in plan.batches_of(w.index) if b >= start)
                           for w in plan.windows}
@@ -323,7 +334,7 @@ class EpochCursor:
         assert pf is not None
         return plan, pf, i + start
 
-    def served(self, plan: EpochPlan, i: int, slices: list[Slice]) -> None:
+    def served(self, plan: EpochPlan, i: int, slices: list[Slice], y: np.ndarray | None = None) -> None:
         """Batch ``i`` of ``plan`` was served: its windows are evictable once all theirs are.
 
         Parameters
@@ -332,11 +343,15 @@ class EpochCursor:
             The plan the batch was served from and its batch index.
         slices
             The batch's slices.
+        y
+            Its labels (the shuffle's quality is measured on them), or None.
         """
         with self.lock:
             if plan is not self._plan or i in self._served:
                 return
             self._served.add(i)
+            if y is not None:
+                self._spread.add(y)
             for s in slices:
                 self._left[s.window] -= 1
                 if self._left[s.window] == 0 and self.prefetcher is not None:
@@ -401,6 +416,7 @@ class EpochCursor:
         """
         with self.lock:
             plan, pf = self.plan, self.prefetcher
+            spread = self._spread.summary()
             return EpochStats(
                 epoch=plan.epoch,
                 rows=int(sum(plan.batch_rows(i) for i in self._served)),
@@ -411,6 +427,8 @@ class EpochCursor:
                 windows=len(plan.windows),
                 dropped_rows=plan.dropped,
                 seconds=time.perf_counter() - self._t0,
+                label_spread=spread["label_spread"] if spread else None,
+                inside_iid=spread["inside_iid"] if spread else None,
             )
 
     def close(self) -> None:

@@ -28,7 +28,7 @@ from daskfeed.batches._prefetch import Prefetcher
 from daskfeed.batches._prepare import Prepared
 from daskfeed.batches._windows import WindowTasks
 from daskfeed.cluster import Owner, WindowCancelled, connect
-from daskfeed.core import ClusterError, DaskfeedError, ManifestMismatchError, SchemaError, Stop
+from daskfeed.core import ClusterError, DaskfeedError, ManifestMismatchError, SchemaError, Stop, warn_user
 from daskfeed.dashboard import EpochSpans
 from daskfeed.manifest import WindowData, concat
 
@@ -84,6 +84,13 @@ class BatchStream:
         self.units = unit_count(sum(data.manifest.counts), st.batch_size) if ordered else 0
         self._origins: dict[int, int] = {}  # an epoch resumed under another number of trainers
         self._cursor = self._new_cursor(0, 0)
+        if st.shuffle and not ordered and data.manifest.looks_ordered:
+            warn_user(f"{self.order_line()}. The label's mean varies from block to block "
+                      f"{data.manifest.label_order:,.0f}x more than rows in random order give: the "
+                      "data look ordered, and batches of windows of blocks will be far from an iid "
+                      "sample.\nHint: turn the parse cache on (drop --no-cache / cache=False; "
+                      "--cache DIR gives it a disk with room) for the global order, an iid-grade "
+                      "shuffle.")
         self._position = 0  # batches of this epoch yielded by __iter__
 
     # -- epochs -------------------------------------------------------------------------
@@ -164,6 +171,24 @@ class BatchStream:
             return b
         e = self.epoch if epoch is None else int(epoch)
         return self._origins.get(e, 0) + b * self.data.settings.shard[1]
+
+    def order_line(self) -> str:
+        """How the epoch's rows are ordered, in one line (what shuffle quality the run gets, why)."""
+        plan, st = self.plan, self.data.settings
+        n = max(len(plan.windows), 1)
+        if self.global_order:
+            return (f"rows in one global order per epoch: {self.units} units, each a stratified "
+                    f"sample of all {len(self.data.manifest.counts)} blocks, read in {n} "
+                    f"window{'s' if n > 1 else ''} of ~{plan.rows // n:,} rows (an iid-grade "
+                    "shuffle, whatever the budget)")
+        if not st.shuffle:
+            return f"rows in file order (no shuffle), {n} window{'s' if n > 1 else ''}"
+        why = ("the data are a dask DataFrame" if self.data.source.frame is not None
+               else "the parse cache is off")
+        share = 100 / n
+        return (f"rows shuffled within {n} window{'s' if n > 1 else ''} of ~{plan.rows // n:,} rows, "
+                f"not in one global order ({why}): a batch draws from the blocks of one window, "
+                f"~{share:.2g}% of the data")
 
     def set_position(self, epoch: int, position: int) -> None:
         """Serve ``epoch`` from ``position`` (see :meth:`position`), in this stream's layout.
@@ -307,7 +332,7 @@ class BatchStream:
         plan, pf, i = self._cursor.reserve(index)
         slices = plan.batch(i)
         batch = self._rows(plan, pf, slices)
-        self._cursor.served(plan, i, slices)
+        self._cursor.served(plan, i, slices, batch.y)
         return batch.batch()
 
     def open_pass(self, epoch: int, start: int) -> tuple[EpochPlan, Prefetcher]:
@@ -332,8 +357,11 @@ class BatchStream:
         """
         per_batch = [plan.batch(b) for b in range(first, end)]
         data = self._rows(plan, pf, _merged(per_batch))
+        at = 0
         for b, slices in zip(range(first, end), per_batch, strict=True):
-            self._cursor.served(plan, b, slices)
+            n = plan.batch_rows(b)
+            self._cursor.served(plan, b, slices, data.y[at : at + n])
+            at += n
         return data
 
     def finish(self, plan: EpochPlan, advance: bool = True) -> bool:
@@ -419,7 +447,10 @@ class BatchStream:
             counts=tuple(self.data.manifest.counts), batch_size=st.batch_size, seed=st.seed,
             shuffle=st.shuffle, window_rows=self.window_rows, drop_remainder=st.drop_remainder,
             shard=st.shard, units=self.units)
-        cursor = EpochCursor(settings, self._new_prefetcher, tolerance=self.tolerance)
+        manifest = self.data.manifest
+        classes = manifest.num_classes if manifest.task == "multiclass" else 0
+        cursor = EpochCursor(settings, self._new_prefetcher, tolerance=self.tolerance,
+                             classes=classes)
         cursor.set(epoch, start)
         return cursor
 

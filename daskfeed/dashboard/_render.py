@@ -184,11 +184,19 @@ def _history(s: dict[str, Any]) -> str:
     rows = "".join(
         f"<tr><td>{_int(r.get('epoch'))}</td>" + "".join(f"<td>{_float(r.get(k))}</td>" for k in keys)
         + f"<td>{_int(r.get('rows_per_s'))}</td><td>{_pct(r.get('data_wait'))}</td>"
+        f"<td>{_times(r.get('label_spread'))}</td>"
         f"<td>{_bytes(r.get('peak_rss_bytes'))}</td><td>{_duration(r.get('seconds'))}</td></tr>"
         for r in hist[-50:])
-    table = (f"<table><tr><th>epoch</th>{head}<th>rows/s</th><th>data wait</th><th>peak memory</th>"
+    table = (f"<table><tr><th>epoch</th>{head}<th>rows/s</th><th>data wait</th>"
+             "<th title=\"spread of the batches' label means over an iid shuffle's (1.00x: as "
+             "good)\">shuffle vs iid</th><th>peak memory</th>"
              f"<th>time</th></tr>{rows}</table>")
     return _section("Epochs", _chart(hist) + table, wide=True)
+
+
+def _times(x: Any) -> str:
+    """A ratio such as ``1.02x`` (or the mark for none)."""
+    return f"{x:.2f}x" if isinstance(x, (int, float)) else _NONE
 
 
 def _chart(hist: list[dict[str, Any]], width: int = 640, height: int = 120) -> str:
@@ -213,7 +221,7 @@ def _chart(hist: list[dict[str, Any]], width: int = 640, height: int = 120) -> s
 # -- formatting --------------------------------------------------------------------------
 _TELEMETRY = {"epoch", "rows", "batches", "seconds", "val_seconds", "rows_per_s", "data_wait",
               "data_wait_seconds", "data_wait_fraction", "windows_computed", "peak_rss_bytes",
-              "resumed_at_batch", "learning_rate"}
+              "resumed_at_batch", "learning_rate", "label_spread", "inside_iid"}
 
 
 def _metric_keys(rec: dict[str, Any]) -> list[str]:

@@ -31,6 +31,9 @@ __all__ = ["Column", "Manifest", "read_reusable", "read_settings", "unknown_colu
 # A manifest of another version is scanned again (read_reusable says so in one line).
 MANIFEST_VERSION = 3
 
+ORDERED = 4.0  # label_order above this: the data look ordered (random order gives about 1)
+
+
 @dataclass
 class Column:
     """One column as the whole data set has it."""
@@ -88,6 +91,14 @@ class Manifest:
     label_classes: list[str] | None = None
     # the part of a split this manifest describes (see :func:`scan`); None: the whole data
     split: dict[str, Any] | None = None
+    # the label's between-block variance over its variance (about 1 in random order; far more
+    # when the rows are ordered by it or by what it follows); None: a text label, few blocks
+    label_order: float | None = None
+
+    @property
+    def looks_ordered(self) -> bool:
+        """Whether the label's block means spread far more than rows in random order give."""
+        return self.label_order is not None and self.label_order > ORDERED
 
     @property
     def partitions(self) -> list[dict[str, Any]]:

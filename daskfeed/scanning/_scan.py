@@ -47,6 +47,7 @@ from daskfeed.scanning._stats import (
     finish_stats,
     label_task,
     merge_stats,
+    order_ratio,
     table_facts,
     table_stats,
 )
@@ -423,4 +424,5 @@ def build_manifest(src: Source, label: str, facts: list[BlockFacts], stats: Stat
         bad_lines=bad_lines, aligned_files=len(aligned), rejects=rejects, notes=notes,
         label_counts=classes if classes is not None else class_counts(values) if task != "regression"
         else {}, label_classes=list(classes) if classes is not None else None, split=split,
+        label_order=order_ratio(facts),
     )

@@ -30,8 +30,20 @@ from daskfeed.scanning._schema import (
     type_kind,
 )
 
-__all__ = ["KMV_SIZE", "StatsAccumulator", "class_counts", "distinct_estimate", "finish_stats",
-           "label_task", "merge_facts", "merge_stats", "parts_facts", "table_facts", "table_stats"]
+__all__ = [
+    "KMV_SIZE",
+    "StatsAccumulator",
+    "class_counts",
+    "distinct_estimate",
+    "finish_stats",
+    "label_task",
+    "merge_facts",
+    "merge_stats",
+    "order_ratio",
+    "parts_facts",
+    "table_facts",
+    "table_stats",
+]
 
 # distinct string values tracked exactly per column before counts become approximate
 MAX_TRACKED = 50_000
@@ -163,9 +175,50 @@ def parts_facts(table: pa.Table, bounds: np.ndarray, label: str,
                         sampled.add(name)
             if name == label and kind in (*NUMERIC_KINDS, "string"):
                 facts["label_rows"] = n - int(missing[k])
+            if name == label and kind in NUMERIC_KINDS and n:
+                v = pc.cast(col.slice(lo, n), pa.float64(), safe=False)
+                facts["label_moments"] = [_as_float(pc.sum(v)), _as_float(pc.sum(pc.multiply(v, v)))]
             facts["kinds"][name] = kind
             facts["missing"][name] = int(missing[k])
     return out
+
+
+def _as_float(scalar: pa.Scalar) -> float:
+    value = scalar.as_py()
+    return float(value) if value is not None else 0.0
+
+
+def order_ratio(facts: list[BlockFacts]) -> float | None:
+    """How far the label's block means spread, over what rows in random order would give.
+
+    The one-way analysis of variance of the label by block: the between-block mean square
+    over the within-data variance. About 1 when rows are in random order; far above it when the
+    data are ordered by the label or by something it follows (time, outcome). None for a text
+    label, or with fewer than 4 blocks holding labels.
+
+    Parameters
+    ----------
+    facts
+        The scan's facts of every block (their ``label_rows`` and ``label_moments``).
+
+    Returns
+    -------
+    float or None
+        The ratio.
+    """
+    parts = [(f["label_rows"], f["label_moments"]) for f in facts
+             if f.get("label_rows") and "label_moments" in f]
+    if len(parts) < 4:
+        return None
+    n = np.array([p[0] for p in parts], dtype=np.float64)
+    sums = np.array([p[1][0] for p in parts])
+    total, squares = n.sum(), sum(p[1][1] for p in parts)
+    mu = sums.sum() / total
+    var = squares / total - mu * mu
+    if var <= 1e-12 * max(1.0, mu * mu):
+        return None
+    between = float((n * (sums / n - mu) ** 2).sum()) / (len(parts) - 1)
+    return round(between / var, 3)
 
 
 def _samples(col: pa.ChunkedArray, most: int = 3) -> list[str]:
@@ -316,6 +369,9 @@ def merge_facts(a: BlockFacts | None, b: BlockFacts) -> BlockFacts:
     out = dict(a)
     out["rows"] = a["rows"] + b["rows"]
     out["label_rows"] = a["label_rows"] + b["label_rows"]
+    if "label_moments" in a or "label_moments" in b:
+        ma, mb = a.get("label_moments", [0.0, 0.0]), b.get("label_moments", [0.0, 0.0])
+        out["label_moments"] = [ma[0] + mb[0], ma[1] + mb[1]]
     out["kinds"] = {c: merge_kind(a["kinds"].get(c), b["kinds"].get(c, "null")) for c in a["columns"]}
     out["missing"] = {c: a["missing"].get(c, 0) + b["missing"].get(c, 0) for c in a["columns"]}
     out["samples"] = {c: a["samples"].get(c) or b["samples"].get(c, [])

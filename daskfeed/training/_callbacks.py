@@ -469,6 +469,8 @@ class EpochTelemetry(FeedAware):
             "val_seconds": round(end - train_end, 4),
             "rows_per_s": round(rows / seconds, 1),
             "windows_computed": stats.get("windows_computed"),
+            "label_spread": stats.get("label_spread"),  # the shuffle against iid (batches._quality)
+            "inside_iid": stats.get("inside_iid"),
             "ended_at": round(time.time(), 3),
         }
         waited = float(stats["wait_seconds"]) if stats else None

@@ -232,9 +232,8 @@ def _open_data(run: Run) -> tuple[DaskSequence, DaskSequence | None, bool]:
     echo(f"train data: {manifest.summary()} ({how})")
     echo(train_seq.cache_status)
     echo(f"features ({len(train_seq.features)}): {', '.join(train_seq.features)}")
-    nwin = len(train_seq.plan.windows)
-    echo(f"{len(train_seq)} batches of {train_seq.batch_size} per epoch; rows shuffled in "
-         f"{nwin} window{'s' if nwin > 1 else ''} of ~{train_seq.rows // nwin:,} rows")
+    echo(f"{len(train_seq)} batches of {train_seq.batch_size} per epoch; "
+         f"{train_seq.stream.order_line()}")
     if run.ranks.several:
         echo(shard_line(run.ranks, train_seq))
     with scan_span(run.client, name="validation"):

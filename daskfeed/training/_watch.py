@@ -265,6 +265,8 @@ class WatchCallback(FeedAware):
         rows = int(stats.get("rows", 0))
         rec = {"epoch": epoch + 1, **logs, "rows": rows, "seconds": round(seconds, 3),
                "rows_per_s": rows / seconds, "peak_rss_bytes": self._peak_rss(self._rss())}
+        if stats.get("label_spread") is not None:  # the shuffle against iid (batches._quality)
+            rec["label_spread"] = float(stats["label_spread"])
         wait = self._wait_share(stats, seconds)
         if wait is not None:
             rec["data_wait"] = wait
@@ -347,7 +349,8 @@ def _floats(logs: Mapping[str, Any]) -> dict[str, float]:
 _NOT_METRICS = {"epoch", "rows", "epoch_rows", "batches", "seconds", "val_seconds", "rows_per_s",
                 "data_wait", "data_wait_seconds", "data_wait_fraction", "first_batch_wait_seconds",
                 "feed_wait_seconds", "feed_seconds", "feed_wait_fraction", "windows_computed",
-                "peak_rss_bytes", "resumed_at_batch", "ended_at", "learning_rate"}
+                "peak_rss_bytes", "resumed_at_batch", "ended_at", "learning_rate", "label_spread",
+                "inside_iid"}
 
 
 def _as_records(history: Any) -> list[dict[str, Any]]:
@@ -476,6 +479,7 @@ def summary_lines(history: Sequence[Mapping[str, Any]], *, seconds: float,
     else:
         lines.append(f"final: {_figures(last)}")
     lines += _wait_lines(list(mine.values()))
+    lines += _spread_lines(list(mine.values()))
     if peak_rss_bytes:
         of = (f" of the {format_bytes(budget_bytes)} budget ({100 * peak_rss_bytes / budget_bytes:.0f}%)"
               if budget_bytes else "")
@@ -485,6 +489,18 @@ def summary_lines(history: Sequence[Mapping[str, Any]], *, seconds: float,
         policy = f" (bad_lines={bad_rows['policy']})" if "policy" in bad_rows else ""
         lines.append(f"bad rows skipped: {counts or 'none'}{policy}")
     return lines
+
+
+def _spread_lines(records: list[dict[str, Any]]) -> list[str]:
+    """The shuffle's quality: the batch label-mean spread against iid, per epoch (none measured: [])."""
+    measured = [r for r in records if isinstance(r.get("label_spread"), (int, float))]
+    if not measured:
+        return []
+    spreads = ", ".join(f"{r['label_spread']:.2f}x" for r in measured[:8])
+    more = f" (and {len(measured) - 8} more)" if len(measured) > 8 else ""
+    inside = min(float(r.get("inside_iid") or 0.0) for r in measured)
+    return [f"shuffle: batch label-mean spread {spreads}{more} that of an iid shuffle per epoch "
+            f"(1.00x: as good), at least {100 * inside:.0f}% of batches inside its 99% interval"]
 
 
 def _this_run(records: list[dict[str, Any]], seconds: float) -> dict[int, dict[str, Any]]:

@@ -31,7 +31,7 @@ def running_snapshot() -> dict:
     st.apply("daskfeed-cache", {"hits": 3, "misses": 1}, now=3.0)
     st.apply("daskfeed", {"kind": "epoch", "epoch": 1, "loss": 0.5, "val_loss": 0.625, "accuracy": 0.75,
                           "val_accuracy": 0.7, "rows_per_s": 11_000, "data_wait": 0.2,
-                          "peak_rss_bytes": GiB, "seconds": 3725}, now=3.5)
+                          "label_spread": 1.0234, "peak_rss_bytes": GiB, "seconds": 3725}, now=3.5)
     st.apply("daskfeed", {"kind": "epoch", "epoch": 2, "loss": 0.4, "val_loss": 0.5, "accuracy": 0.8,
                           "val_accuracy": 0.78, "seconds": 59.6}, now=4.0)
     return st.snapshot(now=4.0, workers={"workers": 1, "workers_bytes": GiB, "workers_limit_bytes": 2 * GiB})
@@ -74,9 +74,10 @@ def test_a_running_fit_shows_progress_speed_memory_scan_data_and_epochs():
     assert "<td>train</td><td>3</td><td>7</td>" in body
     assert "loss 0.25 0.4 0.5 accuracy 0.875 0.8 0.78" in text  # now, last epoch, validation
     # epochs: loss first, then the other metrics, validation after; times as h/m/s
-    assert "epoch loss accuracy val_loss val_accuracy rows/s data wait peak memory time" in text
-    assert "1 0.5 0.75 0.625 0.7 11,000 20.0% 1.00 GiB 1h 02m" in text
-    assert "2 0.4 0.8 0.5 0.78 — — — 1m 00s" in text
+    assert ("epoch loss accuracy val_loss val_accuracy rows/s data wait shuffle vs iid peak memory "
+            "time") in text
+    assert "1 0.5 0.75 0.625 0.7 11,000 20.0% 1.02x 1.00 GiB 1h 02m" in text
+    assert "2 0.4 0.8 0.5 0.78 — — — — 1m 00s" in text
     assert body.count("<polyline") == 2 and ">loss</text>" in body and ">val_loss</text>" in body
 
 
