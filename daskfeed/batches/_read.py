@@ -8,6 +8,7 @@ stored order, in the order's units (:mod:`daskfeed.batches._order`). Only what t
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -127,6 +128,20 @@ def assemble(order: GlobalOrder, units: tuple[int, int], span: tuple[int, int], 
     return pa.concat_tables(pieces, promote_options="permissive"), index
 
 
+_WARNED: set[str] = set()  # cache directories this worker warned of
+
+
+def _uncacheable(cache: Any, block: Any) -> None:
+    """Say once per worker that the parse cache could not keep a block (each window parses it)."""
+    if cache.path in _WARNED:
+        return
+    _WARNED.add(cache.path)
+    warnings.warn(f"daskfeed: the parse cache in {cache.path} could not keep block "
+                  f"{block.describe()} (disk full or not writable?): every window of the global "
+                  "order parses such a block again. Hint: free disk room there, give the cache "
+                  "another place (--cache DIR), or pass --no-cache.", stacklevel=2)
+
+
 def read_units(order: GlobalOrder, units: tuple[int, int], span: tuple[int, int], lanes: Lanes,
                blocks: list[tuple[int, Any]], options: Any, encoding: Encoding,
                cache: Any = None) -> WindowData:
@@ -144,8 +159,11 @@ def read_units(order: GlobalOrder, units: tuple[int, int], span: tuple[int, int]
     def table_of(j: int) -> Any:
         nonlocal hits
         index, block = blocks[j]
-        hits += cache is not None and cache.has(index)
+        cached = cache is not None and cache.has(index)
+        hits += cached
         table = stored_table(index, block, options, cache, columns=columns, readers=readers)
+        if cache is not None and not cached and not cache.has(index):
+            _uncacheable(cache, block)
         if encoding.label not in table.column_names:
             return table.append_column(encoding.label, pa.nulls(table.num_rows))  # refused below
         return table

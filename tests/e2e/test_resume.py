@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -322,8 +323,12 @@ def _read_log(path) -> list:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kill_epoch", [0, 1])
-def test_cli_sigkill_mid_epoch_then_resume_trains_every_row_exactly_once(id_data, tmp_path, kill_epoch):
+@pytest.mark.parametrize(("kill_epoch", "relayout"), [(0, False), (1, True)],
+                         ids=["same-layout", "new-budget-workers-windows"])
+def test_cli_sigkill_mid_epoch_then_resume_trains_every_row_exactly_once(id_data, tmp_path, kill_epoch,
+                                                                          relayout):
+    """Killed mid-epoch, resumed exactly; with ``relayout`` under another budget, worker count
+    and window size (the global order does not depend on them)."""
     import psutil
 
     from daskfeed.checkpoint._store import CheckpointStore
@@ -370,10 +375,22 @@ def test_cli_sigkill_mid_epoch_then_resume_trains_every_row_exactly_once(id_data
     assert k % 10 == 0 and ckpt.iterations == kill_epoch * n + k  # optimizer state of batch k
     assert len(first) > ckpt.iterations  # some batches were trained after the checkpoint
 
-    resumed = _daskfeed(*args, "--resume", output=tmp_path / "run2.txt")
+    again = [*args, "--resume"]
+    env = ENV
+    if relayout:  # another budget, another worker count, windows of another size
+        again = [{"3GB": "2GB", "1": "2"}.get(a, a) if i and args[i - 1] in ("--memory-limit",
+                 "--nworkers") else a for i, a in enumerate(args)] + ["--resume"]
+        env = {**ENV, "DASK_DASKFEED__WINDOW_BYTES": "20kB"}
+    resumed = subprocess.Popen([*_daskfeed_cmd(), *again], stdout=open(tmp_path / "run2.txt", "w"),
+                               stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
     resumed.wait(300)
     text = (tmp_path / "run2.txt").read_text()
     assert resumed.returncode == 0, text[-3000:]
+    windows = [re.search(r"read in (\d+) windows", (tmp_path / f).read_text()) for f in
+               ("run1.txt", "run2.txt")]
+    assert all(windows), text[-3000:]
+    if relayout:
+        assert int(windows[1].group(1)) > int(windows[0].group(1))  # smaller windows now
     assert f"resuming from {ckpt.path}: epoch {kill_epoch + 1}/2 at batch {k + 1}/{n}" in text
     runs: dict[int, list] = {}
     for it, pid, ids in _read_log(log):
