@@ -155,7 +155,7 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     key = source.fingerprint()
     args = (base, key, _identity(source), source.nbytes, _describe_data(source))
     try:
-        results = [_prepare(*args)] if client is None else list(client.run(_prepare, *args).values())
+        results = [_prepare(*args)] if client is None else _on_workers(client, args)
     except OSError as err:
         return None, _unwritable(err, base or "the workers' default cache directory", required)
     free = min(r[0] for r in results)
@@ -169,6 +169,22 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     state = (f"{reused} of the blocks cached" if reused else
              f"~{need / 1e9:.2f} GB to write {fits[0] or 'uncompressed'}, {free / 1e9:.0f} GB free")
     return BlockCache(base, key, fits[0]), f"cache: {where} ({state})"
+
+
+def _on_workers(client: Client, args: tuple) -> list[tuple[int, int, str]]:
+    """:func:`_prepare` on every worker; a worker leaving meanwhile (scaled down) is left out."""
+    from distributed.comm import CommClosedError
+
+    out = []
+    for result in client.run(_prepare, *args, on_error="return").values():
+        if isinstance(result, CommClosedError):
+            continue
+        if isinstance(result, BaseException):
+            raise result
+        out.append(result)
+    if not out:
+        raise OSError("no worker answered (all of them were leaving)")
+    return out
 
 
 def _remove_entry(path: str) -> None:

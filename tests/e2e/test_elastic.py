@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import wait_for
 
 import daskfeed
 
@@ -58,7 +59,8 @@ def test_twenty_kills_and_resumes_in_new_layouts_deliver_each_row_once_per_epoch
             window_rows = int(rng.choice([300, 1000, 4000]))  # budgets of several sizes
             layouts.add((world, workers, window_rows))
             client.cluster.scale(workers)
-            client.wait_for_workers(workers)
+            wait_for(lambda n=workers: len(client.scheduler_info()["workers"]) == n, 60,
+                     f"{workers} workers after scaling")
             ranks = [daskfeed.DaskSequence(id_data.train_glob, window_rows=window_rows,
                                            shard=(r, world), manifest=manifest, **kw)
                      for r in range(world)]
