@@ -91,3 +91,39 @@ def write_rows(root: str, *, n: int, files: int, seed: int, unseen: bool = False
                          f"{day},{label}")
         with open(os.path.join(root, f"part{f}.csv"), "w", encoding="utf-8") as fh:
             fh.write("\n".join(lines) + "\n")
+
+
+# A --model builder whose model logs the row ids of every batch it trains: [iteration, pid, ids]
+# per line to {log}, {delay} s a batch (a throttled model: a kill lands mid-epoch).
+RECORDED_FEATURES = ["row_id", "level", "deaths", "hour"]  # as_matrix: row_id is column 0
+RECORDING_BUILDER = """
+import json, os, time
+import numpy as np
+import tensorflow as tf
+import daskfeed
+from daskfeed.adapters._keras import keras
+
+LOG = {log!r}
+
+
+def record(iteration, ids):  # one line per batch, before its update is applied
+    with open(LOG, "a") as f:
+        f.write(json.dumps([int(iteration.numpy()), os.getpid(),
+                            ids.numpy().reshape(-1).astype(np.int64).tolist()]) + "\\n")
+    time.sleep({delay})  # a throttled model (the behaviour under test): the kill lands mid-epoch
+    return 0
+
+
+class Recording(keras.Model):
+    def train_step(self, data):
+        token = tf.py_function(record, [self.optimizer.iterations, data[0][:, 0]], tf.int32)
+        with tf.control_dependencies([token]):
+            return super().train_step(data)
+
+
+def build(manifest):
+    base = daskfeed.default_model(manifest, features={features!r}, as_matrix=True, hidden=(8,))
+    m = Recording(base.inputs, base.outputs)
+    m.compile(optimizer=keras.optimizers.Adam(1e-2), loss="binary_crossentropy")
+    return m
+"""

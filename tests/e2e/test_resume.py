@@ -18,10 +18,10 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import wait_for
+from helpers import RECORDED_FEATURES as FEATURES
+from helpers import RECORDING_BUILDER, wait_for
 
 BATCH = 200  # id_data: 13,300 rows -> 67 batches per epoch, the last one of 100 rows
-FEATURES = ["row_id", "level", "deaths", "hour"]  # as_matrix: row_id is column 0
 
 
 def _seq(id_data, client, **kw):
@@ -273,37 +273,7 @@ def test_fit_interrupted_then_resumed_equals_an_uninterrupted_fit(id_data, clien
 
 
 # -- the command line: SIGKILL mid-epoch, then --resume --------------------------------
-BUILDER = """
-import json, os, time
-import numpy as np
-import tensorflow as tf
-import daskfeed
-from daskfeed.adapters._keras import keras
 
-LOG = {log!r}
-
-
-def record(iteration, ids):  # one line per batch, before its update is applied
-    with open(LOG, "a") as f:
-        f.write(json.dumps([int(iteration.numpy()), os.getpid(),
-                            ids.numpy().reshape(-1).astype(np.int64).tolist()]) + "\\n")
-    time.sleep({delay})  # a throttled model (the behaviour under test): the kill lands mid-epoch
-    return 0
-
-
-class Recording(keras.Model):
-    def train_step(self, data):
-        token = tf.py_function(record, [self.optimizer.iterations, data[0][:, 0]], tf.int32)
-        with tf.control_dependencies([token]):
-            return super().train_step(data)
-
-
-def build(manifest):
-    base = daskfeed.default_model(manifest, features={features!r}, as_matrix=True, hidden=(8,))
-    m = Recording(base.inputs, base.outputs)
-    m.compile(optimizer=keras.optimizers.Adam(1e-2), loss="binary_crossentropy")
-    return m
-"""
 
 ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
@@ -333,7 +303,7 @@ def test_cli_sigkill_mid_epoch_then_resume_trains_every_row_exactly_once(id_data
     from daskfeed.checkpoint._store import CheckpointStore
 
     log = tmp_path / "batches.jsonl"
-    builder = BUILDER.format(log=str(log), delay=0.04, features=FEATURES)
+    builder = RECORDING_BUILDER.format(log=str(log), delay=0.04, features=FEATURES)
     (tmp_path / "rec.py").write_text(textwrap.dedent(builder))
     out = tmp_path / "out"
     args = ["train", id_data.train_glob, "--label", "cleared", "--epochs", "2", "--batch-size",
