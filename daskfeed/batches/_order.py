@@ -27,10 +27,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-__all__ = ["UNIT_ROWS", "GlobalOrder", "Lanes", "unit_count"]
+__all__ = ["UNIT_ROWS", "GlobalOrder", "Lanes", "order_line", "unit_count"]
 
 UNIT_ROWS = 1 << 16  # rows of a unit at most (a window holds whole units)
 MIN_UNITS = 64  # units per epoch at least, on small data
@@ -195,3 +196,35 @@ class Lanes:
         g = np.arange(start, stop, dtype=np.int64) // self.batch_size - (self.origin + self.rank)
         return (g >= 0) & (g % self.world == 0) & (g // self.world < self.batches)
 
+
+def order_line(plan: Any, *, units: int, blocks: int, shuffle: bool, why: str) -> str:
+    """How an epoch's rows are ordered, in one line: what shuffle quality a run gets, and why.
+
+    Parameters
+    ----------
+    plan
+        The epoch's plan (its windows and rows).
+    units
+        ``S`` of the global order; 0 when the plan is one of windows of blocks.
+    blocks
+        The data's blocks.
+    shuffle
+        Whether rows are shuffled at all.
+    why
+        Why there is no global order (said when there is none).
+
+    Returns
+    -------
+    str
+        The line.
+    """
+    n = max(len(plan.windows), 1)
+    windows = f"{n} window{'s' if n > 1 else ''}"
+    if units:
+        return (f"rows in one global order per epoch: {units} units, each a stratified sample of "
+                f"all {blocks} blocks, read in {windows} of ~{plan.rows // n:,} rows (an "
+                "iid-grade shuffle, whatever the budget)")
+    if not shuffle:
+        return f"rows in file order (no shuffle), {windows}"
+    return (f"rows shuffled within {windows} of ~{plan.rows // n:,} rows, not in one global order "
+            f"({why}): a batch draws from the blocks of one window, ~{100 / n:.2g}% of the data")

@@ -152,7 +152,7 @@ def read_units(order: GlobalOrder, units: tuple[int, int], span: tuple[int, int]
     (:func:`assemble`); only the columns the encoding needs are read, and only this trainer's
     rows are encoded.
     """
-    readers: dict[str, Any] = {}
+    files: dict[str, Any] = {}  # each cache file read once for the window
     columns = encoding.names
     hits = 0
 
@@ -161,7 +161,7 @@ def read_units(order: GlobalOrder, units: tuple[int, int], span: tuple[int, int]
         index, block = blocks[j]
         cached = cache is not None and cache.has(index)
         hits += cached
-        table = stored_table(index, block, options, cache, columns=columns, readers=readers)
+        table = stored_table(index, block, options, cache, columns=columns, files=files)
         if cache is not None and not cached and not cache.has(index):
             _uncacheable(cache, block)
         if encoding.label not in table.column_names:

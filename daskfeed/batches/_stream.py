@@ -22,7 +22,7 @@ import numpy as np
 
 from daskfeed.batches._epoch import EpochCursor, EpochStats, PlanSettings
 from daskfeed.batches._layout import window_rows_for
-from daskfeed.batches._order import unit_count
+from daskfeed.batches._order import order_line, unit_count
 from daskfeed.batches._plan import EpochPlan, Slice
 from daskfeed.batches._prefetch import Prefetcher
 from daskfeed.batches._prepare import Prepared
@@ -174,21 +174,10 @@ class BatchStream:
 
     def order_line(self) -> str:
         """How the epoch's rows are ordered, in one line (what shuffle quality the run gets, why)."""
-        plan, st = self.plan, self.data.settings
-        n = max(len(plan.windows), 1)
-        if self.global_order:
-            return (f"rows in one global order per epoch: {self.units} units, each a stratified "
-                    f"sample of all {len(self.data.manifest.counts)} blocks, read in {n} "
-                    f"window{'s' if n > 1 else ''} of ~{plan.rows // n:,} rows (an iid-grade "
-                    "shuffle, whatever the budget)")
-        if not st.shuffle:
-            return f"rows in file order (no shuffle), {n} window{'s' if n > 1 else ''}"
-        why = ("the data are a dask DataFrame" if self.data.source.frame is not None
-               else "the parse cache is off")
-        share = 100 / n
-        return (f"rows shuffled within {n} window{'s' if n > 1 else ''} of ~{plan.rows // n:,} rows, "
-                f"not in one global order ({why}): a batch draws from the blocks of one window, "
-                f"~{share:.2g}% of the data")
+        frame = self.data.source.frame is not None
+        return order_line(self.plan, units=self.units, blocks=len(self.data.manifest.counts),
+                          shuffle=self.data.settings.shuffle,
+                          why="the data are a dask DataFrame" if frame else "the parse cache is off")
 
     def set_position(self, epoch: int, position: int) -> None:
         """Serve ``epoch`` from ``position`` (see :meth:`position`), in this stream's layout.

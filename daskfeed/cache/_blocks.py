@@ -32,6 +32,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
@@ -43,6 +44,7 @@ from daskfeed.reading import Block, ReadOptions, iter_tables
 __all__ = ["BlockCache", "block_tables", "default_root", "forget_entry", "stored_table"]
 
 Readers = dict[str, ipc.RecordBatchFileReader]  # open Arrow files, by path
+Files = dict[str, tuple[pa.Table, np.ndarray]]  # whole Arrow files read, and where each batch starts
 
 def default_root() -> str:
     """The cache root when none is given: ``$XDG_CACHE_HOME/daskfeed`` (``~/.cache/daskfeed``).
@@ -142,6 +144,45 @@ class BlockCache:
             return None
         return _one(tables)
 
+    def stored_view(self, index: int, columns: list[str] | None, files: Files) -> pa.Table | None:
+        """Block ``index``'s rows in their stored order, sliced from whole files read once.
+
+        For a reader of every block (a window of the global order): each Arrow file is read
+        once into ``files`` (views of the memory map when uncompressed), and a block is a slice
+        of it, not a read of its own.
+
+        Parameters
+        ----------
+        index, columns
+            As :meth:`tables` takes them.
+        files
+            Whole files read so far, by path (filled here).
+
+        Returns
+        -------
+        pyarrow.Table or None
+            None when the block is not cached, or unreadable (with a warning).
+        """
+        ranges = self.lookup(index)
+        if ranges is None:
+            return None
+        base = self.path
+        try:
+            parts = []
+            for name, first, count in ranges:
+                table, starts = _whole_file(os.path.join(base, name), columns, files)
+                parts.append(table.slice(int(starts[first]), int(starts[first + count] - starts[first])))
+            return _one(parts)
+        except (OSError, ValueError, IndexError, KeyError, pa.ArrowException) as err:
+            self._unreadable(index, err)
+            return None
+
+    def _unreadable(self, index: int, err: BaseException) -> None:
+        """Warn that block ``index`` is damaged in the cache, and forget it (it is parsed again)."""
+        warnings.warn(f"daskfeed: cached block {index} in {self.path} is unreadable "
+                      f"({type(err).__name__}: {err}); parsing it from the CSV again.", stacklevel=3)
+        _forget(self.path, index)
+
     def tables(self, index: int, columns: list[str] | None = None,
                readers: Readers | None = None) -> list[pa.Table] | None:
         """The cached tables of block ``index``, in stored order (None: not cached, or unreadable).
@@ -168,10 +209,7 @@ class BlockCache:
             return [_read_batches(os.path.join(self.path, name), first, count, columns, readers)
                     for name, first, count in ranges]
         except (OSError, ValueError, IndexError, KeyError, pa.ArrowException) as err:  # damaged: reparse
-            warnings.warn(f"daskfeed: cached block {index} in {self.path} is unreadable "
-                          f"({type(err).__name__}: {err}); parsing it from the CSV again.",
-                          stacklevel=2)
-            _forget(self.path, index)
+            self._unreadable(index, err)
             return None
 
     def writer(self, first: int) -> CacheWriter:
@@ -284,17 +322,36 @@ def _forget(path: str, index: int) -> None:
             _INDEXES[path][2].pop(index, None)
 
 
+def _whole_file(path: str, columns: list[str] | None, files: Files) -> tuple[pa.Table, np.ndarray]:
+    """The Arrow file ``path`` as one table (read once into ``files``), and its batches' first rows."""
+    found = files.get(path)
+    if found is None:
+        reader = _open(path, columns)
+        table = reader.read_all()
+        n = reader.num_record_batches
+        lengths = ([len(c) for c in table.column(0).chunks] if table.num_columns else [])
+        if len(lengths) != n:  # (batches kept as chunks, else counted one by one)
+            lengths = [reader.get_batch(b).num_rows for b in range(n)]
+        found = files[path] = (table, np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]))
+    return found
+
+
+def _open(path: str, columns: list[str] | None) -> ipc.RecordBatchFileReader:
+    """An Arrow file, memory-mapped, reading only ``columns`` (None: all)."""
+    source = pa.memory_map(path)  # batches of an uncompressed file are views of the mapping
+    reader = ipc.open_file(source)
+    if columns is not None:
+        keep = [i for i, f in enumerate(reader.schema) if f.name in set(columns)]
+        reader = ipc.open_file(source, options=ipc.IpcReadOptions(included_fields=keep))
+    return reader
+
+
 def _read_batches(path: str, first: int, count: int, columns: list[str] | None,
                   readers: Readers) -> pa.Table:
     """Record batches ``[first, first + count)`` of the Arrow file ``path`` as a table."""
     reader = readers.get(path)
     if reader is None:
-        source = pa.memory_map(path)  # batches of an uncompressed file are views of the mapping
-        reader = ipc.open_file(source)
-        if columns is not None:
-            keep = [i for i, f in enumerate(reader.schema) if f.name in set(columns)]
-            reader = ipc.open_file(source, options=ipc.IpcReadOptions(included_fields=keep))
-        readers[path] = reader
+        reader = readers[path] = _open(path, columns)
     batches = [reader.get_batch(b) for b in range(first, first + count)]
     return pa.Table.from_batches(batches, schema=reader.schema)
 
@@ -351,13 +408,15 @@ def block_tables(index: int, block: Block, options: ReadOptions, cache: BlockCac
 
 
 def stored_table(index: int, block: Block, options: ReadOptions, cache: BlockCache | None,
-                 columns: list[str] | None = None, readers: Readers | None = None) -> pa.Table:
+                 columns: list[str] | None = None, files: Files | None = None) -> pa.Table:
     """Block ``index``'s rows in their stored order: from the cache, else parsed (and cached).
 
     Parameters
     ----------
-    index, block, options, cache, columns, readers
+    index, block, options, cache, columns
         As :func:`block_tables` takes them.
+    files
+        Whole cache files read so far (see :meth:`BlockCache.stored_view`).
 
     Returns
     -------
@@ -366,7 +425,7 @@ def stored_table(index: int, block: Block, options: ReadOptions, cache: BlockCac
         cached or parsed here).
     """
     if cache is not None:
-        found = cache.stored(index, columns, readers)
+        found = cache.stored_view(index, columns, {} if files is None else files)
         if found is not None:
             return found
     pieces = [scatter(index, t, k) for k, t in enumerate(

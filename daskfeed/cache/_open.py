@@ -168,10 +168,14 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     need = estimate_bytes(source, fits[0])
     state = (f"{reused} of the blocks cached" if reused else
              f"~{need / 1e9:.2f} GB to write {fits[0] or 'uncompressed'}, {free / 1e9:.0f} GB free")
+    formats = sorted({r[3] for r in results if r[3] is not None})
+    if formats:
+        state += (f"; an entry in cache format {', '.join(map(str, formats))} was removed and is "
+                  f"rebuilt in format {CACHE_VERSION}")
     return BlockCache(base, key, fits[0]), f"cache: {where} ({state})"
 
 
-def _on_workers(client: Client, args: tuple) -> list[tuple[int, int, str]]:
+def _on_workers(client: Client, args: tuple) -> list[tuple[int, int, str, int | None]]:
     """:func:`_prepare` on every worker; a worker leaving meanwhile (scaled down) is left out."""
     from distributed.comm import CommClosedError
 
@@ -235,11 +239,12 @@ def _describe_data(source: Source) -> str:
 
 
 def _prepare(base: str | None, key: str, identity: str, nbytes: int,
-             data: str = "") -> tuple[int, int, str]:
+             data: str = "") -> tuple[int, int, str, int | None]:
     """Create the entry ``key`` (0700) under ``base`` and drop stale entries of the same files.
 
-    ``base`` None: this process's default root (run on each worker). Returns (free bytes,
-    cached blocks, the entry's path).
+    ``base`` None: this process's default root (run on each worker). An entry of another cache
+    format is removed (the scan writes it again). Returns (free bytes, cached blocks, the
+    entry's path, the format of an entry removed for that, or None).
     """
     base = default_root() if base is None else base
     entry = os.path.join(base, key)
@@ -259,15 +264,29 @@ def _prepare(base: str | None, key: str, identity: str, nbytes: int,
             continue
         if same_files:  # the files changed since: that cache can never be read again
             _remove_entry(other)
+    meta = os.path.join(entry, "meta.json")
+    old = _format_of(meta)
+    if old is not None and old != CACHE_VERSION:  # written by another daskfeed: rebuilt
+        _remove_entry(entry)
     os.makedirs(entry, mode=0o700, exist_ok=True)
     os.chmod(entry, 0o700)
     _sweep(entry)
-    meta = os.path.join(entry, "meta.json")
     if not os.path.exists(meta):
         write_file(meta, json.dumps({"identity": identity, "csv_bytes": nbytes, "created": time.time(),
                                      "version": CACHE_VERSION, "data": data}))
     cached = BlockCache(entry).cached_blocks()
-    return shutil.disk_usage(entry).free, cached, entry
+    return shutil.disk_usage(entry).free, cached, entry, (old if old != CACHE_VERSION else None)
+
+
+def _format_of(meta: str) -> int | None:
+    """The cache format an entry's ``meta.json`` names (None: no entry; 0: unreadable)."""
+    try:
+        with open(meta, encoding="utf-8") as f:
+            return int(json.load(f).get("version", 0))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError):
+        return 0
 
 
 def _sweep(entry: str, now: float | None = None) -> int:
