@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pyarrow as pa
 
 from daskfeed.cache import block_tables, stored_table
 from daskfeed.core import ManifestMismatchError
@@ -88,44 +89,62 @@ def _encode_tables(tables: list[Any], encoding: Encoding) -> list[WindowData]:
 
 
 def assemble(order: GlobalOrder, units: tuple[int, int], span: tuple[int, int], lanes: Lanes,
-             table_of: Callable[[int], Any],
-             usable: Callable[[int, Any], np.ndarray]) -> tuple[Any, np.ndarray]:
-    """The rows of a window of the global order: a table of runs and their order (no encoding).
+             locate: Callable[[int], tuple[Any, Any, int, int]],
+             usable: Callable[[int, Any], np.ndarray]) -> tuple[list[Any], np.ndarray]:
+    """The rows of a window of the global order: tables of runs and their order (no encoding).
+
+    Every row's place is computed at once (numpy over the window's rows), then each table a
+    block lives in (a whole cache file, usually) is read with one ``take``.
 
     Parameters
     ----------
     order, units, span, lanes
         The epoch's order, the window's units and rows in it, and this trainer's batches.
-    table_of
-        ``table_of(j)``: block ``order.blocks[j]``'s rows in their stored order (Arrow).
+    locate
+        ``locate(j)``: ``(key, table, base, rows)``: block ``order.blocks[j]``'s rows in their
+        stored order are rows ``[base, base + rows)`` of ``table`` (Arrow), known as ``key``
+        (blocks of one cache file share its table).
     usable
-        ``usable(j, table)``: the stored positions of its rows with a label, for a block whose
-        table has more rows than ``order.counts[j]``.
+        ``usable(j, rows)``: the stored positions of the rows with a label, for a block that has
+        more rows than ``order.counts[j]`` (``rows``: its rows in stored order).
 
     Returns
     -------
     tuple
-        ``(table, index)``: the runs of every block the window takes, one after another, and
-        the positions in it of this trainer's rows in the epoch's order.
+        ``(tables, index)``: the rows the window takes, one table per source table, and the
+        positions in their concatenation of this trainer's rows in the epoch's order.
     """
-    import pyarrow as pa
-
     lo, hi, index = order.window_order(*units)
-    pieces = []
-    for j in np.flatnonzero(hi > lo):
-        table = table_of(int(j))
-        runs = order.runs(int(j), int(lo[j]), int(hi[j]))
-        if table.num_rows == order.counts[j]:
-            pieces += [table.slice(a, b - a) for a, b in runs]  # views: nothing copied
-        else:  # rows without a label are not in the order: take the labelled ones' positions
-            at = usable(int(j), table)
-            pieces.append(table.take(np.concatenate([at[a:b] for a, b in runs])))
     keep = lanes.keep(*span)
-    if keep is not None:
-        index = index[keep]
-    if not pieces:
-        return None, index
-    return pa.concat_tables(pieces, promote_options="permissive"), index
+    js = np.flatnonzero(hi > lo)
+    if not len(js):
+        return [], index[keep] if keep is not None else index
+    lengths = (hi - lo)[js]
+    total = int(lengths.sum())
+    first = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    # each row of the window's layout (block by block, rotated order): its block and place
+    jrow = np.repeat(js, lengths)
+    stored = (np.repeat(lo[js] - first, lengths) + np.arange(total) + order.rotations[jrow]) % order.n[jrow]
+    sources: dict[Any, tuple[int, Any]] = {}
+    source = np.empty(len(js), dtype=np.int64)
+    base = np.empty(len(js), dtype=np.int64)
+    for k, j in enumerate(js.tolist()):
+        key, table, at, rows = locate(j)
+        source[k] = sources.setdefault(key, (len(sources), table))[0]
+        base[k] = at
+        if rows != order.counts[j]:  # rows without a label are not in the order
+            part = slice(int(first[k]), int(first[k] + lengths[k]))
+            stored[part] = usable(j, table.slice(at, rows))[stored[part]]
+    place = stored + np.repeat(base, lengths)
+    srow = np.repeat(source, lengths)
+    by_source = np.argsort(srow, kind="stable")
+    bounds = np.searchsorted(srow[by_source], np.arange(len(sources) + 1))
+    tables = [table.take(place[by_source[bounds[i]:bounds[i + 1]]])
+              for i, (_, table) in enumerate(sorted(sources.values(), key=lambda v: v[0]))]
+    moved = np.empty(total, dtype=np.int64)  # layout position -> position in the tables
+    moved[by_source] = np.arange(total)
+    index = moved[index]
+    return tables, index[keep] if keep is not None else index
 
 
 _WARNED: set[str] = set()  # cache directories this worker warned of
@@ -156,21 +175,21 @@ def read_units(order: GlobalOrder, units: tuple[int, int], span: tuple[int, int]
     columns = encoding.names
     hits = 0
 
-    def table_of(j: int) -> Any:
+    def locate(j: int) -> tuple[Any, Any, int, int]:
         nonlocal hits
         index, block = blocks[j]
-        cached = cache is not None and cache.has(index)
-        hits += cached
+        found = cache.locate(index, columns, files) if cache is not None else None
+        if found is not None:
+            hits += 1
+            return found
         table = stored_table(index, block, options, cache, columns=columns, files=files)
-        if cache is not None and not cached and not cache.has(index):
+        if cache is not None and not cache.has(index):
             _uncacheable(cache, block)
-        if encoding.label not in table.column_names:
-            return table.append_column(encoding.label, pa.nulls(table.num_rows))  # refused below
-        return table
+        return ("parsed", index), table, 0, table.num_rows
 
-    def usable(j: int, table: Any) -> np.ndarray:
-        mask = labelled(table, encoding)
-        at = np.arange(table.num_rows) if mask is None else np.flatnonzero(mask)
+    def usable(j: int, rows: Any) -> np.ndarray:
+        mask = labelled(rows, encoding) if encoding.label in rows.column_names else None
+        at = np.arange(rows.num_rows) if mask is None else np.flatnonzero(mask)
         if len(at) != order.counts[j]:
             raise ManifestMismatchError(
                 f"Block {blocks[j][1].describe()} has {len(at)} rows with a label; the manifest "
@@ -178,13 +197,16 @@ def read_units(order: GlobalOrder, units: tuple[int, int], span: tuple[int, int]
                 "(remove the cached manifest) and restart.")
         return at
 
-    import pyarrow as pa
-
-    table, index = assemble(order, units, span, lanes, table_of, usable)
+    tables, index = assemble(order, units, span, lanes, locate, usable)
     if cache is not None:
         report_cache(hits, len(blocks) - hits)
-    if table is None or not len(index):
+    if not tables or not len(index):
         return empty_window(encoding)
-    if len(index) < table.num_rows:  # several trainers: encode only this one's rows
-        return encode_table(table.take(index), encoding)
-    return encode_table(table, encoding).rows(index)
+    several = len(index) < sum(t.num_rows for t in tables)  # several trainers: only this one's rows
+    try:
+        whole = pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # e.g. numbers in one file, text in another
+        return concat([encode_table(t, encoding) for t in tables]).rows(index)
+    if several:
+        return encode_table(whole.take(index), encoding)
+    return encode_table(whole, encoding).rows(index)

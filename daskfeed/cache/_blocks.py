@@ -6,8 +6,8 @@ that is missing (the manifest came from an earlier run, a worker on another mach
 or deleted cache file) is parsed again and written then.
 
 Layout: ``<root>/<fingerprint>/g<first>-<tag>-<n>.arrow`` holds the blocks of one scan task
-(thousands of small files make a few Arrow files, not thousands), each block a range of record
-batches; the task's ``g<first>-<tag>.json`` marker, written last (:mod:`daskfeed.cache._writer`),
+(thousands of small files make a few Arrow files, not thousands), each block a range of its
+rows; the task's ``g<first>-<tag>.json`` marker, written last (:mod:`daskfeed.cache._writer`),
 says where each block is, so a reader never sees half a task's blocks. The fingerprint covers
 every file's path, size and mtime and the read options (:meth:`daskfeed.reading._source.Source.
 fingerprint`): changed data or options get a new directory, and older directories of the same
@@ -31,20 +31,20 @@ import threading
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from daskfeed.cache._scatter import scatter, unscatter
-from daskfeed.cache._writer import CACHE_VERSION, BatchRange, CacheWriter
+from daskfeed.cache._writer import CACHE_VERSION, CacheWriter, RowRange
 from daskfeed.reading import Block, ReadOptions, iter_tables
 
 __all__ = ["BlockCache", "block_tables", "default_root", "forget_entry", "stored_table"]
 
 Readers = dict[str, ipc.RecordBatchFileReader]  # open Arrow files, by path
-Files = dict[str, tuple[pa.Table, np.ndarray]]  # whole Arrow files read, and where each batch starts
+Files = dict[str, pa.Table]  # whole Arrow files read, by path
 
 def default_root() -> str:
     """The cache root when none is given: ``$XDG_CACHE_HOME/daskfeed`` (``~/.cache/daskfeed``).
@@ -77,8 +77,8 @@ class BlockCache:
         root = default_root() if self.root is None else self.root
         return os.path.join(root, self.key) if self.key else root
 
-    def lookup(self, index: int) -> list[BatchRange] | None:
-        """Where block ``index`` is: ``[(Arrow file, first batch, batches), ...]`` or None.
+    def lookup(self, index: int) -> list[RowRange] | None:
+        """Where block ``index`` is: ``[(Arrow file, first row, rows, rows per batch), ...]`` or None.
 
         Parameters
         ----------
@@ -87,8 +87,8 @@ class BlockCache:
 
         Returns
         -------
-        list of BatchRange or None
-            The block's record batches; None when it is not (completely) cached.
+        list of RowRange or None
+            The block's rows; None when it is not (completely) cached.
         """
         found = _index(self.path, refresh=False)[0].get(index)
         if found is None:
@@ -168,14 +168,43 @@ class BlockCache:
             return None
         base = self.path
         try:
-            parts = []
-            for name, first, count in ranges:
-                table, starts = _whole_file(os.path.join(base, name), columns, files)
-                parts.append(table.slice(int(starts[first]), int(starts[first + count] - starts[first])))
+            parts = [_whole_file(os.path.join(base, name), columns, files).slice(first, count)
+                     for name, first, count, _ in ranges]
             return _one(parts)
         except (OSError, ValueError, IndexError, KeyError, pa.ArrowException) as err:
             self._unreadable(index, err)
             return None
+
+    def locate(self, index: int, columns: list[str] | None,
+               files: Files) -> tuple[Any, pa.Table, int, int] | None:
+        """Where block ``index``'s rows are, in their stored order: ``(key, table, base, rows)``.
+
+        Rows ``[base, base + rows)`` of ``table``: a whole file read once into ``files`` (key:
+        its path) when the block is one run of it, else the block alone (key: its index).
+
+        Parameters
+        ----------
+        index, columns, files
+            As :meth:`stored_view` takes them.
+
+        Returns
+        -------
+        tuple or None
+            None when the block is not cached, or unreadable (with a warning).
+        """
+        ranges = self.lookup(index)
+        if ranges is None:
+            return None
+        if len(ranges) == 1:
+            name, first, count, _ = ranges[0]
+            path = os.path.join(self.path, name)
+            try:
+                return path, _whole_file(path, columns, files), first, count
+            except (OSError, ValueError, IndexError, KeyError, pa.ArrowException) as err:
+                self._unreadable(index, err)
+                return None
+        view = self.stored_view(index, columns, files)
+        return None if view is None else (("block", index), view, 0, view.num_rows)
 
     def _unreadable(self, index: int, err: BaseException) -> None:
         """Warn that block ``index`` is damaged in the cache, and forget it (it is parsed again)."""
@@ -206,8 +235,8 @@ class BlockCache:
             return None
         readers = {} if readers is None else readers
         try:
-            return [_read_batches(os.path.join(self.path, name), first, count, columns, readers)
-                    for name, first, count in ranges]
+            return [_read_rows(os.path.join(self.path, name), first, count, per, columns, readers)
+                    for name, first, count, per in ranges]
         except (OSError, ValueError, IndexError, KeyError, pa.ArrowException) as err:  # damaged: reparse
             self._unreadable(index, err)
             return None
@@ -261,12 +290,12 @@ def _as_text(tables: list[pa.Table]) -> pa.Table:
     return pa.concat_tables(out, promote_options="permissive").unify_dictionaries()
 
 
-Index = tuple[dict[int, list[BatchRange]], dict[int, list[int]]]  # block -> ranges, -> pieces
+Index = tuple[dict[int, list[RowRange]], dict[int, list[int]]]  # block -> ranges, -> pieces
 
 # Per worker process: cache path -> (markers already read, block -> batch ranges, block ->
 # pieces). Markers are written once and never change, so only new ones are read when a block
 # is not found.
-_INDEXES: dict[str, tuple[set[str], dict[int, list[BatchRange]], dict[int, list[int]]]] = {}
+_INDEXES: dict[str, tuple[set[str], dict[int, list[RowRange]], dict[int, list[int]]]] = {}
 _INDEX_LOCK = threading.Lock()
 
 
@@ -295,7 +324,7 @@ def _index(path: str, refresh: bool) -> Index:
         for _, meta in sorted(fresh, key=lambda m: m[0]):  # a rewritten block: newest wins
             split = meta.get("pieces", {})
             for key, ranges in meta["parts"].items():
-                blocks[int(key)] = [(str(n), int(b), int(c)) for n, b, c in ranges]
+                blocks[int(key)] = [(str(n), int(b), int(c), int(p)) for n, b, c, p in ranges]
                 if key in split:
                     pieces[int(key)] = [int(r) for r in split[key]]
                 else:
@@ -322,17 +351,11 @@ def _forget(path: str, index: int) -> None:
             _INDEXES[path][2].pop(index, None)
 
 
-def _whole_file(path: str, columns: list[str] | None, files: Files) -> tuple[pa.Table, np.ndarray]:
-    """The Arrow file ``path`` as one table (read once into ``files``), and its batches' first rows."""
+def _whole_file(path: str, columns: list[str] | None, files: Files) -> pa.Table:
+    """The Arrow file ``path`` as one table (read once into ``files``)."""
     found = files.get(path)
     if found is None:
-        reader = _open(path, columns)
-        table = reader.read_all()
-        n = reader.num_record_batches
-        lengths = ([len(c) for c in table.column(0).chunks] if table.num_columns else [])
-        if len(lengths) != n:  # (batches kept as chunks, else counted one by one)
-            lengths = [reader.get_batch(b).num_rows for b in range(n)]
-        found = files[path] = (table, np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]))
+        found = files[path] = _open(path, columns).read_all()
     return found
 
 
@@ -346,14 +369,17 @@ def _open(path: str, columns: list[str] | None) -> ipc.RecordBatchFileReader:
     return reader
 
 
-def _read_batches(path: str, first: int, count: int, columns: list[str] | None,
-                  readers: Readers) -> pa.Table:
-    """Record batches ``[first, first + count)`` of the Arrow file ``path`` as a table."""
+def _read_rows(path: str, first: int, count: int, per: int, columns: list[str] | None,
+               readers: Readers) -> pa.Table:
+    """Rows ``[first, first + count)`` of the Arrow file ``path`` (record batches of ``per`` rows)."""
     reader = readers.get(path)
     if reader is None:
         reader = readers[path] = _open(path, columns)
-    batches = [reader.get_batch(b) for b in range(first, first + count)]
-    return pa.Table.from_batches(batches, schema=reader.schema)
+    if count <= 0:
+        return reader.schema.empty_table()
+    lo, hi = first // per, (first + count - 1) // per
+    table = pa.Table.from_batches([reader.get_batch(b) for b in range(lo, hi + 1)], schema=reader.schema)
+    return table.slice(first - lo * per, count)
 
 
 def block_tables(index: int, block: Block, options: ReadOptions, cache: BlockCache | None,

@@ -24,13 +24,15 @@ from daskfeed.core import fsync, temporary_name, write_file
 __all__ = ["CACHE_VERSION", "FLUSH_BYTES", "CacheWriter", "compact"]
 
 # 3: whole numbers kept exact (int32/int64), decimals float64; 4: each block's rows in their
-# stored order (:mod:`daskfeed.cache._scatter`), record batches of at most BATCH_ROWS rows
+# stored order (:mod:`daskfeed.cache._scatter`), a block a range of rows of a file of record
+# batches of BATCH_ROWS rows (the last one shorter): a reader of every block decodes a file's
+# few batches, not one batch per block
 CACHE_VERSION = 4
 FLUSH_BYTES = 16 << 20  # an Arrow file holds about this much data (memory: one per task)
-BATCH_ROWS = 8192  # a window reads runs of every block: a compressed file decodes little more
+BATCH_ROWS = 8192  # rows per record batch (a compressed file decodes about this much per read)
 
-# where a block is in the cache: (Arrow file name, first record batch, record batches)
-BatchRange = tuple[str, int, int]
+# where a block is in the cache: (Arrow file name, first row, rows, rows per record batch)
+RowRange = tuple[str, int, int, int]
 
 
 class CacheWriter:
@@ -41,8 +43,8 @@ class CacheWriter:
     Tables are kept until about ``FLUSH_BYTES`` have accumulated (or the next table's columns
     cannot share a file with them), then written as one file (see :func:`compact` for the
     column types, decided per file; one dictionary per string column per file); uncompressed
-    (read as a memory map, nothing to decode) or zstd/lz4. Every block is a range of record
-    batches of a file.
+    (read as a memory map, nothing to decode) or zstd/lz4. Every block is a range of rows of
+    a file.
 
     Parameters
     ----------
@@ -61,7 +63,7 @@ class CacheWriter:
         self.pending: list[tuple[list[tuple[int, int]], pa.Table]] = []  # (blocks, their rows)
         self.pending_bytes = 0
         self.schema: pa.Schema | None = None  # the pending tables' columns, unified
-        self.blocks: dict[int, list[BatchRange]] = {}
+        self.blocks: dict[int, list[RowRange]] = {}
         self.files: list[str] = []
         self.syncs: list[threading.Thread] = []  # fsyncs of the files written
         self.failed = False
@@ -148,19 +150,17 @@ class CacheWriter:
         self.syncs.append(sync)
 
     def _write(self, path: str, name: str) -> None:
-        """The pending tables as one Arrow file at ``path``; their batch ranges noted."""
+        """The pending tables as one Arrow file at ``path``; each block's rows in it noted."""
         whole = compact(pa.concat_tables([t for _, t in self.pending], promote_options="permissive"))
-        whole = whole.unify_dictionaries()  # one dictionary per column per file
+        whole = whole.unify_dictionaries().combine_chunks()  # one dictionary per column per file
         options = ipc.IpcWriteOptions(compression=self.compression)
         with pa.OSFile(path, "wb") as f, ipc.new_file(f, whole.schema, options=options) as w:
-            batch = offset = 0
-            for index, rows in (part for parts, _ in self.pending for part in parts):
-                batches = whole.slice(offset, rows).to_batches(max_chunksize=BATCH_ROWS)
-                offset += rows
-                for b in batches:
-                    w.write_batch(b)
-                self.blocks[index].append((name, batch, len(batches)))
-                batch += len(batches)
+            for batch in whole.to_batches(max_chunksize=BATCH_ROWS):
+                w.write_batch(batch)
+        offset = 0
+        for index, rows in (part for parts, _ in self.pending for part in parts):
+            self.blocks[index].append((name, offset, rows, BATCH_ROWS))
+            offset += rows
 
     def commit(self) -> None:
         """Write what is pending, rename the files into place, then write the marker."""
@@ -174,7 +174,7 @@ class CacheWriter:
                 final = os.path.join(self.directory, name)
                 os.replace(temporary_name(final), final)
             fsync(self.directory)  # the renames, before the marker's
-            # the marker's key "parts" is the persisted format's: block -> batch ranges
+            # the marker's key "parts" is the persisted format's: block -> row ranges
             marker = {"version": CACHE_VERSION, "parts": {str(k): v for k, v in self.blocks.items()},
                       "pieces": {str(k): v for k, v in self.pieces.items() if len(v) > 1}}
             write_file(os.path.join(self.directory, f"{self.stem}.json"), json.dumps(marker))
