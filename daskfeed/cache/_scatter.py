@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["block_order", "scatter", "scatter_parts", "unscatter"]
+__all__ = ["block_order", "scatter", "scatter_order", "unscatter"]
 
 _TAG = 0x5CA7  # the stored order's own stream of random numbers
 
@@ -49,15 +49,24 @@ def scatter(index: int, table: pa.Table, piece: int = 0) -> pa.Table:
     return table.take(block_order(index, table.num_rows, piece))
 
 
-def scatter_parts(parts: list[tuple[int, int]], table: pa.Table) -> pa.Table:
-    """Whole one-piece blocks one after another in ``table`` (``(index, rows)``), each scattered."""
-    if table.num_rows < 2:
-        return table
+def scatter_order(parts: list[tuple[int, int, int]]) -> np.ndarray:
+    """Pieces one after another (``(block index, rows, piece)`` each), each in its stored order.
+
+    Parameters
+    ----------
+    parts
+        The pieces, in the order their rows come.
+
+    Returns
+    -------
+    numpy.ndarray
+        The positions to take, in stored order (int64).
+    """
     start, order = 0, []
-    for index, rows in parts:
-        order.append(start + block_order(index, rows))
+    for index, rows, piece in parts:
+        order.append(start + block_order(index, rows, piece))
         start += rows
-    return table.take(np.concatenate(order)) if order else table
+    return np.concatenate(order) if order else np.zeros(0, dtype=np.int64)
 
 
 def unscatter(index: int, table: pa.Table, pieces: list[int] | None = None) -> list[pa.Table]:

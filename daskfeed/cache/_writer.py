@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from daskfeed.cache._scatter import scatter, scatter_parts
+from daskfeed.cache._scatter import scatter_order
 from daskfeed.core import fsync, temporary_name, write_file
 
 __all__ = ["CACHE_VERSION", "FLUSH_BYTES", "CacheWriter", "compact"]
@@ -60,7 +60,8 @@ class CacheWriter:
         self.directory = directory
         self.compression = compression
         self.stem = f"g{first:06d}-{uuid.uuid4().hex[:8]}"
-        self.pending: list[tuple[list[tuple[int, int]], pa.Table]] = []  # (blocks, their rows)
+        # (blocks: (index, rows, piece) each, their rows in file order)
+        self.pending: list[tuple[list[tuple[int, int, int]], pa.Table]] = []
         self.pending_bytes = 0
         self.schema: pa.Schema | None = None  # the pending tables' columns, unified
         self.blocks: dict[int, list[RowRange]] = {}
@@ -91,7 +92,7 @@ class CacheWriter:
         """
         pieces = self.pieces.setdefault(index, [])
         pieces.append(table.num_rows)
-        self._pend([(index, table.num_rows)], scatter(index, table, len(pieces) - 1))
+        self._pend([(index, table.num_rows, len(pieces) - 1)], table)
 
     def add_parts(self, parts: list[tuple[int, int]], table: pa.Table) -> None:
         """Whole blocks parsed as one table: ``(block index, its rows)`` in the table's order.
@@ -108,10 +109,13 @@ class CacheWriter:
             return
         for index, rows in parts:
             self.pieces[index] = [rows]
-        self._pend(parts, scatter_parts(parts, table))
+        self._pend([(index, rows, 0) for index, rows in parts], table)
 
-    def _pend(self, parts: list[tuple[int, int]], table: pa.Table) -> None:
-        """Rows of whole blocks (or a piece of one), in their stored order, for the next file."""
+    def _pend(self, parts: list[tuple[int, int, int]], table: pa.Table) -> None:
+        """Rows of whole blocks (or a piece of one) for the next file: ``(block, rows, piece)``.
+
+        They are put in their stored order when the file is written (one ``take`` a file).
+        """
         schema = table.schema
         if self.pending and not schema.equals(self.schema):
             try:
@@ -119,7 +123,7 @@ class CacheWriter:
             except (pa.ArrowInvalid, pa.ArrowTypeError):  # e.g. text here, numbers before
                 self._flush()
         self.schema = schema
-        for index, _ in parts:
+        for index, _, _ in parts:
             self.begin(index)
         self.pending.append((parts, table))
         self.pending_bytes += table.nbytes
@@ -152,13 +156,16 @@ class CacheWriter:
     def _write(self, path: str, name: str) -> None:
         """The pending tables as one Arrow file at ``path``; each block's rows in it noted."""
         whole = compact(pa.concat_tables([t for _, t in self.pending], promote_options="permissive"))
-        whole = whole.unify_dictionaries().combine_chunks()  # one dictionary per column per file
+        # each piece in its stored order; the take also makes each column one chunk, with one
+        # dictionary per string column
+        whole = whole.unify_dictionaries().take(scatter_order([p for parts, _ in self.pending
+                                                               for p in parts]))
         options = ipc.IpcWriteOptions(compression=self.compression)
         with pa.OSFile(path, "wb") as f, ipc.new_file(f, whole.schema, options=options) as w:
             for batch in whole.to_batches(max_chunksize=BATCH_ROWS):
                 w.write_batch(batch)
         offset = 0
-        for index, rows in (part for parts, _ in self.pending for part in parts):
+        for index, rows, _ in (part for parts, _ in self.pending for part in parts):
             self.blocks[index].append((name, offset, rows, BATCH_ROWS))
             offset += rows
 
