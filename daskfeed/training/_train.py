@@ -9,6 +9,7 @@ without waiting for TensorFlow. The keras half, :mod:`daskfeed.training._fit`, i
 from __future__ import annotations
 
 import os
+import shutil
 import time
 import warnings
 from collections.abc import Callable
@@ -176,17 +177,23 @@ def _elastic(ranks: Rank, output: str, store: CheckpointStore, ckpt: Checkpoint 
     Rank 0's checkpoint (in ``output``) says how many trainers the run had. With another
     number now, every rank resumes from it: its model, and its position in the global order,
     which the new trainers share out among themselves. A rank's own older checkpoints (of the
-    old layout) are removed. Checkpoints of windows of blocks stay as they are (the cursor
+    old layout) are removed, and rank 0's is copied in their place (rank 0 removes its older
+    checkpoints as it writes new ones). Checkpoints of windows of blocks stay as they are (the cursor
     check refuses another number of trainers for them, with a hint).
     """
     chief = ckpt if ranks.rank == 0 else CheckpointStore(os.path.join(output, "checkpoints")).latest()
     if chief is None or not chief.cursor.global_order or chief.cursor.shard[1] == ranks.world_size:
         return ckpt
-    if ranks.rank > 0:
+    source = chief.path
+    if ranks.rank > 0:  # a copy of its own: rank 0 prunes its checkpoints as it trains on
         store.clear()
+        os.makedirs(store.directory, mode=0o700, exist_ok=True)
+        name = os.path.basename(chief.path)
+        shutil.copytree(chief.path, os.path.join(store.directory, name))
+        chief = store.read(name)
     who = "every rank" if ranks.several else "the trainer"
     echo(f"the run had {chief.cursor.shard[1]} trainer(s), now {ranks.world_size}: {who} resumes "
-         f"from rank 0's checkpoint {chief.path}, at batch {chief.cursor.at + 1} of epoch "
+         f"from rank 0's checkpoint {source}, at batch {chief.cursor.at + 1} of epoch "
          f"{chief.cursor.epoch + 1}'s global order")
     return chief
 
