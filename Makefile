@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 export KERAS_BACKEND := tensorflow
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo test test-slow bench bench-quick soak lint clean
+.PHONY: demo test test-slow bench bench-quick bench-shuffle soak lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,10 @@ soak: $(STAMP)
 
 bench-quick:
 	$(MAKE) bench BENCH_ROWS=200000
+
+# shuffle quality on label-sorted data and validation loss sorted vs pre-shuffled (issue 33's targets)
+bench-shuffle: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/shuffle.py
 
 LINT_STAMP := $(VENV)/.lint-installed
 $(LINT_STAMP): $(STAMP)
