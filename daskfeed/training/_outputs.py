@@ -200,6 +200,8 @@ def write_history(out: str, history: list[dict[str, Any]], *, budget: Budget, ro
         "validation_split": split, "early_stopping": early_stopping,
         "ranks": shard_report(ranks, train_seq),
         "resumed_from": ({"checkpoint": ckpt.path, "epoch": ckpt.cursor.epoch,
-                          "batch": ckpt.cursor.batch} if ckpt else None),
+                          "batch": ckpt.cursor.batch,  # the batch of the trainer that wrote it
+                          "position": ckpt.cursor.position,  # of the global order (None: blocks)
+                          "world_size": ckpt.cursor.shard[1]} if ckpt else None),
     }
     write_file(os.path.join(out, "history.json"), json.dumps(record, indent=1))

@@ -380,7 +380,8 @@ def test_cli_sigkill_mid_epoch_then_resume_trains_every_row_exactly_once(id_data
     assert [e["epoch"] for e in hist["epochs"]] == [0, 1]
     assert hist["epochs"][kill_epoch]["resumed_at_batch"] == k
     assert hist["epochs"][kill_epoch]["rows"] == id_data.train_rows - k * BATCH
-    assert hist["resumed_from"]["batch"] == k
+    assert hist["resumed_from"]["batch"] == hist["resumed_from"]["position"] == k  # one trainer
+    assert hist["resumed_from"]["world_size"] == 1
     if kill_epoch:
         return
     # resuming onto another batch size is refused (exit 1, clear message, no traceback)
