@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     )
     from daskfeed.core._lifecycle import PROCESS_STOP, SETTLE, Aborted, Stop, close_at_exit, run_at_exit
     from daskfeed.core._rss import RSSSampler, tree_rss
+    from daskfeed.core._text import duration
 
 __all__ = [
     "BACKENDS",
@@ -55,6 +56,7 @@ __all__ = [
     "choose",
     "close_at_exit",
     "config",
+    "duration",
     "fsync",
     "refuse",
     "refuse_setting",
@@ -79,4 +81,5 @@ __getattr__, __dir__ = attach(__name__, {
     "Aborted": "_lifecycle", "PROCESS_STOP": "_lifecycle", "SETTLE": "_lifecycle", "Stop": "_lifecycle",
     "close_at_exit": "_lifecycle", "run_at_exit": "_lifecycle",
     "RSSSampler": "_rss", "tree_rss": "_rss",
+    "duration": "_text",
 }, modules={"config": "_config"})

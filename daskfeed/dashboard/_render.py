@@ -12,6 +12,8 @@ import html
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from daskfeed.core import duration
+
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
@@ -274,11 +276,7 @@ def _of_bytes(x: Any) -> str:
 
 
 def _duration(x: Any) -> str:
-    if not isinstance(x, (int, float)):
-        return _NONE
-    x = round(x)
-    return f"{x // 3600}h {x % 3600 // 60:02d}m" if x >= 3600 else (
-        f"{x // 60}m {x % 60:02d}s" if x >= 60 else f"{x}s")
+    return duration(x) if isinstance(x, (int, float)) else _NONE
 
 
 # -- Prometheus --------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from daskfeed.adapters import keras
-from daskfeed.core import RSSSampler, tree_rss
+from daskfeed.core import RSSSampler, duration, tree_rss
 from daskfeed.dashboard import EpochSpans, Links, install, report
 
 if TYPE_CHECKING:
@@ -468,7 +468,8 @@ def summary_lines(history: Sequence[Mapping[str, Any]], *, seconds: float,
                + sum(_epoch_rows(r) - int(r.get("rows", 0)) for r in mine.values()))
     last = records[-1] if records else {}
     lines = [f"summary: {len(records)} epoch{'s' if len(records) != 1 else ''}, {rows:,} rows trained "
-             f"in {_duration(seconds)} wall time ({rows / max(seconds, 1e-9):,.0f} rows/s overall, "
+             f"in {duration(seconds, tenths=True)} wall time "
+             f"({rows / max(seconds, 1e-9):,.0f} rows/s overall, "
              f"{rows / max(train_s, 1e-9):,.0f} rows/s while training)"
              + (f"; before the resume, earlier runs trained {earlier:,} rows of these epochs"
                 if earlier else "")]
@@ -564,10 +565,3 @@ def _final_keys(rec: Mapping[str, Any]) -> list[str]:
 
 def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _duration(seconds: float) -> str:
-    s = round(seconds)
-    if s >= 3600:
-        return f"{s // 3600}h {s % 3600 // 60:02d}m"
-    return f"{s // 60}m {s % 60:02d}s" if s >= 60 else f"{seconds:.1f}s"
