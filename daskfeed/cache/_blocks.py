@@ -15,7 +15,7 @@ files are removed when a new one is made, as are temporary files that writers ki
 left behind (:mod:`daskfeed.cache._open`, on the trainer). Directories are created with mode 0700.
 
 Each block's rows are stored in a seeded random order (:mod:`daskfeed.cache._scatter`):
-:meth:`BlockCache.stored` gives them so (a window of the global order reads ranges of every
+:meth:`BlockCache.stored_view` gives them so (a window of the global order reads ranges of every
 block), :func:`block_tables` in the file's order.
 
 What is stored is what the feed needs, not the CSV's exact text: whole numbers exactly (int32
@@ -90,25 +90,10 @@ class BlockCache:
         list of RowRange or None
             The block's rows; None when it is not (completely) cached.
         """
-        found = _index(self.path, refresh=False)[0].get(index)
+        found = _index(self.path, refresh=False).get(index)
         if found is None:
-            found = _index(self.path, refresh=True)[0].get(index)
+            found = _index(self.path, refresh=True).get(index)
         return found
-
-    def pieces(self, index: int) -> list[int] | None:
-        """Rows of each piece of block ``index`` (None: one piece, see :mod:`~daskfeed.cache._scatter`).
-
-        Parameters
-        ----------
-        index
-            The block's index in the source (looked up before, :meth:`lookup`).
-
-        Returns
-        -------
-        list of int or None
-            The pieces' rows in file order; None for a block parsed as one table.
-        """
-        return _index(self.path, refresh=False)[1].get(index)
 
     def has(self, index: int) -> bool:
         """Whether block ``index`` is complete in the cache.
@@ -124,25 +109,6 @@ class BlockCache:
             True when the block is complete in the cache.
         """
         return self.lookup(index) is not None
-
-    def stored(self, index: int, columns: list[str] | None = None,
-               readers: Readers | None = None) -> pa.Table | None:
-        """Block ``index``'s rows in their stored order, as one table (None: not cached).
-
-        Parameters
-        ----------
-        index, columns, readers
-            As :meth:`tables` takes them.
-
-        Returns
-        -------
-        pyarrow.Table or None
-            Views of the memory-mapped files where they are uncompressed.
-        """
-        tables = self.tables(index, columns, readers)
-        if tables is None:
-            return None
-        return _one(tables)
 
     def stored_view(self, index: int, columns: list[str] | None, files: Files) -> pa.Table | None:
         """Block ``index``'s rows in their stored order, sliced from whole files read once.
@@ -264,7 +230,7 @@ class BlockCache:
         int
             The blocks complete in the cache.
         """
-        return len(_index(self.path, refresh=True)[0])
+        return len(_index(self.path, refresh=True))
 
 
 def _one(tables: list[pa.Table]) -> pa.Table:
@@ -290,24 +256,21 @@ def _as_text(tables: list[pa.Table]) -> pa.Table:
     return pa.concat_tables(out, promote_options="permissive").unify_dictionaries()
 
 
-Index = tuple[dict[int, list[RowRange]], dict[int, list[int]]]  # block -> ranges, -> pieces
-
-# Per worker process: cache path -> (markers already read, block -> batch ranges, block ->
-# pieces). Markers are written once and never change, so only new ones are read when a block
-# is not found.
-_INDEXES: dict[str, tuple[set[str], dict[int, list[RowRange]], dict[int, list[int]]]] = {}
+# Per worker process: cache path -> (markers already read, block -> row ranges). Markers are
+# written once and never change, so only new ones are read when a block is not found.
+_INDEXES: dict[str, tuple[set[str], dict[int, list[RowRange]]]] = {}
 _INDEX_LOCK = threading.Lock()
 
 
-def _index(path: str, refresh: bool) -> Index:
+def _index(path: str, refresh: bool) -> dict[int, list[RowRange]]:
     with _INDEX_LOCK:
-        seen, blocks, pieces = _INDEXES.setdefault(path, (set(), {}, {}))
+        seen, blocks = _INDEXES.setdefault(path, (set(), {}))
         if not refresh and blocks:
-            return blocks, pieces
+            return blocks
         try:
             names = sorted(n for n in os.listdir(path) if n.startswith("g") and n.endswith(".json"))
         except OSError:
-            return blocks, pieces
+            return blocks
         fresh = []
         for name in names:
             if name in seen:
@@ -322,14 +285,9 @@ def _index(path: str, refresh: bool) -> Index:
             if meta.get("version") == CACHE_VERSION:
                 fresh.append((stamp, meta))
         for _, meta in sorted(fresh, key=lambda m: m[0]):  # a rewritten block: newest wins
-            split = meta.get("pieces", {})
             for key, ranges in meta["parts"].items():
                 blocks[int(key)] = [(str(n), int(b), int(c), int(p)) for n, b, c, p in ranges]
-                if key in split:
-                    pieces[int(key)] = [int(r) for r in split[key]]
-                else:
-                    pieces.pop(int(key), None)
-        return blocks, pieces
+        return blocks
 
 
 def forget_entry(path: str) -> None:
@@ -348,7 +306,6 @@ def _forget(path: str, index: int) -> None:
     with _INDEX_LOCK:
         if path in _INDEXES:
             _INDEXES[path][1].pop(index, None)
-            _INDEXES[path][2].pop(index, None)
 
 
 def _whole_file(path: str, columns: list[str] | None, files: Files) -> pa.Table:
@@ -410,9 +367,10 @@ def block_tables(index: int, block: Block, options: ReadOptions, cache: BlockCac
         The block's rows in file order.
     """
     if cache is not None and use_cache:
-        cached = cache.stored(index, columns, readers)
-        if cached is not None:
-            yield from unscatter(index, cached, cache.pieces(index))
+        cached = cache.tables(index, columns, readers)
+        if cached is not None:  # one table per piece (a block's ranges are its pieces)
+            for piece, table in enumerate(cached):
+                yield unscatter(index, table, piece)
             return
     own = writer is None and cache is not None
     if own:

@@ -5,11 +5,14 @@ The scan writes every block once; while it is in memory its rows are permuted
 whatever the run's seed, budget or model). A block parsed as one table (a byte range of a CSV:
 the usual case) is permuted as a whole; a block that comes as several tables (a gzip file or a
 file streamed in pieces, a Parquet file's row groups) has each *piece* permuted on its own, so
-that the scan never holds more than one table of it. A contiguous range of a block's stored rows is then a
-random sample of that block, so a window that takes a range of every block is a stratified
-sample of the whole data set (:mod:`daskfeed.batches._order`) and reads each block in runs, not
-row by row. Readers that want the file's order (:func:`daskfeed.cache._blocks.block_tables`) undo
-the permutation (:func:`unscatter`).
+that the scan never holds more than one table of it; a piece is written whole, as one range of
+rows of one file, so a block's ranges in the cache are its pieces.
+
+A contiguous range of a block's stored rows is then a random sample of that block, so a window
+that takes a range of every block is a stratified sample of the whole data set
+(:mod:`daskfeed.batches._order`) and reads each block in runs, not row by row. Readers that want
+the file's order (:func:`daskfeed.cache._blocks.block_tables`) undo the permutation
+(:func:`unscatter`).
 """
 
 from __future__ import annotations
@@ -69,30 +72,11 @@ def scatter_order(parts: list[tuple[int, int, int]]) -> np.ndarray:
     return np.concatenate(order) if order else np.zeros(0, dtype=np.int64)
 
 
-def unscatter(index: int, table: pa.Table, pieces: list[int] | None = None) -> list[pa.Table]:
-    """Block ``index``'s rows (in stored order) in file order, one table per piece.
-
-    Parameters
-    ----------
-    index
-        The block's number.
-    table
-        All its rows, in stored order.
-    pieces
-        Rows of each of its pieces (None: one piece, the whole table).
-
-    Returns
-    -------
-    list of pyarrow.Table
-        The pieces in file order.
-    """
-    out, start = [], 0
-    for k, rows in enumerate(pieces or [table.num_rows]):
-        part = table.slice(start, rows)
-        start += rows
-        if rows > 1:
-            inverse = np.empty(rows, dtype=np.int64)
-            inverse[block_order(index, rows, k)] = np.arange(rows)
-            part = part.take(inverse)
-        out.append(part)
-    return out
+def unscatter(index: int, table: pa.Table, piece: int = 0) -> pa.Table:
+    """Piece ``piece`` of block ``index`` (a table, in stored order) in file order."""
+    rows = table.num_rows
+    if rows < 2:
+        return table
+    inverse = np.empty(rows, dtype=np.int64)
+    inverse[block_order(index, rows, piece)] = np.arange(rows)
+    return table.take(inverse)

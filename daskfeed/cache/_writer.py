@@ -68,7 +68,7 @@ class CacheWriter:
         self.files: list[str] = []
         self.syncs: list[threading.Thread] = []  # fsyncs of the files written
         self.failed = False
-        self.pieces: dict[int, list[int]] = {}  # rows of each piece of each block (file order)
+        self.added: dict[int, int] = {}  # pieces of each block added so far (numbers the next)
 
     def begin(self, index: int) -> None:
         """Block ``index`` starts (it is cached even if it has no rows).
@@ -90,9 +90,8 @@ class CacheWriter:
         table
             One table parsed from it.
         """
-        pieces = self.pieces.setdefault(index, [])
-        pieces.append(table.num_rows)
-        self._pend([(index, table.num_rows, len(pieces) - 1)], table)
+        piece = self.added[index] = self.added.get(index, -1) + 1
+        self._pend([(index, table.num_rows, piece)], table)
 
     def add_parts(self, parts: list[tuple[int, int]], table: pa.Table) -> None:
         """Whole blocks parsed as one table: ``(block index, its rows)`` in the table's order.
@@ -107,8 +106,6 @@ class CacheWriter:
         """
         if self.failed:
             return
-        for index, rows in parts:
-            self.pieces[index] = [rows]
         self._pend([(index, rows, 0) for index, rows in parts], table)
 
     def _pend(self, parts: list[tuple[int, int, int]], table: pa.Table) -> None:
@@ -182,8 +179,8 @@ class CacheWriter:
                 os.replace(temporary_name(final), final)
             fsync(self.directory)  # the renames, before the marker's
             # the marker's key "parts" is the persisted format's: block -> row ranges
-            marker = {"version": CACHE_VERSION, "parts": {str(k): v for k, v in self.blocks.items()},
-                      "pieces": {str(k): v for k, v in self.pieces.items() if len(v) > 1}}
+            # a block's ranges are its pieces, in order (a piece is written whole, in one file)
+            marker = {"version": CACHE_VERSION, "parts": {str(k): v for k, v in self.blocks.items()}}
             write_file(os.path.join(self.directory, f"{self.stem}.json"), json.dumps(marker))
         except OSError:
             self.abort()

@@ -16,8 +16,8 @@ from daskfeed.reading import Block, ReadOptions
 @given(index=st.integers(0, 10**6), pieces=st.lists(st.integers(0, 300), min_size=1, max_size=4))
 def test_unscatter_gives_back_the_file_order_of_every_piece(index, pieces):
     tables = [pa.table({"i": np.arange(n) + 1000 * k}) for k, n in enumerate(pieces)]
-    stored = pa.concat_tables([scatter(index, t, k) for k, t in enumerate(tables)])
-    back = unscatter(index, stored, pieces)
+    stored = [scatter(index, t, k) for k, t in enumerate(tables)]
+    back = [unscatter(index, t, k) for k, t in enumerate(stored)]
     assert [t.column("i").to_pylist() for t in back] == [t.column("i").to_pylist() for t in tables]
 
 
@@ -29,8 +29,8 @@ def test_a_block_in_pieces_is_stored_piece_by_piece_and_read_back_in_file_order(
     w.add(7, pa.table({"i": np.arange(50, 80)}))  # a second piece (a gzip file's next buffer)
     w.add(8, pa.table({"i": np.arange(20)}))
     w.commit()
-    assert cache.pieces(7) == [50, 30] and cache.pieces(8) is None
-    stored = cache.stored(7).column("i").to_pylist()
+    assert [r[2] for r in cache.lookup(7)] == [50, 30] and len(cache.lookup(8)) == 1  # its pieces
+    stored = cache.stored_view(7, None, {}).column("i").to_pylist()
     assert stored == [*block_order(7, 50, 0).tolist(), *(50 + block_order(7, 30, 1)).tolist()]
     assert stored != sorted(stored)  # really permuted
     dummy = Block(str(tmp_path / "absent.csv"), 0, -1, 0)  # never parsed: the cache has it
@@ -47,7 +47,7 @@ def test_a_block_parsed_where_it_is_not_cached_has_the_stored_order_it_gets_cach
     parsed = stored_table(3, block, ReadOptions(), cache).column("i").to_pylist()
     assert sorted(parsed) == list(range(500)) and parsed == block_order(3, 500).tolist()
     assert cache.has(3)  # cached on the way
-    assert cache.stored(3).column("i").to_pylist() == parsed
+    assert cache.stored_view(3, None, {}).column("i").to_pylist() == parsed
 
 
 def test_an_entry_of_the_older_format_is_removed_and_rebuilt_with_one_line(tmp_path):
