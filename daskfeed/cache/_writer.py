@@ -24,10 +24,10 @@ from daskfeed.core import fsync, temporary_name, write_file
 __all__ = ["CACHE_VERSION", "FLUSH_BYTES", "CacheWriter", "compact"]
 
 # 3: whole numbers kept exact (int32/int64), decimals float64; 4: each block's rows in their
-# stored order (:mod:`daskfeed.cache._scatter`), a block a range of rows of a file of record
-# batches of BATCH_ROWS rows (the last one shorter): a reader of every block decodes a file's
-# few batches, not one batch per block
-CACHE_VERSION = 4
+# stored order (:mod:`daskfeed.cache._scatter`), a block a range of record batches; 5: a block a
+# range of rows of a file of record batches of BATCH_ROWS rows (the last one shorter): a reader
+# of every block decodes a file's few batches, not one batch per block
+CACHE_VERSION = 5
 FLUSH_BYTES = 16 << 20  # an Arrow file holds about this much data (memory: one per task)
 BATCH_ROWS = 8192  # rows per record batch (a compressed file decodes about this much per read)
 
