@@ -25,6 +25,7 @@ timestamps as they are.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import threading
@@ -41,7 +42,8 @@ from daskfeed.cache._scatter import scatter, unscatter
 from daskfeed.cache._writer import CACHE_VERSION, CacheWriter, RowRange
 from daskfeed.reading import Block, ReadOptions, iter_tables
 
-__all__ = ["BlockCache", "block_tables", "default_root", "forget_entry", "stored_table"]
+__all__ = ["BlockCache", "PartWriters", "block_tables", "default_root", "forget_entry", "part_salt",
+           "stored_table"]
 
 Readers = dict[str, ipc.RecordBatchFileReader]  # open Arrow files, by path
 Files = dict[str, pa.Table]  # whole Arrow files read, by path
@@ -60,25 +62,32 @@ def default_root() -> str:
 
 @dataclass(frozen=True)
 class BlockCache:
-    """One data set's cache directory (picklable: it travels to the workers with each task).
+    """One data set's parse cache (picklable: it travels to the workers with each task).
 
     ``root`` None: :func:`default_root` where the cache is used, i.e. on each worker (a remote
-    worker's home, not the trainer's); ``key``: the data's directory under the root. Blocks
-    are numbered as in ``Source.blocks``.
+    worker's home, not the trainer's). Blocks are numbered as in ``Source.blocks``; they are kept
+    in one directory per :class:`~daskfeed.reading._parts.Part` of the source (``parts``: the
+    parts' keys, ``starts``: the first block of each), numbered within it, so a part whose files
+    are unchanged is reused by the next data set that has it (the data grew). Without parts the
+    root is one directory of blocks numbered as given.
     """
 
     root: str | None
-    key: str = ""
+    parts: tuple[str, ...] = ()
+    starts: tuple[int, ...] = ()
     compression: str | None = None  # of the files this cache writes (None: memory-mapped reads)
 
     @property
     def path(self) -> str:
-        """The directory, as seen by the process asking."""
-        root = default_root() if self.root is None else self.root
-        return os.path.join(root, self.key) if self.key else root
+        """The cache root, as seen by the process asking (each part a directory in it)."""
+        return default_root() if self.root is None else self.root
 
-    def lookup(self, index: int) -> list[RowRange] | None:
-        """Where block ``index`` is: ``[(Arrow file, first row, rows, rows per batch), ...]`` or None.
+    def place(self, index: int) -> tuple[str, int, int]:
+        """Where block ``index`` is kept: ``(directory, number in it, block id)``.
+
+        The block id seeds its stored order (:func:`~daskfeed.cache._scatter.block_order`): its
+        part's key and its number in the part, so the order is the same in every data set the
+        part belongs to.
 
         Parameters
         ----------
@@ -87,13 +96,40 @@ class BlockCache:
 
         Returns
         -------
-        list of RowRange or None
-            The block's rows; None when it is not (completely) cached.
+        tuple
+            The part's directory, the block's number in it and its id.
         """
-        found = _index(self.path, refresh=False).get(index)
+        if not self.parts:
+            return self.path, index, index
+        p = bisect.bisect_right(self.starts, index) - 1
+        local = index - self.starts[p]
+        return os.path.join(self.path, self.parts[p]), local, part_salt(self.parts[p]) + local
+
+    def block_id(self, index: int) -> int:
+        """The id that seeds block ``index``'s stored order (see :meth:`place`)."""
+        return self.place(index)[2]
+
+    def lookup(self, index: int) -> list[tuple[str, int, int, int]] | None:
+        """Where block ``index`` is: ``[(Arrow file path, first row, rows, rows per batch), ...]``.
+
+        Parameters
+        ----------
+        index
+            The block's index in the source.
+
+        Returns
+        -------
+        list or None
+            The block's rows (row ranges of files, by full path); None when it is not
+            (completely) cached.
+        """
+        directory, local, _ = self.place(index)
+        found = _index(directory, refresh=False).get(local)
         if found is None:
-            found = _index(self.path, refresh=True).get(index)
-        return found
+            found = _index(directory, refresh=True).get(local)
+        if found is None:
+            return None
+        return [(os.path.join(directory, name), first, count, per) for name, first, count, per in found]
 
     def has(self, index: int) -> bool:
         """Whether block ``index`` is complete in the cache.
@@ -132,10 +168,9 @@ class BlockCache:
         ranges = self.lookup(index)
         if ranges is None:
             return None
-        base = self.path
         try:
-            parts = [_whole_file(os.path.join(base, name), columns, files).slice(first, count)
-                     for name, first, count, _ in ranges]
+            parts = [_whole_file(path, columns, files).slice(first, count)
+                     for path, first, count, _ in ranges]
             return _one(parts)
         except (OSError, ValueError, IndexError, KeyError, pa.ArrowException) as err:
             self._unreadable(index, err)
@@ -162,8 +197,7 @@ class BlockCache:
         if ranges is None:
             return None
         if len(ranges) == 1:
-            name, first, count, _ = ranges[0]
-            path = os.path.join(self.path, name)
+            path, first, count, _ = ranges[0]
             try:
                 return path, _whole_file(path, columns, files), first, count
             except (OSError, ValueError, IndexError, KeyError, pa.ArrowException) as err:
@@ -174,9 +208,10 @@ class BlockCache:
 
     def _unreadable(self, index: int, err: BaseException) -> None:
         """Warn that block ``index`` is damaged in the cache, and forget it (it is parsed again)."""
-        warnings.warn(f"daskfeed: cached block {index} in {self.path} is unreadable "
+        directory, local, _ = self.place(index)
+        warnings.warn(f"daskfeed: cached block {index} in {directory} is unreadable "
                       f"({type(err).__name__}: {err}); parsing it from the CSV again.", stacklevel=3)
-        _forget(self.path, index)
+        _forget(directory, local)
 
     def tables(self, index: int, columns: list[str] | None = None,
                readers: Readers | None = None) -> list[pa.Table] | None:
@@ -201,13 +236,13 @@ class BlockCache:
             return None
         readers = {} if readers is None else readers
         try:
-            return [_read_rows(os.path.join(self.path, name), first, count, per, columns, readers)
-                    for name, first, count, per in ranges]
+            return [_read_rows(path, first, count, per, columns, readers)
+                    for path, first, count, per in ranges]
         except (OSError, ValueError, IndexError, KeyError, pa.ArrowException) as err:  # damaged: reparse
             self._unreadable(index, err)
             return None
 
-    def writer(self, first: int) -> CacheWriter:
+    def writer(self, first: int) -> PartWriters:
         """A writer for the blocks of a scan task starting at ``first``: ``add``, then ``commit``.
 
         Parameters
@@ -217,10 +252,14 @@ class BlockCache:
 
         Returns
         -------
-        CacheWriter
-            A writer into this cache entry.
+        PartWriters
+            A writer into this cache (one file set and marker per part it writes to).
         """
-        return CacheWriter(self.path, self.compression, first)
+        return PartWriters(self)
+
+    def directories(self) -> list[str]:
+        """The directories the blocks are kept in (one per part; the root without parts)."""
+        return [os.path.join(self.path, key) for key in self.parts] if self.parts else [self.path]
 
     def cached_blocks(self) -> int:
         """Number of complete blocks in the cache.
@@ -230,7 +269,68 @@ class BlockCache:
         int
             The blocks complete in the cache.
         """
-        return len(_index(self.path, refresh=True))
+        return sum(len(_index(d, refresh=True)) for d in self.directories())
+
+
+def part_salt(key: str) -> int:
+    """A part's share of its blocks' ids: its key's first 48 bits, above the block numbers."""
+    return int(key[:12], 16) << 32
+
+
+class PartWriters:
+    """The cache writers of one scan task: a :class:`CacheWriter` per part it writes blocks of.
+
+    Blocks are named by their index in the source, as the scan knows them; each goes to its
+    part's directory under its number there (:meth:`BlockCache.place`).
+    """
+
+    def __init__(self, cache: BlockCache) -> None:
+        self.cache = cache
+        self.writers: dict[str, CacheWriter] = {}
+
+    def _writer(self, index: int) -> CacheWriter:
+        directory, local, block_id = self.cache.place(index)
+        writer = self.writers.get(directory)
+        if writer is None:
+            writer = self.writers[directory] = CacheWriter(
+                directory, self.cache.compression, local, offset=index - local,
+                salt=block_id - local)
+        return writer
+
+    def begin(self, index: int) -> None:
+        """Block ``index`` starts (it is cached even if it has no rows)."""
+        self._writer(index).begin(index)
+
+    def add(self, index: int, table: pa.Table) -> None:
+        """One table of block ``index`` (its next piece)."""
+        self._writer(index).add(index, table)
+
+    def add_parts(self, parts: list[tuple[int, int]], table: pa.Table) -> None:
+        """Whole blocks parsed as one table (see :meth:`CacheWriter.add_parts`), split by part."""
+        start = 0
+        while parts:
+            writer = self._writer(parts[0][0])
+            n = next((k for k, (i, _) in enumerate(parts) if self._writer(i) is not writer),
+                     len(parts))
+            rows = sum(r for _, r in parts[:n])
+            writer.add_parts(parts[:n], table.slice(start, rows))
+            start += rows
+            parts = parts[n:]
+
+    @property
+    def failed(self) -> bool:
+        """Whether a part's writer failed (its blocks are then not cached)."""
+        return any(w.failed for w in self.writers.values())
+
+    def commit(self) -> None:
+        """Commit every part's writer (see :meth:`CacheWriter.commit`)."""
+        for writer in self.writers.values():
+            writer.commit()
+
+    def abort(self) -> None:
+        """Abort every part's writer."""
+        for writer in self.writers.values():
+            writer.abort()
 
 
 def _one(tables: list[pa.Table]) -> pa.Table:
@@ -341,7 +441,7 @@ def _read_rows(path: str, first: int, count: int, per: int, columns: list[str] |
 
 def block_tables(index: int, block: Block, options: ReadOptions, cache: BlockCache | None,
                  rejects: list[str] | None = None, *, use_cache: bool = True,
-                 writer: CacheWriter | None = None, columns: list[str] | None = None,
+                 writer: PartWriters | None = None, columns: list[str] | None = None,
                  readers: Readers | None = None) -> Iterator[pa.Table]:
     """Arrow tables of block ``index`` in file order: from the cache, else parsed (and then cached).
 
@@ -369,8 +469,9 @@ def block_tables(index: int, block: Block, options: ReadOptions, cache: BlockCac
     if cache is not None and use_cache:
         cached = cache.tables(index, columns, readers)
         if cached is not None:  # one table per piece (a block's ranges are its pieces)
+            block_id = cache.block_id(index)
             for piece, table in enumerate(cached):
-                yield unscatter(index, table, piece)
+                yield unscatter(block_id, table, piece)
             return
     own = writer is None and cache is not None
     if own:
@@ -412,7 +513,8 @@ def stored_table(index: int, block: Block, options: ReadOptions, cache: BlockCac
         found = cache.stored_view(index, columns, {} if files is None else files)
         if found is not None:
             return found
-    pieces = [scatter(index, t, k) for k, t in enumerate(
+    block_id = index if cache is None else cache.block_id(index)
+    pieces = [scatter(block_id, t, k) for k, t in enumerate(
         block_tables(index, block, options, cache, use_cache=False))]
     table = _one(pieces) if pieces else pa.table({})
     if columns is not None and table.num_columns:

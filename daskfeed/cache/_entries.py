@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from daskfeed.cache._blocks import default_root, forget_entry
 from daskfeed.cache._open import REMOVING
 
-__all__ = ["CacheEntry", "clear", "list_entries"]
+__all__ = ["CacheEntry", "clear", "gone_entries", "list_entries"]
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,7 @@ class CacheEntry:
     size: int  # bytes on disk
     csv_bytes: int  # bytes of the input it holds
     created: float
+    files: tuple[tuple[str, int, float, str], ...] = ()  # (path, size, mtime, ETag) of its files
 
 
 def list_entries(root: str | os.PathLike[str] | None = None) -> list[CacheEntry]:
@@ -54,8 +55,11 @@ def list_entries(root: str | os.PathLike[str] | None = None) -> list[CacheEntry]
         except (OSError, ValueError):
             continue  # not a daskfeed cache entry
         size = sum(os.path.getsize(os.path.join(d, n)) for d, _, fs in os.walk(path) for n in fs)
+        files = tuple((str(f["path"]), int(f["size"]), float(f["mtime"]), str(f.get("etag", "")))
+                      for f in meta.get("files", ()))
         entries.append(CacheEntry(path, str(meta.get("data") or "(files not recorded)"), size,
-                                  int(meta.get("csv_bytes", 0)), float(meta.get("created", 0.0))))
+                                  int(meta.get("csv_bytes", 0)), float(meta.get("created", 0.0)),
+                                  files))
     return sorted(entries, key=lambda e: -e.size)
 
 
@@ -81,4 +85,46 @@ def clear(root: str | os.PathLike[str] | None = None,
             shutil.rmtree(entry.path, ignore_errors=True)
             forget_entry(entry.path)
             removed.append(entry)
+    if keys is None:  # the scans kept per part go with the parts (they are scanned again)
+        base = os.fspath(root) if root is not None else default_root()
+        shutil.rmtree(os.path.join(base, "scans"), ignore_errors=True)
     return removed
+
+
+def gone_entries(root: str | os.PathLike[str] | None = None,
+                 storage_options: dict | None = None) -> list[CacheEntry]:
+    """The entries under ``root`` of files that changed or went since they were cached.
+
+    Such an entry is never read again (a changed file makes a part of another key); an entry
+    that does not record its files is not one of them.
+
+    Parameters
+    ----------
+    root
+        As for :func:`list_entries`.
+    storage_options
+        Passed to fsspec for files on object stores.
+
+    Returns
+    -------
+    list of CacheEntry
+        Largest first.
+    """
+    import fsspec
+
+    out = []
+    for entry in list_entries(root):
+        for path, size, mtime, etag in entry.files:
+            fs, stripped = fsspec.core.url_to_fs(path, **(storage_options or {}))
+            try:
+                info = fs.info(stripped)
+            except (FileNotFoundError, OSError):
+                out.append(entry)
+                break
+            now = info.get("mtime") or info.get("LastModified") or 0
+            now = now.timestamp() if hasattr(now, "timestamp") else float(now)
+            if int(info.get("size") or 0) != size or now != mtime or (
+                    etag and str(info.get("ETag") or "").strip('"') != etag):
+                out.append(entry)
+                break
+    return out

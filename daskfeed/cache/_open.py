@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from daskfeed.cache._blocks import BlockCache, default_root, forget_entry
 from daskfeed.cache._writer import CACHE_VERSION
 from daskfeed.core import CacheError, config, write_file
-from daskfeed.reading import Source, compression_of
+from daskfeed.reading import FileInfo, Source, compression_of, file_key
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -60,14 +60,26 @@ def estimate_bytes(source: Source, compression: str | None = "zstd") -> int:
     return int(sum(f.size * (packed if compression_of(f.path) else plain) for f in source.files))
 
 
-def _identity(source: Source) -> str:
+def _identity(paths: list[str]) -> str:
     """The same files, whatever their sizes, mtimes, partitioning and read options (for clean-up).
 
-    One data set has one cache entry: an entry of the same paths made for other file contents
-    or other read options is replaced by the new one, not kept beside it.
+    A part has one cache entry: an entry of the same paths made for other file contents or
+    other read options is replaced by the new one, not kept beside it.
     """
-    payload = json.dumps([f.path for f in source.files])
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(paths).encode()).hexdigest()[:16]
+
+
+PartEntry = tuple[str, str, int, dict]  # a part's (key, identity, input bytes, meta to record)
+
+
+def _entries(source: Source) -> list[PartEntry]:
+    """What :func:`_prepare` needs of each part of ``source``."""
+    out = []
+    for part in source.parts():
+        files = source.files[part.files[0]:part.files[1]]
+        meta = {"data": _describe_data(files), "files": [file_key(f) for f in files]}
+        out.append((part.key, _identity([f.path for f in files]), part.nbytes, meta))
+    return out
 
 
 @dataclass(frozen=True)
@@ -152,8 +164,8 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     candidates = [None, "zstd"] if choice == "auto" else [None if choice == "none" else choice]
     # an explicit directory is taken as given; the default is resolved on each worker
     base = os.path.abspath(os.path.expanduser(os.fspath(root))) if root else None
-    key = source.fingerprint()
-    args = (base, key, _identity(source), source.nbytes, _describe_data(source))
+    parts = _entries(source)
+    args = (base, parts)
     try:
         results = [_prepare(*args)] if client is None else _on_workers(client, args)
     except OSError as err:
@@ -161,18 +173,20 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     free = min(r[0] for r in results)
     reused = min(r[1] for r in results)
     entries = sorted({r[2] for r in results})
-    where = entries[0] if len(entries) == 1 else f"{entries[0]} and {len(entries) - 1} other path(s)"
+    where = entries[0] if len(entries) == 1 else f"{entries[0]} and {len(entries) - 1} other root(s)"
     fits = [c for c in candidates if reused or free >= estimate_bytes(source, c) + _MARGIN]
     if not fits:
         return None, _too_small(source, candidates[-1], free, where, required)
     need = estimate_bytes(source, fits[0])
-    state = (f"{reused} of the blocks cached" if reused else
+    state = (f"{reused:,} of {source.npartitions:,} blocks cached" if reused else
              f"~{need / 1e9:.2f} GB to write {fits[0] or 'uncompressed'}, {free / 1e9:.0f} GB free")
     formats = sorted({r[3] for r in results if r[3] is not None})
     if formats:
         state += (f"; an entry in cache format {', '.join(map(str, formats))} was removed and is "
                   f"rebuilt in format {CACHE_VERSION}")
-    return BlockCache(base, key, fits[0]), f"cache: {where} ({state})"
+    cache = BlockCache(base, tuple(p.key for p in source.parts()),
+                       tuple(p.blocks[0] for p in source.parts()), fits[0])
+    return cache, f"cache: {where} ({state})"
 
 
 def _on_workers(client: Client, args: tuple) -> list[tuple[int, int, str, int | None]]:
@@ -224,68 +238,74 @@ def _too_small(source: Source, compression: str | None, free: int, where: str,
     """Why the cache is off for want of disk; raised as a :class:`CacheError` if ``required``."""
     need = estimate_bytes(source, compression)
     msg = (f"Expected at least {(need + _MARGIN) / 1e9:.1f} GB free for the parse cache "
-           f"({need / 1e9:.1f} GB estimated + 1 GB margin) in {os.path.dirname(where)}. "
+           f"({need / 1e9:.1f} GB estimated + 1 GB margin) in {where}. "
            f"Received: {free / 1e9:.1f} GB free.")
     if required:
         raise CacheError(f"{msg}\nHint: pass --cache DIR on a larger disk, or --no-cache.")
     return f"cache: off — {msg}"
 
 
-def _describe_data(source: Source) -> str:
+def _describe_data(files: list[FileInfo]) -> str:
     """E.g. ``data/log_quest/a.csv and 1,599 more files`` (for ``daskfeed cache list``)."""
-    first = source.files[0].path if source.files else "?"
-    more = len(source.files) - 1
+    first = files[0].path if files else "?"
+    more = len(files) - 1
     return f"{first} and {more:,} more file{'s' if more > 1 else ''}" if more else first
 
 
-def _prepare(base: str | None, key: str, identity: str, nbytes: int,
-             data: str = "") -> tuple[int, int, str, int | None]:
-    """Create the entry ``key`` (0700) under ``base`` and drop stale entries of the same files.
+def _prepare(base: str | None, parts: list[PartEntry]) -> tuple[int, int, str, int | None]:
+    """Create each part's entry (0700) under ``base``; drop stale entries of the same files.
 
     ``base`` None: this process's default root (run on each worker). An entry of another cache
-    format is removed (the scan writes it again). Returns (free bytes, cached blocks, the
-    entry's path, the format of an entry removed for that, or None).
+    format is removed (the scan writes it again), as is one of a part's paths made for other
+    contents or options. Returns (free bytes, cached blocks, the root, the format of an entry
+    removed for that, or None).
     """
     base = default_root() if base is None else base
-    entry = os.path.join(base, key)
-    forget_entry(entry)  # this process may have read an earlier directory of that name
     os.makedirs(base, mode=0o700, exist_ok=True)
+    ours = {key for key, _, _, _ in parts}
+    identities = {identity for _, identity, _, _ in parts}
+    removed_format = None
     for name in os.listdir(base):
         other = os.path.join(base, name)
-        if other == entry or not os.path.isdir(other):
+        if not os.path.isdir(other):
             continue
         if REMOVING in name:  # a removal cut short (or still going on: rmtree twice is harmless)
             shutil.rmtree(other, ignore_errors=True)
             continue
         try:
             with open(os.path.join(other, "meta.json"), encoding="utf-8") as f:
-                same_files = json.load(f).get("identity") == identity
+                meta = json.load(f)
         except (OSError, ValueError):
-            continue
-        if same_files:  # the files changed since: that cache can never be read again
+            continue  # not a cache entry (or one being made)
+        version = _version(meta)
+        if version != CACHE_VERSION:  # written by another daskfeed: never read again
+            forget_entry(other)
             _remove_entry(other)
-    meta = os.path.join(entry, "meta.json")
-    old = _format_of(meta)
-    if old is not None and old != CACHE_VERSION:  # written by another daskfeed: rebuilt
-        _remove_entry(entry)
-    os.makedirs(entry, mode=0o700, exist_ok=True)
-    os.chmod(entry, 0o700)
-    _sweep(entry)
-    if not os.path.exists(meta):
-        write_file(meta, json.dumps({"identity": identity, "csv_bytes": nbytes, "created": time.time(),
-                                     "version": CACHE_VERSION, "data": data}))
-    cached = BlockCache(entry).cached_blocks()
-    return shutil.disk_usage(entry).free, cached, entry, (old if old != CACHE_VERSION else None)
+            removed_format = version
+        elif name not in ours and meta.get("identity") in identities:
+            forget_entry(other)  # the files changed since: that cache can never be read again
+            _remove_entry(other)
+    now = time.time()
+    cached = 0
+    for key, identity, nbytes, record in parts:
+        entry = os.path.join(base, key)
+        forget_entry(entry)  # this process may have read an earlier directory of that name
+        os.makedirs(entry, mode=0o700, exist_ok=True)
+        os.chmod(entry, 0o700)
+        _sweep(entry)
+        meta = os.path.join(entry, "meta.json")
+        if not os.path.exists(meta):
+            write_file(meta, json.dumps({"identity": identity, "csv_bytes": nbytes, "created": now,
+                                         "version": CACHE_VERSION, **record}))
+        cached += BlockCache(entry).cached_blocks()
+    return shutil.disk_usage(base).free, cached, base, removed_format
 
 
-def _format_of(meta: str) -> int | None:
-    """The cache format an entry's ``meta.json`` names (None: no entry; 0: unreadable)."""
+def _version(meta: dict) -> int:
+    """The cache format a ``meta.json`` names (0: unreadable)."""
     try:
-        with open(meta, encoding="utf-8") as f:
-            return int(json.load(f).get("version", 0))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, TypeError):
+        return int(meta.get("version", 0))
+    except (TypeError, ValueError):
         return 0
 
 

@@ -1,12 +1,14 @@
 """Stored order: each block's rows are kept in the cache in a seeded random order.
 
 The scan writes every block once; while it is in memory its rows are permuted
-(:func:`block_order`, seeded by the block's number alone: the same data give the same cache,
-whatever the run's seed, budget or model). A block parsed as one table (a byte range of a CSV:
-the usual case) is permuted as a whole; a block that comes as several tables (a gzip file or a
-file streamed in pieces, a Parquet file's row groups) has each *piece* permuted on its own, so
-that the scan never holds more than one table of it; a piece is written whole, as one range of
-rows of one file, so a block's ranges in the cache are its pieces.
+(:func:`block_order`, seeded by the block's id alone — its part's key and its number there,
+:meth:`~daskfeed.cache._blocks.BlockCache.place`: the same files give the same cache, whatever
+the run's seed, budget or model, and whatever other files the data set has). A block parsed
+as one table (a byte range of a CSV: the usual case) is permuted as a whole; a block that comes
+as several tables (a gzip file or a file streamed in pieces, a Parquet file's row groups) has
+each *piece* permuted on its own, so that the scan never holds more than one table of it; a piece
+is written whole, as one range of rows of one file, so a block's ranges in the cache are its
+pieces.
 
 A contiguous range of a block's stored rows is then a random sample of that block, so a window
 that takes a range of every block is a stratified sample of the whole data set
@@ -31,7 +33,8 @@ def block_order(index: int, rows: int, piece: int = 0) -> np.ndarray:
     Parameters
     ----------
     index
-        The block's number in its source.
+        The block's id (:meth:`~daskfeed.cache._blocks.BlockCache.place`; without a cache, its
+        number in its source).
     rows
         The piece's rows (all of them, with or without a label).
     piece

@@ -26,8 +26,9 @@ __all__ = ["CACHE_VERSION", "FLUSH_BYTES", "CacheWriter", "compact"]
 # 3: whole numbers kept exact (int32/int64), decimals float64; 4: each block's rows in their
 # stored order (:mod:`daskfeed.cache._scatter`), a block a range of record batches; 5: a block a
 # range of rows of a file of record batches of BATCH_ROWS rows (the last one shorter): a reader
-# of every block decodes a file's few batches, not one batch per block
-CACHE_VERSION = 5
+# of every block decodes a file's few batches, not one batch per block; 6: one directory per part
+# of the source's files, blocks numbered (and their stored order seeded) within it
+CACHE_VERSION = 6
 FLUSH_BYTES = 16 << 20  # an Arrow file holds about this much data (memory: one per task)
 BATCH_ROWS = 8192  # rows per record batch (a compressed file decodes about this much per read)
 
@@ -53,12 +54,19 @@ class CacheWriter:
     compression
         Of the Arrow files (None: uncompressed).
     first
-        The scan task's first block (names the files).
+        The scan task's first block in this directory (names the files).
+    offset, salt
+        Block ``index`` is number ``index - offset`` in this directory (its part's) and its
+        stored order is seeded by ``salt + index - offset`` (see
+        :meth:`~daskfeed.cache._blocks.BlockCache.place`); 0, 0: blocks kept as numbered.
     """
 
-    def __init__(self, directory: str, compression: str | None, first: int) -> None:
+    def __init__(self, directory: str, compression: str | None, first: int, *, offset: int = 0,
+                 salt: int = 0) -> None:
         self.directory = directory
         self.compression = compression
+        self.offset = offset
+        self.salt = salt
         self.stem = f"g{first:06d}-{uuid.uuid4().hex[:8]}"
         # (blocks: (index, rows, piece) each, their rows in file order)
         self.pending: list[tuple[list[tuple[int, int, int]], pa.Table]] = []
@@ -155,8 +163,9 @@ class CacheWriter:
         whole = compact(pa.concat_tables([t for _, t in self.pending], promote_options="permissive"))
         # each piece in its stored order; the take also makes each column one chunk, with one
         # dictionary per string column
-        whole = whole.unify_dictionaries().take(scatter_order([p for parts, _ in self.pending
-                                                               for p in parts]))
+        whole = whole.unify_dictionaries().take(scatter_order(
+            [(self.salt + index - self.offset, rows, piece) for parts, _ in self.pending
+             for index, rows, piece in parts]))
         options = ipc.IpcWriteOptions(compression=self.compression)
         with pa.OSFile(path, "wb") as f, ipc.new_file(f, whole.schema, options=options) as w:
             for batch in whole.to_batches(max_chunksize=BATCH_ROWS):
@@ -180,7 +189,8 @@ class CacheWriter:
             fsync(self.directory)  # the renames, before the marker's
             # the marker's key "parts" is the persisted format's: block -> row ranges
             # a block's ranges are its pieces, in order (a piece is written whole, in one file)
-            marker = {"version": CACHE_VERSION, "parts": {str(k): v for k, v in self.blocks.items()}}
+            marker = {"version": CACHE_VERSION,
+                      "parts": {str(k - self.offset): v for k, v in self.blocks.items()}}
             write_file(os.path.join(self.directory, f"{self.stem}.json"), json.dumps(marker))
         except OSError:
             self.abort()

@@ -294,6 +294,8 @@ def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> No
                      partition_cache=part_cache, vocabulary_size=kw.pop("vocabulary_size"))
     finally:
         close_client(client)
+    if m.scan_line:
+        click.echo(m.scan_line)
     click.echo(m.summary())
     for line in m.column_lines():
         click.echo(f"  {line}")
@@ -318,6 +320,7 @@ def cache_list(root: str | None) -> None:
     """List the cache entries with their size on disk and the data they hold."""
     from daskfeed.cache import (
         default_root,  # pyarrow: only when it runs
+        gone_entries,
         list_entries,
     )
 
@@ -332,8 +335,12 @@ def cache_list(root: str | None) -> None:
         click.echo(f"{os.path.basename(e.path)}  {format_bytes(e.size):>10}  (of "
                    f"{format_bytes(e.csv_bytes)} input, {made})  {e.data}")
     total = sum(e.size for e in entries)
-    click.echo(f"{len(entries)} entr{'ies' if len(entries) > 1 else 'y'}, {format_bytes(total)} in "
-               f"{where}")
+    click.echo(f"{len(entries)} entr{'ies' if len(entries) > 1 else 'y'} (one per part of a data "
+               f"set's files), {format_bytes(total)} in {where}")
+    gone = gone_entries(root)
+    if gone:
+        click.echo(f"{len(gone)} of them hold files that changed or went since "
+                   f"({format_bytes(sum(e.size for e in gone))}): daskfeed cache clear --gone")
 
 
 @cache_group.command(name="clear")
@@ -341,18 +348,28 @@ def cache_list(root: str | None) -> None:
 @_CACHE_ROOT
 @click.option("--yes", "-y", is_flag=True,
               help="Remove every entry without asking (when no ENTRIES are named).")
-def cache_clear(entries: tuple[str, ...], root: str | None, yes: bool) -> None:
+@click.option("--gone", is_flag=True,
+              help="Remove only the entries of files that changed or went since they were cached.")
+def cache_clear(entries: tuple[str, ...], root: str | None, yes: bool, gone: bool) -> None:
     """Remove cache ENTRIES (names as `daskfeed cache list` shows them), or all of them.
 
-    With no ENTRIES every entry goes: it asks first, unless --yes (scripts).
+    With no ENTRIES every entry goes: it asks first, unless --yes (scripts). With --gone, the
+    entries (parts of a data set) whose files changed or went since: never read again.
     """
     from daskfeed.cache import (
         clear,
         default_root,  # pyarrow: only when it runs
+        gone_entries,
         list_entries,
     )
 
     root = root or config.get("cache-dir")
+    if gone:
+        stale = [os.path.basename(e.path) for e in gone_entries(root)]
+        removed = clear(root, stale) if stale else []
+        click.echo(f"removed {len(removed)} cache entr{'y' if len(removed) == 1 else 'ies'} of "
+                   f"files changed or gone, {format_bytes(sum(e.size for e in removed))}")
+        return
     known = {os.path.basename(e.path) for e in list_entries(root)}
     unknown = [e for e in entries if e not in known]
     if unknown:

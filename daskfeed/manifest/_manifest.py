@@ -94,6 +94,9 @@ class Manifest:
     # the label's between-block variance over its variance (about 1 in random order; far more
     # when the rows are ordered by it or by what it follows); None: a text label, few blocks
     label_order: float | None = None
+    # what the scan did: files new, changed and gone since the last scan of the data, parts
+    # reused (:func:`~daskfeed.scanning._store.changes_line`); "" when nothing was kept
+    scan_line: str = ""
 
     @property
     def looks_ordered(self) -> bool:
@@ -246,9 +249,13 @@ class Manifest:
         d["blocks"] = pack_blocks(self.blocks)
         return d
 
+    def plain(self) -> dict[str, Any]:
+        """:meth:`to_dict` as JSON holds it (a value that is not finite: None)."""
+        return _jsonable(self.to_dict())
+
     def to_json(self, path: str | os.PathLike[str]) -> None:
         """Write the manifest as UTF-8 JSON (atomically: temp file + rename)."""
-        write_file(path, json.dumps(_jsonable(self.to_dict()), ensure_ascii=False, indent=1))
+        write_file(path, json.dumps(self.plain(), ensure_ascii=False, indent=1))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Manifest:

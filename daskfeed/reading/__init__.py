@@ -7,21 +7,31 @@ from typing import TYPE_CHECKING
 from daskfeed.core import attach
 
 if TYPE_CHECKING:
-    from daskfeed.reading._files import Block, compression_of, expand_paths, is_parquet, refuse_missing_local
+    from daskfeed.reading._files import (
+        Block,
+        FileInfo,
+        compression_of,
+        expand_paths,
+        is_parquet,
+        refuse_missing_local,
+        relist,
+    )
     from daskfeed.reading._nulls import NA_MARKERS, count_by_part, na_counts
+    from daskfeed.reading._parts import Part, file_key
     from daskfeed.reading._records import line_number
     from daskfeed.reading._small_files import Run, SmallFiles
     from daskfeed.reading._source import Source, read_options
     from daskfeed.reading._streams import open_file
     from daskfeed.reading._tables import ReadOptions, iter_tables
 
-__all__ = ["NA_MARKERS", "Block", "ReadOptions", "Run", "SmallFiles", "Source", "compression_of",
-           "count_by_part", "expand_paths", "is_parquet", "iter_tables", "line_number",
-           "na_counts", "open_file", "read_options", "refuse_missing_local"]
+__all__ = ["NA_MARKERS", "Block", "FileInfo", "Part", "ReadOptions", "Run", "SmallFiles", "Source",
+           "compression_of", "count_by_part", "expand_paths", "file_key", "is_parquet", "iter_tables",
+           "line_number", "na_counts", "open_file", "read_options", "refuse_missing_local", "relist"]
 
 __getattr__, __dir__ = attach(__name__, {
-    "Block": "_files", "compression_of": "_files", "expand_paths": "_files", "is_parquet": "_files",
-    "refuse_missing_local": "_files",
+    "Block": "_files", "FileInfo": "_files", "compression_of": "_files", "expand_paths": "_files",
+    "is_parquet": "_files", "refuse_missing_local": "_files", "relist": "_files",
+    "Part": "_parts", "file_key": "_parts",
     "NA_MARKERS": "_nulls", "count_by_part": "_nulls", "na_counts": "_nulls",
     "line_number": "_records",
     "Run": "_small_files", "SmallFiles": "_small_files",

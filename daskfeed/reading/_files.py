@@ -363,3 +363,25 @@ def make_blocks(files: Sequence[FileInfo], blocksize: int) -> list[Block]:
         for off in range(0, f.size, blocksize):
             blocks.append(Block(f.path, off, min(blocksize, f.size - off), i))
     return blocks
+
+
+
+def relist(items: Sequence[str], storage_options: dict[str, Any] | None = None) -> dict[str, FileInfo]:
+    """The files of ``items`` as they are now, by path (to find one that changed while read).
+
+    Parameters
+    ----------
+    items
+        The paths and globs a source was made of.
+    storage_options
+        Passed to fsspec.
+
+    Returns
+    -------
+    dict
+        Path -> FileInfo; an object store is listed again, not read from its listing cache.
+    """
+    for item in items:
+        fs, _ = fsspec.core.url_to_fs(item, **(storage_options or {}))
+        fs.invalidate_cache()
+    return {f.path: f for f in expand_paths(list(items), storage_options)}

@@ -28,6 +28,7 @@ from daskfeed.reading._files import (
     protocol,
     reason,
 )
+from daskfeed.reading._parts import Part, file_key, make_parts
 from daskfeed.reading._records import parse_header
 from daskfeed.reading._streams import open_file
 from daskfeed.reading._tables import BAD_LINES, ReadOptions, frame_table
@@ -92,12 +93,16 @@ class Source:
         self.frame: dd.DataFrame | None = None
         self.files: list[FileInfo] = []
         self._fingerprint: str | None = None
+        self._parts: list[Part] | None = None
+        self.given: list[str] = []  # the paths and globs as given (names the data set)
         if _is_dask_frame(data):
             self.frame = data
             self.blocks: list[Block] = [
                 Block(f"partition {i}", 0, -1, i) for i in range(data.npartitions)
             ]
         else:
+            items = [data] if isinstance(data, (str, os.PathLike)) else list(data)
+            self.given = [os.fspath(d) for d in items]
             self.files = expand_paths(data, dict(self.options.storage_options))
             if self.options.sep_by_suffix:  # no separator chosen: a tab for .tsv, else a comma
                 self.options = replace(self.options, sep=_sep_of(self.files), sep_by_suffix=False)
@@ -143,15 +148,32 @@ class Source:
             from dask.base import tokenize  # dask is not loaded by `import daskfeed`
 
             return "frame-" + tokenize(self.frame)
+        payload = json.dumps(
+            {"files": [file_key(f) for f in self.files], "options": self.options_key()},
+            sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+    def options_key(self) -> dict[str, Any]:
+        """The read options as they enter a fingerprint (and a part's key)."""
         opts = asdict(self.options)
         opts.pop("storage_options")
         opts.pop("sep_by_suffix")  # resolved by now (a frame has no files: nothing to resolve)
         if opts["decimal"] == ".":  # the same fingerprints as before the setting existed
             opts.pop("decimal")
-        payload = json.dumps(
-            {"files": [_file_key(f) for f in self.files], "options": opts}, sort_keys=True
-        )
-        return hashlib.sha256(payload.encode()).hexdigest()[:32]
+        return opts
+
+    def parts(self) -> list[Part]:
+        """The files in :class:`~daskfeed.reading._parts.Part` s: what the scan and the cache keep.
+
+        Returns
+        -------
+        list of Part
+            Every file in one part, in order (none for a dask DataFrame); computed once.
+        """
+        if self._parts is None:
+            self._parts = [] if self.frame is not None else make_parts(
+                self.files, self.blocks, self.options.blocksize, self.options_key())
+        return self._parts
 
     def header(self) -> list[str]:
         """Column names, read from the first file's first line (no data parsed).
@@ -214,14 +236,6 @@ class Source:
             f"Source({len(self.files)} files, {self.nbytes / 1e9:.2f} GB, "
             f"npartitions={self.npartitions})"
         )
-
-
-def _file_key(info: FileInfo) -> dict[str, Any]:
-    """What identifies a file's contents in a fingerprint: path, size, mtime and an ETag if any."""
-    key: dict[str, Any] = {"path": info.path, "size": info.size, "mtime": info.mtime}
-    if info.etag:  # local files: the same fingerprints as before ETags were kept
-        key["etag"] = info.etag
-    return key
 
 
 def _na_values(values: Sequence[str] | str | None) -> tuple[str, ...]:

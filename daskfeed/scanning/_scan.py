@@ -8,7 +8,6 @@ merged in a tree on the cluster (:mod:`daskfeed.scanning._stats`). The trainer r
 
 from __future__ import annotations
 
-import operator
 import os
 import time
 import uuid
@@ -17,9 +16,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from dask import delayed
-from distributed import Client, Future
+from distributed import Client
 
-from daskfeed.cache import BlockCache
+from daskfeed.cache import BlockCache, default_root
 from daskfeed.cluster import client_context, explain
 from daskfeed.core import ManifestMismatchError, SchemaError, config, warn_user
 from daskfeed.manifest import (
@@ -33,7 +32,8 @@ from daskfeed.manifest import (
     text_classes,
     unknown_column,
 )
-from daskfeed.reading import Source
+from daskfeed.reading import Part, Source
+from daskfeed.scanning._known import Known
 from daskfeed.scanning._schema import (
     BlockFacts,
     Stats,
@@ -51,6 +51,7 @@ from daskfeed.scanning._stats import (
     table_facts,
     table_stats,
 )
+from daskfeed.scanning._store import PartRecord, ScanStore
 from daskfeed.scanning._task import quarantined, scan_blocks
 from daskfeed.scanning._watch import ProgressCallback, await_scan
 
@@ -59,7 +60,9 @@ if TYPE_CHECKING:
 
     Data = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Source | dd.DataFrame
 
-__all__ = ["ScanKeys", "build_manifest", "scan", "scan_source", "scan_tasks"]
+__all__ = ["ScanKeys", "build_manifest", "part_record", "part_tasks", "scan", "scan_source"]
+
+TASK_BYTES = 8 << 20  # input bytes of a scan task (less: a part of fewer bytes, or a block more)
 
 
 
@@ -178,12 +181,20 @@ def scan_source(src: Source, *, label: str, client: Client | None, vocabulary_si
     if split is not None:
         split["validation_partitions"] = list(held_out(src, split))
     fingerprint = src.fingerprint()
-    t0 = time.perf_counter()
-    with client_context(client) as c:
-        facts, stats = _run_scan(src, label, c, fingerprint, partition_cache, timeout_s,
-                                 scanned_blocks(src.npartitions, split), progress)
-    manifest = build_manifest(src, label, facts, stats, vocabulary_size, fingerprint, split)
-    manifest.scan_seconds = time.perf_counter() - t0
+    store = None
+    if partition_cache is not None and src.frame is None:
+        store = ScanStore(partition_cache.root or default_root())
+    known = Known(store, src, label, split)
+    manifest = known.unchanged(fingerprint, vocabulary_size)
+    if manifest is None:
+        t0 = time.perf_counter()
+        with client_context(client) as c:
+            facts, stats = _run_scan(src, label, c, fingerprint, partition_cache, timeout_s,
+                                     scanned_blocks(src.npartitions, split), progress, known)
+        manifest = build_manifest(src, label, facts, stats, vocabulary_size, fingerprint, split)
+        manifest.scan_seconds = time.perf_counter() - t0
+        manifest.scan_line = known.line(manifest, facts)
+        known.remember(manifest)
     if manifest_path is not None:
         manifest.to_json(manifest_path)
     return manifest
@@ -231,17 +242,15 @@ def _likely_sep(header: list[str]) -> str | None:
 # ----------------------------------------------------------------------------- on the cluster
 def _run_scan(src: Source, label: str, client: Client, token: str,
               partition_cache: BlockCache | None, timeout: float, only: list[int],
-              progress: ProgressCallback | None) -> tuple[list[BlockFacts], Stats]:
+              progress: ProgressCallback | None, known: Known) -> tuple[list[BlockFacts], Stats]:
     """Facts of every block (those outside ``only``: no rows) and the merged statistics."""
     if src.frame is not None:
         scanned, stats = _scan_frame(src, label, client, only)
-    else:
-        scanned, stats = _scan_files(src, label, client, token, partition_cache, timeout, only,
-                                     progress)
-    facts = [_unscanned() for _ in range(src.npartitions)]
-    for i, f in zip(only, scanned, strict=True):
-        facts[i] = f
-    return facts, stats
+        facts = [_unscanned() for _ in range(src.npartitions)]
+        for i, f in zip(only, scanned, strict=True):
+            facts[i] = f
+        return facts, stats
+    return _scan_parts(src, label, client, token, partition_cache, timeout, only, progress, known)
 
 
 def _unscanned() -> BlockFacts:
@@ -273,12 +282,45 @@ def _scan_frame(src: Source, label: str, client: Client,
     return list(results[:-1]), results[-1]
 
 
-def _scan_files(src: Source, label: str, client: Client, token: str,
+def _scan_parts(src: Source, label: str, client: Client, token: str,
                 partition_cache: BlockCache | None, timeout: float, only: list[int],
-                progress: ProgressCallback | None) -> tuple[list[BlockFacts], Stats]:
-    """Parse each block once in scan tasks (small files together): facts, stats, parse cache."""
-    nthreads = sum(client.nthreads().values()) or 1
-    tasks = scan_tasks(src, nthreads, only)
+                progress: ProgressCallback | None,
+                known: Known) -> tuple[list[BlockFacts], Stats]:
+    """Facts of every block and the merged statistics: each part's record, kept or scanned now.
+
+    The parts whose record is not kept are scanned (:func:`_scan_files`) and their records
+    kept; then every part's statistics are merged in part order, as a scan of every file
+    merges them: a data set that grew gets the manifest a full scan gives.
+    """
+    wanted = set(only)
+    records: list[PartRecord | None] = []
+    todo: list[int] = []
+    for n, part in enumerate(src.parts()):
+        record = known.record(part, [i - part.blocks[0] for i in range(*part.blocks) if i in wanted])
+        records.append(record)
+        if record is None:
+            todo.append(n)
+    fresh = _scan_files(src, label, client, token, partition_cache, timeout,
+                        [src.parts()[n] for n in todo], wanted, progress)
+    for n, record in zip(todo, fresh, strict=True):
+        records[n] = record
+    known.keep(todo, fresh)
+    facts = [f for record in records if record is not None for f in record["facts"]]
+    return facts, merge_stats(*(r["stats"] for r in records if r is not None))
+
+
+def _scan_files(src: Source, label: str, client: Client, token: str,
+                partition_cache: BlockCache | None, timeout: float, parts: list[Part],
+                wanted: set[int], progress: ProgressCallback | None) -> list[PartRecord]:
+    """Parse each block of ``parts`` in ``wanted`` once in scan tasks: each part's record.
+
+    A part's blocks outside ``wanted`` (the other subset of a split) get facts of no rows.
+    Scan tasks never span parts; each part's statistics are merged on the cluster, in the
+    order of its blocks, and its record (facts of its blocks, statistics) comes back.
+    """
+    tasks = [t for part in parts for t in part_tasks(part, src, wanted)]
+    if not tasks:
+        return [{"facts": [_unscanned() for _ in range(p.nblocks)], "stats": {}} for p in parts]
     topic = f"daskfeed-scan-{token}"
     sizes = block_sizes(src)
     keys = ScanKeys()
@@ -286,18 +328,15 @@ def _scan_files(src: Source, label: str, client: Client, token: str,
                              partition_cache, topic, [sizes[i] for i in t],
                              key=keys.scan(t[0]), retries=1)
                for t in tasks]
+    first = {t[0]: f for t, f in zip(tasks, futures, strict=True)}
     try:
         await_scan(client, futures, tasks, src, timeout, topic, progress)
-        level: list[Future] = [client.submit(operator.getitem, f, "stats", key=keys.part("stats", j))
-                               for j, f in enumerate(futures)]
-        depth = 0
-        while len(level) > 1:  # tree reduction on the cluster, fan-in 8
-            depth += 1
-            level = [client.submit(merge_stats, *level[i : i + 8], key=keys.merge(depth, i))
-                     for i in range(0, len(level), 8)]
-        facts = client.gather([client.submit(operator.getitem, f, "facts", key=keys.part("facts", j))
-                               for j, f in enumerate(futures)])
-        stats = level[0].result()
+        combined = []
+        for j, part in enumerate(parts):
+            own = [first[t[0]] for t in part_tasks(part, src, wanted)]
+            combined.append(client.submit(part_record, part.blocks, sorted(wanted & set(range(*part.blocks))),
+                                          *own, key=keys.part("record", j)))
+        records = client.gather(combined)
     except Exception as err:
         new = explain(err, "the scan's statistics")
         if new is err:
@@ -306,7 +345,54 @@ def _scan_files(src: Source, label: str, client: Client, token: str,
     finally:
         for f in futures:
             f.release()
-    return [f for task in facts for f in task], stats
+    return records
+
+
+def part_record(blocks: tuple[int, int], scanned: list[int], *results: dict[str, Any]) -> PartRecord:
+    """A part's record from its scan tasks' results (runs on a worker): facts, merged stats.
+
+    Parameters
+    ----------
+    blocks
+        The part's blocks ``(first, end)``.
+    scanned
+        Those scanned (the others: facts of no rows).
+    *results
+        Its scan tasks' results, in block order.
+
+    Returns
+    -------
+    PartRecord
+        ``{"facts": [facts of each block of the part], "stats": merged statistics}``.
+    """
+    found = iter([f for r in results for f in r["facts"]])
+    chosen = set(scanned)
+    facts = [next(found) if i in chosen else _unscanned() for i in range(*blocks)]
+    return {"facts": facts, "stats": merge_stats(*(r["stats"] for r in results))}
+
+
+def part_tasks(part: Part, src: Source, wanted: set[int]) -> list[list[int]]:
+    """The scan tasks of ``part``: its blocks in ``wanted``, in order, about TASK_BYTES each.
+
+    Decided by the part alone (not by the cluster or the other parts), so a part's statistics
+    are merged the same way whenever it is scanned.
+    """
+    sizes = block_sizes(src)
+    target = max(1, min(src.options.blocksize, TASK_BYTES))
+    tasks: list[list[int]] = []
+    current: list[int] = []
+    acc = 0
+    for i in range(*part.blocks):
+        if i not in wanted:
+            continue
+        current.append(i)
+        acc += sizes[i]
+        if acc >= target:
+            tasks.append(current)
+            current, acc = [], 0
+    if current:
+        tasks.append(current)
+    return tasks
 
 
 class ScanKeys:
@@ -319,7 +405,7 @@ class ScanKeys:
     validation scan starts) joined that one's span. A tuple key's group is its first element,
     which carries a token of this scan: no other task shares it, nor a result left by a scan of
     the same files with other settings. The prefixes shown stay ``daskfeed-scan``,
-    ``daskfeed-scan-stats`` ...
+    ``daskfeed-scan-record`` ...
     """
 
     def __init__(self) -> None:
@@ -330,34 +416,12 @@ class ScanKeys:
         return (f"daskfeed-scan-{self.run}", block)
 
     def part(self, what: str, j: int) -> tuple[str, int]:
-        """The ``what`` (``"stats"``, ``"facts"``) of the ``j``-th scan task."""
+        """The ``what`` of the ``j``-th scan task or part (``"record"``; a DataFrame: ``"stats"``)."""
         return (f"daskfeed-scan-{what}-{self.run}", j)
 
     def merge(self, depth: int, i: int) -> tuple[str, int, int]:
         """A merge of statistics at ``depth`` of the tree (1: merging the tasks' own)."""
         return (f"daskfeed-scan-merge-{self.run}", depth, i)
-
-
-def scan_tasks(src: Source, nthreads: int, only: list[int]) -> list[list[int]]:
-    """The blocks ``only``, in order, cut into scan tasks of about blocksize bytes each.
-
-    At least four scan tasks per worker thread when there is enough data; thousands of small
-    files cost a few tasks, not thousands.
-    """
-    sizes = block_sizes(src)
-    target = max(1, min(src.options.blocksize, sum(sizes[i] for i in only) // (4 * nthreads)))
-    tasks: list[list[int]] = []
-    current: list[int] = []
-    acc = 0
-    for i in only:
-        current.append(i)
-        acc += sizes[i]
-        if acc >= target:
-            tasks.append(current)
-            current, acc = [], 0
-    if current:
-        tasks.append(current)
-    return tasks
 
 
 # ----------------------------------------------------------------------------- the manifest

@@ -49,6 +49,7 @@ from daskfeed.training._ranks import (
     shard_line,
 )
 from daskfeed.training._run import Echo, Run
+from daskfeed.training._started import keep_started, resume_data
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -219,6 +220,8 @@ def _open_data(run: Run) -> tuple[DaskSequence, DaskSequence | None, bool]:
     Returns the two sequences and whether the training manifest was reused.
     """
     opts, echo = run.opts, run.echo
+    if run.ckpt:  # on the files the run started with (new ones join at the next run)
+        run.data = resume_data(run)
     shared = _join_scan(run)
     cached = ((shared.get("train") if shared is not None else None)
               or _cached_manifest(os.path.join(run.out, "manifest.json")))
@@ -235,7 +238,11 @@ def _open_data(run: Run) -> tuple[DaskSequence, DaskSequence | None, bool]:
         cur = run.ckpt.cursor
         cur.check(Cursor.of(train_seq, cur.epoch, cur.batch), where=run.ckpt.path)
     manifest.to_json(os.path.join(run.out, "manifest.json"))
+    if not run.ckpt and run.ranks.rank == 0:
+        keep_started(opts.output, train_seq.source)
     how = "manifest reused" if manifest is cached else f"scanned in {time.perf_counter() - t0:.1f}s"
+    if manifest is not cached and manifest.scan_line:
+        echo(manifest.scan_line)
     echo(f"train data: {manifest.summary()} ({how})")
     echo(train_seq.cache_status)
     echo(f"features ({len(train_seq.features)}): {', '.join(train_seq.features)}")

@@ -46,7 +46,7 @@ def test_epochs_after_the_scan_read_no_csv(id_data, tmp_path, client):
                                batch_size=500, cache=tmp_path / "cache") as seq:
         assert seq.cache is not None
         assert seq.cache.cached_blocks() == len(seq.source.blocks)  # written by the scan
-        assert stat.S_IMODE(os.stat(seq.cache.path).st_mode) == 0o700
+        assert all(stat.S_IMODE(os.stat(d).st_mode) == 0o700 for d in seq.cache.directories())
         for f in files:  # from here on, the CSV cannot be read at all
             os.remove(f)
         for _ in range(2):
@@ -102,11 +102,14 @@ def test_touching_a_file_invalidates_its_cache(id_data, tmp_path, client):
     files = _copy_ids(id_data, tmp_path / "data")
     pattern = str(tmp_path / "data" / "*.csv")
     with daskfeed.DaskSequence(pattern, label="cleared", client=client, cache=tmp_path / "c") as a:
-        old = a.cache.path
+        old = set(a.cache.directories())
     os.utime(files[3], (1_700_000_000, 1_700_000_000))
     with daskfeed.DaskSequence(pattern, label="cleared", client=client, cache=tmp_path / "c") as b:
-        assert b.cache.path != old
-        assert not os.path.exists(old)  # the stale copy of the same files is gone
+        new = set(b.cache.directories())
+        touched = b.cache.place(next(i for i, blk in enumerate(b.source.blocks)
+                                     if blk.path == str(files[3])))[0]
+        assert new - old == {touched}  # the part of the touched file only
+        assert [d for d in old - new if os.path.exists(d)] == []  # its stale copy is gone
         assert b.cache.cached_blocks() == len(b.source.blocks)
 
 
@@ -126,16 +129,17 @@ def test_a_stale_entry_loses_its_name_before_its_files(tmp_path, write_csv, monk
     real, seen = shutil.rmtree, []
 
     def rmtree(path, *a, **k):
-        seen.append((path, os.path.exists(old.path)))
+        seen.append((path, os.path.exists(old.directories()[0])))
         late.commit()  # the late writer, while the entry is being removed
         return real(path, *a, **k)
 
     monkeypatch.setattr(cache_mod.shutil, "rmtree", rmtree)
     new, _ = open_cache(Source(str(tmp_path / "d" / "*.csv")), tmp_path / "c")
-    assert new.path != old.path and seen and all(not exists for _, exists in seen), seen
-    assert not os.path.exists(old.path) and late.failed  # its write found no entry to keep alive
-    assert sorted(os.listdir(tmp_path / "c")) == [os.path.basename(new.path)]
-    assert [e.path for e in list_entries(tmp_path / "c")] == [new.path]
+    [old_dir], [new_dir] = old.directories(), new.directories()
+    assert new_dir != old_dir and seen and all(not exists for _, exists in seen), seen
+    assert not os.path.exists(old_dir) and late.failed  # its write found no entry to keep alive
+    assert sorted(os.listdir(tmp_path / "c")) == [os.path.basename(new_dir)]
+    assert [e.path for e in list_entries(tmp_path / "c")] == [new_dir]
 
 
 def test_a_disk_without_room_is_refused_up_front(tmp_path, write_csv):
@@ -230,7 +234,7 @@ def test_a_damaged_cache_file_falls_back_to_the_csv(tmp_path, client, write_csv)
     kw = {"label": "y", "client": client, "batch_size": 50, "cache": tmp_path / "c"}
     with daskfeed.DaskSequence(str(tmp_path / "d" / "*.csv"), **kw) as seq:
         path = seq.cache.path
-    files = glob.glob(os.path.join(path, "g*.arrow"))
+    files = glob.glob(os.path.join(path, "*", "g*.arrow"))
     assert files
     for f in files:  # truncate every Arrow file: the markers still point at them
         with open(f, "r+b") as fh:
@@ -302,7 +306,7 @@ def test_the_default_cache_directory_is_the_workers_not_the_trainers(tmp_path, w
                                    batch_size=10) as seq:
             assert len(np.concatenate([seq[i][1] for i in range(len(seq))])) == 30
             status = seq.cache_status
-    entry = workers_home / "daskfeed" / seq.cache.key
-    assert str(entry) in status
+    entry = workers_home / "daskfeed" / seq.cache.parts[0]
+    assert str(workers_home / "daskfeed") in status
     assert glob.glob(str(entry / "g*.arrow")) and oct(os.stat(entry).st_mode & 0o777) == "0o700"
-    assert not os.path.exists(os.path.join(default_root(), seq.cache.key))  # not the trainer's
+    assert not os.path.exists(os.path.join(default_root(), seq.cache.parts[0]))  # not the trainer's

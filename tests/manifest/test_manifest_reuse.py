@@ -14,7 +14,8 @@ from daskfeed.core._exceptions import ManifestMismatchError
 
 
 def _entries(root) -> list[str]:
-    return sorted(n for n in os.listdir(root) if os.path.isdir(os.path.join(root, n)))
+    """The cache entries (one per part of the files), not the scans kept beside them."""
+    return sorted(n for n in os.listdir(root) if os.path.isdir(os.path.join(root, n)) and n != "scans")
 
 
 def _size(path) -> int:
@@ -107,8 +108,9 @@ def test_cache_list_and_clear_show_and_remove_entries(demo_data, tmp_path, clien
     from daskfeed.cli._commands import cli
 
     root = tmp_path / "cache"
-    with daskfeed.DaskSequence(demo_data.train_glob, label="cleared", client=client, cache=root):
-        pass
+    with daskfeed.DaskSequence(demo_data.train_glob, label="cleared", client=client,
+                               cache=root) as seq:
+        parts = len(seq.cache.parts)
     # closing cancels the sequence's prefetched windows; one already running on a worker still
     # finishes (a cancelled task's thread runs to its end) and may fill the cache again: clear
     # once no worker is executing anything
@@ -119,15 +121,16 @@ def test_cache_list_and_clear_show_and_remove_entries(demo_data, tmp_path, clien
     runner = CliRunner()
     listed = runner.invoke(cli, ["cache", "list", "--cache", str(root)])
     assert listed.exit_code == 0, listed.output
-    (entry,) = _entries(root)
-    assert entry in listed.output and "1 entry" in listed.output
-    assert "and 39 more files" in listed.output  # the data it holds: 40 demo files
+    entries = _entries(root)
+    assert len(entries) == parts and all(e in listed.output for e in entries)
+    assert f"{parts} entr{'y' if parts == 1 else 'ies'} (one per part" in listed.output
+    assert "more files" in listed.output  # the data each holds: a run of the 40 demo files
     asked = runner.invoke(cli, ["cache", "clear", "--cache", str(root)])  # all: not without --yes
-    assert asked.exit_code == 2 and "removing all 1 cache entries" in asked.output, asked.output
-    assert "needs --yes" in asked.output and _entries(root) == [entry]
+    assert asked.exit_code == 2 and f"removing all {parts} cache entries" in asked.output, asked.output
+    assert "needs --yes" in asked.output and _entries(root) == entries
     cleared = runner.invoke(cli, ["cache", "clear", "--cache", str(root), "--yes"])
-    assert cleared.exit_code == 0 and "removed 1 cache entry" in cleared.output, cleared.output
-    assert _entries(root) == []
+    assert cleared.exit_code == 0 and f"removed {parts} cache entr" in cleared.output, cleared.output
+    assert _entries(root) == [] and not os.path.exists(root / "scans")
     assert "no cache entries" in runner.invoke(cli, ["cache", "list", "--cache", str(root)]).output
 
 

@@ -26,8 +26,8 @@ from daskfeed.adapters._sequence import DaskSequence
 
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
-# the task prefixes of a scan's span: scan tasks, their facts and statistics, the merge tree
-SCAN_PREFIXES = ["daskfeed-scan", "daskfeed-scan-facts", "daskfeed-scan-merge", "daskfeed-scan-stats"]
+# the task prefixes of a scan's span
+SCAN_PREFIXES = ["daskfeed-scan", "daskfeed-scan-record"]  # scan tasks, then each part's record
 
 
 # -- helpers -----------------------------------------------------------------------------

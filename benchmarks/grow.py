@@ -1,0 +1,143 @@
+"""Data that grows (issue 28): what a scan costs after 1 % new files, and deciding over 100k files.
+
+1. A 2,000-file set (the demo's 1,000-row files): a full scan into an empty store, then the same
+   set with 20 new files in a new directory scanned against the store of the first; the ratio of
+   the two scans (medians of rounds, A-B-A: full, grown, full ...) and the cache bytes written.
+2. 100,000 small unchanged files scanned before: listing them and deciding that nothing changed
+   (``Source`` + ``scan_source`` returning the kept manifest), median of 3.
+
+Run: ``make bench-grow`` (``python benchmarks/grow.py [--files N]``); results as JSON under
+``benchmarks/results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+
+def _du(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, n)) for d, _, fs in os.walk(path) for n in fs)
+
+
+def _scan(pattern: str, root: str, client) -> tuple[float, Any]:
+    from daskfeed.cache import open_cache
+    from daskfeed.reading import Source
+    from daskfeed.scanning import scan_source
+
+    t0 = time.perf_counter()
+    src = Source(pattern)
+    cache, _ = open_cache(src, root, client=client)
+    m = scan_source(src, label="cleared", client=client, vocabulary_size=1000, timeout=600,
+                    partition_cache=cache)
+    return time.perf_counter() - t0, m
+
+
+def grown(work: str, client, rounds: int) -> dict:
+    """Full scans of the 2,000 demo files against scans of them and 1 % new files (target 1)."""
+    from daskfeed.cli._demo import write_demo_data
+
+    data = write_demo_data(os.path.join(work, "demo"), rows=2_000_000, validate_rows=1000)
+    files = sorted(glob.glob(data.train_glob, recursive=True))
+    pattern = data.train_glob
+    extra = os.path.join(data.root, "log_quest", "zz-new-day")
+    full_s, grown_s, written = [], [], []
+    for r in range(rounds):
+        shutil.rmtree(extra, ignore_errors=True)
+        root = os.path.join(work, f"store-{r}")
+        shutil.rmtree(root, ignore_errors=True)
+        seconds, _ = _scan(pattern, root, client)  # A: every file
+        full_s.append(seconds)
+        os.makedirs(extra)
+        for k, f in enumerate(files[: len(files) // 100]):  # 1 % new files, a new day
+            shutil.copy(f, os.path.join(extra, f"new-{k:03d}.csv"))
+        size = _du(root)
+        seconds, after = _scan(pattern, root, client)  # B: the grown set, against A's store
+        grown_s.append(seconds)
+        written.append(_du(root) - size)
+        print(f"round {r}: full {full_s[-1]:.2f}s, grown {seconds:.2f}s ({after.scan_line}); "
+              f"{written[-1] / 1e6:.1f} MB written", flush=True)
+        shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(extra, ignore_errors=True)
+    ratios = [g / f for g, f in zip(grown_s, full_s, strict=True)]
+    return {"files": len(files), "new_files": len(files) // 100, "full_s": full_s,
+            "grown_s": grown_s, "ratio_median": statistics.median(ratios), "ratios": ratios,
+            "cache_bytes_written": written, "csv_bytes_new": sum(
+                os.path.getsize(f) for f in files[: len(files) // 100])}
+
+
+def deciding(work: str, client, nfiles: int) -> dict:
+    """Listing ``nfiles`` unchanged small files and deciding nothing changed (target 3)."""
+    from daskfeed.reading import Source
+
+    root = os.path.join(work, f"many-{nfiles}")
+    if not os.path.exists(os.path.join(root, "done")):
+        rng = np.random.default_rng(0)
+        for i in range(nfiles):
+            d = os.path.join(root, "data", f"d{i // 1000:03d}")
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, f"f{i:06d}.csv"), "w") as f:
+                f.write("x,cleared\n" + "".join(f"{v:.3f},{int(v > 0)}\n" for v in rng.normal(size=3)))
+        open(os.path.join(root, "done"), "w").close()
+    pattern = os.path.join(root, "data", "**", "*.csv")
+    store = os.path.join(root, "store")
+    t0 = time.perf_counter()
+    _, m = _scan(pattern, store, client)
+    first = time.perf_counter() - t0
+    listing, decide, opened = [], [], []
+    from daskfeed.cache import open_cache
+    from daskfeed.scanning import scan_source
+
+    for _ in range(3):
+        t0 = time.perf_counter()
+        src = Source(pattern)
+        src.parts()
+        t1 = time.perf_counter()
+        cache, _ = open_cache(src, store, client=client)
+        t2 = time.perf_counter()
+        again = scan_source(src, label="cleared", client=client, vocabulary_size=1000,
+                            timeout=600, partition_cache=cache)
+        t3 = time.perf_counter()
+        assert "unchanged" in again.scan_line, again.scan_line
+        listing.append(t1 - t0)
+        opened.append(t2 - t1)
+        decide.append(t3 - t2)
+    parts_bytes = _du(os.path.join(store, "scans"))
+    return {"files": nfiles, "first_scan_s": first, "list_s": listing, "open_cache_s": opened,
+            "decide_s": decide, "list_and_decide_median_s": statistics.median(
+                [a + b for a, b in zip(listing, decide, strict=True)]),
+            "store_bytes_per_file": parts_bytes / nfiles, "rows": m.rows}
+
+
+def main() -> None:
+    """Both measures on a local cluster of 2 workers; results to benchmarks/results/."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--work", default="bench-out/grow")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--files", type=int, default=100_000)
+    args = parser.parse_args()
+    from distributed import Client, LocalCluster
+
+    os.makedirs(args.work, exist_ok=True)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        result = {"grown": grown(args.work, client, args.rounds)}
+        print(json.dumps(result["grown"], indent=1), flush=True)
+        result["deciding"] = deciding(args.work, client, args.files)
+        print(json.dumps(result["deciding"], indent=1), flush=True)
+    out = os.path.join("benchmarks", "results", f"grow-{time.strftime('%Y-%m-%d')}.json")
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

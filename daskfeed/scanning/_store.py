@@ -1,0 +1,172 @@
+"""The scan's results kept per part, on the trainer: what a data set that grew does not scan again.
+
+A part (:class:`~daskfeed.reading._parts.Part`: a run of whole files) has one record per label
+and split: the facts of each of its blocks and its merged statistics, under a key of its files'
+identities, the read options, the label and the blocks of the split's subset in it. A data set
+whose files changed scans the parts whose key is not stored and merges every part's record in
+part order: the same merge a scan of every file makes, so the manifest is the one a full scan
+gives (:mod:`daskfeed.scanning._scan`).
+
+Per data set (its paths or globs, read options, label and split) the store keeps the files of
+the last scan, to say what changed (:func:`changes_line`), and that scan's manifest, returned
+as it is when no file changed. Layout: ``<cache root>/scans/parts/<key>.pkl`` and
+``<cache root>/scans/sets/<key>.json``; written atomically, read by the trainer only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+from dataclasses import dataclass
+from typing import Any
+
+from dask.utils import format_bytes
+
+from daskfeed.core import write_file
+from daskfeed.reading import Part, Source
+
+__all__ = ["PartRecord", "ScanStore", "changes_line", "data_key"]
+
+RECORD_VERSION = 1  # of a part's record (a record of another version is scanned again)
+
+# a part's scan results: {"facts": [facts of each block], "stats": its merged statistics}
+PartRecord = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ScanStore:
+    """Where the scan keeps its results per part and per data set: ``<root>/scans``.
+
+    Attributes
+    ----------
+    root
+        The trainer's cache root (the parse cache's, or its default).
+    """
+
+    root: str
+
+    @property
+    def path(self) -> str:
+        """The store's directory."""
+        return os.path.join(self.root, "scans")
+
+    def record_key(self, part: Part, label: str, scanned: list[int] | None) -> str:
+        """The key of ``part``'s record for ``label`` (``scanned``: the blocks of a split in it).
+
+        Parameters
+        ----------
+        part
+            The part.
+        label
+            The label column (facts and statistics count its rows).
+        scanned
+            Numbers (within the part) of the blocks a split's subset has; None: all.
+
+        Returns
+        -------
+        str
+            32 hex digits.
+        """
+        payload = json.dumps([RECORD_VERSION, part.key, label, scanned])
+        return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+    def load(self, key: str) -> PartRecord | None:
+        """The record ``key`` (None: none, or unreadable)."""
+        try:
+            with open(os.path.join(self.path, "parts", f"{key}.pkl"), "rb") as f:
+                record = pickle.load(f)
+        except (OSError, EOFError, pickle.UnpicklingError, ValueError, AttributeError):
+            return None
+        return record if isinstance(record, dict) and "stats" in record else None
+
+    def has(self, key: str) -> bool:
+        """Whether the record ``key`` is stored (not read)."""
+        return os.path.exists(os.path.join(self.path, "parts", f"{key}.pkl"))
+
+    def save(self, key: str, record: PartRecord) -> None:
+        """Keep ``record`` under ``key`` (a full disk leaves it unkept: the part is scanned again)."""
+        try:
+            os.makedirs(os.path.join(self.path, "parts"), mode=0o700, exist_ok=True)
+            write_file(os.path.join(self.path, "parts", f"{key}.pkl"),
+                       pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError:
+            return
+
+    def last(self, data_key: str) -> dict[str, Any] | None:
+        """What the last scan of the data set ``data_key`` kept: its files and manifest."""
+        try:
+            with open(os.path.join(self.path, "sets", f"{data_key}.json"), encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def remember(self, data_key: str, src: Source, records: list[str],
+                 manifest: dict[str, Any]) -> None:
+        """Keep this scan of ``data_key``: its files, the records it merged, its manifest (JSON)."""
+        body = {"files": {f.path: [f.size, f.mtime, f.etag] for f in src.files},
+                "records": records, "manifest": manifest}
+        try:
+            os.makedirs(os.path.join(self.path, "sets"), mode=0o700, exist_ok=True)
+            write_file(os.path.join(self.path, "sets", f"{data_key}.json"), json.dumps(body))
+        except OSError:
+            return
+
+    def live_records(self) -> set[str]:
+        """The record names every data set's last manifest is made of (for ``cache clear``)."""
+        keep: set[str] = set()
+        try:
+            names = os.listdir(os.path.join(self.path, "sets"))
+        except OSError:
+            return keep
+        for name in names:
+            last = self.last(name.removesuffix(".json")) or {}
+            keep.update(last.get("records", []))
+        return keep
+
+
+def data_key(src: Source, label: str, split: dict[str, Any] | None) -> str:
+    """The data set a scan is of: the paths or globs given, read options, label and split."""
+    payload = json.dumps([src.given, src.options_key(), label, split], sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def changes_line(src: Source, last: dict[str, Any] | None, scanned: list[Part]) -> str:
+    """One line saying what the scan did: new, changed and gone files; parts reused.
+
+    E.g. ``scan: 24 new files (1.1 GB), 1 changed, 3 gone; 2,180 unchanged reused``.
+
+    Parameters
+    ----------
+    src
+        The data.
+    last
+        What the last scan of the same data set kept (None: none).
+    scanned
+        The parts scanned now (the others were reused).
+
+    Returns
+    -------
+    str
+        The line.
+    """
+    before: dict[str, list[Any]] = (last or {}).get("files", {})
+    rescanned = {i for p in scanned for i in range(*p.files)}
+    new = [f for f in src.files if f.path not in before]
+    changed = [f for f in src.files if f.path in before and before[f.path] != [f.size, f.mtime, f.etag]]
+    now = {f.path for f in src.files}
+    gone = sum(1 for path in before if path not in now)
+    touched = {f.path for f in new} | {f.path for f in changed}
+    again = sum(1 for i in rescanned if src.files[i].path not in touched)
+    reused = len(src.files) - len(rescanned)
+    if last is None:
+        shown = f"{len(src.files):,} files ({format_bytes(src.nbytes)}) scanned"
+        return f"scan: {shown}; {reused:,} reused from an earlier scan" if reused else f"scan: {shown}"
+    head = f"scan: {len(new):,} new file{'s' if len(new) != 1 else ''}"
+    if new:
+        head += f" ({format_bytes(sum(f.size for f in new))})"
+    head += f", {len(changed):,} changed, {gone:,} gone; {reused:,} unchanged reused"
+    if again:
+        head += f", {again:,} unchanged scanned again with them (their part changed)"
+    return head

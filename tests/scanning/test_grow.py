@@ -1,0 +1,166 @@
+"""Data that grows: a scan of changed files scans only their parts, and its manifest is a full scan's."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from daskfeed.cache import open_cache
+from daskfeed.core import DataError
+from daskfeed.reading import Source
+from daskfeed.scanning import scan_source
+
+_CLOCK = itertools.count(1_700_000_000)  # every write gets an mtime of its own
+
+
+def _write(path: str, rows: int, seed: int, decimal_in_n: bool = False) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=rows)
+    n = rng.integers(0, 1000, size=rows)
+    c = rng.choice(["red", "green", "blue", f"rare{seed}"], size=rows, p=[0.4, 0.3, 0.2, 0.1])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("x,n,c,y\n")
+        for k in range(rows):
+            shown = "2.5" if decimal_in_n and k == 0 else str(n[k])
+            f.write(f"{x[k]!r},{shown},{c[k]},{int(x[k] > 0)}\n")
+    t = next(_CLOCK)
+    os.utime(path, (t, t))
+
+
+def _scan(root, cache_root, client, blocksize=4096):
+    src = Source(os.path.join(root, "**", "*.csv"), blocksize=blocksize)
+    cache, _ = open_cache(src, cache_root, client=client)
+    return scan_source(src, label="y", client=client, vocabulary_size=3, timeout=120,
+                       partition_cache=cache), src
+
+
+def _lines(path: str) -> int:
+    with open(path, encoding="utf-8") as f:
+        return sum(1 for _ in f)
+
+
+def _same(a, b) -> None:
+    left, right = a.plain(), b.plain()
+    for key in ("created", "scan_seconds", "scan_line"):
+        left.pop(key), right.pop(key)
+    assert left == right
+
+
+_OPS = st.lists(st.tuples(st.sampled_from(["add", "add-dir", "remove", "rewrite", "decimal"]),
+                          st.integers(0, 10_000), st.integers(1, 120)), min_size=1, max_size=4)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rounds=st.lists(_OPS, min_size=2, max_size=4))
+def test_the_merged_manifest_is_a_full_scans_after_every_change(rounds, tmp_path_factory, client):
+    """Rounds of added, removed and rewritten files (new directories, an int column gaining
+    decimals, files of several blocks): each round's scan reuses what it can and gives exactly the
+    manifest a scan of every file into an empty store gives."""
+    base = tmp_path_factory.mktemp("grow")
+    root, kept = str(base / "data"), str(base / "kept")
+    files = [os.path.join(root, "day0", f"f{i:03d}.csv") for i in range(12)]
+    for i, path in enumerate(files):
+        _write(path, 20 + 7 * i, i)
+    _scan(root, kept, client)
+    for r, ops in enumerate(rounds, start=1):
+        for op, pick, rows in ops:
+            if op in ("add", "add-dir", "decimal") or not files:
+                day = f"day{r}" if op == "add-dir" else "day0"
+                path = os.path.join(root, day, f"g{r}-{pick}.csv")
+                _write(path, rows, pick + 100 * r, decimal_in_n=op == "decimal")
+                files.append(path) if path not in files else None
+            elif op == "remove" and len(files) > 1:
+                os.remove(files.pop(pick % len(files)))
+            else:
+                _write(files[pick % len(files)], rows, pick + 7 * r)
+        grown, src = _scan(root, kept, client)
+        full, _ = _scan(root, str(base / f"fresh{r}"), client)
+        _same(grown, full)
+        assert grown.rows == sum(_lines(f.path) - 1 for f in src.files)
+        assert grown.scan_line.startswith("scan: ") and full.scan_line.endswith("scanned")
+
+
+def test_the_line_says_what_changed_and_only_changed_parts_are_scanned(tmp_path, client):
+    root, kept = str(tmp_path / "data"), str(tmp_path / "kept")
+    for i in range(40):
+        _write(os.path.join(root, "2026-11-24", f"f{i:02d}.csv"), 50, i)
+    first, _ = _scan(root, kept, client)
+    assert first.scan_line == "scan: 40 files (" + first.scan_line.split("(")[1]
+    again, _ = _scan(root, kept, client)
+    assert "unchanged since the last scan" in again.scan_line and again.rows == first.rows
+    for i in range(3):
+        _write(os.path.join(root, "2026-11-25", f"n{i}.csv"), 30, 100 + i)
+    grown, _ = _scan(root, kept, client)
+    assert grown.scan_line.startswith("scan: 3 new files (") and grown.scan_line.endswith(
+        ", 0 changed, 0 gone; 40 unchanged reused"), grown.scan_line
+    assert grown.rows == first.rows + 90
+    os.remove(os.path.join(root, "2026-11-24", "f05.csv"))
+    _write(os.path.join(root, "2026-11-25", "n1.csv"), 31, 7)
+    later, _ = _scan(root, kept, client)
+    assert ", 1 changed, 1 gone; " in later.scan_line and later.rows == grown.rows - 50 + 1
+
+
+def test_a_new_file_that_changes_a_columns_type_is_named(tmp_path, client):
+    root, kept = str(tmp_path / "data"), str(tmp_path / "kept")
+    for i in range(5):
+        _write(os.path.join(root, "a", f"f{i}.csv"), 40, i)
+    before, _ = _scan(root, kept, client)
+    _write(os.path.join(root, "b", "odd.csv"), 40, 9, decimal_in_n=True)
+    after, _ = _scan(root, kept, client)
+    assert (before.columns["n"].dtype, after.columns["n"].dtype) == ("int64", "float64")
+    assert ("column 'n' is numeric float64 now (numeric int64 before), first in "
+            f"{os.path.join(root, 'b', 'odd.csv')}") in after.scan_line, after.scan_line
+
+
+def test_a_file_rewritten_during_the_scan_is_refused_and_not_kept(tmp_path, client):
+    root, kept = str(tmp_path / "data"), str(tmp_path / "kept")
+    for i in range(4):
+        _write(os.path.join(root, "a", f"f{i}.csv"), 40, i)
+    victim = os.path.join(root, "a", "f2.csv")
+    src = Source(os.path.join(root, "**", "*.csv"))
+    cache, _ = open_cache(src, kept, client=client)
+
+    def rewrite(rows, done, total, seconds, finished):  # the scan's end, on the trainer
+        if finished:
+            with open(victim, "a", encoding="utf-8") as f:
+                f.write("0.5,1,red,1\n")
+
+    with pytest.raises(DataError, match="changed during the scan") as err:
+        scan_source(src, label="y", client=client, vocabulary_size=3, timeout=120,
+                    partition_cache=cache, progress=rewrite)
+    assert victim in str(err.value) and "Hint:" in str(err.value)
+    again, _ = _scan(root, kept, client)  # nothing of the refused scan was kept
+    assert again.scan_line.startswith("scan: 4 files (") and again.rows == 161
+
+
+def test_cache_clear_gone_removes_the_parts_of_changed_or_removed_files(tmp_path, client):
+    from click.testing import CliRunner
+
+    from daskfeed.cli._commands import cli
+
+    root, kept = str(tmp_path / "data"), str(tmp_path / "kept")
+    for day in ("a", "b", "c"):
+        for i in range(3):
+            _write(os.path.join(root, day, f"f{i}.csv"), 40, i)
+    _, src = _scan(root, kept, client)
+    assert len(src.parts()) == 3  # one per directory
+    os.remove(os.path.join(root, "a", "f1.csv"))
+    _write(os.path.join(root, "b", "f0.csv"), 41, 5)
+    runner = CliRunner()
+    listed = runner.invoke(cli, ["cache", "list", "--cache", kept])
+    assert "3 entries (one per part" in listed.output, listed.output
+    assert "2 of them hold files that changed or went since" in listed.output, listed.output
+    cleared = runner.invoke(cli, ["cache", "clear", "--gone", "--cache", kept])
+    assert cleared.exit_code == 0 and "removed 2 cache entries of files changed or gone" in (
+        cleared.output), cleared.output
+    left = [n for n in os.listdir(kept) if n != "scans"]
+    assert left == [src.parts()[2].key]
+    grown, _ = _scan(root, kept, client)  # the day kept is reused
+    assert grown.scan_line.endswith("1 changed, 1 gone; 3 unchanged reused, 4 unchanged scanned "
+                                    "again with them (their part changed)"), grown.scan_line
