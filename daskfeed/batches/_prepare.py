@@ -80,6 +80,8 @@ class Prepared:
         self.security = getattr(self.client, "security", None)  # tls:// reconnects after pickling
         try:
             self.cache, self.cache_status = settings.cache.open(self.source, self.client)
+            if self.cache is not None:  # its parts are in use until the data are closed
+                self.owner.releases.append(self.cache.release)
             self.manifest = self._resolve_manifest(manifest, scan_progress)
             self._encode(reference)
         except BaseException:

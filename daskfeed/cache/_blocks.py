@@ -26,6 +26,7 @@ timestamps as they are.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import os
 import threading
@@ -38,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
+from daskfeed.cache._evict import lease_name
 from daskfeed.cache._scatter import scatter, unscatter
 from daskfeed.cache._writer import CACHE_VERSION, CacheWriter, RowRange
 from daskfeed.reading import Block, ReadOptions, iter_tables
@@ -76,6 +78,7 @@ class BlockCache:
     parts: tuple[str, ...] = ()
     starts: tuple[int, ...] = ()
     compression: str | None = None  # of the files this cache writes (None: memory-mapped reads)
+    lease: str = ""  # the lease its opening took on its parts (:mod:`daskfeed.cache._evict`)
 
     @property
     def path(self) -> str:
@@ -261,6 +264,22 @@ class BlockCache:
         """The directories the blocks are kept in (one per part; the root without parts)."""
         return [os.path.join(self.path, key) for key in self.parts] if self.parts else [self.path]
 
+    def release(self, client: Any = None) -> None:
+        """Give back the lease its opening took on its parts (on every worker; None: here).
+
+        Parameters
+        ----------
+        client
+            The ``distributed.Client`` whose workers hold the cache.
+        """
+        if not self.lease:
+            return
+        args = (self.root, self.parts, self.lease)
+        if client is None:
+            _release(*args)
+        else:
+            client.run(_release, *args, on_error="ignore")
+
     def cached_blocks(self) -> int:
         """Number of complete blocks in the cache.
 
@@ -270,6 +289,14 @@ class BlockCache:
             The blocks complete in the cache.
         """
         return sum(len(_index(d, refresh=True)) for d in self.directories())
+
+
+def _release(root: str | None, parts: tuple[str, ...], tag: str) -> None:
+    """Remove the lease ``tag`` from ``parts`` under ``root`` (None: this process's default)."""
+    base = default_root() if root is None else root
+    for key in parts:
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(base, key, lease_name(tag)))
 
 
 def part_salt(key: str) -> int:

@@ -118,9 +118,11 @@ def gone_entries(root: str | os.PathLike[str] | None = None,
             fs, stripped = fsspec.core.url_to_fs(path, **(storage_options or {}))
             try:
                 info = fs.info(stripped)
-            except (FileNotFoundError, OSError):
+            except FileNotFoundError:
                 out.append(entry)
                 break
+            except Exception:
+                break  # not known to be gone: kept
             now = info.get("mtime") or info.get("LastModified") or 0
             now = now.timestamp() if hasattr(now, "timestamp") else float(now)
             if int(info.get("size") or 0) != size or now != mtime or (

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from daskfeed.cache._blocks import BlockCache, default_root, forget_entry
+from daskfeed.cache._evict import evict, lease, trainer_tag
 from daskfeed.cache._writer import CACHE_VERSION
 from daskfeed.core import CacheError, config, write_file
 from daskfeed.reading import FileInfo, Source, compression_of, file_key
@@ -97,12 +98,16 @@ class CacheChoice:
         An explicit directory: too little room is an error, not a cache left off.
     compression
         ``daskfeed.cache-compression`` (``auto``, ``none``, ``lz4``, ``zstd``).
+    max_size
+        ``daskfeed.cache-max-size`` in bytes: least recently used parts of other data are
+        evicted beyond it (:mod:`daskfeed.cache._evict`); None: no bound.
     """
 
     on: bool = True
     root: str | None = None
     required: bool = False
     compression: str = "auto"
+    max_size: int | None = None
 
     @classmethod
     def resolve(cls, cache: bool | str | os.PathLike[str] | None) -> CacheChoice:
@@ -110,20 +115,23 @@ class CacheChoice:
         if cache is None or cache is False:
             return cls(on=False)
         root = None if cache is True else os.fspath(cache)
+        bound = config.get("cache-max-size")
         return cls(root=root or config.get("cache-dir"), required=root is not None,
-                   compression=str(config.get("cache-compression")))
+                   compression=str(config.get("cache-compression")),
+                   max_size=None if bound in (None, "", 0) else config.get_bytes("cache-max-size"))
 
     def open(self, source: Source, client: Client | None) -> tuple[BlockCache | None, str]:
         """:func:`open_cache` as chosen: the cache (None: off) and the line saying so."""
         if not self.on:
             return None, "cache: off"
         return open_cache(source, self.root, compression=self.compression,
-                          required=self.required, client=client)
+                          required=self.required, client=client, max_size=self.max_size)
 
 
 def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
                compression: str = "auto", required: bool = False,
-               client: Client | None = None) -> tuple[BlockCache | None, str]:
+               client: Client | None = None,
+               max_size: int | None = None) -> tuple[BlockCache | None, str]:
     """Prepare the cache directory of ``source``; return it (or None) and a line saying why.
 
     Parameters
@@ -143,6 +151,9 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
         error; False: the cache is left off and the reason returned.
     client
         Prepares the directory on every worker; None: in this process.
+    max_size
+        Bytes the root may hold: least recently used entries of other data, not in use, are
+        evicted beyond it (:mod:`daskfeed.cache._evict`); None: no bound.
 
     Returns
     -------
@@ -165,7 +176,8 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     # an explicit directory is taken as given; the default is resolved on each worker
     base = os.path.abspath(os.path.expanduser(os.fspath(root))) if root else None
     parts = _entries(source)
-    args = (base, parts)
+    tag = trainer_tag()
+    args = (base, parts, tag, max_size)
     try:
         results = [_prepare(*args)] if client is None else _on_workers(client, args)
     except OSError as err:
@@ -184,12 +196,22 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     if formats:
         state += (f"; an entry in cache format {', '.join(map(str, formats))} was removed and is "
                   f"rebuilt in format {CACHE_VERSION}")
+    from dask.utils import format_bytes  # (dask is not loaded by `import daskfeed`)
+
+    evicted = sum(r[4][0] for r in results)
+    if evicted:
+        state += (f"; {evicted:,} least recently used entr{'y' if evicted == 1 else 'ies'} of other "
+                  f"data ({format_bytes(sum(r[4][1] for r in results))}) evicted to stay under "
+                  f"daskfeed.cache-max-size")
+    if max_size is not None and max(r[4][2] for r in results) > max_size:
+        state += (f"; {format_bytes(max(r[4][2] for r in results))} kept, over "
+                  f"daskfeed.cache-max-size ({format_bytes(max_size)}): the rest is in use")
     cache = BlockCache(base, tuple(p.key for p in source.parts()),
-                       tuple(p.blocks[0] for p in source.parts()), fits[0])
+                       tuple(p.blocks[0] for p in source.parts()), fits[0], lease=tag)
     return cache, f"cache: {where} ({state})"
 
 
-def _on_workers(client: Client, args: tuple) -> list[tuple[int, int, str, int | None]]:
+def _on_workers(client: Client, args: tuple) -> list[tuple]:
     """:func:`_prepare` on every worker; a worker leaving meanwhile (scaled down) is left out."""
     from distributed.comm import CommClosedError
 
@@ -252,13 +274,16 @@ def _describe_data(files: list[FileInfo]) -> str:
     return f"{first} and {more:,} more file{'s' if more > 1 else ''}" if more else first
 
 
-def _prepare(base: str | None, parts: list[PartEntry]) -> tuple[int, int, str, int | None]:
+def _prepare(base: str | None, parts: list[PartEntry], tag: str = "",
+             max_bytes: int | None = None) -> tuple[int, int, str, int | None, tuple[int, int, int]]:
     """Create each part's entry (0700) under ``base``; drop stale entries of the same files.
 
     ``base`` None: this process's default root (run on each worker). An entry of another cache
     format is removed (the scan writes it again), as is one of a part's paths made for other
-    contents or options. Returns (free bytes, cached blocks, the root, the format of an entry
-    removed for that, or None).
+    contents or options. Each part is marked used and leased by the trainer ``tag``; with
+    ``max_bytes``, entries of other data are evicted beyond it (:func:`~daskfeed.cache._evict.
+    evict`). Returns (free bytes, cached blocks, the root, the format of an entry removed for
+    that, or None, and (entries evicted, their bytes, bytes left)).
     """
     base = default_root() if base is None else base
     os.makedirs(base, mode=0o700, exist_ok=True)
@@ -298,7 +323,16 @@ def _prepare(base: str | None, parts: list[PartEntry]) -> tuple[int, int, str, i
             write_file(meta, json.dumps({"identity": identity, "csv_bytes": nbytes, "created": now,
                                          "version": CACHE_VERSION, **record}))
         cached += BlockCache(entry).cached_blocks()
-    return shutil.disk_usage(base).free, cached, base, removed_format
+        if tag:
+            lease(entry, tag, now)
+    evicted = (0, 0, 0) if max_bytes is None else evict(base, ours, max_bytes, _evicted)
+    return shutil.disk_usage(base).free, cached, base, removed_format, evicted
+
+
+def _evicted(path: str) -> None:
+    """Remove an entry evicted for the size bound (see :func:`_remove_entry`)."""
+    forget_entry(path)
+    _remove_entry(path)
 
 
 def _version(meta: dict) -> int:

@@ -365,10 +365,14 @@ def cache_clear(entries: tuple[str, ...], root: str | None, yes: bool, gone: boo
 
     root = root or config.get("cache-dir")
     if gone:
+        from daskfeed.scanning import ScanStore
+
         stale = [os.path.basename(e.path) for e in gone_entries(root)]
         removed = clear(root, stale) if stale else []
+        records = ScanStore(root or default_root()).prune()
         click.echo(f"removed {len(removed)} cache entr{'y' if len(removed) == 1 else 'ies'} of "
-                   f"files changed or gone, {format_bytes(sum(e.size for e in removed))}")
+                   f"files changed or gone, {format_bytes(sum(e.size for e in removed))}, and "
+                   f"{records} scan record(s) no data set's last scan uses")
         return
     known = {os.path.basename(e.path) for e in list_entries(root)}
     unknown = [e for e in entries if e not in known]

@@ -6,8 +6,10 @@ that created it: a forked child inherits the parent's connection, which is not i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from daskfeed.cluster._start import close_client
@@ -27,6 +29,7 @@ class Owner:
         self.client: Any = None
         self.owns = False
         self.pid = os.getpid()
+        self.releases: list[Callable[[Any], None]] = []  # given the client, before it closes
         OWNERS.add(self)
 
     def close(self) -> None:
@@ -35,6 +38,10 @@ class Owner:
             return
         client, owns = self.client, self.owns
         self.client, self.owns = None, False
+        releases, self.releases = self.releases, []
+        for release in releases:  # e.g. the parse cache's leases (nothing to say if it fails)
+            with contextlib.suppress(Exception):
+                release(client)
         if owns and client is not None:
             close_client(client)
 

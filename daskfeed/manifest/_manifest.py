@@ -51,6 +51,10 @@ class Column:
     distinct: int = 0  # distinct values (an estimate within ~2 % when ``approximate``)
     oov_rows: int = 0  # rows whose value is out of the vocabulary (a lower bound when approximate)
     approximate: bool = False
+    # rows a value may have beyond its count (approximate counts); the vocabulary is the top of
+    # the counts kept, decided when its last value's count exceeds any other's by more than this
+    count_bound: int = 0
+    vocabulary_decided: bool = True
     integer: bool = False  # every value a whole number (missing values aside)
     # values each null marker made missing ("": empty fields; "NA", "null"...: numeric columns)
     missing_markers: dict[str, int] = field(default_factory=dict)

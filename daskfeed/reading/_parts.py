@@ -9,7 +9,7 @@ day of files is scanned and cached for that day (:mod:`daskfeed.scanning._scan`)
 Where a part ends is decided by each file alone, never by a count from the start: a file of at
 least half a block, and each compressed or Parquet file, is a part of its own; otherwise a part
 ends at a change of directory, after a file whose path hashes to 0 modulo :data:`SPREAD` (one
-file in 64: the cut is content-defined, as in rsync's rolling chunks), or once it holds a
+file in 256: the cut is content-defined, as in rsync's rolling chunks), or once it holds a
 block's worth of bytes or :data:`MAX_FILES` files. A file inserted between two others moves the
 cuts of its own part at most (and of those after it, where a part was cut by size or count, up
 to the next cut by hash). New files in a new directory (a day of logs) make parts of their own.
@@ -28,7 +28,7 @@ from daskfeed.reading._files import Block, FileInfo, compression_of, is_parquet
 
 __all__ = ["MAX_FILES", "SPREAD", "Part", "file_key", "make_parts"]
 
-SPREAD = 64  # one small file in SPREAD ends a part (content-defined: by its path's hash)
+SPREAD = 256  # one small file in SPREAD ends a part (content-defined: by its path's hash)
 MAX_FILES = 4 * SPREAD  # nor does a part hold more files than this
 
 

@@ -102,7 +102,8 @@ class Source:
             ]
         else:
             items = [data] if isinstance(data, (str, os.PathLike)) else list(data)
-            self.given = [os.fspath(d) for d in items]
+            self.given = [os.path.abspath(os.fspath(d)) if protocol(os.fspath(d)) == "file"
+                          else os.fspath(d) for d in items]
             self.files = expand_paths(data, dict(self.options.storage_options))
             if self.options.sep_by_suffix:  # no separator chosen: a tab for .tsv, else a comma
                 self.options = replace(self.options, sep=_sep_of(self.files), sep_by_suffix=False)

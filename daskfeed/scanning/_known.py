@@ -9,11 +9,12 @@ what the scan did, naming a column whose type the new files changed.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from daskfeed.core import DataError, ManifestMismatchError
 from daskfeed.manifest import Manifest
-from daskfeed.reading import Part, Source, relist
+from daskfeed.reading import FileInfo, Part, Source, protocol, relist
 from daskfeed.scanning._schema import BlockFacts
 from daskfeed.scanning._store import PartRecord, ScanStore, changes_line, data_key
 
@@ -81,7 +82,7 @@ class Known:
         parts = self.scanned = [self.src.parts()[n] for n in scanned]
         if not parts:
             return
-        now = relist(self.src.given, dict(self.src.options.storage_options))
+        now = _seen([f for p in parts for f in self.src.files[p.files[0]:p.files[1]]], self.src)
         for part in parts:
             for info in self.src.files[part.files[0]:part.files[1]]:
                 seen = now.get(info.path)
@@ -121,3 +122,17 @@ class Known:
         """Keep this scan: its files, the records it merged and its manifest."""
         if self.store is not None:
             self.store.remember(self.key, self.src, self.records, manifest.plain())
+
+
+def _seen(files: list[FileInfo], src: Source) -> dict[str, FileInfo]:
+    """``files`` as they are now, by path: a ``stat`` each where local, else the data listed again."""
+    if any(protocol(f.path) != "file" for f in files):
+        return relist(src.given, dict(src.options.storage_options))
+    now = {}
+    for f in files:
+        try:
+            st = os.stat(f.path)
+        except OSError:
+            continue
+        now[f.path] = FileInfo(f.path, st.st_size, st.st_mtime)
+    return now

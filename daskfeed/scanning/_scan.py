@@ -40,6 +40,7 @@ from daskfeed.scanning._schema import (
     check_headers,
     check_label,
     resolve_columns,
+    vocabulary_notes,
     wide_notes,
 )
 from daskfeed.scanning._stats import (
@@ -52,7 +53,7 @@ from daskfeed.scanning._stats import (
     table_stats,
 )
 from daskfeed.scanning._store import PartRecord, ScanStore
-from daskfeed.scanning._task import quarantined, scan_blocks
+from daskfeed.scanning._task import quarantined, scan_units
 from daskfeed.scanning._watch import ProgressCallback, await_scan
 
 if TYPE_CHECKING:
@@ -60,9 +61,9 @@ if TYPE_CHECKING:
 
     Data = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Source | dd.DataFrame
 
-__all__ = ["ScanKeys", "build_manifest", "part_record", "part_tasks", "scan", "scan_source"]
+__all__ = ["ScanKeys", "build_manifest", "part_tasks", "scan", "scan_source", "scan_tasks"]
 
-TASK_BYTES = 8 << 20  # input bytes of a scan task (less: a part of fewer bytes, or a block more)
+TASK_BYTES = 32 << 20  # input bytes of a unit of a large part (see part_tasks)
 
 
 
@@ -314,29 +315,43 @@ def _scan_files(src: Source, label: str, client: Client, token: str,
                 wanted: set[int], progress: ProgressCallback | None) -> list[PartRecord]:
     """Parse each block of ``parts`` in ``wanted`` once in scan tasks: each part's record.
 
-    A part's blocks outside ``wanted`` (the other subset of a split) get facts of no rows.
-    Scan tasks never span parts; each part's statistics are merged on the cluster, in the
-    order of its blocks, and its record (facts of its blocks, statistics) comes back.
+    A part is scanned as one unit (a large one in pieces, :func:`part_tasks`), whatever else
+    its scan task holds, so its statistics are the same whenever it is scanned; small parts
+    share scan tasks (:func:`scan_tasks`). A part's blocks outside ``wanted`` (the other
+    subset of a split) get facts of no rows.
     """
-    tasks = [t for part in parts for t in part_tasks(part, src, wanted)]
-    if not tasks:
-        return [{"facts": [_unscanned() for _ in range(p.nblocks)], "stats": {}} for p in parts]
+    units = [(n, t) for n, part in enumerate(parts) for t in part_tasks(part, src, wanted)]
+    found: list[list[tuple[list[BlockFacts], Stats]]] = [[] for _ in parts]
+    if units:
+        nthreads = sum(client.nthreads().values()) or 1
+        for n, facts, stats in _run_tasks(src, label, client, token, partition_cache, timeout,
+                                          scan_tasks(src, units, nthreads), progress):
+            found[n].append((facts, stats))
+    records = []
+    for part, pieces in zip(parts, found, strict=True):
+        got = iter([f for facts, _ in pieces for f in facts])
+        facts = [next(got) if i in wanted else _unscanned() for i in range(*part.blocks)]
+        records.append({"facts": facts, "stats": merge_stats(*(st for _, st in pieces))})
+    return records
+
+
+def _run_tasks(src: Source, label: str, client: Client, token: str,
+               partition_cache: BlockCache | None, timeout: float,
+               tasks: list[list[tuple[int, list[int]]]],
+               progress: ProgressCallback | None) -> list[tuple[int, list[BlockFacts], Stats]]:
+    """Run the scan tasks (each a list of units: ``(part, blocks)``); each unit's facts, stats."""
     topic = f"daskfeed-scan-{token}"
     sizes = block_sizes(src)
     keys = ScanKeys()
-    futures = [client.submit(scan_blocks, [(i, src.blocks[i]) for i in t], src.options, label,
-                             partition_cache, topic, [sizes[i] for i in t],
-                             key=keys.scan(t[0]), retries=1)
+    futures = [client.submit(scan_units, [[(i, src.blocks[i]) for i in blocks] for _, blocks in t],
+                             src.options, label, partition_cache, topic,
+                             [[sizes[i] for i in blocks] for _, blocks in t],
+                             key=keys.scan(t[0][1][0]), retries=1)
                for t in tasks]
-    first = {t[0]: f for t, f in zip(tasks, futures, strict=True)}
     try:
-        await_scan(client, futures, tasks, src, timeout, topic, progress)
-        combined = []
-        for j, part in enumerate(parts):
-            own = [first[t[0]] for t in part_tasks(part, src, wanted)]
-            combined.append(client.submit(part_record, part.blocks, sorted(wanted & set(range(*part.blocks))),
-                                          *own, key=keys.part("record", j)))
-        records = client.gather(combined)
+        await_scan(client, futures, [[i for _, b in t for i in b] for t in tasks], src, timeout,
+                   topic, progress)
+        results = client.gather(futures)
     except Exception as err:
         new = explain(err, "the scan's statistics")
         if new is err:
@@ -345,34 +360,36 @@ def _scan_files(src: Source, label: str, client: Client, token: str,
     finally:
         for f in futures:
             f.release()
-    return records
+    return [(n, facts, stats) for t, r in zip(tasks, results, strict=True)
+            for (n, _), facts, stats in zip(t, r["facts"], r["stats"], strict=True)]
 
 
-def part_record(blocks: tuple[int, int], scanned: list[int], *results: dict[str, Any]) -> PartRecord:
-    """A part's record from its scan tasks' results (runs on a worker): facts, merged stats.
+def scan_tasks(src: Source, units: list[tuple[int, list[int]]],
+               nthreads: int) -> list[list[tuple[int, list[int]]]]:
+    """The units, in order, grouped into scan tasks of about blocksize bytes each.
 
-    Parameters
-    ----------
-    blocks
-        The part's blocks ``(first, end)``.
-    scanned
-        Those scanned (the others: facts of no rows).
-    *results
-        Its scan tasks' results, in block order.
-
-    Returns
-    -------
-    PartRecord
-        ``{"facts": [facts of each block of the part], "stats": merged statistics}``.
+    At least four scan tasks per worker thread when there is enough data; thousands of small
+    files cost a few tasks, not thousands. A unit is never split.
     """
-    found = iter([f for r in results for f in r["facts"]])
-    chosen = set(scanned)
-    facts = [next(found) if i in chosen else _unscanned() for i in range(*blocks)]
-    return {"facts": facts, "stats": merge_stats(*(r["stats"] for r in results))}
+    sizes = block_sizes(src)
+    total = sum(sizes[i] for _, blocks in units for i in blocks)
+    target = max(1, min(src.options.blocksize, total // (4 * nthreads)))
+    tasks: list[list[tuple[int, list[int]]]] = []
+    current: list[tuple[int, list[int]]] = []
+    acc = 0
+    for unit in units:
+        current.append(unit)
+        acc += sum(sizes[i] for i in unit[1])
+        if acc >= target:
+            tasks.append(current)
+            current, acc = [], 0
+    if current:
+        tasks.append(current)
+    return tasks
 
 
 def part_tasks(part: Part, src: Source, wanted: set[int]) -> list[list[int]]:
-    """The scan tasks of ``part``: its blocks in ``wanted``, in order, about TASK_BYTES each.
+    """The units of ``part``: its blocks in ``wanted``, in order, about TASK_BYTES each.
 
     Decided by the part alone (not by the cluster or the other parts), so a part's statistics
     are merged the same way whenever it is scanned.
@@ -470,7 +487,7 @@ def build_manifest(src: Source, label: str, facts: list[BlockFacts], stats: Stat
         )
     bad_lines = sum(f.get("bad_lines", 0) for f in facts)
     rejects = quarantined(src, facts, bad_lines, notes)
-    notes += wide_notes(columns, label)
+    notes += wide_notes(columns, label) + vocabulary_notes(columns)
     for note in notes:
         warn_user(note)
     partitions = [

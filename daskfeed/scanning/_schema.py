@@ -22,7 +22,8 @@ from daskfeed.reading import NA_MARKERS, Source
 
 __all__ = ["NUMERIC_KINDS", "add_counts", "arrow_kind", "check_headers", "check_label",
            "is_number", "markers_of", "markers_only", "merge_kind",
-           "resolve_column", "resolve_columns", "type_kind", "where", "wide_notes"]
+           "resolve_column", "resolve_columns", "type_kind", "vocabulary_notes", "where",
+           "wide_notes"]
 
 NUMERIC_KINDS = {"int", "float"}
 _MARKERS = frozenset(NA_MARKERS)
@@ -432,9 +433,47 @@ def resolve_column(src: Source, name: str, kinds: dict[str, int], missing: int,
                                approximate=bool(st.get("approximate")))
     ranked = sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))
     count += int(st.get("markers", 0))  # text that reads "NA" is a value here
+    bound = int(st.get("bound", 0))
     return Column(name, "categorical", "string", missing=missing, count=count,
                   vocabulary=[v for v, _ in ranked[:k]], distinct=int(st.get("distinct", len(values))),
-                  oov_rows=sum(c for _, c in ranked[k:]), approximate=bool(st.get("approximate")))
+                  oov_rows=sum(c for _, c in ranked[k:]), approximate=bool(st.get("approximate")),
+                  count_bound=bound, vocabulary_decided=_decided(ranked, k, bound))
+
+
+def _decided(ranked: list[tuple[str, int]], k: int, bound: int) -> bool:
+    """Whether the counts kept decide the top ``k``: its last count beats any other's upper bound.
+
+    A kept count is a lower bound of the value's rows; any value may have ``bound`` more.
+    """
+    if bound == 0:
+        return True
+    if len(ranked) < k:  # values were dropped: one of them has a place in the top k
+        return False
+    outside = ranked[k][1] if len(ranked) > k else 0
+    return ranked[k - 1][1] > outside + bound
+
+
+def vocabulary_notes(columns: dict[str, Column]) -> list[str]:
+    """A note per text column whose vocabulary the counts kept do not decide (see :func:`_decided`).
+
+    Parameters
+    ----------
+    columns
+        Every column, by name.
+
+    Returns
+    -------
+    list of str
+        One note per such column.
+    """
+    return [
+        f"Column {c.name!r} has more distinct values than the scan counts exactly (over 50,000 "
+        f"in a part of the data: ~{c.distinct:,} in all), and the counts kept do not decide its "
+        f"{len(c.vocabulary):,} most frequent: a value left out may have up to {c.count_bound:,} "
+        "rows more than counted. Its vocabulary is the most frequent of the counts kept (values "
+        "past it share the out-of-vocabulary code). Hint: exclude the column if it is an id, or "
+        "lower --vocabulary-size to the values that clearly stand out."
+        for c in columns.values() if c.kind == "categorical" and not c.vocabulary_decided]
 
 
 def resolve_columns(src: Source, names: list[str], facts: list[BlockFacts], stats: Stats,

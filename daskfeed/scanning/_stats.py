@@ -262,6 +262,8 @@ def _text_stats(col: pa.ChunkedArray, st: ColumnStats) -> int:
     order = np.argsort(-counts, kind="stable")
     st["approximate"] = len(values) > MAX_TRACKED
     st["values"] = {str(values[i]): int(counts[i]) for i in order[:MAX_TRACKED]}
+    # how many rows any value may have beyond its count kept (0: every count exact)
+    st["bound"] = int(counts[order[MAX_TRACKED]]) if len(values) > MAX_TRACKED else 0
     st["kmv"] = _kmv(values)
     if markers_only(col) is not None:  # missing if numeric, text if text
         st["markers"] = len(col) - missing
@@ -409,14 +411,22 @@ def _merge_counts(a: dict[str, int] | None, b: dict[str, int] | None) -> dict[st
 
 
 def _merge_text(cur: ColumnStats, st: ColumnStats) -> ColumnStats:
+    """Two text columns' counts: a value counted in one only may have up to the other's bound more.
+
+    The bound of the merge is the sum of theirs, plus the largest count dropped when the merge
+    keeps only MAX_TRACKED values (a dropped value may have that many and the bound more).
+    """
     merged = _merge_counts(cur.get("values"), st.get("values")) or {}
     approx = bool(cur.get("approximate") or st.get("approximate"))
+    bound = int(cur.get("bound", 0)) + int(st.get("bound", 0))
     if len(merged) > MAX_TRACKED:
         approx = True
-        merged = dict(Counter(merged).most_common(MAX_TRACKED))
+        ranked = Counter(merged).most_common(MAX_TRACKED + 1)
+        bound += ranked[-1][1]
+        merged = dict(ranked[:MAX_TRACKED])
     return {"count": cur.get("count", 0) + st.get("count", 0), "values": merged,
             "approximate": approx, "markers": cur.get("markers", 0) + st.get("markers", 0),
-            "kmv": _merge_kmv(cur.get("kmv", []), st.get("kmv", []))}
+            "kmv": _merge_kmv(cur.get("kmv", []), st.get("kmv", [])), "bound": bound}
 
 
 def merge_stats(*parts: Stats) -> Stats:

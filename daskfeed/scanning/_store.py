@@ -15,6 +15,7 @@ as it is when no file changed. Layout: ``<cache root>/scans/parts/<key>.pkl`` an
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -88,7 +89,7 @@ class ScanStore:
     def save(self, key: str, record: PartRecord) -> None:
         """Keep ``record`` under ``key`` (a full disk leaves it unkept: the part is scanned again)."""
         try:
-            os.makedirs(os.path.join(self.path, "parts"), mode=0o700, exist_ok=True)
+            self._make("parts")
             write_file(os.path.join(self.path, "parts", f"{key}.pkl"),
                        pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
         except OSError:
@@ -108,22 +109,42 @@ class ScanStore:
         body = {"files": {f.path: [f.size, f.mtime, f.etag] for f in src.files},
                 "records": records, "manifest": manifest}
         try:
-            os.makedirs(os.path.join(self.path, "sets"), mode=0o700, exist_ok=True)
+            self._make("sets")
             write_file(os.path.join(self.path, "sets", f"{data_key}.json"), json.dumps(body))
         except OSError:
             return
 
-    def live_records(self) -> set[str]:
-        """The record names every data set's last manifest is made of (for ``cache clear``)."""
+    def _make(self, sub: str) -> None:
+        """Create ``<root>/scans/<sub>``, each level 0700 (the records are pickles: ours only)."""
+        for path in (self.root, self.path, os.path.join(self.path, sub)):
+            os.makedirs(path, mode=0o700, exist_ok=True)
+
+    def prune(self) -> int:
+        """Remove the part records no data set's last scan is made of; how many went.
+
+        Returns
+        -------
+        int
+            Records removed (of files that changed or went, or of settings no longer used).
+        """
         keep: set[str] = set()
         try:
             names = os.listdir(os.path.join(self.path, "sets"))
         except OSError:
-            return keep
+            names = []
         for name in names:
-            last = self.last(name.removesuffix(".json")) or {}
-            keep.update(last.get("records", []))
-        return keep
+            keep.update((self.last(name.removesuffix(".json")) or {}).get("records", []))
+        removed = 0
+        try:
+            records = os.listdir(os.path.join(self.path, "parts"))
+        except OSError:
+            return 0
+        for name in records:
+            if name.removesuffix(".pkl") not in keep:
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(self.path, "parts", name))
+                    removed += 1
+        return removed
 
 
 def data_key(src: Source, label: str, split: dict[str, Any] | None) -> str:
@@ -161,8 +182,11 @@ def changes_line(src: Source, last: dict[str, Any] | None, scanned: list[Part]) 
     again = sum(1 for i in rescanned if src.files[i].path not in touched)
     reused = len(src.files) - len(rescanned)
     if last is None:
-        shown = f"{len(src.files):,} files ({format_bytes(src.nbytes)}) scanned"
-        return f"scan: {shown}; {reused:,} reused from an earlier scan" if reused else f"scan: {shown}"
+        shown = f"scan: {len(src.files):,} files ({format_bytes(src.nbytes)})"
+        if not reused:
+            return f"{shown} scanned"
+        return (f"{shown}: {len(rescanned):,} scanned, {reused:,} reused from an earlier scan of "
+                "other data")
     head = f"scan: {len(new):,} new file{'s' if len(new) != 1 else ''}"
     if new:
         head += f" ({format_bytes(sum(f.size for f in new))})"

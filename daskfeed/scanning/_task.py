@@ -19,7 +19,7 @@ from daskfeed.reading import Block, ReadOptions, Run, SmallFiles, Source
 from daskfeed.scanning._schema import BlockFacts, where
 from daskfeed.scanning._stats import StatsAccumulator, merge_facts, parts_facts, table_facts
 
-__all__ = ["MAX_REJECTS_KEPT", "MAX_REJECT_CHARS", "quarantined", "report", "scan_blocks"]
+__all__ = ["MAX_REJECTS_KEPT", "MAX_REJECT_CHARS", "quarantined", "report", "scan_blocks", "scan_units"]
 
 MAX_REJECTS_KEPT = 1000  # quarantined lines kept per block (all are counted)
 MAX_REJECT_CHARS = 4096  # characters kept of one quarantined line
@@ -65,8 +65,8 @@ def scan_blocks(items: list[tuple[int, Block]], options: ReadOptions, label: str
     label
         The label column.
     cache
-        The parse cache: the blocks' tables go there as one entry of a few files, unless every
-        one of them is cached already.
+        The parse cache: the blocks' tables go there, unless every one of them is cached
+        already.
     topic
         Where progress is reported (:func:`report`); None: nowhere.
     sizes
@@ -77,27 +77,45 @@ def scan_blocks(items: list[tuple[int, Block]], options: ReadOptions, label: str
     dict
         ``{"facts": [facts of each block], "stats": merged statistics of all of them}``.
     """
+    out = scan_units([items], options, label, cache, topic, [sizes or [0] * len(items)])
+    return {"facts": out["facts"][0], "stats": out["stats"][0]}
+
+
+def scan_units(units: list[list[tuple[int, Block]]], options: ReadOptions, label: str,
+               cache: BlockCache | None = None, topic: str | None = None,
+               sizes: list[list[int]] | None = None) -> dict[str, Any]:
+    """Scan units of blocks in one scan task (runs on a worker): facts and statistics per unit.
+
+    A unit (a part of the files, or a piece of a large one) is scanned as a task of its own
+    would scan it — small files parsed together within it, never across two units — so its
+    statistics do not depend on the units scanned beside it.
+
+    Parameters
+    ----------
+    units
+        Each unit's ``(block index, block)``, in order.
+    options, label, cache, topic
+        As :func:`scan_blocks` takes them.
+    sizes
+        Input bytes of each block of each unit.
+
+    Returns
+    -------
+    dict
+        ``{"facts": [[facts of each block] per unit], "stats": [statistics per unit]}``.
+    """
+    items = [item for unit in units for item in unit]
     writer = None
     if cache is not None and not all(cache.has(i) for i, _ in items):
         writer = cache.writer(items[0][0])
-    acc = StatsAccumulator(label)
     task = items[0][0]
-    sizes = sizes or [0] * len(items)
-    files = SmallFiles(items, options)  # small files parsed up to SHARED_FILES per pyarrow call
-    sampled: set[str] = set()  # text columns with samples in an earlier run of this task
-    summaries: list[BlockFacts] = []
+    sizes = sizes or [[0] * len(unit) for unit in units]
+    facts, stats = [], []
     try:
-        while len(summaries) < len(items):
-            at = len(summaries)
-            runs = files.runs(at)
-            if not runs:
-                summaries.append(_scan_block(*items[at], options, label, writer, acc, topic, task,
-                                             sizes[at]))
-            for run in runs:
-                at = len(summaries)
-                summaries += _scan_run(run, label, writer, acc, topic, task,
-                                       sum(sizes[at : at + len(run.indices)]), sampled)
-        stats = acc.flush()
+        for unit, unit_sizes in zip(units, sizes, strict=True):
+            found, merged = _scan_unit(unit, options, label, writer, topic, task, unit_sizes)
+            facts.append(_shared(found))
+            stats.append(merged)
     except BaseException:
         if writer is not None:
             writer.abort()
@@ -106,7 +124,27 @@ def scan_blocks(items: list[tuple[int, Block]], options: ReadOptions, label: str
         writer.commit()
     report(topic, task, items[-1][0], flush=True)
     _pending.pop((topic or "", task), None)
-    return {"facts": _shared(summaries), "stats": stats}
+    return {"facts": facts, "stats": stats}
+
+
+def _scan_unit(items: list[tuple[int, Block]], options: ReadOptions, label: str, writer: Any,
+               topic: str | None, task: int, sizes: list[int]) -> tuple[list[BlockFacts], Any]:
+    """One unit of a scan task: the facts of its blocks and their merged statistics."""
+    acc = StatsAccumulator(label)
+    files = SmallFiles(items, options)  # small files parsed up to SHARED_FILES per pyarrow call
+    sampled: set[str] = set()  # text columns with samples in an earlier run of this unit
+    summaries: list[BlockFacts] = []
+    while len(summaries) < len(items):
+        at = len(summaries)
+        runs = files.runs(at)
+        if not runs:
+            summaries.append(_scan_block(*items[at], options, label, writer, acc, topic, task,
+                                         sizes[at]))
+        for run in runs:
+            at = len(summaries)
+            summaries += _scan_run(run, label, writer, acc, topic, task,
+                                   sum(sizes[at : at + len(run.indices)]), sampled)
+    return summaries, acc.flush()
 
 
 def _shared(facts: list[BlockFacts]) -> list[BlockFacts]:

@@ -152,8 +152,9 @@ def test_listing_allowed_reading_denied_names_the_object(s3):
 def test_scan_cache_and_a_changed_object_on_s3(s3, tmp_path):
     """The CLI with the endpoint as a flag and credentials from the environment only.
 
-    Scan 1 writes the parse cache, scan 2 reads every partition from it; rewriting one object
-    (same size, same second) gives a new fingerprint: a new cache entry replaces the old one.
+    Scan 1 writes the parse cache, scan 2 finds nothing changed; rewriting one object (same
+    size, same second) gives its part a new key: a new cache entry replaces the old one, and
+    the scan says one file changed. An object added is one new file (issue 28: data that grows).
     """
     cache = tmp_path / "cache"
     env = _env(s3)
@@ -164,11 +165,12 @@ def test_scan_cache_and_a_changed_object_on_s3(s3, tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     assert "2,000 rows in" in first.stdout
     assert re.search(r"cache: .*~[\d.]+ GB to write", first.stdout), first.stdout
-    entries = [p.name for p in cache.iterdir()]
-    assert len(entries) == 1
+    entries = [p.name for p in cache.iterdir() if p.name != "scans"]
+    assert len(entries) == 1  # the two files make one part
     second = _cli(args, env)
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "(2 of the blocks cached)" in second.stdout, second.stdout
+    assert "(2 of 2 blocks cached)" in second.stdout, second.stdout
+    assert "scan: 2 files unchanged since the last scan of this data" in second.stdout
 
     client = s3.client()
     key = "validate/split_data_00001.csv"
@@ -183,8 +185,15 @@ def test_scan_cache_and_a_changed_object_on_s3(s3, tmp_path):
                   json.dumps({"secret": s3.secret}), "--output", str(out)], flags_only)
     assert third.returncode == 0, third.stderr[-3000:]
     assert re.search(r"cache: .*~[\d.]+ GB to write", third.stdout), third.stdout
-    now = [p.name for p in cache.iterdir()]
+    assert "scan: 0 new files, 1 changed, 0 gone; " in third.stdout, third.stdout
+    now = [p.name for p in cache.iterdir() if p.name != "scans"]
     assert len(now) == 1 and now != entries, (entries, now)
+    client.put_object(Bucket=BUCKET, Key="validate/zz-new.csv", Body=body)
+    fourth = _cli(args, env)
+    assert fourth.returncode == 0, fourth.stderr[-3000:]
+    assert re.search(r"scan: 1 new file \(.+\), 0 changed, 0 gone; ", fourth.stdout), fourth.stdout
+    assert "3,000 rows in" in fourth.stdout, fourth.stdout
+    client.delete_object(Bucket=BUCKET, Key="validate/zz-new.csv")
     written = [out, *(p for p in cache.rglob("*") if p.is_file())]
     for secret in (s3.secret, s3.key):
         _assert_secret_absent(secret, first.stdout + first.stderr, third.stdout + third.stderr,

@@ -159,8 +159,11 @@ def test_cache_clear_gone_removes_the_parts_of_changed_or_removed_files(tmp_path
     cleared = runner.invoke(cli, ["cache", "clear", "--gone", "--cache", kept])
     assert cleared.exit_code == 0 and "removed 2 cache entries of files changed or gone" in (
         cleared.output), cleared.output
-    left = [n for n in os.listdir(kept) if n != "scans"]
-    assert left == [src.parts()[2].key]
+    assert "and 0 scan record(s) no data set's last scan uses" in cleared.output  # none rescanned
+    assert [n for n in os.listdir(kept) if n != "scans"] == [src.parts()[2].key]
     grown, _ = _scan(root, kept, client)  # the day kept is reused
     assert grown.scan_line.endswith("1 changed, 1 gone; 3 unchanged reused, 4 unchanged scanned "
                                     "again with them (their part changed)"), grown.scan_line
+    again = runner.invoke(cli, ["cache", "clear", "--gone", "--cache", kept])
+    assert "removed 0 cache entries" in again.output and "and 2 scan record(s)" in again.output, (
+        again.output)  # the records of days a and b as they were

@@ -27,7 +27,7 @@ from daskfeed.adapters._sequence import DaskSequence
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
 # the task prefixes of a scan's span
-SCAN_PREFIXES = ["daskfeed-scan", "daskfeed-scan-record"]  # scan tasks, then each part's record
+SCAN_PREFIXES = ["daskfeed-scan"]  # its scan tasks (each part's record is merged on the trainer)
 
 
 # -- helpers -----------------------------------------------------------------------------

@@ -1,0 +1,50 @@
+"""Text columns with more values than the scan counts exactly: the bound, and when it decides the top K."""
+
+from __future__ import annotations
+
+from collections import Counter
+from unittest import mock
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from daskfeed.scanning import _schema, _stats
+
+
+@settings(max_examples=60, deadline=None)
+@given(tables=st.lists(st.lists(st.integers(0, 30), min_size=1, max_size=60), min_size=1,
+                       max_size=6),
+       tracked=st.integers(2, 8), k=st.integers(1, 6))
+def test_counts_kept_bound_every_values_rows_and_a_decided_top_k_is_the_true_one(tables, tracked, k):
+    """Whatever is dropped in which table or merge: kept count <= rows <= kept count + bound for
+    every value (a value not kept: rows <= bound); where the bound decides the top K, the K
+    values kept most often are K values of the most rows."""
+    with mock.patch.object(_stats, "MAX_TRACKED", tracked):  # a few values, not 50,000
+        parts = [_stats.table_stats(pa.table({"c": [f"v{x}" for x in t], "y": [0] * len(t)}), "y")
+                 for t in tables]
+        merged = _stats.merge_stats(*parts)["c"]
+    truth = Counter(f"v{x}" for t in tables for x in t)
+    kept, bound = merged["values"], merged.get("bound", 0)
+    for value, rows in truth.items():
+        assert kept.get(value, 0) <= rows <= kept.get(value, 0) + bound, (value, rows, bound)
+    if not merged.get("approximate"):
+        assert bound == 0 and kept == dict(truth)
+    ranked = sorted(kept.items(), key=lambda kv: (-kv[1], kv[0]))
+    if _schema._decided(ranked, k, bound):
+        chosen = {v for v, _ in ranked[:k]}
+        least = min(truth[v] for v in chosen)
+        assert all(truth[v] <= least for v in truth if v not in chosen), (chosen, truth)
+        assert len(chosen) == min(k, len(truth))
+
+
+def test_a_vocabulary_the_counts_do_not_decide_is_said_with_its_bound():
+    from daskfeed.manifest import Column
+
+    cols = {"user": Column("user", "categorical", "string", vocabulary=["a", "b"], distinct=80_000,
+                           approximate=True, count_bound=7, vocabulary_decided=False),
+            "city": Column("city", "categorical", "string", vocabulary=["x"], distinct=60_000,
+                           approximate=True, count_bound=3)}
+    [note] = _schema.vocabulary_notes(cols)
+    assert note.startswith("Column 'user' has more distinct values than the scan counts exactly")
+    assert "~80,000 in all" in note and "up to 7 rows more than counted" in note and "Hint:" in note
