@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 export KERAS_BACKEND := tensorflow
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo test test-slow bench bench-quick bench-shuffle soak lint clean
+.PHONY: demo test test-slow bench bench-quick bench-shuffle bench-grow soak lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,10 @@ bench-quick:
 # shuffle quality on label-sorted data and validation loss sorted vs pre-shuffled (issue 33's targets)
 bench-shuffle: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/shuffle.py
+
+# data that grows: a scan after 1 % new files vs a full scan; deciding over 100,000 files (issue 28)
+bench-grow: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/grow.py
 
 LINT_STAMP := $(VENV)/.lint-installed
 $(LINT_STAMP): $(STAMP)
