@@ -41,10 +41,10 @@ import pyarrow.ipc as ipc
 
 from daskfeed.cache._evict import lease_name
 from daskfeed.cache._scatter import scatter, unscatter
-from daskfeed.cache._writer import CACHE_VERSION, CacheWriter, RowRange
+from daskfeed.cache._writer import CACHE_VERSION, PartWriters, RowRange
 from daskfeed.reading import Block, ReadOptions, iter_tables
 
-__all__ = ["BlockCache", "PartWriters", "block_tables", "default_root", "forget_entry", "part_salt",
+__all__ = ["BlockCache", "block_tables", "default_root", "forget_entry", "part_salt",
            "stored_table"]
 
 Readers = dict[str, ipc.RecordBatchFileReader]  # open Arrow files, by path
@@ -302,62 +302,6 @@ def _release(root: str | None, parts: tuple[str, ...], tag: str) -> None:
 def part_salt(key: str) -> int:
     """A part's share of its blocks' ids: its key's first 48 bits, above the block numbers."""
     return int(key[:12], 16) << 32
-
-
-class PartWriters:
-    """The cache writers of one scan task: a :class:`CacheWriter` per part it writes blocks of.
-
-    Blocks are named by their index in the source, as the scan knows them; each goes to its
-    part's directory under its number there (:meth:`BlockCache.place`).
-    """
-
-    def __init__(self, cache: BlockCache) -> None:
-        self.cache = cache
-        self.writers: dict[str, CacheWriter] = {}
-
-    def _writer(self, index: int) -> CacheWriter:
-        directory, local, block_id = self.cache.place(index)
-        writer = self.writers.get(directory)
-        if writer is None:
-            writer = self.writers[directory] = CacheWriter(
-                directory, self.cache.compression, local, offset=index - local,
-                salt=block_id - local)
-        return writer
-
-    def begin(self, index: int) -> None:
-        """Block ``index`` starts (it is cached even if it has no rows)."""
-        self._writer(index).begin(index)
-
-    def add(self, index: int, table: pa.Table) -> None:
-        """One table of block ``index`` (its next piece)."""
-        self._writer(index).add(index, table)
-
-    def add_parts(self, parts: list[tuple[int, int]], table: pa.Table) -> None:
-        """Whole blocks parsed as one table (see :meth:`CacheWriter.add_parts`), split by part."""
-        start = 0
-        while parts:
-            writer = self._writer(parts[0][0])
-            n = next((k for k, (i, _) in enumerate(parts) if self._writer(i) is not writer),
-                     len(parts))
-            rows = sum(r for _, r in parts[:n])
-            writer.add_parts(parts[:n], table.slice(start, rows))
-            start += rows
-            parts = parts[n:]
-
-    @property
-    def failed(self) -> bool:
-        """Whether a part's writer failed (its blocks are then not cached)."""
-        return any(w.failed for w in self.writers.values())
-
-    def commit(self) -> None:
-        """Commit every part's writer (see :meth:`CacheWriter.commit`)."""
-        for writer in self.writers.values():
-            writer.commit()
-
-    def abort(self) -> None:
-        """Abort every part's writer."""
-        for writer in self.writers.values():
-            writer.abort()
 
 
 def _one(tables: list[pa.Table]) -> pa.Table:

@@ -13,6 +13,7 @@ import json
 import os
 import threading
 import uuid
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,7 +22,7 @@ import pyarrow.ipc as ipc
 from daskfeed.cache._scatter import scatter_order
 from daskfeed.core import fsync, temporary_name, write_file
 
-__all__ = ["CACHE_VERSION", "FLUSH_BYTES", "CacheWriter", "compact"]
+__all__ = ["CACHE_VERSION", "FLUSH_BYTES", "CacheWriter", "PartWriters", "compact"]
 
 # 3: whole numbers kept exact (int32/int64), decimals float64; 4: each block's rows in their
 # stored order (:mod:`daskfeed.cache._scatter`), a block a range of record batches; 5: a block a
@@ -203,6 +204,63 @@ class CacheWriter:
             for path in (temporary_name(final), final):
                 with contextlib.suppress(OSError):
                     os.remove(path)
+
+
+class PartWriters:
+    """The cache writers of one scan task: a :class:`CacheWriter` per part it writes blocks of.
+
+    Blocks are named by their index in the source, as the scan knows them; each goes to its
+    part's directory under its number there (``cache``: a
+    :class:`~daskfeed.cache._blocks.BlockCache`, its :meth:`place`).
+    """
+
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+        self.writers: dict[str, CacheWriter] = {}
+
+    def _writer(self, index: int) -> CacheWriter:
+        directory, local, block_id = self.cache.place(index)
+        writer = self.writers.get(directory)
+        if writer is None:
+            writer = self.writers[directory] = CacheWriter(
+                directory, self.cache.compression, local, offset=index - local,
+                salt=block_id - local)
+        return writer
+
+    def begin(self, index: int) -> None:
+        """Block ``index`` starts (it is cached even if it has no rows)."""
+        self._writer(index).begin(index)
+
+    def add(self, index: int, table: pa.Table) -> None:
+        """One table of block ``index`` (its next piece)."""
+        self._writer(index).add(index, table)
+
+    def add_parts(self, parts: list[tuple[int, int]], table: pa.Table) -> None:
+        """Whole blocks parsed as one table (see :meth:`CacheWriter.add_parts`), split by part."""
+        start = 0
+        while parts:
+            writer = self._writer(parts[0][0])
+            n = next((k for k, (i, _) in enumerate(parts) if self._writer(i) is not writer),
+                     len(parts))
+            rows = sum(r for _, r in parts[:n])
+            writer.add_parts(parts[:n], table.slice(start, rows))
+            start += rows
+            parts = parts[n:]
+
+    @property
+    def failed(self) -> bool:
+        """Whether a part's writer failed (its blocks are then not cached)."""
+        return any(w.failed for w in self.writers.values())
+
+    def commit(self) -> None:
+        """Commit every part's writer (see :meth:`CacheWriter.commit`)."""
+        for writer in self.writers.values():
+            writer.commit()
+
+    def abort(self) -> None:
+        """Abort every part's writer."""
+        for writer in self.writers.values():
+            writer.abort()
 
 
 def compact(table: pa.Table) -> pa.Table:
