@@ -330,10 +330,15 @@ def cache_list(root: str | None) -> None:
     if not entries:
         click.echo(f"no cache entries in {where}")
         return
+    from daskfeed.scanning import ScanStore
+
+    served = ScanStore(where).served()
     for e in entries:
         made = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.created))
-        click.echo(f"{os.path.basename(e.path)}  {format_bytes(e.size):>10}  (of "
+        key = os.path.basename(e.path)
+        click.echo(f"{key}  {format_bytes(e.size):>10}  (of "
                    f"{format_bytes(e.csv_bytes)} input, {made})  {e.data}")
+        click.echo(f"    serves: {'; '.join(served[key]) if key in served else 'no data set scanned since'}")
     total = sum(e.size for e in entries)
     click.echo(f"{len(entries)} entr{'ies' if len(entries) > 1 else 'y'} (one per part of a data "
                f"set's files), {format_bytes(total)} in {where}")

@@ -107,7 +107,8 @@ class ScanStore:
                  manifest: dict[str, Any]) -> None:
         """Keep this scan of ``data_key``: its files, the records it merged, its manifest (JSON)."""
         body = {"files": {f.path: [f.size, f.mtime, f.etag] for f in src.files},
-                "records": records, "manifest": manifest}
+                "records": records, "manifest": manifest, "given": src.given,
+                "parts": [p.key for p in src.parts()]}
         try:
             self._make("sets")
             write_file(os.path.join(self.path, "sets", f"{data_key}.json"), json.dumps(body))
@@ -118,6 +119,27 @@ class ScanStore:
         """Create ``<root>/scans/<sub>``, each level 0700 (the records are pickles: ours only)."""
         for path in (self.root, self.path, os.path.join(self.path, sub)):
             os.makedirs(path, mode=0o700, exist_ok=True)
+
+    def served(self) -> dict[str, list[str]]:
+        """Which data sets each cache entry (a part's key) serves, as their last scans kept them.
+
+        Returns
+        -------
+        dict
+            Part key -> the data sets it serves (their paths or globs and label).
+        """
+        out: dict[str, list[str]] = {}
+        try:
+            names = sorted(os.listdir(os.path.join(self.path, "sets")))
+        except OSError:
+            return out
+        for name in names:
+            last = self.last(name.removesuffix(".json")) or {}
+            label = (last.get("manifest") or {}).get("label", "?")
+            shown = f"{' '.join(last.get('given', [])) or '?'} (label {label})"
+            for key in last.get("parts", []):
+                out.setdefault(key, []).append(shown)
+        return out
 
     def prune(self) -> int:
         """Remove the part records no data set's last scan is made of; how many went.

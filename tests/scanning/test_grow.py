@@ -156,6 +156,8 @@ def test_cache_clear_gone_removes_the_parts_of_changed_or_removed_files(tmp_path
     listed = runner.invoke(cli, ["cache", "list", "--cache", kept])
     assert "3 entries (one per part" in listed.output, listed.output
     assert "2 of them hold files that changed or went since" in listed.output, listed.output
+    glob = os.path.join(root, "**", "*.csv")
+    assert listed.output.count(f"    serves: {glob} (label y)") == 3, listed.output
     cleared = runner.invoke(cli, ["cache", "clear", "--gone", "--cache", kept])
     assert cleared.exit_code == 0 and "removed 2 cache entries of files changed or gone" in (
         cleared.output), cleared.output
