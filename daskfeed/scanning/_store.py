@@ -170,8 +170,14 @@ class ScanStore:
 
 
 def data_key(src: Source, label: str, split: dict[str, Any] | None) -> str:
-    """The data set a scan is of: the paths or globs given, read options, label and split."""
-    payload = json.dumps([src.given, src.options_key(), label, split], sort_keys=True, default=str)
+    """The data set a scan is of: the paths or globs given, read options, label and split.
+
+    The split by its settings (fraction, subset, seed), not by the blocks it holds out: those
+    move as files come and go.
+    """
+    settings = None if split is None else {k: v for k, v in split.items()
+                                            if k != "validation_partitions"}
+    payload = json.dumps([src.given, src.options_key(), label, settings], sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 

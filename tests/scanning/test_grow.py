@@ -169,3 +169,29 @@ def test_cache_clear_gone_removes_the_parts_of_changed_or_removed_files(tmp_path
     again = runner.invoke(cli, ["cache", "clear", "--gone", "--cache", kept])
     assert "removed 0 cache entries" in again.output and "and 2 scan record(s)" in again.output, (
         again.output)  # the records of days a and b as they were
+
+
+def test_a_split_scanned_again_after_growth_is_the_full_scans_split(tmp_path, client):
+    """With a validation split, the blocks held out move as files come; each part's record is
+    kept per set of its blocks scanned, so the grown scan of either subset is a full scan's."""
+    from daskfeed.manifest import split_settings
+
+    root = str(tmp_path / "data")
+    for i in range(30):
+        _write(os.path.join(root, f"d{i % 3}", f"f{i:02d}.csv"), 30 + i, i)
+
+    def scan(kept: str, subset: str):
+        src = Source(os.path.join(root, "**", "*.csv"), blocksize=4096)
+        cache, _ = open_cache(src, kept, client=client)
+        return scan_source(src, label="y", client=client, vocabulary_size=3, timeout=120,
+                           partition_cache=cache, split=split_settings(0.3, subset, 7))
+
+    for subset in ("training", "validation"):
+        scan(str(tmp_path / "kept"), subset)
+    for i in range(6):
+        _write(os.path.join(root, "d9", f"n{i}.csv"), 40 + i, 100 + i)
+    for subset in ("training", "validation"):
+        grown = scan(str(tmp_path / "kept"), subset)
+        _same(grown, scan(str(tmp_path / f"fresh-{subset}"), subset))
+        assert grown.scan_line.startswith("scan: 6 new files ("), grown.scan_line
+        assert ", 0 changed, 0 gone; " in grown.scan_line, grown.scan_line
