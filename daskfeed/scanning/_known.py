@@ -42,6 +42,7 @@ class Known:
         self.last = store.last(self.key) if store is not None else None
         self.records: list[str] = []  # the record of each part, in order
         self.scanned: list[Part] = []  # the parts scanned now
+        self.recounted: list[str] = []  # columns whose top K was counted again (said in the line)
 
     def unchanged(self, fingerprint: str, vocabulary_size: int) -> Manifest | None:
         """The last scan's manifest when no file and no setting changed since (its notes repeated).
@@ -103,8 +104,8 @@ class Known:
     def line(self, manifest: Manifest, facts: list[BlockFacts]) -> str:
         """What the scan did in one line (and a column whose kind new files changed)."""
         if self.store is None:
-            return ""
-        line = changes_line(self.src, self.last, self.scanned)
+            return f"scan: {'; '.join(self.recounted)}" if self.recounted else ""
+        line = "; ".join([changes_line(self.src, self.last, self.scanned), *self.recounted])
         before = ((self.last or {}).get("manifest") or {}).get("columns") or {}
         fresh = {i for p in self.scanned for i in range(*p.blocks)}
         for name, column in manifest.columns.items():

@@ -34,6 +34,7 @@ from daskfeed.manifest import (
 )
 from daskfeed.reading import Part, Source
 from daskfeed.scanning._known import Known
+from daskfeed.scanning._recount import recount
 from daskfeed.scanning._schema import (
     BlockFacts,
     Stats,
@@ -191,7 +192,8 @@ def scan_source(src: Source, *, label: str, client: Client | None, vocabulary_si
         t0 = time.perf_counter()
         with client_context(client) as c:
             facts, stats = _run_scan(src, label, c, fingerprint, partition_cache, timeout_s,
-                                     scanned_blocks(src.npartitions, split), progress, known)
+                                     scanned_blocks(src.npartitions, split), progress, known,
+                                     vocabulary_size)
         manifest = build_manifest(src, label, facts, stats, vocabulary_size, fingerprint, split)
         manifest.scan_seconds = time.perf_counter() - t0
         manifest.scan_line = known.line(manifest, facts)
@@ -243,7 +245,8 @@ def _likely_sep(header: list[str]) -> str | None:
 # ----------------------------------------------------------------------------- on the cluster
 def _run_scan(src: Source, label: str, client: Client, token: str,
               partition_cache: BlockCache | None, timeout: float, only: list[int],
-              progress: ProgressCallback | None, known: Known) -> tuple[list[BlockFacts], Stats]:
+              progress: ProgressCallback | None, known: Known,
+              vocabulary_size: int) -> tuple[list[BlockFacts], Stats]:
     """Facts of every block (those outside ``only``: no rows) and the merged statistics."""
     if src.frame is not None:
         scanned, stats = _scan_frame(src, label, client, only)
@@ -251,7 +254,8 @@ def _run_scan(src: Source, label: str, client: Client, token: str,
         for i, f in zip(only, scanned, strict=True):
             facts[i] = f
         return facts, stats
-    return _scan_parts(src, label, client, token, partition_cache, timeout, only, progress, known)
+    return _scan_parts(src, label, client, token, partition_cache, timeout, only, progress, known,
+                       vocabulary_size)
 
 
 def _unscanned() -> BlockFacts:
@@ -285,13 +289,15 @@ def _scan_frame(src: Source, label: str, client: Client,
 
 def _scan_parts(src: Source, label: str, client: Client, token: str,
                 partition_cache: BlockCache | None, timeout: float, only: list[int],
-                progress: ProgressCallback | None,
-                known: Known) -> tuple[list[BlockFacts], Stats]:
+                progress: ProgressCallback | None, known: Known,
+                vocabulary_size: int) -> tuple[list[BlockFacts], Stats]:
     """Facts of every block and the merged statistics: each part's record, kept or scanned now.
 
     The parts whose record is not kept are scanned (:func:`_scan_files`) and their records
     kept; then every part's statistics are merged in part order, as a scan of every file
-    merges them: a data set that grew gets the manifest a full scan gives.
+    merges them: a data set that grew gets the manifest a full scan gives. A text column's
+    top ``vocabulary_size`` that the kept counts do not decide is counted again
+    (:func:`~daskfeed.scanning._recount.recount`).
     """
     wanted = set(only)
     records: list[PartRecord | None] = []
@@ -307,7 +313,10 @@ def _scan_parts(src: Source, label: str, client: Client, token: str,
         records[n] = record
     known.keep(todo, fresh)
     facts = [f for record in records if record is not None for f in record["facts"]]
-    return facts, merge_stats(*(r["stats"] for r in records if r is not None))
+    stats = merge_stats(*(r["stats"] for r in records if r is not None))
+    known.recounted = recount(src, client, [r for r in records if r is not None], stats,
+                              vocabulary_size, partition_cache)
+    return facts, stats
 
 
 def _scan_files(src: Source, label: str, client: Client, token: str,

@@ -20,10 +20,24 @@ from daskfeed.core import SchemaError
 from daskfeed.manifest import EXACT_FLOAT32, Column, numeric_dtype
 from daskfeed.reading import NA_MARKERS, Source
 
-__all__ = ["NUMERIC_KINDS", "add_counts", "arrow_kind", "check_headers", "check_label",
-           "is_number", "markers_of", "markers_only", "merge_kind",
-           "resolve_column", "resolve_columns", "type_kind", "vocabulary_notes", "where",
-           "wide_notes"]
+__all__ = [
+    "NUMERIC_KINDS",
+    "add_counts",
+    "arrow_kind",
+    "check_headers",
+    "check_label",
+    "decided",
+    "is_number",
+    "markers_of",
+    "markers_only",
+    "merge_kind",
+    "resolve_column",
+    "resolve_columns",
+    "type_kind",
+    "vocabulary_notes",
+    "where",
+    "wide_notes",
+]
 
 NUMERIC_KINDS = {"int", "float"}
 _MARKERS = frozenset(NA_MARKERS)
@@ -437,13 +451,28 @@ def resolve_column(src: Source, name: str, kinds: dict[str, int], missing: int,
     return Column(name, "categorical", "string", missing=missing, count=count,
                   vocabulary=[v for v, _ in ranked[:k]], distinct=int(st.get("distinct", len(values))),
                   oov_rows=sum(c for _, c in ranked[k:]), approximate=bool(st.get("approximate")),
-                  count_bound=bound, vocabulary_decided=_decided(ranked, k, bound))
+                  count_bound=bound,
+                  vocabulary_decided=bool(st.get("decided")) or decided(ranked, k, bound))
 
 
-def _decided(ranked: list[tuple[str, int]], k: int, bound: int) -> bool:
+def decided(ranked: list[tuple[str, int]], k: int, bound: int) -> bool:
     """Whether the counts kept decide the top ``k``: its last count beats any other's upper bound.
 
     A kept count is a lower bound of the value's rows; any value may have ``bound`` more.
+
+    Parameters
+    ----------
+    ranked
+        The kept counts, most first.
+    k
+        How many values the top holds.
+    bound
+        Rows a value may have beyond its kept count.
+
+    Returns
+    -------
+    bool
+        True when the top ``k`` of ``ranked`` is the top ``k`` of the rows.
     """
     if bound == 0:
         return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from unittest import mock
 
+import numpy as np
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -31,7 +32,7 @@ def test_counts_kept_bound_every_values_rows_and_a_decided_top_k_is_the_true_one
     if not merged.get("approximate"):
         assert bound == 0 and kept == dict(truth)
     ranked = sorted(kept.items(), key=lambda kv: (-kv[1], kv[0]))
-    if _schema._decided(ranked, k, bound):
+    if _schema.decided(ranked, k, bound):
         chosen = {v for v, _ in ranked[:k]}
         least = min(truth[v] for v in chosen)
         assert all(truth[v] <= least for v in truth if v not in chosen), (chosen, truth)
@@ -48,3 +49,46 @@ def test_a_vocabulary_the_counts_do_not_decide_is_said_with_its_bound():
     [note] = _schema.vocabulary_notes(cols)
     assert note.startswith("Column 'user' has more distinct values than the scan counts exactly")
     assert "~80,000 in all" in note and "up to 7 rows more than counted" in note and "Hint:" in note
+
+
+def _files(root, tables: list[list[str]]) -> str:
+    for n, values in enumerate(tables):
+        (root / f"f{n:02d}.csv").write_text("c,y\n" + "".join(f"{v},{i % 2}\n" for i, v in
+                                                              enumerate(values)))
+    return str(root / "*.csv")
+
+
+def test_an_undecided_top_k_is_counted_again_and_is_the_true_one(tmp_path):
+    """With 6 values counted exactly per table (50,000 in daskfeed), files of many rare values
+    and a few frequent ones: every part drops values, so the merged counts carry a bound (23)
+    larger than the gap between the 3rd and 4th most frequent (12): the candidates are counted
+    again and the vocabulary is the true top 3."""
+    from distributed import Client, LocalCluster
+
+    from daskfeed.cache import open_cache
+    from daskfeed.reading import Source
+    from daskfeed.scanning import scan_source
+
+    rng = np.random.default_rng(3)
+    tables = []
+    for n in range(12):  # per file: hot values 40, 39, 38, 37 and 5 times, 10 rare ones once
+        rows = [f"hot{i}" for i, times in enumerate((40, 39, 38, 37, 5)) for _ in range(times)]
+        rows += [f"rare{n}-{r}" for r in range(10)]  # more values than a table keeps
+        rng.shuffle(rows)
+        tables.append(rows)
+    (tmp_path / "d").mkdir()
+    pattern = _files(tmp_path / "d", tables)
+    truth = Counter(v for t in tables for v in t)
+    top = sorted(truth.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    with mock.patch.object(_stats, "MAX_TRACKED", 6), \
+            LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                         dashboard_address=":0") as cluster, Client(cluster) as client:
+        src = Source(pattern, blocksize=256)  # a part per file: every part drops values
+        cache, _ = open_cache(src, tmp_path / "c", client=client)
+        m = scan_source(src, label="y", client=client, vocabulary_size=3, timeout=60,
+                        partition_cache=cache)
+    column = m.columns["c"]
+    assert column.vocabulary == [v for v, _ in top], (column.vocabulary, top)
+    assert column.count_bound > 12 and column.vocabulary_decided
+    assert "column 'c': its top 3 decided by counting 4 values again in 12 part(s)" in m.scan_line
+    assert not [n for n in m.notes if "'c'" in n]
