@@ -49,8 +49,8 @@ class DaskSequence(keras.utils.PyDataset):
     of blocks: workers read, encode and shuffle a window and send back compact numpy arrays
     while Keras trains on the one before. ``seq[i]`` is deterministic for ``(data, seed,
     batch_size, epoch)`` in any call order and from any thread; every row is delivered once
-    per epoch. A batch is ``(x, y)``, or ``(x, y, w)`` with a ``weight`` column. The README's
-    "From Python" section tells more (weights, the validation split, several trainers).
+    per epoch. A batch is ``(x, y)``, or ``(x, y, w)`` with a ``weight`` column. The guide
+    ``docs/python.md`` tells more (weights, the validation split, several trainers).
 
     Parameters
     ----------

@@ -1,9 +1,9 @@
-"""The README's code runs as written: each ```python block as a script, each ```sh command.
+"""The README's and the guides' code runs as written: each ```python block as a script, each ```sh command.
 
-Run in a temporary directory holding small demo data at the README's paths
-(``data/log_quest/…``, ``data/log_quest_validate/…``); ``make`` lines are skipped (they build
-the environment this test runs in). Every block must say its language, so none is skipped
-silently.
+The README first, then the guides in ``docs/`` in the order the README lists them. Run in a
+temporary directory holding small demo data at the README's paths (``data/log_quest/…``,
+``data/log_quest_validate/…``); ``make`` lines are skipped (they build the environment this
+test runs in). Every block must say its language, so none is skipped silently.
 """
 
 from __future__ import annotations
@@ -22,9 +22,23 @@ BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 LANGUAGES = {"python", "sh", "text"}
 
 
-def blocks(language: str) -> list[str]:
+def pages() -> list[str]:
+    """The README and the guides it links to in ``docs/``, in the order it lists them."""
     with open(README, encoding="utf-8") as f:
-        return [body for lang, body in BLOCK.findall(f.read()) if lang == language]
+        guides = re.findall(r"\]\((docs/[\w-]+\.md)\)", f.read())
+    return [README, *(str(ROOT / g) for g in dict.fromkeys(guides))]
+
+
+def _found() -> list[tuple[str, str]]:
+    out = []
+    for page in pages():
+        with open(page, encoding="utf-8") as f:
+            out += BLOCK.findall(f.read())
+    return out
+
+
+def blocks(language: str) -> list[str]:
+    return [body for lang, body in _found() if lang == language]
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +57,9 @@ def _env() -> dict[str, str]:
 
 
 def test_every_block_says_its_language():
-    with open(README, encoding="utf-8") as f:
-        langs = [lang for lang, _ in BLOCK.findall(f.read())]
-    assert langs, "no code blocks found in README.md"
+    assert len(pages()) >= 10 and all(os.path.exists(p) for p in pages()), pages()
+    langs = [lang for lang, _ in _found()]
+    assert langs, "no code blocks found in README.md and the guides"
     assert set(langs) <= LANGUAGES, langs
     assert blocks("python") and blocks("sh")
 
