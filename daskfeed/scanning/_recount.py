@@ -93,8 +93,10 @@ def recount(src: Source, client: Client, records: list[dict[str, Any]], stats: S
     said = []
     for name, st in stats.items():
         bound = int(st.get("bound", 0))
-        ranked = sorted(st.get("values", {}).items(), key=lambda kv: (-kv[1], kv[0]))
-        if "kmv" not in st or decided(ranked, k, bound) or len(ranked) < k or bound >= ranked[k - 1][1]:
+        if "kmv" not in st or not bound:  # not text, or every count exact
+            continue
+        ranked = sorted((st.get("values") or {}).items(), key=lambda kv: (-kv[1], kv[0]))
+        if decided(ranked, k, bound) or len(ranked) < k or bound >= ranked[k - 1][1]:
             continue  # decided, or a value never kept may belong there (said in a note)
         floor = ranked[k - 1][1]
         candidates = [v for v, c in ranked if c + bound >= floor]
