@@ -12,8 +12,8 @@ import os
 import time
 import uuid
 import warnings
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dask import delayed
 from distributed import Client
@@ -63,6 +63,8 @@ if TYPE_CHECKING:
     Data = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Source | dd.DataFrame
 
 __all__ = ["ScanKeys", "build_manifest", "part_tasks", "scan", "scan_source", "scan_tasks"]
+
+T = TypeVar("T")
 
 TASK_BYTES = 32 << 20  # input bytes of a unit of a large part (see part_tasks)
 
@@ -383,18 +385,7 @@ def scan_tasks(src: Source, units: list[tuple[int, list[int]]],
     sizes = block_sizes(src)
     total = sum(sizes[i] for _, blocks in units for i in blocks)
     target = max(1, min(src.options.blocksize, total // (4 * nthreads)))
-    tasks: list[list[tuple[int, list[int]]]] = []
-    current: list[tuple[int, list[int]]] = []
-    acc = 0
-    for unit in units:
-        current.append(unit)
-        acc += sum(sizes[i] for i in unit[1])
-        if acc >= target:
-            tasks.append(current)
-            current, acc = [], 0
-    if current:
-        tasks.append(current)
-    return tasks
+    return _cut(units, lambda unit: sum(sizes[i] for i in unit[1]), target)
 
 
 def part_tasks(part: Part, src: Source, wanted: set[int]) -> list[list[int]]:
@@ -405,20 +396,23 @@ def part_tasks(part: Part, src: Source, wanted: set[int]) -> list[list[int]]:
     """
     sizes = block_sizes(src)
     target = max(1, min(src.options.blocksize, TASK_BYTES))
-    tasks: list[list[int]] = []
-    current: list[int] = []
+    return _cut([i for i in range(*part.blocks) if i in wanted], lambda i: sizes[i], target)
+
+
+def _cut(items: list[T], size: Callable[[T], int], target: int) -> list[list[T]]:
+    """``items`` in order, in runs closed as soon as their sizes reach ``target``."""
+    runs: list[list[T]] = []
+    current: list[T] = []
     acc = 0
-    for i in range(*part.blocks):
-        if i not in wanted:
-            continue
-        current.append(i)
-        acc += sizes[i]
+    for item in items:
+        current.append(item)
+        acc += size(item)
         if acc >= target:
-            tasks.append(current)
+            runs.append(current)
             current, acc = [], 0
     if current:
-        tasks.append(current)
-    return tasks
+        runs.append(current)
+    return runs
 
 
 class ScanKeys:
