@@ -8,7 +8,7 @@ import shutil
 from dataclasses import dataclass
 
 from daskfeed.cache._blocks import default_root, forget_entry
-from daskfeed.cache._open import REMOVING
+from daskfeed.cache._evict import REMOVING
 
 __all__ = ["CacheEntry", "clear", "gone_entries", "list_entries"]
 

@@ -16,10 +16,12 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 
-__all__ = ["LEASE_SECONDS", "evict", "lease", "lease_name", "trainer_tag"]
+__all__ = ["LEASE_SECONDS", "REMOVING", "evict", "lease", "lease_name", "trainer_tag"]
 
 LEASE_SECONDS = 24 * 3600  # a lease taken on another host is kept this long
+REMOVING = ".removing-"  # an entry being removed is renamed to ``<key>.removing-<tag>`` first
 _PREFIX = "lease-"
 
 
@@ -79,7 +81,8 @@ def _size(path: str) -> int:
     return total
 
 
-def evict(base: str, ours: set[str], max_bytes: int, remove) -> tuple[int, int, int]:
+def evict(base: str, ours: set[str], max_bytes: int,
+          remove: Callable[[str], bool]) -> tuple[int, int, int]:
     """Remove entries under ``base``, least recently used first, until it holds ``max_bytes``.
 
     Parameters
@@ -91,7 +94,7 @@ def evict(base: str, ours: set[str], max_bytes: int, remove) -> tuple[int, int, 
     max_bytes
         The bound.
     remove
-        Removes one entry (renamed away first).
+        Removes one entry (renamed away first); False when another process did first.
 
     Returns
     -------
@@ -103,8 +106,8 @@ def evict(base: str, ours: set[str], max_bytes: int, remove) -> tuple[int, int, 
     for name in os.listdir(base):
         path = os.path.join(base, name)
         meta = os.path.join(path, "meta.json")
-        if name == "scans" or not os.path.isfile(meta):
-            continue
+        if name == "scans" or REMOVING in name or not os.path.isfile(meta):
+            continue  # (an entry another worker is removing: not counted twice)
         with contextlib.suppress(OSError):
             entries.append((os.stat(meta).st_mtime, name, path, _size(path)))
     total = sum(e[3] for e in entries)
@@ -114,8 +117,8 @@ def evict(base: str, ours: set[str], max_bytes: int, remove) -> tuple[int, int, 
             break
         if name in ours or _leased(path, now):
             continue
-        remove(path)
         total -= size
-        freed += size
-        evicted += 1
+        if remove(path):  # (False: another worker sharing the root removed it first)
+            freed += size
+            evicted += 1
     return evicted, freed, total

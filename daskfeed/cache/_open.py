@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from daskfeed.cache._blocks import BlockCache, default_root, forget_entry
-from daskfeed.cache._evict import evict, lease, trainer_tag
+from daskfeed.cache._evict import REMOVING, evict, lease, trainer_tag
 from daskfeed.cache._writer import CACHE_VERSION
 from daskfeed.core import CacheError, config, write_file
 from daskfeed.reading import FileInfo, Source, compression_of, file_key
@@ -31,7 +31,6 @@ __all__ = ["COMPRESSIONS", "REMOVING", "CacheChoice", "estimate_bytes", "open_ca
 
 STALE_TMP_SECONDS = 3600  # a writer renames its files within seconds; older ones were killed
 
-REMOVING = ".removing-"  # an entry being removed is renamed to ``<key>.removing-<tag>`` first
 
 # cache bytes per byte of input, per compression (measured on the demo data: uncompressed 0.87,
 # lz4 0.61, zstd 0.32 of the CSV; kept conservative), for CSV and for compressed (.gz ...) files
@@ -227,21 +226,22 @@ def _on_workers(client: Client, args: tuple) -> list[tuple]:
     return out
 
 
-def _remove_entry(path: str) -> None:
+def _remove_entry(path: str) -> bool:
     """Remove a cache entry for good, renamed away first.
 
     A window task of a sequence already closed may still be re-caching a block in it: a file it
     creates while ``rmtree`` runs would keep the directory (and its name) alive. Renamed, the
     name is gone at once and a late writer fails to write under it (it then leaves the block
     uncached, as on a full disk). Another worker removing the same entry renames it first:
-    then there is nothing left to do here.
+    then there is nothing left to do here. Returns whether this call removed it.
     """
     gone = f"{path}{REMOVING}{os.getpid()}-{threading.get_ident()}"
     try:
         os.rename(path, gone)
     except OSError:
-        return
+        return False
     shutil.rmtree(gone, ignore_errors=True)
+    return True
 
 
 def _unwritable(err: OSError, where: str, required: bool) -> str:
@@ -329,10 +329,10 @@ def _prepare(base: str | None, parts: list[PartEntry], tag: str = "",
     return shutil.disk_usage(base).free, cached, base, removed_format, evicted
 
 
-def _evicted(path: str) -> None:
-    """Remove an entry evicted for the size bound (see :func:`_remove_entry`)."""
+def _evicted(path: str) -> bool:
+    """Remove an entry evicted for the size bound (see :func:`_remove_entry`); whether it did."""
     forget_entry(path)
-    _remove_entry(path)
+    return _remove_entry(path)
 
 
 def _version(meta: dict) -> int:
