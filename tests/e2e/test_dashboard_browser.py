@@ -11,6 +11,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -61,9 +62,10 @@ class Browser:
             time.sleep(0.1)  # polling interval
         self.devtools = f"http://127.0.0.1:{int(port_file.read_text().split()[0])}"
 
-    def shoot(self, url: str, png: Path, good: Any, timeout: float = 60) -> Path:
-        """Open ``url`` in a new tab; screenshot until ``good(png)`` or ``timeout`` (the last
-        one stays in ``png``)."""
+    def shoot(self, url: str, png: Path, good: Any, timeout: float = 60) -> tuple[Path, str]:
+        """Open ``url`` in a new tab; screenshot and read the page's rendered text (the DOM's
+        ``document.body.innerText``, as a person reads it) until ``good(png, text)`` or
+        ``timeout`` (the last of both is returned)."""
         req = urllib.request.Request(f"{self.devtools}/json/new?{url}", method="PUT")
         with urllib.request.urlopen(req, timeout=30) as r:
             tab = json.loads(r.read())
@@ -73,7 +75,7 @@ class Browser:
             urllib.request.urlopen(f"{self.devtools}/json/close/{tab['id']}", timeout=30).close()
 
     @staticmethod
-    async def _shoot(ws_url: str, png: Path, good: Any, timeout: float) -> Path:
+    async def _shoot(ws_url: str, png: Path, good: Any, timeout: float) -> tuple[Path, str]:
         from tornado.websocket import websocket_connect
 
         ws = await websocket_connect(ws_url, max_message_size=256 * 2**20)
@@ -93,8 +95,11 @@ class Browser:
             while True:
                 shot = await call("Page.captureScreenshot", format="png")
                 png.write_bytes(base64.b64decode(shot["data"]))
-                if good(png) or time.monotonic() > deadline:
-                    return png
+                read = await call("Runtime.evaluate", expression="document.body ? "
+                                  "document.body.innerText : ''", returnByValue=True)
+                text = str(read.get("result", {}).get("value") or "")
+                if good(png, text) or time.monotonic() > deadline:
+                    return png, text
                 await asyncio.sleep(0.5)  # polling interval
         finally:
             ws.close()
@@ -119,14 +124,35 @@ def ink(png: Path) -> tuple[int, float]:
         return len(colours), 1 - background / (rgb.width * rgb.height)
 
 
+# what a person reads on daskfeed's page while fit runs: each a pattern of the rendered text
+SEEN = {
+    "epoch": r"Epoch (\d+) of 40",
+    "batch": r"Batch [\d,]+ of [\d,]+",
+    "rows/s": r"[\d,]+ rows/s",
+    "data wait": r"waiting for data: [\d.]+ ?% of training time",
+    "memory against the budget": r"trainer's process tree: [\d.]+ [kKMGT]?i?B of [\d.]+ "
+                                 r"[kKMGT]?i?B budget \([\d.]+ ?%\)",
+    "loss": r"\bloss\s+\d+\.\d+",
+    "the scan": r"train\s+done\s+[\d,]+",
+}
+
+
+def _read(text: str) -> dict[str, str | None]:
+    """What each of SEEN shows in ``text`` (None: not on the page)."""
+    found = {what: re.search(pattern, text) for what, pattern in SEEN.items()}
+    return {what: m.group(0) if m else None for what, m in found.items()}
+
+
 def test_chromium_renders_the_daskfeed_page_and_dask_status_during_fit(client, demo_data, tmp_path):
-    shots: dict[str, Path] = {}
+    shots: dict[str, tuple[Path, str]] = {}
 
-    def page_drawn(png: Path) -> bool:  # cards, bars, text: not a blank page
+    def page_drawn(png: Path, text: str) -> bool:  # cards and bars drawn, the live figures read
         colours, share = ink(png)
-        return colours > 100 and share > 0.1
+        seen = _read(text)
+        return colours > 100 and share > 0.1 and all(seen.values()) and int(
+            re.search(SEEN["epoch"], text).group(1)) >= 2
 
-    def plots_drawn(png: Path) -> bool:  # Bokeh's plots: axes, grids, labels below the top bar
+    def plots_drawn(png: Path, text: str) -> bool:  # Bokeh's plots: axes, grids, labels
         colours, share = ink(png)
         return colours > 100 and share > 0.01
 
@@ -141,10 +167,15 @@ def test_chromium_renders_the_daskfeed_page_and_dask_status_during_fit(client, d
     probe, _, history, _ = fit_watched(client, demo_data, seen=live(2, history=1), epochs=40, also=take)
     s = check_probe(probe)  # the screenshots were taken while fit ran, at epoch >= 2
     assert s["epoch"] >= 2 and len(history.epoch) < 40
-    assert page_drawn(shots["daskfeed"]), ink(shots["daskfeed"])
-    assert plots_drawn(shots["status"]), ink(shots["status"])
+    (page, text), (status, _) = shots["daskfeed"], shots["status"]
+    (tmp_path / "daskfeed.txt").write_text(text)  # kept beside the screenshots
+    seen = _read(text)
+    assert all(seen.values()), (seen, text)  # every figure a person looks for, as rendered
+    assert 2 <= int(re.search(SEEN["epoch"], text).group(1)) <= 40, seen
+    assert page_drawn(page, text), ink(page)
+    assert plots_drawn(status, ""), ink(status)
     keep = os.environ.get("DASKFEED_SCREENSHOT_DIR")
     if keep:
         os.makedirs(keep, exist_ok=True)
-        for png in shots.values():
+        for png in (page, status, tmp_path / "daskfeed.txt"):
             shutil.copy(png, keep)
