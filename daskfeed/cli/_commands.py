@@ -306,7 +306,7 @@ def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> No
 
 @cli.group(name="cache")
 def cache_group() -> None:
-    """Show and remove the parse cache on this machine (one entry per data set)."""
+    """Show and remove the parse cache on this machine (one entry per part of a data set's files)."""
 
 
 _CACHE_ROOT = click.option("--cache", "root", type=click.Path(file_okay=False), default=None,
