@@ -30,7 +30,8 @@ from daskfeed.reading import Part, Source
 
 __all__ = ["PartRecord", "ScanStore", "changes_line", "data_key"]
 
-RECORD_VERSION = 1  # of a part's record (a record of another version is scanned again)
+# of what a record holds: bump it when the statistics change (old records are then scanned again)
+RECORD_VERSION = 1
 
 # a part's scan results: {"facts": [facts of each block], "stats": its merged statistics}
 PartRecord = dict[str, Any]
