@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from daskfeed.cache._blocks import default_root, forget_entry
 from daskfeed.cache._evict import REMOVING
+from daskfeed.reading import FileInfo, stat_file
 
 __all__ = ["CacheEntry", "clear", "gone_entries", "list_entries"]
 
@@ -110,23 +111,14 @@ def gone_entries(root: str | os.PathLike[str] | None = None,
     list of CacheEntry
         Largest first.
     """
-    import fsspec
-
     out = []
     for entry in list_entries(root):
         for path, size, mtime, etag in entry.files:
-            fs, stripped = fsspec.core.url_to_fs(path, **(storage_options or {}))
             try:
-                info = fs.info(stripped)
-            except FileNotFoundError:
-                out.append(entry)
-                break
+                now = stat_file(path, storage_options)
             except Exception:
                 break  # not known to be gone: kept
-            now = info.get("mtime") or info.get("LastModified") or 0
-            now = now.timestamp() if hasattr(now, "timestamp") else float(now)
-            if int(info.get("size") or 0) != size or now != mtime or (
-                    etag and str(info.get("ETag") or "").strip('"') != etag):
+            if now != FileInfo(path, size, mtime, etag):
                 out.append(entry)
                 break
     return out

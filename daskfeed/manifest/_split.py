@@ -118,9 +118,7 @@ def block_sizes(src: Source) -> list[int]:
     list of int
         One size per block, in block order.
     """
-    if src.frame is not None:
-        return [1] * src.npartitions
-    return [b.length if b.length >= 0 else src.files[b.file_index].size for b in src.blocks]
+    return src.block_sizes()  # computed once per source: scan tasks ask for it per part
 
 
 def _split_rank(seed: int, key: str) -> int:

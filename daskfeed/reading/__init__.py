@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         protocol,
         refuse_missing_local,
         relist,
+        stat_file,
     )
     from daskfeed.reading._nulls import NA_MARKERS, count_by_part, na_counts
     from daskfeed.reading._parts import Part, file_key
@@ -28,12 +29,12 @@ if TYPE_CHECKING:
 __all__ = ["NA_MARKERS", "Block", "FileInfo", "Part", "ReadOptions", "Run", "SmallFiles", "Source",
            "compression_of", "count_by_part", "expand_paths", "file_key", "is_parquet", "iter_tables",
            "line_number", "na_counts", "open_file", "protocol", "read_options", "refuse_missing_local",
-           "relist"]
+           "relist", "stat_file"]
 
 __getattr__, __dir__ = attach(__name__, {
     "Block": "_files", "FileInfo": "_files", "compression_of": "_files", "expand_paths": "_files",
     "is_parquet": "_files", "protocol": "_files", "refuse_missing_local": "_files",
-    "relist": "_files",
+    "relist": "_files", "stat_file": "_files",
     "Part": "_parts", "file_key": "_parts",
     "NA_MARKERS": "_nulls", "count_by_part": "_nulls", "na_counts": "_nulls",
     "line_number": "_records",

@@ -393,6 +393,34 @@ def make_blocks(files: Sequence[FileInfo], blocksize: int) -> list[Block]:
 
 
 
+def stat_file(path: str, storage_options: dict[str, Any] | None = None) -> FileInfo | None:
+    """The file ``path`` as it is now (None: gone), asked afresh (not an object store's cache).
+
+    Parameters
+    ----------
+    path
+        A path or URL, as listed.
+    storage_options
+        Passed to fsspec.
+
+    Returns
+    -------
+    FileInfo or None
+        Its size, mtime and ETag.
+
+    Raises
+    ------
+    Exception
+        What the storage raises when it cannot tell (no credentials, no network).
+    """
+    fs, stripped = fsspec.core.url_to_fs(path, **(storage_options or {}))
+    fs.invalidate_cache(stripped)
+    try:
+        return _file_info(path, fs.info(stripped))
+    except FileNotFoundError:
+        return None
+
+
 def relist(items: Sequence[str], storage_options: dict[str, Any] | None = None) -> dict[str, FileInfo]:
     """The files of ``items`` as they are now, by path (to find one that changed while read).
 

@@ -94,6 +94,7 @@ class Source:
         self.files: list[FileInfo] = []
         self._fingerprint: str | None = None
         self._parts: list[Part] | None = None
+        self._sizes: list[int] | None = None
         self.given: list[str] = []  # the paths and globs as given (names the data set)
         if _is_dask_frame(data):
             self.frame = data
@@ -162,6 +163,19 @@ class Source:
         if opts["decimal"] == ".":  # the same fingerprints as before the setting existed
             opts.pop("decimal")
         return opts
+
+    def block_sizes(self) -> list[int]:
+        """Bytes of every block (a whole file: its size; a block of a dask DataFrame: 1).
+
+        Returns
+        -------
+        list of int
+            One size per block, in block order; computed once (read only).
+        """
+        if self._sizes is None:
+            self._sizes = [1] * self.npartitions if self.frame is not None else [
+                b.length if b.length >= 0 else self.files[b.file_index].size for b in self.blocks]
+        return self._sizes
 
     def parts(self) -> list[Part]:
         """The files in :class:`~daskfeed.reading._parts.Part` s: what the scan and the cache keep.

@@ -499,8 +499,8 @@ def build_manifest(src: Source, label: str, facts: list[BlockFacts], stats: Stat
         for b, f in zip(src.blocks, facts, strict=False)
     ]
     scanned = [i for i, f in enumerate(facts) if not f.get("unscanned")]
-    nbytes = src.nbytes if split is None or src.frame is not None else sum(
-        block_sizes(src)[i] for i in scanned)
+    sizes = block_sizes(src)
+    nbytes = src.nbytes if split is None or src.frame is not None else sum(sizes[i] for i in scanned)
     return Manifest(
         fingerprint=fingerprint, label=label, task=task, num_classes=num_classes, columns=columns,
         blocks=partitions, rows=label_rows, label_missing=rows_total - label_rows,
