@@ -191,23 +191,35 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     need = estimate_bytes(source, fits[0])
     state = (f"{reused:,} of {source.npartitions:,} blocks cached" if reused else
              f"~{need / 1e9:.2f} GB to write {fits[0] or 'uncompressed'}, {free / 1e9:.0f} GB free")
-    formats = sorted({r[3] for r in results if r[3] is not None})
-    if formats:
-        state += (f"; an entry in cache format {', '.join(map(str, formats))} was removed and is "
-                  f"rebuilt in format {CACHE_VERSION}")
-    from dask.utils import format_bytes  # (dask is not loaded by `import daskfeed`)
-
-    evicted = sum(r[4][0] for r in results)
-    if evicted:
-        state += (f"; {evicted:,} least recently used entr{'y' if evicted == 1 else 'ies'} of other "
-                  f"data ({format_bytes(sum(r[4][1] for r in results))}) evicted to stay under "
-                  f"daskfeed.cache-max-size")
-    if max_size is not None and max(r[4][2] for r in results) > max_size:
-        state += (f"; {format_bytes(max(r[4][2] for r in results))} kept, over "
-                  f"daskfeed.cache-max-size ({format_bytes(max_size)}): the rest is in use")
+    state += _removed(results, max_size)
     cache = BlockCache(base, tuple(p.key for p in source.parts()),
                        tuple(p.blocks[0] for p in source.parts()), fits[0], lease=tag)
     return cache, f"cache: {where} ({state})"
+
+
+def _removed(results: list[tuple], max_size: int | None) -> str:
+    """What :func:`_prepare` removed on the workers, as the end of the cache's line ("" if nothing).
+
+    Entries of another cache format, rebuilt; entries evicted for ``daskfeed.cache-max-size``, or
+    the bytes kept over it because the rest is in use.
+    """
+    from dask.utils import format_bytes  # (dask is not loaded by `import daskfeed`)
+
+    said = ""
+    formats = sorted({r[3] for r in results if r[3] is not None})
+    if formats:
+        said += (f"; an entry in cache format {', '.join(map(str, formats))} was removed and is "
+                 f"rebuilt in format {CACHE_VERSION}")
+    evicted = sum(r[4][0] for r in results)
+    if evicted:
+        said += (f"; {evicted:,} least recently used entr{'y' if evicted == 1 else 'ies'} of other "
+                 f"data ({format_bytes(sum(r[4][1] for r in results))}) evicted to stay under "
+                 f"daskfeed.cache-max-size")
+    kept = max(r[4][2] for r in results)
+    if max_size is not None and kept > max_size:
+        said += (f"; {format_bytes(kept)} kept, over daskfeed.cache-max-size "
+                 f"({format_bytes(max_size)}): the rest is in use")
+    return said
 
 
 def _on_workers(client: Client, args: tuple) -> list[tuple]:
