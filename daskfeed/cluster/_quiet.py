@@ -1,0 +1,90 @@
+"""A worker's close, quiet: no traceback for the heartbeat that its own close cut off.
+
+``Worker.close`` (distributed 2026.7, ``worker.py``) stops the heartbeat's periodic callback,
+then closes the worker's connections (``rpc.close``). A heartbeat sent just before, whose answer
+has not come yet, fails there with ``CommClosedError``, and ``Worker.heartbeat`` logs that as an
+error with its traceback ("Failed to communicate with scheduler during heartbeat."). Closing the
+workers before the scheduler does not help: a LocalCluster already does (``SpecCluster._close``
+retires and closes them first), and the connection is cut on the worker's side. The window is
+as long as the scheduler takes to answer, which on a busy machine (the scheduler shares the
+trainer's process and cores, and workers heartbeat every 0.5 s) is long enough that a healthy
+script's exit printed a traceback now and then.
+
+Nothing is lost there (the worker is going away), so :class:`ClosingHeartbeat` drops exactly
+that record: the heartbeat's failure is a closed connection and the worker that sent it was
+already closing. A heartbeat that fails while its worker runs is still logged, traceback and all.
+:class:`QuietClose` installs it in every worker of a cluster daskfeed is handed.
+"""
+
+from __future__ import annotations
+
+import logging
+from types import TracebackType
+from typing import Any
+
+from distributed.diagnostics.plugin import WorkerPlugin
+
+__all__ = ["HEARTBEAT_CUT", "ClosingHeartbeat", "QuietClose", "install"]
+
+#: the start of what distributed logs when a worker's heartbeat fails to reach the scheduler
+HEARTBEAT_CUT = "Failed to communicate with scheduler during heartbeat"
+_CLOSING = frozenset({"closing", "closed"})  # distributed's Status names once close began
+
+
+class ClosingHeartbeat(logging.Filter):
+    """Drop the traceback of a heartbeat cut off by its own worker's close; keep every other."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Whether ``record`` is logged (False only for a heartbeat cut off by its worker's close).
+
+        Parameters
+        ----------
+        record
+            A record of the ``distributed.worker`` logger.
+
+        Returns
+        -------
+        bool
+            False for a heartbeat's closed connection whose worker was closing, else True.
+        """
+        if not record.exc_info or not str(record.msg).startswith(HEARTBEAT_CUT):
+            return True
+        _, err, tb = record.exc_info
+        if not isinstance(err, OSError):  # CommClosedError is one; anything else is a real error
+            return True
+        worker = _heartbeat_of(tb)
+        return worker is None or getattr(worker.status, "name", None) not in _CLOSING
+
+
+def _heartbeat_of(tb: TracebackType | None) -> Any:
+    """The worker whose ``heartbeat`` coroutine is in traceback ``tb`` (None if none is)."""
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "heartbeat" and hasattr(frame.f_locals.get("self"), "status"):
+            return frame.f_locals["self"]
+        tb = tb.tb_next
+    return None
+
+
+def install() -> None:
+    """Add :class:`ClosingHeartbeat` to ``distributed.worker``'s logger (once per process)."""
+    log = logging.getLogger("distributed.worker")
+    if not any(isinstance(f, ClosingHeartbeat) for f in log.filters):
+        log.addFilter(ClosingHeartbeat())
+
+
+class QuietClose(WorkerPlugin):
+    """Installs :class:`ClosingHeartbeat` in each worker's process (those that join later too)."""
+
+    idempotent = True  # registered again (another sequence on the same cluster): nothing to do
+    name = "daskfeed-quiet-close"
+
+    def setup(self, worker: Any) -> None:
+        """Install the filter in the process of ``worker``.
+
+        Parameters
+        ----------
+        worker
+            The worker being set up.
+        """
+        install()
