@@ -257,12 +257,14 @@ def scheduler_and_security(kw: dict[str, Any]) -> tuple[str | None, Security | N
     scheduler_file = kw.pop("scheduler_file")
     scheduler = kw.pop("scheduler") or scheduler_file
     security = make_security(kw.pop("tls_ca_file"), kw.pop("tls_cert"), kw.pop("tls_key"))
-    # a lost scheduler makes the client log each reconnect attempt with a traceback; daskfeed
-    # reports the loss itself, once, naming the window (ClusterError). After distributed's import,
-    # which configures its loggers.
+    # a lost scheduler makes the client log each reconnect attempt with a traceback, and its
+    # batched stream the write it was doing when the connection broke ("Batched Comm Closed", at
+    # INFO with a traceback); daskfeed reports the loss itself, once, naming the window
+    # (ClusterError). After distributed's import, which configures its loggers.
     import distributed  # noqa: F401
 
     logging.getLogger("distributed.client").setLevel(logging.CRITICAL)
+    logging.getLogger("distributed.batched").setLevel(logging.WARNING)  # its errors still show
     if security is not None and not scheduler:
         raise click.UsageError("--tls-ca-file/--tls-cert/--tls-key need --scheduler or --scheduler-file")
     return scheduler, security
