@@ -248,8 +248,15 @@ def test_three_trainers_killed_then_resumed_by_two_train_each_row_once(id_data, 
     from daskfeed.checkpoint._store import CheckpointStore
 
     batch, log = 200, tmp_path / "batches.jsonl"
-    (tmp_path / "rec.py").write_text(textwrap.dedent(RECORDING_BUILDER.format(
-        log=str(log), delay=0.3, features=RECORDED_FEATURES)))
+
+    def builder(hold_at: int | None) -> None:
+        (tmp_path / "rec.py").write_text(textwrap.dedent(RECORDING_BUILDER.format(
+            log=str(log), delay=0.3, features=RECORDED_FEATURES, hold_at=hold_at)))
+
+    # each of the 3 trainers stands after 12 of its 22 batches of epoch 0 until it is killed:
+    # however unevenly a busy machine runs them, none ends its run before rank 0's checkpoint
+    # at batch 8 or 12 (every 4) and all are past it when they are killed
+    builder(hold_at=12)
     sf = str(tmp_path / "scheduler.json")
     sched_cmd, worker_cmd = compose_commands(sf)
     dask = str(BIN / "dask")
@@ -316,6 +323,7 @@ def test_three_trainers_killed_then_resumed_by_two_train_each_row_once(id_data, 
             mine = [ids for p, ids in first if p == pid]
             assert len(mine) >= k
             committed += mine[:k]
+        builder(hold_at=None)  # the resumed run trains to its end
         two = trainers(2, "--resume")
         procs += two
         for r, p in enumerate(two):

@@ -304,7 +304,7 @@ def test_cli_sigkill_mid_epoch_then_resume_trains_every_row_exactly_once(id_data
     from daskfeed.checkpoint._store import CheckpointStore
 
     log = tmp_path / "batches.jsonl"
-    builder = RECORDING_BUILDER.format(log=str(log), delay=0.04, features=FEATURES)
+    builder = RECORDING_BUILDER.format(log=str(log), delay=0.04, features=FEATURES, hold_at=None)
     (tmp_path / "rec.py").write_text(textwrap.dedent(builder))
     out = tmp_path / "out"
     args = ["train", id_data.train_glob, "--label", "cleared", "--epochs", "2", "--batch-size",
