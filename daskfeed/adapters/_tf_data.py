@@ -58,6 +58,7 @@ __all__ = ["CHUNK_BYTES", "WindowFeed", "uses_windows"]
 CHUNK_BYTES = 8 * 2**20  # encoded bytes per chunk, at most
 QUEUED = 2  # chunks waiting in TensorFlow's queue, at most
 _TAGS = 4  # each queued chunk: pass, epoch, index, error text; then its arrays
+_ROOM_LOOK = 0.01  # seconds between looks at the queue's room for a stop's error chunk
 
 
 class _Closed(Exception):
@@ -295,8 +296,8 @@ class WindowFeed:
                                          "other feeds, and do not call set_epoch while fit reads."))
         except DaskfeedError as err:
             self._fail(err)
-        except Aborted:  # the process is stopping (a signal, a stop request): its main thread
-            return  # unwinds fit and closes the feed; a chunk queued now could block the exit
+        except Aborted as err:  # the process is stopping (a signal, a stop request)
+            self._abort(err)
         except Exception as err:  # a bug of ours: fit gets it as an error, never waits forever
             failure = DaskfeedError(f"The tf.data feed stopped on an unexpected error. Received: "
                                     f"{type(err).__name__}: {err}\nHint: fit with "
@@ -349,6 +350,29 @@ class WindowFeed:
         """Queue an error for the next pass: its ``fit`` raises with ``text``."""
         empty = [np.zeros((0, 0, *inner), dtype) for dtype, inner in self._arrays]
         self._put(-1, -1, -1, empty, error=f"daskfeed: {text}")
+
+    def _abort(self, err: Aborted) -> None:
+        """Hand a stop to ``fit``: an error chunk, queued once there is room (never blocking).
+
+        ``fit`` may wait in the queue's dequeue inside TensorFlow, every chunk queued read: there
+        a signal's Python handler never runs (it runs between bytecodes of the main thread) and
+        nothing else would come, so the error chunk is what brings ``fit`` back to Python, where
+        the handler raises (a stop request without a signal: ``fit`` raises the chunk's error).
+        On a busy machine that is where SIGTERM found the trainer, which then waited for good.
+        While the queue is full ``fit`` has chunks to read and returns to Python between steps;
+        an enqueue then could block inside TensorFlow for good (``fit`` unwinding reads no more),
+        so the room is looked at until the feed is closed.
+        """
+        import time
+
+        while not self._closed:
+            if int(self._queue.size()) < QUEUED:  # only this thread enqueues: it will not block
+                try:
+                    self._put_error(str(err))
+                except _Closed:
+                    pass
+                return
+            time.sleep(_ROOM_LOOK)  # the queue's room, looked at (a state, not a duration)
 
     def _fail(self, err: DaskfeedError) -> None:
         """Keep ``err`` for ``train`` and hand its text to whatever pass reads next."""

@@ -216,3 +216,69 @@ def test_jax_feeds_batches_and_refuses_the_window_feed():
     assert proc.returncode != 0
     assert "SchemaError: Expected the TensorFlow backend with feed='windows'" in proc.stderr, \
         proc.stderr[-2000:]
+
+
+def test_a_stop_reaches_a_reader_waiting_in_the_queue(id_data, client, tmp_path):
+    """A stop request while the dataset's reader waits inside TensorFlow on an empty queue (every
+    chunk read, the next window stuck on a file that never yields a byte): the reader gets an
+    error saying so at once, not a wait for good (it used to: the producer ended silently, and
+    a signal's handler never runs while the main thread is inside TensorFlow)."""
+    import shutil
+    import sys
+    import threading
+    import time
+
+    from helpers import wait_for
+
+    from daskfeed.core import Stop
+
+    src = id_data.train_glob.split("*")[0]
+    for f in sorted(__import__("pathlib").Path(src).rglob("*.csv")):
+        shutil.copy(f, tmp_path / f.name)
+    stop = Stop()
+    seq = daskfeed.DaskSequence(str(tmp_path / "*.csv"), label="cleared", client=client,
+                                batch_size=BATCH, window_rows=1400, cache=False, seed=1,
+                                timeout=120, stop=stop)
+    plan = seq.plan
+    others = {seq.source.blocks[p].path for w in plan.windows[:-1] for p in w.blocks}
+    victim = next(seq.source.blocks[p].path for p in plan.windows[-1].blocks
+                  if seq.source.blocks[p].path not in others)
+    os.remove(victim)
+    os.mkfifo(victim)
+    outcome: list = []
+
+    def read() -> None:
+        try:
+            for _ in seq.to_tf_dataset():
+                pass
+            outcome.append("ended")
+        except BaseException as err:  # recorded, asserted below
+            outcome.append(err)
+
+    def producer_waits() -> bool:  # the feed's producer waits for the FIFO's window
+        for frame in sys._current_frames().values():
+            while frame is not None:
+                if frame.f_code.co_name == "_abort" or (
+                        frame.f_code.co_name == "_wait"
+                        and frame.f_code.co_filename.endswith(os.path.join("batches", "_prefetch.py"))):
+                    return True
+                frame = frame.f_back
+        return False
+
+    reader = threading.Thread(target=read, daemon=True)
+    try:
+        reader.start()
+        wait_for(producer_waits, 120, "the feed to wait for the FIFO's window")
+        t0 = time.monotonic()
+        stop.request()
+        reader.join(60)
+        took = time.monotonic() - t0
+        assert not reader.is_alive(), "the reader still waits in the queue after the stop"
+        assert len(outcome) == 1 and "stopping" in str(outcome[0]), outcome
+        assert took < 30, took
+    finally:
+        seq.close()
+        try:  # the worker reading the FIFO gets its end of file
+            os.close(os.open(victim, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
