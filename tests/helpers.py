@@ -33,6 +33,13 @@ def wait_for(condition: Callable[[], Any], timeout: float, what: str | Callable[
         time.sleep(interval)  # polling interval
 
 
+def load_factor() -> float:
+    """How much busier than its cores the machine is now: the 1-minute load average per core,
+    at least 1. A bound on a duration the machine's speed sets (a process's exit, not an event
+    the test can wait on) is multiplied by it, so it holds beside other work (CI, a CPU hog)."""
+    return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+
+
 def wait_for_scheduler_file(path: str, proc: subprocess.Popen, timeout: float = 60) -> None:
     """Wait until ``proc`` (a starting ``dask scheduler``) has written its scheduler file."""
     def written() -> bool:

@@ -20,12 +20,13 @@ import time
 
 import numpy as np
 import pytest
+from helpers import load_factor
 
 import daskfeed
 from daskfeed import SchemaError
 
 ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
-EXIT_WITHIN = 10.0  # seconds from fit's return to the end of the process
+EXIT_WITHIN = 10.0  # seconds from fit's return to the end of the process (times load_factor())
 
 # Trains with EarlyStopping (stops after epoch 2 of 5), prints FIT_DONE <time> <epochs>, then ends
 # the way MODE says: close both / close nothing / close the client first / `with` block / close
@@ -162,7 +163,8 @@ def _check_clean_exit(tmp_path: pathlib.Path, data: str, mode: str) -> tuple[flo
     delay = _exit_delay(out, ended, 0 if mode == "raises" else 2)
     assert "Traceback" not in err, err[-4000:]
     assert "cannot schedule new futures" not in err, err[-4000:]
-    assert delay < EXIT_WITHIN, f"exited {delay:.1f}s after fit returned\n{err[-3000:]}"
+    bound = EXIT_WITHIN * load_factor()  # on a busy machine the same exit takes longer
+    assert delay < bound, f"exited {delay:.1f}s after fit returned (bound {bound:.1f}s)\n{err[-3000:]}"
     return delay, out
 
 
