@@ -34,7 +34,7 @@ from daskfeed.cli._flags import (
     train_options,
 )
 from daskfeed.cluster import ClusterSpec, close_client
-from daskfeed.core import Aborted, DaskfeedError, SchemaError, Stop, config
+from daskfeed.core import Aborted, DaskfeedError, SchemaError, Stop, config, raise_outside
 from daskfeed.training import TrainOptions
 
 
@@ -45,6 +45,10 @@ class Terminated(KeyboardInterrupt):
 def _on_sigterm(signum: int, frame: Any) -> None:
     # once: a second SIGTERM while shutting down must not abort the shutdown itself
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise_outside(_terminate, frame)  # not inside a gc callback, where it would be dropped
+
+
+def _terminate(frame: Any) -> None:
     raise Terminated
 
 

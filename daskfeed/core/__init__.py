@@ -29,7 +29,15 @@ if TYPE_CHECKING:
         refuse_setting,
         warn_user,
     )
-    from daskfeed.core._lifecycle import PROCESS_STOP, SETTLE, Aborted, Stop, close_at_exit, run_at_exit
+    from daskfeed.core._lifecycle import (
+        PROCESS_STOP,
+        SETTLE,
+        Aborted,
+        Stop,
+        close_at_exit,
+        raise_outside,
+        run_at_exit,
+    )
     from daskfeed.core._rss import RSSSampler, tree_rss
     from daskfeed.core._text import duration
 
@@ -58,6 +66,7 @@ __all__ = [
     "config",
     "duration",
     "fsync",
+    "raise_outside",
     "refuse",
     "refuse_setting",
     "replace",
@@ -79,7 +88,7 @@ __getattr__, __dir__ = attach(__name__, {
     "ManifestMismatchError": "_exceptions", "SchemaError": "_exceptions", "refuse_setting": "_exceptions",
     "warn_user": "_exceptions",
     "Aborted": "_lifecycle", "PROCESS_STOP": "_lifecycle", "SETTLE": "_lifecycle", "Stop": "_lifecycle",
-    "close_at_exit": "_lifecycle", "run_at_exit": "_lifecycle",
+    "close_at_exit": "_lifecycle", "raise_outside": "_lifecycle", "run_at_exit": "_lifecycle",
     "RSSSampler": "_rss", "tree_rss": "_rss",
     "duration": "_text",
 }, modules={"config": "_config"})

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Protocol
 
-__all__ = ["PROCESS_STOP", "Aborted", "Stop", "close_at_exit", "run_at_exit"]
+__all__ = ["PROCESS_STOP", "Aborted", "Stop", "close_at_exit", "raise_outside", "run_at_exit"]
 
 STOP_GRACE = 2.0  # a wait that begins this soon after SIGINT / SIGTERM still ends at once
 SETTLE = 2.0  # seconds the exit hook lets open prefetchers finish gathers in progress
@@ -102,25 +102,70 @@ _SIGNALS = _StopSignals()
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
-    """Python's own SIGINT handler (KeyboardInterrupt), held back inside TensorFlow's errors.
+    """Python's own SIGINT handler (KeyboardInterrupt), raised where it is not lost or mangled.
 
-    Ctrl-C while ``fit`` waits for a batch: the wait ends (:class:`Aborted`), TensorFlow turns
-    that into an error, and the main thread's first Python code is that error's ``__init__``,
-    run by pybind11 while it builds the exception. A KeyboardInterrupt raised there comes out
-    as pybind11's ``RuntimeError: ... MISMATCH of original and normalized active exception
-    types``, which ``except KeyboardInterrupt`` misses. There it is raised at the first call or
-    return outside the error's making instead (a profile hook of this thread, removed then).
+    See :func:`raise_outside`.
     """
-    if not _inside_tf_error(frame):
-        signal.default_int_handler(signum, frame)
+    raise_outside(lambda at: signal.default_int_handler(signum, at), frame)
+
+
+def raise_outside(raise_: Callable[[FrameType | None], None], frame: FrameType | None) -> None:
+    """Call ``raise_(frame)`` (a signal handler's raise) now, or where its exception survives.
+
+    A signal's Python handler runs between any two bytecodes of the main thread; an exception
+    it raises in some places never reaches the code that was running:
+
+    - TensorFlow's making of an error. Ctrl-C while ``fit`` waits for a batch: the wait ends
+      (:class:`Aborted`), TensorFlow turns that into an error, and the main thread's first
+      Python code is that error's ``__init__``, run by pybind11 while it builds the exception.
+      A KeyboardInterrupt raised there comes out as pybind11's ``RuntimeError: ... MISMATCH of
+      original and normalized active exception types``, which ``except KeyboardInterrupt``
+      misses.
+    - A garbage collector's callback (``gc.callbacks``, e.g. distributed's ``GCDiagnosis``):
+      Python prints "Exception ignored in ..." with a traceback and drops the exception (a
+      SIGTERM during a collection printed one).
+
+    There it is raised at the first call or return outside them instead (a profile hook of
+    this thread, removed then).
+
+    Parameters
+    ----------
+    raise_
+        Raises the exception, given the frame it is raised in.
+    frame
+        The frame the signal interrupted (the handler's second argument).
+    """
+    if not _raise_lost_in(frame):
+        raise_(frame)
+        return
     previous = sys.getprofile()
 
     def once_out(at: FrameType, event: str, arg: object) -> None:
-        if not _inside_tf_error(at):
+        if not _raise_lost_in(at):
             sys.setprofile(previous)
-            signal.default_int_handler(signum, at)
+            raise_(at)
 
     sys.setprofile(once_out)
+
+
+def _raise_lost_in(frame: FrameType | None) -> bool:
+    """Whether an exception raised in ``frame`` would be lost or mangled (:func:`raise_outside`)."""
+    return _inside_tf_error(frame) or _inside_gc_callback(frame)
+
+
+def _inside_gc_callback(frame: FrameType | None) -> bool:
+    """Whether ``frame`` (or one of its few callers) is a garbage collector's callback."""
+    import gc
+
+    codes = {getattr(getattr(cb, "__func__", cb), "__code__", None) for cb in gc.callbacks}
+    codes.discard(None)
+    for _ in range(6):
+        if frame is None or not codes:
+            return False
+        if frame.f_code in codes:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _inside_tf_error(frame: FrameType | None) -> bool:
