@@ -139,6 +139,7 @@ class Prepared:
                                partition_cache=self.cache, progress=progress, split=st.split)
         manifest.check_settings(self.source, label=st.label, vocabulary_size=st.vocabulary_size,
                                 split=st.split)
+        self.source.use_splits(manifest.splits)  # its files' blocks where the scan read them
         manifest.warn_notes()  # what the scan said still holds: say it again
         return manifest
 

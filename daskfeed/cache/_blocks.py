@@ -280,6 +280,26 @@ class BlockCache:
         else:
             client.run(_release, *args, on_error="ignore")
 
+    def forget_part(self, index: int, client: Any = None) -> None:
+        """Remove what is kept of the part of block ``index`` (on every worker; None: here).
+
+        For a part whose blocks were read at record starts found wrong (see
+        :meth:`daskfeed.reading._source.Source.split_exactly`): what was written of it is removed
+        and forgotten by every process, so it is parsed and written again.
+
+        Parameters
+        ----------
+        index
+            A block of the part.
+        client
+            The ``distributed.Client`` whose workers hold the cache.
+        """
+        if client is None:
+            _forget_part(self, index)
+        else:
+            client.run(_forget_part, self, index, on_error="ignore")
+            _forget_part(self, index)
+
     def cached_blocks(self) -> int:
         """Number of complete blocks in the cache.
 
@@ -289,6 +309,18 @@ class BlockCache:
             The blocks complete in the cache.
         """
         return sum(len(_index(d, refresh=True)) for d in self.directories())
+
+
+def _forget_part(cache: BlockCache, index: int) -> None:
+    """Remove the markers, then the files, that the writers left in block ``index``'s part."""
+    directory = cache.place(index)[0]
+    with contextlib.suppress(OSError):
+        names = sorted(os.listdir(directory), key=lambda n: not n.endswith(".json"))
+        for name in names:  # markers first: a block is then no longer found while files go
+            if name.startswith("g"):
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(directory, name))
+    forget_entry(directory)
 
 
 def _release(root: str | None, parts: tuple[str, ...], tag: str) -> None:

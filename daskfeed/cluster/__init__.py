@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         client_status,
         drop,
         explain,
+        gathered_map,
         result,
         result_unless_paused,
         settle,
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["MAX_BLOCKSIZE", "MIN_WORKER", "TRAINER_RESERVE", "WATCH", "WINDOW_BYTES", "Budget",
            "ClusterSpec", "Owner", "WindowCancelled", "acquire_client", "check_worker_memory",
            "client_context", "client_status", "close_client", "connect", "default_memory_limit",
-           "default_nworkers", "drop", "explain", "make_security", "open_cluster",
+           "default_nworkers", "drop", "explain", "gathered_map", "make_security", "open_cluster",
            "parse_memory_limit", "refuse_multiprocessing", "result", "result_unless_paused",
            "settle", "start_local_cluster", "wait_for"]
 
@@ -55,7 +56,8 @@ __getattr__, __dir__ = attach(__name__, {
     "_budget", "WINDOW_BYTES": "_budget", "check_worker_memory": "_budget", "default_memory_limit":
     "_budget", "default_nworkers": "_budget", "parse_memory_limit": "_budget",
     "WATCH": "_futures", "WindowCancelled": "_futures", "client_status": "_futures", "drop": "_futures",
-    "explain": "_futures", "result": "_futures", "result_unless_paused": "_futures",
+    "explain": "_futures", "gathered_map": "_futures", "result": "_futures",
+    "result_unless_paused": "_futures",
     "settle": "_futures", "wait_for": "_futures",
     "Owner": "_owner", "refuse_multiprocessing": "_owner",
     "connect": "_remote", "make_security": "_remote",

@@ -25,8 +25,8 @@ from daskfeed.core import (
     Stop,
 )
 
-__all__ = ["WindowCancelled", "client_status", "drop", "explain", "result", "result_unless_paused",
-           "settle", "wait_for"]
+__all__ = ["WindowCancelled", "client_status", "drop", "explain", "gathered_map", "result",
+           "result_unless_paused", "settle", "wait_for"]
 
 WATCH = 0.01  # seconds between looks at a future in flight
 PAUSED_PATIENCE = 60.0  # seconds every worker may stay paused before result_unless_paused gives up
@@ -267,3 +267,27 @@ def explain(err: BaseException, what: str, client: Any = None) -> BaseException:
         )
     new.__cause__ = err
     return new
+
+
+def gathered_map(client: Any) -> Callable[..., list[Any]]:
+    """``map`` on the cluster: ``fn`` on each item of the iterables at once, the results in order.
+
+    Parameters
+    ----------
+    client
+        The ``distributed.Client``.
+
+    Returns
+    -------
+    callable
+        ``(fn, *iterables) -> list``; its futures are released once gathered.
+    """
+    def run(fn: Callable[..., Any], *iterables: Any) -> list[Any]:
+        futures = client.map(fn, *iterables, pure=False)
+        try:
+            return list(client.gather(futures))
+        finally:
+            for f in futures:
+                f.release()
+
+    return run

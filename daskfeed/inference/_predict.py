@@ -27,6 +27,7 @@ from daskfeed.cluster import (
     close_client,
     default_memory_limit,
     default_nworkers,
+    gathered_map,
     parse_memory_limit,
     result_unless_paused,
 )
@@ -40,7 +41,7 @@ from daskfeed.inference._scoring import (
     score_block,
 )
 from daskfeed.manifest import Manifest
-from daskfeed.reading import Source, refuse_missing_local
+from daskfeed.reading import Block, Source, SplitError, refuse_missing_local
 
 __all__ = ["predict"]
 
@@ -116,7 +117,7 @@ def _in_order(client: Any, source: Source, scorer: Scorer, keep: tuple[str, ...]
     """Submit blocks, at most ``in_flight`` at a time, and yield their results in block order."""
     pending: deque[Any] = deque()
     token = f"{os.getpid()}-{time.monotonic_ns()}"
-    blocks = iter(enumerate(source.blocks))
+    blocks: Iterator[tuple[int, Block]] = iter(enumerate(source.blocks))
     try:
         while True:
             while len(pending) < in_flight:
@@ -130,7 +131,20 @@ def _in_order(client: Any, source: Source, scorer: Scorer, keep: tuple[str, ...]
             if not pending:
                 return
             future = pending.popleft()
-            yield result_unless_paused(future, what="the scoring of a block")
+            try:
+                result = result_unless_paused(future, what="the scoring of a block")
+            except SplitError as err:  # a speculated start failed: the rest of the file exactly
+                if err.path in source.splits:
+                    raise
+                at = int(future.key.rsplit("-", 1)[1])
+                for f in pending:
+                    f.cancel()
+                pending.clear()
+                source.split_exactly(err.path, gathered_map(client), done=at)
+                blocks = iter(list(enumerate(source.blocks))[at:])
+                token += "-exact"  # new keys: the failed ones may still be known
+                continue
+            yield result
             future.release()
     finally:
         for future in pending:
@@ -329,10 +343,12 @@ def _source(data: Any, manifest: Manifest, blocksize: int | str,
             storage_options: dict[str, Any] | None) -> Source:
     """The data, read with the options the training data were read with."""
     o = manifest.read_options or {}
-    return Source(data, blocksize=blocksize, sep=o.get("sep", ","),
-                  encoding=o.get("encoding", "utf-8"), dtype=o.get("dtype") or None,
-                  storage_options=storage_options, bad_lines=o.get("bad_lines", "error"),
-                  na_values=o.get("na_values") or None, decimal=o.get("decimal", "."))
+    source = Source(data, blocksize=blocksize, sep=o.get("sep", ","),
+                    encoding=o.get("encoding", "utf-8"), dtype=o.get("dtype") or None,
+                    storage_options=storage_options, bad_lines=o.get("bad_lines", "error"),
+                    na_values=o.get("na_values") or None, decimal=o.get("decimal", "."))
+    source.use_splits(manifest.splits)  # the training files, read where the scan read them
+    return source
 
 
 def _check_header(source: Source, run: TrainedRun, keep: Sequence[str]) -> None:

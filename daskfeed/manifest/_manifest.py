@@ -101,6 +101,9 @@ class Manifest:
     # what the scan did: files new, changed and gone since the last scan of the data, parts
     # reused (:func:`~daskfeed.scanning._store.changes_line`); "" when nothing was kept
     scan_line: str = ""
+    # files whose blocks start where the whole file says, not where each block guessed
+    # (quoted fields with line breaks: :meth:`daskfeed.reading._source.Source.use_splits`)
+    splits: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def looks_ordered(self) -> bool:

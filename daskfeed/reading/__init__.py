@@ -23,13 +23,14 @@ if TYPE_CHECKING:
     from daskfeed.reading._records import line_number
     from daskfeed.reading._small_files import Run, SmallFiles
     from daskfeed.reading._source import Source, read_options
+    from daskfeed.reading._splits import SplitError
     from daskfeed.reading._streams import open_file
     from daskfeed.reading._tables import ReadOptions, iter_tables
 
 __all__ = ["NA_MARKERS", "Block", "FileInfo", "Part", "ReadOptions", "Run", "SmallFiles", "Source",
-           "compression_of", "count_by_part", "expand_paths", "file_key", "is_parquet", "iter_tables",
-           "line_number", "na_counts", "open_file", "protocol", "read_options", "refuse_missing_local",
-           "relist", "stat_file"]
+           "SplitError", "compression_of", "count_by_part", "expand_paths", "file_key", "is_parquet",
+           "iter_tables", "line_number", "na_counts", "open_file", "protocol", "read_options",
+           "refuse_missing_local", "relist", "stat_file"]
 
 __getattr__, __dir__ = attach(__name__, {
     "Block": "_files", "FileInfo": "_files", "compression_of": "_files", "expand_paths": "_files",
@@ -40,6 +41,7 @@ __getattr__, __dir__ = attach(__name__, {
     "line_number": "_records",
     "Run": "_small_files", "SmallFiles": "_small_files",
     "Source": "_source", "read_options": "_source",
+    "SplitError": "_splits",
     "open_file": "_streams",
     "ReadOptions": "_tables", "iter_tables": "_tables",
 })

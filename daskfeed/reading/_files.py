@@ -51,12 +51,18 @@ class Block:
     """One block of the input: a byte range of one file (``length=-1``: the whole file).
 
     For a dask DataFrame input, ``path`` is ``"partition <i>"`` and ``file_index`` is ``i``.
+    A byte range's records start after the first line break outside quoted fields at or after
+    ``offset`` (speculated by each reader, :func:`daskfeed.reading._splits.record_start`), unless
+    ``start`` is set: then its records are exactly bytes ``start`` to ``stop`` (decided for the
+    whole file, :meth:`daskfeed.reading._source.Source.split_exactly`).
     """
 
     path: str
     offset: int
     length: int
     file_index: int
+    start: int = -1
+    stop: int = -1
 
     def describe(self) -> str:
         """Say which file and byte range this block covers, for error messages.
@@ -68,6 +74,8 @@ class Block:
         """
         if self.length < 0:
             return f"{self.path} (whole file)"
+        if self.start >= 0:
+            return f"{self.path} bytes {self.start}-{self.stop}"
         return f"{self.path} bytes {self.offset}-{self.offset + self.length}"
 
 

@@ -17,10 +17,9 @@ from typing import IO
 import numpy as np
 
 from daskfeed.core import DataError, SchemaError
-from daskfeed.reading._files import Block
 
 __all__ = ["Quotes", "line_number", "parse_header", "quote_limit", "record_buffers",
-           "refuse_open_quote", "unclosed_quote"]
+           "unclosed_quote"]
 
 _BOM = b"\xef\xbb\xbf"
 
@@ -73,38 +72,6 @@ def parse_header(line: bytes, sep: str, path: str, encoding: str = "utf-8") -> l
                 "model's inputs).")
         seen[name] = i
     return names
-
-
-def refuse_open_quote(f: IO[bytes], block: Block, body: bytes, body_start: int, sep: str) -> None:
-    """Raise :class:`DataError` when a quoted field is open at the end of a byte range.
-
-    Parameters
-    ----------
-    f
-        The open file (read again only to count lines).
-    block
-        The byte range.
-    body
-        Its text; ``body[0]`` is at byte ``body_start`` of the file.
-    body_start
-        Where ``body`` starts in the file.
-    sep
-        The delimiter.
-
-    Raises
-    ------
-    DataError
-        Naming the file, the line, the byte and the range.
-    """
-    quotes = Quotes(sep)
-    quotes.scan(body, final=True)
-    if quotes.inside:
-        raise unclosed_quote(
-            block.path, body, quotes.opened, body_start, line_number(f, body_start), False,
-            f"is still open at the end of this part of the file, {block.describe()} (files "
-            "are read in byte ranges cut at line breaks)",
-            "If the file has quoted fields with line breaks in them, pass a blocksize larger "
-            "than the file (--blocksize) so it is read whole.")
 
 
 def line_number(f: IO[bytes], offset: int, most: int = 256 * 2**20) -> int | None:

@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -29,7 +29,8 @@ from daskfeed.reading._files import (
     reason,
 )
 from daskfeed.reading._parts import Part, file_key, make_parts
-from daskfeed.reading._records import parse_header
+from daskfeed.reading._records import line_number, parse_header, unclosed_quote
+from daskfeed.reading._splits import block_transitions, chain, ends_inside, record_start
 from daskfeed.reading._streams import open_file
 from daskfeed.reading._tables import BAD_LINES, ReadOptions, frame_table
 
@@ -96,6 +97,7 @@ class Source:
         self._parts: list[Part] | None = None
         self._sizes: list[int] | None = None
         self.given: list[str] = []  # the paths and globs as given (names the data set)
+        self.splits: dict[str, dict[str, Any]] = {}  # files read at exact starts (use_splits)
         if _is_dask_frame(data):
             self.frame = data
             self.blocks: list[Block] = [
@@ -189,6 +191,93 @@ class Source:
             self._parts = [] if self.frame is not None else make_parts(
                 self.files, self.blocks, self.options.blocksize, self.options_key())
         return self._parts
+
+    def split_exactly(self, path: str, map_blocks: Callable[..., Iterable[Any]] = map,
+                      done: int | None = None) -> list[int]:
+        """Decide where the records of each block of file ``path`` start, from the whole file.
+
+        For a file whose speculated starts failed (a block ended inside a quoted field: see
+        :mod:`daskfeed.reading._splits`): each block's text is summarized (``map_blocks``, e.g. a
+        ``Client.map`` that gathers, runs :func:`~daskfeed.reading._splits.block_transitions` on
+        every block at once) and the summaries chained from the file's start. The blocks then
+        read those bytes exactly (:meth:`use_splits`).
+
+        Parameters
+        ----------
+        path
+            One of the source's files.
+        map_blocks
+            ``map``-like: ``map_blocks(fn, paths, offsets, lengths, seps, options)``.
+        done
+            The source's first block not read yet, when the blocks before it were read at their
+            speculated starts (each checked by its end): the blocks from it on start no earlier
+            than its speculated start, so no record is read twice.
+
+        Returns
+        -------
+        list of int
+            Each block's start and the file's size (see :func:`~daskfeed.reading._splits.chain`);
+            [] for a file read whole.
+
+        Raises
+        ------
+        DataError
+            When a quoted field is still open at the end of the file, naming its line and byte.
+        """
+        mine = [b for b in self.blocks if b.path == path and b.length >= 0]
+        if not mine:  # a whole file: nothing to split
+            return []
+        so = dict(self.options.storage_options)
+        found = list(map_blocks(block_transitions, [b.path for b in mine], [b.offset for b in mine],
+                                [b.length for b in mine], [self.options.sep] * len(mine),
+                                [so] * len(mine)))
+        size = self.files[mine[0].file_index].size
+        inside = False
+        for _, (from_out, from_in, _cut) in found:
+            inside = from_in if inside else from_out
+        starts = chain([first for first, _ in found], [t for _, t in found], size)
+        if inside:  # an unbalanced quote: its line and byte, from the last record's start
+            last = next(s for s in reversed(starts[:-1]) if s < size)
+            with open_file(path, so) as f:
+                f.seek(last)
+                body = f.read(size - last)
+                raise unclosed_quote(path, body, max(ends_inside(body, self.options.sep), 0), last,
+                                     line_number(f, last), False, "is never closed before the end "
+                                     "of the file")
+        k = 0 if done is None else done - next(i for i, b in enumerate(self.blocks) if b is mine[0])
+        if 0 < k < len(mine):
+            with open_file(path, so) as f:
+                spec = record_start(f, mine[k].offset, size, self.options.sep)
+            starts = starts[:k] + [max(s, spec) for s in starts[k:]]
+        info = self.files[mine[0].file_index]
+        self.use_splits({path: {"size": info.size, "mtime": info.mtime, "etag": info.etag,
+                                "starts": starts}})
+        return starts
+
+    def use_splits(self, splits: Mapping[str, Mapping[str, Any]]) -> None:
+        """Read the blocks of these files at these exact starts (see :meth:`split_exactly`).
+
+        Parameters
+        ----------
+        splits
+            Path to ``{"size", "mtime", "etag", "starts"}``: the file as it was when its starts
+            were decided, and each block's start and the file's size. A file not in the source,
+            changed since, or split into another number of blocks (another blocksize) is left
+            as it is.
+        """
+        files = {f.path: f for f in self.files}
+        for path, split in splits.items():
+            info, starts = files.get(path), split["starts"]
+            if info is None or (info.size, info.mtime, info.etag) != (
+                    split["size"], split["mtime"], split.get("etag", "")):
+                continue
+            at = [i for i, b in enumerate(self.blocks) if b.path == path and b.length >= 0]
+            if len(at) + 1 != len(starts):
+                continue
+            for k, i in enumerate(at):
+                self.blocks[i] = replace(self.blocks[i], start=int(starts[k]), stop=int(starts[k + 1]))
+            self.splits[path] = {"size": info.size, "mtime": info.mtime, "etag": info.etag,
+                                 "starts": [int(x) for x in starts]}
 
     def header(self) -> list[str]:
         """Column names, read from the first file's first line (no data parsed).

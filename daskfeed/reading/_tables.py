@@ -8,18 +8,19 @@ gets the null-marker rule and the normalized types of :mod:`daskfeed.reading._nu
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
-import fsspec
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from daskfeed.core import DataError
 from daskfeed.reading._files import Block, compression_of, is_parquet
 from daskfeed.reading._nulls import column_markers, normalize, normalize_column, with_na_counts
-from daskfeed.reading._records import Quotes, parse_header, record_buffers, refuse_open_quote, unclosed_quote
+from daskfeed.reading._records import Quotes, line_number, parse_header, record_buffers, unclosed_quote
+from daskfeed.reading._splits import SplitError, ends_inside, record_start
 from daskfeed.reading._streams import open_file
 
 if TYPE_CHECKING:
@@ -210,30 +211,52 @@ def _parquet_tables(block: Block, storage_options: dict[str, Any]) -> Iterator[p
 
 def _byte_range_table(f: IO[bytes], block: Block, header: bytes, names: list[str],
                       options: ReadOptions, rejects: list[str] | None) -> pa.Table:
-    """Parse the lines of one byte range of an uncompressed file.
+    """Parse the records of one byte range of an uncompressed file.
 
-    The range is cut at line breaks: a line belongs to the block its first byte follows
-    from, however long it is (later blocks inside it read nothing), so every line is read
-    once. A quoted field still open at the end of the range is refused: it is looked for
-    when pyarrow fails or gives fewer rows (skipped ones included) than the range has lines,
-    the only ways such a field can show.
+    Its records are those that start in it: from the first record start at or after its
+    offset to the next block's (a line belongs to the block its first byte follows from, however
+    long it is; a line break in a quoted field ends no record). Every reader speculates those
+    starts alike (:func:`~daskfeed.reading._splits.record_start`) unless the block's exact bytes
+    were decided (``block.start``). A range that ends inside a quoted field raises
+    :class:`~daskfeed.reading._splits.SplitError` where a start was speculated (the file's
+    blocks are then decided exactly); where it was not, the quote is unbalanced.
     """
-    f.seek(0)
-    body = fsspec.utils.read_block(f, block.offset, block.length, delimiter=b"\n")
-    body_start = f.tell() - len(body)
-    if block.offset == 0:
-        body, body_start = body[len(header):], len(header)
-    skipped: list[str] = [] if rejects is None else rejects
-    before = len(skipped)
+    size = f.seek(0, os.SEEK_END)
+    if block.start >= 0:
+        start, stop = block.start, block.stop
+    else:
+        end = block.offset + block.length
+        start = len(header) if block.offset == 0 else record_start(f, block.offset, size, options.sep)
+        stop = size if end >= size else record_start(f, end, size, options.sep)
+        if stop < start:  # the two starts speculated disagree: the blocks would overlap
+            raise SplitError(
+                f"Expected the record starts speculated for {block.describe()} to be in order. "
+                f"Received: {start:,} for its start, {stop:,} for the next block's.\nHint: the "
+                "blocks of this file are decided exactly when a scan meets this; scan the data "
+                "again (daskfeed scan), or pass a blocksize larger than the file.", block.path)
+    f.seek(start)
+    body = f.read(stop - start) if stop > start else b""
+    opened = ends_inside(body, options.sep)
+    if opened >= 0:
+        line = line_number(f, start + opened)
+        if block.start < 0 and (block.offset > 0 or stop < size):
+            raise SplitError(
+                f"Expected {block.describe()} to end outside quoted fields where its end was "
+                f"speculated (byte {stop:,}). Received: a quoted field opened at byte "
+                f"{start + opened:,}{f' (line {line})' if line else ''} still open there.\n"
+                "Hint: the blocks of this file are decided exactly when a scan meets this; "
+                "scan the data again (daskfeed scan), or pass a blocksize larger than the file.",
+                block.path)
+        raise unclosed_quote(block.path, body, opened, start, line_number(f, start), False,
+                             "is never closed before the end of the file")
     try:
-        table = _parse(body, names, block, options, skipped, whole=False)
-    except DataError:
-        refuse_open_quote(f, block, body, body_start, options.sep)
-        raise
-    lines = body.count(b"\n") + (not body.endswith(b"\n"))
-    if table.num_rows + len(skipped) - before < lines:  # a field over lines, or blank lines
-        refuse_open_quote(f, block, body, body_start, options.sep)
-    return table
+        return _parse(body, names, block, options, rejects, whole=body.find(b'"') >= 0)
+    except DataError as err:  # a speculated start inside a quoted field reads lines that are not records
+        if block.start >= 0 or block.offset == 0:
+            raise
+        raise SplitError(f"{err}\n(The start of {block.describe()} was speculated: the file's "
+                         "blocks are decided exactly before this is taken for an error.)",
+                         block.path) from err
 
 
 def _parse(body: bytes, names: list[str], block: Block, options: ReadOptions,

@@ -19,7 +19,7 @@ from dask import delayed
 from distributed import Client
 
 from daskfeed.cache import BlockCache, default_root
-from daskfeed.cluster import client_context, explain
+from daskfeed.cluster import client_context, explain, gathered_map
 from daskfeed.core import ManifestMismatchError, SchemaError, config, warn_user
 from daskfeed.manifest import (
     Manifest,
@@ -32,7 +32,7 @@ from daskfeed.manifest import (
     text_classes,
     unknown_column,
 )
-from daskfeed.reading import Part, Source
+from daskfeed.reading import Part, Source, SplitError
 from daskfeed.scanning._known import Known
 from daskfeed.scanning._recount import recount
 from daskfeed.scanning._schema import (
@@ -200,6 +200,7 @@ def scan_source(src: Source, *, label: str, client: Client | None, vocabulary_si
         manifest.scan_seconds = time.perf_counter() - t0
         manifest.scan_line = known.line(manifest, facts)
         known.remember(manifest)
+    src.use_splits(manifest.splits)  # (kept or reused: its files' blocks where the scan read them)
     if manifest_path is not None:
         manifest.to_json(manifest_path)
     return manifest
@@ -309,6 +310,8 @@ def _scan_parts(src: Source, label: str, client: Client, token: str,
         records.append(record)
         if record is None:
             todo.append(n)
+        else:  # its blocks are read where they were scanned
+            src.use_splits(record.get("splits", {}))
     fresh = _scan_files(src, label, client, token, partition_cache, timeout,
                         [src.parts()[n] for n in todo], wanted, progress)
     for n, record in zip(todo, fresh, strict=True):
@@ -335,15 +338,39 @@ def _scan_files(src: Source, label: str, client: Client, token: str,
     found: list[list[tuple[list[BlockFacts], Stats]]] = [[] for _ in parts]
     if units:
         nthreads = sum(client.nthreads().values()) or 1
-        for n, facts, stats in _run_tasks(src, label, client, token, partition_cache, timeout,
-                                          scan_tasks(src, units, nthreads), progress):
+        while True:
+            try:
+                results = _run_tasks(src, label, client, token, partition_cache, timeout,
+                                     scan_tasks(src, units, nthreads), progress)
+                break
+            except SplitError as err:  # a block's speculated start failed: decide the file's exactly
+                if err.path in src.splits:
+                    raise
+                split_exactly(src, err.path, client, partition_cache)
+        for n, facts, stats in results:
             found[n].append((facts, stats))
     records = []
     for part, pieces in zip(parts, found, strict=True):
         got = iter([f for facts, _ in pieces for f in facts])
         facts = [next(got) if i in wanted else _unscanned() for i in range(*part.blocks)]
-        records.append({"facts": facts, "stats": merge_stats(*(st for _, st in pieces))})
+        record: PartRecord = {"facts": facts, "stats": merge_stats(*(st for _, st in pieces))}
+        splits = {f.path: src.splits[f.path] for f in src.files[part.files[0]:part.files[1]]
+                  if f.path in src.splits}
+        if splits:
+            record["splits"] = splits
+        records.append(record)
     return records
+
+
+def split_exactly(src: Source, path: str, client: Client, cache: BlockCache | None) -> None:
+    """Decide where the blocks of file ``path`` start from the whole file, on the cluster.
+
+    What the parse cache kept of its blocks read at the speculated starts is removed. The
+    file is read once more (a summary of its quotes per block, in parallel), then scanned again.
+    """
+    src.split_exactly(path, gathered_map(client))
+    if cache is not None:
+        cache.forget_part(next(i for i, b in enumerate(src.blocks) if b.path == path), client)
 
 
 def _run_tasks(src: Source, label: str, client: Client, token: str,
@@ -508,5 +535,5 @@ def build_manifest(src: Source, label: str, facts: list[BlockFacts], stats: Stat
         bad_lines=bad_lines, aligned_files=len(aligned), rejects=rejects, notes=notes,
         label_counts=classes if classes is not None else class_counts(values) if task != "regression"
         else {}, label_classes=list(classes) if classes is not None else None, split=split,
-        label_order=order_ratio(facts),
+        label_order=order_ratio(facts), splits=dict(src.splits),
     )
