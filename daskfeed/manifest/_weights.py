@@ -10,13 +10,12 @@ import csv
 import io
 from typing import Any
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 
 from daskfeed.cache import block_tables
 from daskfeed.core import ManifestMismatchError
-from daskfeed.reading import compression_of, is_parquet, line_number, open_file
+from daskfeed.reading import compression_of, is_parquet, line_number, open_file, record_range
 
 __all__ = ["checked_weights", "frame_weight_faults", "number_array", "record_line", "weight_faults"]
 
@@ -157,12 +156,10 @@ def record_line(block: Any, options: Any, row: int) -> int | None:
         header = f.readline()
         width = len(next(csv.reader([header.decode(options.encoding, "replace")],
                                     delimiter=options.sep), []))
-        if block.length >= 0:  # a byte range: its rows start after a line break (see source)
-            f.seek(0)
-            body = fsspec.utils.read_block(f, block.offset, block.length, delimiter=b"\n")
-            start = f.tell() - len(body)
-            if block.offset == 0:
-                body, start = body[len(header):], len(header)
+        if block.length >= 0:  # a byte range: its records' bytes, as the reader takes them
+            start, stop = record_range(f, block, len(header), options.sep)
+            f.seek(start)
+            body = f.read(max(stop - start, 0))
             first = line_number(f, start)
             if first is None:
                 return None

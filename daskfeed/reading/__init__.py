@@ -25,12 +25,12 @@ if TYPE_CHECKING:
     from daskfeed.reading._source import Source, read_options
     from daskfeed.reading._splits import SplitError
     from daskfeed.reading._streams import open_file
-    from daskfeed.reading._tables import ReadOptions, iter_tables
+    from daskfeed.reading._tables import ReadOptions, iter_tables, record_range
 
 __all__ = ["NA_MARKERS", "Block", "FileInfo", "Part", "ReadOptions", "Run", "SmallFiles", "Source",
            "SplitError", "compression_of", "count_by_part", "expand_paths", "file_key", "is_parquet",
            "iter_tables", "line_number", "na_counts", "open_file", "protocol", "read_options",
-           "refuse_missing_local", "relist", "stat_file"]
+           "record_range", "refuse_missing_local", "relist", "stat_file"]
 
 __getattr__, __dir__ = attach(__name__, {
     "Block": "_files", "FileInfo": "_files", "compression_of": "_files", "expand_paths": "_files",
@@ -43,5 +43,5 @@ __getattr__, __dir__ = attach(__name__, {
     "Source": "_source", "read_options": "_source",
     "SplitError": "_splits",
     "open_file": "_streams",
-    "ReadOptions": "_tables", "iter_tables": "_tables",
+    "ReadOptions": "_tables", "iter_tables": "_tables", "record_range": "_tables",
 })

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["BAD_LINES", "ReadOptions", "check_text", "dtype_overrides", "frame_table", "iter_tables",
-           "read_csv", "refuse_unclosed", "with_markers"]
+           "read_csv", "record_range", "refuse_unclosed", "with_markers"]
 
 # what to do with a line whose field count differs from the header's
 BAD_LINES = ("error", "skip", "quarantine")
@@ -222,12 +222,8 @@ def _byte_range_table(f: IO[bytes], block: Block, header: bytes, names: list[str
     blocks are then decided exactly); where it was not, the quote is unbalanced.
     """
     size = f.seek(0, os.SEEK_END)
-    if block.start >= 0:
-        start, stop = block.start, block.stop
-    else:
-        end = block.offset + block.length
-        start = len(header) if block.offset == 0 else record_start(f, block.offset, size, options.sep)
-        stop = size if end >= size else record_start(f, end, size, options.sep)
+    start, stop = record_range(f, block, len(header), options.sep)
+    if block.start < 0:
         if stop < start:  # the two starts speculated disagree: the blocks would overlap
             raise SplitError(
                 f"Expected the record starts speculated for {block.describe()} to be in order. "
@@ -257,6 +253,33 @@ def _byte_range_table(f: IO[bytes], block: Block, header: bytes, names: list[str
         raise SplitError(f"{err}\n(The start of {block.describe()} was speculated: the file's "
                          "blocks are decided exactly before this is taken for an error.)",
                          block.path) from err
+
+
+def record_range(f: IO[bytes], block: Block, header: int, sep: str) -> tuple[int, int]:
+    """The bytes of a byte-range block's records: exact, or speculated (see :func:`_byte_range_table`).
+
+    Parameters
+    ----------
+    f
+        The open (uncompressed) file.
+    block
+        The byte range.
+    header
+        The header line's length.
+    sep
+        The delimiter.
+
+    Returns
+    -------
+    tuple of int
+        ``(start, stop)``; ``stop < start`` when two speculated starts disagree.
+    """
+    if block.start >= 0:
+        return block.start, block.stop
+    size = f.seek(0, os.SEEK_END)
+    end = block.offset + block.length
+    start = header if block.offset == 0 else record_start(f, block.offset, size, sep)
+    return start, size if end >= size else record_start(f, end, size, sep)
 
 
 def _parse(body: bytes, names: list[str], block: Block, options: ReadOptions,
