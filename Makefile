@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 export KERAS_BACKEND := tensorflow
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo test test-slow bench bench-quick bench-shuffle bench-grow soak lint clean
+.PHONY: demo test test-slow bench bench-quick bench-shuffle bench-grow bench-quoted soak lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,10 @@ bench-shuffle: $(BENCH_STAMP)
 # data that grows: a scan after 1 % new files vs a full scan; deciding over 100,000 files (issue 28)
 bench-grow: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/grow.py
+
+# one 1 GB CSV with quoted line breaks in 10 % of rows vs the same without: scan rate (issue 31)
+bench-quoted: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/quoted.py
 
 LINT_STAMP := $(VENV)/.lint-installed
 $(LINT_STAMP): $(STAMP)
