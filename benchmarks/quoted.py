@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -96,7 +97,7 @@ def main() -> None:
     assert m["rows"] == rows["breaks"], (m["rows"], rows["breaks"])
     med = {k: statistics.median(v) for k, v in times.items()}
     mb = {k: os.path.getsize(path) / 1e6 for k, path in files.items()}
-    result = {
+    result: dict[str, Any] = {
         "what": "daskfeed scan of one CSV, 10 % of rows with a quoted line break vs none",
         "command": f"python benchmarks/quoted.py --mb {args.mb} --rounds {args.rounds}",
         "file_mb": mb, "rows": rows["breaks"], "blocks": len(m["blocks"]),

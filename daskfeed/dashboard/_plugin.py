@@ -12,6 +12,8 @@ On the scheduler's HTTP server (the dashboard port) the plugin adds (see
 :mod:`daskfeed.dashboard._http`):
 
 - ``/daskfeed``: a page that refreshes itself every 2 s (no JavaScript library);
+- ``/daskfeed-charts``: live Bokeh charts of loss, rows/s, data wait and memory
+  (:mod:`daskfeed.dashboard._charts`);
 - ``/daskfeed/status.json``: the same figures for programs;
 - ``daskfeed_*`` series on the scheduler's own ``/metrics`` (a collector registered on the
   process's default ``prometheus_client`` registry, as distributed registers its own).
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from daskfeed.dashboard._charts import CHARTS_PATH, add_charts
 from daskfeed.dashboard._http import COLLECTOR, PLUGIN_NAME, add_routes, http_prefix
 from daskfeed.dashboard._render import Figures
 from daskfeed.dashboard._status import CACHE_TOPIC, TOPIC, Event, Status
@@ -72,6 +75,10 @@ class WatchPlugin(SchedulerPlugin):
         self.scheduler = scheduler
         add_routes(scheduler)
         COLLECTOR.use(self)
+        try:
+            add_charts(scheduler, self)
+        except Exception:  # the page and /metrics are served without them
+            logger.warning("daskfeed: the charts page is off", exc_info=True)
 
     async def close(self) -> None:
         """Stop answering /metrics for this scheduler."""
@@ -113,12 +120,13 @@ def _workers_memory(scheduler: Scheduler | None) -> dict[str, int | None]:
 # -- the trainer's side -----------------------------------------------------------------
 @dataclass(frozen=True)
 class Links:
-    """Where to watch: Dask's dashboard, daskfeed's page, its JSON, the Prometheus series."""
+    """Where to watch: Dask's dashboard, daskfeed's page, its charts, its JSON, the Prometheus series."""
 
     dashboard: str
     page: str
     status: str
     metrics: str
+    charts: str = ""
 
 
 def links(client: Client, prefix: str = "/") -> Links | None:
@@ -148,7 +156,7 @@ def links(client: Client, prefix: str = "/") -> Links | None:
     root = urlunsplit((parts.scheme, parts.netloc, path, "", ""))
     return Links(dashboard=root + "status" if parts.path.endswith("/status") else link,
                  page=root + "daskfeed", status=root + "daskfeed/status.json",
-                 metrics=root + "metrics")
+                 metrics=root + "metrics", charts=root + CHARTS_PATH)
 
 
 def served_prefix(dask_scheduler: Scheduler) -> str:

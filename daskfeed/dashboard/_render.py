@@ -98,7 +98,8 @@ def _header(s: dict[str, Any]) -> str:
     if s.get("elapsed_seconds") is not None:
         when += f" · run time {_duration(s['elapsed_seconds'])}"
     return (f"<header><h1>daskfeed</h1><span class=\"state s-{_e(state)}\">{_e(state)}</span>"
-            f"<span class=\"muted\">{_e(when)}</span><nav><a href=\"status\">Dask dashboard</a>"
+            f"<span class=\"muted\">{_e(when)}</span><nav><a href=\"daskfeed-charts\">charts</a>"
+            f"<a href=\"status\">Dask dashboard</a>"
             f"<a href=\"daskfeed/status.json\">status.json</a><a href=\"metrics\">metrics</a></nav>"
             f"</header>")
 

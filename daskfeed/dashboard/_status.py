@@ -19,6 +19,7 @@ TOPIC = "daskfeed"  # trainer -> scheduler: run, progress, epoch and scan events
 SCAN_TOPIC_PREFIX = "daskfeed-scan-"  # scan tasks -> scheduler (daskfeed.scanning._task.report)
 CACHE_TOPIC = "daskfeed-cache"  # window tasks -> scheduler (report_cache)
 HISTORY_LIMIT = 10_000  # epoch records kept on the scheduler
+SERIES_LIMIT = 4_000  # progress samples kept for the charts (halved, oldest thinned, when full)
 
 Event = dict[str, Any]  # one msgpack-able event: a ``kind`` and its figures (JSON values)
 
@@ -35,6 +36,8 @@ class Status:
         self.run: Event = {}
         self.progress: Event = {}
         self.history: list[Event] = []
+        self.series: list[Event] = []  # one sample per progress event (see chart_data)
+        self.series_version = 0  # changes when samples are thinned or a new run starts
         self.scans: dict[str, Event] = {}
         self._scanning = "scan"  # the data set whose scan started last (scan_span's name)
         self.cache = {"hits": 0, "misses": 0}
@@ -87,17 +90,63 @@ class Status:
             started = self.run.get("started", now)
             if body.get("run") != self.run.get("run"):  # a new run (not the next fit of this one)
                 self.progress, self.history, started = {}, [], now
+                self.series, self.series_version = [], self.series_version + 1
                 self.cache = {"hits": 0, "misses": 0}
             self.run = {**body, "started": started}
             self._settle_scans(body.get("data") or {})
         elif kind == "progress":
             self.progress.update(body)
+            self._sample(body, now)
         elif kind == "epoch":
             self.history = [r for r in self.history if r.get("epoch") != body.get("epoch")]
             self.history.append(body)
             del self.history[:-HISTORY_LIMIT]
         elif kind == "scan":
             self._apply_scan(body, now)
+
+    def _sample(self, body: Event, now: float) -> None:
+        """One point of the charts from a progress event (only while batches are trained).
+
+        Its own figures, not the latest merged ones: a figure the event lacks (no data wait
+        with the window feed, no loss at an epoch's start) is a gap, not the last value again.
+        """
+        p = self.progress
+        if body.get("state") not in ("training", "epoch-end") or p.get("batch") is None:
+            return
+        batches, epoch = p.get("batches"), int(p.get("epoch") or 1)
+        step = (epoch - 1) * int(batches) + int(p["batch"]) if batches else len(self.series)
+        self.series.append({
+            "t": now - self.run.get("started", now), "step": step, "epoch": epoch,
+            "loss": (body.get("logs") or {}).get("loss"), "rows_per_s": body.get("rows_per_s"),
+            "data_wait": body.get("data_wait"), "rss_bytes": body.get("rss_bytes"),
+            "budget_bytes": p.get("budget_bytes", self.run.get("budget_bytes"))})
+        if len(self.series) > SERIES_LIMIT:  # the older half thinned to every other sample
+            half = SERIES_LIMIT // 2
+            self.series = self.series[:half:2] + self.series[half:]
+            self.series_version += 1
+
+    def chart_data(self, version: int, seen: int) -> tuple[int, bool, list[Event], list[Event]]:
+        """What the charts need since they last asked.
+
+        Parameters
+        ----------
+        version, seen
+            The :attr:`series_version` and the number of samples the charts hold.
+
+        Returns
+        -------
+        tuple
+            ``(version, whole, samples, epochs)``: ``whole`` True when ``samples`` replace what
+            the charts hold (thinned, or a new run), else they follow it; every epoch record
+            with the batch step it ended at (``step``).
+        """
+        with self._lock:
+            whole = version != self.series_version or seen > len(self.series)
+            samples = [dict(s) for s in (self.series if whole else self.series[seen:])]
+            batches = self.progress.get("batches") or self.run.get("batches")
+            epochs = [{**r, "step": int(r["epoch"]) * int(batches) if batches else None}
+                      for r in self.history if r.get("epoch") is not None]
+            return self.series_version, whole, _finite(samples), _finite(epochs)
 
     def _apply_scan(self, body: dict[str, Any], now: float) -> None:
         name = str(body.get("name") or "scan")

@@ -210,7 +210,7 @@ def _connect(opts: TrainOptions, echo: Echo) -> tuple[Client, Budget, str | None
     if link:
         echo(f"dashboard: {link}")
     if links:
-        echo(f"daskfeed page: {links.page} (Prometheus: {links.metrics})")
+        echo(f"daskfeed page: {links.page} (charts: {links.charts}, Prometheus: {links.metrics})")
     return client, budget, link
 
 

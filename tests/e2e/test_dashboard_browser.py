@@ -1,4 +1,4 @@
-"""Headless Chromium renders daskfeed's page and Dask's /status while a real fit runs.
+"""Headless Chromium renders daskfeed's page, its charts and Dask's /status while a real fit runs.
 
 Needs Debian's ``chromium`` (``scripts/install-browser.sh``); skipped with the reason where it
 is missing. Chromium runs with the project's flags and is driven over its DevTools protocol.
@@ -40,6 +40,23 @@ pytestmark = [
 ]
 
 
+TEXT = "document.body ? document.body.innerText : ''"  # the page's text as rendered
+# the charts' data as BokehJS holds it in the browser (filled over Bokeh's websocket)
+CHART_DATA = """(() => {
+  const B = window.Bokeh;
+  if (!B || !B.documents || !B.documents.length) return "";
+  const d = B.documents[0], s = d.get_model_by_name("daskfeed-series"),
+        e = d.get_model_by_name("daskfeed-epochs");
+  if (!s || !e) return "";
+  const col = (src, k) => Array.from(src.data instanceof Map ? src.data.get(k) : src.data[k]);
+  const loss = col(s, "loss").filter(Number.isFinite), rows = col(s, "rows_per_s").filter(Number.isFinite);
+  return JSON.stringify({points: col(s, "step").length, loss: loss.length, rows_per_s: rows.length,
+                         budget: col(s, "budget_gib").filter(Number.isFinite).length,
+                         epochs: col(e, "epoch").length,
+                         val_loss: col(e, "val_loss").filter(Number.isFinite).length});
+})()"""
+
+
 class Browser:
     """Headless Chromium driven over the DevTools protocol (tornado's websocket client).
 
@@ -62,20 +79,22 @@ class Browser:
             time.sleep(0.1)  # polling interval
         self.devtools = f"http://127.0.0.1:{int(port_file.read_text().split()[0])}"
 
-    def shoot(self, url: str, png: Path, good: Any, timeout: float = 60) -> tuple[Path, str]:
-        """Open ``url`` in a new tab; screenshot and read the page's rendered text (the DOM's
-        ``document.body.innerText``, as a person reads it) until ``good(png, text)`` or
-        ``timeout`` (the last of both is returned)."""
+    def shoot(self, url: str, png: Path, good: Any, timeout: float = 60,
+              read: str = TEXT) -> tuple[Path, str]:
+        """Open ``url`` in a new tab; screenshot and read the page (``read``: a JavaScript
+        expression; by default the DOM's ``document.body.innerText``, as a person reads it)
+        until ``good(png, text)`` or ``timeout`` (the last of both is returned)."""
         req = urllib.request.Request(f"{self.devtools}/json/new?{url}", method="PUT")
         with urllib.request.urlopen(req, timeout=30) as r:
             tab = json.loads(r.read())
         try:
-            return asyncio.run(self._shoot(tab["webSocketDebuggerUrl"], png, good, timeout))
+            return asyncio.run(self._shoot(tab["webSocketDebuggerUrl"], png, good, timeout, read))
         finally:
             urllib.request.urlopen(f"{self.devtools}/json/close/{tab['id']}", timeout=30).close()
 
     @staticmethod
-    async def _shoot(ws_url: str, png: Path, good: Any, timeout: float) -> tuple[Path, str]:
+    async def _shoot(ws_url: str, png: Path, good: Any, timeout: float, expression: str
+                     ) -> tuple[Path, str]:
         from tornado.websocket import websocket_connect
 
         ws = await websocket_connect(ws_url, max_message_size=256 * 2**20)
@@ -95,8 +114,7 @@ class Browser:
             while True:
                 shot = await call("Page.captureScreenshot", format="png")
                 png.write_bytes(base64.b64decode(shot["data"]))
-                read = await call("Runtime.evaluate", expression="document.body ? "
-                                  "document.body.innerText : ''", returnByValue=True)
+                read = await call("Runtime.evaluate", expression=expression, returnByValue=True)
                 text = str(read.get("result", {}).get("value") or "")
                 if good(png, text) or time.monotonic() > deadline:
                     return png, text
@@ -156,11 +174,17 @@ def test_chromium_renders_the_daskfeed_page_and_dask_status_during_fit(client, d
         colours, share = ink(png)
         return colours > 100 and share > 0.01
 
+    def charts_drawn(png: Path, text: str) -> bool:  # lines on canvases, points in the browser
+        got = json.loads(text) if text else {}
+        return plots_drawn(png, "") and got.get("loss", 0) >= 2 and got.get("val_loss", 0) >= 1
+
     def take(links):
         browser = Browser(tmp_path / "profile")
         try:
             shots["daskfeed"] = browser.shoot(links.page, tmp_path / "daskfeed.png", page_drawn)
             shots["status"] = browser.shoot(links.dashboard, tmp_path / "status.png", plots_drawn)
+            shots["charts"] = browser.shoot(links.charts, tmp_path / "charts.png", charts_drawn,
+                                            read=CHART_DATA)
         finally:
             browser.close()
 
@@ -174,8 +198,12 @@ def test_chromium_renders_the_daskfeed_page_and_dask_status_during_fit(client, d
     assert 2 <= int(re.search(SEEN["epoch"], text).group(1)) <= 40, seen
     assert page_drawn(page, text), ink(page)
     assert plots_drawn(status, ""), ink(status)
+    charts, data = shots["charts"]  # daskfeed's Bokeh charts: drawn, and fed live
+    got = json.loads(data) if data else {}
+    assert charts_drawn(charts, data), (got, ink(charts))
+    assert got["rows_per_s"] >= 2 and got["budget"] >= 2 and got["epochs"] >= 1, got
     keep = os.environ.get("DASKFEED_SCREENSHOT_DIR")
     if keep:
         os.makedirs(keep, exist_ok=True)
-        for png in (page, status, tmp_path / "daskfeed.txt"):
+        for png in (page, status, charts, tmp_path / "daskfeed.txt"):
             shutil.copy(png, keep)

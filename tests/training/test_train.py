@@ -63,7 +63,8 @@ def test_train_writes_model_manifest_history(demo_data, tmp_path):
     text = "\n".join(lines)
     assert "3GB = 3.00 GB (2.79 GiB): trainer" in text and "2 workers ×" in text
     assert "dashboard: http://127.0.0.1:" in text
-    assert re.search(r"daskfeed page: http://127\.0\.0\.1:\d+/daskfeed \(Prometheus: "
+    assert re.search(r"daskfeed page: http://127\.0\.0\.1:\d+/daskfeed \(charts: "
+                     r"http://127\.0\.0\.1:\d+/daskfeed-charts, Prometheus: "
                      r"http://127\.0\.0\.1:\d+/metrics\)", text), text
     # the closing summary, history.png, TensorBoard's logs
     assert re.search(r"summary: 2 epochs, 80,000 rows trained in [\dhm .]+s wall time", text), text

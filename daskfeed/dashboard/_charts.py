@@ -1,0 +1,162 @@
+"""Live charts of the run: a Bokeh document on the scheduler's dashboard, ``/daskfeed-charts``.
+
+Served as Dask serves its own pages: a Bokeh server application added to the scheduler's HTTP
+application (:func:`add_charts`, when the plugin starts), drawn in the browser by BokehJS and
+updated over Bokeh's websocket once a second from the plugin's figures
+(:meth:`daskfeed.dashboard._status.Status.chart_data`): new points are streamed, not redrawn.
+
+- loss per batch (Keras' running mean of the epoch) and, per epoch, loss and validation loss;
+- rows/s and the share of training time spent waiting for data, over the run's time;
+- the trainer's process tree's memory against the budget, over the run's time.
+
+Imported on the scheduler only (Bokeh is there with Dask's dashboard).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bokeh.document import Document
+    from distributed import Scheduler
+
+__all__ = ["CHARTS_PATH", "UPDATE_MS", "add_charts", "charts_document"]
+
+logger = logging.getLogger(__name__)
+
+CHARTS_PATH = "daskfeed-charts"  # one level deep, as /status: BokehJS is at the relative static/
+UPDATE_MS = 1000  # the charts ask for new points every second
+GIB = 2**30
+_SERIES = ("t", "step", "loss", "rows_per_s", "data_wait_pct", "rss_gib", "budget_gib")
+_EPOCHS = ("step", "epoch", "loss", "val_loss")
+
+
+def add_charts(scheduler: Scheduler, figures: Any) -> bool:
+    """Serve :func:`charts_document` at ``<prefix>/daskfeed-charts`` on the scheduler's dashboard.
+
+    Parameters
+    ----------
+    scheduler
+        The scheduler (on its event loop: called from the plugin's ``start``).
+    figures
+        What holds the run's :class:`~daskfeed.dashboard._status.Status` (``.status``).
+
+    Returns
+    -------
+    bool
+        Whether the charts are served (False: no dashboard, or Bokeh missing).
+    """
+    app = getattr(scheduler, "http_application", None)
+    if app is None:
+        return False
+    if getattr(app, "_daskfeed_charts", False):
+        return True
+    try:
+        from distributed.dashboard.core import BokehApplication
+        from tornado.ioloop import IOLoop
+    except ImportError:  # no Bokeh: the page and /metrics are served without the charts
+        return False
+    from daskfeed.dashboard._http import http_prefix
+
+    bokeh_app = BokehApplication({"/" + CHARTS_PATH: functools.partial(_served, figures)}, scheduler,
+                                 prefix=http_prefix(app))
+    app.add_application(bokeh_app)
+    bokeh_app.initialize(IOLoop.current())
+    bokeh_app.start()
+    app._daskfeed_charts = True
+    return True
+
+
+def _served(figures: Any, scheduler: Scheduler, extra: dict[str, Any], doc: Document) -> None:
+    """Bokeh's entry for one browser session (``BokehApplication`` passes the scheduler)."""
+    charts_document(figures, doc)
+
+
+def charts_document(figures: Any, doc: Document) -> None:
+    """Fill ``doc`` with the run's charts and keep them up to date (every :data:`UPDATE_MS`).
+
+    Parameters
+    ----------
+    figures
+        What holds the run's :class:`~daskfeed.dashboard._status.Status` (``.status``).
+    doc
+        The Bokeh document of one browser session.
+    """
+    from bokeh.layouts import column
+    from bokeh.models import ColumnDataSource, DataRange1d, LinearAxis, Range1d
+    from bokeh.models.widgets import Div
+    from bokeh.plotting import figure
+
+    series = ColumnDataSource({k: [] for k in _SERIES}, name="daskfeed-series")
+    epochs = ColumnDataSource({k: [] for k in _EPOCHS}, name="daskfeed-epochs")
+    common: dict[str, Any] = {"height": 250, "sizing_mode": "stretch_width",
+                              "tools": "pan,wheel_zoom,box_zoom,reset,save"}
+
+    loss = figure(title="Loss", x_axis_label="batch (all epochs)", y_axis_label="loss",
+                  name="daskfeed-loss", **common)
+    loss.line("step", "loss", source=series, legend_label="loss (running mean of the epoch)")
+    loss.scatter("step", "loss", source=epochs, size=8, legend_label="loss (epoch)")
+    loss.scatter("step", "val_loss", source=epochs, size=8, marker="square", color="orange",
+                 legend_label="validation loss (epoch)")
+    loss.add_layout(loss.legend[0], "right")  # beside the plot: never over the latest points
+
+    speed = figure(title="Rows per second and waiting for data", x_axis_label="seconds since the run started",
+                   y_axis_label="rows/s (epoch so far)", name="daskfeed-speed", **common)
+    speed.line("t", "rows_per_s", source=series, legend_label="rows/s")
+    speed.extra_y_ranges = {"wait": Range1d(start=0, end=100)}
+    speed.add_layout(LinearAxis(y_range_name="wait", axis_label="data wait (% of training time)"), "right")
+    speed.line("t", "data_wait_pct", source=series, y_range_name="wait", color="firebrick",
+               legend_label="data wait %")
+    speed.y_range = DataRange1d(start=0)
+    speed.add_layout(speed.legend[0], "right")
+
+    memory = figure(title="Memory of the trainer's process tree against the budget",
+                    x_axis_label="seconds since the run started", y_axis_label="GiB",
+                    name="daskfeed-memory", **common)
+    memory.line("t", "rss_gib", source=series, legend_label="trainer's process tree (RSS)")
+    memory.line("t", "budget_gib", source=series, line_dash="dashed", color="black",
+                legend_label="budget")
+    memory.y_range = DataRange1d(start=0)
+    memory.add_layout(memory.legend[0], "right")
+
+    held = {"version": -1, "seen": 0}
+
+    def update() -> None:
+        version, whole, samples, records = figures.status.chart_data(held["version"], held["seen"])
+        new = _columns(samples)
+        if whole:
+            series.data = new
+            held["seen"] = len(samples)
+        elif samples:
+            series.stream(new)
+            held["seen"] += len(samples)
+        held["version"] = version
+        if len(records) != len(epochs.data["epoch"]) or whole:
+            epochs.data = {"step": [r.get("step") for r in records], "epoch": [r["epoch"] for r in records],
+                           "loss": [_nan(r.get("loss")) for r in records],
+                           "val_loss": [_nan(r.get("val_loss")) for r in records]}
+
+    update()
+    doc.title = "daskfeed: charts"
+    doc.add_root(column(Div(text="<b>daskfeed</b>: the run, live (updated every second)"),
+                        loss, speed, memory, sizing_mode="stretch_width"))
+    doc.add_periodic_callback(update, UPDATE_MS)
+
+
+def _columns(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """The chart columns of progress samples (missing figures as NaN: gaps in the lines)."""
+    return {
+        "t": [_nan(s.get("t")) for s in samples],
+        "step": [_nan(s.get("step")) for s in samples],
+        "loss": [_nan(s.get("loss")) for s in samples],
+        "rows_per_s": [_nan(s.get("rows_per_s")) for s in samples],
+        "data_wait_pct": [_nan(s.get("data_wait"), 100.0) for s in samples],
+        "rss_gib": [_nan(s.get("rss_bytes"), 1 / GIB) for s in samples],
+        "budget_gib": [_nan(s.get("budget_bytes"), 1 / GIB) for s in samples],
+    }
+
+
+def _nan(value: Any, scale: float = 1.0) -> float:
+    return float("nan") if value is None else float(value) * scale
