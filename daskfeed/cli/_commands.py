@@ -30,6 +30,7 @@ from daskfeed.cli._flags import (
     cache_choice,
     cluster_options,
     data_options,
+    predict_timeout_option,
     scheduler_and_security,
     train_options,
 )
@@ -415,12 +416,14 @@ def cache_clear(entries: tuple[str, ...], root: str | None, yes: bool, gone: boo
 @click.option("--storage-options", multiple=True, callback=parse_storage_options,
               metavar="JSON|KEY=VALUE",
               help="fsspec options for s3:// and other URLs, as train takes them.")
+@predict_timeout_option
 @click.option("--quiet", is_flag=True, help="Print only warnings and errors.")
 @cluster_options
 @_friendly
 def predict(run_dir: str, data: tuple[str, ...], destination: str, keep: str | None,
             blocksize: str | None, features: list[str] | None,
-            storage_options: dict[str, Any] | None, quiet: bool, **kw: Any) -> None:
+            storage_options: dict[str, Any] | None, timeout: str | None, quiet: bool,
+            **kw: Any) -> None:
     """Score DATA with the model a train run wrote to OUTPUT, encoded exactly as in training."""
     from daskfeed.inference import predict as run_predict  # keras: only when it runs
 
@@ -430,7 +433,8 @@ def predict(run_dir: str, data: tuple[str, ...], destination: str, keep: str | N
                 keep=[k for k in (keep or "").split(",") if k], blocksize=blocksize,
                 memory_limit=kw["memory_limit"], nworkers=kw["nworkers"],
                 nthreads=kw["nthreads"], scheduler=scheduler, security=security,
-                dashboard_address=kw["dashboard_address"], echo=click.echo, quiet=quiet)
+                dashboard_address=kw["dashboard_address"], timeout=timeout, echo=click.echo,
+                quiet=quiet)
 
 
 

@@ -29,7 +29,7 @@ from daskfeed.cluster import make_security
 if TYPE_CHECKING:
     from distributed.security import Security
 
-__all__ = ["cache_choice", "cluster_options", "data_options", "fit_options",
+__all__ = ["cache_choice", "cluster_options", "data_options", "fit_options", "predict_timeout_option",
            "scheduler_and_security", "train_options"]
 
 F = TypeVar("F", bound=Callable[..., Any])  # a click command's function
@@ -292,3 +292,21 @@ def cache_choice(kw: dict[str, Any]) -> bool | str:
     if cache_dir and no_cache:
         raise click.UsageError("--cache DIR and --no-cache exclude each other")
     return False if no_cache else (cache_dir or True)
+
+
+def predict_timeout_option(fn: F) -> F:
+    """``predict``'s ``--timeout``: the longest wait for one block's scoring.
+
+    Parameters
+    ----------
+    fn
+        The command's function.
+
+    Returns
+    -------
+    callable
+        ``fn`` with the flag added.
+    """
+    return _config_option("--timeout", key="timeout", type=Duration(),
+                          help="Longest wait for one block's scoring from the cluster (e.g. 300, "
+                               "90s, 5min) before stopping with an error naming the block.")(fn)

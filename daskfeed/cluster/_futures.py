@@ -108,7 +108,8 @@ def result(future: Any, timeout: float,
 
 
 def result_unless_paused(future: Any, *, patience: float = PAUSED_PATIENCE,
-                         what: str = "a task", process: Stop = PROCESS_STOP) -> Any:
+                         what: str = "a task", process: Stop = PROCESS_STOP,
+                         timeout: float = math.inf) -> Any:
     """:func:`result` with no timeout, or a :class:`BudgetError` once every worker stays paused.
 
     A worker pauses at ``distributed.worker.memory.pause`` (80 %) of its memory limit and runs
@@ -126,6 +127,8 @@ def result_unless_paused(future: Any, *, patience: float = PAUSED_PATIENCE,
         What the task does (for the message).
     process
         The stop request that ends the wait.
+    timeout
+        Seconds to wait in all (default: no limit).
 
     Returns
     -------
@@ -136,6 +139,8 @@ def result_unless_paused(future: Any, *, patience: float = PAUSED_PATIENCE,
     ------
     BudgetError
         Every worker stayed paused for ``patience`` seconds.
+    TimeoutError
+        ``timeout`` passed first.
     """
     client = future.client
     looked, since = [0.0], [math.inf]  # the last look at the workers; since when all paused
@@ -163,7 +168,7 @@ def result_unless_paused(future: Any, *, patience: float = PAUSED_PATIENCE,
             "Hint: raise --memory-limit, or run fewer --nworkers (each holds its own copy) or "
             "smaller --blocksize.")
 
-    return result(future, math.inf, paused, process)
+    return result(future, timeout, paused, process)
 
 
 def client_status(future: Any) -> str:

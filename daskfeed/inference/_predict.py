@@ -31,7 +31,7 @@ from daskfeed.cluster import (
     parse_memory_limit,
     result_unless_paused,
 )
-from daskfeed.core import BudgetError, DataNotFoundError, SchemaError, writing
+from daskfeed.core import BudgetError, DataNotFoundError, FeedTimeoutError, SchemaError, config, writing
 from daskfeed.inference._scoring import (
     Scorer,
     TrainedRun,
@@ -113,8 +113,13 @@ def _progress(echo: Callable[[str], None], total: int) -> Callable[[int, int, fl
 
 
 def _in_order(client: Any, source: Source, scorer: Scorer, keep: tuple[str, ...],
-              schema: pa.Schema, in_flight: int) -> Iterator[tuple[pa.Table, int, dict[str, Unparsed]]]:
-    """Submit blocks, at most ``in_flight`` at a time, and yield their results in block order."""
+              schema: pa.Schema, in_flight: int,
+              timeout: float) -> Iterator[tuple[pa.Table, int, dict[str, Unparsed]]]:
+    """Submit blocks, at most ``in_flight`` at a time, and yield their results in block order.
+
+    Each block's result is waited for at most ``timeout`` seconds (then a FeedTimeoutError
+    names it).
+    """
     pending: deque[Any] = deque()
     token = f"{os.getpid()}-{time.monotonic_ns()}"
     blocks: Iterator[tuple[int, Block]] = iter(enumerate(source.blocks))
@@ -131,12 +136,18 @@ def _in_order(client: Any, source: Source, scorer: Scorer, keep: tuple[str, ...]
             if not pending:
                 return
             future = pending.popleft()
+            at = int(future.key.rsplit("-", 1)[1])
             try:
-                result = result_unless_paused(future, what="the scoring of a block")
+                result = result_unless_paused(future, what="the scoring of a block", timeout=timeout)
+            except TimeoutError as err:
+                raise FeedTimeoutError(
+                    f"Expected the scoring of block {at} ({source.blocks[at].describe()}) within "
+                    f"{timeout:g}s. Received: no result.\nHint: a read that blocks (hung "
+                    "storage, a FIFO) never finishes: check the workers on the dashboard; for "
+                    "very slow storage raise --timeout (daskfeed.timeout).") from err
             except SplitError as err:  # a speculated start failed: the rest of the file exactly
                 if err.path in source.splits:
                     raise
-                at = int(future.key.rsplit("-", 1)[1])
                 for f in pending:
                     f.cancel()
                 pending.clear()
@@ -167,6 +178,7 @@ def predict(
     storage_options: dict[str, Any] | None = None,
     processes: bool = True,
     dashboard_address: str | None = None,
+    timeout: float | str | None = None,
     echo: Callable[[str], None] = print,
     quiet: bool = False,
 ) -> pd.DataFrame | str:
@@ -198,6 +210,9 @@ def predict(
         CSV bytes per block; default: what the budget gives.
     storage_options
         fsspec options for ``s3://`` and other URLs.
+    timeout
+        Longest wait for one block's scoring (seconds, or ``"5min"``; default
+        ``daskfeed.timeout``), then a FeedTimeoutError names the block.
     echo, quiet
         Where progress lines go; ``quiet``: none.
 
@@ -219,6 +234,7 @@ def predict(
     SchemaError
         When ``data`` lacks a feature or ``keep`` column, or ``output`` has another suffix.
     """
+    wait = config.get_seconds("timeout", timeout)
     run = TrainedRun.open(output_dir, features)
     refuse_missing_local(data)  # before a cluster starts
     keep = tuple(keep)
@@ -239,11 +255,12 @@ def predict(
                                budget.prefetch // max(1, _result_bytes(source, run, schema))))
         if output is None:
             unparsed: dict[str, Unparsed] = {}
-            df = _score(client, source, run, keep, schema, in_flight, None, say, unparsed).to_pandas()
+            df = _score(client, source, run, keep, schema, in_flight, wait, None, say,
+                        unparsed).to_pandas()
             df.attrs["unparsed"] = {name: u.count for name, u in unparsed.items()}
             return df
         with writing(output, "wb") as f:
-            _score(client, source, run, keep, schema, in_flight, (f, fmt), say)
+            _score(client, source, run, keep, schema, in_flight, wait, (f, fmt), say)
         say(f"wrote {os.fspath(output)}")
         return os.fspath(output)
     finally:
@@ -299,7 +316,7 @@ def _workers_that_fit(memory_limit: str | int | None, own: int, model_reserve: i
 
 
 def _score(client: Any, source: Source, run: TrainedRun, keep: tuple[str, ...],
-           schema: pa.Schema, in_flight: int, sink_to: tuple[Any, str | None] | None,
+           schema: pa.Schema, in_flight: int, timeout: float, sink_to: tuple[Any, str | None] | None,
            say: Callable[[str], None], unparsed: dict[str, Unparsed] | None = None) -> pa.Table:
     """Score every block in order into the file (or a table, returned, when there is none).
 
@@ -311,7 +328,8 @@ def _score(client: Any, source: Source, run: TrainedRun, keep: tuple[str, ...],
     found: dict[str, Unparsed] = {} if unparsed is None else unparsed
     t0 = time.perf_counter()
     try:
-        for table, bad, odd in _in_order(client, source, run.scorer, keep, schema, in_flight):
+        for table, bad, odd in _in_order(client, source, run.scorer, keep, schema, in_flight,
+                                              timeout):
             sink.add(table)
             rows, rejected, done = rows + table.num_rows, rejected + bad, done + 1
             for name, u in odd.items():

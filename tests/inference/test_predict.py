@@ -126,6 +126,29 @@ def test_clear_errors(trained, tmp_path) -> None:
     assert "Traceback" not in res.output
 
 
+def test_cli_predict_stops_at_the_timeout_naming_a_block_that_never_arrives(trained, tmp_path) -> None:
+    """A file whose read blocks for good (a FIFO nobody writes) stops predict with an error
+    naming it after --timeout, instead of waiting forever."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from daskfeed.cli._commands import cli
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for f in sorted(glob.glob(trained["held"]))[:1]:
+        shutil.copy(f, data / "a.csv")
+    os.mkfifo(data / "z.csv")  # its block's read never returns
+    res = CliRunner().invoke(cli, ["predict", trained["out"], str(data / "*.csv"), "--timeout", "5s",
+                                   "--memory-limit", in_process_budget(), "--nworkers", "1",
+                                   "--output", str(tmp_path / "p.csv")])
+    assert res.exit_code == 1, res.output
+    assert "within 5s" in res.output and "z.csv" in res.output and "--timeout" in res.output
+    assert "Traceback" not in res.output
+    assert not (tmp_path / "p.csv").exists()  # nothing half-written
+
+
 def test_many_blocks_stay_within_the_budget(trained, tmp_path) -> None:
     """Twenty blocks of 2 MiB, a few in flight: the peak RSS of ``daskfeed predict`` and its
     workers stays in the budget."""
