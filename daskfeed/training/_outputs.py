@@ -192,16 +192,29 @@ def write_history(out: str, history: list[dict[str, Any]], *, budget: Budget, ro
     from daskfeed.training._watch import history_plot  # matplotlib, keras: only once there is a history
 
     history_plot(history, os.path.join(out, "history.png"))
-    record = {
-        "epochs": history, "memory_limit_bytes": budget.total, "budget": budget.__dict__,
+    record = {  # epochs numbered from 1, as the screen and Keras' progress bar show them
+        "epochs": [{**r, "epoch": int(r["epoch"]) + 1} for r in history],
+        "memory_limit_bytes": budget.total, "budget": budget.__dict__,
         "rows_per_epoch": rows, "peak_rss_bytes": peak_rss, "bad_lines": bad_lines,
         "sample_weight": weight,
         "class_weight": {str(k): v for k, v in class_weights.items()} if class_weights else None,
-        "validation_split": split, "early_stopping": early_stopping,
+        "validation_split": split, "early_stopping": _numbered(early_stopping),
         "ranks": shard_report(ranks, train_seq),
-        "resumed_from": ({"checkpoint": ckpt.path, "epoch": ckpt.cursor.epoch,
+        "resumed_from": ({"checkpoint": ckpt.path, "epoch": ckpt.cursor.epoch + 1,
                           "batch": ckpt.cursor.batch,  # the batch of the trainer that wrote it
                           "position": ckpt.cursor.position,  # of the global order (None: blocks)
                           "world_size": ckpt.cursor.shard[1]} if ckpt else None),
     }
     write_file(os.path.join(out, "history.json"), json.dumps(record, indent=1))
+
+
+def _numbered(stopping: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Early stopping's epochs numbered from 1 (Keras counts them from 0; 0: did not stop)."""
+    if not stopping:
+        return stopping
+    out = dict(stopping)
+    if "best_epoch" in out:
+        out["best_epoch"] = int(out["best_epoch"]) + 1
+    if "stopped_epoch" in out:
+        out["stopped_epoch"] = int(out["stopped_epoch"]) + 1 if out["stopped_epoch"] else None
+    return out

@@ -378,7 +378,7 @@ def test_cli_sigkill_mid_epoch_then_resume_trains_every_row_exactly_once(id_data
               f"{len(rows)}, lost {lost}, duplicated {duplicated}")
         assert lost == duplicated == 0 and len(rows) == id_data.train_rows
     hist = json.loads((out / "history.json").read_text())
-    assert [e["epoch"] for e in hist["epochs"]] == [0, 1]
+    assert [e["epoch"] for e in hist["epochs"]] == [1, 2]  # numbered as the screen shows them
     assert hist["epochs"][kill_epoch]["resumed_at_batch"] == k
     assert hist["epochs"][kill_epoch]["rows"] == id_data.train_rows - k * BATCH
     assert hist["resumed_from"]["batch"] == hist["resumed_from"]["position"] == k  # one trainer

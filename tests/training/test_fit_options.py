@@ -423,8 +423,8 @@ def test_train_weights_split_and_early_stopping_resume_with_patience_kept(data, 
     # uninterrupted, patience 3 stops after epoch 4 (0: best, then 1, 2, 3 worse or equal)
     assert "stopped after epoch 4 of 10" in text and "restored the weights of epoch 1" in text
     hist = json.loads((out / "history.json").read_text())
-    assert [r["epoch"] for r in hist["epochs"]] == [0, 1, 2, 3]
-    assert hist["early_stopping"]["stopped_epoch"] == 3 and hist["early_stopping"]["best_epoch"] == 0
+    assert [r["epoch"] for r in hist["epochs"]] == [1, 2, 3, 4]  # as the screen numbers them
+    assert hist["early_stopping"]["stopped_epoch"] == 4 and hist["early_stopping"]["best_epoch"] == 1
     # the closing figures are the restored epoch's (the weights model.keras holds), named
     best = hist["epochs"][0]
     metric = next(k for k in ("val_weighted_accuracy", "val_accuracy") if k in best)
