@@ -200,6 +200,37 @@ def test_scan_cache_and_a_changed_object_on_s3(s3, tmp_path):
                               files=written)
 
 
+def test_a_quoted_file_on_s3_is_split_and_scanned_as_pyarrow_reads_it_whole(s3, tmp_path):
+    """Quoted line breaks in an object read in byte ranges: speculated starts, and an object whose
+    starts must be decided exactly (a quoted field longer than a speculation looks); the same
+    rows as pyarrow reading the whole object."""
+    import io
+
+    import pyarrow.csv as pacsv
+
+    rows = [f'{i},"note {i}\nsecond, ""line""",{i % 2}' if i % 7 == 0 else f"{i},plain {i},{i % 2}"
+            for i in range(4000)]
+    inner = "\n".join(f"{k},plain,1" for k in range(12_000))  # 110 kB without a quote
+    bodies = {"speculated.csv": "id,note,y\n" + "\n".join(rows) + "\n",
+              "exact.csv": "id,note,y\n" + "\n".join(rows[:50]) + f'\n50,"{inner}",0\n'
+                           + "\n".join(rows[51:]) + "\n"}
+    client = s3.client()
+    for name, text in bodies.items():
+        client.put_object(Bucket=BUCKET, Key=f"quoted/{name}", Body=text.encode())
+        whole = pacsv.read_csv(io.BytesIO(text.encode()),
+                               parse_options=pacsv.ParseOptions(newlines_in_values=True))
+        out = tmp_path / f"{name}.json"
+        res = _cli(["scan", f"s3://{BUCKET}/quoted/{name}", "--label", "y", "--blocksize", "16KiB",
+                    "--memory-limit", "2GB", "--nworkers", "1", "--cache", str(tmp_path / "c"),
+                    "--storage-options", f"endpoint_url={s3.endpoint}", "--output", str(out)],
+                   _env(s3))
+        assert res.returncode == 0, res.stderr[-3000:]
+        manifest = json.loads(out.read_text())
+        assert manifest["rows"] == whole.num_rows == 4000, (name, manifest["rows"])
+        assert manifest["blocks"]["count"] >= 5  # (the blocks, packed)
+        assert bool(manifest["splits"]) is (name == "exact.csv"), manifest["splits"]
+
+
 def test_cli_scan_of_a_missing_bucket_exits_1(s3):
     run = _cli(["scan", "s3://no-such-bucket/*.csv", "--label", "cleared", "--memory-limit", "2GB",
                 "--nworkers", "1",
