@@ -5,11 +5,12 @@ TensorFlow by default, or JAX; others refused (also when keras was imported earl
 
 from __future__ import annotations
 
-from daskfeed.core import BACKENDS, SchemaError, choose, refuse
+from daskfeed.core import BACKENDS, SchemaError, choose, native_logs_filtered, refuse
 
 choose()
 
-import keras  # noqa: E402  (after the backend is chosen)
+with native_logs_filtered():  # TensorFlow's load-time INFO lines, which TF_CPP_MIN_LOG_LEVEL misses
+    import keras  # (after the backend is chosen)
 
 refuse(keras.backend.backend())  # keras imported earlier with another backend
 

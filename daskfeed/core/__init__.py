@@ -13,7 +13,7 @@ from daskfeed.core._lazy import attach
 if TYPE_CHECKING:
     from daskfeed.core import _config as config
     from daskfeed.core._atomic import fsync, replace, temporary_name, write_file, writing
-    from daskfeed.core._backend import BACKENDS, FEEDS, choose, refuse
+    from daskfeed.core._backend import BACKENDS, FEEDS, choose, native_logs_filtered, refuse
     from daskfeed.core._exceptions import (
         BackendError,
         BudgetError,
@@ -66,6 +66,7 @@ __all__ = [
     "config",
     "duration",
     "fsync",
+    "native_logs_filtered",
     "raise_outside",
     "refuse",
     "refuse_setting",
@@ -81,7 +82,8 @@ __all__ = [
 __getattr__, __dir__ = attach(__name__, {
     "fsync": "_atomic", "replace": "_atomic", "temporary_name": "_atomic", "write_file": "_atomic",
     "writing": "_atomic",
-    "BACKENDS": "_backend", "FEEDS": "_backend", "choose": "_backend", "refuse": "_backend",
+    "BACKENDS": "_backend", "FEEDS": "_backend", "choose": "_backend",
+    "native_logs_filtered": "_backend", "refuse": "_backend",
     "BackendError": "_exceptions", "BudgetError": "_exceptions", "CacheError": "_exceptions",
     "CheckpointError": "_exceptions", "ClusterError": "_exceptions", "DaskfeedError": "_exceptions",
     "DataError": "_exceptions", "DataNotFoundError": "_exceptions", "FeedTimeoutError": "_exceptions",

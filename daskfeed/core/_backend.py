@@ -7,11 +7,15 @@ TensorFlow by default, or JAX; others refused. Under JAX, 64-bit types are on un
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import threading
+from collections.abc import Iterator
 
 from daskfeed.core._exceptions import BackendError
 
-__all__ = ["BACKENDS", "FEEDS", "choose", "refuse"]
+__all__ = ["BACKENDS", "FEEDS", "choose", "native_logs_filtered", "refuse"]
 
 #: The Keras backends daskfeed is tested on (tests/core/test_backend.py).
 BACKENDS = ("tensorflow", "jax")
@@ -59,3 +63,47 @@ def choose() -> str:
     if backend == "jax":
         os.environ.setdefault("JAX_ENABLE_X64", "1")
     return backend
+
+
+# what TensorFlow's native libraries print while they load, before absl's logging is set up, so
+# TF_CPP_MIN_LOG_LEVEL does not reach it: the preamble and INFO lines (I<mmdd> <time> <thread> <file>])
+_PREAMBLE = re.compile(rb"^(WARNING: All log messages before absl::InitializeLog\(\) is called are "
+                       rb"written to STDERR|I\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] .*)\r?\n?$")
+
+
+@contextlib.contextmanager
+def native_logs_filtered() -> Iterator[None]:
+    """Drop the INFO lines TensorFlow's native code prints to stderr while it loads.
+
+    ``TF_CPP_MIN_LOG_LEVEL`` (daskfeed sets 2 unless it is set) hides TensorFlow's INFO and
+    WARNING logs, but not those its libraries print before absl's logging starts (``oneDNN
+    custom operations are on ...``, twice per process). Around the import, the process's
+    stderr (file descriptor 2) passes through a pipe that drops those lines and forwards every
+    other byte; with ``TF_CPP_MIN_LOG_LEVEL=0`` nothing is dropped.
+    """
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") in ("", "0"):
+        yield
+        return
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr at all
+        yield
+        return
+    read, write = os.pipe()
+    os.dup2(write, 2)
+    os.close(write)
+
+    def forward() -> None:
+        with os.fdopen(read, "rb") as lines:
+            for line in lines:
+                if not _PREAMBLE.match(line):
+                    os.write(saved, line)
+
+    pump = threading.Thread(target=forward, daemon=True, name="daskfeed-stderr-filter")
+    pump.start()
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)  # the pipe's last writer closes: the pump reads to its end
+        pump.join()
+        os.close(saved)

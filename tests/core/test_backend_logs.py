@@ -1,0 +1,39 @@
+"""TensorFlow's load-time INFO lines on stderr are dropped; everything else written there passes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from daskfeed.core import native_logs_filtered
+
+_ABSL = (b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+         b"I0000 00:00:1795771763.594201    2743 port.cc:153] oneDNN custom operations are on.\n")
+
+
+def test_the_load_time_lines_are_dropped_and_the_rest_passes(capfd, monkeypatch):
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    with native_logs_filtered():
+        os.write(2, b"before\n" + _ABSL + b"E0000 an error line stays\n")
+        print("python's own stderr", file=sys.stderr, flush=True)
+    os.write(2, b"after\n")
+    lines = capfd.readouterr().err.splitlines()  # (Python's own writes may overtake the pipe's)
+    assert sorted(lines) == sorted(["before", "E0000 an error line stays", "python's own stderr", "after"])
+    assert lines.index("before") < lines.index("E0000 an error line stays") < lines.index("after")
+
+
+def test_with_tf_cpp_min_log_level_0_nothing_is_dropped(capfd, monkeypatch):
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")
+    with native_logs_filtered():
+        os.write(2, _ABSL)
+    assert capfd.readouterr().err == _ABSL.decode()
+
+
+def test_importing_keras_through_daskfeed_prints_nothing_on_stderr():
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND")}
+    out = subprocess.run([sys.executable, "-c", "import daskfeed.adapters._keras; import keras; "
+                          "keras.ops.add(1.0, 2.0)"], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "absl" not in out.stderr and "port.cc" not in out.stderr, out.stderr
