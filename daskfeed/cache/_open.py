@@ -63,8 +63,10 @@ def estimate_bytes(source: Source, compression: str | None = "zstd") -> int:
 def _identity(paths: list[str]) -> str:
     """The same files, whatever their sizes, mtimes, partitioning and read options (for clean-up).
 
-    A part has one cache entry: an entry of the same paths made for other file contents or
-    other read options is replaced by the new one, not kept beside it.
+    An entry of the same paths made for other file contents is replaced by the new one (it can
+    never be read again); one made with other read options stays beside it (a run with another
+    setting, even a wrong one, does not take a good entry away; ``daskfeed.cache-max-size``
+    bounds what is kept).
     """
     return hashlib.sha256(json.dumps(paths).encode()).hexdigest()[:16]
 
@@ -292,7 +294,7 @@ def _prepare(base: str | None, parts: list[PartEntry], tag: str = "",
 
     ``base`` None: this process's default root (run on each worker). An entry of another cache
     format is removed (the scan writes it again), as is one of a part's paths made for other
-    contents or options. Each part is marked used and leased by the trainer ``tag``; with
+    contents (one made with other read options is kept). Each part is marked used and leased by the trainer ``tag``; with
     ``max_bytes``, entries of other data are evicted beyond it (:func:`~daskfeed.cache._evict.
     evict`). Returns (free bytes, cached blocks, the root, the format of an entry removed for
     that, or None, and (entries evicted, their bytes, bytes left)).
@@ -300,7 +302,7 @@ def _prepare(base: str | None, parts: list[PartEntry], tag: str = "",
     base = default_root() if base is None else base
     os.makedirs(base, mode=0o700, exist_ok=True)
     ours = {key for key, _, _, _ in parts}
-    identities = {identity for _, identity, _, _ in parts}
+    contents = {identity: record["files"] for _, identity, _, record in parts}
     removed_format = None
     for name in os.listdir(base):
         other = os.path.join(base, name)
@@ -319,7 +321,8 @@ def _prepare(base: str | None, parts: list[PartEntry], tag: str = "",
             forget_entry(other)
             _remove_entry(other)
             removed_format = version
-        elif name not in ours and meta.get("identity") in identities:
+        elif name not in ours and meta.get("identity") in contents and \
+                meta.get("files") != contents[meta["identity"]]:
             forget_entry(other)  # the files changed since: that cache can never be read again
             _remove_entry(other)
     now = time.time()

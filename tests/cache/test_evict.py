@@ -99,3 +99,21 @@ def test_a_closed_sequence_gives_its_lease_back_and_the_bound_comes_from_config(
             assert glob.glob(str(root / "*" / "lease-*"))  # held while the data are open
     assert glob.glob(str(root / "*" / "lease-*")) == []
     assert CacheChoice.resolve(True).max_size is None  # no bound by default
+
+
+def test_a_run_with_other_read_options_keeps_the_entries_of_the_same_files(tmp_path, client):
+    """A run with another setting (a wrong one) writes entries of its own beside the good ones;
+    only changed files make an entry of theirs unreadable, and so removed."""
+    pattern = _data(tmp_path, "data", 200)
+    root = tmp_path / "cache"
+    good, _ = _cached(pattern, root, client)
+    other = Source(pattern, dtype={"x": "string"})  # the same files read otherwise
+    wrong, _ = open_cache(other, root, client=client)
+    scan_source(other, label="y", client=client, vocabulary_size=3, timeout=120, partition_cache=wrong)
+    assert _there(good) and _there(wrong) and set(good.directories()).isdisjoint(wrong.directories())
+    again, _ = _cached(pattern, root, client)  # the good entries serve the next run
+    assert again.directories() == good.directories() and again.cached_blocks() == good.cached_blocks() > 0
+    with open(tmp_path / "data" / "f0.csv", "a") as f:  # a file changed: its entries are stale
+        f.write("9999,1\n")
+    _cached(pattern, root, client)
+    assert not _there(good) and not _there(wrong)
