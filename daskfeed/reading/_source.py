@@ -232,17 +232,20 @@ class Source:
                                 [b.length for b in mine], [self.options.sep] * len(mine),
                                 [so] * len(mine)))
         size = self.files[mine[0].file_index].size
-        inside = False
-        for _, (from_out, from_in, _cut) in found:
+        firsts = [first for first, _ in found]
+        inside, opening = False, 0
+        for j, (_, (from_out, from_in, _cut)) in enumerate(found):
+            if not inside and from_out:
+                opening = j  # the last block a quoted field opens in, starting outside one
             inside = from_in if inside else from_out
-        starts = chain([first for first, _ in found], [t for _, t in found], size)
-        if inside:  # an unbalanced quote: its line and byte, from the last record's start
-            last = next(s for s in reversed(starts[:-1]) if s < size)
+        starts = chain(firsts, [t for _, t in found], size)
+        if inside:  # an unbalanced quote: the field opened in that block never closes
+            begin, end = firsts[opening], firsts[opening + 1] if opening + 1 < len(firsts) else size
             with open_file(path, so) as f:
-                f.seek(last)
-                body = f.read(size - last)
-                raise unclosed_quote(path, body, max(ends_inside(body, self.options.sep), 0), last,
-                                     line_number(f, last), False, "is never closed before the end "
+                f.seek(begin)
+                body = f.read(end - begin)
+                raise unclosed_quote(path, body, max(ends_inside(body, self.options.sep), 0), begin,
+                                     line_number(f, begin), False, "is never closed before the end "
                                      "of the file")
         k = 0 if done is None else done - next(i for i, b in enumerate(self.blocks) if b is mine[0])
         if 0 < k < len(mine):

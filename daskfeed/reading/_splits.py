@@ -102,8 +102,10 @@ def record_start(f: IO[bytes], offset: int, size: int, sep: str) -> int:
                 return start
             if cut >= 0:
                 return start + cut
-            if final:
+            if start + len(buf) >= size:  # a quoted field runs on to the end of the file
                 return size
+            if window >= MOST:  # no record start in sight: guessed outside (the block's check
+                return start    # says so if that was wrong), never a block to the file's end
         window *= 4
     return size
 
