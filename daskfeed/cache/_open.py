@@ -294,10 +294,10 @@ def _prepare(base: str | None, parts: list[PartEntry], tag: str = "",
 
     ``base`` None: this process's default root (run on each worker). An entry of another cache
     format is removed (the scan writes it again), as is one of a part's paths made for other
-    contents (one made with other read options is kept). Each part is marked used and leased by the trainer ``tag``; with
-    ``max_bytes``, entries of other data are evicted beyond it (:func:`~daskfeed.cache._evict.
-    evict`). Returns (free bytes, cached blocks, the root, the format of an entry removed for
-    that, or None, and (entries evicted, their bytes, bytes left)).
+    contents (one made with other read options is kept). Each part is marked used and leased
+    by the trainer ``tag``; with ``max_bytes``, entries of other data are evicted beyond it
+    (:func:`~daskfeed.cache._evict.evict`). Returns (free bytes, cached blocks, the root, the
+    format of an entry removed for that, or None, and (entries evicted, their bytes, bytes left)).
     """
     base = default_root() if base is None else base
     os.makedirs(base, mode=0o700, exist_ok=True)
