@@ -9,6 +9,7 @@ import random
 import numpy as np
 import pyarrow.csv as pacsv
 import pytest
+from helpers import in_process_budget
 
 import daskfeed
 
@@ -71,6 +72,6 @@ def test_predict_reads_a_file_whose_speculated_starts_fail_in_input_order(tmp_pa
     out = str(tmp_path / "out")
     train(str(train_path), label="y", features=["x"], epochs=1, memory_limit="3GB", nworkers=1,
           output=out, cache=False, verbose=0, echo=lambda _line: None)
-    df = predict(out, str(new_path), keep=["id"], memory_limit="3GB", nworkers=1,
+    df = predict(out, str(new_path), keep=["id"], memory_limit=in_process_budget(), nworkers=1,
                  blocksize="16KiB", echo=lambda _line: None)
     assert df["id"].tolist() == list(range(3000))
