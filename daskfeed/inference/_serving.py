@@ -59,7 +59,7 @@ import tensorflow as tf  # the SavedModel is TensorFlow's format whatever the Ke
 from daskfeed.adapters import keras
 from daskfeed.core import replace, temporary_name
 from daskfeed.inference._scoring import Scorer, TrainedRun
-from daskfeed.manifest import MISSING_CODE, ColumnCode
+from daskfeed.manifest import HEX, MISSING_CODE, NUMBER, WHOLE, ColumnCode
 from daskfeed.reading import NA_MARKERS
 
 __all__ = ["export", "input_names"]
@@ -68,9 +68,6 @@ VALID_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")  # a signature input (and not 
 # ISO 8601 as pyarrow's parser takes it: year, month, day, hour, minute, second, fraction, zone
 DATE = (r"(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2})(?::(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?)?"
         r"(Z|[+-]\d{2}(?::?\d{2})?)?)?")
-NUMBER = r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|(?i:[+-]?(?:inf(?:inity)?|nan))"
-HEX = r"0[xX][0-9A-Fa-f]{1,16}"  # pyarrow reads these as int64
-WHOLE = r"[+-]?\d{1,18}"  # exact in int64
 DAYS_IN_MONTH = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 

@@ -14,7 +14,10 @@ if TYPE_CHECKING:
     from daskfeed.manifest._encoding import (
         ENCODE_BYTES,
         EXACT_FLOAT32,
+        HEX,
         MISSING_CODE,
+        NUMBER,
+        WHOLE,
         ColumnCode,
         Encoding,
         WindowData,
@@ -35,7 +38,10 @@ if TYPE_CHECKING:
 __all__ = [
     "ENCODE_BYTES",
     "EXACT_FLOAT32",
+    "HEX",
     "MISSING_CODE",
+    "NUMBER",
+    "WHOLE",
     "Column",
     "ColumnCode",
     "Encoding",
@@ -67,6 +73,7 @@ __all__ = [
 ]
 
 __getattr__, __dir__ = attach(__name__, {
+    "HEX": "_encoding", "NUMBER": "_encoding", "WHOLE": "_encoding",
     "ColumnCode": "_encoding", "ENCODE_BYTES": "_encoding", "EXACT_FLOAT32": "_encoding", "Encoding":
     "_encoding", "MISSING_CODE": "_encoding", "WindowData": "_encoding", "concat": "_encoding",
     "empty_window": "_encoding", "encode_features": "_encoding", "encode_table": "_encoding",

@@ -330,3 +330,24 @@ def test_each_number_reads_as_pyarrow_reads_it_and_markers_are_missing(tmp_path,
     fill = np.dtype(dtype).type(FILL)
     assert values[len(read):].tolist() == [fill] * (len(missing) + len(NUMBERS_NOT))
     assert unparsed.tolist() == [False] * (len(read) + len(missing)) + [True] * len(NUMBERS_NOT)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
+def test_numbers_in_a_block_pyarrow_leaves_as_text_read_as_serving_reads_them(tmp_path, dtype) -> None:
+    """One block holding every kind of number and some text (pyarrow reads it as a string
+    column): predict reads each value as serving reads it, and counts the same ones unparsed."""
+    from daskfeed.manifest import ColumnCode, Encoding, encode_features
+    from daskfeed.reading import Block, ReadOptions, iter_tables
+
+    code = ColumnCode("a", "numeric", FILL, (), dtype)
+    values = NUMBERS_READ + (NUMBERS_INFINITE if dtype != "int64" else []) + NUMBERS_MISSING[2:] \
+        + NUMBERS_NOT
+    path = tmp_path / "mixed.csv"
+    path.write_text("a,y\n" + "".join(f'"{v}",1\n' for v in values), encoding="utf-8")
+    (table,) = iter_tables(Block(str(path), 0, -1, 0), ReadOptions())
+    assert str(table.schema.field("a").type) == "string"
+    unparsed: dict[str, np.ndarray] = {}
+    predicted = encode_features(table, Encoding("y", "float32", (code,)), unparsed=unparsed)["a"]
+    served, served_unparsed = _serve_reads(values, code, ())
+    assert predicted.tolist() == served.tolist()
+    assert unparsed["a"].tolist() == served_unparsed.tolist()
