@@ -14,10 +14,7 @@ if TYPE_CHECKING:
     from daskfeed.manifest._encoding import (
         ENCODE_BYTES,
         EXACT_FLOAT32,
-        HEX,
         MISSING_CODE,
-        NUMBER,
-        WHOLE,
         ColumnCode,
         Encoding,
         WindowData,
@@ -32,6 +29,7 @@ if TYPE_CHECKING:
     from daskfeed.manifest._ids import id_like, id_warning, joined
     from daskfeed.manifest._labels import refuse_single_class, text_classes, unknown_classes
     from daskfeed.manifest._manifest import Column, Manifest, read_reusable, read_settings, unknown_column
+    from daskfeed.manifest._numbers import HEX, NUMBER, WHOLE
     from daskfeed.manifest._split import block_sizes, held_out, scanned_blocks, split_settings
     from daskfeed.manifest._weights import frame_weight_faults, record_line, weight_faults
 
@@ -73,7 +71,7 @@ __all__ = [
 ]
 
 __getattr__, __dir__ = attach(__name__, {
-    "HEX": "_encoding", "NUMBER": "_encoding", "WHOLE": "_encoding",
+    "HEX": "_numbers", "NUMBER": "_numbers", "WHOLE": "_numbers",
     "ColumnCode": "_encoding", "ENCODE_BYTES": "_encoding", "EXACT_FLOAT32": "_encoding", "Encoding":
     "_encoding", "MISSING_CODE": "_encoding", "WindowData": "_encoding", "concat": "_encoding",
     "empty_window": "_encoding", "encode_features": "_encoding", "encode_table": "_encoding",

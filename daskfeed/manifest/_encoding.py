@@ -36,16 +36,15 @@ import numpy as np
 from daskfeed.core import DataError, SchemaError
 from daskfeed.manifest._labels import class_codes
 from daskfeed.manifest._manifest import Column, Manifest
+from daskfeed.manifest._numbers import SPACES, text_numbers
 from daskfeed.manifest._weights import checked_weights, number_array
-from daskfeed.reading import NA_MARKERS
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["ENCODE_BYTES", "EXACT_FLOAT32", "HEX", "ISO_DATE", "MISSING_CODE", "NUMBER", "WHOLE",
-           "ColumnCode", "Encoding", "WindowData", "concat", "date_seconds", "empty_window",
-           "encode_features", "encode_frame", "encode_table", "epoch_seconds", "labelled",
-           "numeric_dtype"]
+__all__ = ["ENCODE_BYTES", "EXACT_FLOAT32", "ISO_DATE", "MISSING_CODE", "ColumnCode", "Encoding",
+           "WindowData", "concat", "date_seconds", "empty_window", "encode_features", "encode_frame",
+           "encode_table", "epoch_seconds", "labelled", "numeric_dtype"]
 
 MISSING_CODE = 0
 OOV_CODE = 1
@@ -57,13 +56,6 @@ EXACT_FLOAT32 = 2**24  # float32 holds every whole number up to this magnitude
 ISO_DATE = (r"^(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})(?:[T ](?P<h>\d{2})(?::(?P<mi>\d{2})"
             r"(?::(?P<s>\d{2})(?:\.(?P<f>\d{1,9}))?)?)?(?P<z>Z|(?P<zs>[+-])(?P<zh>\d{2})"
             r"(?::?(?P<zm>\d{2}))?)?)?$")
-SPACES = " \t\n\r\x0b\x0c"  # stripped around a date or a number, as serving strips them
-# numbers written as text, as pyarrow reads a block of them (serving/ reads text by the same)
-# (ASCII digits only: Python's \d would take other scripts' digits, which neither pyarrow nor
-# TensorFlow's RE2 reads as numbers)
-NUMBER = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:[+-]?(?:inf(?:inity)?|nan))"
-HEX = r"0[xX][0-9A-Fa-f]{1,16}"  # pyarrow reads these as int64 (the bits)
-WHOLE = r"[+-]?[0-9]{1,18}"  # exact in int64
 NS_RANGE = 9_223_372_035  # seconds from 1970 within int64 nanoseconds (1677 to 2262)
 DAYS_IN_MONTH = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], dtype=np.int64)
 
@@ -218,7 +210,8 @@ def _encode_series(s: pd.Series, code: ColumnCode) -> tuple[np.ndarray, np.ndarr
             col = pa.Array.from_pandas(s.astype("string"))
         return _date_column(col, code)
     if not pd.api.types.is_numeric_dtype(s.dtype) and not pd.api.types.is_bool_dtype(s.dtype):
-        return _text_numbers(s, code)  # a block pyarrow left as text (some value is no number)
+        # a block pyarrow left as text (some value is no number)
+        return text_numbers(s, code.dtype, code.fill_value)
     num = pd.to_numeric(s, errors="coerce")
     missing = num.isna().to_numpy()
     if pd.api.types.is_integer_dtype(num.dtype):  # exact, whatever the magnitude
@@ -229,52 +222,6 @@ def _encode_series(s: pd.Series, code: ColumnCode) -> tuple[np.ndarray, np.ndarr
     if missing.any():
         arr[missing] = code.fill_value
     return arr, None
-
-
-def _text_numbers(s: pd.Series, code: ColumnCode) -> tuple[np.ndarray, np.ndarray | None]:
-    """Text of a number column read value by value as pyarrow reads a block of such values.
-
-    Decimal numbers (``inf``, ``nan`` too), ``0x`` hexadecimals (int64 bits), ``true`` /
-    ``false`` (1, 0); spaces around ignored — what ``serving/`` reads (its ``NUMBER``, ``HEX``,
-    ``WHOLE``). The rest gets the training mean: missing when blank, a null marker or NaN,
-    otherwise counted as unparsed (returned).
-    """
-    text = s.astype("string").str.strip(SPACES).fillna("")
-    decimal = text.str.fullmatch(NUMBER).to_numpy(dtype=bool, na_value=False)
-    hexa = text.str.fullmatch(HEX).to_numpy(dtype=bool, na_value=False)
-    lower = text.str.lower()
-    true = lower.eq("true").to_numpy(dtype=bool, na_value=False)
-    false = lower.eq("false").to_numpy(dtype=bool, na_value=False)
-    value = np.full(len(text), np.nan)
-    value[decimal] = [float(v) for v in text[decimal]]
-    bits = [int(v, 16) for v in text[hexa]]
-    ints = np.zeros(len(text), dtype=np.int64)
-    ints[hexa] = [b - 2**64 if b >= 2**63 else b for b in bits]
-    value[hexa] = ints[hexa]
-    value[true], value[false] = 1.0, 0.0
-    read = decimal | hexa | true | false
-    missing = ~read | np.isnan(value)
-    if code.dtype == "int64":  # whole numbers exactly, the rest as a cast would make them
-        whole = text.str.fullmatch(WHOLE).to_numpy(dtype=bool, na_value=False)
-        ints[whole] = [int(v) for v in text[whole]]
-        other = ~whole & ~hexa & ~missing
-        with np.errstate(invalid="ignore"):
-            ints[other] = value[other].astype(np.int64)
-        arr = ints
-    else:
-        arr = value.astype(code.dtype)
-    arr[missing] = code.fill_value
-    unparsed = _not_numbers(s, ~read) if (~read).any() else None
-    return arr, unparsed
-
-
-def _not_numbers(s: pd.Series, nan: np.ndarray) -> np.ndarray | None:
-    """Where text read as NaN is no missing value: not blank, no null marker, no NaN spelt out."""
-    text = s.astype("string").str.strip(SPACES)
-    missing = (text.isna() | text.eq("") | text.isin(NA_MARKERS)
-               | text.str.fullmatch(r"[+-]?nan", case=False))
-    unparsed = nan & ~missing.to_numpy(dtype=bool, na_value=True)
-    return unparsed if unparsed.any() else None
 
 
 def date_seconds(col: Any) -> tuple[np.ndarray, np.ndarray]:
