@@ -27,6 +27,9 @@ from daskfeed.adapters._sequence import DaskSequence
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
 # the task prefixes of a scan's span
+# the fit ends when the probe has read what it came for (stop_when_done), never by running out of
+# epochs first (on a busy machine 40 epochs could end before the page was read)
+EPOCHS = 1000
 SCAN_PREFIXES = ["daskfeed-scan"]  # its scan tasks (each part's record is merged on the trainer)
 
 
@@ -87,12 +90,12 @@ def test_status_from_events_rates_eta_hit_rate_and_runs():
 
 
 def test_page_status_and_metrics_live_during_fit_on_a_local_cluster(client, demo_data, tmp_path):
-    probe, watch, history, manifest = fit_watched(client, demo_data, seen=live(2, history=1), epochs=40,
-                                                  spans=True)
+    probe, watch, history, manifest = fit_watched(client, demo_data, seen=live(2, history=1),
+                                                  epochs=EPOCHS, spans=True)
     assert manifest.rows == demo_data.train_rows
     s = check_probe(probe)
     # status.json: live figures of epoch 2 while it trains
-    assert s["epochs"] == 40 and s["batches"] == math.ceil(demo_data.train_rows / 256)
+    assert s["epochs"] == EPOCHS and s["batches"] == math.ceil(demo_data.train_rows / 256)
     assert 0 < s["batch"] <= s["batches"] and s["rows_per_s"] > 0 and 0 <= s["data_wait"] <= 1
     assert 0 < s["rows"] <= demo_data.train_rows and s["rows_trained"] > demo_data.train_rows
     assert s["memory"]["budget_bytes"] == 4_000_000_000 and s["memory"]["rss_bytes"] > 100e6
@@ -106,7 +109,7 @@ def test_page_status_and_metrics_live_during_fit_on_a_local_cluster(client, demo
     assert s["scans"]["validation"]["rows"] == demo_data.validate_rows
     assert s["cache"]["status"].startswith("cache:")
     # the page shows the same run
-    m = re.search(r"Epoch <b>(\d+)</b> of 40", probe.page)
+    m = re.search(rf"Epoch <b>(\d+)</b> of {EPOCHS:,}", probe.page)
     assert m and int(m.group(1)) >= 2, probe.page[:2000]
     assert re.search(r"Batch <b>[\d,]+</b> of " + f"{s['batches']:,}", probe.page)
     assert "rows/s" in probe.page and "val_loss" in probe.page and "setInterval" in probe.page
@@ -122,7 +125,7 @@ def test_page_status_and_metrics_live_during_fit_on_a_local_cluster(client, demo
     assert m[("daskfeed_bad_rows", (("data", "train"), ("kind", "malformed")))] == 0
     assert any(name.startswith("dask_scheduler_") for name, _ in m)
     # fit stopped because the probe had its figures, not because it ran out of epochs
-    assert 2 <= len(history.epoch) < 40 and watch.reports > 10
+    assert 2 <= len(history.epoch) < EPOCHS and watch.reports > 10
     # the first windows (submitted when the sequences were made) in the span of epoch 1, not in
     # the scan's; epoch 2's in epoch 2's (each window is its own task group)
     spans = spans_on_scheduler(client)
