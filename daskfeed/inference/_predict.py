@@ -139,12 +139,15 @@ def _in_order(client: Any, source: Source, scorer: Scorer, keep: tuple[str, ...]
             at = int(future.key.rsplit("-", 1)[1])
             try:
                 result = result_unless_paused(future, what="the scoring of a block", timeout=timeout)
-            except TimeoutError as err:
+            except TimeoutError as err:  # a hung block may hold the worker another one waits for
+                late = [at] + [int(f.key.rsplit("-", 1)[1]) for f in pending if not f.done()]
+                names = "; ".join(source.blocks[i].describe() for i in late[:5])
                 raise FeedTimeoutError(
                     f"Expected the scoring of block {at} ({source.blocks[at].describe()}) within "
-                    f"{timeout:g}s. Received: no result.\nHint: a read that blocks (hung "
-                    "storage, a FIFO) never finishes: check the workers on the dashboard; for "
-                    "very slow storage raise --timeout (daskfeed.timeout).") from err
+                    f"{timeout:g}s. Received: no result; blocks not scored yet, one of them "
+                    f"holding a worker: {names}{' ...' if len(late) > 5 else ''}.\nHint: a read "
+                    "that blocks (hung storage, a FIFO) never finishes: check the workers on the "
+                    "dashboard; for very slow storage raise --timeout (daskfeed.timeout).") from err
             except SplitError as err:  # a speculated start failed: the rest of the file exactly
                 if err.path in source.splits:
                     raise

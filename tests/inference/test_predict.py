@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import in_process_budget, write_rows
+from helpers import in_process_budget, load_factor, write_rows
 
 from daskfeed.core._exceptions import DataNotFoundError, SchemaError
 
@@ -140,11 +140,15 @@ def test_cli_predict_stops_at_the_timeout_naming_a_block_that_never_arrives(trai
     for f in sorted(glob.glob(trained["held"]))[:1]:
         shutil.copy(f, data / "a.csv")
     os.mkfifo(data / "z.csv")  # its block's read never returns
-    res = CliRunner().invoke(cli, ["predict", trained["out"], str(data / "*.csv"), "--timeout", "5s",
+    # a bound the machine's speed must not reach: the first block loads the model on the worker
+    timeout = round(15 * load_factor(), 1)
+    res = CliRunner().invoke(cli, ["predict", trained["out"], str(data / "*.csv"), "--timeout",
+                                   f"{timeout:g}s",
                                    "--memory-limit", in_process_budget(), "--nworkers", "1",
                                    "--output", str(tmp_path / "p.csv")])
     assert res.exit_code == 1, res.output
-    assert "within 5s" in res.output and "z.csv" in res.output and "--timeout" in res.output
+    assert f"within {timeout:g}s" in res.output and "z.csv" in res.output, res.output
+    assert "--timeout" in res.output
     assert "Traceback" not in res.output
     assert not (tmp_path / "p.csv").exists()  # nothing half-written
 
