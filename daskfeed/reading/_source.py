@@ -233,13 +233,8 @@ class Source:
                                 [so] * len(mine)))
         size = self.files[mine[0].file_index].size
         firsts = [first for first, _ in found]
-        inside, opening = False, 0
-        for j, (_, (from_out, from_in, _cut)) in enumerate(found):
-            if not inside and from_out:
-                opening = j  # the last block a quoted field opens in, starting outside one
-            inside = from_in if inside else from_out
-        starts = chain(firsts, [t for _, t in found], size)
-        if inside:  # an unbalanced quote: the field opened in that block never closes
+        starts, opening = chain(firsts, [t for _, t in found], size)
+        if opening is not None:  # an unbalanced quote: the field opened in that block never closes
             begin, end = firsts[opening], firsts[opening + 1] if opening + 1 < len(firsts) else size
             with open_file(path, so) as f:
                 f.seek(begin)
@@ -268,6 +263,8 @@ class Source:
             changed since, or split into another number of blocks (another blocksize) is left
             as it is.
         """
+        if not splits:  # the usual case: nothing to look up among the files
+            return
         files = {f.path: f for f in self.files}
         for path, split in splits.items():
             info, starts = files.get(path), split["starts"]

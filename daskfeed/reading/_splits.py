@@ -254,7 +254,8 @@ def transitions(body: bytes, sep: str) -> tuple[bool, bool, int]:
     return bool(out[-1]), bool(ins[-1]), _first_outside_break(arr, runs, ins, True)
 
 
-def chain(firsts: Sequence[int], summaries: Sequence[tuple[bool, bool, int]], size: int) -> list[int]:
+def chain(firsts: Sequence[int], summaries: Sequence[tuple[bool, bool, int]],
+          size: int) -> tuple[list[int], int | None]:
     """Every block's true start, from each block's :func:`transitions` (in file order).
 
     Parameters
@@ -269,22 +270,25 @@ def chain(firsts: Sequence[int], summaries: Sequence[tuple[bool, bool, int]], si
 
     Returns
     -------
-    list of int
+    tuple
         Each block's start, and the file's size after them: block ``k`` is
-        ``[starts[k], starts[k + 1])``. A block that a quoted field spans whole is empty.
+        ``[starts[k], starts[k + 1])`` (a block that a quoted field spans whole is empty); and
+        the block a quoted field still open at the end of the file opened in (starting outside
+        one), or None when the file ends outside quoted fields.
     """
     starts: list[int | None] = []
-    inside = False
-    for first, (from_out, from_in, cut) in zip(firsts, summaries, strict=True):
+    inside, opening = False, 0
+    for k, (first, (from_out, from_in, cut)) in enumerate(zip(firsts, summaries, strict=True)):
         if not inside:
             starts.append(first)
+            opening = k if from_out else opening
         else:
             starts.append(first + cut if cut >= 0 else None)
         inside = from_in if inside else from_out
     out = [size]
     for s in reversed(starts):
         out.append(out[-1] if s is None else s)
-    return out[::-1]
+    return out[::-1], opening if inside else None
 
 
 def block_transitions(path: str, offset: int, length: int, sep: str,

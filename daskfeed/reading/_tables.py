@@ -209,6 +209,11 @@ def _parquet_tables(block: Block, storage_options: dict[str, Any]) -> Iterator[p
             yield normalize(pf.read_row_group(i))
 
 
+# where a speculated start fails (SplitError): what the scan does about it, and what a user can
+_SPLIT_HINT = ("Hint: the blocks of this file are decided exactly when a scan meets this; scan "
+               "the data again (daskfeed scan), or pass a blocksize larger than the file.")
+
+
 def _byte_range_table(f: IO[bytes], block: Block, header: bytes, names: list[str],
                       options: ReadOptions, rejects: list[str] | None) -> pa.Table:
     """Parse the records of one byte range of an uncompressed file.
@@ -223,26 +228,19 @@ def _byte_range_table(f: IO[bytes], block: Block, header: bytes, names: list[str
     """
     size = f.seek(0, os.SEEK_END)
     start, stop = record_range(f, block, len(header), options.sep)
-    if block.start < 0:
-        if stop < start:  # the two starts speculated disagree: the blocks would overlap
-            raise SplitError(
-                f"Expected the record starts speculated for {block.describe()} to be in order. "
-                f"Received: {start:,} for its start, {stop:,} for the next block's.\nHint: the "
-                "blocks of this file are decided exactly when a scan meets this; scan the data "
-                "again (daskfeed scan), or pass a blocksize larger than the file.", block.path)
+    if block.start < 0 and stop < start:  # the two starts speculated disagree: blocks overlap
+        raise SplitError(f"Expected the record starts speculated for {block.describe()} to be in "
+                         f"order. Received: {start:,} for its start, {stop:,} for the next "
+                         f"block's.\n{_SPLIT_HINT}", block.path)
     f.seek(start)
     body = f.read(stop - start) if stop > start else b""
     opened = ends_inside(body, options.sep)
     if opened >= 0:
-        line = line_number(f, start + opened)
-        if block.start < 0 and (block.offset > 0 or stop < size):
-            raise SplitError(
+        if block.start < 0 and (block.offset > 0 or stop < size):  # (no line counted: the scan
+            raise SplitError(                                       # catches it and goes on)
                 f"Expected {block.describe()} to end outside quoted fields where its end was "
                 f"speculated (byte {stop:,}). Received: a quoted field opened at byte "
-                f"{start + opened:,}{f' (line {line})' if line else ''} still open there.\n"
-                "Hint: the blocks of this file are decided exactly when a scan meets this; "
-                "scan the data again (daskfeed scan), or pass a blocksize larger than the file.",
-                block.path)
+                f"{start + opened:,} still open there.\n{_SPLIT_HINT}", block.path)
         raise unclosed_quote(block.path, body, opened, start, line_number(f, start), False,
                              "is never closed before the end of the file")
     try:
