@@ -28,8 +28,9 @@ __all__ = ["CACHE_VERSION", "FLUSH_BYTES", "CacheWriter", "PartWriters", "compac
 # stored order (:mod:`daskfeed.cache._scatter`), a block a range of record batches; 5: a block a
 # range of rows of a file of record batches of BATCH_ROWS rows (the last one shorter): a reader
 # of every block decodes a file's few batches, not one batch per block; 6: one directory per part
-# of the source's files, blocks numbered (and their stored order seeded) within it
-CACHE_VERSION = 6
+# of the source's files, blocks numbered (and their stored order seeded) within it; 7: a text
+# column of dates that pyarrow left as text (zoned and naive times mixed, markers) stored as dates
+CACHE_VERSION = 7
 FLUSH_BYTES = 16 << 20  # an Arrow file holds about this much data (memory: one per task)
 BATCH_ROWS = 8192  # rows per record batch (a compressed file decodes about this much per read)
 

@@ -16,10 +16,11 @@ counts and timestamps arrive exactly as the CSV wrote them. Decimal fractions ar
 float32 precision (about 7 significant digits) in the narrow case. Dates travel as float64
 seconds since 1970. The same rule applies to a regression label.
 
-Dates read the same whatever type pyarrow gave their block (:func:`date_seconds`): a block of
-timestamps in its own unit, a block pyarrow left as text (one value that is not a date, zoned
-and naive times mixed) value by value, in the ISO 8601 forms pyarrow reads (a zone converted to
-UTC, a time without one taken as UTC), exactly as ``serving/`` reads them. A value of a date or
+Dates read the same whatever type their block has (:func:`date_seconds`): a block of timestamps
+in its own unit (the reader makes timestamps of zoned and naive times mixed, and of markers among
+dates), a block left as text (one value that is not a date) value by value, in the ISO 8601
+forms pyarrow reads (a zone converted to UTC, a time without one taken as UTC), exactly as
+``serving/`` reads them. A value of a date or
 number column that is neither missing nor read (``yesterday``, ``20130923`` in a date column,
 ``12x`` in a number column) gets the training mean, as a missing value does, and is counted:
 :func:`encode_features` reports where (``unparsed``), the values ``serving/`` counts in its
@@ -36,13 +37,14 @@ import numpy as np
 from daskfeed.core import DataError, SchemaError
 from daskfeed.manifest._labels import class_codes
 from daskfeed.manifest._manifest import Column, Manifest
-from daskfeed.manifest._numbers import SPACES, text_numbers
+from daskfeed.manifest._numbers import text_numbers
 from daskfeed.manifest._weights import checked_weights, number_array
+from daskfeed.reading import iso_seconds
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["ENCODE_BYTES", "EXACT_FLOAT32", "ISO_DATE", "MISSING_CODE", "ColumnCode", "Encoding",
+__all__ = ["ENCODE_BYTES", "EXACT_FLOAT32", "MISSING_CODE", "ColumnCode", "Encoding",
            "WindowData", "concat", "date_seconds", "empty_window", "encode_features", "encode_frame",
            "encode_table", "epoch_seconds", "labelled", "numeric_dtype"]
 
@@ -50,14 +52,6 @@ MISSING_CODE = 0
 OOV_CODE = 1
 VOCAB_OFFSET = 2
 EXACT_FLOAT32 = 2**24  # float32 holds every whole number up to this magnitude
-# ISO 8601 as pyarrow's parser takes it (RE2, ASCII digits), the grammar of serving's DATE: year,
-# month, day, then optionally T or a space and hh, hh:mm, hh:mm:ss or hh:mm:ss.f (1 to 9 digits),
-# then optionally Z, ±hh, ±hhmm or ±hh:mm
-ISO_DATE = (r"^(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})(?:[T ](?P<h>\d{2})(?::(?P<mi>\d{2})"
-            r"(?::(?P<s>\d{2})(?:\.(?P<f>\d{1,9}))?)?)?(?P<z>Z|(?P<zs>[+-])(?P<zh>\d{2})"
-            r"(?::?(?P<zm>\d{2}))?)?)?$")
-NS_RANGE = 9_223_372_035  # seconds from 1970 within int64 nanoseconds (1677 to 2262)
-DAYS_IN_MONTH = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], dtype=np.int64)
 
 
 def numeric_dtype(column: Column) -> str:
@@ -227,11 +221,11 @@ def _encode_series(s: pd.Series, code: ColumnCode) -> tuple[np.ndarray, np.ndarr
 def date_seconds(col: Any) -> tuple[np.ndarray, np.ndarray]:
     """Seconds since 1970 (UTC) of a date column, whatever type pyarrow gave its block.
 
-    A block of timestamps is read in its own unit (:func:`epoch_seconds`); a block pyarrow left
-    as text (it holds a value that is not a date, or zoned and naive times mixed) value by
-    value, each as pyarrow reads a date alone: ISO 8601 (:data:`ISO_DATE`; spaces around it
-    ignored), a zone converted to UTC, a time without one taken as UTC, a fraction carried as
-    nanosecond timestamps carry it (``ticks / 1e9``). Any other type (numbers: ``20130923`` is
+    A block of timestamps is read in its own unit (:func:`epoch_seconds`); a block left as text
+    (it holds a value that is not a date) value by value, each as pyarrow reads a date alone
+    (:func:`daskfeed.reading.iso_seconds`: ISO 8601, spaces around it ignored), a zone converted
+    to UTC, a time without one taken as UTC, a fraction carried as nanosecond timestamps carry
+    it (``ticks / 1e9``). Any other type (numbers: ``20130923`` is
     no date) holds no date. The reading is serving's (:mod:`daskfeed.inference._serving`).
 
     Parameters
@@ -260,53 +254,8 @@ def date_seconds(col: Any) -> tuple[np.ndarray, np.ndarray]:
         secs[~valid] = np.nan
         return secs, np.zeros(len(col), dtype=bool)
     if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return _iso_seconds(col)
+        return iso_seconds(col)
     return np.full(len(col), np.nan), valid  # numbers, booleans, ...: no date (null: all missing)
-
-
-def _iso_seconds(col: Any) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`date_seconds` of a text column: each value parsed alone (vectorised, in int64)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    text = pc.utf8_trim(col, characters=SPACES)
-    blank = np.asarray(pc.fill_null(pc.equal(text, ""), True), dtype=bool)  # null or spaces
-    parts = pc.extract_regex(text, ISO_DATE)
-    matched = np.asarray(parts.is_valid(), dtype=bool)
-
-    def whole(name: str) -> np.ndarray:  # "" (an absent part) is 0
-        part = pc.struct_field(parts, name)
-        zero, empty = pa.scalar("0", part.type), pa.scalar("", part.type)
-        digits = pc.binary_join_element_wise(zero, part, empty)
-        return np.asarray(pc.fill_null(digits, zero).cast(pa.int64()), dtype=np.int64)
-
-    y, m, d, hh, mm, ss, zh, zm = (whole(n) for n in ("y", "mo", "d", "h", "mi", "s", "zh", "zm"))
-    frac = pc.fill_null(pc.struct_field(parts, "f"), "")
-    fraction = np.asarray(pc.not_equal(frac, ""), dtype=bool)
-    nanos = np.asarray(pc.utf8_rpad(frac, width=9, padding="0").cast(pa.int64()), dtype=np.int64)
-    west = np.asarray(pc.fill_null(pc.equal(pc.struct_field(parts, "zs"), "-"), False), dtype=bool)
-    leap = ((y % 4 == 0) & (y % 100 != 0)) | (y % 400 == 0)
-    month_days = DAYS_IN_MONTH[np.clip(m - 1, 0, 11)] + ((m == 2) & leap)
-    ok = (matched & (m >= 1) & (m <= 12) & (d >= 1) & (d <= month_days) & (hh < 24) & (mm < 60)
-          & (ss < 60) & (zh < 24) & (zm < 60))
-    offset = (zh * 3600 + zm * 60) * np.where(west, -1, 1)
-    secs = _days_from_civil(y, m, d) * 86400 + hh * 3600 + mm * 60 + ss - offset
-    in_ns = np.abs(secs) < NS_RANGE
-    ticks = (np.where(in_ns, secs, 0) * 10**9 + nanos).astype(np.float64) / 1e9
-    value = secs.astype(np.float64)
-    value = np.where(fraction, np.where(in_ns, ticks, value + nanos / 1e9), value)
-    value[~ok | blank] = np.nan
-    return value, ~ok & ~blank
-
-
-def _days_from_civil(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """Days since 1970-01-01 of proleptic Gregorian dates (H. Hinnant's algorithm), as serving."""
-    y = y - (m <= 2)
-    era = y // 400
-    yoe = y - era * 400
-    doy = (153 * (m + np.where(m > 2, -3, 9)) + 2) // 5 + d - 1
-    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-    return era * 146097 + doe - 719468
 
 
 def _date_column(col: Any, code: ColumnCode) -> tuple[np.ndarray, np.ndarray | None]:

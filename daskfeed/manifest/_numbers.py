@@ -6,14 +6,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from daskfeed.reading import NA_MARKERS
+from daskfeed.reading import NA_MARKERS, SPACES
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["HEX", "NUMBER", "SPACES", "WHOLE", "not_numbers", "text_numbers"]
+__all__ = ["HEX", "NUMBER", "WHOLE", "not_numbers", "text_numbers"]
 
-SPACES = " \t\n\r\x0b\x0c"  # stripped around a date or a number, as serving strips them
 # numbers written as text, as pyarrow reads a block of them (serving/ reads text by the same)
 # (ASCII digits only: Python's \d would take other scripts' digits, which neither pyarrow nor
 # TensorFlow's RE2 reads as numbers)

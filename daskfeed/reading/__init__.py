@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from daskfeed.core import attach
 
 if TYPE_CHECKING:
+    from daskfeed.reading._dates import ISO_DATE, SPACES, iso_seconds
     from daskfeed.reading._files import (
         Block,
         FileInfo,
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
         relist,
         stat_file,
     )
-    from daskfeed.reading._nulls import NA_MARKERS, count_by_part, na_counts
+    from daskfeed.reading._nulls import NA_MARKERS, count_by_part, na_counts, naive_times
     from daskfeed.reading._parts import Part, file_key
     from daskfeed.reading._records import line_number
     from daskfeed.reading._small_files import Run, SmallFiles
@@ -27,17 +28,19 @@ if TYPE_CHECKING:
     from daskfeed.reading._streams import open_file
     from daskfeed.reading._tables import ReadOptions, iter_tables, record_range
 
-__all__ = ["NA_MARKERS", "Block", "FileInfo", "Part", "ReadOptions", "Run", "SmallFiles", "Source",
-           "SplitError", "compression_of", "count_by_part", "expand_paths", "file_key", "is_parquet",
-           "iter_tables", "line_number", "na_counts", "open_file", "protocol", "read_options",
-           "record_range", "refuse_missing_local", "relist", "stat_file"]
+__all__ = ["ISO_DATE", "NA_MARKERS", "SPACES", "Block", "FileInfo", "Part", "ReadOptions", "Run",
+           "SmallFiles", "Source", "SplitError", "compression_of", "count_by_part", "expand_paths",
+           "file_key", "is_parquet", "iso_seconds", "iter_tables", "line_number", "na_counts",
+           "naive_times", "open_file", "protocol", "read_options", "record_range", "refuse_missing_local",
+           "relist", "stat_file"]
 
 __getattr__, __dir__ = attach(__name__, {
+    "ISO_DATE": "_dates", "SPACES": "_dates", "iso_seconds": "_dates",
     "Block": "_files", "FileInfo": "_files", "compression_of": "_files", "expand_paths": "_files",
     "is_parquet": "_files", "protocol": "_files", "refuse_missing_local": "_files",
     "relist": "_files", "stat_file": "_files",
     "Part": "_parts", "file_key": "_parts",
-    "NA_MARKERS": "_nulls", "count_by_part": "_nulls", "na_counts": "_nulls",
+    "NA_MARKERS": "_nulls", "count_by_part": "_nulls", "na_counts": "_nulls", "naive_times": "_nulls",
     "line_number": "_records",
     "Run": "_small_files", "SmallFiles": "_small_files",
     "Source": "_source", "read_options": "_source",

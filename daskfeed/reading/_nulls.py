@@ -17,10 +17,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from daskfeed.core import DataError
+from daskfeed.reading._dates import DATE_START, SPACES, iso_dates
 from daskfeed.reading._files import Block
 
-__all__ = ["NA_COUNTS_KEY", "NA_MARKERS", "NULL_VALUES", "column_markers", "count_by_part", "na_counts",
-           "normalize", "normalize_column", "numbers_by_part", "text_by_part", "with_na_counts"]
+__all__ = ["NAIVE_TIMES_KEY", "NA_COUNTS_KEY", "NA_MARKERS", "NULL_VALUES", "column_markers",
+           "count_by_part", "na_counts", "naive_times", "normalize", "normalize_column",
+           "numbers_by_part", "text_by_part", "with_na_counts"]
 
 # values that are missing in numeric columns (text stays text unless the user lists them)
 NA_MARKERS = ("NA", "N/A", "n/a", "#N/A", "#N/A N/A", "#NA", "<NA>", "NULL", "null", "None",
@@ -28,13 +30,18 @@ NA_MARKERS = ("NA", "N/A", "n/a", "#N/A", "#N/A N/A", "#NA", "<NA>", "NULL", "nu
 NULL_VALUES = ("", *NA_MARKERS)  # "" (an empty field) is missing in every column
 # schema metadata of each parsed table: JSON {column: {marker: count of values it made missing}}
 NA_COUNTS_KEY = b"daskfeed.na_counts"
+# ... and JSON {column: times without a zone among zoned ones, taken as UTC}, where there were any
+NAIVE_TIMES_KEY = b"daskfeed.naive_times"
 _NUMBER_TYPES = (pa.int64(), pa.float64(), pa.bool_())  # pyarrow's order of inference
 
 
 def column_markers(name: str, column: pa.ChunkedArray, forced: pa.DataType | None,
-                    na_values: tuple[str, ...], block: Block,
-                    decimal: str = ".") -> tuple[pa.ChunkedArray, dict[str, int]]:
+                    na_values: tuple[str, ...], block: Block, decimal: str = ".",
+                    naive_times: dict[str, int] | None = None) -> tuple[pa.ChunkedArray, dict[str, int]]:
     """Apply the null-marker rule to one parsed column.
+
+    A text column of ISO 8601 dates that pyarrow left as text (zoned and naive times mixed,
+    or markers among them) becomes timestamps, its markers missing as in a column of numbers.
 
     Parameters
     ----------
@@ -50,6 +57,9 @@ def column_markers(name: str, column: pa.ChunkedArray, forced: pa.DataType | Non
         Where the column was read (for errors).
     decimal
         The decimal point of the numbers in the text (``--decimal``).
+    naive_times
+        Filled with ``{name: count}`` when the column mixed zoned times and times without a
+        zone (those are taken as UTC).
 
     Returns
     -------
@@ -66,10 +76,15 @@ def column_markers(name: str, column: pa.ChunkedArray, forced: pa.DataType | Non
     if _is_text(column.type):
         if forced is None:
             numbers = _as_numbers(column, markers, decimal)
-            if numbers is None:  # text: only the user's markers are missing
-                column, made = _null_where_in(column, na_values)
-            else:
+            dates = _as_dates(column, markers) if numbers is None else None
+            if numbers is not None:
                 column, made = numbers[0], _value_counts(column, numbers[1])
+            elif dates is not None:
+                column, made, naive = dates
+                if naive and naive_times is not None:
+                    naive_times[name] = naive
+            else:  # text: only the user's markers are missing
+                column, made = _null_where_in(column, na_values)
         elif _is_text(forced):
             column, made = _null_where_in(column, na_values)
         else:
@@ -129,8 +144,8 @@ def text_by_part(column: pa.ChunkedArray, na_values: tuple[str, ...], bounds: np
 
     A part whose first value (neither missing nor a marker) is text stays text on its own,
     and only the user's markers become missing in it, value by value: when every part reads
-    so, one pass over the whole column does. None when some part may be numbers (its first
-    value looks like one, or it has none): :func:`column_markers` decides part by part.
+    so, one pass over the whole column does. None when some part may be numbers or dates (its
+    first value looks like one, or it has none): :func:`column_markers` decides part by part.
 
     Parameters
     ----------
@@ -152,7 +167,7 @@ def text_by_part(column: pa.ChunkedArray, na_values: tuple[str, ...], bounds: np
     markers = tuple(dict.fromkeys(NA_MARKERS + na_values))
     for start, stop in itertools.pairwise(bounds):
         first = _first_value(column.slice(start, stop - start), markers)
-        if first is None or _looks_like_a_number(first, decimal):
+        if first is None or _looks_like_a_number(first, decimal) or DATE_START.match(first):
             return None
     masks = [("", _mask(column.is_null()))] if column.null_count else []
     hit = _is_in(column, na_values) if na_values else None
@@ -267,15 +282,45 @@ def _as_numbers(column: pa.ChunkedArray, markers: Sequence[str],
     return None
 
 
-def _first_value(column: pa.ChunkedArray, markers: Sequence[str], most: int = 256) -> str | None:
-    """The first of the first ``most`` values that is neither missing nor a marker, if any."""
+def _first_value(column: pa.ChunkedArray, markers: Sequence[str], most: int = 256,
+                 blank: bool = True) -> str | None:
+    """The first of the first ``most`` values that is neither missing nor a marker, if any.
+
+    ``blank`` False: nor only spaces.
+    """
     skip = set(markers)
     for chunk in column.slice(0, most).chunks:  # scalars one at a time: usually one is read
         for scalar in chunk:
             value = scalar.as_py()
-            if value is not None and value not in skip:
+            if value is not None and value not in skip and (blank or value.strip(SPACES)):
                 return str(value)
     return None
+
+
+def _as_dates(column: pa.ChunkedArray,
+              markers: Sequence[str]) -> tuple[pa.ChunkedArray, dict[str, int], int] | None:
+    """A text column whose values other than markers and blanks are all ISO 8601 dates, as timestamps.
+
+    pyarrow leaves such a column as text when zoned and naive times are mixed in it, or null
+    markers stand among the dates; read alone, each value would be a date. The timestamps
+    are those of :meth:`daskfeed.reading._dates.IsoDates.as_timestamps` (a time without a zone
+    taken as UTC); the markers and blank values are missing, counted by value; and how many
+    times had no zone where others had one (0 unless mixed). None for any other column (told
+    by its first value, usually).
+    """
+    first = _first_value(column, markers, blank=False)
+    if first is None or not DATE_START.match(first):
+        return None
+    text = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    is_marker = pc.fill_null(_is_in(text, markers), False)
+    dates = iso_dates(_null(text, is_marker))
+    if (~dates.ok & ~dates.blank).any():
+        return None  # some value is no date: text (the scan names stray tokens)
+    missing = np.asarray(is_marker, dtype=bool) | (dates.blank & np.asarray(text.is_valid(), dtype=bool))
+    made = _value_counts(pa.chunked_array([text]), pa.chunked_array([pa.array(missing)]))
+    stamps = dates.as_timestamps()
+    naive = int((dates.ok & ~dates.blank & ~dates.zoned).sum()) if dates.zoned.any() else 0
+    return pa.chunked_array([stamps]), made, naive
 
 
 def _with_point(column: pa.ChunkedArray, decimal: str) -> pa.ChunkedArray:
@@ -377,7 +422,25 @@ def na_counts(table: pa.Table) -> dict[str, dict[str, int]]:
     return json.loads(raw) if raw else {}
 
 
-def with_na_counts(table: pa.Table, counts: dict[str, dict[str, int]]) -> pa.Table:
+def naive_times(table: pa.Table) -> dict[str, int]:
+    """Times without a zone among zoned ones in a parsed table, per column (taken as UTC).
+
+    Parameters
+    ----------
+    table
+        A parsed table.
+
+    Returns
+    -------
+    dict
+        ``{column: count}``; empty when no column mixed them.
+    """
+    raw = (table.schema.metadata or {}).get(NAIVE_TIMES_KEY)
+    return json.loads(raw) if raw else {}
+
+
+def with_na_counts(table: pa.Table, counts: dict[str, dict[str, int]],
+                   naive: dict[str, int] | None = None) -> pa.Table:
     """A table with what its null markers made missing in its schema metadata.
 
     Parameters
@@ -386,14 +449,19 @@ def with_na_counts(table: pa.Table, counts: dict[str, dict[str, int]]) -> pa.Tab
         A parsed table.
     counts
         ``{column: {marker: count}}``.
+    naive
+        ``{column: times without a zone among zoned ones}``, if any.
 
     Returns
     -------
     pyarrow.Table
-        ``table`` with ``counts`` as JSON under :data:`NA_COUNTS_KEY`.
+        ``table`` with ``counts`` as JSON under :data:`NA_COUNTS_KEY` (and ``naive`` under
+        :data:`NAIVE_TIMES_KEY`).
     """
     meta = dict(table.schema.metadata or {})
     meta[NA_COUNTS_KEY] = json.dumps(counts, sort_keys=True).encode()
+    if naive:
+        meta[NAIVE_TIMES_KEY] = json.dumps(naive, sort_keys=True).encode()
     return table.replace_schema_metadata(meta)
 
 

@@ -330,18 +330,19 @@ def with_markers(table: pa.Table, forced: dict[str, pa.DataType], options: ReadO
         When a value of a column with a dtype override does not convert.
     """
     counts: dict[str, dict[str, int]] = {}
+    naive: dict[str, int] = {}
     columns = []
     for name, column in zip(table.column_names, table.columns, strict=True):
         if done and name in done:
             column, made = done[name]
         else:
             column, made = column_markers(name, column, forced.get(name), options.na_values, block,
-                                          options.decimal)
+                                          options.decimal, naive)
             column = normalize_column(column)
         columns.append(column)
         if made:
             counts[name] = made
-    return with_na_counts(pa.Table.from_arrays(columns, names=table.column_names), counts)
+    return with_na_counts(pa.Table.from_arrays(columns, names=table.column_names), counts, naive)
 
 
 def dtype_overrides(options: ReadOptions, names: list[str]) -> dict[str, pa.DataType]:

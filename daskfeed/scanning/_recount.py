@@ -8,7 +8,7 @@ count plus the bound reaches the K-th count — are counted again, exactly, in t
 dropped values (from the parse cache where it has them); the other parts' counts are exact
 already. Their exact counts then decide the top K. Where even a value never kept may belong
 there (the bound reaches the K-th count), nothing short of counting every value decides it: the
-scan says so in a note (:func:`~daskfeed.scanning._schema.vocabulary_notes`).
+scan says so in a note (:func:`~daskfeed.scanning._notes.vocabulary_notes`).
 """
 
 from __future__ import annotations

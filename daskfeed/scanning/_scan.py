@@ -34,6 +34,7 @@ from daskfeed.manifest import (
 )
 from daskfeed.reading import Part, Source, SplitError
 from daskfeed.scanning._known import Known
+from daskfeed.scanning._notes import naive_notes, vocabulary_notes, wide_notes
 from daskfeed.scanning._recount import recount
 from daskfeed.scanning._schema import (
     BlockFacts,
@@ -41,8 +42,6 @@ from daskfeed.scanning._schema import (
     check_headers,
     check_label,
     resolve_columns,
-    vocabulary_notes,
-    wide_notes,
 )
 from daskfeed.scanning._stats import (
     class_counts,
@@ -517,7 +516,7 @@ def build_manifest(src: Source, label: str, facts: list[BlockFacts], stats: Stat
         )
     bad_lines = sum(f.get("bad_lines", 0) for f in facts)
     rejects = quarantined(src, facts, bad_lines, notes)
-    notes += wide_notes(columns, label) + vocabulary_notes(columns)
+    notes += naive_notes(facts) + wide_notes(columns, label) + vocabulary_notes(columns)
     for note in notes:
         warn_user(note)
     partitions = [

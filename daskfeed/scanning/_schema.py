@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from daskfeed.core import SchemaError
-from daskfeed.manifest import EXACT_FLOAT32, Column, numeric_dtype
-from daskfeed.reading import NA_MARKERS, Source
+from daskfeed.manifest import Column
+from daskfeed.reading import ISO_DATE, NA_MARKERS, SPACES, Source
 
 __all__ = [
     "NUMERIC_KINDS",
@@ -34,13 +34,12 @@ __all__ = [
     "resolve_column",
     "resolve_columns",
     "type_kind",
-    "vocabulary_notes",
     "where",
-    "wide_notes",
 ]
 
 NUMERIC_KINDS = {"int", "float"}
 _MARKERS = frozenset(NA_MARKERS)
+_ISO_DATE = re.compile(ISO_DATE)
 
 # what the scan learns of one block, and the merged statistics of one column (see daskfeed.scanning._stats)
 BlockFacts = dict[str, Any]
@@ -191,14 +190,15 @@ STRAY_SHARE = 0.01  # ... on at most this share of its rows
 
 def refuse_numbers_as_text(src: Source, name: str, values: dict[str, int], block: int,
                            approximate: bool = False) -> None:
-    """Refuse a text column that is really numbers: with a decimal comma, or a few stray tokens.
+    """Refuse a text column that is really numbers or dates: a decimal comma, or a few stray tokens.
 
     Either would silently become a category of thousands of values (a numeric label: a
     classifier of as many classes). The scan's exact value counts tell: numbers written
     ``1,5`` while the decimal point is ``.`` (hint: ``--decimal ,``), or numbers but for at
     most :data:`STRAY_TOKENS` distinct values on at most :data:`STRAY_SHARE` of the rows (such
-    as ``?`` or ``-``; hint: list them with ``--na-values``). A column of text that merely
-    holds some numbers is left as it is; ``--dtype NAME=string`` keeps any column as text.
+    as ``?`` or ``-``; hint: list them with ``--na-values``); ISO 8601 dates but for such
+    stray tokens the same. A column of text that merely holds some numbers is left as it is;
+    ``--dtype NAME=string`` keeps any column as text.
 
     Parameters
     ----------
@@ -246,6 +246,8 @@ def refuse_numbers_as_text(src: Source, name: str, values: dict[str, int], block
             f"\nHint: pass --decimal , (decimal=','); such files often separate fields with "
             f"';' (--sep ';'). To keep the column as text: {keep}.")
     few = len(other) <= STRAY_TOKENS and sum(other.values()) <= max(1, STRAY_SHARE * rows)
+    if not numbers and not approximate:
+        _refuse_dates_as_text(src, name, values, block, keep)
     if other and few and len(numbers) >= 3 and not approximate:
         tokens = sorted(other, key=lambda v: (-other[v], v))
         counted = ", ".join(f"{v!r} ({other[v]:,})" for v in tokens)
@@ -255,6 +257,24 @@ def refuse_numbers_as_text(src: Source, name: str, values: dict[str, int], block
             f"would make the whole column text categories.\nHint: if they mean 'missing', list "
             f"them: --na-values {','.join(tokens)} (na_values={tokens!r}); to keep the column "
             f"as text: {keep}.")
+
+
+def _refuse_dates_as_text(src: Source, name: str, values: dict[str, int], block: int, keep: str) -> None:
+    """Refuse a column of ISO 8601 dates but for a few stray tokens (see :func:`refuse_numbers_as_text`)."""
+    rows = sum(values.values())
+    dates = {v: n for v, n in values.items() if _ISO_DATE.match(v.strip(SPACES))}
+    other = {v: n for v, n in values.items() if v not in dates and v.strip() not in _MARKERS}
+    if len(dates) < 3 or not other or len(other) > STRAY_TOKENS or \
+            sum(other.values()) > max(1, STRAY_SHARE * rows):
+        return
+    tokens = sorted(other, key=lambda v: (-other[v], v))
+    counted = ", ".join(f"{v!r} ({other[v]:,})" for v in tokens)
+    raise SchemaError(
+        f"Expected dates in column {name!r}. Received: {sum(dates.values()):,} ISO 8601 dates "
+        f"and {sum(other.values()):,} other value(s) {counted} in {where(src, block)}, which "
+        f"would make the whole column text categories.\nHint: if they mean 'missing', list "
+        f"them: --na-values {','.join(tokens)} (na_values={tokens!r}); to keep the column "
+        f"as text: {keep}.")
 
 
 def where(src: Source, i: int) -> str:
@@ -482,29 +502,6 @@ def decided(ranked: list[tuple[str, int]], k: int, bound: int) -> bool:
     return ranked[k - 1][1] > outside + bound
 
 
-def vocabulary_notes(columns: dict[str, Column]) -> list[str]:
-    """A note per text column whose vocabulary the counts kept do not decide (see :func:`_decided`).
-
-    Parameters
-    ----------
-    columns
-        Every column, by name.
-
-    Returns
-    -------
-    list of str
-        One note per such column.
-    """
-    return [
-        f"Column {c.name!r} has more distinct values than the scan counts exactly (over 50,000 "
-        f"in a part of the data: ~{c.distinct:,} in all), and the counts kept do not decide its "
-        f"{len(c.vocabulary):,} most frequent: a value left out may have up to {c.count_bound:,} "
-        "rows more than counted. Its vocabulary is the most frequent of the counts kept (values "
-        "past it share the out-of-vocabulary code). Hint: exclude the column if it is an id, or "
-        "lower --vocabulary-size to the values that clearly stand out."
-        for c in columns.values() if c.kind == "categorical" and not c.vocabulary_decided]
-
-
 def resolve_columns(src: Source, names: list[str], facts: list[BlockFacts], stats: Stats,
              vocabulary_size: int) -> dict[str, Column]:
     """Every column over all blocks: its kind reconciled, statistics, null markers counted.
@@ -571,37 +568,3 @@ def check_label(src: Source, label: str, column: Column, facts: list[BlockFacts]
         f"names. Received: {received} in {where(src, first)}.\nHint: check the label name "
         "(--label), or write the label as numbers or class names."
     )
-
-
-def wide_notes(columns: dict[str, Column], label: str) -> list[str]:
-    """A note per numeric column whose values reach 2**24, where float32 stops being exact.
-
-    Parameters
-    ----------
-    columns
-        Every column, by name.
-    label
-        The label's name.
-
-    Returns
-    -------
-    list of str
-        One note per such column.
-    """
-    notes = []
-    for c in columns.values():
-        if c.kind != "numeric" or numeric_dtype(c) == "float32":
-            continue
-        big = max((v for v in (c.min, c.max) if v is not None), key=abs)
-        what = "label" if c.name == label else "column"
-        notes.append(
-            f"{what.capitalize()} {c.name!r} holds values up to {big:,} (beyond 2**24 = "
-            f"{EXACT_FLOAT32:,}, where float32 stops holding every whole number): batches carry "
-            f"it as {numeric_dtype(c)}, exactly; "
-            + ("a float32 model input rounds it (the default model standardizes it in float64 "
-               f"first). Hint: if it is an id, leave it out (exclude={[c.name]})."
-               if what == "column" else
-               "Keras computes the loss in float32, which rounds it. Hint: predict a scaled "
-               "label (e.g. thousands, or a log).")
-        )
-    return notes

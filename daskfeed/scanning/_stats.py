@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from daskfeed.manifest import ENCODE_BYTES, epoch_seconds
-from daskfeed.reading import count_by_part, na_counts
+from daskfeed.reading import count_by_part, na_counts, naive_times
 from daskfeed.scanning._schema import (
     NUMERIC_KINDS,
     BlockFacts,
@@ -158,6 +158,8 @@ def parts_facts(table: pa.Table, bounds: np.ndarray, label: str,
     out: list[BlockFacts] = [{"rows": int(n), "columns": names, "kinds": {}, "missing": {}, "label_rows": 0,
                               "samples": {}, "na_counts": c, "marker_values": {}}
                              for n, c in zip(rows, counts, strict=True)]
+    if len(rows) == 1 and (naive := naive_times(table)):  # (only a table of one part converts dates)
+        out[0]["naive_times"] = naive
     for name, col in zip(names, table.columns, strict=True):
         missing = count_by_part(col.is_null(), bounds) if col.null_count else np.zeros(len(rows), int)
         base = type_kind(col.type)
@@ -380,6 +382,10 @@ def merge_facts(a: BlockFacts | None, b: BlockFacts) -> BlockFacts:
                       for c in a["columns"] if c in a["samples"] or c in b["samples"]}
     out["na_counts"] = add_counts(a.get("na_counts", {}), b.get("na_counts", {}))
     out["marker_values"] = add_counts(a.get("marker_values", {}), b.get("marker_values", {}))
+    naive = {c: a.get("naive_times", {}).get(c, 0) + b.get("naive_times", {}).get(c, 0)
+             for c in {**a.get("naive_times", {}), **b.get("naive_times", {})}}
+    if naive:
+        out["naive_times"] = naive
     return out
 
 

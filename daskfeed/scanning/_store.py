@@ -30,8 +30,9 @@ from daskfeed.reading import Part, Source
 
 __all__ = ["PartRecord", "ScanStore", "changes_line", "data_key"]
 
-# of what a record holds: bump it when the statistics change (old records are then scanned again)
-RECORD_VERSION = 1
+# of what a record holds: bump it when the statistics change (old records are then scanned again);
+# 2: a column of dates that pyarrow left as text is read as dates, times without a zone counted
+RECORD_VERSION = 2
 
 # a part's scan results: {"facts": [facts of each block], "stats": its merged statistics}
 PartRecord = dict[str, Any]

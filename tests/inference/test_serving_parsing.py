@@ -23,12 +23,14 @@ from helpers import in_process_budget
 CLASSES = ("a", "b", "c")
 
 
-def _when(rng: np.random.Generator, zoned: bool) -> str:
+def _when(rng: np.random.Generator, zoned: bool | None) -> str:
     """A time in the four days from 2013-09-20, in one of the ISO 8601 forms pyarrow reads.
 
-    Zoned and naive values go to different files: pyarrow reads a file mixing them as text,
-    which the scan refuses in a date column.
+    ``zoned`` None: zoned or not at random (pyarrow leaves a column mixing them as text; the
+    reader reads it value by value, a time without a zone as UTC).
     """
+    if zoned is None:
+        zoned = bool(rng.random() < 0.5)
     day, hour, minute, second = (int(rng.integers(20, 24)), int(rng.integers(0, 24)),
                                  int(rng.integers(0, 60)), int(rng.integers(0, 60)))
     date = f"2013-09-{day:02d}"
@@ -45,7 +47,7 @@ def _when(rng: np.random.Generator, zoned: bool) -> str:
     return f"{date}{sep}{hour:02d}:{minute:02d}:{second:02d}{frac}"
 
 
-def _write(path: str, rows: int, seed: int, zoned: bool) -> None:
+def _write(path: str, rows: int, seed: int, zoned: bool | None) -> None:
     """CSV rows whose label depends on the time: a date read wrong changes the prediction."""
     rng = np.random.default_rng(seed)
     when = [_when(rng, zoned) for _ in range(rows)]
@@ -83,6 +85,7 @@ def run(tmp_path_factory):
         os.makedirs(root / name)
         _write(str(root / name / "zoned.csv"), 300, seed, zoned=True)
         _write(str(root / name / "naive.csv"), 300, seed + 10, zoned=False)
+        _write(str(root / name / "mixed.csv"), 300, seed + 20, zoned=None)
     # the odd values sit in a file of their own: pyarrow reads a date column holding one as
     # text, which the feed's encoder reads value by value (daskfeed.manifest._encoding)
     pd.DataFrame([(w, g, c, 1.0) for w, g, c, _ in ODD],
@@ -141,7 +144,7 @@ def test_served_dates_in_every_iso_form_match_predict(run) -> None:
     zoned = held["when"].str.contains(r"(?:Z|[+-]\d\d(?::?\d\d)?)$")
     assert zoned.sum() > 200 and (held["when"].str.len() == 10).sum() > 50  # date-only
     assert held["when"].str.contains(r"\.\d+").sum() > 50  # fractional seconds
-    rows = held.index[held["score"] != "1.0"]  # the rows of zoned.csv and naive.csv
+    rows = held.index[held["score"] != "1.0"]  # the rows of zoned.csv, naive.csv and mixed.csv
     inputs = _typed(held.loc[rows])
     _same(loaded.serve(inputs), run, rows)  # the Python call, by column name
     served = loaded.signatures["serve"](**inputs)

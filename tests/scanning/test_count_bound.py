@@ -10,7 +10,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daskfeed.scanning import _schema, _stats
+from daskfeed.scanning import _notes, _schema, _stats
 
 
 @settings(max_examples=60, deadline=None)
@@ -46,7 +46,7 @@ def test_a_vocabulary_the_counts_do_not_decide_is_said_with_its_bound():
                            approximate=True, count_bound=7, vocabulary_decided=False),
             "city": Column("city", "categorical", "string", vocabulary=["x"], distinct=60_000,
                            approximate=True, count_bound=3)}
-    [note] = _schema.vocabulary_notes(cols)
+    [note] = _notes.vocabulary_notes(cols)
     assert note.startswith("Column 'user' has more distinct values than the scan counts exactly")
     assert "~80,000 in all" in note and "up to 7 rows more than counted" in note and "Hint:" in note
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from daskfeed.core import SchemaError
 from daskfeed.manifest import EXACT_FLOAT32, Column
 from daskfeed.reading import NA_MARKERS, Source
+from daskfeed.scanning._notes import wide_notes
 from daskfeed.scanning._schema import (
     add_counts,
     arrow_kind,
@@ -29,7 +30,6 @@ from daskfeed.scanning._schema import (
     resolve_columns,
     type_kind,
     where,
-    wide_notes,
 )
 
 KINDS = ["null", "markers", "int", "float", "string", "datetime", "mixed"]
