@@ -1,15 +1,19 @@
 """The README's and the guides' code runs as written: each ```python block as a script, each ```sh command.
 
-The README first, then the guides in ``docs/`` in the order the README lists them. Run in a
-temporary directory holding small demo data at the README's paths (``data/log_quest/…``,
-``data/log_quest_validate/…``); ``make`` lines are skipped (they build the environment this
-test runs in). Every block must say its language, so none is skipped silently.
+The README first, then the guides in ``docs/`` in the order the README lists them. Each block
+and each command runs in a directory of its own, holding small demo data at the README's paths
+(``data/log_quest/…``, ``data/log_quest_validate/…``) and what it needs prepared: a
+``daskfeed predict RUN`` command gets the run the README's own ``daskfeed train … --output RUN``
+writes, trained by the test (once per module, copied), so no command relies on another having
+run before it, in any order or on any xdist worker. ``make`` lines are skipped (they build the
+environment this test runs in). Every block must say its language, so none is skipped silently.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -42,12 +46,45 @@ def blocks(language: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
+def demo(tmp_path_factory):
+    """The demo data at the README's paths, written once (read, never written, by the commands)."""
     from daskfeed.cli._demo import write_demo_data
 
-    root = tmp_path_factory.mktemp("readme")
+    root = tmp_path_factory.mktemp("readme-data")
     write_demo_data(root / "data", rows=3000, validate_rows=1000)
-    return root
+    return root / "data"
+
+
+@pytest.fixture()
+def workdir(tmp_path, demo):
+    """A directory of this test's own, the demo data at ``data/``."""
+    (tmp_path / "data").symlink_to(demo, target_is_directory=True)
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, demo):
+    """``trained(run)``: a directory holding the run the README's train command for ``run`` writes."""
+    made: dict[str, str] = {}
+
+    def train(run: str) -> str:
+        if run not in made:
+            [command] = [c for c in _commands() if c.startswith("daskfeed train ")
+                         and re.search(rf"--output {re.escape(run)}(\s|$)", c)]
+            root = tmp_path_factory.mktemp(f"readme-{run}")
+            (root / "data").symlink_to(demo, target_is_directory=True)
+            _run(_fit_machine(command), root)
+            made[run] = str(root / run)
+        return made[run]
+
+    return train
+
+
+def _run(command: str, cwd) -> subprocess.CompletedProcess:
+    out = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=cwd, env=_env(),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, f"README command {command!r}:\n{out.stderr[-4000:]}"
+    return out
 
 
 def _env() -> dict[str, str]:
@@ -101,13 +138,21 @@ def test_readme_has_shell_commands_to_run():
     assert any(c.startswith("daskfeed scan ") for c in commands), commands
 
 
+def test_every_predicted_run_is_trained_by_a_readme_command():
+    trained_runs = {m.group(1) for c in _commands() if c.startswith("daskfeed train ")
+                    for m in [re.search(r"--output (\S+)", c)] if m}
+    predicted = {c.split()[2] for c in _commands() if c.startswith("daskfeed predict ")}
+    assert predicted and predicted <= trained_runs, (predicted, trained_runs)
+
+
 @pytest.mark.slow  # each a whole `daskfeed train` (the Python blocks stay in make test)
 @pytest.mark.parametrize("index", range(len(_commands())))
-def test_shell_command_runs(index, workdir):
+def test_shell_command_runs(index, workdir, trained):
     command = _fit_machine(_commands()[index])
-    out = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=workdir, env=_env(),
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, f"README command {command!r}:\n{out.stderr[-4000:]}"
+    if command.startswith("daskfeed predict "):  # the run it scores, prepared here
+        run = command.split()[2]
+        shutil.copytree(trained(run), workdir / run)
+    out = _run(command, workdir)
     if command.startswith("daskfeed train "):
         assert re.search(r"^final: loss \d", out.stdout, re.M) and "wrote " in out.stdout, out.stdout
         if "--validation" in command:  # --validation DATA or --validation-split F: its figure
@@ -117,3 +162,9 @@ def test_shell_command_runs(index, workdir):
             assert "val " not in out.stdout, out.stdout
     if command.startswith("daskfeed scan "):
         assert "3,000 rows in" in out.stdout, out.stdout
+    if command.startswith("daskfeed predict "):  # a score for every validation row, in a file
+        import pandas as pd
+
+        path = workdir / re.search(r"--output (\S+)", command).group(1)
+        scores = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+        assert len(scores) == 1000 and scores.notna().all().all(), scores.head()
