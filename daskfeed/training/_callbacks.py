@@ -356,7 +356,7 @@ class EpochTelemetry(FeedAware):
         Windows the epoch computed; the process tree's peak RSS during the epoch.
     ``ended_at``
         When the epoch ended, in Unix seconds (``time.time()``): a resumed run's history holds
-        the records of earlier runs too, and :func:`~daskfeed.training._watch.summary_lines`
+        the records of earlier runs too, and :func:`~daskfeed.training._summary.summary_lines`
         tells this run's by it.
 
     The wait for data depends on how batches reach Keras (:func:`fit_from` says which through

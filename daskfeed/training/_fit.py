@@ -22,7 +22,8 @@ from daskfeed.training._early_stopping import (
 )
 from daskfeed.training._model import model_for
 from daskfeed.training._outputs import bad_lines_report, class_weights, split_report, write_history
-from daskfeed.training._watch import WatchCallback, summary_lines
+from daskfeed.training._summary import summary_lines
+from daskfeed.training._watch import WatchCallback
 
 if TYPE_CHECKING:
     from daskfeed.adapters import DaskSequence

@@ -21,6 +21,7 @@ from daskfeed.cluster import Budget
 from daskfeed.core import DaskfeedError, write_file
 from daskfeed.manifest import Manifest
 from daskfeed.training._ranks import Rank, shard_report
+from daskfeed.training._summary import history_plot
 
 if TYPE_CHECKING:
     from daskfeed.adapters import DaskSequence
@@ -189,8 +190,6 @@ def write_history(out: str, history: list[dict[str, Any]], *, budget: Budget, ro
     ckpt
         The checkpoint the run resumed from, or None.
     """
-    from daskfeed.training._watch import history_plot  # matplotlib, keras: only once there is a history
-
     history_plot(history, os.path.join(out, "history.png"))
     record = {  # epochs numbered from 1, as the screen and Keras' progress bar show them
         "epochs": [{**r, "epoch": int(r["epoch"]) + 1} for r in history],

@@ -83,7 +83,7 @@ def _share(lines: list[str]) -> float:
 
 
 def test_data_wait_counts_only_training_time_and_the_first_batches_wait_apart(tiny, client, traced):
-    from daskfeed.training._watch import summary_lines
+    from daskfeed.training._summary import summary_lines
 
     epochs, status, waits = _fit_fresh(tiny, client, traced, "batches", seed=1)
     lines = summary_lines(epochs, seconds=60.0)
@@ -111,7 +111,7 @@ def test_data_wait_counts_only_training_time_and_the_first_batches_wait_apart(ti
 
 
 def test_the_window_feed_records_its_producer_s_wait_not_a_trainer_s(tiny, client, traced):
-    from daskfeed.training._watch import summary_lines
+    from daskfeed.training._summary import summary_lines
 
     epochs, status, waits = _fit_fresh(tiny, client, traced, "windows", seed=2)
     for rec in epochs:

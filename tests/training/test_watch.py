@@ -139,7 +139,7 @@ def test_page_status_and_metrics_live_during_fit_on_a_local_cluster(client, demo
     # the fit's own History as history.png: loss and accuracy, training and validation
     from PIL import Image
 
-    from daskfeed.training._watch import history_plot
+    from daskfeed.training._summary import history_plot
 
     with Image.open(history_plot(history, tmp_path / "history.png")) as img:
         assert len(img.convert("RGB").getcolors(1 << 24)) > 50
@@ -273,7 +273,7 @@ def test_epoch_spans_are_one_per_epoch_from_any_thread(client):
 def test_history_plot_and_closing_summary(tmp_path):
     from PIL import Image
 
-    from daskfeed.training._watch import history_plot, summary_lines
+    from daskfeed.training._summary import history_plot, summary_lines
 
     hist = [{"epoch": e, "loss": 0.7 - 0.1 * e, "accuracy": 0.6 + 0.05 * e, "val_loss": 0.72 - 0.08 * e,
              "val_accuracy": 0.58 + 0.05 * e, "rows": 40_000, "seconds": 8.0, "rows_per_s": 5000.0,
