@@ -1,15 +1,18 @@
 """The Keras backend daskfeed runs on, chosen from the environment before keras is imported.
 
-TensorFlow by default, or JAX; others refused. Under JAX, 64-bit types are on unless
+TensorFlow by default, JAX or PyTorch; others refused. Under JAX, 64-bit types are on unless
 ``JAX_ENABLE_X64`` says otherwise: daskfeed's batches carry int64 / float64 columns exactly
-(values beyond float32's 2**24), which JAX would narrow to 32 bits.
+(values beyond float32's 2**24), which JAX would narrow to 32 bits. PyTorch keeps them as they
+are (``torch.int64`` / ``torch.float64``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import re
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -18,12 +21,14 @@ from daskfeed.core._exceptions import BackendError
 __all__ = ["BACKENDS", "FEEDS", "choose", "native_logs_filtered", "refuse"]
 
 #: The Keras backends daskfeed is tested on (tests/core/test_backend.py).
-BACKENDS = ("tensorflow", "jax")
+BACKENDS = ("tensorflow", "jax", "torch")
 #: How batches reach Keras (``--feed`` / ``daskfeed.feed``): ``windows`` (a tf.data pipeline,
 #: TensorFlow only), ``batches`` (the ``PyDataset``) or ``auto`` (the first on TensorFlow).
 FEEDS = ("auto", "windows", "batches")
-_HINT = ("Hint: KERAS_BACKEND=tensorflow (the default) or KERAS_BACKEND=jax; daskfeed is not "
-         "tested on the torch, numpy or openvino backends, so it refuses them.")
+#: The package each backend but TensorFlow needs, and the extra that installs it.
+_EXTRAS = {"jax": "jax", "torch": "torch"}
+_HINT = ("Hint: KERAS_BACKEND=tensorflow (the default), KERAS_BACKEND=jax or KERAS_BACKEND=torch; "
+         "daskfeed is not tested on the numpy or openvino backends, so it refuses them.")
 
 
 def refuse(backend: str) -> None:
@@ -40,7 +45,7 @@ def refuse(backend: str) -> None:
         ``backend`` is not one of :data:`BACKENDS`.
     """
     if backend not in BACKENDS:
-        raise BackendError(f"Expected the Keras backend tensorflow or jax. Received: "
+        raise BackendError(f"Expected the Keras backend tensorflow, jax or torch. Received: "
                            f"KERAS_BACKEND={backend!r}.\n{_HINT}")
 
 
@@ -55,10 +60,15 @@ def choose() -> str:
     Raises
     ------
     BackendError
-        ``KERAS_BACKEND`` names a backend daskfeed does not run on.
+        ``KERAS_BACKEND`` names a backend daskfeed does not run on, or one not installed
+        (naming the extra that installs it).
     """
     backend = os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     refuse(backend)
+    if backend in _EXTRAS and importlib.util.find_spec(backend) is None:
+        raise BackendError(f"Expected {backend} installed for KERAS_BACKEND={backend}. Received: "
+                           f"no module named {backend!r} in {sys.executable}.\nHint: pip install "
+                           f"'daskfeed[{_EXTRAS[backend]}]', or unset KERAS_BACKEND (TensorFlow).")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if backend == "jax":
         os.environ.setdefault("JAX_ENABLE_X64", "1")

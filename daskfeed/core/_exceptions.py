@@ -33,7 +33,7 @@ class DaskfeedError(Exception):
 
 
 class BackendError(DaskfeedError, ImportError):
-    """A Keras backend daskfeed does not run on (it runs on TensorFlow and JAX)."""
+    """A Keras backend daskfeed does not run on (it runs on TensorFlow, JAX, PyTorch), or not installed."""
 
 
 class DataNotFoundError(DaskfeedError, FileNotFoundError):

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 from daskfeed.core import attach
 
 if TYPE_CHECKING:
+    from daskfeed.inference._export import export
     from daskfeed.inference._predict import predict
-    from daskfeed.inference._serving import export
 
 __all__ = ["export", "predict"]
 
 __getattr__, __dir__ = attach(__name__, {
     "predict": "_predict",
-    "export": "_serving",
+    "export": "_export",
 })

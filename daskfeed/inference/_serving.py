@@ -42,7 +42,8 @@ mixed) goes to pandas, which reads its dates otherwise.
 Outputs: ``prediction`` (float32) for a regression label; for a class label ``probabilities``
 (one column per class, in the order of the manifest's classes), ``class_id`` and
 ``class_name`` (the class name, or its id as text); ``unparsed`` and ``unparsed_columns``.
-SavedModels are TensorFlow's format: the export needs the TensorFlow backend.
+SavedModels are TensorFlow's format: the export needs the TensorFlow backend
+(:func:`daskfeed.inference.export` runs it in a TensorFlow process for a JAX or PyTorch run).
 """
 
 from __future__ import annotations
@@ -352,8 +353,9 @@ def export(output_dir: str | os.PathLike[str], *, model: keras.Model | None = No
     beside ``saved_model.pb`` maps the columns to the inputs.
     """
     if keras.backend.backend() != "tensorflow":
-        echo(f"serving/ not written: a SavedModel needs KERAS_BACKEND=tensorflow (this run: "
-             f"{keras.backend.backend()}); use 'daskfeed predict' or model.keras")
+        echo(f"serving/ not written: a SavedModel needs KERAS_BACKEND=tensorflow (this process: "
+             f"{keras.backend.backend()}); daskfeed.inference.export writes it in a TensorFlow "
+             "process")
         return None
     run = TrainedRun.open(output_dir, features)
     net = model if model is not None else keras.saving.load_model(run.model_path, compile=False)
