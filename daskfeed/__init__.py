@@ -27,7 +27,7 @@ from daskfeed.core import (
 )
 
 if TYPE_CHECKING:
-    from daskfeed.adapters import DaskSequence
+    from daskfeed.adapters import DaskSequence, TorchDataset
     from daskfeed.batches import EpochPlan, make_plan
     from daskfeed.checkpoint import CheckpointStore
     from daskfeed.cli import write_demo_data
@@ -74,6 +74,7 @@ __all__ = [
     "ManifestMismatchError",
     "SchemaError",
     "Source",
+    "TorchDataset",
     "TrainOptions",
     "WatchCallback",
     "default_model",
@@ -87,7 +88,7 @@ __all__ = [
 ]
 
 __getattr__, __dir__ = attach(__name__, {
-    "DaskSequence": "adapters",
+    "DaskSequence": "adapters", "TorchDataset": "adapters",
     "EpochPlan": "batches", "make_plan": "batches",
     "CheckpointStore": "checkpoint",
     "write_demo_data": "cli",

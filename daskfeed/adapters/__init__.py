@@ -1,9 +1,10 @@
-"""Adapters: a BatchStream's batches handed to Keras, as a PyDataset or a tf.data pipeline.
+"""Adapters: a BatchStream's batches handed to Keras (a PyDataset, a tf.data pipeline) or PyTorch.
 
-``DaskSequence`` is the ``PyDataset``; the window feed the tf.data pipeline; both stand on a
+``DaskSequence`` is the ``PyDataset``; the window feed the tf.data pipeline; ``TorchDataset`` a
+``torch.utils.data.IterableDataset`` for a plain PyTorch loop (no keras); all stand on a
 :class:`~daskfeed.batches.BatchStream`.
 
-Keras is first imported here (``keras``, by the backend the core chose).
+Keras is first imported here (``keras``, by the backend the core chose); torch by ``TorchDataset``.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ if TYPE_CHECKING:
     from daskfeed.adapters._handoff import fit_inputs
     from daskfeed.adapters._keras import keras
     from daskfeed.adapters._sequence import DaskSequence
+    from daskfeed.adapters._torch import TorchDataset
 
-__all__ = ["DaskSequence", "fit_inputs", "keras"]
+__all__ = ["DaskSequence", "TorchDataset", "fit_inputs", "keras"]
 
 __getattr__, __dir__ = attach(__name__, {
     "keras": "_keras",
     "DaskSequence": "_sequence",
     "fit_inputs": "_handoff",
+    "TorchDataset": "_torch",
 })

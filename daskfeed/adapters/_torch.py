@@ -1,0 +1,266 @@
+"""TorchDataset: a data set's batches as torch tensors, for a plain PyTorch training loop.
+
+A ``torch.utils.data.IterableDataset`` over the keras-free
+:class:`~daskfeed.batches.BatchStream` (no keras is imported): each ``iter()`` is one epoch,
+every row exactly once, in the order ``(data, seed, batch_size, epoch)`` sets, and the next
+``iter()`` the next epoch. ``state_dict()`` / ``load_state_dict()`` (torchdata's ``Stateful``
+convention) resume exactly after the last batch yielded, also mid-epoch and in another process.
+Ranks of ``torch.distributed`` read their own shard of the blocks, as ``daskfeed train``'s ranks
+do. The batches are already batched: hand the dataset to a ``DataLoader`` with
+``batch_size=None`` (and ``num_workers=0``: the Dask workers read and encode; copies of the
+dataset in ``DataLoader`` worker processes would each serve the whole epoch).
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from daskfeed.batches import BatchStream, DataSettings, Prepared
+from daskfeed.cluster import Budget, close_client, open_cluster
+from daskfeed.core import BackendError, CheckpointError, refuse_setting
+from daskfeed.manifest import Manifest
+
+try:
+    import torch
+    from torch.utils.data import IterableDataset, get_worker_info
+except ImportError as err:  # pragma: no cover  (the torch extra is installed where tested)
+    raise BackendError(
+        "Expected PyTorch installed for daskfeed.TorchDataset. Received: "
+        f"{err}.\nHint: pip install 'daskfeed[torch]' (make test-torch prefers the CPU wheel)."
+    ) from err
+
+__all__ = ["TorchDataset"]
+
+_STATE_VERSION = 1
+
+
+class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
+    """Batches of a CSV set far larger than memory as torch tensors, read by a Dask cluster.
+
+    Each ``iter()`` yields the rest of the current epoch, batch by batch, then moves to the next
+    epoch: ``(x, y)`` or ``(x, y, w)`` with a ``weight`` column, ``x`` a dict of one tensor per
+    feature column (text as int32 codes) or, with ``as_matrix=True``, one matrix of the numeric
+    features. Numbers keep their value: a column beyond float32's exact range arrives as
+    ``torch.int64`` or ``torch.float64``.
+
+    Parameters
+    ----------
+    data
+        A path, glob (``**`` too), list of paths, fsspec URL, or ``dask.dataframe.DataFrame``.
+    label
+        Name of the label column.
+    memory_limit
+        One memory budget (``"4GB"``). Without ``client``: the whole process tree's, split as
+        ``daskfeed train`` splits it (a LocalCluster of ``nworkers`` started, and closed with
+        the dataset; the prefetched batches and the shuffle windows sized from it). With a
+        ``client``: this process's own (prefetch), the windows sized from its workers. None:
+        the ``daskfeed.*`` config's sizes (and the current client, else a LocalCluster).
+    client
+        A ``distributed.Client`` or scheduler address (see ``memory_limit``).
+    nworkers
+        Workers of the LocalCluster started for ``memory_limit`` (default: from the CPUs).
+    shard
+        ``(rank, world_size)``: read only blocks ``b % world_size == rank``; every rank serves
+        the same number of full batches per epoch. None: ``torch.distributed``'s rank and world
+        size once its process group is initialized, else ``(0, 1)``.
+    manifest, reference
+        As :class:`~daskfeed.DaskSequence` takes them; ``reference`` may be the training
+        ``TorchDataset`` (its statistics and features encode this data).
+    **settings
+        The data's other settings, as :class:`~daskfeed.DaskSequence` takes them: ``features``,
+        ``exclude``, ``batch_size``, ``shuffle``, ``seed``, ``as_matrix``, ``weight``,
+        ``cache``, ``drop_remainder``, ``validation_split``, ``subset``, ``window_bytes``,
+        ``prefetch_bytes``, ``timeout``, the read settings (``sep``, ``dtype``, ...).
+
+    Raises
+    ------
+    DaskfeedError
+        Bad data or settings, with what was expected, what was received and a hint.
+
+    Examples
+    --------
+    >>> ds = daskfeed.TorchDataset("data/log_quest/**/*.csv", label="cleared", as_matrix=True,
+    ...                            exclude=["quest_id", "class", "region"],
+    ...                            memory_limit="4GB")  # doctest: +SKIP
+    >>> for epoch in range(3):  # doctest: +SKIP
+    ...     for x, y in ds:
+    ...         ...
+    >>> ds.close()  # doctest: +SKIP
+    """
+
+    stream: BatchStream  # the batches, epoch after epoch
+
+    def __init__(self, data: Any, *, label: str, memory_limit: int | str | None = None,
+                 client: Any = None, nworkers: int | None = None,
+                 shard: tuple[int, int] | None = None,
+                 manifest: Manifest | str | os.PathLike[str] | None = None,
+                 reference: Manifest | TorchDataset | None = None,
+                 window_rows: int | None = None, **settings: Any) -> None:
+        super().__init__()
+        ref = reference if isinstance(reference, Manifest) else None
+        if isinstance(reference, TorchDataset):  # the training data: its features too
+            if "features" not in settings and not settings.get("exclude"):
+                settings["features"] = list(reference.features)
+            ref = reference.manifest
+        rank, world = _distributed_shard() if shard is None else shard
+        self._owned: Any = None  # the client of the LocalCluster started for memory_limit
+        if memory_limit is not None:
+            budget, client = self._budget(memory_limit, client, nworkers)
+            settings.setdefault("prefetch_bytes", budget.prefetch * 2 // 3)
+            settings.setdefault("window_bytes", budget.window_bytes)
+            if self._owned is not None:
+                settings.setdefault("blocksize", budget.blocksize)
+        try:
+            resolved = DataSettings.resolve(label=label, shard=(int(rank), int(world)), **settings)
+            prepared = Prepared(data, resolved, client=client, manifest=manifest, reference=ref)
+            self.stream = BatchStream(prepared, window_rows=window_rows)
+        except BaseException:
+            self._close_owned()
+            raise
+
+    def _budget(self, memory_limit: int | str, client: Any,
+                nworkers: int | None) -> tuple[Budget, Any]:
+        """The budget's split, and the client: the one given, or a LocalCluster started in it."""
+        if client is not None:
+            from daskfeed.cluster import acquire_client
+
+            client, _ = acquire_client(client)
+            return Budget.remote(memory_limit, client), client
+        client, budget = open_cluster(memory_limit, nworkers=nworkers, echo=lambda _line: None)
+        self._owned = client
+        self._finalizer = weakref.finalize(self, close_client, client)
+        return budget, client
+
+    # -- the data -----------------------------------------------------------------------
+    @property
+    def manifest(self) -> Manifest:
+        """What the scan found (columns, statistics, blocks)."""
+        return self.stream.data.manifest
+
+    @property
+    def features(self) -> list[str]:
+        """The feature columns, in order."""
+        return list(self.stream.data.features)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next ``iter()`` serves (or is serving)."""
+        return self.stream.epoch
+
+    @property
+    def rows(self) -> int:
+        """Rows of an epoch (this shard's)."""
+        return self.stream.plan.rows
+
+    def __len__(self) -> int:
+        """Batches of a whole epoch (``DataLoader`` and progress bars read it)."""
+        return self.stream.plan.num_batches
+
+    # -- batches ------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        """The current epoch's batches from where the dataset stands, as tensors; then the next epoch.
+
+        Raises
+        ------
+        DaskfeedError
+            Read in a ``DataLoader`` worker process (``num_workers > 0``).
+        """
+        if get_worker_info() is not None:
+            refuse_setting(
+                "Expected TorchDataset in a DataLoader with num_workers=0 (the Dask workers read "
+                "and encode the batches).",
+                "a DataLoader worker process (num_workers > 0), where each copy would serve the "
+                "whole epoch and its position would be lost",
+                "DataLoader(dataset, batch_size=None, num_workers=0), or iterate the dataset itself.")
+        for batch in self.stream:
+            yield tuple(_tensors(part) for part in batch)
+
+    # -- resume (torchdata's Stateful convention) ---------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Where the dataset stands: after the last batch yielded (an epoch read to its end: the next).
+
+        Returns
+        -------
+        dict
+            Plain numbers, for ``torch.save`` beside the model's and the optimizer's state.
+        """
+        st = self.stream.data.settings
+        return {"version": _STATE_VERSION, **self.stream.get_state(),
+                "batch_size": st.batch_size, "seed": st.seed, "shard": list(st.shard),
+                "fingerprint": self.manifest.fingerprint}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Go on from a :meth:`state_dict`: the next ``iter()`` serves the batch after its last one.
+
+        Parameters
+        ----------
+        state_dict
+            Of this dataset or of one with the same data, batch size, seed and shard.
+
+        Raises
+        ------
+        CheckpointError
+            The state is of other data or settings, or of no ``TorchDataset``.
+        """
+        st = self.stream.data.settings
+        mine = {"version": _STATE_VERSION, "batch_size": st.batch_size, "seed": st.seed,
+                "shard": list(st.shard), "fingerprint": self.manifest.fingerprint}
+        theirs = {k: (list(v) if isinstance(v, tuple) else v)
+                  for k, v in state_dict.items() if k in mine}
+        if theirs != mine:
+            differ = sorted(k for k in mine if theirs.get(k) != mine[k])
+            raise CheckpointError(
+                f"Expected a TorchDataset state of these data and settings. Received: a state "
+                f"whose {', '.join(differ)} differ ({ {k: theirs.get(k) for k in differ} } "
+                f"against { {k: mine[k] for k in differ} }).\nHint: build the dataset with "
+                "the data, batch_size, seed and shard the state was saved with.")
+        self.stream.set_state({k: int(state_dict[k]) for k in ("epoch", "start", "position")
+                               if k in state_dict})
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop prefetching, release windows in flight; close the cluster the dataset started."""
+        stream = getattr(self, "stream", None)
+        if stream is not None:
+            stream.close()
+        self._close_owned()
+
+    def _close_owned(self) -> None:
+        if self._owned is not None:
+            self._finalizer()
+            self._owned = None
+
+    def __enter__(self) -> TorchDataset:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        st = self.stream.data.settings
+        return (f"TorchDataset({self.stream.data.source!r}, label={st.label!r}, "
+                f"features={len(self.features)}, batch_size={st.batch_size}, "
+                f"batches={len(self)}, epoch={self.epoch}, shard={tuple(st.shard)})")
+
+
+def _tensors(part: Any) -> Any:
+    """A batch's arrays as tensors (a dict stays a dict); an array sharing memory is copied first."""
+    if isinstance(part, dict):
+        return {k: _tensors(v) for k, v in part.items()}
+    array = np.asarray(part)
+    if array.base is not None or not array.flags.writeable or not array.flags.c_contiguous:
+        array = np.array(array)  # (a view of a window other batches still read)
+    return torch.from_numpy(array)
+
+
+def _distributed_shard() -> tuple[int, int]:
+    """``torch.distributed``'s rank and world size where its process group is up; else ``(0, 1)``."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
