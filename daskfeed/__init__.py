@@ -23,6 +23,7 @@ from daskfeed.core import (
     FeedTimeoutError,
     ManifestMismatchError,
     SchemaError,
+    SettingError,
     attach,
 )
 
@@ -73,6 +74,7 @@ __all__ = [
     "Manifest",
     "ManifestMismatchError",
     "SchemaError",
+    "SettingError",
     "Source",
     "TorchDataset",
     "TrainOptions",

@@ -5,7 +5,7 @@ TensorFlow by default, or JAX; others refused (also when keras was imported earl
 
 from __future__ import annotations
 
-from daskfeed.core import BACKENDS, SchemaError, choose, native_logs_filtered, refuse
+from daskfeed.core import BACKENDS, SettingError, choose, native_logs_filtered, refuse
 
 choose()
 
@@ -30,7 +30,7 @@ def refuse_narrowed(dtypes: dict[str, str]) -> None:
 
     Raises
     ------
-    SchemaError
+    SettingError
         Naming the 64-bit columns, when the backend would narrow them.
     """
     if keras.backend.backend() != "jax":
@@ -41,7 +41,7 @@ def refuse_narrowed(dtypes: dict[str, str]) -> None:
         return
     wide = [name for name, dtype in dtypes.items() if dtype in ("int64", "float64")]
     if wide:
-        raise SchemaError(
+        raise SettingError(
             "Expected 64-bit types on the JAX backend for columns whose values float32 cannot "
             f"hold exactly. Received: columns {wide} as int64/float64, with jax_enable_x64 off "
             "(JAX would narrow them to 32 bits).\nHint: set JAX_ENABLE_X64=1 before jax is "

@@ -50,7 +50,7 @@ import numpy as np
 from daskfeed.adapters._keras import keras
 from daskfeed.batches import BatchStream, EpochPlan
 from daskfeed.cluster import WindowCancelled
-from daskfeed.core import FEEDS, Aborted, DaskfeedError, SchemaError
+from daskfeed.core import FEEDS, Aborted, DaskfeedError, SettingError
 from daskfeed.manifest import WindowData
 
 __all__ = ["CHUNK_BYTES", "WindowFeed", "uses_windows"]
@@ -82,15 +82,15 @@ def uses_windows(feed: str) -> bool:
 
     Raises
     ------
-    SchemaError
+    SettingError
         ``feed`` is none of the three, or ``windows`` on a backend other than TensorFlow.
     """
     if feed not in FEEDS:
-        raise SchemaError(f"Expected feed to be one of {', '.join(FEEDS)}. Received: feed={feed!r}."
+        raise SettingError(f"Expected feed to be one of {', '.join(FEEDS)}. Received: feed={feed!r}."
                           "\nHint: auto (the default) picks the fastest for the backend.")
     backend = keras.backend.backend()
     if feed == "windows" and backend != "tensorflow":
-        raise SchemaError(f"Expected the TensorFlow backend with feed='windows' (a tf.data "
+        raise SettingError(f"Expected the TensorFlow backend with feed='windows' (a tf.data "
                           f"pipeline). Received: KERAS_BACKEND={backend!r}.\nHint: feed='batches' "
                           "(or auto).")
     return feed == "windows" or (feed == "auto" and backend == "tensorflow")

@@ -1,8 +1,9 @@
 """What a sequence checks at construction: a reference manifest fits it, its sample-weight column.
 
-Each check raises a :class:`~daskfeed.core._exceptions.SchemaError` or
-:class:`~daskfeed.core._exceptions.DataError` that names the column (and the file and line of a bad
-weight) before anything is trained.
+Each check raises a :class:`~daskfeed.core._exceptions.SchemaError`,
+:class:`~daskfeed.core._exceptions.SettingError` or :class:`~daskfeed.core._exceptions.DataError`
+that names the column or setting (and the file and line of a bad weight) before anything is
+trained.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from daskfeed.core import DataError, SchemaError, warn_user
+from daskfeed.core import DataError, SchemaError, SettingError, warn_user
 from daskfeed.manifest import (
     EXACT_FLOAT32,
     Manifest,
@@ -122,7 +123,7 @@ def check_disjoint(manifest: Manifest, reference: Manifest, validation_split: fl
 
     Raises
     ------
-    SchemaError
+    SettingError
         Both are the same part of one split, or parts of different splits of the same data.
     """
     theirs = reference.split
@@ -132,7 +133,7 @@ def check_disjoint(manifest: Manifest, reference: Manifest, validation_split: fl
     same = all(mine.get(k) == theirs[k] for k in ("validation_split", "seed"))
     if not same or mine.get("subset") == theirs["subset"]:
         want = "validation" if theirs["subset"] == "training" else "training"
-        raise SchemaError(
+        raise SettingError(
             f"The reference manifest is the {theirs['subset']} part of a split of this data "
             f"(validation_split={theirs['validation_split']:g}, seed={theirs['seed']}), so "
             "this sequence would serve some of its rows too. Expected the other part. "

@@ -19,7 +19,7 @@ from daskfeed.batches._order import GlobalOrder
 from daskfeed.batches._plan import EpochPlan, Slice, equal_shard_batches, make_order_plan, make_plan
 from daskfeed.batches._prefetch import Prefetcher
 from daskfeed.batches._quality import LabelSpread
-from daskfeed.core import SchemaError, warn_user
+from daskfeed.core import SettingError, warn_user
 
 __all__ = ["EpochCursor", "EpochStats", "PlanSettings"]
 
@@ -154,7 +154,7 @@ class EpochCursor:
 
         Raises
         ------
-        SchemaError
+        SettingError
             The epoch has no batch (too few rows for ``batch_size``).
         ValueError
             ``start`` is not a batch of the epoch.
@@ -163,7 +163,7 @@ class EpochCursor:
         reuse = nxt is not None and nxt.epoch == epoch and origin == 0
         plan = nxt if reuse and nxt is not None else self.settings.plan(epoch, origin)
         if plan.num_batches == 0:
-            raise SchemaError(
+            raise SettingError(
                 f"Expected at least one batch. Received: {plan.rows} rows with "
                 f"batch_size={self.settings.batch_size}, "
                 f"drop_remainder={self.settings.drop_remainder}.\nHint: lower batch_size or add data."

@@ -28,7 +28,14 @@ from daskfeed.batches._prefetch import Prefetcher
 from daskfeed.batches._prepare import Prepared
 from daskfeed.batches._windows import WindowTasks
 from daskfeed.cluster import Owner, WindowCancelled, connect
-from daskfeed.core import ClusterError, DaskfeedError, ManifestMismatchError, SchemaError, Stop, warn_user
+from daskfeed.core import (
+    ClusterError,
+    DaskfeedError,
+    ManifestMismatchError,
+    SettingError,
+    Stop,
+    warn_user,
+)
 from daskfeed.dashboard import EpochSpans
 from daskfeed.manifest import WindowData, concat
 
@@ -275,7 +282,7 @@ class BatchStream:
 
         Raises
         ------
-        SchemaError
+        SettingError
             The data have no weight column, or ``weights`` names a class the label lacks.
         """
         if weights is None:
@@ -283,11 +290,11 @@ class BatchStream:
             return
         manifest = self.data.manifest
         if self.data.settings.weight is None:
-            raise SchemaError("Expected a weight column to multiply class weights into. "
+            raise SettingError("Expected a weight column to multiply class weights into. "
                               "Received: no weight column.\nHint: pass class_weight to fit().")
         n = max(manifest.num_classes, 2 if manifest.task == "binary" else 0)
         if any(not 0 <= int(k) < n for k in weights):
-            raise SchemaError(f"Expected class ids 0..{n - 1} in the class weights. Received: "
+            raise SettingError(f"Expected class ids 0..{n - 1} in the class weights. Received: "
                               f"{sorted(weights)}.\nHint: weigh the label's classes only.")
         table = np.ones(n, dtype="float32")
         for k, w in weights.items():

@@ -35,7 +35,7 @@ from daskfeed.cli._flags import (
     train_options,
 )
 from daskfeed.cluster import ClusterSpec, close_client
-from daskfeed.core import Aborted, DaskfeedError, SchemaError, Stop, config, raise_outside
+from daskfeed.core import Aborted, DaskfeedError, SettingError, Stop, config, raise_outside
 from daskfeed.training import TrainOptions
 
 
@@ -204,7 +204,7 @@ def _run_train(data: list[str], label: str, validation: list[str], output: str,
             validation=validation or None, output=output, scheduler=scheduler, security=security,
             cache=cache, exclude=tuple(kw.pop("exclude") or ()),
             verbose=0 if quiet else "auto" if verbose is None else verbose, **kw)
-    except SchemaError as err:
+    except SettingError as err:
         raise click.UsageError(str(err)) from err
     for spec in (data, validation):  # a mistyped path: an error at once, before keras loads
         if spec:

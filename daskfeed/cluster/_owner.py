@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from daskfeed.cluster._start import close_client
-from daskfeed.core import SchemaError, run_at_exit
+from daskfeed.core import SettingError, run_at_exit
 
 __all__ = ["Owner", "refuse_multiprocessing"]
 
@@ -50,11 +50,11 @@ class Owner:
 
         Raises
         ------
-        SchemaError
+        SettingError
             Called in another process than the one that created the sequence.
         """
         if self.pid != os.getpid():
-            raise SchemaError(
+            raise SettingError(
                 f"This DaskSequence was created in process {self.pid} and a batch was "
                 f"asked for in process {os.getpid()}, a fork of it (Keras' "
                 "use_multiprocessing=True?). Expected batches in the process that created it. "
@@ -80,7 +80,7 @@ run_at_exit(_close_owned_clients)
 def refuse_multiprocessing(kwargs: dict[str, Any]) -> None:
     """Refuse Keras' worker processes before any scan or cluster work."""
     if kwargs.get("use_multiprocessing"):
-        raise SchemaError(
+        raise SettingError(
             "DaskSequence does not run in Keras' worker processes. Expected "
             "use_multiprocessing=False (the default). Received: use_multiprocessing=True.\n"
             "Hint: the Dask workers already compute the batches and the trainer only slices "

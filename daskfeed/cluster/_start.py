@@ -23,7 +23,7 @@ from daskfeed.cluster._budget import (
     default_memory_limit,
 )
 from daskfeed.cluster._remote import connect
-from daskfeed.core import SchemaError, config
+from daskfeed.core import SettingError, config
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster, Security, Worker
@@ -270,13 +270,13 @@ def worker_nice() -> int:
 
     Raises
     ------
-    SchemaError
+    SettingError
         Not a whole number from 0 to 19 (a ``ValueError``).
     """
     value = config.get("worker-nice")
     if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).isdigit() \
             or int(value) > 19:
-        raise SchemaError(f"Expected daskfeed.worker-nice to be a whole number from 0 to 19. "
+        raise SettingError(f"Expected daskfeed.worker-nice to be a whole number from 0 to 19. "
                          f"Received: {value!r}.\nHint: 10 (the default) runs the workers below the "
                          "trainer; 0 runs them at its priority.")
     return int(value)

@@ -23,6 +23,7 @@ __all__ = [
     "FeedTimeoutError",
     "ManifestMismatchError",
     "SchemaError",
+    "SettingError",
     "refuse_setting",
     "warn_user",
 ]
@@ -42,6 +43,14 @@ class DataNotFoundError(DaskfeedError, FileNotFoundError):
 
 class SchemaError(DaskfeedError, ValueError):
     """Columns or dtypes that do not fit what was asked (label, features, drift)."""
+
+
+class SettingError(DaskfeedError, ValueError):
+    """A setting daskfeed cannot work with.
+
+    An argument, flag or config value of the wrong kind or range, settings that exclude each
+    other, or an object used where it cannot work (a sequence in a forked process).
+    """
 
 
 class DataError(DaskfeedError, ValueError):
@@ -73,7 +82,7 @@ class FeedTimeoutError(DaskfeedError, TimeoutError):
 
 
 def refuse_setting(expected: str, received: str, hint: str) -> NoReturn:
-    """Raise the :class:`SchemaError` of a bad setting, in daskfeed's three parts.
+    """Raise the :class:`SettingError` of a bad setting, in daskfeed's three parts.
 
     Parameters
     ----------
@@ -86,10 +95,10 @@ def refuse_setting(expected: str, received: str, hint: str) -> NoReturn:
 
     Raises
     ------
-    SchemaError
+    SettingError
         The expected, received and hint parts, the hint on a line of its own.
     """
-    raise SchemaError(f"{expected} Received: {received}.\nHint: {hint}")
+    raise SettingError(f"{expected} Received: {received}.\nHint: {hint}")
 
 
 def warn_user(message: str, category: type[Warning] = UserWarning) -> None:

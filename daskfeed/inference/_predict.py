@@ -31,7 +31,15 @@ from daskfeed.cluster import (
     parse_memory_limit,
     result_unless_paused,
 )
-from daskfeed.core import BudgetError, DataNotFoundError, FeedTimeoutError, SchemaError, config, writing
+from daskfeed.core import (
+    BudgetError,
+    DataNotFoundError,
+    FeedTimeoutError,
+    SchemaError,
+    SettingError,
+    config,
+    writing,
+)
 from daskfeed.inference._scoring import (
     Scorer,
     TrainedRun,
@@ -55,7 +63,7 @@ def _format(output: str) -> str:
     """The output file's format by its suffix; its directory checked (before any cluster starts)."""
     fmt = SUFFIXES.get(os.path.splitext(output)[1].lower())
     if fmt is None:
-        raise SchemaError(
+        raise SettingError(
             f"Expected an output file ending in .csv or .parquet. Received: {output!r}.\n"
             "Hint: e.g. --output predictions.parquet."
         )
@@ -66,7 +74,7 @@ def _format(output: str) -> str:
             f"whose directory {where} does not exist.\nHint: create it first "
             f"(mkdir -p {where}), or write the file elsewhere.")
     if os.path.isdir(output):
-        raise SchemaError(f"Expected an output file. Received: --output {output!r}, a directory."
+        raise SettingError(f"Expected an output file. Received: --output {output!r}, a directory."
                           "\nHint: name a file in it, e.g. predictions.parquet.")
     return fmt
 
@@ -235,7 +243,10 @@ def predict(
     DataNotFoundError
         When ``output_dir`` holds no trained run, or ``data`` matches no file.
     SchemaError
-        When ``data`` lacks a feature or ``keep`` column, or ``output`` has another suffix.
+        When ``data`` lacks a feature or ``keep`` column, or a kept column is named as a
+        prediction column.
+    SettingError
+        When ``output`` has another suffix or is a directory.
     """
     wait = config.get_seconds("timeout", timeout)
     run = TrainedRun.open(output_dir, features)

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from daskfeed.cache import block_tables
-from daskfeed.core import DataError, DataNotFoundError, SchemaError
+from daskfeed.core import DataError, DataNotFoundError, SchemaError, SettingError
 from daskfeed.manifest import Encoding, Manifest, encode_features
 from daskfeed.reading import Block, ReadOptions
 
@@ -85,8 +85,10 @@ class TrainedRun:
         ------
         DataNotFoundError
             When ``model.keras`` or ``manifest.json`` is missing.
+        SettingError
+            For a matrix model without ``features``.
         SchemaError
-            For a matrix model without ``features``, or features the manifest lacks.
+            For features the manifest lacks.
         """
         directory = os.fspath(directory)
         model_path = os.path.join(directory, "model.keras")
@@ -104,7 +106,7 @@ class TrainedRun:
         as_matrix = names is None
         if names is None:
             if not features:
-                raise SchemaError(
+                raise SettingError(
                     f"Expected the feature columns of {model_path}, a model taking one matrix "
                     "(as_matrix). Received: no features.\nHint: pass features=[...] in the "
                     "order the model was trained with."

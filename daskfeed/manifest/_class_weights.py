@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from daskfeed.core import SchemaError
+from daskfeed.core import ManifestMismatchError, SchemaError, SettingError
 
 __all__ = ["class_weights"]
 
@@ -39,8 +39,12 @@ def class_weights(task: str, label: str, label_counts: dict[str, int],
     Raises
     ------
     SchemaError
-        For a regression label, an unknown class, a negative or non-finite weight, or a
-        manifest without label counts (made by an older daskfeed: rescan).
+        For a regression label or an unknown class.
+    SettingError
+        For a spec that is neither ``'balanced'`` nor a mapping, or a negative or non-finite
+        weight.
+    ManifestMismatchError
+        For a manifest without label counts (made by an older daskfeed: rescan).
     """
     if task == "regression":
         raise SchemaError(
@@ -49,7 +53,7 @@ def class_weights(task: str, label: str, label_counts: dict[str, int],
             "instead (weight='COL', --weight COL)."
         )
     if not label_counts:
-        raise SchemaError(
+        raise ManifestMismatchError(
             f"Expected the label counts of {label!r} in the manifest. Received: a "
             "manifest without them (made by an older daskfeed).\nHint: rescan the data "
             "(remove manifest.json, or pass manifest=None)."
@@ -58,7 +62,7 @@ def class_weights(task: str, label: str, label_counts: dict[str, int],
     counts = {codes[k] if codes else int(k): int(n) for k, n in label_counts.items() if n > 0}
     if isinstance(spec, str):
         if spec != "balanced":
-            raise SchemaError(f"Expected class weights 'balanced' or a mapping {{class: "
+            raise SettingError(f"Expected class weights 'balanced' or a mapping {{class: "
                               f"weight}}. Received: {spec!r}.\nHint: e.g. "
                               "'{\"0\": 1, \"1\": 9}'.")
         total = sum(counts.values())
@@ -95,7 +99,7 @@ def _class_weight(key: Any, value: Any) -> float:
     except (TypeError, ValueError):
         w = math.nan
     if not (math.isfinite(w) and w >= 0):
-        raise SchemaError(
+        raise SettingError(
             f"Expected a class weight that is a number >= 0. Received: {value!r} for class "
             f"{key!r}.\nHint: e.g. '{{\"0\": 1, \"1\": 9}}'."
         )

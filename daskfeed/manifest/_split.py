@@ -11,7 +11,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from daskfeed.core import SchemaError
+from daskfeed.core import SettingError
 
 if TYPE_CHECKING:
     from daskfeed.reading import Source
@@ -41,20 +41,20 @@ def split_settings(validation_split: float | None, subset: str | None,
 
     Raises
     ------
-    SchemaError
+    SettingError
         When the fraction is outside (0, 1) or ``subset`` is not "training" / "validation".
     """
     if validation_split is None or validation_split == 0:
         if subset is not None:
-            raise SchemaError(f"Expected subset=None without validation_split. Received: "
+            raise SettingError(f"Expected subset=None without validation_split. Received: "
                              f"subset={subset!r}.\nHint: pass validation_split=0.1 (for example) "
                              "to split the data.")
         return None
     if not 0.0 < float(validation_split) < 1.0:
-        raise SchemaError(f"Expected 0 < validation_split < 1. Received: "
+        raise SettingError(f"Expected 0 < validation_split < 1. Received: "
                          f"validation_split={validation_split!r}.")
     if subset not in SUBSETS:
-        raise SchemaError(
+        raise SettingError(
             f"Expected subset='training' or subset='validation' with validation_split="
             f"{validation_split}. Received: subset={subset!r}.\nHint: make the training sequence "
             "with subset='training' and the validation one with subset='validation' and the "
@@ -155,17 +155,17 @@ def split_blocks(keys: Sequence[str], sizes: Sequence[int], *, validation_split:
 
     Raises
     ------
-    SchemaError
+    SettingError
         When the fraction is outside (0, 1) or there are fewer than two blocks.
     """
     if not 0.0 < float(validation_split) < 1.0:
-        raise SchemaError(f"Expected 0 < validation_split < 1. Received: "
+        raise SettingError(f"Expected 0 < validation_split < 1. Received: "
                          f"validation_split={validation_split!r}.")
     if len(keys) != len(sizes):
         raise ValueError(f"Expected one size per block. Received: {len(keys)} keys and "
                          f"{len(sizes)} sizes.")
     if len(keys) < 2:
-        raise SchemaError(
+        raise SettingError(
             f"Expected at least 2 blocks to hold whole blocks out for validation. "
             f"Received: {len(keys)} block(s).\nHint: lower the blocksize (--blocksize) so the "
             "data has several blocks, or pass separate validation data (--validation)."

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from daskfeed.core import DataNotFoundError, SchemaError, config, warn_user
+from daskfeed.core import DataNotFoundError, SettingError, config, warn_user
 from daskfeed.reading._files import (
     COMPRESSIONS,
     Block,
@@ -374,7 +374,7 @@ def read_options(*, blocksize: int | str | None = None, sep: str | None = None,
     ------
     ValueError
         For an unknown ``bad_lines`` or ``na_values`` that are not text.
-    SchemaError
+    SettingError
         For a decimal point that is not one character other than the separator.
     """
     if bad_lines not in BAD_LINES:
@@ -413,7 +413,7 @@ def _decimal(decimal: str, sep: str) -> str:
     """The decimal point, checked: one character, not the field separator (if known) nor a quote."""
     if (not isinstance(decimal, str) or len(decimal) != 1 or decimal == sep or decimal == '"'
             or decimal.isalnum()):
-        raise SchemaError(
+        raise SettingError(
             f"Expected a decimal point of one character other than the separator ({sep!r}), "
             f"such as '.' or ','. Received: decimal={decimal!r}.\nHint: for numbers like 1,5 "
             "pass --decimal , with --sep ';' (decimal=',', sep=';').")

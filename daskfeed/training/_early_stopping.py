@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from daskfeed.adapters import keras
 from daskfeed.checkpoint import Checkpoint, StoppingState
-from daskfeed.core import CheckpointError, SchemaError
+from daskfeed.core import CheckpointError, SettingError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -147,7 +147,7 @@ def make_early_stopping(patience: int | None, monitor: str | None, net: keras.Mo
 
     Raises
     ------
-    SchemaError
+    SettingError
         When the model does not log ``monitor``.
     """
     if patience is None or monitor is None:
@@ -155,7 +155,7 @@ def make_early_stopping(patience: int | None, monitor: str | None, net: keras.Mo
     names = _logged_names(net)
     if names is not None and monitor.removeprefix("val_") not in names:
         shown = ", ".join(sorted(names | {f"val_{n}" for n in names}))
-        raise SchemaError(f"Expected a quantity the model logs to monitor: {shown}. Received: "
+        raise SettingError(f"Expected a quantity the model logs to monitor: {shown}. Received: "
                           f"monitor={monitor!r}.\nHint: pick one of those (--monitor).")
     echo(f"early stopping: {monitor}, patience {patience} epoch{'s' if patience != 1 else ''}; "
          "the best epoch's weights are restored at the end")

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from daskfeed.adapters import DaskSequence, keras
-from daskfeed.core import SchemaError
+from daskfeed.core import SchemaError, SettingError
 from daskfeed.manifest import Encoding, Manifest, refuse_single_class
 from daskfeed.training._options import (
     DEFAULT_DROPOUT,
@@ -248,13 +248,13 @@ def load_builder(spec: str) -> Builder:
 
     Raises
     ------
-    SchemaError
+    SettingError
         When ``spec`` is not of that form, the module does not import, or it has no such
         function.
     """
     mod_name, sep, fn_name = spec.rpartition(":")
     if not sep or not mod_name or not fn_name:
-        raise SchemaError(
+        raise SettingError(
             f"Expected a model builder as 'module:function' or 'file.py:function'. "
             f"Received: {spec!r}.\nHint: e.g. --model mymodels:build."
         )
@@ -268,12 +268,12 @@ def load_builder(spec: str) -> Builder:
     except AttributeError:
         fn = None
     except (ImportError, FileNotFoundError) as err:
-        raise SchemaError(
+        raise SettingError(
             f"Cannot import the model module {mod_name!r}: {err}.\n"
             "Hint: run from the directory that holds it, or give a path to the .py file."
         ) from err
     if not callable(fn):
-        raise SchemaError(
+        raise SettingError(
             f"Expected a function {fn_name!r} in {mod_name!r}. Received: "
             f"{type(fn).__name__ if fn is not None else 'nothing by that name'}.\n"
             "Hint: it is called with the manifest and returns a keras.Model."
@@ -314,7 +314,7 @@ def model_for(spec: str | Builder | None, seq: DaskSequence, fit: FitOptions,
 
     Raises
     ------
-    SchemaError
+    SettingError
         For a builder that returns no ``keras.Model``, or a compiled one with ``learning_rate``.
     """
     if spec is not None:
@@ -339,13 +339,13 @@ def _built(builder: Builder, seq: DaskSequence, spec: str | Builder, fit: FitOpt
     net = (builder(manifest, features=list(seq.features)) if _takes_features(builder)
            else builder(manifest))
     if not isinstance(net, keras.Model):
-        raise SchemaError(
+        raise SettingError(
             f"Expected the model builder to return a keras.Model. Received: "
             f"{type(net).__name__}.\nHint: return the model from your function."
         )
     _check_inputs(net, seq, spec)
     if net.compiled and fit.learning_rate is not None:
-        raise SchemaError(
+        raise SettingError(
             "Expected an uncompiled model from the builder to apply --learning-rate. Received: a "
             f"model compiled with {describe_compile(net)}.\nHint: set the learning rate in your "
             "builder's compile, or return the model uncompiled."

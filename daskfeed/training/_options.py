@@ -90,7 +90,7 @@ class FitOptions:
 
         Raises
         ------
-        SchemaError
+        SettingError
             For settings that exclude each other, or a value out of range, with a hint.
         """
         if validation_split is not None and not 0.0 < float(validation_split) < 1.0:
@@ -363,7 +363,7 @@ class TrainOptions:
         ------
         TypeError
             For a keyword that no group takes.
-        SchemaError
+        SettingError
             For settings that exclude each other or a value out of range.
         """
         groups = {name: {k: settings.pop(k) for k in keys if k in settings}

@@ -76,7 +76,7 @@ def resolve_rank(rank: int | None = None, world_size: int | None = None,
 
     Raises
     ------
-    SchemaError
+    SettingError
         For half a pair (a rank without a world size), a rank outside ``[0, world_size)``,
         ``TF_CONFIG`` that is not JSON or names a task that does not train (``ps``,
         ``evaluator``), or ``RANK``/``WORLD_SIZE`` that are not integers.

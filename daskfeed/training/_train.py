@@ -25,7 +25,7 @@ from daskfeed.batches import (
 )
 from daskfeed.checkpoint import Checkpoint, CheckpointStore, Cursor, open_store
 from daskfeed.cluster import Budget, check_worker_memory, close_client
-from daskfeed.core import ManifestMismatchError, RSSSampler, SchemaError, Stop, warn_user
+from daskfeed.core import ManifestMismatchError, RSSSampler, SettingError, Stop, warn_user
 from daskfeed.core import choose as choose_backend
 from daskfeed.dashboard import install, scan_span
 from daskfeed.manifest import (
@@ -158,7 +158,7 @@ def _prepare(data: DataSpec, validation: DataSpec | None, opts: TrainOptions,
         require_tensorboard()
     ranks = resolve_rank(opts.cluster.rank, opts.cluster.world_size)
     if ranks.several and not opts.cluster.scheduler:
-        raise SchemaError(
+        raise SettingError(
             "Expected one Dask cluster shared by the trainers (--scheduler or --scheduler-file) "
             f"with several trainers. Received: {ranks.describe()} and no scheduler.\nHint: start "
             "'dask scheduler' and 'dask worker' processes (see deploy/) and pass --scheduler to "

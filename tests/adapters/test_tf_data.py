@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import daskfeed
-from daskfeed import DaskfeedError, SchemaError
+from daskfeed import DaskfeedError, SettingError
 
 BATCH = 256
 NUMERIC = ["row_id", "level", "party_size", "attempt", "deaths", "hour"]
@@ -200,9 +200,9 @@ def test_the_feed_setting_is_checked(tmp_path):
     from daskfeed.training._options import TrainOptions
 
     assert uses_windows("auto") and uses_windows("windows") and not uses_windows("batches")
-    with pytest.raises(SchemaError, match="Expected feed to be one of auto, windows, batches"):
+    with pytest.raises(SettingError, match="Expected feed to be one of auto, windows, batches"):
         TrainOptions.resolve(feed="tfdata")
-    with pytest.raises(SchemaError, match="Expected feed to be one of"):
+    with pytest.raises(SettingError, match="Expected feed to be one of"):
         uses_windows("tfdata")
 
 
@@ -214,7 +214,7 @@ def test_jax_feeds_batches_and_refuses_the_window_feed():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           timeout=300)
     assert proc.returncode != 0
-    assert "SchemaError: Expected the TensorFlow backend with feed='windows'" in proc.stderr, \
+    assert "SettingError: Expected the TensorFlow backend with feed='windows'" in proc.stderr, \
         proc.stderr[-2000:]
 
 

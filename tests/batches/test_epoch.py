@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from daskfeed.batches._epoch import PEEKED, EpochCursor, PlanSettings
 from daskfeed.batches._plan import EpochPlan, equal_shard_batches, make_plan
-from daskfeed.core import SchemaError
+from daskfeed.core import SettingError
 
 
 class FakePrefetcher:
@@ -119,7 +119,7 @@ def test_one_shard_is_not_cut_to_equal_batches():
 # -- set -----------------------------------------------------------------------------------
 def test_an_epoch_without_a_batch_is_refused_saying_rows_and_settings():
     cur, f = cursor_of(settings_of(counts=(0, 0), batch_size=10))
-    with pytest.raises(SchemaError) as err:
+    with pytest.raises(SettingError) as err:
         cur.set(0)
     assert str(err.value) == ("Expected at least one batch. Received: 0 rows with batch_size=10, "
                               "drop_remainder=False.\nHint: lower batch_size or add data.")
@@ -130,7 +130,7 @@ def test_an_epoch_without_a_batch_is_refused_saying_rows_and_settings():
                                        "(0), not the 7 rows the data holds")
 def test_an_epoch_emptied_by_drop_remainder_says_how_many_rows_the_data_holds():
     cur, _ = cursor_of(settings_of(counts=(4, 3), batch_size=10, drop_remainder=True))
-    with pytest.raises(SchemaError, match=r"Received: 7 rows with batch_size=10, drop_remainder=True\."):
+    with pytest.raises(SettingError, match=r"Received: 7 rows with batch_size=10, drop_remainder=True\."):
         cur.set(0)
 
 

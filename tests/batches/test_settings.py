@@ -7,7 +7,7 @@ import dataclasses
 import dask.config
 import pytest
 
-from daskfeed import SchemaError
+from daskfeed import SettingError
 from daskfeed.batches import DataSettings
 from daskfeed.cache import CacheChoice
 
@@ -37,9 +37,9 @@ def test_the_config_fills_what_is_not_given_and_a_given_value_wins():
 def test_settings_are_checked_where_they_enter():
     with pytest.raises(ValueError, match="batch_size >= 1"):
         DataSettings.resolve(label="y", batch_size=0)
-    with pytest.raises(SchemaError, match="0 < validation_split < 1"):
+    with pytest.raises(SettingError, match="0 < validation_split < 1"):
         DataSettings.resolve(label="y", validation_split=1.5, subset="training")
-    with pytest.raises(SchemaError, match="decimal"):
+    with pytest.raises(SettingError, match="decimal"):
         DataSettings.resolve(label="y", sep=",", decimal=",")  # the separator too
     with pytest.raises(ValueError, match="bad_lines"):
         DataSettings.resolve(label="y", bad_lines="ignore")

@@ -120,7 +120,7 @@ def test_jax_without_64_bit_types_refuses_wide_columns(wide_data: str, tmp_path)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=_env("jax", JAX_ENABLE_X64="0"), timeout=300, cwd=tmp_path)
     assert proc.returncode != 0
-    assert "SchemaError" in proc.stderr and "['ts']" in proc.stderr, proc.stderr[-3000:]
+    assert "SettingError" in proc.stderr and "['ts']" in proc.stderr, proc.stderr[-3000:]
     assert "JAX_ENABLE_X64=1" in proc.stderr
 
 

@@ -23,7 +23,7 @@ import pytest
 from helpers import load_factor
 
 import daskfeed
-from daskfeed import SchemaError
+from daskfeed import SettingError
 
 ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
 EXIT_WITHIN = 10.0  # seconds from fit's return to the end of the process (times load_factor())
@@ -372,7 +372,7 @@ def test_sigint_while_fit_waits_for_a_batch_exits_within_seconds(id_data, tmp_pa
     assert "KeyboardInterrupt" in stderr, stderr[-3000:]
     assert "FeedTimeoutError" not in stderr, stderr[-3000:]
     assert interrupted < 5, f"fit was interrupted {interrupted:.1f}s after SIGINT"
-    assert took < 15, f"the process ended {took:.1f}s after SIGINT\n{stderr[-3000:]}"
+    assert took < 15 * load_factor(), f"the process ended {took:.1f}s after SIGINT\n{stderr[-3000:]}"
 
 
 # -- use_multiprocessing (issue 11 item 3) -------------------------------------------------------
@@ -381,10 +381,10 @@ def test_use_multiprocessing_is_refused_before_any_work():
     exist and a scheduler nobody listens on are never looked at."""
     seq_class = daskfeed.DaskSequence  # (imports keras: not part of the timing)
     t0 = time.monotonic()
-    with pytest.raises(SchemaError) as info:
+    with pytest.raises(SettingError) as info:
         seq_class("/nonexistent/dir/*.csv", label="cleared", client="tcp://127.0.0.1:9",
                   use_multiprocessing=True, workers=2)
-    assert time.monotonic() - t0 < 1
+    assert time.monotonic() - t0 < load_factor()
     err = info.value
     assert isinstance(err, ValueError) and isinstance(err, daskfeed.DaskfeedError)
     msg = str(err)
@@ -436,9 +436,9 @@ def test_a_forked_copy_says_so_at_once(id_data, client):
         got, code = _join(proc, parent, 30)
         took = time.monotonic() - t0
         assert np.asarray(seq[1][0]["row_id"]).size  # the parent's sequence still works
-    assert got[0] == "error" and got[1] == "SchemaError", got
+    assert got[0] == "error" and got[1] == "SettingError", got
     assert "a fork of it" in got[2] and "use_multiprocessing" in got[2] and "Hint:" in got[2], got
-    assert code == 0 and took < 10, (code, took)
+    assert code == 0 and took < 10 * load_factor(), (code, took)
 
 
 def test_a_pickled_copy_works_in_a_spawned_process(id_data, client):
@@ -517,7 +517,7 @@ def test_a_wait_ends_when_its_client_closes():
     assert not caller.is_alive(), "the caller still waits after its client closed"
     assert len(outcome) == 1 and isinstance(outcome[0], ClusterError), outcome
     assert "closed" in str(outcome[0]) and "window 0" in str(outcome[0]), outcome[0]
-    assert took < 5, took
+    assert took < 5 * load_factor(), took
 
 
 def test_an_unused_prefetcher_is_collected_with_its_futures_and_thread(client):
@@ -580,7 +580,7 @@ def test_close_is_idempotent_and_tells_a_waiting_caller(client):
     caller.join(10)
     took = time.monotonic() - t0
     pf.close()
-    assert not caller.is_alive() and took < 3, took
+    assert not caller.is_alive() and took < 3 * load_factor(), took
     assert len(outcome) == 1 and isinstance(outcome[0], WindowCancelled), outcome
     with pytest.raises(WindowCancelled, match="closed"):
         pf.get(1)

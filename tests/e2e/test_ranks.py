@@ -15,7 +15,7 @@ import pytest
 
 import daskfeed
 from daskfeed.batches._plan import equal_shard_batches, make_plan, shard_rows
-from daskfeed.core._exceptions import SchemaError
+from daskfeed.core._exceptions import SettingError
 from daskfeed.training._ranks import Rank, resolve_rank, shard_line
 
 BIN = pathlib.Path(sys.executable).parent
@@ -46,7 +46,7 @@ def test_rank_from_flags_then_tf_config_then_rank_world_size():
     ((None, None), {"RANK": "one", "WORLD_SIZE": "2"}, r"Expected integers in RANK and WORLD_SIZE"),
 ])
 def test_rank_errors_say_what_and_how(args, env, message):
-    with pytest.raises(SchemaError, match=message) as err:
+    with pytest.raises(SettingError, match=message) as err:
         resolve_rank(*args, env)
     assert "\nHint: " in str(err.value)
 
@@ -349,6 +349,6 @@ def test_three_trainers_killed_then_resumed_by_two_train_each_row_once(id_data, 
 def test_several_trainers_need_a_shared_scheduler(tmp_path, rank_data):
     from daskfeed.training._train import train
 
-    with pytest.raises(SchemaError, match=r"Expected one Dask cluster shared by the trainers.*"
+    with pytest.raises(SettingError, match=r"Expected one Dask cluster shared by the trainers.*"
                                           r"Received: rank 1 of 2 \(from --rank/--world-size\)"):
         train(rank_data.train_glob, label="cleared", rank=1, world_size=2, output=tmp_path)

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import in_process_budget, load_factor, write_rows
 
-from daskfeed.core._exceptions import DataNotFoundError, SchemaError
+from daskfeed.core._exceptions import DataNotFoundError, SettingError
 
 
 @pytest.fixture(scope="module")
@@ -106,14 +106,14 @@ def test_clear_errors(trained, tmp_path) -> None:
         predict(str(tmp_path), trained["held"])
     with pytest.raises(DataNotFoundError, match="No such file"):  # before a cluster starts
         predict(trained["out"], str(tmp_path / "typo.csv"), echo=pytest.fail)
-    with pytest.raises(SchemaError, match=r"\.csv or \.parquet"):
+    with pytest.raises(SettingError, match=r"\.csv or \.parquet"):
         predict(trained["out"], trained["held"], output=str(tmp_path / "p.xlsx"))
     res = CliRunner().invoke(cli, ["predict", trained["out"], trained["held"], "--output",
                                    str(tmp_path / "missing" / "dir" / "p.csv"), "--nworkers", "1"])
     assert res.exit_code == 1 and "Traceback" not in res.output, res.output
     assert (f"whose directory {tmp_path / 'missing' / 'dir'} does not exist" in res.output
             and "mkdir -p" in res.output)
-    with pytest.raises(SchemaError, match="a directory"):
+    with pytest.raises(SettingError, match="a directory"):
         predict(trained["out"], trained["held"], output=str(tmp_path / "d.csv"),
                 echo=pytest.fail) if (tmp_path / "d.csv").mkdir() is None else None
     bad = tmp_path / "bad.csv"

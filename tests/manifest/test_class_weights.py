@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daskfeed.core import SchemaError
+from daskfeed.core import ManifestMismatchError, SchemaError, SettingError
 from daskfeed.manifest._class_weights import class_weights
 
 MEDALS = ["bronze", "gold", "silver"]
@@ -54,13 +54,13 @@ def test_a_regression_label_has_no_classes():
 
 
 def test_a_manifest_without_label_counts_asks_for_a_rescan():
-    with pytest.raises(SchemaError, match=r"^Expected the label counts of 'y' in the manifest\. "
+    with pytest.raises(ManifestMismatchError, match=r"^Expected the label counts of 'y' in the manifest\. "
                                           r"Received: a manifest without them"):
         class_weights("binary", "y", {}, None)
 
 
 def test_only_balanced_is_a_word():
-    with pytest.raises(SchemaError) as err:
+    with pytest.raises(SettingError) as err:
         class_weights("binary", "y", {"0": 1, "1": 1}, None, "auto")
     assert str(err.value) == ("Expected class weights 'balanced' or a mapping {class: weight}. "
                               "Received: 'auto'.\nHint: e.g. '{\"0\": 1, \"1\": 9}'.")
@@ -91,7 +91,7 @@ def test_many_classes_are_listed_up_to_twenty():
 
 @pytest.mark.parametrize("weight", [-1, float("nan"), float("inf"), "heavy", None])
 def test_a_weight_must_be_a_finite_number_at_least_zero(weight):
-    with pytest.raises(SchemaError) as err:
+    with pytest.raises(SettingError) as err:
         class_weights("binary", "y", {"0": 1, "1": 1}, None, {"1": weight})
     assert str(err.value) == (f"Expected a class weight that is a number >= 0. Received: {weight!r} "
                               "for class '1'.\nHint: e.g. '{\"0\": 1, \"1\": 9}'.")

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 import daskfeed
-from daskfeed import SchemaError
+from daskfeed import SchemaError, SettingError
 
 
 def _comma_file(path, rows=400, seed=3):
@@ -67,7 +67,7 @@ def test_decimal_comma_with_null_markers_still_reads_numbers(tmp_path, client):
 
 def test_a_decimal_point_that_is_the_separator_is_refused(tmp_path, client):
     _comma_file(tmp_path / "dc.csv")
-    with pytest.raises(SchemaError, match=r"other than the separator \(','\).*decimal=','"):
+    with pytest.raises(SettingError, match=r"other than the separator \(','\).*decimal=','"):
         daskfeed.scan(str(tmp_path / "dc.csv"), label="y", decimal=",", client=client)
 
 

@@ -21,7 +21,13 @@ import pandas as pd
 import pytest
 
 import daskfeed
-from daskfeed.core._exceptions import CheckpointError, DataError, ManifestMismatchError, SchemaError
+from daskfeed.core._exceptions import (
+    CheckpointError,
+    DataError,
+    ManifestMismatchError,
+    SchemaError,
+    SettingError,
+)
 
 BATCH = 128
 N_FILES = 8
@@ -176,9 +182,9 @@ def test_balanced_class_weights_from_the_scan_match_keras_in_memory(data, client
         assert abs(plain["loss"][0] - want["loss"][0]) > 1e-3
         with pytest.raises(SchemaError, match=r"(?s)classes of label 'y' \(0, 1\).*Received: class '2'"):
             m.class_weights({"2": 1})
-        with pytest.raises(SchemaError, match=r"(?s)number >= 0.*-1"):
+        with pytest.raises(SettingError, match=r"(?s)number >= 0.*-1"):
             m.class_weights({"0": -1})
-        with pytest.raises(SchemaError, match="'balanced' or a mapping"):
+        with pytest.raises(SettingError, match="'balanced' or a mapping"):
             m.class_weights("median")
     with pytest.raises(SchemaError, match="regression label"):
         daskfeed.scan(data.glob, label="x2", client=client).class_weights("balanced")
@@ -247,11 +253,11 @@ def test_split_holds_out_whole_partitions_disjoint_stable_and_scans_training_row
 
 def test_split_refuses_overlapping_parts_and_a_manifest_of_another_split(data, client):
     with _seq(data, client, validation_split=0.25, subset="training", seed=5) as train:
-        with pytest.raises(SchemaError, match=r"(?s)would serve some of its rows.*Hint: pass "
+        with pytest.raises(SettingError, match=r"(?s)would serve some of its rows.*Hint: pass "
                                               r"validation_split=0.25, subset='validation', seed=5"):
             _seq(data, client, validation_split=0.25, subset="validation", seed=6,
                  reference=train.manifest)
-        with pytest.raises(SchemaError, match="would serve some of its rows"):
+        with pytest.raises(SettingError, match="would serve some of its rows"):
             _seq(data, client, reference=train.manifest)  # the whole data
         with pytest.raises(ManifestMismatchError, match=r"made with split=\{'validation_split'"):
             _seq(data, client, manifest=train.manifest)  # a whole-data run cannot reuse it
@@ -544,7 +550,7 @@ def test_class_weights_multiply_into_the_sample_weights(data, client, tmp_path):
         seq.on_epoch_end()
         again = [seq[i] for i in range(len(seq))]
         assert all(np.array_equal(a[2], b[2]) for a, b in zip(plain, again, strict=True))
-        with pytest.raises(SchemaError, match=r"class ids 0\.\.1"):
+        with pytest.raises(SettingError, match=r"class ids 0\.\.1"):
             seq.stream.weigh_classes({2: 1.0})
     from daskfeed.training._train import train
 

@@ -128,7 +128,7 @@ def test_user_model_builder_is_called_with_the_manifest(demo_data, tmp_path):
                    dashboard_address="", model=f"{tmp_path / 'mymodels.py'}:build",
                    output=tmp_path / "o", verbose=0, echo=lambda s: None)
     assert "loss" in result.final and "accuracy" in result.final  # compiled for a binary label
-    with pytest.raises(daskfeed.SchemaError, match="module:function"):
+    with pytest.raises(daskfeed.SettingError, match="module:function"):
         train(demo_data.train_glob, label="cleared", model="nocolon", output=tmp_path / "p",
               memory_limit="3GB", echo=lambda s: None)
 
