@@ -74,10 +74,8 @@ def test_manifest_json_roundtrip_and_reuse_without_rescan(demo_data, client, tmp
     back = Manifest.from_json(path)
     assert back.to_dict() == Manifest.from_dict(m.to_dict()).to_dict()
     assert back.columns["region"].vocabulary == m.columns["region"].vocabulary
-    t0 = time.perf_counter()
     again = daskfeed.scan(demo_data.train_glob, label="cleared", client=client, manifest_path=path)
-    assert again.created == m.created  # read from disk, not rescanned
-    assert time.perf_counter() - t0 < 2
+    assert again.created == m.created  # read from disk, not rescanned (a scan stamps its time)
     from distributed import get_task_stream
 
     with get_task_stream(client) as ts:
