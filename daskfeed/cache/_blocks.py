@@ -1,18 +1,20 @@
 """Cache: every block parsed once, kept as Arrow IPC files on the workers' disk.
 
 The scan parses each CSV block once and, while it is in memory, writes it here; every epoch
-after that reads Arrow instead of CSV (several times faster to read than to parse). A block
+after that reads Arrow instead of CSV. A block
 that is missing (the manifest came from an earlier run, a worker on another machine, a damaged
 or deleted cache file) is parsed again and written then.
 
-Layout: ``<root>/<fingerprint>/g<first>-<tag>-<n>.arrow`` holds the blocks of one scan task
-(thousands of small files make a few Arrow files, not thousands), each block a range of its
-rows; the task's ``g<first>-<tag>.json`` marker, written last (:mod:`daskfeed.cache._writer`),
-says where each block is, so a reader never sees half a task's blocks. The fingerprint covers
-every file's path, size and mtime and the read options (:meth:`daskfeed.reading._source.Source.
-fingerprint`): changed data or options get a new directory, and older directories of the same
-files are removed when a new one is made, as are temporary files that writers killed mid-write
-left behind (:mod:`daskfeed.cache._open`, on the trainer). Directories are created with mode 0700.
+Layout: one directory per *part* of the source's files (:mod:`daskfeed.reading._parts`),
+``<root>/<part key>/``, shared by every data set that has the part; its blocks are numbered
+within it. ``g<first>-<tag>-<n>.arrow`` holds the blocks of one scan task (thousands of small
+files make a few Arrow files, not thousands), each block a range of its rows; the task's
+``g<first>-<tag>.json`` marker, written last (:mod:`daskfeed.cache._writer`), says where each
+block is, so a reader never sees half a task's blocks. The part key covers its files' paths,
+sizes, mtimes (and ETags) and the read options: changed data or options make another part. An
+entry made for other contents of the same files, an entry of another cache format and the
+temporary files of writers killed mid-write are removed when the cache is opened
+(:mod:`daskfeed.cache._open`, on the workers). Directories are created with mode 0700.
 
 Each block's rows are stored in a seeded random order (:mod:`daskfeed.cache._scatter`):
 :meth:`BlockCache.stored_view` gives them so (a window of the global order reads ranges of every

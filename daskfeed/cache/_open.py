@@ -2,9 +2,11 @@
 
 :func:`open_cache` picks the entry of these files and read options under the cache root
 (``daskfeed.cache-dir``, else :func:`default_root`), checks the disk has room for it
-(:func:`estimate_bytes`), removes older entries of the same files (renamed away first) and the
-temporary files of writers killed mid-write, and returns the :class:`~daskfeed.cache._blocks.BlockCache`
-the workers read and write (:mod:`daskfeed.cache._blocks`).
+(:func:`estimate_bytes`), removes entries made for other contents of the same files (renamed
+away first), entries of another cache format and the temporary files of writers killed
+mid-write, evicts least recently used entries beyond ``daskfeed.cache-max-size``, and returns
+the :class:`~daskfeed.cache._blocks.BlockCache` the workers read and write
+(:mod:`daskfeed.cache._blocks`).
 """
 
 from __future__ import annotations

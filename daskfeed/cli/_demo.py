@@ -1,4 +1,4 @@
-"""Demo data: quest logs in the old hand-split layout, learnable but noisy.
+"""Demo data: quest logs split into many files, learnable but noisy.
 
 ``log_quest/splited/split_data_00000.csv …`` and ``log_quest_validate/splited/…``: one row per
 quest attempt; numeric columns, string categories (non-ASCII text, values with commas), missing

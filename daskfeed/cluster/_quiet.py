@@ -1,14 +1,14 @@
 """A worker's close, quiet: no traceback for the heartbeat that its own close cut off.
 
-``Worker.close`` (distributed 2026.7, ``worker.py``) stops the heartbeat's periodic callback,
+``Worker.close`` (distributed's ``worker.py``) stops the heartbeat's periodic callback,
 then closes the worker's connections (``rpc.close``). A heartbeat sent just before, whose answer
 has not come yet, fails there with ``CommClosedError``, and ``Worker.heartbeat`` logs that as an
 error with its traceback ("Failed to communicate with scheduler during heartbeat."). Closing the
 workers before the scheduler does not help: a LocalCluster already does (``SpecCluster._close``
 retires and closes them first), and the connection is cut on the worker's side. The window is
 as long as the scheduler takes to answer, which on a busy machine (the scheduler shares the
-trainer's process and cores, and workers heartbeat every 0.5 s) is long enough that a healthy
-script's exit printed a traceback now and then.
+trainer's process and cores, and workers heartbeat every 0.5 s) is long enough for a healthy
+script's exit to print such a traceback.
 
 Nothing is lost there (the worker is going away), so :class:`ClosingHeartbeat` drops exactly
 that record: the heartbeat's failure is a closed connection and the worker that sent it was

@@ -1,9 +1,9 @@
 """Small files parsed together: one pyarrow call for up to ``SHARED_FILES`` whole small files.
 
-A ``pyarrow.csv.read_csv`` call costs about 0.4 ms before it parses a byte, as much as parsing
-a 1000-row file; a scan task of thousands of small files pays it once per run of up to
-``SHARED_FILES`` files here. The first file of a run is parsed alone (exactly as
-:func:`daskfeed.reading._tables.iter_tables` does) and its column types are imposed on the others,
+A ``pyarrow.csv.read_csv`` call has a fixed cost before it parses a byte; a scan task of
+thousands of small files pays it once per run of up to ``SHARED_FILES`` files here. The first
+file of a run is parsed alone (exactly as :func:`daskfeed.reading._tables.iter_tables` does)
+and its column types are imposed on the others,
 parsed as one text; each file's rows are then a slice of that table (a :class:`Run`), with the
 null-marker rule of their own block: applied once to the whole table where that gives each
 file what it gets alone (numbers; text that reads as text in every file), else file by file.

@@ -6,8 +6,8 @@
 
 How the cursor is counted. Keras' ``batch`` argument of ``on_train_batch_end`` is not a
 batch count one can rely on: with ``steps_per_execution=N`` a callback comes once per group of
-``N`` batches and its ``batch`` is the group's *last* batch in Keras 3.15 but its *first* in
-Keras 3.10 and 3.3. The cursor is therefore counted from the optimizer's step counter: the next
+``N`` batches and its ``batch`` is the group's last batch in some Keras 3 releases and its first
+in others. The cursor is therefore counted from the optimizer's step counter: the next
 batch is the epoch's start batch plus the steps the optimizer took since the epoch began. The
 counter is the raw one, which counts every batch also with ``gradient_accumulation_steps``
 (Keras 3.5+ keeps it in ``optimizer._iterations``; its public ``iterations`` is then the number
@@ -15,8 +15,8 @@ of *applied* updates, ``batches // gradient_accumulation_steps``). The count is 
 what the group just run can have trained (batches ``begin + 1 .. begin + N``, ``begin`` being
 the group's first batch, which ``on_train_batch_begin`` receives in every Keras 3 release).
 The counter is read only where a cursor is needed: when the group just run may have crossed a
-checkpoint (Keras' count crossed a multiple of ``every``), and when an epoch is cut short; a
-read waits for the device, and one per batch cost ``daskfeed train`` about 5 % of an epoch.
+checkpoint (Keras' count crossed a multiple of ``every``), and when an epoch is cut short: a
+read waits for the device, so it is not made per batch.
 Where the optimizer does not take exactly one step per batch -- a model without an optimizer,
 a ``LossScaleOptimizer`` (mixed precision: it skips the steps whose gradients overflow), a
 ``train_step`` that applies it twice or never -- the cursor is the end of that group instead

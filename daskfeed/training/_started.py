@@ -3,8 +3,8 @@
 A fresh run keeps the identity of every file it trains on in ``<output>/files.json``. A resumed
 run continues on exactly those files: files added since (a day of new logs) join at the next
 run, not this one, so the checkpoint's order of batches still holds; a file the run started
-with that changed or went is refused, named. (A run that started before this was kept resumes
-as before: on the data as listed, checked by the checkpoint's fingerprint.)
+with that changed or went is refused, named. A run without ``files.json`` resumes on the data
+as listed, checked by the checkpoint's fingerprint.
 """
 
 from __future__ import annotations
