@@ -3,7 +3,7 @@
 For each model (the bench's :func:`common.quest_mlp` with the hidden layers given), in one run on
 the same data and batch size: the in-memory ceiling (pyarrow → numpy, ``fit(x, y)``), daskfeed as
 ``daskfeed train`` fits (a LocalCluster in ``--memory-limit``, ``DaskSequence``, ``fit_from``:
-the ``tf.data`` window feed on TensorFlow, the sequence itself on JAX), and the ceiling again
+the ``tf.data`` hand-off on TensorFlow, the sequence itself on JAX), and the ceiling again
 (A-B-A); after A1, a ``PyDataset`` that only slices the in-memory arrays (Keras' adapter's own
 cost per batch, daskfeed's floor on JAX). Reported per model: steady rows/s and their ratios,
 epoch 1 from each method's start, daskfeed's data wait (seconds ``fit`` waited for a batch, over

@@ -40,7 +40,7 @@ def _scan(pattern: str, root: str, client) -> tuple[float, Any]:
     src = Source(pattern)
     cache, _ = open_cache(src, root, client=client)
     m = scan_source(src, label="cleared", client=client, vocabulary_size=1000, timeout=600,
-                    partition_cache=cache)
+                    parse_cache=cache)
     return time.perf_counter() - t0, m
 
 
@@ -125,7 +125,7 @@ def deciding(work: str, client, nfiles: int) -> dict:
         cache, _ = open_cache(src, store, client=client)
         t2 = time.perf_counter()
         again = scan_source(src, label="cleared", client=client, vocabulary_size=1000,
-                            timeout=600, partition_cache=cache)
+                            timeout=600, parse_cache=cache)
         t3 = time.perf_counter()
         assert "unchanged" in again.scan_line, again.scan_line
         listing.append(t1 - t0)

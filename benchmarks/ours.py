@@ -32,7 +32,7 @@ def _sequence(data: Any, features: Sequence[str], label: str, batch_size: int,
 def _epoch_stats(seq: DaskSequence, epoch: int) -> dict[str, Any]:
     """The sequence's stats of ``epoch`` (Keras may advance it before or after the callbacks).
 
-    The window feed reads ahead: with a few batches per epoch it ends an epoch, and begins the
+    The tf.data hand-off reads ahead: with a few batches per epoch it ends an epoch, and begins the
     next, before Keras trained the first; ``stats_of`` keeps each ended epoch's own figures.
     """
     st = dict(seq.stats_of(epoch))

@@ -27,7 +27,7 @@ FITS = ("in_memory_A1", "daskfeed", "in_memory_A2", "pydataset_floor", "daskfeed
         "tf_data_cache_disk", "tf_data_cache_ram", "old_recipe")
 LABELS = {
     "in_memory_A1": "in-memory numpy fit (A1, before)",
-    "daskfeed": "daskfeed fit (window feed, as daskfeed train)",
+    "daskfeed": "daskfeed fit (tf.data hand-off, as daskfeed train)",
     "daskfeed_batches": "daskfeed fit(DaskSequence) (PyDataset)",
     "in_memory_A2": "in-memory numpy fit (A2, after)",
     "pydataset_floor": "PyDataset slicing numpy (adapter floor)",

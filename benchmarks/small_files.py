@@ -96,7 +96,7 @@ def scan_vs_pyarrow(nfiles: int, root: str, memory_limit: str, passes: int, labe
                 def cached() -> Any:
                     src = Source(pattern, blocksize=budget.blocksize)
                     cache, _ = open_cache(src, cdir, required=True, client=client)
-                    return daskfeed.scan(src, label=label, client=client, partition_cache=cache)
+                    return daskfeed.scan(src, label=label, client=client, parse_cache=cache)
 
                 s, m2 = _timed(cached)
                 times["daskfeed_scan_cached"].append(s)

@@ -1,4 +1,4 @@
-"""What one ``model.fit`` is handed: the sequence itself, or its batches as a tf.data feed.
+"""What one ``model.fit`` is handed: the sequence itself, or its batches as the tf.data hand-off.
 
 Above both hand-offs (:mod:`daskfeed.adapters._sequence`, :mod:`daskfeed.adapters._tf_data`),
 which do not import each other's users.
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from daskfeed.adapters._sequence import DaskSequence
-from daskfeed.adapters._tf_data import WindowFeed, uses_windows
+from daskfeed.adapters._tf_data import TFDataHandoff, uses_windows
 
 __all__ = ["fit_inputs"]
 
@@ -21,7 +21,7 @@ def fit_inputs(sequence: DaskSequence, feed: str, kwargs: dict[str, Any],
                steps_per_execution: int = 1) -> Iterator[tuple[Any, dict[str, Any]]]:
     """What one ``model.fit`` over ``sequence`` is handed: the data and its other arguments.
 
-    With the window feed (:func:`uses_windows`): ``sequence`` as a :class:`WindowFeed`'s dataset
+    With the tf.data hand-off (:func:`uses_windows`): ``sequence`` as a :class:`TFDataHandoff`'s dataset
     (a stream with ``steps_per_epoch=len(sequence)`` where it can be), its callback first in
     ``callbacks``, a ``DaskSequence`` given as ``validation_data`` as a dataset too, and
     ``shuffle=False`` (daskfeed shuffles; Keras would warn that ``fit`` does not shuffle a
@@ -47,7 +47,7 @@ def fit_inputs(sequence: DaskSequence, feed: str, kwargs: dict[str, Any],
     if not uses_windows(feed):
         yield sequence, kwargs
         return
-    feeds = [WindowFeed(sequence.stream)]
+    feeds = [TFDataHandoff(sequence.stream)]
     out = {**kwargs, "shuffle": False}
     out["callbacks"] = [feeds[0].callback(), *(kwargs.get("callbacks") or ())]
     # one iterator for the whole fit: a stream, unless the epoch is a resumed one (fitted alone),
@@ -57,7 +57,7 @@ def fit_inputs(sequence: DaskSequence, feed: str, kwargs: dict[str, Any],
     if stream:
         out["steps_per_epoch"] = len(sequence)
     if isinstance(kwargs.get("validation_data"), DaskSequence):
-        feeds.append(WindowFeed(kwargs["validation_data"].stream))
+        feeds.append(TFDataHandoff(kwargs["validation_data"].stream))
         out["validation_data"] = feeds[1].dataset()
     try:
         yield feeds[0].dataset(stream=stream), out

@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from daskfeed.adapters._keras import keras, refuse_narrowed
-from daskfeed.adapters._tf_data import WindowFeed, uses_windows
+from daskfeed.adapters._tf_data import TFDataHandoff, uses_windows
 from daskfeed.batches import BatchStream, DataSettings, EpochPlan, EpochStats, Prepared
 from daskfeed.cluster import refuse_multiprocessing
 from daskfeed.core import DaskfeedError, Stop
@@ -270,8 +270,8 @@ class DaskSequence(keras.utils.PyDataset):
 
         Keras also calls this when ``fit`` starts (``EpochIterator.reset``), after the TF
         backend peeked at batches 0 and 1; that call never advances (even when those two
-        batches are all that is left of a resumed epoch, see :meth:`EpochCursor.end
-        <daskfeed.batches._epoch.EpochCursor.end>`), so the peeked windows are reused and training
+        batches are all that is left of a resumed epoch, see :meth:`EpochState.end
+        <daskfeed.batches._epoch.EpochState.end>`), so the peeked windows are reused and training
         starts with the current epoch.
         """
         self.stream.end()
@@ -441,7 +441,7 @@ class DaskSequence(keras.utils.PyDataset):
         >>> model.fit(seq.to_tf_dataset(), epochs=3)  # doctest: +SKIP
         """
         uses_windows("windows")  # refuses other backends
-        return WindowFeed(self.stream).dataset()
+        return TFDataHandoff(self.stream).dataset()
 
     # -- lifecycle ---------------------------------------------------------------------
     @property

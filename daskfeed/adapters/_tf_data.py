@@ -4,7 +4,7 @@ Keras feeds a ``PyDataset`` through ``tf.data.Dataset.from_generator``: one Pyth
 ``py_function``, per batch. Any ``py_function`` in a pipeline makes each training step dearer
 (about 0.9 ms of trainer CPU per step on the bench's model, even with one call per 300 batches:
 measured with ``from_generator`` yielding chunks, against the same chunks read from a queue). So
-:class:`WindowFeed` runs no Python inside TensorFlow: a producer thread of its own assembles
+:class:`TFDataHandoff` runs no Python inside TensorFlow: a producer thread of its own assembles
 *chunks* of up to ``chunk`` equal batches, stacked as one array per column, and puts them in a
 ``tf.queue.FIFOQueue`` (two chunks at most); the dataset takes chunk after chunk from the queue
 and ``unbatch`` splits them again. The batches, their order and their rows are exactly the
@@ -19,7 +19,7 @@ iterator's reads) takes the chunks ``0 .. n - 1`` of its pass in order and drops
   are then computed while Keras ends the current one). An epoch ends for the sequence when its
   last chunk is assembled, before it is queued, so :meth:`~daskfeed.DaskSequence.stats_of` has
   its figures by the time Keras reads that chunk.
-- With :meth:`WindowFeed.callback` in ``fit``'s callbacks (:func:`~daskfeed.training._callbacks.fit_from`
+- With :meth:`TFDataHandoff.callback` in ``fit``'s callbacks (:func:`~daskfeed.training._callbacks.fit_from`
   adds it), the epoch Keras begins is served, counted from the sequence's epoch when the feed
   was made: when what is queued is not its start (a pass cut short, or read ahead and thrown
   away, as under a ``tf.distribute`` strategy), a new pass serves it again from its start.
@@ -53,7 +53,7 @@ from daskfeed.cluster import WindowCancelled
 from daskfeed.core import FEEDS, Aborted, DaskfeedError, SettingError
 from daskfeed.manifest import WindowData
 
-__all__ = ["CHUNK_BYTES", "WindowFeed", "uses_windows"]
+__all__ = ["CHUNK_BYTES", "TFDataHandoff", "uses_windows"]
 
 CHUNK_BYTES = 8 * 2**20  # encoded bytes per chunk, at most
 QUEUED = 2  # chunks waiting in TensorFlow's queue, at most
@@ -66,7 +66,7 @@ class _Closed(Exception):
 
 
 def uses_windows(feed: str) -> bool:
-    """Whether ``feed`` (``auto``, ``windows`` or ``batches``) hands Keras a :class:`WindowFeed`.
+    """Whether ``feed`` (``auto``, ``windows`` or ``batches``) hands Keras a :class:`TFDataHandoff`.
 
     ``auto`` is ``windows`` on the TensorFlow backend and ``batches`` (the ``PyDataset``) on JAX,
     whose trainer reads a ``PyDataset`` without ``tf.data``.
@@ -96,7 +96,7 @@ def uses_windows(feed: str) -> bool:
     return feed == "windows" or (feed == "auto" and backend == "tensorflow")
 
 
-class WindowFeed:
+class TFDataHandoff:
     """A :class:`~daskfeed.DaskSequence` as a ``tf.data.Dataset`` fed a chunk of batches at a time.
 
     Parameters
@@ -115,7 +115,7 @@ class WindowFeed:
 
     Examples
     --------
-    >>> feed = WindowFeed(seq.stream)  # doctest: +SKIP
+    >>> feed = TFDataHandoff(seq.stream)  # doctest: +SKIP
     >>> model.fit(feed.dataset(), epochs=3, callbacks=[feed.callback()])  # doctest: +SKIP
     >>> feed.close()  # doctest: +SKIP
     """
@@ -299,7 +299,7 @@ class WindowFeed:
         except Aborted as err:  # the process is stopping (a signal, a stop request)
             self._abort(err)
         except Exception as err:  # a bug of ours: fit gets it as an error, never waits forever
-            failure = DaskfeedError(f"The tf.data feed stopped on an unexpected error. Received: "
+            failure = DaskfeedError(f"The tf.data hand-off stopped on an unexpected error. Received: "
                                     f"{type(err).__name__}: {err}\nHint: fit with "
                                     "feed='batches' to go on, and report this.")
             failure.__cause__ = err
@@ -391,9 +391,9 @@ class WindowFeed:
 
 
 class _EpochSync(keras.callbacks.Callback):
-    """Tells a :class:`WindowFeed` which epoch Keras begins."""
+    """Tells a :class:`TFDataHandoff` which epoch Keras begins."""
 
-    def __init__(self, feed: WindowFeed) -> None:
+    def __init__(self, feed: TFDataHandoff) -> None:
         super().__init__()
         self.feed = feed
 

@@ -2,7 +2,7 @@
 
 The plan of an epoch (pure), window tasks and their worker-side reading, prefetch bounded in
 bytes, the epoch state, the data prepared for serving, and the :class:`BatchStream` of their
-batches that both Keras hand-offs (``DaskSequence`` and the tf.data feed) stand on.
+batches that both Keras hand-offs (``DaskSequence`` and the tf.data hand-off) stand on.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Epoch state of a sequence: which epoch and batch it serves, what was served, its plan and prefetcher.
 
-Also the cursor rule: which ``on_epoch_end`` moves to the next epoch (:meth:`EpochCursor.end`).
+Also the cursor rule: which ``on_epoch_end`` moves to the next epoch (:meth:`EpochState.end`).
 No keras, no dask: the sequence hands in how plans are made and how windows are prefetched.
 """
 
@@ -21,13 +21,13 @@ from daskfeed.batches._prefetch import Prefetcher
 from daskfeed.batches._quality import LabelSpread
 from daskfeed.core import SettingError, warn_user
 
-__all__ = ["EpochCursor", "EpochStats", "PlanSettings"]
+__all__ = ["EpochState", "EpochStats", "PlanSettings"]
 
 PEEKED = 2  # batches Keras' TF backend reads before fit starts to infer shapes (0 and 1)
 
 
 class EpochStats(TypedDict):
-    """What :meth:`EpochCursor.stats` reports of the current epoch."""
+    """What :meth:`EpochState.stats` reports of the current epoch."""
 
     epoch: int
     rows: int
@@ -92,7 +92,7 @@ class PlanSettings:
 NewPrefetcher = Callable[[EpochPlan, list[int], int | None], Prefetcher]
 
 
-class EpochCursor:
+class EpochState:
     """The epoch being served: its plan, first batch, batches served and windows in flight.
 
     Parameters

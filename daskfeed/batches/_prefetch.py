@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daskfeed.cluster import (
-    WATCH,
+    POLL_SECONDS,
     WindowCancelled,
     client_status,
     drop,
@@ -112,8 +112,8 @@ class Prefetcher:
         self._describe = describe
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
         self._lock = threading.RLock()
-        self._watching: dict[int, _Entry] = {}  # in flight, to gather as soon as finished
-        self._watcher: threading.Thread | None = None
+        self._fetching: dict[int, _Entry] = {}  # in flight, to gather as soon as finished
+        self._fetcher: threading.Thread | None = None
         self._stop = threading.Event()  # set by close(): the fetch thread ends
         self._closed = False
         self._pid = os.getpid()
@@ -203,7 +203,7 @@ class Prefetcher:
                     drop(entry.future, cancel=True)
                 entry.future = None
             self._entries.clear()
-            self._watching.clear()  # the fetch thread ends
+            self._fetching.clear()  # the fetch thread ends
             self.end_loan()
 
     def close(self) -> None:
@@ -223,10 +223,10 @@ class Prefetcher:
         try:
             entries = list(self._entries.values())
             self._entries.clear()
-            self._watching.clear()
+            self._fetching.clear()
             for entry in entries:
                 entry.cancelled = True
-            watcher = self._watcher
+            fetcher = self._fetcher
         finally:
             self._lock.release()
         in_flight = [e.future for e in entries if e.future is not None]
@@ -235,8 +235,8 @@ class Prefetcher:
         settle(in_flight, SETTLE)
         for future in in_flight:
             drop(future, cancel=False)
-        if watcher is not None and watcher is not threading.current_thread():
-            watcher.join(_CLOSE_LOCK_WAIT)  # it sees the stop at its next look (a gather ends first)
+        if fetcher is not None and fetcher is not threading.current_thread():
+            fetcher.join(_CLOSE_LOCK_WAIT)  # it sees the stop at its next look (a gather ends first)
 
     def settle(self, deadline: float) -> None:
         """Wait until ``deadline`` for gathers in progress (a transfer cut by the exit may log).
@@ -281,20 +281,20 @@ class Prefetcher:
         entry.future = future
         self.submitted += 1
         if self.fetch_ahead and hasattr(future, "done"):  # gathered as soon as it is done
-            self._watching[w] = entry
-            if self._watcher is None or not self._watcher.is_alive():
-                self._watcher = threading.Thread(
-                    target=_watch, args=(weakref.ref(self), self._stop), daemon=True,
+            self._fetching[w] = entry
+            if self._fetcher is None or not self._fetcher.is_alive():
+                self._fetcher = threading.Thread(
+                    target=_fetch_loop, args=(weakref.ref(self), self._stop), daemon=True,
                     name="daskfeed-fetch")
-                self._watcher.start()
+                self._fetcher.start()
         return entry
 
-    def _watch_once(self) -> bool:
-        """Gather the watched windows that finished; False (thread ends) when none is left."""
+    def _fetch_once(self) -> bool:
+        """Gather the fetched windows that finished; False (thread ends) when none is left."""
         with self._lock:
             finished = self._finished()
-            if not (finished or self._watching):
-                self._watcher = None
+            if not (finished or self._fetching):
+                self._fetcher = None
                 return False
         for w, entry in finished:
             self._wait(w, entry, False)
@@ -303,11 +303,11 @@ class Prefetcher:
     def _finished(self) -> list[tuple[int, _Entry]]:
         """Watched windows whose futures finished (failures are explained to their caller)."""
         finished = []
-        for w, e in list(self._watching.items()):
+        for w, e in list(self._fetching.items()):
             if e.claimed or e.cancelled or e.future is None or self._entries.get(w) is not e:
-                del self._watching[w]
+                del self._fetching[w]
             elif e.future.done():
-                del self._watching[w]
+                del self._fetching[w]
                 if getattr(e.future, "status", "finished") == "finished":
                     finished.append((w, e))
         return finished
@@ -451,14 +451,14 @@ class Prefetcher:
             del self._entries[w]
 
 
-def _watch(ref: weakref.ref[Prefetcher], stop: threading.Event) -> None:
+def _fetch_loop(ref: weakref.ref[Prefetcher], stop: threading.Event) -> None:
     """Body of a prefetcher's fetch thread (a daemon): gather its windows as they finish.
 
     Holds the prefetcher only weakly between looks, so an unused one is collected (and its
     futures released); ends when it is closed, collected, or has nothing in flight.
     """
-    while not stop.wait(WATCH):
+    while not stop.wait(POLL_SECONDS):
         pf = ref()
-        if pf is None or not pf._watch_once():
+        if pf is None or not pf._fetch_once():
             return
         del pf

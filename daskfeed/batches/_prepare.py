@@ -136,7 +136,7 @@ class Prepared:
         if manifest is None:
             return scan_source(self.source, label=st.label, client=self.client,
                                timeout=st.timeout, vocabulary_size=st.vocabulary_size,
-                               partition_cache=self.cache, progress=progress, split=st.split)
+                               parse_cache=self.cache, progress=progress, split=st.split)
         manifest.check_settings(self.source, label=st.label, vocabulary_size=st.vocabulary_size,
                                 split=st.split)
         self.source.use_splits(manifest.splits)  # its files' blocks where the scan read them

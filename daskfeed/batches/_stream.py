@@ -4,7 +4,7 @@ Both Keras hand-offs stand on it: :class:`~daskfeed.DaskSequence` (a ``PyDataset
 call: :meth:`BatchStream.batch`) and the tf.data hand-off (chunks of batches:
 :meth:`BatchStream.open_pass`, :meth:`BatchStream.take`, :meth:`BatchStream.finish`). It owns the
 client it was handed, the window tasks and the epoch being served (an
-:class:`~daskfeed.batches._epoch.EpochCursor`). Its resume state is :meth:`BatchStream.get_state`
+:class:`~daskfeed.batches._epoch.EpochState`). Its resume state is :meth:`BatchStream.get_state`
 / :meth:`BatchStream.set_state` (the epoch and its first batch served), as Grain's checkpointable
 iterators have it.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from daskfeed.batches._epoch import EpochCursor, EpochStats, PlanSettings
+from daskfeed.batches._epoch import EpochState, EpochStats, PlanSettings
 from daskfeed.batches._layout import window_rows_for
 from daskfeed.batches._order import order_line, unit_count
 from daskfeed.batches._plan import EpochPlan, Slice
@@ -127,7 +127,7 @@ class BatchStream:
     def end(self) -> None:
         """Keras ends an epoch: move to the next epoch's order once every batch was delivered.
 
-        See :meth:`EpochCursor.end <daskfeed.batches._epoch.EpochCursor.end>` for the call that
+        See :meth:`EpochState.end <daskfeed.batches._epoch.EpochState.end>` for the call that
         never advances (Keras' reset after its peek).
         """
         self._cursor.end()
@@ -165,7 +165,7 @@ class BatchStream:
         batch
             This trainer's first batch not trained (default: where the stream stands).
         epoch
-            Its epoch (default: the current one). Readers that fetch ahead (the tf.data feed)
+            Its epoch (default: the current one). Readers that fetch ahead (the tf.data hand-off)
             may be serving a later epoch than the one trained.
 
         Returns
@@ -437,7 +437,7 @@ class BatchStream:
             pf.start(within_budget=budget is not None)
         return pf
 
-    def _new_cursor(self, epoch: int, start: int) -> EpochCursor:
+    def _new_cursor(self, epoch: int, start: int) -> EpochState:
         st = self.data.settings
         settings = PlanSettings(
             counts=tuple(self.data.manifest.counts), batch_size=st.batch_size, seed=st.seed,
@@ -445,14 +445,14 @@ class BatchStream:
             shard=st.shard, units=self.units)
         manifest = self.data.manifest
         classes = manifest.num_classes if manifest.task == "multiclass" else 0
-        cursor = EpochCursor(settings, self._new_prefetcher, tolerance=self.tolerance,
+        cursor = EpochState(settings, self._new_prefetcher, tolerance=self.tolerance,
                              classes=classes)
         cursor.set(epoch, start)
         return cursor
 
     # -- lifecycle ---------------------------------------------------------------------
     def close_with(self, dependent: Any) -> None:
-        """Close ``dependent`` (anything with ``close()``, e.g. a tf.data feed) with the stream."""
+        """Close ``dependent`` (anything with ``close()``, e.g. the tf.data hand-off) with the stream."""
         self._dependents.add(dependent)
 
     @property

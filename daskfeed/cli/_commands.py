@@ -296,7 +296,7 @@ def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> No
                        f"daskfeed.blocksize; the budget alone gives {format_bytes(budget.blocksize)})")
         click.echo(status)
         m = run_scan(source, label=label, client=client, timeout=kw.pop("timeout"),
-                     partition_cache=part_cache, vocabulary_size=kw.pop("vocabulary_size"))
+                     parse_cache=part_cache, vocabulary_size=kw.pop("vocabulary_size"))
     finally:
         close_client(client)
     if m.scan_line:

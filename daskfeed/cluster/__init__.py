@@ -22,7 +22,7 @@ if TYPE_CHECKING:
         parse_memory_limit,
     )
     from daskfeed.cluster._futures import (
-        WATCH,
+        POLL_SECONDS,
         WindowCancelled,
         client_status,
         drop,
@@ -44,18 +44,44 @@ if TYPE_CHECKING:
         start_local_cluster,
     )
 
-__all__ = ["MAX_BLOCKSIZE", "MIN_WORKER", "TRAINER_RESERVE", "WATCH", "WINDOW_BYTES", "Budget",
-           "ClusterSpec", "Owner", "WindowCancelled", "acquire_client", "check_worker_memory",
-           "client_context", "client_status", "close_client", "connect", "default_memory_limit",
-           "default_nworkers", "drop", "explain", "gathered_map", "make_security", "open_cluster",
-           "parse_memory_limit", "refuse_multiprocessing", "result", "result_unless_paused",
-           "settle", "start_local_cluster", "wait_for"]
+__all__ = [
+    "MAX_BLOCKSIZE",
+    "MIN_WORKER",
+    "POLL_SECONDS",
+    "TRAINER_RESERVE",
+    "WINDOW_BYTES",
+    "Budget",
+    "ClusterSpec",
+    "Owner",
+    "WindowCancelled",
+    "acquire_client",
+    "check_worker_memory",
+    "client_context",
+    "client_status",
+    "close_client",
+    "connect",
+    "default_memory_limit",
+    "default_nworkers",
+    "drop",
+    "explain",
+    "gathered_map",
+    "make_security",
+    "open_cluster",
+    "parse_memory_limit",
+    "refuse_multiprocessing",
+    "result",
+    "result_unless_paused",
+    "settle",
+    "start_local_cluster",
+    "wait_for",
+]
 
 __getattr__, __dir__ = attach(__name__, {
     "Budget": "_budget", "MAX_BLOCKSIZE": "_budget", "MIN_WORKER": "_budget", "TRAINER_RESERVE":
     "_budget", "WINDOW_BYTES": "_budget", "check_worker_memory": "_budget", "default_memory_limit":
     "_budget", "default_nworkers": "_budget", "parse_memory_limit": "_budget",
-    "WATCH": "_futures", "WindowCancelled": "_futures", "client_status": "_futures", "drop": "_futures",
+    "POLL_SECONDS": "_futures", "WindowCancelled": "_futures", "client_status": "_futures",
+    "drop": "_futures",
     "explain": "_futures", "gathered_map": "_futures", "result": "_futures",
     "result_unless_paused": "_futures",
     "settle": "_futures", "wait_for": "_futures",

@@ -28,7 +28,7 @@ from daskfeed.core import (
 __all__ = ["WindowCancelled", "client_status", "drop", "explain", "gathered_map", "result",
            "result_unless_paused", "settle", "wait_for"]
 
-WATCH = 0.01  # seconds between looks at a future in flight
+POLL_SECONDS = 0.01  # seconds between looks at a future in flight
 PAUSED_PATIENCE = 60.0  # seconds every worker may stay paused before result_unless_paused gives up
 PAUSED_LOOK = 1.0  # seconds between looks at the workers' states while waiting
 
@@ -99,7 +99,7 @@ def result(future: Any, timeout: float,
     if not hasattr(future, "done"):
         return future.result(timeout=None if endless else timeout)
     deadline = time.monotonic() + timeout
-    if not wait_for(future.done, timeout, time.sleep, WATCH, stop, process):
+    if not wait_for(future.done, timeout, time.sleep, POLL_SECONDS, stop, process):
         raise TimeoutError(f"timed out after {timeout} s.")
     err = stop() if stop is not None else None  # a closed client cancelled it: nothing to gather
     if err is not None:
@@ -210,7 +210,7 @@ def settle(futures: list[Any], timeout: float) -> None:
                                     callback_timeout=max(deadline - time.monotonic(), 0.01))
                 if all(v is not None for v in known.values()):
                     break
-                time.sleep(WATCH)  # the scheduler is still materializing the graph
+                time.sleep(POLL_SECONDS)  # the scheduler is still materializing the graph
 
 
 def explain(err: BaseException, what: str, client: Any = None) -> BaseException:

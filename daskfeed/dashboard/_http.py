@@ -1,7 +1,8 @@
-"""The watch plugin's HTTP side on the scheduler: the ``/daskfeed`` page, ``status.json``, ``/metrics``.
+"""The dashboard plugin's HTTP side on the scheduler: ``/daskfeed``, ``status.json``, ``/metrics``.
 
 Tornado handlers added to the scheduler's dashboard application, and the collector of the
-``daskfeed_*`` Prometheus series; both read the figures of :class:`daskfeed.dashboard._plugin.WatchPlugin`.
+``daskfeed_*`` Prometheus series; both read the figures of
+:class:`daskfeed.dashboard._plugin.DashboardPlugin`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ PLUGIN_NAME = "daskfeed-watch"
 
 @runtime_checkable
 class Snapshots(Protocol):
-    """What the handlers and the collector read: the watch plugin's figures."""
+    """What the handlers and the collector read: the dashboard plugin's figures."""
 
     def snapshot(self) -> Figures:
         """The figures as plain JSON values.
@@ -44,7 +45,7 @@ class Snapshots(Protocol):
 
 
 def _plugin_of(scheduler: Scheduler) -> Snapshots | None:
-    """The scheduler's watch plugin (:class:`daskfeed.dashboard._plugin.WatchPlugin`), if installed."""
+    """The scheduler's dashboard plugin (:class:`~daskfeed.dashboard._plugin.DashboardPlugin`), if any."""
     plugin = getattr(scheduler, "plugins", {}).get(PLUGIN_NAME)
     return plugin if isinstance(plugin, Snapshots) else None
 

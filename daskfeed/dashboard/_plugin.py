@@ -3,7 +3,7 @@
 How figures travel: the trainer sends events on the ``daskfeed`` topic
 (``client.log_event``, see :func:`report`); the scan tasks already send theirs on
 ``daskfeed-scan-<token>`` from the workers (:func:`daskfeed.scanning._task.report`). Every event
-reaches the scheduler, where :class:`WatchPlugin` (registered by :func:`install`) sees it
+reaches the scheduler, where :class:`DashboardPlugin` (registered by :func:`install`) sees it
 through the ``log_event`` hook of scheduler plugins and keeps the latest figures. This works
 the same with a ``LocalCluster`` and with a separate ``dask scheduler`` process, whose
 environment needs daskfeed installed (the plugin is pickled by reference).
@@ -44,16 +44,16 @@ from daskfeed.dashboard._status import CACHE_TOPIC, TOPIC, Event, Status
 if TYPE_CHECKING:
     from distributed import Client, Scheduler
 
-__all__ = ["EpochSpans", "Links", "WatchPlugin", "install", "report", "report_cache", "scan_span"]
+__all__ = ["DashboardPlugin", "EpochSpans", "Links", "install", "report", "report_cache", "scan_span"]
 
 logger = logging.getLogger(__name__)
 
 
 # -- the plugin ------------------------------------------------------------------------
-class WatchPlugin(SchedulerPlugin):
+class DashboardPlugin(SchedulerPlugin):
     """Keeps daskfeed's figures on the scheduler and serves them (``/daskfeed``, ``/metrics``).
 
-    Register it with ``client.register_plugin(WatchPlugin())`` (what :func:`install` does);
+    Register it with ``client.register_plugin(DashboardPlugin())`` (what :func:`install` does);
     idempotent: registering it again keeps the running one and its figures.
     """
 
@@ -177,7 +177,7 @@ def served_prefix(dask_scheduler: Scheduler) -> str:
 
 
 def install(client: Client | None) -> Links | None:
-    """Register :class:`WatchPlugin` on ``client``'s scheduler; return where to watch.
+    """Register :class:`DashboardPlugin` on ``client``'s scheduler; return where to watch.
 
     Idempotent. Where the scheduler cannot take the plugin (daskfeed missing from its
     environment), warn once and return None: training goes on without the page.
@@ -195,7 +195,7 @@ def install(client: Client | None) -> Links | None:
     if client is None:
         return None
     try:
-        client.register_plugin(WatchPlugin())
+        client.register_plugin(DashboardPlugin())
         prefix = client.run_on_scheduler(served_prefix)
     except Exception as err:
         warnings.warn(

@@ -1,6 +1,6 @@
 """The run's figures as the scheduler keeps them: :class:`Status`, updated by daskfeed's events.
 
-Pure (no scheduler, no I/O): :class:`daskfeed.dashboard._plugin.WatchPlugin` feeds it the events logged
+Pure (no scheduler, no I/O): :class:`daskfeed.dashboard._plugin.DashboardPlugin` feeds it the events logged
 on the ``daskfeed`` topics and serves its :meth:`Status.snapshot`.
 """
 
@@ -108,7 +108,7 @@ class Status:
         """One point of the charts from a progress event (only while batches are trained).
 
         Its own figures, not the latest merged ones: a figure the event lacks (no data wait
-        with the window feed, no loss at an epoch's start) is a gap, not the last value again.
+        with the tf.data hand-off, no loss at an epoch's start) is a gap, not the last value again.
         """
         p = self.progress
         if body.get("state") not in ("training", "epoch-end") or p.get("batch") is None:

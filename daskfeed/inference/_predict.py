@@ -196,7 +196,7 @@ def predict(
     """Score ``data`` with the model a ``daskfeed train`` run wrote to ``output_dir``.
 
     Out of core: each block of ``data`` is read on a worker with the read options of the
-    training manifest, encoded with the training statistics by the feed's encoder (exactly
+    training manifest, encoded with the training statistics by the training encoding (exactly
     as training encoded its batches), and scored by the run's ``model.keras``, loaded once
     per worker. Rows keep their input order; a label column in ``data`` is ignored.
 

@@ -1,7 +1,7 @@
 """Scoring: what a run trained (``OUTPUT/model.keras`` + its manifest), applied to one block.
 
 :class:`TrainedRun` reads an output directory; :func:`score_block` runs on a worker: it reads a
-block with the training read options, encodes it with the feed's own encoder and the training
+block with the training read options, encodes it with the training encoding and the training
 statistics, and scores it with the model the worker loaded once, each input in the dtype the
 feed gives it (float64 dates and wide numbers stay float64, as in training: :func:`apply_model`).
 A value of a date or number column that is neither missing nor read is scored with the training

@@ -22,13 +22,13 @@ if TYPE_CHECKING:
     from daskfeed.reading._nulls import NA_MARKERS, count_by_part, na_counts, naive_times
     from daskfeed.reading._parts import Part, file_key
     from daskfeed.reading._records import line_number
-    from daskfeed.reading._small_files import Run, SmallFiles
+    from daskfeed.reading._small_files import SharedParse, SmallFiles
     from daskfeed.reading._source import Source, read_options
     from daskfeed.reading._splits import SplitError
     from daskfeed.reading._streams import open_file
     from daskfeed.reading._tables import ReadOptions, iter_tables, record_range
 
-__all__ = ["ISO_DATE", "NA_MARKERS", "SPACES", "Block", "FileInfo", "Part", "ReadOptions", "Run",
+__all__ = ["ISO_DATE", "NA_MARKERS", "SPACES", "Block", "FileInfo", "Part", "ReadOptions", "SharedParse",
            "SmallFiles", "Source", "SplitError", "compression_of", "count_by_part", "expand_paths",
            "file_key", "is_parquet", "iso_seconds", "iter_tables", "line_number", "na_counts",
            "naive_times", "open_file", "protocol", "read_options", "record_range", "refuse_missing_local",
@@ -42,7 +42,7 @@ __getattr__, __dir__ = attach(__name__, {
     "Part": "_parts", "file_key": "_parts",
     "NA_MARKERS": "_nulls", "count_by_part": "_nulls", "na_counts": "_nulls", "naive_times": "_nulls",
     "line_number": "_records",
-    "Run": "_small_files", "SmallFiles": "_small_files",
+    "SharedParse": "_small_files", "SmallFiles": "_small_files",
     "Source": "_source", "read_options": "_source",
     "SplitError": "_splits",
     "open_file": "_streams",

@@ -4,7 +4,7 @@ A ``pyarrow.csv.read_csv`` call has a fixed cost before it parses a byte; a scan
 thousands of small files pays it once per run of up to ``SHARED_FILES`` files here. The first
 file of a run is parsed alone (exactly as :func:`daskfeed.reading._tables.iter_tables` does)
 and its column types are imposed on the others,
-parsed as one text; each file's rows are then a slice of that table (a :class:`Run`), with the
+parsed as one text; each file's rows are then a slice of that table (a :class:`SharedParse`), with the
 null-marker rule of their own block: applied once to the whole table where that gives each
 file what it gets alone (numbers; text that reads as text in every file), else file by file.
 Anything unusual (another header, a value that does not fit the first file's types, a line
@@ -36,14 +36,14 @@ from daskfeed.reading._tables import (
     with_markers,
 )
 
-__all__ = ["SHARED_BYTES", "SHARED_FILES", "Run", "SmallFiles"]
+__all__ = ["SHARED_BYTES", "SHARED_FILES", "SharedParse", "SmallFiles"]
 
 SHARED_FILES = 128  # files parsed by one pyarrow call (4 tasks of 250 files: 0.94 → 0.82 s vs 32)
 SHARED_BYTES = 8 << 20  # text parsed by one pyarrow call (bounds the memory held at once)
 
 
 @dataclass
-class Run:
+class SharedParse:
     """Blocks parsed together: block ``indices[k]`` is the rows ``bounds[k]:bounds[k + 1]`` of ``table``.
 
     Each block's rows, values and types are those it gets parsed alone (see the module), and
@@ -57,13 +57,15 @@ class Run:
     counts: list[dict[str, dict[str, int]]]
 
     @classmethod
-    def alone(cls, index: int, table: pa.Table) -> Run:
-        """One block's table (as :func:`daskfeed.reading._tables.iter_tables` gives it) as a run of one."""
+    def alone(cls, index: int, table: pa.Table) -> SharedParse:
+        """One block's table (as :func:`daskfeed.reading._tables.iter_tables` gives it) as one parse."""
         return cls([index], table, np.array([0, table.num_rows]), [na_counts(table)])
 
 
 class SmallFiles:
-    """A scan task's blocks, small whole files parsed up to ``SHARED_FILES`` at a time (as :class:`Run` s).
+    """A scan task's blocks: small whole files parsed up to ``SHARED_FILES`` at a time.
+
+    Each call gives :class:`SharedParse` s.
 
     Parameters
     ----------
@@ -77,7 +79,7 @@ class SmallFiles:
         self.items = list(items)
         self.options = options
 
-    def runs(self, start: int) -> list[Run]:
+    def runs(self, start: int) -> list[SharedParse]:
         """The small files from ``items[start]`` on, parsed together: the first alone, then the rest.
 
         Empty when ``items[start]`` is to be parsed on its own (not small, not plain, or no
@@ -90,7 +92,7 @@ class SmallFiles:
 
         Returns
         -------
-        list of Run
+        list of SharedParse
             The runs, in block order.
         """
         if not self._shareable(self.items[start][1]):
@@ -101,7 +103,7 @@ class SmallFiles:
         return (block.length < 0 and self.options.bad_lines == "error"
                 and not compression_of(block.path) and not is_parquet(block.path))
 
-    def _parse_from(self, start: int) -> list[Run]:
+    def _parse_from(self, start: int) -> list[SharedParse]:
         """The runs of small files from ``items[start]`` on (empty: parse it alone)."""
         texts: list[tuple[int, Block, bytes]] = []
         header = b""
@@ -130,7 +132,7 @@ class SmallFiles:
             return []
 
     def _parse_together(self, texts: list[tuple[int, Block, bytes]], names: list[str],
-                        start: int) -> list[Run]:
+                        start: int) -> list[SharedParse]:
         """The first file parsed alone, the others as one text typed as it is.
 
         Returns [] when some line is no record (a field over lines, a blank line): the rows of
@@ -152,12 +154,12 @@ class SmallFiles:
         check_text(first, texts[0][1], self.options.encoding)
         if any(pa.types.is_binary(t) or pa.types.is_large_binary(t) for t in rest.schema.types):
             return []  # not text: the file by file read names the file
-        head = Run.alone(texts[0][0], with_markers(first, forced, self.options, texts[0][1]))
+        head = SharedParse.alone(texts[0][0], with_markers(first, forced, self.options, texts[0][1]))
         bounds = np.concatenate(([0], np.cumsum(lines[1:])))
         return [head, *self._rest(rest, [(i, b) for i, b, _ in texts[1:]], bounds, forced)]
 
     def _rest(self, rest: pa.Table, blocks: list[tuple[int, Block]], bounds: np.ndarray,
-              forced: dict[str, pa.DataType]) -> list[Run]:
+              forced: dict[str, pa.DataType]) -> list[SharedParse]:
         """The files after the first: one run, or a run per file (each with its own types).
 
         One run when the null-marker rule can be applied once for all of them.
@@ -175,11 +177,11 @@ class SmallFiles:
             counts = [{name: made[k] for name, (_, made) in done.items() if made[k]}
                       for k in range(len(blocks))]
             table = pa.Table.from_arrays([done[n][0] for n in rest.column_names], names=rest.column_names)
-            return [Run([i for i, _ in blocks], table, bounds, counts)]
+            return [SharedParse([i for i, _ in blocks], table, bounds, counts)]
         runs = []  # some column is decided file by file (numbers in a text column?): runs of one
         for k, (index, block) in enumerate(blocks):
             a, n = bounds[k], bounds[k + 1] - bounds[k]
-            runs.append(Run.alone(index, with_markers(
+            runs.append(SharedParse.alone(index, with_markers(
                 rest.slice(a, n), forced, self.options, block,
                 {name: (col.slice(a, n), made[k]) for name, (col, made) in done.items()})))
         return runs

@@ -53,8 +53,8 @@ from daskfeed.scanning._stats import (
     table_stats,
 )
 from daskfeed.scanning._store import PartRecord, ScanStore
-from daskfeed.scanning._task import quarantined, scan_units
-from daskfeed.scanning._watch import ProgressCallback, await_scan
+from daskfeed.scanning._task import quarantined, scan_pieces
+from daskfeed.scanning._watchdog import ProgressCallback, await_scan
 
 if TYPE_CHECKING:
     import dask.dataframe as dd
@@ -65,7 +65,7 @@ __all__ = ["ScanKeys", "build_manifest", "part_tasks", "scan", "scan_source", "s
 
 T = TypeVar("T")
 
-TASK_BYTES = 32 << 20  # input bytes of a unit of a large part (see part_tasks)
+TASK_BYTES = 32 << 20  # input bytes of a piece of a large part (see part_tasks)
 
 
 
@@ -81,7 +81,7 @@ def scan(
     storage_options: dict[str, Any] | None = None,
     manifest_path: str | os.PathLike[str] | None = None,
     bad_lines: str = "error",
-    partition_cache: BlockCache | None = None,
+    parse_cache: BlockCache | None = None,
     timeout: float | str | None = None,
     sep: str | None = None,
     na_values: list[str] | tuple[str, ...] | None = None,
@@ -111,7 +111,7 @@ def scan(
     manifest_path
         A JSON path: a manifest there made for these files with the same settings is returned
         without scanning (its warnings repeated); otherwise the new one is written there.
-    partition_cache
+    parse_cache
         A :class:`~daskfeed.cache._blocks.BlockCache` the scan writes every parsed block to.
     timeout
         Seconds without any scan task making progress before ``FeedTimeoutError`` (default
@@ -152,13 +152,13 @@ def scan(
     return scan_source(src, label=label, client=client,
                        vocabulary_size=int(config.get("vocabulary-size", vocabulary_size)),
                        timeout=config.get_seconds("timeout", timeout), manifest_path=manifest_path,
-                       partition_cache=partition_cache,
+                       parse_cache=parse_cache,
                        split=split_settings(validation_split, subset, seed), progress=progress)
 
 
 def scan_source(src: Source, *, label: str, client: Client | None, vocabulary_size: int,
                 timeout: float, split: dict[str, Any] | None = None,
-                partition_cache: BlockCache | None = None,
+                parse_cache: BlockCache | None = None,
                 manifest_path: str | os.PathLike[str] | None = None,
                 progress: ProgressCallback | None = None) -> Manifest:
     """:func:`scan` with its settings resolved (no config looked up): what a sequence's data use.
@@ -167,7 +167,7 @@ def scan_source(src: Source, *, label: str, client: Client | None, vocabulary_si
     ----------
     src
         The data.
-    label, client, vocabulary_size, timeout, partition_cache, manifest_path, progress
+    label, client, vocabulary_size, timeout, parse_cache, manifest_path, progress
         As :func:`scan` takes them, resolved.
     split
         The split's settings (:func:`~daskfeed.manifest.split_settings`), or None.
@@ -185,14 +185,14 @@ def scan_source(src: Source, *, label: str, client: Client | None, vocabulary_si
         split["validation_partitions"] = list(held_out(src, split))
     fingerprint = src.fingerprint()
     store = None
-    if partition_cache is not None and src.frame is None:
-        store = ScanStore(partition_cache.root or default_root())
+    if parse_cache is not None and src.frame is None:
+        store = ScanStore(parse_cache.root or default_root())
     known = Known(store, src, label, split)
     manifest = known.unchanged(fingerprint, vocabulary_size)
     if manifest is None:
         t0 = time.perf_counter()
         with client_context(client) as c:
-            facts, stats = _run_scan(src, label, c, fingerprint, partition_cache, timeout_s,
+            facts, stats = _run_scan(src, label, c, fingerprint, parse_cache, timeout_s,
                                      scanned_blocks(src.npartitions, split), progress, known,
                                      vocabulary_size)
         manifest = build_manifest(src, label, facts, stats, vocabulary_size, fingerprint, split)
@@ -246,7 +246,7 @@ def _likely_sep(header: list[str]) -> str | None:
 
 # ----------------------------------------------------------------------------- on the cluster
 def _run_scan(src: Source, label: str, client: Client, token: str,
-              partition_cache: BlockCache | None, timeout: float, only: list[int],
+              parse_cache: BlockCache | None, timeout: float, only: list[int],
               progress: ProgressCallback | None, known: Known,
               vocabulary_size: int) -> tuple[list[BlockFacts], Stats]:
     """Facts of every block (those outside ``only``: no rows) and the merged statistics."""
@@ -256,7 +256,7 @@ def _run_scan(src: Source, label: str, client: Client, token: str,
         for i, f in zip(only, scanned, strict=True):
             facts[i] = f
         return facts, stats
-    return _scan_parts(src, label, client, token, partition_cache, timeout, only, progress, known,
+    return _scan_parts(src, label, client, token, parse_cache, timeout, only, progress, known,
                        vocabulary_size)
 
 
@@ -290,7 +290,7 @@ def _scan_frame(src: Source, label: str, client: Client,
 
 
 def _scan_parts(src: Source, label: str, client: Client, token: str,
-                partition_cache: BlockCache | None, timeout: float, only: list[int],
+                parse_cache: BlockCache | None, timeout: float, only: list[int],
                 progress: ProgressCallback | None, known: Known,
                 vocabulary_size: int) -> tuple[list[BlockFacts], Stats]:
     """Facts of every block and the merged statistics: each part's record, kept or scanned now.
@@ -311,7 +311,7 @@ def _scan_parts(src: Source, label: str, client: Client, token: str,
             todo.append(n)
         else:  # its blocks are read where they were scanned
             src.use_splits(record.get("splits", {}))
-    fresh = _scan_files(src, label, client, token, partition_cache, timeout,
+    fresh = _scan_files(src, label, client, token, parse_cache, timeout,
                         [src.parts()[n] for n in todo], wanted, progress)
     for n, record in zip(todo, fresh, strict=True):
         records[n] = record
@@ -319,40 +319,40 @@ def _scan_parts(src: Source, label: str, client: Client, token: str,
     facts = [f for record in records if record is not None for f in record["facts"]]
     stats = merge_stats(*(r["stats"] for r in records if r is not None))
     known.recounted = recount(src, client, [r for r in records if r is not None], stats,
-                              vocabulary_size, partition_cache)
+                              vocabulary_size, parse_cache)
     return facts, stats
 
 
 def _scan_files(src: Source, label: str, client: Client, token: str,
-                partition_cache: BlockCache | None, timeout: float, parts: list[Part],
+                parse_cache: BlockCache | None, timeout: float, parts: list[Part],
                 wanted: set[int], progress: ProgressCallback | None) -> list[PartRecord]:
     """Parse each block of ``parts`` in ``wanted`` once in scan tasks: each part's record.
 
-    A part is scanned as one unit (a large one in pieces, :func:`part_tasks`), whatever else
+    A part is scanned as one piece (a large one as several, :func:`part_tasks`), whatever else
     its scan task holds, so its statistics are the same whenever it is scanned; small parts
     share scan tasks (:func:`scan_tasks`). A part's blocks outside ``wanted`` (the other
     subset of a split) get facts of no rows.
     """
-    units = [(n, t) for n, part in enumerate(parts) for t in part_tasks(part, src, wanted)]
+    pieces = [(n, t) for n, part in enumerate(parts) for t in part_tasks(part, src, wanted)]
     found: list[list[tuple[list[BlockFacts], Stats]]] = [[] for _ in parts]
-    if units:
+    if pieces:
         nthreads = sum(client.nthreads().values()) or 1
         while True:
             try:
-                results = _run_tasks(src, label, client, token, partition_cache, timeout,
-                                     scan_tasks(src, units, nthreads), progress)
+                results = _run_tasks(src, label, client, token, parse_cache, timeout,
+                                     scan_tasks(src, pieces, nthreads), progress)
                 break
             except SplitError as err:  # a block's speculated start failed: decide the file's exactly
                 if err.path in src.splits:
                     raise
-                split_exactly(src, err.path, client, partition_cache)
+                split_exactly(src, err.path, client, parse_cache)
         for n, facts, stats in results:
             found[n].append((facts, stats))
     records = []
-    for part, pieces in zip(parts, found, strict=True):
-        got = iter([f for facts, _ in pieces for f in facts])
+    for part, scanned in zip(parts, found, strict=True):
+        got = iter([f for facts, _ in scanned for f in facts])
         facts = [next(got) if i in wanted else _unscanned() for i in range(*part.blocks)]
-        record: PartRecord = {"facts": facts, "stats": merge_stats(*(st for _, st in pieces))}
+        record: PartRecord = {"facts": facts, "stats": merge_stats(*(st for _, st in scanned))}
         splits = {f.path: src.splits[f.path] for f in src.files[part.files[0]:part.files[1]]
                   if f.path in src.splits}
         if splits:
@@ -373,15 +373,15 @@ def split_exactly(src: Source, path: str, client: Client, cache: BlockCache | No
 
 
 def _run_tasks(src: Source, label: str, client: Client, token: str,
-               partition_cache: BlockCache | None, timeout: float,
+               parse_cache: BlockCache | None, timeout: float,
                tasks: list[list[tuple[int, list[int]]]],
                progress: ProgressCallback | None) -> list[tuple[int, list[BlockFacts], Stats]]:
-    """Run the scan tasks (each a list of units: ``(part, blocks)``); each unit's facts, stats."""
+    """Run the scan tasks (each a list of pieces: ``(part, blocks)``); each piece's facts, stats."""
     topic = f"daskfeed-scan-{token}"
     sizes = block_sizes(src)
     keys = ScanKeys()
-    futures = [client.submit(scan_units, [[(i, src.blocks[i]) for i in blocks] for _, blocks in t],
-                             src.options, label, partition_cache, topic,
+    futures = [client.submit(scan_pieces, [[(i, src.blocks[i]) for i in blocks] for _, blocks in t],
+                             src.options, label, parse_cache, topic,
                              [[sizes[i] for i in blocks] for _, blocks in t],
                              key=keys.scan(t[0][1][0]), retries=1)
                for t in tasks]
@@ -401,21 +401,21 @@ def _run_tasks(src: Source, label: str, client: Client, token: str,
             for (n, _), facts, stats in zip(t, r["facts"], r["stats"], strict=True)]
 
 
-def scan_tasks(src: Source, units: list[tuple[int, list[int]]],
+def scan_tasks(src: Source, pieces: list[tuple[int, list[int]]],
                nthreads: int) -> list[list[tuple[int, list[int]]]]:
-    """The units, in order, grouped into scan tasks of about blocksize bytes each.
+    """The pieces, in order, grouped into scan tasks of about blocksize bytes each.
 
     At least four scan tasks per worker thread when there is enough data; thousands of small
-    files cost a few tasks, not thousands. A unit is never split.
+    files cost a few tasks, not thousands. A piece is never split.
     """
     sizes = block_sizes(src)
-    total = sum(sizes[i] for _, blocks in units for i in blocks)
+    total = sum(sizes[i] for _, blocks in pieces for i in blocks)
     target = max(1, min(src.options.blocksize, total // (4 * nthreads)))
-    return _cut(units, lambda unit: sum(sizes[i] for i in unit[1]), target)
+    return _cut(pieces, lambda piece: sum(sizes[i] for i in piece[1]), target)
 
 
 def part_tasks(part: Part, src: Source, wanted: set[int]) -> list[list[int]]:
-    """The units of ``part``: its blocks in ``wanted``, in order, about TASK_BYTES each.
+    """The pieces of ``part``: its blocks in ``wanted``, in order, about TASK_BYTES each.
 
     Decided by the part alone (not by the cluster or the other parts), so a part's statistics
     are merged the same way whenever it is scanned.

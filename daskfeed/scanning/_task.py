@@ -15,11 +15,11 @@ from distributed import get_worker
 
 from daskfeed.cache import BlockCache, block_tables
 from daskfeed.core import DataError
-from daskfeed.reading import Block, ReadOptions, Run, SmallFiles, Source
+from daskfeed.reading import Block, ReadOptions, SharedParse, SmallFiles, Source
 from daskfeed.scanning._schema import BlockFacts, where
 from daskfeed.scanning._stats import StatsAccumulator, merge_facts, parts_facts, table_facts
 
-__all__ = ["MAX_REJECTS_KEPT", "MAX_REJECT_CHARS", "quarantined", "report", "scan_blocks", "scan_units"]
+__all__ = ["MAX_REJECTS_KEPT", "MAX_REJECT_CHARS", "quarantined", "report", "scan_blocks", "scan_pieces"]
 
 MAX_REJECTS_KEPT = 1000  # quarantined lines kept per block (all are counted)
 MAX_REJECT_CHARS = 4096  # characters kept of one quarantined line
@@ -77,43 +77,43 @@ def scan_blocks(items: list[tuple[int, Block]], options: ReadOptions, label: str
     dict
         ``{"facts": [facts of each block], "stats": merged statistics of all of them}``.
     """
-    out = scan_units([items], options, label, cache, topic, [sizes or [0] * len(items)])
+    out = scan_pieces([items], options, label, cache, topic, [sizes or [0] * len(items)])
     return {"facts": out["facts"][0], "stats": out["stats"][0]}
 
 
-def scan_units(units: list[list[tuple[int, Block]]], options: ReadOptions, label: str,
+def scan_pieces(pieces: list[list[tuple[int, Block]]], options: ReadOptions, label: str,
                cache: BlockCache | None = None, topic: str | None = None,
                sizes: list[list[int]] | None = None) -> dict[str, Any]:
-    """Scan units of blocks in one scan task (runs on a worker): facts and statistics per unit.
+    """Scan pieces of blocks in one scan task (runs on a worker): facts and statistics per piece.
 
-    A unit (a part of the files, or a piece of a large one) is scanned as a task of its own
-    would scan it — small files parsed together within it, never across two units — so its
-    statistics do not depend on the units scanned beside it.
+    A piece (a part of the files, or a piece of a large one) is scanned as a task of its own
+    would scan it — small files parsed together within it, never across two pieces — so its
+    statistics do not depend on the pieces scanned beside it.
 
     Parameters
     ----------
-    units
-        Each unit's ``(block index, block)``, in order.
+    pieces
+        Each piece's ``(block index, block)``, in order.
     options, label, cache, topic
         As :func:`scan_blocks` takes them.
     sizes
-        Input bytes of each block of each unit.
+        Input bytes of each block of each piece.
 
     Returns
     -------
     dict
-        ``{"facts": [[facts of each block] per unit], "stats": [statistics per unit]}``.
+        ``{"facts": [[facts of each block] per piece], "stats": [statistics per piece]}``.
     """
-    items = [item for unit in units for item in unit]
+    items = [item for piece in pieces for item in piece]
     writer = None
     if cache is not None and not all(cache.has(i) for i, _ in items):
         writer = cache.writer(items[0][0])
     task = items[0][0]
-    sizes = sizes or [[0] * len(unit) for unit in units]
+    sizes = sizes or [[0] * len(piece) for piece in pieces]
     facts, stats = [], []
     try:
-        for unit, unit_sizes in zip(units, sizes, strict=True):
-            found, merged = _scan_unit(unit, options, label, writer, topic, task, unit_sizes)
+        for piece, piece_sizes in zip(pieces, sizes, strict=True):
+            found, merged = _scan_piece(piece, options, label, writer, topic, task, piece_sizes)
             facts.append(_shared(found))
             stats.append(merged)
     except BaseException:
@@ -127,12 +127,12 @@ def scan_units(units: list[list[tuple[int, Block]]], options: ReadOptions, label
     return {"facts": facts, "stats": stats}
 
 
-def _scan_unit(items: list[tuple[int, Block]], options: ReadOptions, label: str, writer: Any,
+def _scan_piece(items: list[tuple[int, Block]], options: ReadOptions, label: str, writer: Any,
                topic: str | None, task: int, sizes: list[int]) -> tuple[list[BlockFacts], Any]:
-    """One unit of a scan task: the facts of its blocks and their merged statistics."""
+    """One piece of a scan task: the facts of its blocks and their merged statistics."""
     acc = StatsAccumulator(label)
     files = SmallFiles(items, options)  # small files parsed up to SHARED_FILES per pyarrow call
-    sampled: set[str] = set()  # text columns with samples in an earlier run of this unit
+    sampled: set[str] = set()  # text columns with samples in an earlier run of this piece
     summaries: list[BlockFacts] = []
     while len(summaries) < len(items):
         at = len(summaries)
@@ -142,7 +142,7 @@ def _scan_unit(items: list[tuple[int, Block]], options: ReadOptions, label: str,
                                          sizes[at]))
         for run in runs:
             at = len(summaries)
-            summaries += _scan_run(run, label, writer, acc, topic, task,
+            summaries += _scan_shared(run, label, writer, acc, topic, task,
                                    sum(sizes[at : at + len(run.indices)]), sampled)
     return summaries, acc.flush()
 
@@ -160,8 +160,8 @@ def _shared(facts: list[BlockFacts]) -> list[BlockFacts]:
     return facts
 
 
-def _scan_run(run: Run, label: str, writer: Any, acc: StatsAccumulator, topic: str | None,
-              task: int, nbytes: int, sampled: set[str]) -> list[BlockFacts]:
+def _scan_shared(run: SharedParse, label: str, writer: Any, acc: StatsAccumulator,
+                 topic: str | None, task: int, nbytes: int, sampled: set[str]) -> list[BlockFacts]:
     """The facts of the blocks of a run of small files parsed together (see :func:`_scan_block`).
 
     Their rows go to ``acc`` and ``writer`` as one table; text columns are sampled in the

@@ -261,7 +261,7 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
         Where to start (a checkpoint's cursor; ``0, 0``: from the start).
     feed
         How batches reach Keras: ``windows``, a ``tf.data`` pipeline fed a chunk of batches
-        per Python call (:class:`~daskfeed.adapters._tf_data.WindowFeed`, TensorFlow backend only);
+        per Python call (:class:`~daskfeed.adapters._tf_data.TFDataHandoff`, TensorFlow backend only);
         ``batches``, the sequence itself (a ``PyDataset``, one call per batch); ``auto``
         (default), ``windows`` on TensorFlow and ``batches`` on JAX. The batches are the same;
         callbacks with a ``set_feed`` method are told which it is (the wait for data is not
@@ -309,7 +309,7 @@ def _tell_feed(args: dict[str, Any], batches: bool) -> None:
 
     Those with a ``set_feed`` method (:class:`EpochTelemetry`,
     :class:`~daskfeed.training._watch.WatchCallback`) get ``batches`` (the sequence itself) or
-    ``windows`` (a window feed's ``tf.data`` pipeline).
+    ``windows`` (the tf.data hand-off's ``tf.data`` pipeline).
     """
     for cb in args.get("callbacks") or ():
         set_feed = getattr(cb, "set_feed", None)
@@ -370,7 +370,7 @@ class EpochTelemetry(FeedAware):
         fraction is at most 1 by construction. ``first_batch_wait_seconds`` is the time reads
         of the epoch waited *before* its training began: the TensorFlow backend reads batches
         0 and 1 when ``fit`` starts, before its first ``on_epoch_begin`` (0 for other epochs).
-    ``feed="windows"`` (a ``tf.data`` pipeline fed by a :class:`~daskfeed.adapters._tf_data.WindowFeed`)
+    ``feed="windows"`` (a ``tf.data`` pipeline fed by a :class:`~daskfeed.adapters._tf_data.TFDataHandoff`)
         Keras' own wait, on the ``tf.data`` queue, is not observable from Python, and the feed's
         producer thread reads ahead of training (the next epochs' chunks while this one trains,
         ends or validates), so its waits are not the trainer's and do not lie inside
@@ -382,7 +382,7 @@ class EpochTelemetry(FeedAware):
         ``feed_wait_fraction``, the first over the second. The producer's waits for the epoch
         lie inside that span, one after another: at most 1 by construction.
 
-    The sequence keeps the figures of its last eight epochs. On small data the window feed can
+    The sequence keeps the figures of its last eight epochs. On small data the tf.data hand-off can
     read further ahead than that; an epoch whose figures are gone by its end has its rows and
     batches from its plan (every epoch has the same, and Keras trained them all) and None for
     ``windows_computed`` and the wait.

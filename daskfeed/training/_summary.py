@@ -106,7 +106,7 @@ def summary_lines(history: Sequence[Mapping[str, Any]], *, seconds: float,
     with ``feed="batches"``, Keras' wait for windows during this run's training time
     (``data_wait_seconds`` over ``seconds``), and, on a line of its own when it is material (1 %
     of the training time, 0.01 s at least), the wait before training began
-    (``first_batch_wait_seconds``); with the window feed, where Keras' wait is not observable,
+    (``first_batch_wait_seconds``); with the tf.data hand-off, where Keras' wait is not observable,
     the feed's producer's wait over the time it served the epochs (``feed_wait_seconds`` over
     ``feed_seconds``). Each share is at most 100 % by construction.
 
@@ -211,7 +211,7 @@ def _wait_lines(mine: list[dict[str, Any]]) -> list[str]:
                  f"time it served the epochs ({wait_s:.2f}s of {served:.2f}s)" if fed else "")
         gone = (f"{'; ' if fed else ''}the producer's figures of {lost} epoch{'s' if lost != 1 else ''} "
                 "were no longer kept (it read more than eight epochs ahead)" if lost else "")
-        lines.append("data wait: not measured with the window feed (Keras waits on a tf.data "
+        lines.append("data wait: not measured with the tf.data hand-off (Keras waits on a tf.data "
                      f"queue); {share}{gone}")
     return lines
 

@@ -39,7 +39,7 @@ class FeedAware(keras.callbacks.Callback):
     feed = "batches"
 
     def set_feed(self, feed: str) -> None:
-        """Say how batches reach Keras: ``batches`` (``seq[i]``) or ``windows`` (a WindowFeed).
+        """Say how batches reach Keras: ``batches`` (``seq[i]``) or ``windows`` (a TFDataHandoff).
 
         Parameters
         ----------
@@ -88,7 +88,7 @@ class WatchCallback(FeedAware):
     ``daskfeed_data_wait_ratio``) is the share of the epoch's training time so far that Keras'
     reads of its batches waited for windows: with ``feed="batches"`` one thread reads them after
     ``on_epoch_begin`` (what it read before, the TensorFlow backend's first batches when ``fit``
-    starts, is not counted), so the share is at most 1 by construction. With the window feed
+    starts, is not counted), so the share is at most 1 by construction. With the tf.data hand-off
     Keras' wait is not observable (see
     :class:`~daskfeed.training._callbacks.EpochTelemetry`): no ``data_wait`` is reported.
 
@@ -237,7 +237,7 @@ class WatchCallback(FeedAware):
             "rows_per_s": float(rows_per_s),
             "rss_bytes": rss, "peak_rss_bytes": self._peak_rss(rss), "budget_bytes": self.budget_bytes,
         }
-        if wait is not None:  # not measured with the window feed
+        if wait is not None:  # not measured with the tf.data hand-off
             msg["data_wait"] = float(wait)
         if logs:  # none at an epoch's start or validation's: the latest stay on the page
             msg["logs"] = _floats(logs)
@@ -250,7 +250,7 @@ class WatchCallback(FeedAware):
         """Share of the epoch's ``seconds`` of training so far Keras' reads waited for windows.
 
         ``stats``: the sequence's figures of the epoch (now, or at its end). None with the
-        window feed (Keras' wait is not observable), or when ``stats`` are another epoch's.
+        tf.data hand-off (Keras' wait is not observable), or when ``stats`` are another epoch's.
         """
         if self.feed != "batches" or stats.get("epoch") != self._epoch:
             return None
@@ -274,7 +274,7 @@ class WatchCallback(FeedAware):
         """The sequence's figures of this epoch, or of the finished epoch ``done``.
 
         By the time Keras calls ``on_epoch_end`` the sequence has moved on to the next epoch
-        (with the window feed, maybe past it).
+        (with the tf.data hand-off, maybe past it).
         """
         seq = self.sequence
         if done is not None:
@@ -319,7 +319,7 @@ class WatchCallback(FeedAware):
                 for name, m in self._manifests().items()}
 
     def _data(self) -> dict[str, dict[str, int]]:
-        return {name: {"rows": int(m.rows), "bytes": int(m.nbytes), "partitions": len(m.partitions)}
+        return {name: {"rows": int(m.rows), "bytes": int(m.nbytes), "blocks": len(m.blocks)}
                 for name, m in self._manifests().items()}
 
     def _send(self, msg: dict[str, Any]) -> None:

@@ -42,9 +42,9 @@ def assert_same_batches(got: list, want: list) -> None:
 
 
 def feed_of(seq, chunk: int):
-    from daskfeed.adapters._tf_data import WindowFeed
+    from daskfeed.adapters._tf_data import TFDataHandoff
 
-    return WindowFeed(seq.stream, chunk_bytes=chunk * seq.batch_size * seq.encoding.bytes_per_row)
+    return TFDataHandoff(seq.stream, chunk_bytes=chunk * seq.batch_size * seq.encoding.bytes_per_row)
 
 
 @pytest.mark.parametrize("settings,chunk", [

@@ -1,4 +1,4 @@
-"""EpochCursor and PlanSettings (daskfeed.batches._epoch) with a recording prefetcher: no cluster.
+"""EpochState and PlanSettings (daskfeed.batches._epoch) with a recording prefetcher: no cluster.
 
 The cursor is handed ``new_prefetcher(plan, order, budget)``; here it makes a
 :class:`FakePrefetcher` that records what the cursor asked of it, so the epoch rules (which
@@ -14,13 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daskfeed.batches._epoch import PEEKED, EpochCursor, PlanSettings
+from daskfeed.batches._epoch import PEEKED, EpochState, PlanSettings
 from daskfeed.batches._plan import EpochPlan, equal_shard_batches, make_plan
 from daskfeed.core import SettingError
 
 
 class FakePrefetcher:
-    """What EpochCursor uses of a Prefetcher, recording each call."""
+    """What EpochState uses of a Prefetcher, recording each call."""
 
     def __init__(self, plan: EpochPlan, order: list[int], budget: int | None, *,
                  started_all: bool, room: int) -> None:
@@ -75,12 +75,12 @@ def settings_of(counts=(40, 40, 40), *, batch_size=10, shuffle=True, window_rows
 
 
 def cursor_of(ps: PlanSettings | None = None, *, tolerance: int = 4,
-              **factory) -> tuple[EpochCursor, Factory]:
+              **factory) -> tuple[EpochState, Factory]:
     f = Factory(**factory)
-    return EpochCursor(ps or settings_of(), f, tolerance=tolerance), f
+    return EpochState(ps or settings_of(), f, tolerance=tolerance), f
 
 
-def serve(cur: EpochCursor, indices) -> None:
+def serve(cur: EpochState, indices) -> None:
     """Read batches ``indices`` as the sequence does: reserve, then mark served."""
     for i in indices:
         plan, _, j = cur.reserve(i)
@@ -200,7 +200,7 @@ def test_a_long_epoch_complete_at_keras_first_on_epoch_end_ends_at_once():
     assert cur.end() is True and cur.epoch == 1
 
 
-def short_epoch() -> tuple[EpochCursor, Factory]:
+def short_epoch() -> tuple[EpochState, Factory]:
     """A cursor on epoch 0 of two batches (what Keras' TF backend peeks), both served."""
     cur, f = cursor_of(settings_of(counts=(20,), window_rows=20))
     cur.set(0)

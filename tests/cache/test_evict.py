@@ -29,7 +29,7 @@ def _cached(pattern: str, root, client, max_size=None):
     """Open the cache of ``pattern`` under ``root`` and fill it with a scan (its lease kept)."""
     src = Source(pattern)
     cache, line = open_cache(src, root, client=client, max_size=max_size)
-    scan_source(src, label="y", client=client, vocabulary_size=3, timeout=120, partition_cache=cache)
+    scan_source(src, label="y", client=client, vocabulary_size=3, timeout=120, parse_cache=cache)
     return cache, line
 
 
@@ -109,7 +109,7 @@ def test_a_run_with_other_read_options_keeps_the_entries_of_the_same_files(tmp_p
     good, _ = _cached(pattern, root, client)
     other = Source(pattern, dtype={"x": "string"})  # the same files read otherwise
     wrong, _ = open_cache(other, root, client=client)
-    scan_source(other, label="y", client=client, vocabulary_size=3, timeout=120, partition_cache=wrong)
+    scan_source(other, label="y", client=client, vocabulary_size=3, timeout=120, parse_cache=wrong)
     assert _there(good) and _there(wrong) and set(good.directories()).isdisjoint(wrong.directories())
     again, _ = _cached(pattern, root, client)  # the good entries serve the next run
     assert again.directories() == good.directories() and again.cached_blocks() == good.cached_blocks() > 0

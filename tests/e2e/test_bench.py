@@ -75,7 +75,7 @@ def test_bench_end_to_end(tmp_path):
         for e in m["epochs"]:
             assert e["assembly_seconds"] >= 0 and e["wait_seconds"] >= 0, e
             assert e["rows_served"] == 3000
-        # with 3 batches an epoch the window feed reads the next epoch during this one: its
+        # with 3 batches an epoch the tf.data hand-off reads the next epoch during this one: its
         # assembly and its waits (its epoch's, as daskfeed train's history reports them) may
         # exceed one Keras epoch's seconds, but they are parts of the run
         run = m["epochs"][0]["seconds_from_start"] + sum(e["seconds"] for e in m["epochs"][1:])

@@ -141,7 +141,7 @@ def test_worker_too_small_for_the_planned_partition_is_refused_before_training(
     out = tmp_path / "out"
     out.mkdir()
     m = scan(Source(str(data), blocksize="64MiB"), label="cleared", client=client,
-             partition_cache=None)
+             parse_cache=None)
     assert m.rows == rows and len(m.blocks) == 1
     m.to_json(str(out / "manifest.json"))
 

@@ -86,7 +86,7 @@ def test_an_undecided_top_k_is_counted_again_and_is_the_true_one(tmp_path):
         src = Source(pattern, blocksize=256)  # a part per file: every part drops values
         cache, _ = open_cache(src, tmp_path / "c", client=client)
         m = scan_source(src, label="y", client=client, vocabulary_size=3, timeout=60,
-                        partition_cache=cache)
+                        parse_cache=cache)
     column = m.columns["c"]
     assert column.vocabulary == [v for v, _ in top], (column.vocabulary, top)
     assert column.count_bound > 12 and column.vocabulary_decided

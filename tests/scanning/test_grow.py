@@ -37,7 +37,7 @@ def _scan(root, cache_root, client, blocksize=4096):
     src = Source(os.path.join(root, "**", "*.csv"), blocksize=blocksize)
     cache, _ = open_cache(src, cache_root, client=client)
     return scan_source(src, label="y", client=client, vocabulary_size=3, timeout=120,
-                       partition_cache=cache), src
+                       parse_cache=cache), src
 
 
 def _lines(path: str) -> int:
@@ -133,7 +133,7 @@ def test_a_file_rewritten_during_the_scan_is_refused_and_not_kept(tmp_path, clie
 
     with pytest.raises(DataError, match="changed during the scan") as err:
         scan_source(src, label="y", client=client, vocabulary_size=3, timeout=120,
-                    partition_cache=cache, progress=rewrite)
+                    parse_cache=cache, progress=rewrite)
     assert victim in str(err.value) and "Hint:" in str(err.value)
     again, _ = _scan(root, kept, client)  # nothing of the refused scan was kept
     assert again.scan_line.startswith("scan: 4 files (") and again.rows == 161
@@ -194,7 +194,7 @@ def test_a_split_scanned_again_after_growth_is_the_full_scans_split(tmp_path, cl
         src = Source(os.path.join(root, "**", "*.csv"), blocksize=4096)
         cache, _ = open_cache(src, kept, client=client)
         return scan_source(src, label="y", client=client, vocabulary_size=3, timeout=120,
-                           partition_cache=cache, split=split_settings(0.3, subset, 7))
+                           parse_cache=cache, split=split_settings(0.3, subset, 7))
 
     for subset in ("training", "validation"):
         scan(str(tmp_path / "kept"), subset)

@@ -7,7 +7,7 @@ The wait for data. With ``feed="batches"`` the TensorFlow backend reads batches 
 wait longer than the whole training, and the closing summary said "data wait: 180% of training
 time" (the epoch's figure clamped to 100 %). The wait before training is now its own figure, the
 share counts only waits inside the training time (at most 100 % by construction, no clamp). With
-the window feed Keras' own wait is not observable: the producer's is recorded under its own name.
+the tf.data hand-off Keras' own wait is not observable: the producer's is recorded under its own name.
 
 Rows/s after ``--resume``: the summary divided every epoch's rows (those earlier runs trained
 too) by this run's seconds; only the rows this run trained count now.
@@ -129,7 +129,7 @@ def test_the_window_feed_records_its_producer_s_wait_not_a_trainer_s(tiny, clien
             assert rec["feed_wait_fraction"] == pytest.approx(
                 rec["feed_wait_seconds"] / rec["feed_seconds"], abs=1e-3 + 1e-4 / rec["feed_seconds"])
     [line] = [x for x in summary_lines(epochs, seconds=60.0) if x.startswith("data wait")]
-    m = re.fullmatch(r"data wait: not measured with the window feed \(Keras waits on a tf\.data "
+    m = re.fullmatch(r"data wait: not measured with the tf.data hand-off \(Keras waits on a tf\.data "
                      r"queue\); its producer waited for windows ([\d.]+)% of the time it served "
                      r"the epochs \(([\d.]+)s of ([\d.]+)s\)(; .*)?", line)
     assert m, line

@@ -1,4 +1,4 @@
-"""Scan watch: the trainer waits for the scan tasks, judging progress, not completion.
+"""Scan watchdog: the trainer waits for the scan tasks, judging progress, not completion.
 
 Scan tasks report each table they parse and each cache file they write on a topic; a scan is
 stuck only when no task reported or finished for ``timeout`` seconds, and a task that failed
