@@ -78,7 +78,10 @@ class ClusterError(DaskfeedError, ConnectionError):
 
 
 class FeedTimeoutError(DaskfeedError, TimeoutError):
-    """A window of batches did not arrive from the cluster in time."""
+    """Work on the cluster sent nothing in time: a scan task, a window of batches, a block to score.
+
+    Raised by the watchdog (``--timeout``), naming what it waited for.
+    """
 
 
 def refuse_setting(expected: str, received: str, hint: str) -> NoReturn:
