@@ -273,19 +273,19 @@ class BatchStream:
         return self._cursor.stats()
 
     # -- batches -----------------------------------------------------------------------
-    def weigh_classes(self, weights: dict[int, float] | None) -> None:
+    def weigh_classes(self, class_weights: dict[int, float] | None) -> None:
         """Multiply each row's sample weight by its class's weight (None: stop doing so).
 
         What ``fit(class_weight=...)`` does to batches without sample weights, for batches
         that carry them (Keras takes one or the other). Only rows of the classes named in
-        ``weights`` change (others keep weight x 1).
+        ``class_weights`` change (others keep weight x 1).
 
         Raises
         ------
         SettingError
-            The data have no weight column, or ``weights`` names a class the label lacks.
+            The data have no weight column, or ``class_weights`` names a class the label lacks.
         """
-        if weights is None:
+        if class_weights is None:
             self._class_weights = None
             return
         manifest = self.data.manifest
@@ -293,11 +293,11 @@ class BatchStream:
             raise SettingError("Expected a weight column to multiply class weights into. "
                               "Received: no weight column.\nHint: pass class_weight to fit().")
         n = max(manifest.num_classes, 2 if manifest.task == "binary" else 0)
-        if any(not 0 <= int(k) < n for k in weights):
+        if any(not 0 <= int(k) < n for k in class_weights):
             raise SettingError(f"Expected class ids 0..{n - 1} in the class weights. Received: "
-                              f"{sorted(weights)}.\nHint: weigh the label's classes only.")
+                              f"{sorted(class_weights)}.\nHint: weigh the label's classes only.")
         table = np.ones(n, dtype="float32")
-        for k, w in weights.items():
+        for k, w in class_weights.items():
             table[int(k)] = w
         self._class_weights = table
 

@@ -1,7 +1,7 @@
-"""Weights: the sample-weight column on the workers.
+"""Sample weights: the weight column on the workers.
 
-A window's weights as float32 (refusing a missing or negative one), the rows of a block with a
-label and a missing or negative weight, and the line of its file where such a row starts.
+A window's sample weights as float32 (refusing a missing or negative one), the rows of a block
+with a label and a missing or negative weight, and the line of its file where such a row starts.
 """
 
 from __future__ import annotations
