@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from daskfeed.batches import BatchStream, DataSettings, Prepared
-from daskfeed.cluster import Budget, close_client, open_cluster
+from daskfeed.cluster import Budget, acquire_client, close_client, open_cluster
 from daskfeed.core import BackendError, CheckpointError, refuse_setting
 from daskfeed.manifest import Manifest
 
@@ -110,10 +110,11 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
         rank, world = _distributed_shard() if shard is None else shard
         self._owned: Any = None  # the client of the LocalCluster started for memory_limit
         if memory_limit is not None:
+            local = client is None  # a LocalCluster started in the budget: its blocks too
             budget, client = self._budget(memory_limit, client, nworkers)
             settings.setdefault("prefetch_bytes", budget.prefetch * 2 // 3)
             settings.setdefault("window_bytes", budget.window_bytes)
-            if self._owned is not None:
+            if local:
                 settings.setdefault("blocksize", budget.blocksize)
         try:
             resolved = DataSettings.resolve(label=label, shard=(int(rank), int(world)), **settings)
@@ -127,14 +128,18 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
                 nworkers: int | None) -> tuple[Budget, Any]:
         """The budget's split, and the client: the one given, or a LocalCluster started in it."""
         if client is not None:
-            from daskfeed.cluster import acquire_client
-
-            client, _ = acquire_client(client)
+            client, owned = acquire_client(client)  # (an address: a connection of its own)
+            if owned:
+                self._own(client)
             return Budget.remote(memory_limit, client), client
         client, budget = open_cluster(memory_limit, nworkers=nworkers, echo=lambda _line: None)
+        self._own(client)
+        return budget, client
+
+    def _own(self, client: Any) -> None:
+        """Close ``client`` (and its LocalCluster) with the dataset, or when it is collected."""
         self._owned = client
         self._finalizer = weakref.finalize(self, close_client, client)
-        return budget, client
 
     # -- the data -----------------------------------------------------------------------
     @property

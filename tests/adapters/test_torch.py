@@ -146,6 +146,17 @@ def test_one_memory_budget_starts_and_closes_its_own_cluster(id_data):
     assert client.status == "closed"
 
 
+def test_a_budget_beside_a_running_cluster_is_this_process_own(id_data, client):
+    # an address: the dataset's own connection, closed with it; the cluster stays up
+    with daskfeed.TorchDataset(id_data.train_glob, label="cleared", memory_limit="1GB",
+                               client=client.scheduler.address, batch_size=512) as ds:
+        own = ds.stream.client
+        assert own is not client
+        assert ds.stream.data.settings.prefetch_bytes == int(0.25 * 1e9) * 2 // 3
+        assert sum(len(b[1]) for b in ds) == id_data.train_rows
+    assert own.status == "closed" and client.status == "running"
+
+
 def test_import_daskfeed_loads_no_torch_and_the_dataset_no_keras():
     code = ("import sys, daskfeed\n"
             "before = 'torch' in sys.modules\n"
