@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 if importlib.util.find_spec("torch") is None:
@@ -164,6 +165,23 @@ def test_import_daskfeed_loads_no_torch_and_the_dataset_no_keras():
             "print(before, sorted(m for m in ('torch', 'keras', 'tensorflow', 'jax') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stdout.split() == ["False", "['torch']"], proc.stdout + proc.stderr[-2000:]
+
+
+def test_a_weight_column_comes_as_a_third_tensor(client, tmp_path):
+    import pandas as pd
+
+    rng = np.random.default_rng(1)
+    w = rng.uniform(0, 2, 900).round(3)
+    pd.DataFrame({"x": rng.normal(size=900), "w": w, "y": rng.integers(0, 2, 900)}).to_csv(
+        tmp_path / "d.csv", index=False)
+    with daskfeed.TorchDataset(str(tmp_path / "d.csv"), label="y", weight="w", client=client,
+                               batch_size=100, cache=False) as ds:
+        batches = list(ds)
+    assert len(batches) == 9 and all(len(b) == 3 for b in batches)
+    x, y, sw = batches[0]
+    assert list(x) == ["x"] and sw.dtype == torch.float32 and sw.shape == y.shape == (100,)
+    got = np.concatenate([b[2].numpy() for b in batches])
+    np.testing.assert_allclose(np.sort(got), np.sort(w), rtol=1e-6)  # every row's weight, once
 
 
 _RANKS = r"""
