@@ -1,6 +1,7 @@
 """The one place daskfeed imports keras, with the backend :mod:`daskfeed.core._backend` chose.
 
-TensorFlow by default, or JAX; others refused (also when keras was imported earlier with one).
+TensorFlow by default, JAX or PyTorch; others refused (also when keras was imported earlier with
+one).
 """
 
 from __future__ import annotations

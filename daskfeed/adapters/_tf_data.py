@@ -68,8 +68,8 @@ class _Closed(Exception):
 def uses_windows(feed: str) -> bool:
     """Whether ``feed`` (``auto``, ``windows`` or ``batches``) hands Keras a :class:`TFDataHandoff`.
 
-    ``auto`` is ``windows`` on the TensorFlow backend and ``batches`` (the ``PyDataset``) on JAX,
-    whose trainer reads a ``PyDataset`` without ``tf.data``.
+    ``auto`` is ``windows`` on the TensorFlow backend and ``batches`` (the ``PyDataset``) on JAX
+    and PyTorch, whose trainers read a ``PyDataset`` without ``tf.data``.
 
     Parameters
     ----------
