@@ -34,6 +34,7 @@ def _env() -> dict[str, str]:
             "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
+@pytest.mark.slow  # two epochs and a resume on the demo data (~40 s); make test-torch runs it
 def test_the_plain_loop_trains_two_epochs_then_resumes_from_its_checkpoint(workdir) -> None:
     needs("torch")
     [loop] = _blocks("python")
