@@ -245,35 +245,34 @@ def refuse_numbers_as_text(src: Source, name: str, values: dict[str, int], block
             f"{rows:,} values) in {where(src, block)}, which would be read as text categories."
             f"\nHint: pass --decimal , (decimal=','); such files often separate fields with "
             f"';' (--sep ';'). To keep the column as text: {keep}.")
-    few = len(other) <= STRAY_TOKENS and sum(other.values()) <= max(1, STRAY_SHARE * rows)
-    if not numbers and not approximate:
-        _refuse_dates_as_text(src, name, values, block, keep)
-    if other and few and len(numbers) >= 3 and not approximate:
-        tokens = sorted(other, key=lambda v: (-other[v], v))
-        counted = ", ".join(f"{v!r} ({other[v]:,})" for v in tokens)
-        raise SchemaError(
-            f"Expected numbers in column {name!r}. Received: {sum(numbers.values()):,} numbers "
-            f"and {sum(other.values()):,} other value(s) {counted} in {where(src, block)}, which "
-            f"would make the whole column text categories.\nHint: if they mean 'missing', list "
-            f"them: --na-values {','.join(tokens)} (na_values={tokens!r}); to keep the column "
-            f"as text: {keep}.")
+    if approximate:
+        return
+    if numbers:
+        _refuse_strays(src, name, "numbers", numbers, other, rows, block, keep)
+    else:
+        dates = {v: n for v, n in values.items() if _ISO_DATE.match(v.strip(SPACES))}
+        _refuse_strays(src, name, "ISO 8601 dates", dates,
+                       {v: n for v, n in values.items() if v not in dates and v.strip() not in _MARKERS},
+                       rows, block, keep)
 
 
-def _refuse_dates_as_text(src: Source, name: str, values: dict[str, int], block: int, keep: str) -> None:
-    """Refuse a column of ISO 8601 dates but for a few stray tokens (see :func:`refuse_numbers_as_text`)."""
-    rows = sum(values.values())
-    dates = {v: n for v, n in values.items() if _ISO_DATE.match(v.strip(SPACES))}
-    other = {v: n for v, n in values.items() if v not in dates and v.strip() not in _MARKERS}
-    if len(dates) < 3 or not other or len(other) > STRAY_TOKENS or \
+def _refuse_strays(src: Source, name: str, what: str, found: dict[str, int], other: dict[str, int],
+                   rows: int, block: int, keep: str) -> None:
+    """Refuse a column of ``what`` (``found``: their value counts) but for a few stray ``other`` values.
+
+    At least three distinct values of the kind, at most :data:`STRAY_TOKENS` distinct others on
+    at most :data:`STRAY_SHARE` of the ``rows`` (see :func:`refuse_numbers_as_text`).
+    """
+    if len(found) < 3 or not other or len(other) > STRAY_TOKENS or \
             sum(other.values()) > max(1, STRAY_SHARE * rows):
         return
     tokens = sorted(other, key=lambda v: (-other[v], v))
     counted = ", ".join(f"{v!r} ({other[v]:,})" for v in tokens)
     raise SchemaError(
-        f"Expected dates in column {name!r}. Received: {sum(dates.values()):,} ISO 8601 dates "
-        f"and {sum(other.values()):,} other value(s) {counted} in {where(src, block)}, which "
-        f"would make the whole column text categories.\nHint: if they mean 'missing', list "
-        f"them: --na-values {','.join(tokens)} (na_values={tokens!r}); to keep the column "
+        f"Expected {what.rpartition(' ')[2]} in column {name!r}. Received: {sum(found.values()):,} "
+        f"{what} and {sum(other.values()):,} other value(s) {counted} in {where(src, block)}, "
+        f"which would make the whole column text categories.\nHint: if they mean 'missing', "
+        f"list them: --na-values {','.join(tokens)} (na_values={tokens!r}); to keep the column "
         f"as text: {keep}.")
 
 
