@@ -26,11 +26,15 @@ BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 LANGUAGES = {"python", "sh", "text"}
 
 
+# its blocks need the torch extra: tests/backends/test_torch_docs.py runs them (make test-torch)
+NEEDS_TORCH = {"docs/torch.md"}
+
+
 def pages() -> list[str]:
     """The README and the guides it links to in ``docs/``, in the order it lists them."""
     with open(README, encoding="utf-8") as f:
         guides = re.findall(r"\]\((docs/[\w-]+\.md)\)", f.read())
-    return [README, *(str(ROOT / g) for g in dict.fromkeys(guides))]
+    return [README, *(str(ROOT / g) for g in dict.fromkeys(guides) if g not in NEEDS_TORCH)]
 
 
 def _found() -> list[tuple[str, str]]:
@@ -95,6 +99,9 @@ def _env() -> dict[str, str]:
 
 def test_every_block_says_its_language():
     assert len(pages()) >= 10 and all(os.path.exists(p) for p in pages()), pages()
+    with open(README, encoding="utf-8") as f:
+        readme = f.read()
+    assert all(f"]({page})" in readme for page in NEEDS_TORCH)  # linked, run elsewhere
     langs = [lang for lang, _ in _found()]
     assert langs, "no code blocks found in README.md and the guides"
     assert set(langs) <= LANGUAGES, langs
