@@ -10,7 +10,10 @@ batch (an MLP 64-64 on six numeric columns, 1000 rows a batch, ``benchmarks/comm
   shuffle=False)`` from numpy arrays in memory (A) against ``model.fit(DaskSequence)`` (B);
 - ``loop``: a plain PyTorch loop (the same MLP in ``torch.nn``, Adam, BCE), a ``DataLoader`` over
   a ``TensorDataset`` in memory, ``batch_size=1000, shuffle=True`` (A) against
-  ``daskfeed.TorchDataset`` (B).
+  ``daskfeed.TorchDataset`` (B);
+- ``ceiling``: the same loop over batches sliced from tensors in memory, rows permuted each
+  epoch (A: no per-row indexing nor collation, the fastest a loop from memory gets) against
+  ``TorchDataset`` (B).
 
 A run's figure is the median rows/s of its steady epochs (2..N); a comparison's ratio is each
 B over the mean of the A's beside it, reported as their median, with the medians of A and B.
@@ -40,8 +43,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 LABEL = "cleared"
-METHODS = {"keras": ("keras-memory", "keras-daskfeed"), "loop": ("loop-tensordataset",
-                                                                 "loop-torchdataset")}
+METHODS = {"keras": ("keras-memory", "keras-daskfeed"),
+           "loop": ("loop-tensordataset", "loop-torchdataset"),
+           "ceiling": ("loop-slices", "loop-torchdataset")}
 
 
 def main() -> None:
@@ -52,7 +56,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="B runs per comparison (A runs: one more)")
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--memory-limit", default="4GB")
-    p.add_argument("--compare", default="keras,loop")
+    p.add_argument("--compare", default="keras,loop,ceiling")
     p.add_argument("--threads", default="1", help="torch's threads in every run (OMP_NUM_THREADS)")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a child: one run
     p.add_argument("--data", default=None, help=argparse.SUPPRESS)
@@ -123,6 +127,9 @@ def one_run(method: str, a: argparse.Namespace) -> dict[str, Any]:
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
+    if method == "loop-slices":
+        return _record(_loop(_Slices(torch.from_numpy(x), torch.from_numpy(y), a.batch_size),
+                             x.mean(axis=0), x.std(axis=0), a.epochs), len(y))
     loader = DataLoader(TensorDataset(torch.from_numpy(x), torch.from_numpy(y)),
                         batch_size=a.batch_size, shuffle=True)
     return _record(_loop(loader, x.mean(axis=0), x.std(axis=0), a.epochs), len(y))
@@ -184,6 +191,21 @@ def _loop(batches: Any, mean: Any, std: Any, epochs: int) -> list[float]:
             opt.step()
         seconds.append(time.perf_counter() - t)
     return seconds
+
+
+class _Slices:
+    """Batches sliced from tensors in memory, the rows permuted each epoch (one gather a batch)."""
+
+    def __init__(self, x: Any, y: Any, batch: int) -> None:
+        self.x, self.y, self.batch = x, y, batch
+
+    def __iter__(self) -> Any:
+        import torch
+
+        order = torch.randperm(len(self.y))
+        for s in range(0, len(order), self.batch):
+            idx = order[s:s + self.batch]
+            yield self.x[idx], self.y[idx]
 
 
 class _Clock:
