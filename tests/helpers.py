@@ -142,3 +142,21 @@ def build(manifest):
     m.compile(optimizer=keras.optimizers.Adam(1e-2), loss="binary_crossentropy")
     return m
 """
+
+
+def write_wide_data(root: Path) -> str:
+    """4 CSV files under ``root``: x1, a millisecond timestamp ts (int64, > 2**24, exact only in
+    64 bits), a category, and a 0/1 label y from x1 and ts; returns their glob."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(3)
+    for i in range(4):
+        n = 1500
+        x1 = rng.normal(size=n)
+        ts = 1_700_000_000_000 + rng.integers(0, 10**9, n)
+        # ts is in ms: its middle is 1_700_000_500_000 (the label depends on both columns)
+        y = (x1 + (ts - 1_700_000_500_000) / 3e8 + rng.normal(0, 0.3, n) > 0).astype(int)
+        pd.DataFrame({"x1": x1, "ts": ts, "cat": rng.choice(["a", "b", "c"], n), "y": y}).to_csv(
+            root / f"part{i}.csv", index=False)
+    return str(root / "*.csv")

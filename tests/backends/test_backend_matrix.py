@@ -24,6 +24,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import write_wide_data
 
 _SCRIPT = r"""
 import json, sys
@@ -133,16 +134,7 @@ def needs(backend: str) -> None:
 @pytest.fixture(scope="module")
 def wide_data(tmp_path_factory: pytest.TempPathFactory) -> str:
     """4 files: x1, a millisecond timestamp ts (int64, > 2**24), a category, label y from x1 and ts."""
-    root = tmp_path_factory.mktemp("matrix")
-    rng = np.random.default_rng(3)
-    for i in range(4):
-        n = 1500
-        x1 = rng.normal(size=n)
-        ts = 1_700_000_000_000 + rng.integers(0, 10**9, n)
-        y = (x1 + (ts - 1_700_000_500_000) / 3e8 + rng.normal(0, 0.3, n) > 0).astype(int)
-        pd.DataFrame({"x1": x1, "ts": ts, "cat": rng.choice(["a", "b", "c"], n), "y": y}).to_csv(
-            root / f"part{i}.csv", index=False)
-    return str(root / "*.csv")
+    return write_wide_data(tmp_path_factory.mktemp("matrix"))
 
 
 @pytest.mark.slow  # a whole run per backend (~1-2 min each on 2 cores)
