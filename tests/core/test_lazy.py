@@ -7,7 +7,19 @@ import sys
 
 import pytest
 
+from daskfeed.core import BackendError
 from daskfeed.core._lazy import attach
+
+# Names behind an optional extra: without it they are a BackendError naming the extra, not a crash.
+NEEDS_TORCH = {("adapters", "TorchDataset")}
+
+
+def _has_torch() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 SUBPACKAGES = ["core", "cluster", "dashboard", "reading", "cache", "manifest", "scanning", "batches",
                "checkpoint", "adapters", "inference", "training", "cli"]
@@ -70,4 +82,20 @@ def test_every_name_of_every_face_resolves(sub):
     missing = [n for n in pkg.__all__ if n not in dir(pkg)]
     assert missing == [], f"daskfeed.{sub}: __all__ names {missing}, its __dir__ does not"
     for name in pkg.__all__:
+        if (sub, name) in NEEDS_TORCH and not _has_torch():
+            with pytest.raises(BackendError, match=r"(?s)Expected PyTorch installed .*Hint: pip install 'daskfeed\[torch\]'"):
+                getattr(pkg, name)
+            continue
         assert getattr(pkg, name) is not None, f"daskfeed.{sub}.{name}"
+
+
+def test_the_top_face_resolves_too():
+    """``daskfeed``'s own ``__all__``: each name is there (or, for an extra not installed, says which to install)."""
+    import daskfeed
+
+    for name in daskfeed.__all__:
+        if ("adapters", name) in NEEDS_TORCH and not _has_torch():
+            with pytest.raises(BackendError, match="daskfeed\\[torch\\]"):
+                getattr(daskfeed, name)
+            continue
+        assert getattr(daskfeed, name) is not None, f"daskfeed.{name}"
