@@ -83,14 +83,15 @@ def test_every_name_of_every_face_resolves(sub):
     assert missing == [], f"daskfeed.{sub}: __all__ names {missing}, its __dir__ does not"
     for name in pkg.__all__:
         if (sub, name) in NEEDS_TORCH and not _has_torch():
-            with pytest.raises(BackendError, match=r"(?s)Expected PyTorch installed .*Hint: pip install 'daskfeed\[torch\]'"):
+            hint = r"(?s)Expected PyTorch installed .*Hint: pip install 'daskfeed\[torch\]'"
+            with pytest.raises(BackendError, match=hint):
                 getattr(pkg, name)
             continue
         assert getattr(pkg, name) is not None, f"daskfeed.{sub}.{name}"
 
 
 def test_the_top_face_resolves_too():
-    """``daskfeed``'s own ``__all__``: each name is there (or, for an extra not installed, says which to install)."""
+    """``daskfeed``'s own ``__all__``: each name is there (or, behind an extra not installed, names it)."""
     import daskfeed
 
     for name in daskfeed.__all__:
