@@ -90,6 +90,10 @@ def native_logs_filtered() -> Iterator[None]:
     custom operations are on ...``, twice per process). Around the import, the process's
     stderr (file descriptor 2) passes through a pipe that drops those lines and forwards every
     other byte; with ``TF_CPP_MIN_LOG_LEVEL=0`` nothing is dropped.
+
+    The context ends once what this process wrote is forwarded (a line of its own marks the
+    end), not when the pipe closes: a process started meanwhile (by another thread) holds the
+    pipe as its stderr for as long as it lives, and its lines go on being forwarded.
     """
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") in ("", "0"):
         yield
@@ -101,19 +105,29 @@ def native_logs_filtered() -> Iterator[None]:
         return
     read, write = os.pipe()
     os.dup2(write, 2)
-    os.close(write)
+    end = b"\0daskfeed-stderr-filter-end-" + os.urandom(8).hex().encode() + b"\n"
+    ended = threading.Event()
 
     def forward() -> None:
-        with os.fdopen(read, "rb") as lines:
-            for line in lines:
-                if not _PREAMBLE.match(line):
-                    os.write(saved, line)
+        try:
+            with os.fdopen(read, "rb") as lines:
+                for line in lines:
+                    if line.endswith(end):  # this process's writes are all forwarded
+                        line = line[: -len(end)]
+                        ended.set()
+                    if line and not _PREAMBLE.match(line):
+                        with contextlib.suppress(OSError):  # (a stderr closed: nothing to say)
+                            os.write(saved, line)
+        finally:  # every writer closed the pipe
+            ended.set()
+            os.close(saved)
 
     pump = threading.Thread(target=forward, daemon=True, name="daskfeed-stderr-filter")
     pump.start()
     try:
         yield
     finally:
-        os.dup2(saved, 2)  # the pipe's last writer closes: the pump reads to its end
-        pump.join()
-        os.close(saved)
+        os.dup2(saved, 2)
+        os.write(write, end)  # after every byte written to the pipe by this process
+        os.close(write)
+        ended.wait()

@@ -37,3 +37,27 @@ def test_importing_keras_through_daskfeed_prints_nothing_on_stderr():
                          timeout=300)
     assert out.returncode == 0, out.stderr
     assert "absl" not in out.stderr and "port.cc" not in out.stderr, out.stderr
+
+
+def test_a_process_started_while_filtering_neither_holds_it_up_nor_loses_its_lines(tmp_path, monkeypatch):
+    """A child started inside the filter keeps the pipe as its stderr: the context still ends
+    (the child still running), and what the child writes later is forwarded, filtered."""
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    err = tmp_path / "stderr.txt"
+    script = (
+        "import os, subprocess, sys\n"
+        "from daskfeed.core import native_logs_filtered\n"
+        "with native_logs_filtered():\n"
+        "    child = subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.read(); "
+        "sys.stderr.write(\"child line\\\\n\")'], stdin=subprocess.PIPE)\n"
+        "    os.write(2, b'parent line\\n')\n"
+        "os.write(2, b'after\\n')\n"
+        "child.communicate(b'go')\n"  # the child writes only now, the context ended
+        "import threading\n"  # the filter ends once the child (its last writer) has exited
+        "[t.join() for t in threading.enumerate() if t.name == 'daskfeed-stderr-filter']\n"
+        "os.write(2, b'end\\n')\n")
+    with open(err, "wb") as f:
+        out = subprocess.run([sys.executable, "-c", script], stderr=f, timeout=120)
+    assert out.returncode == 0
+    lines = err.read_text().splitlines()
+    assert lines == ["parent line", "after", "child line", "end"], lines
