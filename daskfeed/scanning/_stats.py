@@ -54,13 +54,16 @@ KMV_SIZE = 2048  # smallest value hashes kept per text column: distinct counts w
 _NO_VALUES = {"mean": 0.0, "m2": 0.0, "min": math.inf, "max": -math.inf}
 
 
-def _moments(v: np.ndarray) -> dict[str, float]:
-    """Mean, sum of squared deviations, min and max of ``v`` (empty: none)."""
+def _moments(v: np.ndarray, bounds: bool = True) -> dict[str, float]:
+    """Mean, sum of squared deviations, and (``bounds``) min and max of ``v`` (empty: none)."""
     if not len(v):
         return {}
     mean = float(v.mean())
-    return {"mean": mean, "m2": float(((v - mean) ** 2).sum()), "min": float(v.min()),
-            "max": float(v.max())}
+    d = v - mean
+    out = {"mean": mean, "m2": float(d @ d)}  # (one pass for the squares and their sum)
+    if bounds:
+        out.update(min=float(v.min()), max=float(v.max()))
+    return out
 
 
 def _kmv(values: list[Any]) -> list[int]:
@@ -241,26 +244,55 @@ def _samples(col: pa.ChunkedArray, most: int = 3) -> list[str]:
 
 
 def _numeric_stats(col: pa.ChunkedArray, kind: str, is_label: bool, st: ColumnStats) -> int:
-    """Moments (exact integer bounds) and, for the label, value counts; returns missing values."""
-    v = col.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
-    v = v[~np.isnan(v)]
-    st.update(_moments(v) or _NO_VALUES)
-    if kind == "int" and len(v):  # the exact bounds (float64 rounds above 2**53)
+    """Moments (exact integer bounds) and, for the label, value counts; returns missing values.
+
+    Over the present values only (no copy with NaN in the gaps); NaN, which the read pipeline
+    makes missing, counts as missing here too.
+    """
+    present = col.cast(pa.float64(), safe=False)
+    if col.null_count:
+        present = pc.drop_null(present)
+    v = present.to_numpy()
+    if kind == "float" and np.isnan(v).any():
+        v = v[~np.isnan(v)]
+    exact = kind == "int" and len(v) > 0  # the exact bounds (float64 rounds above 2**53)
+    st.update(_moments(v, bounds=not exact) or _NO_VALUES)
+    if exact:
         bounds = pc.min_max(col)
         st["min"], st["max"] = bounds["min"].as_py(), bounds["max"].as_py()
     if is_label:
-        uniq, counts = np.unique(v, return_counts=True)
-        top = np.argsort(-counts, kind="stable")[: MAX_LABEL_VALUES + 1]
-        st["values"] = {repr(float(uniq[i])): int(counts[i]) for i in top}
+        st["values"] = _label_counts(col)
     return len(col) - len(v)
 
 
-def _text_stats(col: pa.ChunkedArray, st: ColumnStats) -> int:
-    """Value counts and a distinct-count sketch; returns missing values (markers-only: all)."""
-    missing = col.null_count
+def _label_counts(col: pa.ChunkedArray) -> dict[str, int]:
+    """The label's values (as floats) and their counts: the ``MAX_LABEL_VALUES + 1`` most frequent.
+
+    Counted by a hash of the column's own values (not a sort of them all); values equal as
+    floats are one value, ties in count go to the smaller value.
+    """
     vc = pc.value_counts(pc.drop_null(col))
-    values = vc.field("values").to_pylist()
-    counts = vc.field("counts").to_numpy()
+    values = vc.field("values").cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
+    counts = vc.field("counts").to_numpy(zero_copy_only=False)
+    keep = ~np.isnan(values)
+    uniq, where_ = np.unique(values[keep], return_inverse=True)
+    summed = np.bincount(where_, weights=counts[keep], minlength=len(uniq)).astype(np.int64)
+    top = np.argsort(-summed, kind="stable")[: MAX_LABEL_VALUES + 1]
+    return {repr(float(uniq[i])): int(summed[i]) for i in top}
+
+
+def _text_stats(col: pa.ChunkedArray, st: ColumnStats, coded: pa.ChunkedArray | None = None) -> int:
+    """Value counts and a distinct-count sketch; returns missing values (markers-only: all).
+
+    ``coded``: the same column dictionary-encoded (as the parse cache keeps it): its values are
+    then counted from the codes, without hashing the text a second time.
+    """
+    missing = col.null_count
+    if coded is not None and pa.types.is_dictionary(coded.type):
+        values, counts = _coded_counts(coded)
+    else:
+        vc = pc.value_counts(pc.drop_null(col))
+        values, counts = vc.field("values").to_pylist(), vc.field("counts").to_numpy()
     order = np.argsort(-counts, kind="stable")
     st["approximate"] = len(values) > MAX_TRACKED
     st["values"] = {str(values[i]): int(counts[i]) for i in order[:MAX_TRACKED]}
@@ -273,7 +305,26 @@ def _text_stats(col: pa.ChunkedArray, st: ColumnStats) -> int:
     return missing
 
 
-def table_stats(table: pa.Table, label: str) -> Stats:
+def _coded_counts(coded: pa.ChunkedArray) -> tuple[list[Any], np.ndarray]:
+    """The values of a dictionary-encoded column and their counts, in order of first appearance.
+
+    (As ``pyarrow.compute.value_counts`` of the text gives them: a chunk's dictionary lists its
+    values in that order; values no row of a chunk uses are left out.)
+    """
+    found: dict[Any, int] = {}
+    for chunk in coded.chunks:
+        codes = chunk.indices
+        if chunk.null_count:
+            codes = pc.drop_null(codes)
+        counts = np.bincount(codes.to_numpy(zero_copy_only=False), minlength=len(chunk.dictionary))
+        used = np.flatnonzero(counts)
+        for value, n in zip(chunk.dictionary.take(pa.array(used)).to_pylist(), counts[used].tolist(),
+                            strict=True):
+            found[value] = found.get(value, 0) + n
+    return list(found), np.fromiter(found.values(), dtype=np.int64, count=len(found))
+
+
+def table_stats(table: pa.Table, label: str, coded: pa.Table | None = None) -> Stats:
     """Per-column statistics of one Arrow table (mergeable with :func:`merge_stats`).
 
     Parameters
@@ -282,6 +333,9 @@ def table_stats(table: pa.Table, label: str) -> Stats:
         One parsed table.
     label
         The label's name (its value counts are kept).
+    coded
+        The same rows as the parse cache keeps them (:func:`daskfeed.cache.compact`: text
+        dictionary-encoded), when the caller has them: text is then counted by its codes.
 
     Returns
     -------
@@ -297,7 +351,7 @@ def table_stats(table: pa.Table, label: str) -> Stats:
         if kind in NUMERIC_KINDS:
             missing = _numeric_stats(col, kind, name == label, st)
         elif kind == "string":
-            missing = _text_stats(col, st)
+            missing = _text_stats(col, st, None if coded is None else coded.column(name))
         else:
             missing = col.null_count
             if kind == "datetime":
@@ -315,19 +369,21 @@ class StatsAccumulator:
 
     def __init__(self, label: str) -> None:
         self.label = label
-        self.tables: list[pa.Table] = []
+        self.tables: list[tuple[pa.Table, pa.Table | None]] = []  # (table, its coded form)
         self.size = 0
         self.stats: Stats = {}
 
-    def add(self, table: pa.Table) -> None:
+    def add(self, table: pa.Table, coded: pa.Table | None = None) -> None:
         """Take one table; the tables held so far are summarized once they reach ``ENCODE_BYTES``.
 
         Parameters
         ----------
         table
             One parsed table.
+        coded
+            The same table as the parse cache keeps it, if made (see :func:`table_stats`).
         """
-        self.tables.append(table)
+        self.tables.append((table, coded))
         self.size += table.nbytes
         if self.size >= ENCODE_BYTES:
             self.flush()
@@ -340,14 +396,23 @@ class StatsAccumulator:
         Stats
             The statistics of every table taken since the last flush.
         """
-        tables, self.tables, self.size = self.tables, [], 0
-        if len(tables) > 1:
+        pairs, self.tables, self.size = self.tables, [], 0
+        if len(pairs) > 1:
             try:
-                tables = [pa.concat_tables(tables, promote_options="permissive")]
+                table = pa.concat_tables([t for t, _ in pairs], promote_options="permissive")
             except (pa.ArrowInvalid, pa.ArrowTypeError):  # text in one file, numbers in another
                 pass
-        for t in tables:
-            self.stats = merge_stats(self.stats, table_stats(t, self.label))
+            else:
+                codes = [c for _, c in pairs if c is not None]
+                coded = None
+                if len(codes) == len(pairs):
+                    try:
+                        coded = pa.concat_tables(codes, promote_options="permissive")
+                    except (pa.ArrowInvalid, pa.ArrowTypeError):
+                        pass
+                pairs = [(table, coded)]
+        for t, c in pairs:
+            self.stats = merge_stats(self.stats, table_stats(t, self.label, c))
         return self.stats
 
 

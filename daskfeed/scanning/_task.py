@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from distributed import get_worker
 
-from daskfeed.cache import BlockCache, block_tables
+from daskfeed.cache import BlockCache, block_tables, compact
 from daskfeed.core import DataError
 from daskfeed.reading import Block, ReadOptions, SharedParse, SmallFiles, Source
 from daskfeed.scanning._schema import BlockFacts, where
@@ -168,9 +168,11 @@ def _scan_shared(run: SharedParse, label: str, writer: Any, acc: StatsAccumulato
     first block that shows text in them (``sampled``: those sampled before).
     """
     report(topic, task, run.indices[0])
-    if writer is not None:
-        writer.add_parts(list(zip(run.indices, np.diff(run.bounds).tolist(), strict=True)), run.table)
-    acc.add(run.table)
+    coded = None
+    if writer is not None:  # the cache's form, made once: the statistics count text by its codes
+        coded = compact(run.table)
+        writer.add_parts(list(zip(run.indices, np.diff(run.bounds).tolist(), strict=True)), coded)
+    acc.add(run.table, coded)
     facts = parts_facts(run.table, run.bounds, label, run.counts, sampled)
     for f in facts:
         f["bad_lines"] = 0  # (a run is read only where a bad line is an error)
@@ -188,9 +190,15 @@ def _scan_block(index: int, block: Block, options: ReadOptions, label: str, writ
     rejects: list[str] = []
     summary: BlockFacts | None = None
     report(topic, task, index)  # a read that hangs here is named by the watchdog
-    for table in block_tables(index, block, options, None, rejects, use_cache=False, writer=writer):
+    if writer is not None:
+        writer.begin(index)  # cached even if it has no rows
+    for table in block_tables(index, block, options, None, rejects, use_cache=False):
+        coded = None
+        if writer is not None:  # the cache's form, made once: the statistics count text by its codes
+            coded = compact(table)
+            writer.add(index, coded)
         summary = merge_facts(summary, table_facts(table, label))
-        acc.add(table)
+        acc.add(table, coded)
         report(topic, task, index, table.num_rows)
     report(topic, task, index, nbytes=nbytes)  # the block's input bytes, once read
     if summary is None:  # an empty file
