@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -131,6 +132,8 @@ def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
     client, budget, link = _connect(opts, echo)
     run = Run(data, label, validation, opts, echo, stop, ranks, out, store, ckpt, client, budget,
               link)
+    loading = _KerasLoad()
+    run.progress = loading.once_scanning(run.progress)
     try:
         with RSSSampler() as rss:
             train_seq, val_seq, reused = _open_data(run)
@@ -143,6 +146,56 @@ def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
         for s in run.closing:
             s.close()
         close_client(run.client)
+        loading.join()  # an error said before keras loaded: stderr is the process's own again
+
+
+Progress = Callable[[int, int, int, float, bool], None]  # a scan's progress callback
+
+
+class _KerasLoad:
+    """Import keras (and TensorFlow, JAX or PyTorch) in a thread once the scan's tasks run.
+
+    Loading TensorFlow takes seconds of the trainer's time, and while the data are scanned the
+    trainer mostly waits on its workers. The thread starts at the scan's first progress report:
+    the settings, the label and the columns were checked by then (a mistake there is said with
+    no keras loaded), and the cluster's processes were started (while keras loads, the process's
+    stderr passes through a pipe that drops TensorFlow's load-time lines,
+    :func:`daskfeed.core.native_logs_filtered`; a process started then would keep the pipe as
+    its stderr). The main thread's own import of keras, after the scan, waits for this one
+    (Python's lock on a module being imported) instead of loading keras again; if this one
+    failed, that import fails the same way and says why. ``train`` joins the thread on its way
+    out, so that an error the scan finds meanwhile is said on the process's own stderr.
+    """
+
+    def __init__(self) -> None:
+        self.thread: threading.Thread | None = None
+
+    def once_scanning(self, progress: Progress) -> Progress:
+        """``progress`` (a scan's callback), starting the thread at its first call."""
+
+        def report(rows: int, done: int, total: int, seconds: float, finished: bool) -> None:
+            self.start()
+            progress(rows, done, total, seconds, finished)
+
+        return report
+
+    def start(self) -> None:
+        """Start loading (once)."""
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._load, daemon=True, name="daskfeed-keras-load")
+            self.thread.start()
+
+    def join(self) -> None:
+        """Wait until keras is loaded (at once if it never started)."""
+        if self.thread is not None:
+            self.thread.join()
+
+    @staticmethod
+    def _load() -> None:
+        try:
+            from daskfeed.adapters import keras  # noqa: F401
+        except Exception:  # (said by the main thread's import, which fails the same way)
+            pass
 
 
 def _prepare(data: DataSpec, validation: DataSpec | None, opts: TrainOptions,
