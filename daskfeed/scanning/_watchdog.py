@@ -75,7 +75,8 @@ def await_scan(client: Client, futures: list[Future], tasks: list[list[int]], sr
     (:func:`daskfeed.scanning._task.report`);
     the scan is stuck only when no task reported progress or finished for ``timeout`` seconds
     (a read that blocks: hung storage, a FIFO), however slow the disk. A task that fails for
-    good (after its retry) ends the scan with a clear error.
+    good (after its retry) ends the scan with a clear error. ``on_progress`` is called once as
+    the tasks are submitted (nothing done yet), then about every second and at the end.
     """
     progress = ScanProgress(tasks)
     sizes = block_sizes(src)
@@ -83,6 +84,8 @@ def await_scan(client: Client, futures: list[Future], tasks: list[list[int]], sr
     t0 = time.monotonic()
     blocks_of = {f.key: t for f, t in zip(futures, tasks, strict=True)}
     client.subscribe_topic(topic, progress)
+    if on_progress is not None:  # the tasks run: nothing done yet
+        on_progress(0, 0, total, 0.0, False)
     try:
         pending = set(futures)
         while pending:

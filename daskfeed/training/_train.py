@@ -156,10 +156,10 @@ class _KerasLoad:
     """Import keras (and TensorFlow, JAX or PyTorch) in a thread once the scan's tasks run.
 
     Loading TensorFlow takes seconds of the trainer's time, and while the data are scanned the
-    trainer mostly waits on its workers. The thread starts at the scan's first progress report:
-    the settings, the label and the columns were checked by then (a mistake there is said with
-    no keras loaded), and the cluster's processes were started (while keras loads, the process's
-    stderr passes through a pipe that drops TensorFlow's load-time lines,
+    trainer mostly waits on its workers. The thread starts at the scan's first progress report,
+    as its tasks are submitted: the settings, the label and the columns were checked by then (a
+    mistake there is said with no keras loaded), and the cluster's processes were started (while
+    keras loads, the process's stderr passes through a pipe that drops TensorFlow's load-time lines,
     :func:`daskfeed.core.native_logs_filtered`; a process started then would keep the pipe as
     its stderr). The main thread's own import of keras, after the scan, waits for this one
     (Python's lock on a module being imported) instead of loading keras again; if this one
