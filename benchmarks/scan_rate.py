@@ -1,0 +1,132 @@
+"""The scan from the shell against pyarrow reading the same files (issue 31, item 2).
+
+    .venv/bin/python benchmarks/scan_rate.py                    # big files and 20,000 small ones
+    .venv/bin/python benchmarks/scan_rate.py --sets big --rounds 5
+
+Two data sets of demo quest logs (written once under ``bench-out/``): ``big``, 16M rows in four
+files of about 225 MB; ``small``, 20,000 files of 1000 rows (1.13 GB). Per set, in A-B-A order
+(``--rounds`` pairs, medians, and the ratio pair by pair), each a whole process as a user runs it:
+
+- ``pyarrow``: ``python benchmarks/scan_rate.py --pyarrow GLOB``: ``pyarrow.csv.read_csv`` of
+  every file, all columns, in a thread pool of one thread per core (pyarrow threading inside each
+  file too): how a pyarrow user reads a directory of CSV files;
+- ``daskfeed``: ``daskfeed scan GLOB --label cleared --cache FRESH`` (process start, the local
+  cluster, the types, statistics and vocabularies, and the parse cache written, as ``daskfeed
+  train`` scans), a fresh cache directory each round.
+
+Writes ``<out>/scan-rate-<name>.json`` and ``.txt``. The page cache is warmed by one untimed
+pyarrow read first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SETS = {"big": (16_000_000, 4_000_000), "small": (20_000_000, 1000)}  # rows, rows per file
+
+
+def pyarrow_read(pattern: str) -> int:
+    """Every file of ``pattern`` read by ``pyarrow.csv.read_csv`` in a thread pool; the rows."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow.csv as pacsv
+
+    files = sorted(glob.glob(pattern, recursive=True))
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        return sum(pool.map(lambda f: pacsv.read_csv(f).num_rows, files))
+
+
+def data(name: str, root: str) -> tuple[str, int]:
+    """The set ``name`` under ``root`` (written if missing): its glob and bytes."""
+    from daskfeed import write_demo_data
+
+    rows, per_file = SETS[name]
+    demo = write_demo_data(os.path.join(root, f"scan-{name}"), rows=rows, validate_rows=1000,
+                           rows_per_file=per_file)
+    files = glob.glob(demo.train_glob, recursive=True)
+    return demo.train_glob, sum(os.path.getsize(f) for f in files)
+
+
+def _timed(cmd: list[str]) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t
+
+
+def measure(pattern: str, nbytes: int, rounds: int, cache: str, memory_limit: str) -> dict[str, Any]:
+    """A-B-A rounds of the two commands on ``pattern``: seconds, medians, MB/s, ratios."""
+    py = [sys.executable, os.path.abspath(__file__), "--pyarrow", pattern]
+    scan = [os.path.join(os.path.dirname(sys.executable), "daskfeed"), "scan", pattern,
+            "--label", "cleared", "--cache", cache, "--memory-limit", memory_limit]
+    _timed(py)  # page cache warm, not counted
+    out: dict[str, list[float]] = {"pyarrow": [], "daskfeed": []}
+    for _ in range(rounds):
+        out["pyarrow"].append(_timed(py))
+        shutil.rmtree(cache, ignore_errors=True)
+        out["daskfeed"].append(_timed(scan))
+    out["pyarrow"].append(_timed(py))  # A-B-A: the anchor last too
+    shutil.rmtree(cache, ignore_errors=True)
+    med = {k: statistics.median(v) for k, v in out.items()}
+    # each daskfeed round against the mean of the pyarrow runs either side of it
+    pairs = [(out["pyarrow"][i] + out["pyarrow"][i + 1]) / 2 / out["daskfeed"][i] for i in range(rounds)]
+    return {"seconds": out, "median_s": med, "mb_per_s": {k: nbytes / v / 1e6 for k, v in med.items()},
+            "rate_ratio_pairs": pairs, "rate_ratio_median": statistics.median(pairs),
+            "commands": {"pyarrow": " ".join(py[1:]), "daskfeed": " ".join(scan)}}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the rounds per set (or, with ``--pyarrow``, the pyarrow read) and write the results."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--pyarrow", metavar="GLOB", help="(internal) read GLOB with pyarrow and exit")
+    p.add_argument("--sets", default="big,small", help="comma-separated: big, small")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--memory-limit", default="4GB")
+    p.add_argument("--data-root", default="bench-out")
+    p.add_argument("--out", default=os.path.join(HERE, "results"))
+    p.add_argument("--name", default=time.strftime("%Y-%m-%d"))
+    a = p.parse_args(argv)
+    if a.pyarrow:
+        print(pyarrow_read(a.pyarrow))
+        return
+    from common import code_state
+
+    res: dict[str, Any] = {"what": "daskfeed scan (statistics and parse cache) vs pyarrow read_csv, "
+                                   "whole processes from the shell, A-B-A",
+                           "command": "python benchmarks/scan_rate.py " + " ".join(argv or sys.argv[1:]),
+                           "load_before": os.getloadavg(), "code": code_state(), "sets": {}}
+    lines = []
+    for name in a.sets.split(","):
+        pattern, nbytes = data(name, a.data_root)
+        r = measure(pattern, nbytes, a.rounds, os.path.join(a.data_root, "scan-rate-cache"),
+                    a.memory_limit)
+        r["bytes"] = nbytes
+        res["sets"][name] = r
+        lines.append(f"{name:6s} {nbytes / 1e9:.2f} GB  pyarrow {r['median_s']['pyarrow']:.2f} s "
+                     f"({r['mb_per_s']['pyarrow']:.0f} MB/s)  "
+                     f"daskfeed scan {r['median_s']['daskfeed']:.2f} s "
+                     f"({r['mb_per_s']['daskfeed']:.0f} MB/s)  rate ratio {r['rate_ratio_median']:.3f} "
+                     f"(pairs {', '.join(f'{x:.3f}' for x in r['rate_ratio_pairs'])})")
+        print(lines[-1], flush=True)
+    res["load_after"] = os.getloadavg()
+    os.makedirs(a.out, exist_ok=True)
+    stem = os.path.join(a.out, f"scan-rate-{a.name}")
+    with open(stem + ".json", "w") as f:
+        json.dump(res, f, indent=2)
+    with open(stem + ".txt", "w") as f:
+        f.write("\n".join([*lines, f"load before/after: {res['load_before']} / {res['load_after']}",
+                           f"command: {res['command']}", ""]))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, HERE)
+    main()
