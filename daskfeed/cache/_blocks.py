@@ -414,11 +414,35 @@ def _forget(path: str, index: int) -> None:
 
 
 def _whole_file(path: str, columns: list[str] | None, files: Files) -> pa.Table:
-    """The Arrow file ``path`` as one table (read once into ``files``)."""
+    """The Arrow file ``path`` as one table of ``columns`` (read once into ``files``).
+
+    An uncompressed file is read whole, every column a view of the memory map (no copy), and
+    the columns picked from that: asking the reader for some fields only copies them (4.8x the
+    time on the bench's 2M rows: 28.4 against 5.9 ms for its 14 files). A compressed file has
+    only ``columns`` decompressed.
+    """
     found = files.get(path)
     if found is None:
-        found = files[path] = _open(path, columns).read_all()
+        source = pa.memory_map(path)
+        reader = ipc.open_file(source)
+        if columns is None or not _mapped(source, reader):
+            found = _open(path, columns).read_all()
+        else:
+            found = reader.read_all()
+            found = found.select([c for c in found.column_names if c in set(columns)])
+        files[path] = found
     return found
+
+
+def _mapped(source: pa.MemoryMappedFile, reader: ipc.RecordBatchFileReader) -> bool:
+    """Whether the file's record batches are views of its memory map (it is not compressed)."""
+    if not reader.num_record_batches:
+        return True
+    source.seek(0)
+    whole = source.read_buffer(source.size())  # the mapping itself (a view, not a read)
+    lo, hi = whole.address, whole.address + whole.size
+    return all(lo <= b.address and b.address + b.size <= hi
+               for col in reader.get_batch(0).columns for b in col.buffers() if b is not None and b.size)
 
 
 def _open(path: str, columns: list[str] | None) -> ipc.RecordBatchFileReader:
