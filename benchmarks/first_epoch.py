@@ -16,7 +16,8 @@ mean and variance), batch 1000, one epoch:
 A-B-A rounds, the ratio of each daskfeed run to the mean of the in-memory runs beside it, and
 where the time of each goes: every line either prints is stamped with the seconds since the
 process started (daskfeed: its budget line, the dashboard line once the cluster is up, the
-``train data`` line once the scan ended, Keras' ``Epoch 1/1`` once fit began, the epoch's end).
+``train data`` line once the scan ended and keras is loaded, the ``checkpoints`` line once the
+model is built and ``fit`` begins, Keras' line at the epoch's end).
 Writes ``<out>/first-epoch-<name>.json`` and ``.txt``.
 """
 
@@ -39,7 +40,7 @@ from common import DEFAULT_FEATURES, LABEL  # noqa: E402
 
 # daskfeed's lines that mark a phase ending, and the name of the phase
 MARKS = (("memory limit:", "start, settings"), ("dashboard:", "cluster up"),
-         ("train data:", "scan done"), ("Epoch 1/1", "fit began (keras, model)"),
+         ("train data:", "scan done, keras loaded"), ("checkpoints:", "model built, fit begins"),
          ("/step", "epoch 1 ended"))
 
 
