@@ -11,6 +11,7 @@ function needs them.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import statistics
 import time
@@ -281,3 +282,14 @@ def warm_up(batch_size: int, nfeatures: int) -> float:
     model = quest_mlp([0.0] * nfeatures, [1.0] * nfeatures)
     model.fit(x, y, batch_size=batch_size, epochs=1, verbose=0)
     return time.perf_counter() - t0
+
+
+def write_results(out: str, stem: str, result: dict[str, Any], lines: Sequence[str]) -> str:
+    """``<out>/<stem>.json`` (``result``) and ``.txt`` (``lines``, one a line); returns the path stem."""
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, stem)
+    with open(path + ".json", "w") as f:
+        json.dump(result, f, indent=2)
+    with open(path + ".txt", "w") as f:
+        f.write("\n".join([*lines, ""]))
+    return path

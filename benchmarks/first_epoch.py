@@ -24,7 +24,6 @@ Writes ``<out>/first-epoch-<name>.json`` and ``.txt``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -117,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.in_memory:
         in_memory(a.in_memory, a.batch_size)
         return
-    from common import code_state
+    from common import code_state, write_results
 
     from daskfeed import write_demo_data
 
@@ -161,13 +160,8 @@ def main(argv: list[str] | None = None) -> None:
     for k, ph in phases.items():
         lines.append(f"  {k}: " + ", ".join(f"{n} {s:.2f}s" for n, s in ph.items()))
     print("\n".join(lines))
-    os.makedirs(a.out, exist_ok=True)
-    stem = os.path.join(a.out, f"first-epoch-{a.name}")
-    with open(stem + ".json", "w") as f:
-        json.dump(res, f, indent=2)
-    with open(stem + ".txt", "w") as f:
-        f.write("\n".join([*lines, f"command: python benchmarks/first_epoch.py "
-                           f"{' '.join(argv or sys.argv[1:])}", ""]))
+    write_results(a.out, f"first-epoch-{a.name}", res,
+                  [*lines, f"command: python benchmarks/first_epoch.py {' '.join(argv or sys.argv[1:])}"])
 
 
 if __name__ == "__main__":

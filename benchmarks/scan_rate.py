@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import shutil
 import statistics
@@ -98,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.pyarrow:
         print(pyarrow_read(a.pyarrow))
         return
-    from common import code_state
+    from common import code_state, write_results
 
     res: dict[str, Any] = {"what": "daskfeed scan (statistics and parse cache) vs pyarrow read_csv, "
                                    "whole processes from the shell, A-B-A",
@@ -118,13 +117,9 @@ def main(argv: list[str] | None = None) -> None:
                      f"(pairs {', '.join(f'{x:.3f}' for x in r['rate_ratio_pairs'])})")
         print(lines[-1], flush=True)
     res["load_after"] = os.getloadavg()
-    os.makedirs(a.out, exist_ok=True)
-    stem = os.path.join(a.out, f"scan-rate-{a.name}")
-    with open(stem + ".json", "w") as f:
-        json.dump(res, f, indent=2)
-    with open(stem + ".txt", "w") as f:
-        f.write("\n".join([*lines, f"load before/after: {res['load_before']} / {res['load_after']}",
-                           f"command: {res['command']}", ""]))
+    write_results(a.out, f"scan-rate-{a.name}", res,
+                  [*lines, f"load before/after: {res['load_before']} / {res['load_after']}",
+                   f"command: {res['command']}"])
 
 
 if __name__ == "__main__":

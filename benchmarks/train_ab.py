@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--name", default=time.strftime("%Y-%m-%d"))
     a = p.parse_args(argv)
     sys.path.insert(0, HERE)
-    from common import LABEL, code_state
+    from common import LABEL, code_state, write_results
 
     from daskfeed import write_demo_data
 
@@ -87,13 +87,8 @@ def main(argv: list[str] | None = None) -> None:
                      f"rate new/old {res[key]['ratio_median']:.3f} "
                      f"(pairs {', '.join(f'{x:.3f}' for x in pairs)})")
     print("\n".join(lines))
-    os.makedirs(a.out, exist_ok=True)
-    stem = os.path.join(a.out, f"train-ab-{a.name}")
-    with open(stem + ".json", "w") as f:
-        json.dump(res, f, indent=2)
-    with open(stem + ".txt", "w") as f:
-        f.write("\n".join([*lines, f"command: python benchmarks/train_ab.py "
-                           f"{' '.join(argv or sys.argv[1:])}", ""]))
+    write_results(a.out, f"train-ab-{a.name}", res,
+                  [*lines, f"command: python benchmarks/train_ab.py {' '.join(argv or sys.argv[1:])}"])
 
 
 if __name__ == "__main__":
