@@ -15,7 +15,8 @@ files of about 225 MB; ``small``, 20,000 files of 1000 rows (1.13 GB). Per set, 
   train`` scans), a fresh cache directory each round.
 
 Writes ``<out>/scan-rate-<name>.json`` and ``.txt``. The page cache is warmed by one untimed
-pyarrow read first.
+pyarrow read first. ``--parsers polars,duckdb`` instead times the CSV readers alone against
+pyarrow's (each as its users write it, see :func:`other_read`), in turn, whole processes.
 """
 
 from __future__ import annotations
@@ -43,6 +44,40 @@ def pyarrow_read(pattern: str) -> int:
     files = sorted(glob.glob(pattern, recursive=True))
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         return sum(pool.map(lambda f: pacsv.read_csv(f).num_rows, files))
+
+
+def other_read(engine: str, pattern: str) -> int:
+    """Every file of ``pattern`` read whole into memory by ``engine`` as its users write it; the rows.
+
+    ``polars``: ``polars.scan_csv(GLOB).collect()`` (polars lists and reads the files in
+    parallel); ``duckdb``: ``SELECT * FROM read_csv(GLOB)`` fetched as an Arrow table.
+    """
+    if engine == "polars":
+        import polars as pl
+
+        return pl.scan_csv(pattern).collect().height
+    import duckdb
+
+    rel = duckdb.sql(f"SELECT * FROM read_csv('{pattern}')")
+    assert rel is not None
+    return rel.to_arrow_table().num_rows
+
+
+def parsers(pattern: str, nbytes: int, rounds: int, engines: list[str]) -> dict[str, Any]:
+    """The CSV readers alone, in turn (pyarrow first): seconds, medians, MB/s, rate against pyarrow."""
+    cmds = {e: [sys.executable, os.path.abspath(__file__), *(["--pyarrow", pattern] if e == "pyarrow"
+                                                               else ["--read", e, pattern])]
+            for e in ["pyarrow", *engines]}
+    for cmd in cmds.values():
+        _timed(cmd)  # page cache warm, imports compiled: not counted
+    out: dict[str, list[float]] = {e: [] for e in cmds}
+    for _ in range(rounds):
+        for e, cmd in cmds.items():
+            out[e].append(_timed(cmd))
+    med = {k: statistics.median(v) for k, v in out.items()}
+    return {"seconds": out, "median_s": med, "mb_per_s": {k: nbytes / v / 1e6 for k, v in med.items()},
+            "rate_vs_pyarrow": {k: med["pyarrow"] / v for k, v in med.items()},
+            "commands": {k: " ".join(v[1:]) for k, v in cmds.items()}}
 
 
 def data(name: str, root: str) -> tuple[str, int]:
@@ -87,6 +122,10 @@ def main(argv: list[str] | None = None) -> None:
     """Run the rounds per set (or, with ``--pyarrow``, the pyarrow read) and write the results."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--pyarrow", metavar="GLOB", help="(internal) read GLOB with pyarrow and exit")
+    p.add_argument("--read", nargs=2, metavar=("ENGINE", "GLOB"), help="(internal) read GLOB with "
+                   "polars or duckdb and exit")
+    p.add_argument("--parsers", default="", help="instead of the scan: pyarrow against these "
+                   "readers, comma-separated (polars, duckdb; pip install them first)")
     p.add_argument("--sets", default="big,small", help="comma-separated: big, small")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--memory-limit", default="4GB")
@@ -97,6 +136,9 @@ def main(argv: list[str] | None = None) -> None:
     if a.pyarrow:
         print(pyarrow_read(a.pyarrow))
         return
+    if a.read:
+        print(other_read(*a.read))
+        return
     from common import code_state, write_results
 
     res: dict[str, Any] = {"what": "daskfeed scan (statistics and parse cache) vs pyarrow read_csv, "
@@ -106,6 +148,15 @@ def main(argv: list[str] | None = None) -> None:
     lines = []
     for name in a.sets.split(","):
         pattern, nbytes = data(name, a.data_root)
+        if a.parsers:
+            r = parsers(pattern, nbytes, a.rounds, a.parsers.split(","))
+            res["what"] = "CSV readers alone, whole processes from the shell, in turn"
+            res["sets"][name] = {**r, "bytes": nbytes}
+            lines.append(f"{name:6s} {nbytes / 1e9:.2f} GB  " + "  ".join(
+                f"{e} {r['median_s'][e]:.2f} s ({r['rate_vs_pyarrow'][e]:.2f}x pyarrow's rate)"
+                for e in r["median_s"]))
+            print(lines[-1], flush=True)
+            continue
         r = measure(pattern, nbytes, a.rounds, os.path.join(a.data_root, "scan-rate-cache"),
                     a.memory_limit)
         r["bytes"] = nbytes
