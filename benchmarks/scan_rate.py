@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import shutil
 import statistics
@@ -61,6 +62,34 @@ def other_read(engine: str, pattern: str) -> int:
     rel = duckdb.sql(f"SELECT * FROM read_csv('{pattern}')")
     assert rel is not None
     return rel.to_arrow_table().num_rows
+
+
+def one_thread(path: str, rounds: int) -> dict[str, float]:
+    """The parse of the first 64 MiB of ``path`` by pyarrow and by polars on one thread: MB/s.
+
+    What a scan task's parse would run at (a worker parses on one thread); run in turn, in a
+    process of its own (polars fixes its threads when it is imported: ``POLARS_MAX_THREADS=1``).
+    """
+    import io
+
+    import polars as pl
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    with open(path, "rb") as f:
+        body = f.read(64 << 20)
+    body = body[: body.rfind(b"\n") + 1]
+    pa.set_cpu_count(1)
+    read = {"pyarrow": lambda: pacsv.read_csv(io.BytesIO(body), read_options=pacsv.ReadOptions(
+                use_threads=False, block_size=1 << 26)),
+            "polars": lambda: pl.read_csv(io.BytesIO(body))}  # (one thread: POLARS_MAX_THREADS=1)
+    seconds: dict[str, list[float]] = {k: [] for k in read}
+    for _ in range(rounds):
+        for k, parse in read.items():
+            t = time.perf_counter()
+            parse()
+            seconds[k].append(time.perf_counter() - t)
+    return {k: len(body) / statistics.median(v) / 1e6 for k, v in seconds.items()}
 
 
 def parsers(pattern: str, nbytes: int, rounds: int, engines: list[str]) -> dict[str, Any]:
@@ -124,6 +153,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--pyarrow", metavar="GLOB", help="(internal) read GLOB with pyarrow and exit")
     p.add_argument("--read", nargs=2, metavar=("ENGINE", "GLOB"), help="(internal) read GLOB with "
                    "polars or duckdb and exit")
+    p.add_argument("--one-thread", metavar="FILE", help="(internal) pyarrow and polars on one "
+                   "thread, one 64 MiB block of FILE; JSON of MB/s")
     p.add_argument("--parsers", default="", help="instead of the scan: pyarrow against these "
                    "readers, comma-separated (polars, duckdb; pip install them first)")
     p.add_argument("--sets", default="big,small", help="comma-separated: big, small")
@@ -138,6 +169,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if a.read:
         print(other_read(*a.read))
+        return
+    if a.one_thread:
+        print(json.dumps(one_thread(a.one_thread, max(5, a.rounds))))
         return
     from common import code_state, write_results
 
@@ -155,7 +189,15 @@ def main(argv: list[str] | None = None) -> None:
             lines.append(f"{name:6s} {nbytes / 1e9:.2f} GB  " + "  ".join(
                 f"{e} {r['median_s'][e]:.2f} s ({r['rate_vs_pyarrow'][e]:.2f}x pyarrow's rate)"
                 for e in r["median_s"]))
-            print(lines[-1], flush=True)
+            if "polars" in r["median_s"] and name == "big":
+                mbs = r["one_thread_mb_per_s"] = json.loads(subprocess.run(
+                    [sys.executable, os.path.abspath(__file__), "--one-thread",
+                     sorted(glob.glob(pattern, recursive=True))[0]], check=True, capture_output=True,
+                    text=True, env={**os.environ, "POLARS_MAX_THREADS": "1"}).stdout)
+                lines.append(f"       one thread, a 64 MiB block: pyarrow {mbs['pyarrow']:.0f} MB/s, "
+                             f"polars {mbs['polars']:.0f} MB/s ({mbs['polars'] / mbs['pyarrow']:.2f}x)")
+            print("\n".join(lines[-2:] if name == "big" and "polars" in r["median_s"] else lines[-1:]),
+                  flush=True)
             continue
         r = measure(pattern, nbytes, a.rounds, os.path.join(a.data_root, "scan-rate-cache"),
                     a.memory_limit)
