@@ -472,8 +472,7 @@ def _read_rows(path: str, first: int, count: int, per: int, columns: list[str] |
 
 def block_tables(index: int, block: Block, options: ReadOptions, cache: BlockCache | None,
                  rejects: list[str] | None = None, *, use_cache: bool = True,
-                 writer: PartWriters | None = None, columns: list[str] | None = None,
-                 readers: Readers | None = None) -> Iterator[pa.Table]:
+                 columns: list[str] | None = None, readers: Readers | None = None) -> Iterator[pa.Table]:
     """Arrow tables of block ``index`` in file order: from the cache, else parsed (and then cached).
 
     Parameters
@@ -486,9 +485,6 @@ def block_tables(index: int, block: Block, options: ReadOptions, cache: BlockCac
         See :func:`daskfeed.reading._tables.iter_tables`.
     use_cache
         False: parse even when the block is cached.
-    writer
-        The scan task's writer (committed by the caller); without one, a block parsed here is
-        cached on its own.
     columns, readers
         See :meth:`BlockCache.tables` (tables parsed from CSV have every column).
 
@@ -504,23 +500,19 @@ def block_tables(index: int, block: Block, options: ReadOptions, cache: BlockCac
             for piece, table in enumerate(cached):
                 yield unscatter(block_id, table, piece)
             return
-    own = writer is None and cache is not None
-    if own:
-        assert cache is not None
-        writer = cache.writer(index)
+    if cache is None:
+        yield from iter_tables(block, options, rejects)
+        return
+    writer = cache.writer(index)  # a block parsed here is cached on its own
     try:
-        if writer is not None:
-            writer.begin(index)
+        writer.begin(index)
         for table in iter_tables(block, options, rejects):
-            if writer is not None:
-                writer.add(index, table)
+            writer.add(index, table)
             yield table
     except BaseException:
-        if own and writer is not None:
-            writer.abort()
+        writer.abort()
         raise
-    if own and writer is not None:
-        writer.commit()
+    writer.commit()
 
 
 def stored_table(index: int, block: Block, options: ReadOptions, cache: BlockCache | None,

@@ -13,9 +13,10 @@ from daskfeed.core import attach
 if TYPE_CHECKING:
     from daskfeed.scanning._scan import scan, scan_source
     from daskfeed.scanning._store import ScanStore
+    from daskfeed.scanning._watchdog import ProgressCallback
 
-__all__ = ["ScanStore", "scan", "scan_source"]
+__all__ = ["ProgressCallback", "ScanStore", "scan", "scan_source"]
 
 __getattr__, __dir__ = attach(__name__, {
-    "scan": "_scan", "scan_source": "_scan", "ScanStore": "_store",
+    "scan": "_scan", "scan_source": "_scan", "ScanStore": "_store", "ProgressCallback": "_watchdog",
 })

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 from distributed import get_worker
 
-from daskfeed.cache import BlockCache, block_tables, compact
+from daskfeed.cache import BlockCache, compact
 from daskfeed.core import DataError
-from daskfeed.reading import Block, ReadOptions, SharedParse, SmallFiles, Source
+from daskfeed.reading import Block, ReadOptions, SharedParse, SmallFiles, Source, iter_tables
 from daskfeed.scanning._schema import BlockFacts, where
 from daskfeed.scanning._stats import StatsAccumulator, merge_facts, parts_facts, table_facts
 
@@ -192,7 +192,7 @@ def _scan_block(index: int, block: Block, options: ReadOptions, label: str, writ
     report(topic, task, index)  # a read that hangs here is named by the watchdog
     if writer is not None:
         writer.begin(index)  # cached even if it has no rows
-    for table in block_tables(index, block, options, None, rejects, use_cache=False):
+    for table in iter_tables(block, options, rejects):
         coded = None
         if writer is not None:  # the cache's form, made once: the statistics count text by its codes
             coded = compact(table)

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from keras import Model
 
     from daskfeed.adapters import DaskSequence
+    from daskfeed.scanning import ProgressCallback
 
 __all__ = ["TrainResult", "train"]
 
@@ -149,9 +150,6 @@ def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
         loading.join()  # an error said before keras loaded: stderr is the process's own again
 
 
-Progress = Callable[[int, int, int, float, bool], None]  # a scan's progress callback
-
-
 class _KerasLoad:
     """Import keras (and TensorFlow, JAX or PyTorch) in a thread once the scan's tasks run.
 
@@ -170,7 +168,7 @@ class _KerasLoad:
     def __init__(self) -> None:
         self.thread: threading.Thread | None = None
 
-    def once_scanning(self, progress: Progress) -> Progress:
+    def once_scanning(self, progress: ProgressCallback) -> ProgressCallback:
         """``progress`` (a scan's callback), starting the thread at its first call."""
 
         def report(rows: int, done: int, total: int, seconds: float, finished: bool) -> None:
