@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +16,14 @@ import pyarrow.compute as pc
 
 from daskfeed.manifest import ENCODE_BYTES, epoch_seconds
 from daskfeed.reading import count_by_part, na_counts, naive_times
+from daskfeed.scanning._counts import (
+    MAX_LABEL_VALUES,
+    coded_counts,
+    distinct_estimate,
+    kmv,
+    label_counts,
+    merge_kmv,
+)
 from daskfeed.scanning._schema import (
     NUMERIC_KINDS,
     BlockFacts,
@@ -31,10 +38,8 @@ from daskfeed.scanning._schema import (
 )
 
 __all__ = [
-    "KMV_SIZE",
     "StatsAccumulator",
     "class_counts",
-    "distinct_estimate",
     "finish_stats",
     "label_task",
     "merge_facts",
@@ -47,9 +52,6 @@ __all__ = [
 
 # distinct string values tracked exactly per column before counts become approximate
 MAX_TRACKED = 50_000
-# distinct label values tracked; above this an integer label is treated as regression
-MAX_LABEL_VALUES = 1000
-KMV_SIZE = 2048  # smallest value hashes kept per text column: distinct counts within ~2 %
 
 _NO_VALUES = {"mean": 0.0, "m2": 0.0, "min": math.inf, "max": -math.inf}
 
@@ -64,44 +66,6 @@ def _moments(v: np.ndarray, bounds: bool = True) -> dict[str, float]:
     if bounds:
         out.update(min=float(v.min()), max=float(v.max()))
     return out
-
-
-def _kmv(values: list[Any]) -> list[int]:
-    """The ``KMV_SIZE`` smallest 64-bit hashes of distinct ``values`` (a mergeable sketch).
-
-    pandas' vectorized hash (4x faster than a Python-level hash per value on 100k distinct
-    values), imported here: a worker loads pandas only when a block has a text column.
-    """
-    if not len(values):
-        return []
-    import pandas as pd
-
-    hashes = pd.util.hash_array(np.asarray([str(v) for v in values], dtype=object), categorize=False)
-    if len(hashes) > KMV_SIZE:
-        hashes = np.partition(hashes, KMV_SIZE)[:KMV_SIZE]
-    return sorted(int(h) for h in hashes)
-
-
-def _merge_kmv(a: list[int], b: list[int]) -> list[int]:
-    return sorted(set(a) | set(b))[:KMV_SIZE]
-
-
-def distinct_estimate(kmv: list[int]) -> int:
-    """Distinct values from a k-minimum-values sketch (exact below ``KMV_SIZE`` values).
-
-    Parameters
-    ----------
-    kmv
-        The sketch: the smallest distinct 64-bit hashes, sorted.
-
-    Returns
-    -------
-    int
-        The number of distinct values (estimated at ``KMV_SIZE`` hashes and more).
-    """
-    if len(kmv) < KMV_SIZE:
-        return len(kmv)
-    return round((KMV_SIZE - 1) / (kmv[-1] / 2.0**64))
 
 
 def table_facts(table: pa.Table, label: str) -> BlockFacts:
@@ -261,24 +225,8 @@ def _numeric_stats(col: pa.ChunkedArray, kind: str, is_label: bool, st: ColumnSt
         bounds = pc.min_max(col)
         st["min"], st["max"] = bounds["min"].as_py(), bounds["max"].as_py()
     if is_label:
-        st["values"] = _label_counts(col)
+        st["values"] = label_counts(col)
     return len(col) - len(v)
-
-
-def _label_counts(col: pa.ChunkedArray) -> dict[str, int]:
-    """The label's values (as floats) and their counts: the ``MAX_LABEL_VALUES + 1`` most frequent.
-
-    Counted by a hash of the column's own values (not a sort of them all); values equal as
-    floats are one value, ties in count go to the smaller value.
-    """
-    vc = pc.value_counts(pc.drop_null(col))
-    values = vc.field("values").cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
-    counts = vc.field("counts").to_numpy(zero_copy_only=False)
-    keep = ~np.isnan(values)
-    uniq, where_ = np.unique(values[keep], return_inverse=True)
-    summed = np.bincount(where_, weights=counts[keep], minlength=len(uniq)).astype(np.int64)
-    top = np.argsort(-summed, kind="stable")[: MAX_LABEL_VALUES + 1]
-    return {repr(float(uniq[i])): int(summed[i]) for i in top}
 
 
 def _text_stats(col: pa.ChunkedArray, st: ColumnStats, coded: pa.ChunkedArray | None = None) -> int:
@@ -289,7 +237,7 @@ def _text_stats(col: pa.ChunkedArray, st: ColumnStats, coded: pa.ChunkedArray | 
     """
     missing = col.null_count
     if coded is not None and pa.types.is_dictionary(coded.type):
-        values, counts = _coded_counts(coded)
+        values, counts = coded_counts(coded)
     else:
         vc = pc.value_counts(pc.drop_null(col))
         values, counts = vc.field("values").to_pylist(), vc.field("counts").to_numpy()
@@ -298,30 +246,11 @@ def _text_stats(col: pa.ChunkedArray, st: ColumnStats, coded: pa.ChunkedArray | 
     st["values"] = {str(values[i]): int(counts[i]) for i in order[:MAX_TRACKED]}
     # how many rows any value may have beyond its count kept (0: every count exact)
     st["bound"] = int(counts[order[MAX_TRACKED]]) if len(values) > MAX_TRACKED else 0
-    st["kmv"] = _kmv(values)
+    st["kmv"] = kmv(values)
     if markers_only(col) is not None:  # missing if numeric, text if text
         st["markers"] = len(col) - missing
         missing = len(col)
     return missing
-
-
-def _coded_counts(coded: pa.ChunkedArray) -> tuple[list[Any], np.ndarray]:
-    """The values of a dictionary-encoded column and their counts, in order of first appearance.
-
-    (As ``pyarrow.compute.value_counts`` of the text gives them: a chunk's dictionary lists its
-    values in that order; values no row of a chunk uses are left out.)
-    """
-    found: dict[Any, int] = {}
-    for chunk in coded.chunks:
-        codes = chunk.indices
-        if chunk.null_count:
-            codes = pc.drop_null(codes)
-        counts = np.bincount(codes.to_numpy(zero_copy_only=False), minlength=len(chunk.dictionary))
-        used = np.flatnonzero(counts)
-        for value, n in zip(chunk.dictionary.take(pa.array(used)).to_pylist(), counts[used].tolist(),
-                            strict=True):
-            found[value] = found.get(value, 0) + n
-    return list(found), np.fromiter(found.values(), dtype=np.int64, count=len(found))
 
 
 def table_stats(table: pa.Table, label: str, coded: pa.Table | None = None) -> Stats:
@@ -497,7 +426,7 @@ def _merge_text(cur: ColumnStats, st: ColumnStats) -> ColumnStats:
         merged = dict(ranked[:MAX_TRACKED])
     return {"count": cur.get("count", 0) + st.get("count", 0), "values": merged,
             "approximate": approx, "markers": cur.get("markers", 0) + st.get("markers", 0),
-            "kmv": _merge_kmv(cur.get("kmv", []), st.get("kmv", [])), "bound": bound}
+            "kmv": merge_kmv(cur.get("kmv", []), st.get("kmv", [])), "bound": bound}
 
 
 def merge_stats(*parts: Stats) -> Stats:
