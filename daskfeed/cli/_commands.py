@@ -272,19 +272,20 @@ def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> No
     Takes train's data options: the same --blocksize, --encoding, --bad-lines and
     --memory-limit give the same blocks, so a later train reuses the parse cache.
     """
-    from daskfeed.reading import Source, refuse_missing_local
+    from daskfeed.reading import Listing, Source, refuse_missing_local
     from daskfeed.scanning import scan as run_scan  # pandas, pyarrow: only when it runs
 
     scheduler, security = scheduler_and_security(kw)
     cache = cache_choice(kw)
     refuse_missing_local(list(data))  # before a cluster starts
+    listing = Listing(list(data), kw["storage_options"])  # while the cluster starts
     client, budget = _start_cluster(kw.pop("memory_limit"), nworkers=kw.pop("nworkers"),
                                     nthreads=kw.pop("nthreads"), scheduler=scheduler,
                                     security=security, dashboard_address=kw.pop("dashboard_address"))
     try:
         from daskfeed.cache import CacheChoice
 
-        source = Source(list(data), blocksize=config.resolve_blocksize(kw.pop("blocksize"),
+        source = Source(listing, blocksize=config.resolve_blocksize(kw.pop("blocksize"),
                                                                        budget.blocksize),
                         encoding=kw.pop("encoding"), bad_lines=kw.pop("bad_lines"),
                         sep=kw.pop("sep"), na_values=kw.pop("na_values"), dtype=kw.pop("dtype"),

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         relist,
         stat_file,
     )
+    from daskfeed.reading._listing import Listing
     from daskfeed.reading._nulls import NA_MARKERS, count_by_part, na_counts, naive_times
     from daskfeed.reading._parts import Part, file_key
     from daskfeed.reading._records import line_number
@@ -28,9 +29,9 @@ if TYPE_CHECKING:
     from daskfeed.reading._streams import open_file
     from daskfeed.reading._tables import ReadOptions, iter_tables, record_range
 
-__all__ = ["ISO_DATE", "NA_MARKERS", "SPACES", "Block", "FileInfo", "Part", "ReadOptions", "SharedParse",
-           "SmallFiles", "Source", "SplitError", "compression_of", "count_by_part", "expand_paths",
-           "file_key", "is_parquet", "iso_seconds", "iter_tables", "line_number", "na_counts",
+__all__ = ["ISO_DATE", "NA_MARKERS", "SPACES", "Block", "FileInfo", "Listing", "Part", "ReadOptions",
+           "SharedParse", "SmallFiles", "Source", "SplitError", "compression_of", "count_by_part",
+           "expand_paths", "file_key", "is_parquet", "iso_seconds", "iter_tables", "line_number", "na_counts",
            "naive_times", "open_file", "protocol", "read_options", "record_range", "refuse_missing_local",
            "relist", "stat_file"]
 
@@ -39,6 +40,7 @@ __getattr__, __dir__ = attach(__name__, {
     "Block": "_files", "FileInfo": "_files", "compression_of": "_files", "expand_paths": "_files",
     "is_parquet": "_files", "protocol": "_files", "refuse_missing_local": "_files",
     "relist": "_files", "stat_file": "_files",
+    "Listing": "_listing",
     "Part": "_parts", "file_key": "_parts",
     "NA_MARKERS": "_nulls", "count_by_part": "_nulls", "na_counts": "_nulls", "naive_times": "_nulls",
     "line_number": "_records",

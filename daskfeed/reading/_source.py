@@ -13,7 +13,7 @@ import os
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 from daskfeed.core import DataNotFoundError, SettingError, config, warn_user
 from daskfeed.reading._files import (
@@ -28,6 +28,7 @@ from daskfeed.reading._files import (
     protocol,
     reason,
 )
+from daskfeed.reading._listing import Listing, PathsLike
 from daskfeed.reading._parts import Part, file_key, make_parts
 from daskfeed.reading._records import line_number, parse_header, unclosed_quote
 from daskfeed.reading._splits import block_transitions, chain, ends_inside, record_start
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Source", "read_options"]
 
-PathsLike = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
-
 
 class Source:
     """A lazy handle over the data: files + read options, or a dask DataFrame.
@@ -49,7 +48,8 @@ class Source:
     Parameters
     ----------
     data
-        A path, a glob (``**`` too), a directory, an fsspec URL, a list of those, or a
+        A path, a glob (``**`` too), a directory, an fsspec URL, a list of those, a
+        :class:`~daskfeed.reading._listing.Listing` of those (listed meanwhile), or a
         ``dask.dataframe.DataFrame``.
     blocksize
         Bytes of CSV per block (default ``daskfeed.blocksize``).
@@ -75,7 +75,7 @@ class Source:
 
     def __init__(
         self,
-        data: PathsLike | dd.DataFrame,
+        data: PathsLike | Listing | dd.DataFrame,
         *,
         blocksize: int | str | None = None,
         sep: str | None = None,
@@ -104,10 +104,13 @@ class Source:
                 Block(f"partition {i}", 0, -1, i) for i in range(data.npartitions)
             ]
         else:
-            items = [data] if isinstance(data, (str, os.PathLike)) else list(data)
+            listing = data if isinstance(data, Listing) else None
+            paths: PathsLike = listing.data if listing is not None else cast("PathsLike", data)
+            items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
             self.given = [os.path.abspath(os.fspath(d)) if protocol(os.fspath(d)) == "file"
                           else os.fspath(d) for d in items]
-            self.files = expand_paths(data, dict(self.options.storage_options))
+            so = dict(self.options.storage_options)
+            self.files = listing.files(so) if listing is not None else expand_paths(paths, so)
             if self.options.sep_by_suffix:  # no separator chosen: a tab for .tsv, else a comma
                 self.options = replace(self.options, sep=_sep_of(self.files), sep_by_suffix=False)
                 _decimal(self.options.decimal, self.options.sep)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from daskfeed.checkpoint import Checkpoint, CheckpointStore
     from daskfeed.cluster import Budget
     from daskfeed.core import Stop
+    from daskfeed.reading import Listing
     from daskfeed.training._options import DataSpec, TrainOptions
     from daskfeed.training._ranks import Rank
 
@@ -46,6 +47,7 @@ class Run:
     link: str | None
     spans: EpochSpans = field(default_factory=EpochSpans)  # one per run: both sequences' epochs
     closing: list[Any] = field(default_factory=list)  # sequences, the shared scan's lock
+    listing: Listing | None = None  # the training files, listed while the cluster started
 
     def __post_init__(self) -> None:
         self.progress = scan_bar(self.echo)  # one progress bar for the run's scans

@@ -37,7 +37,7 @@ from daskfeed.manifest import (
     read_reusable,
     refuse_single_class,
 )
-from daskfeed.reading import Source, refuse_missing_local
+from daskfeed.reading import Listing, Source, refuse_missing_local
 from daskfeed.training._options import DataSpec, TrainOptions
 from daskfeed.training._outputs import require_tensorboard
 from daskfeed.training._ranks import (
@@ -130,9 +130,11 @@ def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
     t_run = time.perf_counter()
     choose_backend()  # a backend daskfeed does not run on is refused at once
     ranks, out, store, ckpt = _prepare(data, validation, opts, echo)
+    # the files listed while the cluster starts (resuming: the run's own files, see resume_data)
+    listing = Listing(data, opts.data.storage_options) if ckpt is None else None
     client, budget, link = _connect(opts, echo)
     run = Run(data, label, validation, opts, echo, stop, ranks, out, store, ckpt, client, budget,
-              link)
+              link, listing=listing)
     loading = _KerasLoad()
     run.progress = loading.once_scanning(run.progress)
     try:
@@ -370,7 +372,7 @@ def _train_sequence(run: Run, cached: Manifest | None) -> DaskSequence:
 
     def prepare(manifest: Manifest | None) -> Prepared:
         with scan_span(run.client, name="train"):
-            return Prepared(run.data, settings, client=run.client, manifest=manifest,
+            return Prepared(run.listing or run.data, settings, client=run.client, manifest=manifest,
                             scan_progress=run.progress)
 
     if cached is None:

@@ -1,0 +1,81 @@
+"""Listing: the files of some paths and globs, listed in a thread while the cluster starts.
+
+Listing 20,000 files takes the trainer about 0.4 s (a stat per file, its blocks, its entry),
+and starting a local cluster about a second of waiting on its worker processes: begun before
+the cluster, the listing is done by the time the :class:`~daskfeed.reading._source.Source` needs
+it. A :class:`Listing` is handed to ``Source`` in place of the paths; what it lists is what
+:func:`~daskfeed.reading._files.expand_paths` lists, a second earlier.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from daskfeed.reading._files import FileInfo, expand_paths
+
+__all__ = ["Listing"]
+
+PathsLike = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+
+
+class Listing:
+    """The files of ``data``, listed in a thread of their own from now on.
+
+    Parameters
+    ----------
+    data
+        A path, a glob (``**`` too), a directory, an fsspec URL or a list of those, as
+        :class:`~daskfeed.reading._source.Source` takes them.
+    storage_options
+        Passed to fsspec; the ``Source`` it is handed to must read with the same ones.
+
+    Examples
+    --------
+    >>> listing = Listing("logs/**/*.csv")  # doctest: +SKIP
+    >>> client = Client(LocalCluster())  # doctest: +SKIP
+    >>> source = Source(listing)  # the files, listed meanwhile  # doctest: +SKIP
+    """
+
+    def __init__(self, data: PathsLike, storage_options: dict[str, Any] | None = None) -> None:
+        self.data = data
+        self.storage_options = dict(storage_options or {})
+        self._done = threading.Event()
+        self._files: list[FileInfo] = []
+        self._error: BaseException | None = None
+        threading.Thread(target=self._list, daemon=True, name="daskfeed-listing").start()
+
+    def _list(self) -> None:
+        try:
+            self._files = expand_paths(self.data, self.storage_options)
+        except BaseException as err:  # raised where the files are asked for
+            self._error = err
+        finally:
+            self._done.set()
+
+    def files(self, storage_options: dict[str, Any]) -> list[FileInfo]:
+        """The files listed (waits for the listing to end).
+
+        Parameters
+        ----------
+        storage_options
+            Those the caller reads with: the listing's own, or it lists again with them.
+
+        Returns
+        -------
+        list of FileInfo
+            As :func:`~daskfeed.reading._files.expand_paths` returns them.
+
+        Raises
+        ------
+        DataNotFoundError
+            As ``expand_paths`` raises it (a pattern matching nothing, storage refusing).
+        """
+        if dict(storage_options) != self.storage_options:  # listed for other credentials
+            return expand_paths(self.data, storage_options)
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._files

@@ -1,0 +1,49 @@
+"""A Listing: the files listed in a thread (while a cluster starts), handed to Source."""
+
+from __future__ import annotations
+
+import pytest
+
+from daskfeed.core import DataNotFoundError
+from daskfeed.reading import Listing, Source
+
+
+def _write(root, n):
+    for i in range(n):
+        d = root / f"day={i % 3}"
+        d.mkdir(exist_ok=True)
+        (d / f"part-{i:03d}.csv").write_text("a,b\n" + "".join(f"{i},{j}\n" for j in range(i + 1)))
+
+
+def test_a_source_of_a_listing_is_the_source_of_its_paths(tmp_path):
+    _write(tmp_path, 30)
+    pattern = str(tmp_path / "**" / "*.csv")
+    listed, direct = Source(Listing(pattern), blocksize=64), Source(pattern, blocksize=64)
+    assert len(direct.files) == 30
+    assert listed.files == direct.files
+    assert listed.given == direct.given
+    assert listed.blocks == direct.blocks
+    assert listed.fingerprint() == direct.fingerprint()
+
+
+def test_the_files_are_those_listed_when_the_listing_began(tmp_path):
+    _write(tmp_path, 4)
+    listing = Listing([str(tmp_path / "day=0"), str(tmp_path / "day=1")])
+    assert len(listing.files({})) == 3  # waits for the thread: the listing is done
+    (tmp_path / "day=0" / "late.csv").write_text("a,b\n1,2\n")
+    assert [f.path for f in Source(listing).files] == [f.path for f in listing.files({})]
+    assert len(Source(listing.data).files) == 4  # listed again: the new file
+
+
+def test_a_listing_error_is_raised_where_the_source_is_made(tmp_path):
+    listing = Listing(str(tmp_path / "nothing" / "*.csv"))  # the thread fails, says nothing
+    with pytest.raises(DataNotFoundError, match="nothing"):
+        Source(listing)
+
+
+def test_a_source_with_other_storage_options_lists_again(tmp_path):
+    _write(tmp_path, 3)
+    listing = Listing(str(tmp_path / "**" / "*.csv"), {"anon": True})
+    source = Source(listing)  # read without them: the local files, listed again
+    assert len(source.files) == 3
+    assert listing.storage_options == {"anon": True}
