@@ -24,6 +24,7 @@ from daskfeed.scanning._counts import (
     label_counts,
     merge_kmv,
 )
+from daskfeed.scanning._refusals import is_number
 from daskfeed.scanning._schema import (
     NUMERIC_KINDS,
     BlockFacts,
@@ -31,7 +32,6 @@ from daskfeed.scanning._schema import (
     Stats,
     add_counts,
     arrow_kind,
-    is_number,
     markers_only,
     merge_kind,
     type_kind,

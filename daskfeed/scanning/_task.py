@@ -16,7 +16,8 @@ from distributed import get_worker
 from daskfeed.cache import BlockCache, compact
 from daskfeed.core import DataError
 from daskfeed.reading import Block, ReadOptions, SharedParse, SmallFiles, Source, iter_tables
-from daskfeed.scanning._schema import BlockFacts, where
+from daskfeed.scanning._refusals import where
+from daskfeed.scanning._schema import BlockFacts
 from daskfeed.scanning._stats import StatsAccumulator, merge_facts, parts_facts, table_facts
 
 __all__ = ["MAX_REJECTS_KEPT", "MAX_REJECT_CHARS", "quarantined", "report", "scan_blocks", "scan_pieces"]

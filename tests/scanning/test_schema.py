@@ -17,19 +17,18 @@ from daskfeed.core import SchemaError
 from daskfeed.manifest import EXACT_FLOAT32, Column
 from daskfeed.reading import NA_MARKERS, Source
 from daskfeed.scanning._notes import wide_notes
+from daskfeed.scanning._refusals import is_number, where
 from daskfeed.scanning._schema import (
     add_counts,
     arrow_kind,
     check_headers,
     check_label,
-    is_number,
     markers_of,
     markers_only,
     merge_kind,
     resolve_column,
     resolve_columns,
     type_kind,
-    where,
 )
 
 KINDS = ["null", "markers", "int", "float", "string", "datetime", "mixed"]
