@@ -29,29 +29,31 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import json
 import os
-import threading
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.ipc as ipc
 
+from daskfeed.cache._arrow import (
+    Files,
+    Readers,
+    forget_block,
+    forget_entry,
+    marker_index,
+    one_table,
+    read_rows,
+    whole_file,
+)
 from daskfeed.cache._evict import lease_name
 from daskfeed.cache._scatter import scatter, unscatter
-from daskfeed.cache._writer import CACHE_VERSION, PartWriters, RowRange
+from daskfeed.cache._writer import PartWriters
 from daskfeed.reading import Block, ReadOptions, iter_tables
 
-__all__ = ["BlockCache", "block_tables", "default_root", "forget_entry", "part_salt",
-           "stored_table"]
+__all__ = ["BlockCache", "block_tables", "default_root", "part_salt", "stored_table"]
 
-# open Arrow files, by path, and the columns to pick from what each reads (see _open)
-Readers = dict[str, tuple[ipc.RecordBatchFileReader, list[str] | None]]
-Files = dict[str, pa.Table]  # whole Arrow files read, by path
 
 def default_root() -> str:
     """The cache root when none is given: ``$XDG_CACHE_HOME/daskfeed`` (``~/.cache/daskfeed``).
@@ -130,9 +132,9 @@ class BlockCache:
             (completely) cached.
         """
         directory, local, _ = self.place(index)
-        found = _index(directory, refresh=False).get(local)
+        found = marker_index(directory, refresh=False).get(local)
         if found is None:
-            found = _index(directory, refresh=True).get(local)
+            found = marker_index(directory, refresh=True).get(local)
         if found is None:
             return None
         return [(os.path.join(directory, name), first, count, per) for name, first, count, per in found]
@@ -175,9 +177,9 @@ class BlockCache:
         if ranges is None:
             return None
         try:
-            parts = [_whole_file(path, columns, files).slice(first, count)
+            parts = [whole_file(path, columns, files).slice(first, count)
                      for path, first, count, _ in ranges]
-            return _one(parts)
+            return one_table(parts)
         except (OSError, ValueError, IndexError, KeyError, pa.ArrowException) as err:
             self._unreadable(index, err)
             return None
@@ -205,7 +207,7 @@ class BlockCache:
         if len(ranges) == 1:
             path, first, count, _ = ranges[0]
             try:
-                return path, _whole_file(path, columns, files), first, count
+                return path, whole_file(path, columns, files), first, count
             except (OSError, ValueError, IndexError, KeyError, pa.ArrowException) as err:
                 self._unreadable(index, err)
                 return None
@@ -217,7 +219,7 @@ class BlockCache:
         directory, local, _ = self.place(index)
         warnings.warn(f"daskfeed: cached block {index} in {directory} is unreadable "
                       f"({type(err).__name__}: {err}); parsing it from the CSV again.", stacklevel=3)
-        _forget(directory, local)
+        forget_block(directory, local)
 
     def tables(self, index: int, columns: list[str] | None = None,
                readers: Readers | None = None) -> list[pa.Table] | None:
@@ -242,7 +244,7 @@ class BlockCache:
             return None
         readers = {} if readers is None else readers
         try:
-            return [_read_rows(path, first, count, per, columns, readers)
+            return [read_rows(path, first, count, per, columns, readers)
                     for path, first, count, per in ranges]
         except (OSError, ValueError, IndexError, KeyError, pa.ArrowException) as err:  # damaged: reparse
             self._unreadable(index, err)
@@ -311,7 +313,7 @@ class BlockCache:
         int
             The blocks complete in the cache.
         """
-        return sum(len(_index(d, refresh=True)) for d in self.directories())
+        return sum(len(marker_index(d, refresh=True)) for d in self.directories())
 
 
 def _forget_part(cache: BlockCache, index: int) -> None:
@@ -337,137 +339,6 @@ def _release(root: str | None, parts: tuple[str, ...], tag: str) -> None:
 def part_salt(key: str) -> int:
     """A part's share of its blocks' ids: its key's first 48 bits, above the block numbers."""
     return int(key[:12], 16) << 32
-
-
-def _one(tables: list[pa.Table]) -> pa.Table:
-    """A block's tables as one (files may type a column differently: int32 and int64...)."""
-    if len(tables) == 1:
-        return tables[0]
-    try:
-        return pa.concat_tables(tables, promote_options="permissive").unify_dictionaries()
-    except (pa.ArrowInvalid, pa.ArrowTypeError):  # e.g. numbers in one piece, text in another
-        return _as_text(tables)
-
-
-def _as_text(tables: list[pa.Table]) -> pa.Table:
-    """Tables whose column types cannot be promoted, with those columns as text."""
-    names = tables[0].column_names
-    clash = {n for n in names if len({t.schema.field(n).type for t in tables if n in t.column_names}) > 1}
-    out = []
-    for t in tables:
-        cols = [pc.cast(t.column(n).cast(t.column(n).type.value_type)
-                                if pa.types.is_dictionary(t.column(n).type) else t.column(n),
-                                pa.string()) if n in clash else t.column(n) for n in t.column_names]
-        out.append(pa.Table.from_arrays(cols, names=t.column_names))
-    return pa.concat_tables(out, promote_options="permissive").unify_dictionaries()
-
-
-# Per worker process: cache path -> (markers already read, block -> row ranges). Markers are
-# written once and never change, so only new ones are read when a block is not found.
-_INDEXES: dict[str, tuple[set[str], dict[int, list[RowRange]]]] = {}
-_INDEX_LOCK = threading.Lock()
-
-
-def _index(path: str, refresh: bool) -> dict[int, list[RowRange]]:
-    with _INDEX_LOCK:
-        seen, blocks = _INDEXES.setdefault(path, (set(), {}))
-        if not refresh and blocks:
-            return blocks
-        try:
-            names = sorted(n for n in os.listdir(path) if n.startswith("g") and n.endswith(".json"))
-        except OSError:
-            return blocks
-        fresh = []
-        for name in names:
-            if name in seen:
-                continue
-            try:
-                with open(os.path.join(path, name), encoding="utf-8") as f:
-                    meta = json.load(f)
-                stamp = os.stat(os.path.join(path, name)).st_mtime_ns
-            except (OSError, ValueError):
-                continue
-            seen.add(name)
-            if meta.get("version") == CACHE_VERSION:
-                fresh.append((stamp, meta))
-        for _, meta in sorted(fresh, key=lambda m: m[0]):  # a rewritten block: newest wins
-            for key, ranges in meta["parts"].items():
-                blocks[int(key)] = [(str(n), int(b), int(c), int(p)) for n, b, c, p in ranges]
-        return blocks
-
-
-def forget_entry(path: str) -> None:
-    """Drop what this process knows of the cache entry ``path`` (it is replaced or removed).
-
-    Parameters
-    ----------
-    path
-        The cache entry's directory.
-    """
-    with _INDEX_LOCK:
-        _INDEXES.pop(path, None)
-
-
-def _forget(path: str, index: int) -> None:
-    with _INDEX_LOCK:
-        if path in _INDEXES:
-            _INDEXES[path][1].pop(index, None)
-
-
-def _whole_file(path: str, columns: list[str] | None, files: Files) -> pa.Table:
-    """The Arrow file ``path`` as one table of ``columns`` (read once into ``files``)."""
-    found = files.get(path)
-    if found is None:
-        reader, pick = _open(path, columns)
-        found = reader.read_all()
-        files[path] = found if pick is None else found.select(pick)
-    return files[path]
-
-
-def _open(path: str, columns: list[str] | None) -> tuple[ipc.RecordBatchFileReader, list[str] | None]:
-    """An Arrow file, memory-mapped, and the columns still to pick from what it reads (None: none).
-
-    An uncompressed file's reader reads every column, as views of the memory map (no copy),
-    and ``columns`` are picked from that: asking the reader for some fields copies them (4.8x
-    the time on the bench's 2M rows: 28.4 against 5.9 ms for its 14 files). A compressed file's
-    reader decompresses ``columns`` only.
-    """
-    source = pa.memory_map(path)
-    reader = ipc.open_file(source)
-    if columns is None:
-        return reader, None
-    wanted = set(columns)
-    if _mapped(source, reader):
-        return reader, [f.name for f in reader.schema if f.name in wanted]
-    keep = [i for i, f in enumerate(reader.schema) if f.name in wanted]
-    return ipc.open_file(source, options=ipc.IpcReadOptions(included_fields=keep)), None
-
-
-def _mapped(source: pa.MemoryMappedFile, reader: ipc.RecordBatchFileReader) -> bool:
-    """Whether the file's record batches are views of its memory map (it is not compressed)."""
-    if not reader.num_record_batches:
-        return True
-    source.seek(0)
-    whole = source.read_buffer(source.size())  # the mapping itself (a view, not a read)
-    lo, hi = whole.address, whole.address + whole.size
-    return all(lo <= b.address and b.address + b.size <= hi
-               for col in reader.get_batch(0).columns for b in col.buffers() if b is not None and b.size)
-
-
-def _read_rows(path: str, first: int, count: int, per: int, columns: list[str] | None,
-               readers: Readers) -> pa.Table:
-    """Rows ``[first, first + count)`` of the Arrow file ``path`` (record batches of ``per`` rows)."""
-    opened = readers.get(path)
-    if opened is None:
-        opened = readers[path] = _open(path, columns)
-    reader, pick = opened
-    if count <= 0:
-        table = reader.schema.empty_table()
-    else:
-        lo, hi = first // per, (first + count - 1) // per
-        table = pa.Table.from_batches([reader.get_batch(b) for b in range(lo, hi + 1)],
-                                      schema=reader.schema).slice(first - lo * per, count)
-    return table if pick is None else table.select(pick)
 
 
 def block_tables(index: int, block: Block, options: ReadOptions, cache: BlockCache | None,
@@ -539,7 +410,7 @@ def stored_table(index: int, block: Block, options: ReadOptions, cache: BlockCac
     block_id = index if cache is None else cache.block_id(index)
     pieces = [scatter(block_id, t, k) for k, t in enumerate(
         block_tables(index, block, options, cache, use_cache=False))]
-    table = _one(pieces) if pieces else pa.table({})
+    table = one_table(pieces) if pieces else pa.table({})
     if columns is not None and table.num_columns:
         table = table.select([c for c in columns if c in table.column_names])
     return table

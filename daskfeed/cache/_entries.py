@@ -7,7 +7,8 @@ import os
 import shutil
 from dataclasses import dataclass
 
-from daskfeed.cache._blocks import default_root, forget_entry
+from daskfeed.cache._arrow import forget_entry
+from daskfeed.cache._blocks import default_root
 from daskfeed.cache._evict import REMOVING
 from daskfeed.reading import FileInfo, stat_file
 

@@ -20,7 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from daskfeed.cache._blocks import BlockCache, default_root, forget_entry
+from daskfeed.cache._arrow import forget_entry
+from daskfeed.cache._blocks import BlockCache, default_root
 from daskfeed.cache._evict import REMOVING, evict, lease, trainer_tag
 from daskfeed.cache._writer import CACHE_VERSION
 from daskfeed.core import CacheError, config, write_file
