@@ -2,58 +2,50 @@
 
 Scan tasks (a few blocks each) parse their blocks once on the workers, report progress to the
 trainer's watchdog, write the parse cache, and return small facts per block; statistics are
-merged in a tree on the cluster (:mod:`daskfeed.scanning._stats`). The trainer reconciles the kinds
-(:mod:`daskfeed.scanning._schema`) and builds the manifest.
+merged in a tree on the cluster (:mod:`daskfeed.scanning._stats`). The tasks are cut by
+:mod:`daskfeed.scanning._plan`; the trainer reconciles the kinds and builds the manifest
+(:mod:`daskfeed.scanning._build`).
 """
 
 from __future__ import annotations
 
 import os
 import time
-import uuid
 import warnings
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from dask import delayed
 from distributed import Client
 
 from daskfeed.cache import BlockCache, default_root
 from daskfeed.cluster import client_context, explain, gathered_map
-from daskfeed.core import ManifestMismatchError, SchemaError, config, warn_user
+from daskfeed.core import ManifestMismatchError, SchemaError, config
 from daskfeed.manifest import (
     Manifest,
     block_sizes,
     held_out,
     read_reusable,
-    read_settings,
     scanned_blocks,
     split_settings,
-    text_classes,
     unknown_column,
 )
 from daskfeed.reading import Part, Source, SplitError
+from daskfeed.scanning._build import build_manifest
 from daskfeed.scanning._known import Known
-from daskfeed.scanning._notes import naive_notes, vocabulary_notes, wide_notes
+from daskfeed.scanning._plan import ScanKeys, part_tasks, scan_tasks
 from daskfeed.scanning._recount import recount
 from daskfeed.scanning._schema import (
     BlockFacts,
     Stats,
-    check_headers,
-    check_label,
-    resolve_columns,
 )
 from daskfeed.scanning._stats import (
-    class_counts,
-    finish_stats,
-    label_task,
     merge_stats,
-    order_ratio,
     table_facts,
     table_stats,
 )
 from daskfeed.scanning._store import PartRecord, ScanStore
-from daskfeed.scanning._task import quarantined, scan_pieces
+from daskfeed.scanning._task import scan_pieces
 from daskfeed.scanning._watchdog import ProgressCallback, await_scan
 
 if TYPE_CHECKING:
@@ -61,12 +53,7 @@ if TYPE_CHECKING:
 
     Data = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Source | dd.DataFrame
 
-__all__ = ["ScanKeys", "build_manifest", "part_tasks", "scan", "scan_source", "scan_tasks"]
-
-T = TypeVar("T")
-
-TASK_BYTES = 32 << 20  # input bytes of a piece of a large part (see part_tasks)
-
+__all__ = ["scan", "scan_source"]
 
 
 def scan(
@@ -399,140 +386,3 @@ def _run_tasks(src: Source, label: str, client: Client, token: str,
             f.release()
     return [(n, facts, stats) for t, r in zip(tasks, results, strict=True)
             for (n, _), facts, stats in zip(t, r["facts"], r["stats"], strict=True)]
-
-
-def scan_tasks(src: Source, pieces: list[tuple[int, list[int]]],
-               nthreads: int) -> list[list[tuple[int, list[int]]]]:
-    """The pieces, in order, grouped into scan tasks of about blocksize bytes each.
-
-    At least four scan tasks per worker thread when there is enough data; thousands of small
-    files cost a few tasks, not thousands. A piece is never split.
-    """
-    sizes = block_sizes(src)
-    total = sum(sizes[i] for _, blocks in pieces for i in blocks)
-    target = max(1, min(src.options.blocksize, total // (4 * nthreads)))
-    return _cut(pieces, lambda piece: sum(sizes[i] for i in piece[1]), target)
-
-
-def part_tasks(part: Part, src: Source, wanted: set[int]) -> list[list[int]]:
-    """The pieces of ``part``: its blocks in ``wanted``, in order, about TASK_BYTES each.
-
-    Decided by the part alone (not by the cluster or the other parts), so a part's statistics
-    are merged the same way whenever it is scanned.
-    """
-    sizes = block_sizes(src)
-    target = max(1, min(src.options.blocksize, TASK_BYTES))
-    return _cut([i for i in range(*part.blocks) if i in wanted], lambda i: sizes[i], target)
-
-
-def _cut(items: list[T], size: Callable[[T], int], target: int) -> list[list[T]]:
-    """``items`` in order, in runs closed as soon as their sizes reach ``target``."""
-    runs: list[list[T]] = []
-    current: list[T] = []
-    acc = 0
-    for item in items:
-        current.append(item)
-        acc += size(item)
-        if acc >= target:
-            runs.append(current)
-            current, acc = [], 0
-    if current:
-        runs.append(current)
-    return runs
-
-
-class ScanKeys:
-    """The keys of one scan's tasks: tuples, so that one scan's tasks are task groups of its own.
-
-    The scheduler files a task into a span (the dashboard's ``daskfeed/scan train``) by its task
-    group, and string keys ``daskfeed-scan-<i>-<token>`` or ``getitem-<uuid>`` all fall in the
-    groups ``daskfeed-scan`` and ``getitem``: a scan submitted while another scan's tasks (or any
-    ``getitem``) are still on the scheduler (the training scan's, released a moment ago, when the
-    validation scan starts) joined that one's span. A tuple key's group is its first element,
-    which carries a token of this scan: no other task shares it, nor a result left by a scan of
-    the same files with other settings. The prefixes shown stay ``daskfeed-scan``,
-    ``daskfeed-scan-record`` ...
-    """
-
-    def __init__(self) -> None:
-        self.run = uuid.uuid4().hex
-
-    def scan(self, block: int) -> tuple[str, int]:
-        """The scan task (or a DataFrame's facts task) starting at ``block``."""
-        return (f"daskfeed-scan-{self.run}", block)
-
-    def part(self, what: str, j: int) -> tuple[str, int]:
-        """The ``what`` of the ``j``-th scan task or part (``"record"``; a DataFrame: ``"stats"``)."""
-        return (f"daskfeed-scan-{what}-{self.run}", j)
-
-    def merge(self, depth: int, i: int) -> tuple[str, int, int]:
-        """A merge of statistics at ``depth`` of the tree (1: merging the tasks' own)."""
-        return (f"daskfeed-scan-merge-{self.run}", depth, i)
-
-
-# ----------------------------------------------------------------------------- the manifest
-def build_manifest(src: Source, label: str, facts: list[BlockFacts], stats: Stats,
-                   vocabulary_size: int, fingerprint: str,
-                   split: dict[str, Any] | None = None) -> Manifest:
-    """The :class:`~daskfeed.manifest._manifest.Manifest` of the scanned blocks' facts and merged statistics.
-
-    Its notes (rows without a label, aligned headers, bad lines, wide numbers) are warned
-    here and kept in the manifest, so a reused manifest repeats them.
-
-    Raises
-    ------
-    SchemaError
-        When headers differ, every file is empty, a column changes type, or the label is
-        empty in every row, neither numbers nor text, or text with more than
-        :data:`~daskfeed.manifest._labels.MAX_CLASSES` classes.
-    """
-    notes: list[str] = []
-    ref_cols, aligned = check_headers(src, facts, notes)
-    columns = resolve_columns(src, ref_cols, facts, finish_stats(stats), vocabulary_size)
-    if ref_cols and not split and not any(f["rows"] for f in facts):
-        files = [f.path for f in src.files[:3]]
-        raise SchemaError(
-            f"Expected rows of data. Received: a header line and no rows in every file "
-            f"({', '.join(files)}{' ...' if len(src.files) > 3 else ''}).\nHint: check that the "
-            "files are complete (an export cut short?) and that the path points at the data.")
-    check_label(src, label, columns[label], facts)
-    values = stats.get(label, {}).get("values") or {}
-    classes = text_classes(columns[label], values) if columns[label].kind == "categorical" else None
-    task, num_classes = ("multiclass", len(classes)) if classes is not None else label_task(values)
-    label_rows = sum(f["label_rows"] for f in facts)
-    rows_total = sum(f["rows"] for f in facts)
-    if label_rows == 0:
-        raise SchemaError(f"Label column {label!r} is empty in every row.\nHint: check the label name.")
-    if rows_total - label_rows:
-        notes.append(
-            f"{rows_total - label_rows:,} of {rows_total:,} rows have no value in label "
-            f"{label!r}; they are skipped (counted in manifest.label_missing)."
-        )
-    if aligned:
-        notes.append(
-            f"{len(aligned)} file(s) list the same columns in another order, e.g. "
-            f"{sorted(aligned)[0]}; their columns are aligned by name (counted in "
-            "manifest.aligned_files)."
-        )
-    bad_lines = sum(f.get("bad_lines", 0) for f in facts)
-    rejects = quarantined(src, facts, bad_lines, notes)
-    notes += naive_notes(facts) + wide_notes(columns, label) + vocabulary_notes(columns)
-    for note in notes:
-        warn_user(note)
-    partitions = [
-        {"path": b.path, "offset": b.offset, "length": b.length, "rows": f["label_rows"],
-         "raw_rows": f["rows"]}
-        for b, f in zip(src.blocks, facts, strict=False)
-    ]
-    scanned = [i for i, f in enumerate(facts) if not f.get("unscanned")]
-    sizes = block_sizes(src)
-    nbytes = src.nbytes if split is None or src.frame is not None else sum(sizes[i] for i in scanned)
-    return Manifest(
-        fingerprint=fingerprint, label=label, task=task, num_classes=num_classes, columns=columns,
-        blocks=partitions, rows=label_rows, label_missing=rows_total - label_rows,
-        nbytes=nbytes, read_options=read_settings(src), vocabulary_size=vocabulary_size,
-        bad_lines=bad_lines, aligned_files=len(aligned), rejects=rejects, notes=notes,
-        label_counts=classes if classes is not None else class_counts(values) if task != "regression"
-        else {}, label_classes=list(classes) if classes is not None else None, split=split,
-        label_order=order_ratio(facts), splits=dict(src.splits),
-    )

@@ -1,0 +1,87 @@
+"""The manifest of a scan: the blocks' facts and the merged statistics made one ``Manifest``.
+
+Headers are checked and columns' kinds reconciled (:mod:`daskfeed.scanning._schema`), the label
+judged (binary, classes or a regression target), and the notes (rows without a label, aligned
+headers, bad lines, wide numbers, naive times, vocabularies cut) warned and kept in it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daskfeed.core import SchemaError, warn_user
+from daskfeed.manifest import Manifest, block_sizes, read_settings, text_classes
+from daskfeed.reading import Source
+from daskfeed.scanning._notes import naive_notes, vocabulary_notes, wide_notes
+from daskfeed.scanning._schema import BlockFacts, Stats, check_headers, check_label, resolve_columns
+from daskfeed.scanning._stats import class_counts, finish_stats, label_task, order_ratio
+from daskfeed.scanning._task import quarantined
+
+__all__ = ["build_manifest"]
+
+
+def build_manifest(src: Source, label: str, facts: list[BlockFacts], stats: Stats,
+                   vocabulary_size: int, fingerprint: str,
+                   split: dict[str, Any] | None = None) -> Manifest:
+    """The :class:`~daskfeed.manifest._manifest.Manifest` of the scanned blocks' facts and merged statistics.
+
+    Its notes (rows without a label, aligned headers, bad lines, wide numbers) are warned
+    here and kept in the manifest, so a reused manifest repeats them.
+
+    Raises
+    ------
+    SchemaError
+        When headers differ, every file is empty, a column changes type, or the label is
+        empty in every row, neither numbers nor text, or text with more than
+        :data:`~daskfeed.manifest._labels.MAX_CLASSES` classes.
+    """
+    notes: list[str] = []
+    ref_cols, aligned = check_headers(src, facts, notes)
+    columns = resolve_columns(src, ref_cols, facts, finish_stats(stats), vocabulary_size)
+    if ref_cols and not split and not any(f["rows"] for f in facts):
+        files = [f.path for f in src.files[:3]]
+        raise SchemaError(
+            f"Expected rows of data. Received: a header line and no rows in every file "
+            f"({', '.join(files)}{' ...' if len(src.files) > 3 else ''}).\nHint: check that the "
+            "files are complete (an export cut short?) and that the path points at the data.")
+    check_label(src, label, columns[label], facts)
+    values = stats.get(label, {}).get("values") or {}
+    classes = text_classes(columns[label], values) if columns[label].kind == "categorical" else None
+    task, num_classes = ("multiclass", len(classes)) if classes is not None else label_task(values)
+    label_rows = sum(f["label_rows"] for f in facts)
+    rows_total = sum(f["rows"] for f in facts)
+    if label_rows == 0:
+        raise SchemaError(f"Label column {label!r} is empty in every row.\nHint: check the label name.")
+    if rows_total - label_rows:
+        notes.append(
+            f"{rows_total - label_rows:,} of {rows_total:,} rows have no value in label "
+            f"{label!r}; they are skipped (counted in manifest.label_missing)."
+        )
+    if aligned:
+        notes.append(
+            f"{len(aligned)} file(s) list the same columns in another order, e.g. "
+            f"{sorted(aligned)[0]}; their columns are aligned by name (counted in "
+            "manifest.aligned_files)."
+        )
+    bad_lines = sum(f.get("bad_lines", 0) for f in facts)
+    rejects = quarantined(src, facts, bad_lines, notes)
+    notes += naive_notes(facts) + wide_notes(columns, label) + vocabulary_notes(columns)
+    for note in notes:
+        warn_user(note)
+    partitions = [
+        {"path": b.path, "offset": b.offset, "length": b.length, "rows": f["label_rows"],
+         "raw_rows": f["rows"]}
+        for b, f in zip(src.blocks, facts, strict=False)
+    ]
+    scanned = [i for i, f in enumerate(facts) if not f.get("unscanned")]
+    sizes = block_sizes(src)
+    nbytes = src.nbytes if split is None or src.frame is not None else sum(sizes[i] for i in scanned)
+    return Manifest(
+        fingerprint=fingerprint, label=label, task=task, num_classes=num_classes, columns=columns,
+        blocks=partitions, rows=label_rows, label_missing=rows_total - label_rows,
+        nbytes=nbytes, read_options=read_settings(src), vocabulary_size=vocabulary_size,
+        bad_lines=bad_lines, aligned_files=len(aligned), rejects=rejects, notes=notes,
+        label_counts=classes if classes is not None else class_counts(values) if task != "regression"
+        else {}, label_classes=list(classes) if classes is not None else None, split=split,
+        label_order=order_ratio(facts), splits=dict(src.splits),
+    )
