@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from daskfeed.adapters import keras
 from daskfeed.core import DaskfeedError, RSSSampler
 from daskfeed.inference import export as export_serving
-from daskfeed.training._callbacks import Checkpointer, EpochTelemetry, fit_from
+from daskfeed.training._callbacks import Checkpointer, fit_from
 from daskfeed.training._early_stopping import (
     EarlyStopping,
     make_early_stopping,
@@ -23,6 +23,7 @@ from daskfeed.training._early_stopping import (
 from daskfeed.training._model import model_for
 from daskfeed.training._outputs import bad_lines_report, class_weights, split_report, write_history
 from daskfeed.training._summary import summary_lines
+from daskfeed.training._telemetry import EpochTelemetry
 from daskfeed.training._watch import WatchCallback
 
 if TYPE_CHECKING:

@@ -102,7 +102,7 @@ def summary_lines(history: Sequence[Mapping[str, Any]], *, seconds: float,
     has ``ended_at``, as from older versions, every record counts as this run's). The rows
     earlier runs trained are said on the same line.
 
-    The wait for data is what :class:`~daskfeed.training._callbacks.EpochTelemetry` measured:
+    The wait for data is what :class:`~daskfeed.training._telemetry.EpochTelemetry` measured:
     with ``feed="batches"``, Keras' wait for windows during this run's training time
     (``data_wait_seconds`` over ``seconds``), and, on a line of its own when it is material (1 %
     of the training time, 0.01 s at least), the wait before training began

@@ -90,7 +90,7 @@ class WatchCallback(FeedAware):
     ``on_epoch_begin`` (what it read before, the TensorFlow backend's first batches when ``fit``
     starts, is not counted), so the share is at most 1 by construction. With the tf.data hand-off
     Keras' wait is not observable (see
-    :class:`~daskfeed.training._callbacks.EpochTelemetry`): no ``data_wait`` is reported.
+    :class:`~daskfeed.training._telemetry.EpochTelemetry`): no ``data_wait`` is reported.
 
     Each epoch's tasks belong to the span ``daskfeed/epoch N`` when they are submitted inside
     ``spans(epoch)`` (``callback.spans``, an :class:`~daskfeed.dashboard._plugin.EpochSpans`). A
