@@ -138,6 +138,7 @@ def is_parquet(path: str) -> bool:
 def expand_paths(
     data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     storage_options: dict[str, Any] | None = None,
+    said: list[str] | None = None,
 ) -> list[FileInfo]:
     """Expand a path, glob (``**`` too), directory, URL or list of them into files.
 
@@ -147,6 +148,8 @@ def expand_paths(
         What the user gave; duplicates across items are listed once.
     storage_options
         Passed to fsspec (credentials, endpoint URL, ...).
+    said
+        Where what the listing has to say goes (files left out); None: warned at once.
 
     Returns
     -------
@@ -169,7 +172,7 @@ def expand_paths(
     for item in items:
         pattern = os.fspath(item)
         proto = protocol(pattern)
-        for p, info in sorted(_listing(pattern, storage_options).items()):
+        for p, info in sorted(_listing(pattern, storage_options, said).items()):
             full = p if proto == "file" else f"{proto}://{p}"
             if full not in files:
                 files[full] = _file_info(full, info)
@@ -202,7 +205,8 @@ def refuse_missing_local(data: str | os.PathLike[str] | Sequence[str | os.PathLi
             _listing(pattern, {})  # lists afresh: raises its error when nothing is there
 
 
-def _listing(pattern: str, storage_options: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _listing(pattern: str, storage_options: dict[str, Any],
+             said: list[str] | None = None) -> dict[str, dict[str, Any]]:
     """The files ``pattern`` names, each with fsspec's details (size, mtime, ETag)."""
     proto = protocol(pattern)
     fs = fsspec.filesystem(proto, **storage_options)
@@ -211,7 +215,7 @@ def _listing(pattern: str, storage_options: dict[str, Any]) -> dict[str, dict[st
     # object rewritten since an earlier listing gets its new size, mtime and ETag
     fs.invalidate_cache()
     try:  # one listing gives names, sizes and mtimes: no request per file afterwards
-        found = _list(fs, pattern, stripped)
+        found = _list(fs, pattern, stripped, said)
     except DataNotFoundError:  # (also a FileNotFoundError): ours, already clear
         raise
     except PermissionError as err:
@@ -238,12 +242,13 @@ def _listing(pattern: str, storage_options: dict[str, Any]) -> dict[str, dict[st
     return found
 
 
-def _without_notes(found: dict[str, dict[str, Any]], pattern: str) -> dict[str, dict[str, Any]]:
+def _without_notes(found: dict[str, dict[str, Any]], pattern: str,
+                   said: list[str] | None) -> dict[str, dict[str, Any]]:
     """A directory's data files: ``.txt`` files beside ``.csv``/``.tsv``/Parquet ones are left out.
 
     A ``README.txt`` or ``notes.txt`` next to the data is not data; a directory of ``.txt``
     files only is (many exports name their CSV so). What is left out is said, with the glob
-    that reads it.
+    that reads it (warned, or appended to ``said``).
     """
     def text(path: str) -> bool:
         base = path.lower()
@@ -255,14 +260,19 @@ def _without_notes(found: dict[str, dict[str, Any]], pattern: str) -> dict[str, 
     if not notes or len(notes) == len(found):
         return found
     shown = ", ".join(os.path.basename(p) for p in notes[:3]) + (" ..." if len(notes) > 3 else "")
-    warn_user(f"Left out {len(notes)} .txt file(s) in the directory {pattern!r} ({shown}): "
-              f"its data are the {len(found) - len(notes)} CSV/TSV/Parquet file(s) beside them."
-              f"\nHint: to read .txt files as CSV too, give a glob such as "
-              f"{os.path.join(pattern, '**', '*.txt')!r} as well.")
+    note = (f"Left out {len(notes)} .txt file(s) in the directory {pattern!r} ({shown}): "
+            f"its data are the {len(found) - len(notes)} CSV/TSV/Parquet file(s) beside them."
+            f"\nHint: to read .txt files as CSV too, give a glob such as "
+            f"{os.path.join(pattern, '**', '*.txt')!r} as well.")
+    if said is None:
+        warn_user(note)
+    else:
+        said.append(note)
     return {p: i for p, i in found.items() if p not in notes}
 
 
-def _list(fs: fsspec.AbstractFileSystem, pattern: str, stripped: str) -> dict[str, dict[str, Any]]:
+def _list(fs: fsspec.AbstractFileSystem, pattern: str, stripped: str,
+          said: list[str] | None) -> dict[str, dict[str, Any]]:
     """One glob, directory walk or file lookup; a directory without data files is refused."""
     if fsspec.core.has_magic(stripped) and protocol(pattern) == "file":
         return _local_glob(stripped)
@@ -282,7 +292,7 @@ def _list(fs: fsspec.AbstractFileSystem, pattern: str, stripped: str) -> dict[st
                 f"there or below; {held}.\nHint: point at the directory holding the data, "
                 "or give a glob such as \"data/**/*.csv\" for other file names."
             )
-        return _without_notes(found, pattern)
+        return _without_notes(found, pattern, said)
     if fs.exists(stripped):
         return {stripped: fs.info(stripped)}
     return {}

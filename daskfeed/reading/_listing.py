@@ -4,7 +4,9 @@ Listing 20,000 files takes the trainer about 0.4 s (a stat per file, its blocks,
 and starting a local cluster about a second of waiting on its worker processes: begun before
 the cluster, the listing is done by the time the :class:`~daskfeed.reading._source.Source` needs
 it. A :class:`Listing` is handed to ``Source`` in place of the paths; what it lists is what
-:func:`~daskfeed.reading._files.expand_paths` lists, a second earlier.
+:func:`~daskfeed.reading._files.expand_paths` lists, a second earlier, and what the listing has
+to say (files left out) is warned where the files are asked for, pointing at the caller's line
+as it would without the thread.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from daskfeed.core import warn_user
 from daskfeed.reading._files import FileInfo, expand_paths
 
 __all__ = ["Listing"]
@@ -44,12 +47,13 @@ class Listing:
         self.storage_options = dict(storage_options or {})
         self._done = threading.Event()
         self._files: list[FileInfo] = []
+        self._said: list[str] = []  # warned by files(), in the caller's thread
         self._error: BaseException | None = None
         threading.Thread(target=self._list, daemon=True, name="daskfeed-listing").start()
 
     def _list(self) -> None:
         try:
-            self._files = expand_paths(self.data, self.storage_options)
+            self._files = expand_paths(self.data, self.storage_options, self._said)
         except BaseException as err:  # raised where the files are asked for
             self._error = err
         finally:
@@ -76,6 +80,9 @@ class Listing:
         if dict(storage_options) != self.storage_options:  # listed for other credentials
             return expand_paths(self.data, storage_options)
         self._done.wait()
+        for note in self._said:
+            warn_user(note)
+        self._said = []  # said once
         if self._error is not None:
             raise self._error
         return self._files

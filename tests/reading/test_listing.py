@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from daskfeed.core import DataNotFoundError
@@ -47,3 +49,16 @@ def test_a_source_with_other_storage_options_lists_again(tmp_path):
     source = Source(listing)  # read without them: the local files, listed again
     assert len(source.files) == 3
     assert listing.storage_options == {"anon": True}
+
+
+def test_what_the_listing_says_is_warned_once_at_the_callers_line(tmp_path):
+    _write(tmp_path, 3)
+    (tmp_path / "day=0" / "README.txt").write_text("how these logs were made", encoding="utf-8")
+    listing = Listing(str(tmp_path / "day=0"))
+    with pytest.warns(UserWarning, match=r"Left out 1 \.txt file\(s\)") as caught:
+        source = Source(listing)  # warned here, in this thread, not in the listing's
+    assert [w.filename for w in caught] == [__file__]
+    assert [f.path.rsplit("/", 1)[1] for f in source.files] == ["part-000.csv"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second Source of the same listing says nothing again
+        assert Source(listing).files == source.files
