@@ -432,8 +432,9 @@ def _watch_waits(victim, marker):
                         waiting = True
                     elif code.co_name == "get" and waiting:
                         what = frame.f_locals["self"]._describe(frame.f_locals["w"])
-                        if victim in what:
-                            pathlib.Path(marker).write_text(what)
+                        if victim in what:  # whole or not at all: the test reads it once seen
+                            pathlib.Path(marker + ".part").write_text(what)
+                            os.replace(marker + ".part", marker)
                             return
                 frame = frame.f_back
         time.sleep(0.1)  # polling interval
