@@ -48,6 +48,7 @@ class Run:
     spans: EpochSpans = field(default_factory=EpochSpans)  # one per run: both sequences' epochs
     closing: list[Any] = field(default_factory=list)  # sequences, the shared scan's lock
     listing: Listing | None = None  # the training files, listed while the cluster started
+    val_listing: Listing | None = None  # ... and the validation files
 
     def __post_init__(self) -> None:
         self.progress = scan_bar(self.echo)  # one progress bar for the run's scans

@@ -131,10 +131,12 @@ def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
     choose_backend()  # a backend daskfeed does not run on is refused at once
     ranks, out, store, ckpt = _prepare(data, validation, opts, echo)
     # the files listed while the cluster starts (resuming: the run's own files, see resume_data)
-    listing = Listing(data, opts.data.storage_options) if ckpt is None else None
+    so = opts.data.storage_options
+    listing = Listing(data, so) if ckpt is None else None
+    val_listing = Listing(validation, so) if validation is not None else None
     client, budget, link = _connect(opts, echo)
     run = Run(data, label, validation, opts, echo, stop, ranks, out, store, ckpt, client, budget,
-              link, listing=listing)
+              link, listing=listing, val_listing=val_listing)
     loading = _KerasLoad()
     run.progress = loading.once_scanning(run.progress)
     try:
@@ -404,13 +406,14 @@ def _validation_sequence(run: Run, train_seq: DaskSequence,
     same = replace(train, features=tuple(train_seq.features), exclude=(), shuffle=False,
                    shard=(0, 1), prefetch_bytes=run.budget.prefetch // 3)
 
-    def serve(data: DataSpec, settings: DataSettings, m: Manifest | None) -> DaskSequence:
+    def serve(data: DataSpec | Listing, settings: DataSettings, m: Manifest | None) -> DaskSequence:
         prepared = Prepared(data, settings, client=run.client, manifest=m,
                             reference=train_seq.manifest, scan_progress=run.progress)
         return DaskSequence.of(prepared, **_serving(run))
 
     if fit.validation_split:
-        seq = _reusing(manifest, lambda m: serve(run.data, replace(same, subset="validation"), m))
+        held_out = replace(same, subset="validation")  # of the training files as listed for it
+        seq = _reusing(manifest, lambda m: serve(run.listing or run.data, held_out, m))
         held = len((seq.manifest.split or {})["validation_partitions"])
         share = seq.manifest.rows / max(seq.manifest.rows + train_seq.manifest.rows, 1)
         coarse = ("; whole blocks: lower --blocksize for a split nearer "
@@ -422,10 +425,10 @@ def _validation_sequence(run: Run, train_seq: DaskSequence,
              f"{train_seq.manifest.rows:,} rows (their statistics only)")
         return seq
     assert run.validation is not None
+    validation = run.val_listing or run.validation
     block = train_seq.source.options.blocksize
-    weight = fit.weight if fit.weight and _has_column(run, run.validation, fit.weight, block) else None
+    weight = fit.weight if fit.weight and _has_column(run, validation, fit.weight, block) else None
     plain = replace(same, weight=weight, validation_split=0.0, subset=None)
-    validation = run.validation
     seq = _reusing(manifest, lambda m: serve(validation, plain, m))
     echo(f"validation data: {seq.manifest.rows:,} rows in {len(seq.manifest.blocks)} blocks")
     return seq
@@ -458,11 +461,14 @@ def _join_scan(run: Run) -> SharedScan | None:
     return shared
 
 
-def _has_column(run: Run, data: DataSpec, name: str, blocksize: int) -> bool:
+def _has_column(run: Run, data: DataSpec | Listing, name: str, blocksize: int) -> bool:
     """Whether the header of ``data`` names column ``name`` (one line read)."""
+    options = run.opts.data.read(blocksize)
+    if isinstance(data, Listing):  # what its listing says is said once, here or later: not lost
+        data.files(dict(options.storage_options))
     with warnings.catch_warnings():  # the DaskSequence says what the Source has to say
         warnings.simplefilter("ignore")
-        src = Source(data, options=run.opts.data.read(blocksize))
+        src = Source(data, options=options)
     return name in src.header()
 
 
