@@ -12,12 +12,14 @@ from typing import Any
 from daskfeed.core import SchemaError, warn_user
 from daskfeed.manifest import Manifest, block_sizes, read_settings, text_classes
 from daskfeed.reading import Source
+from daskfeed.scanning._counts import MAX_LABEL_VALUES
 from daskfeed.scanning._notes import naive_notes, vocabulary_notes, wide_notes
+from daskfeed.scanning._refusals import is_number
 from daskfeed.scanning._schema import BlockFacts, Stats, check_headers, check_label, resolve_columns
-from daskfeed.scanning._stats import class_counts, finish_stats, label_task, order_ratio
+from daskfeed.scanning._stats import finish_stats, order_ratio
 from daskfeed.scanning._task import quarantined
 
-__all__ = ["build_manifest"]
+__all__ = ["build_manifest", "class_counts", "label_task"]
 
 
 def build_manifest(src: Source, label: str, facts: list[BlockFacts], stats: Stats,
@@ -85,3 +87,48 @@ def build_manifest(src: Source, label: str, facts: list[BlockFacts], stats: Stat
         else {}, label_classes=list(classes) if classes is not None else None, split=split,
         label_order=order_ratio(facts), splits=dict(src.splits),
     )
+
+
+def class_counts(values: dict[str, int]) -> dict[str, int]:
+    """``{"0": rows, "1": rows, ...}`` of a class label from the scan's label value counts.
+
+    Parameters
+    ----------
+    values
+        The label's value counts, by the value as text.
+
+    Returns
+    -------
+    dict of str to int
+        Rows per class id, as text.
+    """
+    counts: dict[str, int] = {}
+    for value, n in values.items():
+        if is_number(value):
+            key = str(int(float(value)))
+            counts[key] = counts.get(key, 0) + int(n)
+    return dict(sorted(counts.items(), key=lambda kv: int(kv[0])))
+
+
+def label_task(values: dict[str, int]) -> tuple[str, int]:
+    """``(task, classes)`` of a label from its value counts: binary, multiclass or regression.
+
+    Parameters
+    ----------
+    values
+        The label's value counts, by the value as text.
+
+    Returns
+    -------
+    tuple of (str, int)
+        ``"binary"``, ``"multiclass"`` or ``"regression"``, and the number of classes.
+    """
+    nums = sorted(float(v) for v in values if is_number(v))  # (null markers of text blocks)
+    if not nums or len(nums) > MAX_LABEL_VALUES:
+        return "regression", 0
+    if all(v == int(v) for v in nums) and nums[0] >= 0:
+        if set(nums) <= {0.0, 1.0}:
+            return "binary", 2
+        if nums[-1] < MAX_LABEL_VALUES and len(nums) <= 200:
+            return "multiclass", int(nums[-1]) + 1
+    return "regression", 0

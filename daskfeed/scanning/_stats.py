@@ -17,14 +17,12 @@ import pyarrow.compute as pc
 from daskfeed.manifest import ENCODE_BYTES, epoch_seconds
 from daskfeed.reading import count_by_part, na_counts, naive_times
 from daskfeed.scanning._counts import (
-    MAX_LABEL_VALUES,
     coded_counts,
     distinct_estimate,
     kmv,
     label_counts,
     merge_kmv,
 )
-from daskfeed.scanning._refusals import is_number
 from daskfeed.scanning._schema import (
     NUMERIC_KINDS,
     BlockFacts,
@@ -39,9 +37,7 @@ from daskfeed.scanning._schema import (
 
 __all__ = [
     "StatsAccumulator",
-    "class_counts",
     "finish_stats",
-    "label_task",
     "merge_facts",
     "merge_stats",
     "order_ratio",
@@ -478,48 +474,3 @@ def finish_stats(stats: Stats) -> Stats:
             exact = not (st.get("approximate") and st.get("kmv"))
             out[name]["distinct"] = len(st.get("values", {})) if exact else distinct_estimate(st["kmv"])
     return out
-
-
-def class_counts(values: dict[str, int]) -> dict[str, int]:
-    """``{"0": rows, "1": rows, ...}`` of a class label from the scan's label value counts.
-
-    Parameters
-    ----------
-    values
-        The label's value counts, by the value as text.
-
-    Returns
-    -------
-    dict of str to int
-        Rows per class id, as text.
-    """
-    counts: dict[str, int] = {}
-    for value, n in values.items():
-        if is_number(value):
-            key = str(int(float(value)))
-            counts[key] = counts.get(key, 0) + int(n)
-    return dict(sorted(counts.items(), key=lambda kv: int(kv[0])))
-
-
-def label_task(values: dict[str, int]) -> tuple[str, int]:
-    """``(task, classes)`` of a label from its value counts: binary, multiclass or regression.
-
-    Parameters
-    ----------
-    values
-        The label's value counts, by the value as text.
-
-    Returns
-    -------
-    tuple of (str, int)
-        ``"binary"``, ``"multiclass"`` or ``"regression"``, and the number of classes.
-    """
-    nums = sorted(float(v) for v in values if is_number(v))  # (null markers of text blocks)
-    if not nums or len(nums) > MAX_LABEL_VALUES:
-        return "regression", 0
-    if all(v == int(v) for v in nums) and nums[0] >= 0:
-        if set(nums) <= {0.0, 1.0}:
-            return "binary", 2
-        if nums[-1] < MAX_LABEL_VALUES and len(nums) <= 200:
-            return "multiclass", int(nums[-1]) + 1
-    return "regression", 0
