@@ -53,7 +53,12 @@ class PlanSettings:
     window_rows: int
     drop_remainder: bool
     shard: tuple[int, int]
-    units: int = 0  # S of the global order (:mod:`daskfeed.batches._order`); 0: windows of blocks
+    buckets: tuple[int, ...] = ()  # rows of the global order's buckets; (): windows of blocks
+
+    @property
+    def units(self) -> int:
+        """``K`` of the global order (:mod:`daskfeed.batches._order`); 0: windows of blocks."""
+        return len(self.buckets)
 
     def plan(self, epoch: int, origin: int = 0) -> EpochPlan:
         """The plan of ``epoch``.
@@ -75,7 +80,7 @@ class PlanSettings:
             Its windows and batches.
         """
         if self.units:
-            order = GlobalOrder.of(self.counts, self.units, self.seed, epoch)
+            order = GlobalOrder.of(self.buckets, self.seed, epoch)
             return make_order_plan(order, batch_size=self.batch_size, window_rows=self.window_rows,
                                    drop_remainder=self.drop_remainder, shard=self.shard,
                                    origin=origin)

@@ -1,24 +1,30 @@
 """One global order: an epoch's rows in an order set by the data, the seed and the epoch alone.
 
-Over the parse cache, whose blocks keep their rows in a seeded random order
-(:mod:`daskfeed.cache._scatter`), an epoch is cut into ``S`` *units*. Unit ``u`` takes from every
-block ``b`` of ``n_b`` rows the rows ``[u * n_b // S, (u + 1) * n_b // S)`` of its stored order,
-rotated by an offset drawn for ``(seed, epoch, b)``: every unit is a proportional stratified
-sample of the whole data set (each block gives its share, chosen at random within it), which is
-at least as good as an iid sample of the same size. A unit's rows are permuted with their own
-seed; the epoch is unit 0's rows, then unit 1's, and so on; batch ``g`` is rows
-``[g * batch_size, (g + 1) * batch_size)`` of that order.
+The rows of a data set are dealt once into ``K`` *buckets* (:func:`bucket_count`, from the rows
+alone): block ``j``'s ``i``-th row in its stored order (a seeded random order,
+:mod:`daskfeed.cache._scatter`) goes to bucket ``(i + o_j) mod K``, where the offset ``o_j``
+(:func:`block_offsets`) is drawn from the block's id. Each bucket is so a proportional,
+stratified random sample of the whole data set (every block gives it ``n_j / K`` rows, ±1,
+chosen at random within the block). The scan's parse cache is turned into one Arrow file per
+bucket once per data set (:mod:`daskfeed.batches._buckets`), so reading a bucket costs its
+own size, whatever the number of blocks, files or parts.
+
+An epoch is the ``K`` buckets in an order drawn from ``(seed, epoch)``: *unit* ``u`` is bucket
+``GlobalOrder.bucket(u)``, its rows permuted with their own seed (:meth:`GlobalOrder.unit_seed`);
+the epoch is unit 0's rows, then unit 1's, and so on; batch ``g`` is rows
+``[g * batch_size, (g + 1) * batch_size)`` of that order. Within a bucket a batch is an iid
+sample of the data set; a bucket holds about ``BUCKET_ROWS`` rows.
 
 Neither the budget nor the number of trainers changes the order. The budget decides how many
-consecutive units a *window* holds (what a worker reads at once: one run, or two where the
-rotation wraps, of every block); the trainers decide who takes which batch: trainer ``rank`` of
-``world`` takes batches ``origin + rank, origin + rank + world, ...``, where ``origin`` is the
-first batch of the epoch not yet trained. So a checkpoint is a position in the order (the
-batches trained before it), and a resume continues there under any budget, worker count or
-world size (:class:`Lanes`).
+consecutive units a *window* holds (what a worker reads at once); the trainers decide who takes
+which batch: trainer ``rank`` of ``world`` takes batches ``origin + rank, origin + rank + world,
+...``, where ``origin`` is the first batch of the epoch not yet trained. So a checkpoint is a
+position in the order (the batches trained before it), and a resume continues there under any
+budget, worker count or world size (:class:`Lanes`).
 
-``S`` (:func:`unit_count`) depends on the rows and the batch size only. Without the parse cache
-(or with a dask DataFrame, or no shuffle) the plan is one of windows of blocks
+Planning an epoch costs ``O(K)`` (the buckets' sizes, permuted and summed); the sizes come from
+the blocks' rows in ``O(blocks + K)`` (:func:`bucket_sizes`) without reading any data. Without
+the parse cache (or with a dask DataFrame, or no shuffle) the plan is one of windows of blocks
 (:func:`daskfeed.batches._plan.make_plan`), whose order depends on the window size.
 """
 
@@ -31,31 +37,126 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["UNIT_ROWS", "GlobalOrder", "Lanes", "order_line", "unit_count"]
+__all__ = ["BUCKET_ROWS", "ORDER_VERSION", "GlobalOrder", "Lanes", "block_offsets", "bucket_count",
+           "bucket_members", "bucket_of", "bucket_sizes", "order_line", "unit_rows",
+           "window_index"]
 
-UNIT_ROWS = 1 << 16  # rows of a unit at most (a window holds whole units)
-MIN_UNITS = 64  # units per epoch at least, on small data
+ORDER_VERSION = 2  # 1: units were a run of every block (daskfeed <= 0.x); 2: buckets
+BUCKET_ROWS = 1 << 16  # rows of a bucket, about (a window holds whole buckets)
+MIN_BUCKETS = 64  # buckets of a data set at least, on small data ...
+MIN_BUCKET_ROWS = 1024  # ... while they keep this many rows
 
 
-def unit_count(rows: int, batch_size: int) -> int:
-    """Units of an epoch of ``rows`` rows.
+def bucket_count(rows: int) -> int:
+    """``K``: the buckets of a data set of ``rows`` rows (its rows alone decide).
 
-    About ``UNIT_ROWS`` rows each; on small data at least ``MIN_UNITS`` of a batch or more.
+    About ``BUCKET_ROWS`` rows each; on small data up to ``MIN_BUCKETS`` of at least
+    ``MIN_BUCKET_ROWS`` rows (so that a small data set still has several windows).
 
     Parameters
     ----------
     rows
-        The data's rows (every trainer's together).
-    batch_size
-        Rows per batch.
+        The data set's rows (with a label; every trainer's together).
 
     Returns
     -------
     int
-        ``S``, at least 1.
+        At least 1.
     """
-    unit = min(UNIT_ROWS, max(int(batch_size), -(-int(rows) // MIN_UNITS)))
-    return max(1, -(-int(rows) // max(unit, 1)))
+    rows = int(rows)
+    return max(1, -(-rows // BUCKET_ROWS), min(MIN_BUCKETS, rows // MIN_BUCKET_ROWS))
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser over uint64 (a seeded hash of block ids, vectorized)."""
+    with np.errstate(over="ignore"):
+        z = x + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def block_offsets(ids: Sequence[int] | np.ndarray, buckets: int) -> np.ndarray:
+    """``o_j``: the bucket that row 0 of each block (by its id) goes to.
+
+    Parameters
+    ----------
+    ids
+        The blocks' ids modulo 2**64 (:meth:`~daskfeed.cache._blocks.BlockCache.block_ids`: the
+        same for the same block of the same files in every data set).
+    buckets
+        ``K``.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, ``0 <= o_j < K``.
+    """
+    raw = np.asarray(ids).astype(np.uint64)
+    return (_mix(raw) % np.uint64(max(int(buckets), 1))).astype(np.int64)
+
+
+def bucket_of(offset: int, rows: int, buckets: int) -> np.ndarray:
+    """The bucket of each of a block's ``rows`` rows (in its stored order) at offset ``offset``."""
+    return (np.arange(int(rows), dtype=np.int64) + int(offset)) % int(buckets)
+
+
+def bucket_sizes(counts: Sequence[int] | np.ndarray, offsets: np.ndarray, buckets: int) -> np.ndarray:
+    """Rows of each bucket, from the blocks' rows and offsets alone (``O(blocks + K)``).
+
+    Block ``j`` of ``n_j = q_j K + r_j`` rows gives every bucket ``q_j`` rows, and one more to
+    the ``r_j`` buckets ``o_j, o_j + 1, ...`` (mod ``K``): a circular run, summed with a
+    difference array.
+
+    Parameters
+    ----------
+    counts
+        Rows per block.
+    offsets
+        :func:`block_offsets` of the blocks.
+    buckets
+        ``K``.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 of length ``K``.
+    """
+    k = int(buckets)
+    n = np.asarray(counts, dtype=np.int64)
+    q, r = np.divmod(n, k)
+    diff = np.zeros(k + 1, dtype=np.int64)
+    o = np.asarray(offsets, dtype=np.int64)
+    end = o + r
+    np.add.at(diff, o, 1)
+    np.add.at(diff, np.minimum(end, k), -1)
+    wrap = end > k
+    np.add.at(diff, np.zeros(int(wrap.sum()), dtype=np.int64), 1)
+    np.add.at(diff, end[wrap] - k, -1)
+    return np.cumsum(diff[:k]) + int(q.sum())
+
+
+def bucket_members(counts: Sequence[int], offsets: np.ndarray, buckets: int,
+                   bucket: int) -> tuple[np.ndarray, np.ndarray]:
+    """Bucket ``bucket``'s rows in their canonical order: ``(block j, stored row i)`` each.
+
+    Canonical: by block, then by row (what a bucket's Arrow file holds, before an epoch
+    permutes it). Reads every block's count: for tests and small data, not for the feed.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        The blocks and rows (int64 each).
+    """
+    js, rows = [], []
+    for j, n in enumerate(counts):
+        first = (int(bucket) - int(offsets[j])) % int(buckets)
+        i = np.arange(first, int(n), int(buckets), dtype=np.int64)
+        js.append(np.full(len(i), j, dtype=np.int64))
+        rows.append(i)
+    if not js:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(js), np.concatenate(rows)
 
 
 @dataclass(frozen=True)
@@ -64,101 +165,74 @@ class GlobalOrder:
 
     Attributes
     ----------
-    blocks, counts
-        The blocks with rows and their rows (usable rows: with a label).
-    units
-        ``S``.
+    sizes
+        Rows of each bucket (``K`` of them).
     seed, epoch
-        What the rotations and the units' permutations are drawn from.
+        What the buckets' order and the units' permutations are drawn from.
     """
 
-    blocks: tuple[int, ...]
-    counts: tuple[int, ...]
-    units: int
+    sizes: tuple[int, ...]
     seed: int
     epoch: int
 
     @classmethod
-    def of(cls, counts: Sequence[int], units: int, seed: int, epoch: int) -> GlobalOrder:
-        """The order of ``epoch`` over blocks of ``counts`` rows (blocks without rows left out).
+    def of(cls, sizes: Sequence[int] | np.ndarray, seed: int, epoch: int) -> GlobalOrder:
+        """The order of ``epoch`` over buckets of ``sizes`` rows.
 
         Parameters
         ----------
-        counts
-            Rows per block, in block order.
-        units, seed, epoch
-            ``S``, the run's seed, the epoch.
+        sizes
+            Rows of each bucket (:func:`bucket_sizes`).
+        seed, epoch
+            The run's seed, the epoch.
 
         Returns
         -------
         GlobalOrder
         """
-        keep = [(b, int(n)) for b, n in enumerate(counts) if n > 0]
-        return cls(tuple(b for b, _ in keep), tuple(n for _, n in keep), max(1, int(units)),
-                   int(seed), int(epoch))
+        return cls(tuple(int(s) for s in sizes), int(seed), int(epoch))
+
+    @property
+    def units(self) -> int:
+        """``K``: units (buckets) of the epoch."""
+        return len(self.sizes)
 
     @functools.cached_property
-    def n(self) -> np.ndarray:
-        """Rows of each block (int64)."""
-        return np.asarray(self.counts, dtype=np.int64)
+    def permutation(self) -> np.ndarray:
+        """Unit ``u`` is bucket ``permutation[u]``."""
+        return np.random.default_rng([self.seed, self.epoch, 3]).permutation(self.units)
 
     @functools.cached_property
-    def rotations(self) -> np.ndarray:
-        """Each block's offset into its stored order this epoch (``0 <= o_b < n_b``)."""
-        if not self.counts:
-            return np.zeros(0, dtype=np.int64)
-        return np.random.default_rng([self.seed, self.epoch, 2]).integers(0, self.n)
+    def _before(self) -> np.ndarray:
+        s = np.asarray(self.sizes, dtype=np.int64)[self.permutation]
+        return np.concatenate([[0], np.cumsum(s)])
 
     @property
     def rows(self) -> int:
         """Rows of the epoch."""
-        return int(self.n.sum())
+        return int(self._before[-1])
 
-    def starts(self, u: int) -> np.ndarray:
-        """Where unit ``u`` starts in each block's rotated order: ``u * n_b // S``."""
-        return (int(u) * self.n) // self.units
+    def bucket(self, u: int) -> int:
+        """The bucket that is unit ``u``."""
+        return int(self.permutation[int(u)])
 
     def rows_before(self, u: int) -> int:
         """Rows of units ``0 .. u - 1``: where unit ``u`` starts in the epoch's order."""
-        return int(self.starts(u).sum())
+        return int(self._before[int(u)])
 
     def unit_seed(self, u: int) -> tuple[int, ...]:
         """Entropy of unit ``u``'s row permutation."""
         return (self.seed, self.epoch, 1, int(u))
 
-    def window_order(self, u0: int, u1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Where units ``u0 .. u1 - 1`` are, and their rows in order.
+    def window(self, u0: int, u1: int) -> list[tuple[int, int, tuple[int, ...]]]:
+        """Units ``u0 .. u1 - 1`` as ``(bucket, rows, unit seed)`` each, in order."""
+        return [(self.bucket(u), int(self.sizes[self.bucket(u)]), self.unit_seed(u))
+                for u in range(int(u0), int(u1))]
 
-        Returns
-        -------
-        tuple of numpy.ndarray
-            ``lo``, ``hi``: each block's rotated range ``[lo, hi)`` the units take; ``order``:
-            the units' rows in the epoch's order, as positions in the concatenation of those
-            ranges (block by block, each in rotated order).
-        """
-        lo, hi = self.starts(u0), self.starts(u1)
-        base = np.concatenate([[0], np.cumsum(hi - lo)[:-1]]) - lo  # + rotated position
-        parts = []
-        for u in range(u0, u1):
-            a, b = self.starts(u), self.starts(u + 1)
-            lengths = b - a
-            total = int(lengths.sum())
-            if not total:
-                continue
-            first = base + a  # each block's first position of the unit in the concatenation
-            idx = np.repeat(first - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
-            idx += np.arange(total)
-            parts.append(idx[np.random.default_rng(list(self.unit_seed(u))).permutation(total)])
-        order = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        return lo, hi, order
 
-    def runs(self, j: int, lo: int, hi: int) -> list[tuple[int, int]]:
-        """Block ``j``'s rotated range ``[lo, hi)`` as ranges of its stored order (one, or two)."""
-        n = int(self.n[j])
-        start, length = (lo + int(self.rotations[j])) % n, hi - lo
-        if start + length <= n:
-            return [(start, start + length)]
-        return [(start, n), (0, start + length - n)]
+def unit_rows(rows: int, seed: Any) -> np.ndarray:
+    """The permutation of a unit of ``rows`` rows (canonical bucket order → the epoch's)."""
+    return np.random.default_rng(list(seed)).permutation(int(rows))
 
 
 @dataclass(frozen=True)
@@ -197,6 +271,33 @@ class Lanes:
         return (g >= 0) & (g % self.world == 0) & (g // self.world < self.batches)
 
 
+def window_index(window: list[tuple[int, int, tuple[int, ...]]], span: tuple[int, int],
+                 lanes: Lanes) -> np.ndarray:
+    """A trainer's rows of a window, in the epoch's order, as positions in its buckets' rows.
+
+    Parameters
+    ----------
+    window
+        :meth:`GlobalOrder.window`: its units as ``(bucket, rows, seed)``.
+    span
+        The window's rows in the epoch's order.
+    lanes
+        This trainer's batches.
+
+    Returns
+    -------
+    numpy.ndarray
+        Positions (int64) in the concatenation of the window's buckets, each in canonical order.
+    """
+    parts, base = [], 0
+    for _, rows, seed in window:
+        parts.append(unit_rows(rows, seed) + base)
+        base += rows
+    index = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    keep = lanes.keep(*span)
+    return index if keep is None else index[keep]
+
+
 def order_line(plan: Any, *, units: int, blocks: int, shuffle: bool, why: str) -> str:
     """How an epoch's rows are ordered, in one line: what shuffle quality a run gets, and why.
 
@@ -205,7 +306,7 @@ def order_line(plan: Any, *, units: int, blocks: int, shuffle: bool, why: str) -
     plan
         The epoch's plan (its windows and rows).
     units
-        ``S`` of the global order; 0 when the plan is one of windows of blocks.
+        ``K`` of the global order; 0 when the plan is one of windows of blocks.
     blocks
         The data's blocks.
     shuffle
@@ -221,7 +322,7 @@ def order_line(plan: Any, *, units: int, blocks: int, shuffle: bool, why: str) -
     n = max(len(plan.windows), 1)
     windows = f"{n} window{'s' if n > 1 else ''}"
     if units:
-        return (f"rows in one global order per epoch: {units} units, each a stratified sample of "
+        return (f"rows in one global order per epoch: {units} buckets, each a stratified sample of "
                 f"all {blocks} blocks, read in {windows} of ~{plan.rows // n:,} rows (an "
                 "iid-grade shuffle, whatever the budget)")
     if not shuffle:

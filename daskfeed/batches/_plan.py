@@ -32,7 +32,7 @@ class Window:
     """Blocks read and shuffled together; ``offset`` is its first row in the epoch.
 
     In a plan of the global order (:mod:`daskfeed.batches._order`) a window is the units
-    ``units`` (a range of every block), ``span`` its rows in the order and ``rows``/``offset``
+    ``units`` (whole buckets, no blocks), ``span`` its rows in the order and ``rows``/``offset``
     count this trainer's rows only.
     """
 
@@ -386,8 +386,7 @@ def make_order_plan(order: GlobalOrder, *, batch_size: int, window_rows: int,
         r0, r1 = order.rows_before(u0), order.rows_before(u1)
         a, b = lanes.local(r0), lanes.local(r1)
         if b > a:
-            windows.append(Window(len(windows), order.blocks, b - a, a, units=(u0, u1),
-                                  span=(r0, r1)))
+            windows.append(Window(len(windows), (), b - a, a, units=(u0, u1), span=(r0, r1)))
     rows = lanes.local(total)
     trained = (origin + (batches * world if world > 1 else batches)) * batch_size
     return EpochPlan(

@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from daskfeed.batches._buckets import bucket_set
 from daskfeed.batches._epoch import EpochState, EpochStats, PlanSettings
 from daskfeed.batches._layout import window_rows_for
-from daskfeed.batches._order import order_line, unit_count
+from daskfeed.batches._order import order_line
 from daskfeed.batches._plan import EpochPlan, Slice
 from daskfeed.batches._prefetch import Prefetcher
 from daskfeed.batches._prepare import Prepared
@@ -86,9 +87,12 @@ class BatchStream:
         self._stop = stop
         self._windows = WindowTasks(data.source, data.manifest.fingerprint, data.encoding,
                                     data.cache, spans)
-        # the global order needs every block's stored order: the parse cache, on files
+        # the global order reads buckets dealt from the parse cache, on files
         ordered = data.cache is not None and data.source.frame is None and st.shuffle
-        self.units = unit_count(sum(data.manifest.counts), st.batch_size) if ordered else 0
+        self.buckets = bucket_set(data) if ordered and sum(data.manifest.counts) else None
+        self._windows.buckets = None if self.buckets is None else self.buckets.files
+        ordered = self.buckets is not None
+        self.units = self.buckets.count if self.buckets is not None else 0
         self._origins: dict[int, int] = {}  # an epoch resumed under another number of trainers
         self._cursor = self._new_cursor(0, 0)
         if st.shuffle and not ordered and data.manifest.looks_ordered:
@@ -442,7 +446,8 @@ class BatchStream:
         settings = PlanSettings(
             counts=tuple(self.data.manifest.counts), batch_size=st.batch_size, seed=st.seed,
             shuffle=st.shuffle, window_rows=self.window_rows, drop_remainder=st.drop_remainder,
-            shard=st.shard, units=self.units)
+            shard=st.shard,
+            buckets=() if self.buckets is None else tuple(int(n) for n in self.buckets.sizes))
         manifest = self.data.manifest
         classes = manifest.num_classes if manifest.task == "multiclass" else 0
         cursor = EpochState(settings, self._new_prefetcher, tolerance=self.tolerance,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from dask.base import tokenize
 
 from daskfeed.batches._plan import EpochPlan
-from daskfeed.batches._read import encode_window, read_units, read_window
+from daskfeed.batches._read import encode_window, read_buckets, read_window
 from daskfeed.dashboard import EpochSpans
 from daskfeed.manifest import Encoding
 from daskfeed.reading import Source
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from dask.delayed import Delayed
     from distributed import Client, Future
 
-    from daskfeed.cache import BlockCache
+    from daskfeed.cache import BlockCache, BucketSet
 
 __all__ = ["WindowTasks"]
 
@@ -50,6 +50,7 @@ class WindowTasks:
         self.encoding = encoding
         self.cache = cache
         self.spans = spans
+        self.buckets: BucketSet | None = None  # the global order's bucket files, once built
         self._frames: list[Delayed] | None = None  # a dask DataFrame's partitions, made once
 
     def submit(self, client: Client, plan: EpochPlan, w: int) -> Future:
@@ -68,7 +69,8 @@ class WindowTasks:
             Of the window's :class:`~daskfeed.manifest._encoding.WindowData`.
         """
         win = plan.windows[w]
-        seed = plan.seed_of(w) if plan.order is None else (plan.order, win.units, plan.lanes)
+        seed = (plan.seed_of(w) if plan.order is None or win.units is None else
+                (plan.order.window(*win.units), win.span, plan.lanes))
         # a tuple key: each window its own task group (so its epoch's span), prefix daskfeed-window
         token = tokenize(self.fingerprint, self.encoding, win.blocks, seed)
         key = (f"daskfeed-window-{token}", w)
@@ -81,10 +83,10 @@ class WindowTasks:
                 seed: Any) -> Future:
         win = plan.windows[w]
         blocks = win.blocks
-        if plan.order is not None:  # a window of the global order: runs of every block
-            return client.submit(read_units, plan.order, win.units, win.span, plan.lanes,
-                                 [(b, self.source.blocks[b]) for b in blocks], self.source.options,
-                                 self.encoding, self.cache, key=key, retries=1)
+        if plan.order is not None and win.units is not None:  # whole buckets of the global order
+            units, span, lanes = seed
+            return client.submit(read_buckets, self.buckets, units, span, lanes, self.encoding,
+                                 key=key, retries=1)
         if self.source.frame is None:
             return client.submit(read_window, [(b, self.source.blocks[b]) for b in blocks],
                                  self.source.options, self.encoding, seed, self.cache, key=key,
@@ -130,8 +132,10 @@ class WindowTasks:
         win = plan.windows[w]
         blocks = win.blocks
         if plan.order is not None and win.units is not None:
+            shown = [str(plan.order.bucket(u)) for u in range(*win.units)]
             return (f"epoch {plan.epoch}, units {win.units[0]}..{win.units[1] - 1} of "
-                    f"{plan.order.units} (a run of each of {len(blocks)} blocks)")
+                    f"{plan.order.units} (buckets {', '.join(shown[:5])}"
+                    f"{' ...' if len(shown) > 5 else ''})")
         names = [self.source.blocks[b].describe() for b in blocks[:3]]
         more = f" and {len(blocks) - 3} more" if len(blocks) > 3 else ""
         return f"epoch {plan.epoch}, blocks {', '.join(names)}{more}"

@@ -8,16 +8,31 @@ from daskfeed.core import attach
 
 if TYPE_CHECKING:
     from daskfeed.cache._blocks import BlockCache, block_tables, default_root, stored_table
+    from daskfeed.cache._buckets import TRACE_COLUMNS, BucketSet, digest
     from daskfeed.cache._entries import clear, gone_entries, list_entries
     from daskfeed.cache._open import CacheChoice, open_cache
     from daskfeed.cache._writer import compact
 
-__all__ = ["BlockCache", "CacheChoice", "block_tables", "clear", "compact", "default_root",
-           "gone_entries", "list_entries", "open_cache", "stored_table"]
+__all__ = [
+    "TRACE_COLUMNS",
+    "BlockCache",
+    "BucketSet",
+    "CacheChoice",
+    "block_tables",
+    "clear",
+    "compact",
+    "default_root",
+    "digest",
+    "gone_entries",
+    "list_entries",
+    "open_cache",
+    "stored_table",
+]
 
 __getattr__, __dir__ = attach(__name__, {
     "BlockCache": "_blocks", "block_tables": "_blocks", "default_root": "_blocks",
-    "stored_table": "_blocks",
+    "stored_table": "_blocks", "BucketSet": "_buckets", "TRACE_COLUMNS": "_buckets",
+    "digest": "_buckets",
     "clear": "_entries", "gone_entries": "_entries", "list_entries": "_entries",
     "CacheChoice": "_open", "open_cache": "_open", "compact": "_writer",
 })

@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from daskfeed.cache._arrow import (
@@ -116,6 +117,23 @@ class BlockCache:
     def block_id(self, index: int) -> int:
         """The id that seeds block ``index``'s stored order (see :meth:`place`)."""
         return self.place(index)[2]
+
+    def block_ids(self, blocks: int) -> np.ndarray:
+        """:meth:`block_id` of blocks ``0 .. blocks - 1`` at once, modulo 2**64 (``O(blocks)``).
+
+        Returns
+        -------
+        numpy.ndarray
+            uint64.
+        """
+        index = np.arange(int(blocks), dtype=np.int64)
+        if not self.parts:
+            return index.astype(np.uint64)
+        starts = np.asarray(self.starts, dtype=np.int64)
+        p = np.searchsorted(starts, index, side="right") - 1
+        salts = np.array([part_salt(k) % 2**64 for k in self.parts], dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            return salts[p] + (index - starts[p]).astype(np.uint64)
 
     def lookup(self, index: int) -> list[tuple[str, int, int, int]] | None:
         """Where block ``index`` is: ``[(Arrow file path, first row, rows, rows per batch), ...]``.

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from daskfeed.batches import ORDER_VERSION
 from daskfeed.core import CheckpointError
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ class Cursor:
     validation_split: float = 0.0  # the training part of a split (0: the whole data)
     units: int = 0  # the global order's units per epoch (0: windows of blocks)
     position: int | None = None  # batches of the epoch's global order trained (by all trainers)
+    order: int = 1  # the global order's format (batches.ORDER_VERSION; cursors without it: 1)
 
     @property
     def global_order(self) -> bool:
@@ -82,6 +84,7 @@ class Cursor:
             shard=tuple(seq.shard),  # type: ignore[arg-type]
             validation_split=float(getattr(seq, "validation_split", 0.0)),
             units=seq.stream.units if ordered else 0, position=position,
+            order=ORDER_VERSION,
         )
 
     @classmethod
@@ -137,6 +140,14 @@ class Cursor:
                 f"The checkpoint {where} was made {made}; resuming needs the same order of rows. "
                 f"Received: a run with {now}.\nHint: resume with the cache setting the run "
                 "started with (--no-cache / --cache), or train from scratch without --resume.")
+        if self.global_order and other.global_order and self.order != other.order:
+            raise CheckpointError(
+                f"The checkpoint {where} was made in the global order of an earlier daskfeed "
+                f"(order format {self.order}: units of a run of every block); this one reads "
+                f"format {other.order} (whole buckets), another order of the same rows. "
+                f"Received: a run in order format {other.order}.\nHint: train from scratch "
+                "without --resume (the old checkpoints are then removed), or finish the run "
+                "with the daskfeed that started it.")
         flag = {"batch_size": "--batch-size", "seed": "--seed", "label": "--label",
                 "features": "--features/--exclude", "validation_split": "--validation-split",
                 "window_rows": "the same --memory-limit (it sets the window size) and"}

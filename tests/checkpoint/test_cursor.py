@@ -16,7 +16,7 @@ from daskfeed.core import CheckpointError
 BASE = Cursor(epoch=3, batch=17, seed=5, batch_size=64, fingerprint="ab" * 16, num_batches=40,
               rows=2_500, window_rows=4_096, blocksize=2**20, shuffle=True, drop_remainder=False,
               label="cleared", features=("gold", "level", "class"), shard=(1, 3),
-              validation_split=0.2)
+              validation_split=0.2, order=2)
 WHERE = "out/checkpoints/ckpt-000003-000000017"
 
 CURSORS = st.builds(
@@ -112,7 +112,7 @@ def test_a_setting_that_changes_the_batches_is_refused_with_both_values(name, re
 
 
 def test_every_field_but_where_training_stands_and_the_blocksize_is_checked():
-    checked = {name for name, _, _ in DIFFERENCES} | {"fingerprint", "units"}
+    checked = {name for name, _, _ in DIFFERENCES} | {"fingerprint", "units", "order"}
     assert {f.name for f in fields(Cursor)} - checked == {"epoch", "batch", "blocksize", "position"}
 
 
@@ -136,6 +136,19 @@ def test_a_global_order_of_other_units_or_another_order_is_refused():
         "dask DataFrame).\nHint: resume with the cache setting the run started with")
     with pytest.raises(CheckpointError, match="made with windows of blocks"):
         BASE.check(ORDERED, WHERE)
+
+
+def test_a_checkpoint_of_the_order_before_buckets_is_refused_by_its_format():
+    """A cursor stored before the order had a format field is format 1 (a run of every block)."""
+    old = {k: v for k, v in asdict(ORDERED).items() if k != "order"}
+    stored = Cursor.from_dict(json.loads(json.dumps(old)))
+    assert stored.order == 1
+    with pytest.raises(CheckpointError) as err:
+        stored.check(ORDERED, WHERE)
+    assert str(err.value).startswith(
+        f"The checkpoint {WHERE} was made in the global order of an earlier daskfeed (order "
+        "format 1: units of a run of every block); this one reads format 2 (whole buckets)")
+    assert "Hint: train from scratch without --resume" in str(err.value)
 
 
 def test_the_fingerprint_is_told_before_the_settings():

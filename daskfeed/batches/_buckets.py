@@ -1,0 +1,235 @@
+"""The buckets of a data set built once, on the cluster, from its parse cache.
+
+The global order (:mod:`daskfeed.batches._order`) reads an epoch as whole buckets, each a
+random sample of the whole data set; this module makes their files
+(:class:`~daskfeed.cache._buckets.BucketSet`) in two steps, an external shuffle of the parse
+cache (Arrow, never the CSV again):
+
+1. *deal* (:func:`deal`, one task per group of consecutive blocks of about ``run_rows`` rows):
+   each block's rows with a label, in their stored order, go to buckets ``(i + o_j) mod K``;
+   the group's rows are written as one *run*, sorted by bucket (stable: canonical order).
+2. *gather* (:func:`gather`, one task per range of buckets of about ``run_rows`` rows): the
+   range of every run, concatenated in run order, written as one file per bucket.
+
+A task holds its own rows (a run's, or a range of buckets'), never the data set's: memory and
+time per task are bounded by ``run_rows``, whatever the number of blocks or files. The set is
+built once per data set (its key covers the parse cache's parts, the label and ``K``) and
+reused by every later run, budget, batch size or model; a set cut short is built again.
+"""
+
+from __future__ import annotations
+
+import uuid
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from daskfeed.batches._order import block_offsets, bucket_count, bucket_sizes
+from daskfeed.cache import TRACE_COLUMNS, BucketSet, digest, stored_table
+from daskfeed.cluster import explain
+from daskfeed.core import ManifestMismatchError
+from daskfeed.manifest import labelled
+
+if TYPE_CHECKING:
+    from daskfeed.batches._prepare import Prepared
+    from daskfeed.cache import BlockCache
+    from daskfeed.manifest import Encoding
+    from daskfeed.reading import Block, ReadOptions
+
+__all__ = ["RUN_ROWS", "Buckets", "bucket_set", "deal", "gather"]
+
+RUN_ROWS = 1 << 19  # rows a build task holds, about (a run; a range of buckets)
+
+
+class Buckets:
+    """A data set's buckets as the trainer plans with them: the files and each one's rows.
+
+    Attributes
+    ----------
+    files
+        The :class:`~daskfeed.cache._buckets.BucketSet` (what a window task reads).
+    sizes
+        Rows of each bucket (numpy int64, ``K`` of them).
+    """
+
+    def __init__(self, files: BucketSet, sizes: np.ndarray) -> None:
+        self.files = files
+        self.sizes = sizes
+
+    @property
+    def count(self) -> int:
+        """``K``."""
+        return len(self.sizes)
+
+
+def bucket_set(data: Prepared, *, run_rows: int = RUN_ROWS) -> Buckets | None:
+    """The buckets of ``data`` (built on its cluster when missing); None where they cannot be.
+
+    Parameters
+    ----------
+    data
+        Prepared data with a parse cache.
+    run_rows
+        Rows per build task (see the module docstring).
+
+    Returns
+    -------
+    Buckets or None
+        None (with a warning) when the workers cannot see one another's files: the global
+        order then falls back to windows of blocks.
+    """
+    cache = data.cache
+    assert cache is not None
+    counts = np.asarray(data.manifest.counts, dtype=np.int64)
+    k = bucket_count(int(counts.sum()))
+    offsets = block_offsets(cache.block_ids(len(counts)), k)
+    sizes = bucket_sizes(counts, offsets, k)
+    enc = data.encoding
+    key = BucketSet.key_of(parts=list(cache.parts), starts=list(cache.starts),
+                           root=cache.root if not cache.parts else None, buckets=k,
+                           label=enc.label, classes=list(enc.label_classes),
+                           counts=digest(counts), fingerprint=data.manifest.fingerprint)
+    files = BucketSet(cache.root, key, k)
+    sealed = digest(sizes)
+    client = data.client
+    if client.submit(files.complete, sealed, pure=False).result():
+        return Buckets(files, sizes)
+    try:
+        _build(data, files, counts, offsets, sizes, sealed, run_rows)
+    except FileNotFoundError as err:  # a run written on one machine, looked for on another
+        warnings.warn(
+            f"daskfeed: could not deal the rows into buckets ({err}): the workers do not share "
+            "the parse cache's directory, so rows are shuffled within windows of blocks, not in "
+            "one global order.\nHint: give every worker the same cache directory (--cache DIR "
+            "on a shared volume).", stacklevel=2)
+        return None
+    return Buckets(files, sizes)
+
+
+def _build(data: Prepared, files: BucketSet, counts: np.ndarray, offsets: np.ndarray,
+           sizes: np.ndarray, sealed: str, run_rows: int) -> None:
+    client, source, cache = data.client, data.source, data.cache
+    tag = uuid.uuid4().hex[:8]
+    groups = _groups(counts, run_rows)
+    runs = [f"r{n:06d}" for n in range(len(groups))]
+    deals = [client.submit(deal, files, tag, name,
+                           [(int(i), source.blocks[i], int(offsets[i]), int(counts[i])) for i in g],
+                           source.options, cache, data.encoding,
+                           key=f"daskfeed-deal-{files.key}-{tag}-{n}", retries=1, pure=False)
+             for n, (name, g) in enumerate(zip(runs, groups, strict=True))]
+    _gather_all(client, deals, "the rows dealt into buckets")
+    k = len(sizes)
+    per = max(1, int(run_rows * k // max(int(sizes.sum()), 1)))
+    ranges = [(b, min(b + per, k)) for b in range(0, k, per)]
+    gathers = [client.submit(gather, files, tag, runs, b0, b1, [int(s) for s in sizes[b0:b1]],
+                             key=f"daskfeed-gather-{files.key}-{tag}-{b0}", retries=1, pure=False)
+               for b0, b1 in ranges]
+    _gather_all(client, gathers, "the buckets gathered from their runs")
+    parts = list(cache.parts) if cache is not None else []
+    client.submit(files.seal, sealed, parts, tag, pure=False).result()
+
+
+def _gather_all(client: Any, futures: list[Any], what: str) -> None:
+    try:
+        client.gather(futures)
+    except FileNotFoundError:
+        raise
+    except Exception as err:
+        new = explain(err, what, client)
+        if new is err:
+            raise
+        raise new from err
+    finally:
+        for f in futures:
+            f.release()
+
+
+def _groups(counts: np.ndarray, run_rows: int) -> list[list[int]]:
+    """Consecutive blocks with rows, in groups of about ``run_rows`` rows (a block alone if more)."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    held = 0
+    for i in np.flatnonzero(counts > 0).tolist():
+        n = int(counts[i])
+        if current and held + n > run_rows:
+            groups.append(current)
+            current, held = [], 0
+        current.append(i)
+        held += n
+    if current:
+        groups.append(current)
+    return groups
+
+
+def deal(files: BucketSet, tag: str, name: str, blocks: list[tuple[int, Block, int, int]],
+         options: ReadOptions, cache: BlockCache, encoding: Encoding) -> int:
+    """Deal a group of blocks' rows into buckets: one run, sorted by bucket (on a worker).
+
+    Parameters
+    ----------
+    files, tag, name
+        The set, its build and the run's name.
+    blocks
+        ``(index, block, offset, rows)``: each block, its :func:`~daskfeed.batches._order.block_offsets`
+        offset and its rows with a label (the manifest's count, checked).
+    options, cache, encoding
+        How blocks are read (the parse cache; parsed where a block is missing) and the label.
+
+    Returns
+    -------
+    int
+        The run's rows.
+    """
+    k = files.buckets
+    tables, where = [], []
+    opened: dict[str, pa.Table] = {}  # whole cache files, views of their memory maps
+    for index, block, offset, expected in blocks:
+        table = stored_table(index, block, options, cache, files=opened)
+        if len(opened) > 2:
+            opened.clear()  # a group's blocks are consecutive: one or two files at a time
+        mask = labelled(table, encoding) if encoding.label in table.column_names else None
+        at = np.arange(table.num_rows, dtype=np.int64) if mask is None else np.flatnonzero(mask)
+        if len(at) != expected:
+            raise ManifestMismatchError(
+                f"Block {block.describe()} has {len(at)} rows with a label; the manifest says "
+                f"{expected}. The data changed after the scan.\nHint: rescan (remove the cached "
+                "manifest) and restart.")
+        rows = table if mask is None else table.take(at)
+        rows = rows.append_column(TRACE_COLUMNS[0], pa.array(np.full(len(at), index, dtype=np.int64)))
+        rows = rows.append_column(TRACE_COLUMNS[1], pa.array(at.astype(np.int64)))
+        tables.append(rows)
+        where.append((np.arange(len(at), dtype=np.int64) + offset) % k)
+    if not tables:
+        tables, where = [pa.table({})], [np.zeros(0, dtype=np.int64)]
+    return files.write_run(tag, name, tables, np.concatenate(where))
+
+
+def gather(files: BucketSet, tag: str, runs: list[str], b0: int, b1: int,
+           sizes: list[int]) -> int:
+    """Write buckets ``b0 .. b1 - 1`` from their ranges of every run (on a worker).
+
+    Returns
+    -------
+    int
+        The rows written.
+
+    Raises
+    ------
+    FileNotFoundError
+        A run is not seen from this worker (workers that share no file system).
+    """
+    pieces = [files.read_run(tag, name, b0, b1) for name in runs]
+    total = 0
+    for b in range(b0, b1):
+        tables = [t.slice(int(off[b - b0]), int(off[b - b0 + 1] - off[b - b0]))
+                  for t, off in pieces]
+        rows = sum(t.num_rows for t in tables)
+        if rows != sizes[b - b0]:
+            raise ManifestMismatchError(
+                f"Bucket {b} of {files.path} got {rows} rows; its blocks say {sizes[b - b0]}. "
+                "The data changed while the buckets were made.\nHint: rescan and restart.")
+        files.write_bucket(b, [t for t in tables if t.num_rows] or tables[:1])
+        total += rows
+    return total
