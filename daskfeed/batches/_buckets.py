@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import uuid
 import warnings
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,9 +39,12 @@ if TYPE_CHECKING:
     from daskfeed.manifest import Encoding
     from daskfeed.reading import Block, ReadOptions
 
-__all__ = ["RUN_ROWS", "Buckets", "bucket_set", "deal", "gather"]
+__all__ = ["RUN_ROWS", "Buckets", "bucket_set", "deal", "gather", "task_rows"]
 
-RUN_ROWS = 1 << 19  # rows a build task holds, about (a run; a range of buckets)
+RUN_ROWS = 1 << 19  # rows a build task holds, at most (a run; a range of buckets)
+MIN_RUN_ROWS = 1 << 14
+TASK_SHARE = 12  # a task may hold 1/TASK_SHARE of a worker's memory limit in CSV bytes (Arrow,
+# its sorted copy and the file written take several times the rows' CSV bytes)
 
 
 class Buckets:
@@ -64,7 +68,7 @@ class Buckets:
         return len(self.sizes)
 
 
-def bucket_set(data: Prepared, *, run_rows: int = RUN_ROWS) -> Buckets | None:
+def bucket_set(data: Prepared, *, run_rows: int | None = None) -> Buckets | None:
     """The buckets of ``data`` (built on its cluster when missing); None where they cannot be.
 
     Parameters
@@ -72,7 +76,8 @@ def bucket_set(data: Prepared, *, run_rows: int = RUN_ROWS) -> Buckets | None:
     data
         Prepared data with a parse cache.
     run_rows
-        Rows per build task (see the module docstring).
+        Rows per build task (see the module docstring); default: what a worker's memory limit
+        holds (:func:`task_rows`).
 
     Returns
     -------
@@ -83,7 +88,7 @@ def bucket_set(data: Prepared, *, run_rows: int = RUN_ROWS) -> Buckets | None:
     cache = data.cache
     assert cache is not None
     counts = np.asarray(data.manifest.counts, dtype=np.int64)
-    k = bucket_count(int(counts.sum()))
+    k = bucket_count(int(counts.sum()), int(data.manifest.nbytes))
     offsets = block_offsets(cache.block_ids(len(counts)), k)
     sizes = bucket_sizes(counts, offsets, k)
     enc = data.encoding
@@ -94,10 +99,13 @@ def bucket_set(data: Prepared, *, run_rows: int = RUN_ROWS) -> Buckets | None:
     files = BucketSet(cache.root, key, k)
     sealed = digest(sizes)
     client = data.client
-    if client.submit(files.complete, sealed, pure=False).result():
-        return Buckets(files, sizes)
+    built = client.submit(files.complete, sealed, pure=False).result()
+    if built:
+        return Buckets(replace(files, build=built), sizes)
+    if run_rows is None:
+        run_rows = task_rows(client, data.manifest.nbytes, int(counts.sum()))
     try:
-        _build(data, files, counts, offsets, sizes, sealed, run_rows)
+        files = _build(data, files, counts, offsets, sizes, sealed, run_rows)
     except FileNotFoundError as err:  # a run written on one machine, looked for on another
         warnings.warn(
             f"daskfeed: could not deal the rows into buckets ({err}): the workers do not share "
@@ -108,8 +116,23 @@ def bucket_set(data: Prepared, *, run_rows: int = RUN_ROWS) -> Buckets | None:
     return Buckets(files, sizes)
 
 
+def task_rows(client: Any, csv_bytes: int, rows: int) -> int:
+    """Rows a build task may hold: ``1 / TASK_SHARE`` of a worker thread's memory, as CSV rows.
+
+    The smallest worker's memory limit, shared by its threads, over the data's CSV bytes per
+    row, within ``[MIN_RUN_ROWS, RUN_ROWS]``.
+    """
+    workers = client.scheduler_info().get("workers", {}).values()
+    per_thread = [w["memory_limit"] // max(int(w.get("nthreads", 1)), 1) for w in workers
+                  if w.get("memory_limit")]
+    if not per_thread or not rows:
+        return RUN_ROWS
+    row_bytes = max(csv_bytes / rows, 1.0)
+    return int(min(RUN_ROWS, max(MIN_RUN_ROWS, min(per_thread) / TASK_SHARE / row_bytes)))
+
+
 def _build(data: Prepared, files: BucketSet, counts: np.ndarray, offsets: np.ndarray,
-           sizes: np.ndarray, sealed: str, run_rows: int) -> None:
+           sizes: np.ndarray, sealed: str, run_rows: int) -> BucketSet:
     client, source, cache = data.client, data.source, data.cache
     tag = uuid.uuid4().hex[:8]
     groups = _groups(counts, run_rows)
@@ -129,6 +152,7 @@ def _build(data: Prepared, files: BucketSet, counts: np.ndarray, offsets: np.nda
     _gather_all(client, gathers, "the buckets gathered from their runs")
     parts = list(cache.parts) if cache is not None else []
     client.submit(files.seal, sealed, parts, tag, pure=False).result()
+    return replace(files, build=tag)
 
 
 def _gather_all(client: Any, futures: list[Any], what: str) -> None:

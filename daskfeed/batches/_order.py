@@ -37,26 +37,31 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BUCKET_ROWS", "ORDER_VERSION", "GlobalOrder", "Lanes", "block_offsets", "bucket_count",
-           "bucket_members", "bucket_of", "bucket_sizes", "order_line", "unit_rows",
+__all__ = ["BUCKET_BYTES", "BUCKET_ROWS", "ORDER_VERSION", "GlobalOrder", "Lanes", "block_offsets",
+           "bucket_count", "bucket_members", "bucket_of", "bucket_sizes", "order_line", "unit_rows",
            "window_index"]
 
 ORDER_VERSION = 2  # 1: units were a run of every block (daskfeed <= 0.x); 2: buckets
-BUCKET_ROWS = 1 << 16  # rows of a bucket, about (a window holds whole buckets)
+BUCKET_ROWS = 1 << 16  # rows of a bucket, about (a window holds whole buckets) ...
+BUCKET_BYTES = 8 << 20  # ... and at most about this many bytes of CSV (wide rows: fewer rows)
 MIN_BUCKETS = 64  # buckets of a data set at least, on small data ...
 MIN_BUCKET_ROWS = 1024  # ... while they keep this many rows
 
 
-def bucket_count(rows: int) -> int:
-    """``K``: the buckets of a data set of ``rows`` rows (its rows alone decide).
+def bucket_count(rows: int, nbytes: int = 0) -> int:
+    """``K``: the buckets of a data set of ``rows`` rows and ``nbytes`` bytes of CSV.
 
-    About ``BUCKET_ROWS`` rows each; on small data up to ``MIN_BUCKETS`` of at least
-    ``MIN_BUCKET_ROWS`` rows (so that a small data set still has several windows).
+    About ``BUCKET_ROWS`` rows each, and no more than about ``BUCKET_BYTES`` of CSV (a window
+    holds whole buckets: this keeps one small beside any budget the CLI accepts, whatever the
+    width of a row); on small data up to ``MIN_BUCKETS`` of at least ``MIN_BUCKET_ROWS`` rows
+    (so that a small data set still has several windows). The data alone decide it.
 
     Parameters
     ----------
     rows
         The data set's rows (with a label; every trainer's together).
+    nbytes
+        Its CSV bytes (0: rows alone decide).
 
     Returns
     -------
@@ -64,7 +69,8 @@ def bucket_count(rows: int) -> int:
         At least 1.
     """
     rows = int(rows)
-    return max(1, -(-rows // BUCKET_ROWS), min(MIN_BUCKETS, rows // MIN_BUCKET_ROWS))
+    wide = min(-(-int(nbytes) // BUCKET_BYTES), rows // MIN_BUCKET_ROWS)  # buckets of >= 1,024 rows
+    return max(1, -(-rows // BUCKET_ROWS), wide, min(MIN_BUCKETS, rows // MIN_BUCKET_ROWS))
 
 
 def _mix(x: np.ndarray) -> np.ndarray:

@@ -72,7 +72,7 @@ class WindowTasks:
         seed = (plan.seed_of(w) if plan.order is None or win.units is None else
                 (plan.order.window(*win.units), win.span, plan.lanes))
         # a tuple key: each window its own task group (so its epoch's span), prefix daskfeed-window
-        token = tokenize(self.fingerprint, self.encoding, win.blocks, seed)
+        token = tokenize(self.fingerprint, self.encoding, win.blocks, seed, self.buckets)
         key = (f"daskfeed-window-{token}", w)
         if self.spans is not None:
             with self.spans(plan.epoch):

@@ -63,11 +63,14 @@ class BucketSet:
         The set's name under ``<root>/buckets``.
     buckets
         ``K``.
+    build
+        The tag of the build whose files these are ("": not known yet).
     """
 
     root: str | None
     key: str
     buckets: int
+    build: str = ""  # the build that wrote the files (a fresh tag each build: window task keys)
 
     @staticmethod
     def key_of(**identity: Any) -> str:
@@ -85,8 +88,10 @@ class BucketSet:
         return os.path.join(self.path, f"b{int(b):06d}.arrow")
 
     # -- the marker ----------------------------------------------------------------------
-    def complete(self, sizes_digest: str) -> bool:
-        """Whether the set is built, for buckets of these sizes (and marks it used).
+    def complete(self, sizes_digest: str) -> str:
+        """The tag of the build that completed the set for buckets of these sizes ("": none).
+
+        Marks the set used.
 
         Parameters
         ----------
@@ -95,21 +100,22 @@ class BucketSet:
 
         Returns
         -------
-        bool
+        str
         """
         marker = os.path.join(self.path, "set.json")
         try:
             with open(marker, encoding="utf-8") as f:
                 meta = json.load(f)
         except (OSError, ValueError):
-            return False
+            return ""
         ok = (meta.get("version") == BUCKETS_VERSION and meta.get("buckets") == self.buckets
               and meta.get("sizes") == sizes_digest)
-        if ok:
-            with contextlib.suppress(OSError):
-                now = time.time()
-                os.utime(marker, (now, now))
-        return ok
+        if not ok:
+            return ""
+        with contextlib.suppress(OSError):
+            now = time.time()
+            os.utime(marker, (now, now))
+        return str(meta.get("build", "?"))
 
     def forget(self) -> None:
         """Mark the set incomplete (a bucket found missing or damaged): the next run rebuilds it."""
@@ -130,7 +136,7 @@ class BucketSet:
         """
         write_file(os.path.join(self.path, "set.json"), json.dumps({
             "version": BUCKETS_VERSION, "buckets": self.buckets, "sizes": sizes_digest,
-            "parts": sorted(parts), "created": time.time()}))
+            "build": tag, "parts": sorted(parts), "created": time.time()}))
         shutil.rmtree(os.path.join(self.path, f"runs-{tag}"), ignore_errors=True)
         self._remove_superseded(set(parts))
 

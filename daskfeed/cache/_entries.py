@@ -87,10 +87,32 @@ def clear(root: str | os.PathLike[str] | None = None,
             shutil.rmtree(entry.path, ignore_errors=True)
             forget_entry(entry.path)
             removed.append(entry)
+    base = os.fspath(root) if root is not None else default_root()
     if keys is None:  # the scans kept per part go with the parts (they are scanned again)
-        base = os.fspath(root) if root is not None else default_root()
         shutil.rmtree(os.path.join(base, "scans"), ignore_errors=True)
+    _clear_buckets(base, None if keys is None else {os.path.basename(e.path) for e in removed})
     return removed
+
+
+def _clear_buckets(base: str, parts: set[str] | None) -> None:
+    """Remove the bucket sets made of any of ``parts`` (None: every set) under ``base``."""
+    sets = os.path.join(base, "buckets")
+    if parts is None:
+        shutil.rmtree(sets, ignore_errors=True)
+        return
+    try:
+        names = os.listdir(sets)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(sets, name)
+        try:
+            with open(os.path.join(path, "set.json"), encoding="utf-8") as f:
+                made_of = set(json.load(f).get("parts", ()))
+        except (OSError, ValueError, AttributeError):
+            continue
+        if made_of & parts and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def gone_entries(root: str | os.PathLike[str] | None = None,

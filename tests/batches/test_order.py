@@ -123,6 +123,13 @@ def test_batches_of_label_sorted_data_are_iid_grade():
     assert means.std() / iid < 1.1
 
 
+def test_a_bucket_holds_about_65536_rows_and_no_more_than_about_8_mb_of_csv():
+    assert bucket_count(190_000_000, 13_330_000_000) == -(-190_000_000 // BUCKET_ROWS)  # 2,900
+    assert bucket_count(1_000_000, 8_000 * 1_000_000) == 954  # 8 KB rows: ~1,048 rows a bucket
+    assert bucket_count(1_000, 10**9) == 1  # never fewer than 1,024 rows a bucket (or one)
+    assert bucket_count(20_000) == 19 and bucket_count(10**6) == 64  # small data: several
+
+
 def test_planning_an_epoch_of_1_4_million_blocks_costs_its_buckets_not_its_blocks():
     """The seed's 100 GB in 1,000-row files: 1.4M blocks, 1.4B rows. Sizes come from the counts
     in O(blocks + K) (two int64 arrays of the blocks: ~23 MB), an epoch's plan in O(K) (K =
@@ -131,7 +138,7 @@ def test_planning_an_epoch_of_1_4_million_blocks_costs_its_buckets_not_its_block
     counts = np.full(blocks, 1000, dtype=np.int64)
     tracemalloc.start()
     t0 = time.process_time()
-    k = bucket_count(int(counts.sum()))
+    k = bucket_count(int(counts.sum()), 100 * 10**9)
     sizes = bucket_sizes(counts, block_offsets(np.arange(blocks, dtype=np.uint64), k), k)
     sized = time.process_time() - t0
     order = GlobalOrder.of(sizes, seed=0, epoch=3)

@@ -1,0 +1,104 @@
+"""The buckets' build (daskfeed.batches._buckets) on a real LocalCluster: what the files hold.
+
+Data with missing labels in some rows (left out of the buckets) and ids per row, so each
+bucket file can be compared with what the pure dealing (``bucket_members``) says it holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+import daskfeed
+from daskfeed.batches._order import block_offsets, bucket_members
+from daskfeed.cache import clear
+from daskfeed.cache._scatter import block_order
+from daskfeed.core import DataError
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """3,000 rows in 12 files; every 7th row has no label."""
+    root = tmp_path_factory.mktemp("dealt")
+    rng = np.random.default_rng(5)
+    for f in range(12):
+        n = 250
+        label = rng.integers(0, 2, n).astype(float)
+        label[np.arange(n) % 7 == 3] = np.nan
+        pd.DataFrame({"uid": np.arange(n) + f * 1000, "level": rng.integers(1, 60, n),
+                      "cleared": label}).to_csv(root / f"part-{f:02d}.csv", index=False)
+    return str(root / "*.csv")
+
+
+def _sequence(data, client, cache, **kw):
+    return daskfeed.DaskSequence(data, label="cleared", client=client, cache=cache, batch_size=50,
+                                 features=["uid", "level"], seed=3, **kw)
+
+
+def test_each_bucket_file_holds_its_dealt_rows_traced_to_block_and_row(data, client, tmp_path):
+    with _sequence(data, client, tmp_path / "c") as seq:
+        buckets = seq.stream.buckets
+        files = buckets.files
+        counts = seq.manifest.counts
+        k = buckets.count
+        assert k == 2 and sum(buckets.sizes) == sum(counts) == 12 * 214  # 36 of 250 unlabelled
+        offsets = block_offsets(seq.stream.data.cache.block_ids(len(counts)), k)
+        for b in range(k):
+            table = files.read_bucket(b)
+            js, _ = bucket_members(counts, offsets, k, b)
+            assert table.column("__block").to_pylist() == js.tolist()
+            # __row: the row's place among all the block's rows in stored order (labelled or not)
+            traced = []
+            for j, block_rows in zip(table.column("__block").to_pylist(),
+                                     table.column("__row").to_pylist(), strict=True):
+                file_row = block_order(seq.stream.data.cache.block_id(j), 250)[block_rows]
+                traced.append(j * 1000 + int(file_row))
+            assert table.column("uid").to_pylist() == traced
+            assert table.column("cleared").null_count == 0 and table.num_rows == buckets.sizes[b]
+            assert len(js) == table.num_rows and np.all(np.diff(js) >= 0)  # canonical order
+
+
+def test_a_set_is_built_once_and_again_when_cut_short_or_damaged(data, client, tmp_path):
+    cache = tmp_path / "c"
+    with _sequence(data, client, cache) as seq:
+        files = seq.stream.buckets.files
+        first = [x["uid"].copy() for x, _ in (seq[i] for i in range(len(seq)))]
+    marker = os.path.join(files.path, "set.json")
+    written = os.stat(files.bucket_path(0)).st_ino  # a rebuild renames a new file into place
+    assert not [n for n in os.listdir(files.path) if n.startswith("runs-")]  # runs removed
+    with _sequence(data, client, cache, window_rows=100) as seq:  # another window: same set
+        assert os.stat(files.bucket_path(0)).st_ino == written
+        with open(marker, encoding="utf-8") as f:
+            assert json.load(f)["buckets"] == 2
+        again = [x["uid"].copy() for x, _ in (seq[i] for i in range(len(seq)))]
+    assert [a.tolist() for a in again] == [a.tolist() for a in first]
+    os.remove(files.bucket_path(1))  # damaged: the window says so, the set is marked incomplete
+    with _sequence(data, client, cache) as seq, pytest.raises(DataError) as err:
+        for i in range(len(seq)):
+            seq[i]
+    assert "Cannot read bucket 1 of the global order" in str(err.value)
+    assert "Hint: run again" in str(err.value) and not os.path.exists(marker)
+    with _sequence(data, client, cache) as seq:  # built again, the same batches
+        rebuilt = [x["uid"].copy() for x, _ in (seq[i] for i in range(len(seq)))]
+    assert [a.tolist() for a in rebuilt] == [a.tolist() for a in first]
+    assert os.path.exists(marker)
+
+
+def test_clearing_the_cache_removes_its_bucket_sets(data, client, tmp_path):
+    cache = tmp_path / "c"
+    with _sequence(data, client, cache) as seq:
+        path = seq.stream.buckets.files.path
+    assert os.path.isdir(path)
+    clear(cache)
+    assert not os.path.exists(path)
+
+
+def test_a_bucket_reads_only_the_columns_asked_for(data, client, tmp_path):
+    with _sequence(data, client, tmp_path / "c") as seq:
+        table = seq.stream.buckets.files.read_bucket(0, ["level"])
+    assert table.column_names == ["level"] and isinstance(table, pa.Table)
