@@ -99,14 +99,19 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None) -> Buckets | None
     files = BucketSet(cache.root, key, k)
     sealed = digest(sizes)
     client = data.client
-    built = client.submit(files.complete, sealed, pure=False).result()
+    built = client.submit(files.complete, sealed,
+                          key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
     if built:
         return Buckets(replace(files, build=built), sizes)
     if run_rows is None:
         run_rows = task_rows(client, data.manifest.nbytes, int(counts.sum()))
     try:
         files = _build(data, files, counts, offsets, sizes, sealed, run_rows)
-    except FileNotFoundError as err:  # a run written on one machine, looked for on another
+    except FileNotFoundError as err:  # a run written on one machine, looked for on another ...
+        built = client.submit(files.complete, sealed,
+                              key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
+        if built:  # ... or removed by another trainer that completed the same set first
+            return Buckets(replace(files, build=built), sizes)
         warnings.warn(
             f"daskfeed: could not deal the rows into buckets ({err}): the workers do not share "
             "the parse cache's directory, so rows are shuffled within windows of blocks, not in "
@@ -134,25 +139,29 @@ def task_rows(client: Any, csv_bytes: int, rows: int) -> int:
 def _build(data: Prepared, files: BucketSet, counts: np.ndarray, offsets: np.ndarray,
            sizes: np.ndarray, sealed: str, run_rows: int) -> BucketSet:
     client, source, cache = data.client, data.source, data.cache
-    tag = uuid.uuid4().hex[:8]
+    # the same tasks (keys) and files for every trainer building this set on one scheduler: the
+    # scheduler runs them once; a build cut short writes the same files again
+    tag = files.key[:12]
     groups = _groups(counts, run_rows)
     runs = [f"r{n:06d}" for n in range(len(groups))]
     deals = [client.submit(deal, files, tag, name,
                            [(int(i), source.blocks[i], int(offsets[i]), int(counts[i])) for i in g],
                            source.options, cache, data.encoding,
-                           key=f"daskfeed-deal-{files.key}-{tag}-{n}", retries=1, pure=False)
+                           key=f"daskfeed-buckets-deal-{files.key}-{n}", retries=1)
              for n, (name, g) in enumerate(zip(runs, groups, strict=True))]
     _gather_all(client, deals, "the rows dealt into buckets")
     k = len(sizes)
     per = max(1, int(run_rows * k // max(int(sizes.sum()), 1)))
     ranges = [(b, min(b + per, k)) for b in range(0, k, per)]
     gathers = [client.submit(gather, files, tag, runs, b0, b1, [int(s) for s in sizes[b0:b1]],
-                             key=f"daskfeed-gather-{files.key}-{tag}-{b0}", retries=1, pure=False)
+                             key=f"daskfeed-buckets-gather-{files.key}-{b0}", retries=1)
                for b0, b1 in ranges]
     _gather_all(client, gathers, "the buckets gathered from their runs")
     parts = list(cache.parts) if cache is not None else []
-    client.submit(files.seal, sealed, parts, tag, pure=False).result()
-    return replace(files, build=tag)
+    build = uuid.uuid4().hex[:12]  # this build's files (window task keys change with it)
+    client.submit(files.seal, sealed, parts, tag, build,
+                  key=f"daskfeed-buckets-seal-{build}").result()
+    return replace(files, build=build)
 
 
 def _gather_all(client: Any, futures: list[Any], what: str) -> None:

@@ -89,7 +89,7 @@ class BatchStream:
                                     data.cache, spans)
         # the global order reads buckets dealt from the parse cache, on files
         ordered = data.cache is not None and data.source.frame is None and st.shuffle
-        self.buckets = bucket_set(data) if ordered and sum(data.manifest.counts) else None
+        self.buckets = bucket_set(data) if ordered and any(data.manifest.counts) else None
         self._windows.buckets = None if self.buckets is None else self.buckets.files
         ordered = self.buckets is not None
         self.units = self.buckets.count if self.buckets is not None else 0

@@ -122,7 +122,7 @@ class BucketSet:
         with contextlib.suppress(OSError):
             os.remove(os.path.join(self.path, "set.json"))
 
-    def seal(self, sizes_digest: str, parts: list[str], tag: str) -> None:
+    def seal(self, sizes_digest: str, parts: list[str], tag: str, build: str) -> None:
         """Write the marker (the set is complete) and remove the build's runs and stale sets.
 
         Parameters
@@ -133,10 +133,12 @@ class BucketSet:
             The parse cache's parts the set was made of.
         tag
             The build's runs to remove.
+        build
+            This build's name (:meth:`complete` returns it).
         """
         write_file(os.path.join(self.path, "set.json"), json.dumps({
             "version": BUCKETS_VERSION, "buckets": self.buckets, "sizes": sizes_digest,
-            "build": tag, "parts": sorted(parts), "created": time.time()}))
+            "build": build, "parts": sorted(parts), "created": time.time()}))
         shutil.rmtree(os.path.join(self.path, f"runs-{tag}"), ignore_errors=True)
         self._remove_superseded(set(parts))
 

@@ -1,6 +1,6 @@
 """Scale (slow tier, in CI): one epoch of the global order over 10,000 files, 6x the budget.
 
-The seed's layout (many small files, here 10,000 of 2,000 rows, ~3.2 GB of CSV) read by a real
+The seed's layout (many small files, here 10,000 of 2,600 rows, ~3.4 GB of CSV) read by a real
 LocalCluster of one worker whose memory limit (what its nanny kills on) the data exceed 6x; the
 files are sorted by label (the first half all 0, the second all 1). One epoch's windows are
 read without a model step (:class:`daskfeed.DaskSequence`, batch by batch, as ``fit`` reads
@@ -28,7 +28,7 @@ import daskfeed
 pytestmark = pytest.mark.slow
 
 FILES = 10_000
-ROWS = 2_000  # per file
+ROWS = 2_600  # per file
 WORKER_LIMIT = 512 * 2**20
 NUMBERS = 20  # numeric columns besides the id and the label
 

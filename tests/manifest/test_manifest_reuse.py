@@ -14,8 +14,9 @@ from daskfeed.core._exceptions import ManifestMismatchError
 
 
 def _entries(root) -> list[str]:
-    """The cache entries (one per part of the files), not the scans kept beside them."""
-    return sorted(n for n in os.listdir(root) if os.path.isdir(os.path.join(root, n)) and n != "scans")
+    """The cache entries (one per part of the files), not the scans nor the buckets beside them."""
+    return sorted(n for n in os.listdir(root) if os.path.isdir(os.path.join(root, n))
+                  and n not in ("scans", "buckets"))
 
 
 def _size(path) -> int:
