@@ -11,16 +11,14 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import textwrap
 import warnings
 
 import numpy as np
 import pytest
 from helpers import RECORDED_FEATURES as FEATURES
-from helpers import RECORDING_BUILDER, wait_for
+from killresume import KillResume
 
 BATCH = 200  # id_data: 13,300 rows -> 67 batches per epoch, the last one of 100 rows
 
@@ -279,105 +277,40 @@ def test_fit_interrupted_then_resumed_equals_an_uninterrupted_fit(id_data, clien
 ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
-def _daskfeed(*args: str, output) -> subprocess.Popen:
-    with open(output, "w") as f:  # a file, not a pipe nobody reads while it runs
-        return subprocess.Popen([*_daskfeed_cmd(), *args], stdout=f, stderr=subprocess.STDOUT,
-                                text=True, env=ENV, start_new_session=True)
-
-
-def _read_log(path) -> list:
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.endswith("\n")]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("kill_epoch", "relayout"), [(0, False), (1, True)],
                          ids=["same-layout", "new-budget-workers-windows"])
 def test_cli_sigkill_mid_epoch_then_resume_trains_every_row_exactly_once(id_data, tmp_path, kill_epoch,
                                                                           relayout):
     """Killed mid-epoch, resumed exactly; with ``relayout`` under another budget, worker count
-    and window size (the global order does not depend on them)."""
-    import psutil
-
-    from daskfeed.checkpoint._store import CheckpointStore
-
-    log = tmp_path / "batches.jsonl"
-    builder = RECORDING_BUILDER.format(log=str(log), delay=0.04, features=FEATURES, hold_at=None)
-    (tmp_path / "rec.py").write_text(textwrap.dedent(builder))
-    out = tmp_path / "out"
+    and window size (the global order does not depend on them). The kill/resume harness."""
     args = ["train", id_data.train_glob, "--label", "cleared", "--epochs", "2", "--batch-size",
-            str(BATCH), "--seed", "5", "--checkpoint-every", "10", "--model",
-            f"{tmp_path / 'rec.py'}:build", "--features", ",".join(FEATURES), "--as-matrix",
-            "--memory-limit", "3GB", "--nworkers", "1", "--dashboard-address", "",
-            "--output", str(out), "--verbose", "0"]
+            str(BATCH), "--seed", "5", "--checkpoint-every", "10", "--memory-limit", "3GB",
+            "--nworkers", "1", "--dashboard-address", "", "--verbose", "0"]
+    run = KillResume(tmp_path, args, features=FEATURES, ids={"row_id": 1}, delay=0.04)
     n = -(-id_data.train_rows // BATCH)
-    store = CheckpointStore(out / "checkpoints")
-    proc = _daskfeed(*args, output=tmp_path / "run1.txt")
-
-    def ready_to_kill() -> bool:  # kill_epoch's checkpoint at batch 30+, then 7+ more batches
-        assert proc.poll() is None, (tmp_path / "run1.txt").read_text()[-3000:]
-        names = store.names()
-        last = names[-1] if names else ""
-        if not (last.startswith(f"ckpt-{kill_epoch:06d}-") and int(last.rsplit("-", 1)[1]) >= 30):
-            return False
-        return len(_read_log(log)) >= kill_epoch * n + int(last.rsplit("-", 1)[1]) + 7
-
-    try:
-        wait_for(ready_to_kill, 240, lambda: f"a checkpoint of epoch {kill_epoch} at batch 30+ "
-                 f"and 7 more batches (checkpoints {store.names()}, {len(_read_log(log))} batches)",
-                 interval=0.02)
-        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-        os.killpg(proc.pid, signal.SIGKILL)  # the whole job dies: trainer and its workers
-        proc.wait(30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    # every process of the job is gone (reaped, or a zombie of a parent that is itself gone)
-    _, alive = psutil.wait_procs(tree, timeout=30)
-    alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert not alive, f"still running 30 s after SIGKILL: {alive}"
-    first = _read_log(log)
-    ckpt = store.latest()
-    assert ckpt is not None and ckpt.cursor.epoch == kill_epoch and ckpt.cursor.batch >= 30
+    run.start()
+    ckpt = run.kill_at(kill_epoch, 30)
+    first = run.steps()
     k = ckpt.cursor.batch
     assert k % 10 == 0 and ckpt.iterations == kill_epoch * n + k  # optimizer state of batch k
     assert len(first) > ckpt.iterations  # some batches were trained after the checkpoint
-
-    again = [*args, "--resume"]
-    if relayout:  # another budget and worker count (the windows of these small data stay 8)
-        again = [{"3GB": "2GB", "1": "2"}.get(a, a) if i and args[i - 1] in ("--memory-limit",
-                 "--nworkers") else a for i, a in enumerate(args)] + ["--resume"]
-    resumed = _daskfeed(*again, output=tmp_path / "run2.txt")
-    resumed.wait(300)
-    text = (tmp_path / "run2.txt").read_text()
-    assert resumed.returncode == 0, text[-3000:]
+    again = run.relayout(memory_limit="2GB", nworkers="2") if relayout else None
+    text = run.resume(again, timeout=300)
     assert "rows in one global order per epoch" in text
     if relayout:
         assert text.startswith("memory limit: 2GB = 2.00 GB") and "2 workers ×" in text, text[:300]
     assert f"resuming from {ckpt.path}: epoch {kill_epoch + 1}/2 at batch {k + 1}/{n}" in text
-    runs: dict[int, list] = {}
-    for it, pid, ids in _read_log(log):
-        runs.setdefault(pid, []).append((it, ids))
-    assert len(runs) == 2
-    before, after = runs.values()
-    assert [it for it, _ in before] == list(range(len(before)))
-    # the resumed run starts at the checkpoint's next batch and trains each batch once from there
-    assert [it for it, _ in after] == list(range(ckpt.iterations, 2 * n))
-    uncommitted = [ids for it, ids in before if it >= ckpt.iterations]
-    assert [ids for _, ids in after[: len(uncommitted)]] == uncommitted  # same order, retrained
-    all_ids = set(range(id_data.train_rows))
-    for epoch in range(2):
-        span = range(epoch * n, (epoch + 1) * n)
-        rows = [r for it, ids in before if it in span and it < ckpt.iterations for r in ids]
-        rows += [r for it, ids in after if it in span for r in ids]
-        lost, duplicated = len(all_ids - set(rows)), len(rows) - len(set(rows))
+    committed = run.committed()
+    uncommitted = [s.ids.tolist() for s in first if s.iteration >= ckpt.iterations]
+    after = committed[ckpt.iterations:]
+    assert [s.ids.tolist() for s in after[:len(uncommitted)]] == uncommitted  # same order, again
+    for epoch, (lost, duplicated) in enumerate(run.epochs(id_data.train_rows, n, 2)):
         print(f"\nepoch {epoch}: killed after {len(first)} batches, checkpoint at epoch "
-              f"{kill_epoch} batch {k}, {len(uncommitted)} uncommitted batches retrained; rows "
-              f"{len(rows)}, lost {lost}, duplicated {duplicated}")
-        assert lost == duplicated == 0 and len(rows) == id_data.train_rows
-    hist = json.loads((out / "history.json").read_text())
+              f"{kill_epoch} batch {k}, {len(uncommitted)} uncommitted batches retrained; "
+              f"lost {lost}, duplicated {duplicated}")
+        assert lost == duplicated == 0
+    hist = json.loads((run.output / "history.json").read_text())
     assert [e["epoch"] for e in hist["epochs"]] == [1, 2]  # numbered as the screen shows them
     assert hist["epochs"][kill_epoch]["resumed_at_batch"] == k
     assert hist["epochs"][kill_epoch]["rows"] == id_data.train_rows - k * BATCH
@@ -386,7 +319,7 @@ def test_cli_sigkill_mid_epoch_then_resume_trains_every_row_exactly_once(id_data
     if kill_epoch:
         return
     # resuming onto another batch size is refused (exit 1, clear message, no traceback)
-    other = [a if a != str(BATCH) else "100" for a in args]
+    other = [a if a != str(BATCH) else "100" for a in run.args]
     refused = subprocess.run([*_daskfeed_cmd(), *other, "--resume"], capture_output=True,
                              text=True, env=ENV, timeout=300)
     assert refused.returncode == 1
