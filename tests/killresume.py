@@ -129,6 +129,7 @@ class KillResume:
         self.proc: subprocess.Popen | None = None
         self.checkpoint = None  # the one the resume continues from
         self.runs: list[Path] = []
+        self.resumed_peak = 0  # peak RSS of the resumed run's process tree
 
     @staticmethod
     def command() -> list[str]:
@@ -193,9 +194,17 @@ class KillResume:
         return self.checkpoint
 
     def resume(self, args: list[str] | None = None, timeout: float = 600) -> str:
-        """Run again with ``--resume`` (``args``: another layout); its screen text (exit 0)."""
+        """Run again with ``--resume`` (``args``: another layout); its screen text (exit 0).
+
+        The peak RSS of its process tree (sampled every 0.1 s) is kept in ``resumed_peak``."""
+        import psutil
+
+        from daskfeed.core._rss import RSSSampler
+
         proc = self.start([*(args or self.args), "--resume"])
-        proc.wait(timeout)
+        with RSSSampler(interval=0.1, process=psutil.Process(proc.pid)) as rss:
+            proc.wait(timeout)
+        self.resumed_peak = rss.overall_peak
         text = self.text()
         assert proc.returncode == 0, text[-3000:]
         return text

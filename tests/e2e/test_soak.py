@@ -1,4 +1,5 @@
-"""Memory soak (slow): `daskfeed train --memory-limit 2GB` over 1x, 4x, 6.25x and 8x the budget.
+"""Memory soak (slow): `daskfeed train --memory-limit 2GB` over 1x, 4x, 6.25x and 8x the budget;
+20,000 small files killed in epoch 2 at 4GB and resumed at 2GB with one worker.
 
 The data come from the demo generator: a few distinct 1M-row files (~56 MB each), copied until
 the set reaches the size (the values repeat; the memory behaviour is the same as for distinct
@@ -19,9 +20,11 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
+from killresume import KillResume
 
 from daskfeed.core._rss import RSSSampler
 
@@ -169,3 +172,69 @@ def test_predict_scores_data_above_the_budget_within_it(soak_dir, tmp_path):
         f.write(json.dumps(record) + "\n")
     assert nbytes > BUDGET and pq.ParquetFile(out).metadata.num_rows == rows
     assert rss.overall_peak <= BUDGET, f"peak RSS {rss.overall_peak / 1e9:.2f} GB > 2 GB"
+
+
+def _small_files(root: str, files: int, rows: int) -> str:
+    """``files`` CSV files of ``rows`` rows (the seed's layout), written fast from two templates;
+    a row's id is ``file * rows + row`` (columns ``file``, ``row``)."""
+    import numpy as np
+
+    d = os.path.join(root, f"small_{files}x{rows}")
+    done = os.path.join(d, ".complete")
+    if os.path.exists(done):
+        return d
+    rng = np.random.default_rng(1)
+    templates = []
+    for _ in range(4):
+        cleared = rng.integers(0, 2, rows)
+        level = rng.integers(1, 60, rows) + 20 * cleared  # something to learn
+        gold = rng.integers(0, 10_000, rows)
+        lines = [f"{i},{c},{v},{g}" for i, (c, v, g) in enumerate(zip(cleared, level, gold, strict=True))]
+        templates.append("\n".join(lines).encode())
+    header = b"file,row,cleared,level,gold\n"
+    for f in range(files):
+        sub = os.path.join(d, f"day{f // 1000:03d}")
+        os.makedirs(sub, exist_ok=True)
+        prefix = f"{f},".encode()
+        body = prefix + templates[f % 4].replace(b"\n", b"\n" + prefix) + b"\n"
+        with open(os.path.join(sub, f"split_{f:06d}.csv"), "wb") as out:
+            out.write(header + body)
+    open(done, "w").close()
+    return d
+
+
+@pytest.mark.timeout(3 * 3600)
+def test_20000_files_killed_in_epoch_2_resume_at_half_the_budget_with_one_worker(soak_dir):
+    """The issue's target: 20M rows in 20,000 files at 4GB, SIGKILLed in epoch 2, resumed at
+    2GB with one worker: every epoch one epoch of rows, the resumed run's peak <= 2 GB."""
+    files, rows = 20_000, 1_000
+    data = _small_files(soak_dir, files, rows)
+    work = os.path.join(soak_dir, "kill20k")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    batch = 1024
+    args = ["train", os.path.join(data, "**", "*.csv"), "--label", "cleared", "--epochs", "3",
+            "--batch-size", str(batch), "--seed", "0", "--checkpoint-every", "2000",
+            "--memory-limit", "4GB", "--nworkers", "2", "--dashboard-address", "127.0.0.1:0",
+            "--verbose", "0", "--cache", os.path.join(work, "cache")]
+    run = KillResume(Path(work), args, features=["file", "row", "level", "gold"],
+                     ids={"file": rows, "row": 1})
+    t0 = time.monotonic()
+    run.start()
+    ckpt = run.kill_at(1, 4000, more=500, timeout=2 * 3600)
+    killed = time.monotonic() - t0
+    text = run.resume(run.relayout(memory_limit="2GB", nworkers="1"), timeout=2 * 3600)
+    steps = -(-files * rows // batch)
+    counts = run.epochs(files * rows, steps, 3)
+    hist = json.loads((run.output / "history.json").read_text())
+    record = {"kill_resume_files": files, "rows": files * rows, "killed_after_s": round(killed, 1),
+              "checkpoint": [ckpt.cursor.epoch, ckpt.cursor.batch],
+              "resumed_peak_rss_bytes": run.resumed_peak, "lost_duplicated": counts,
+              "epochs": [{k: e.get(k) for k in ("epoch", "rows", "rows_per_s", "data_wait_fraction",
+                                                "label_spread", "peak_rss_bytes")}
+                         for e in hist["epochs"]],
+              "first_lines": run.text(0).splitlines()[:8], "resumed_lines": text.splitlines()[:8]}
+    with open(os.path.join(soak_dir, "soak.json"), "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+    assert all(lost == dup == 0 for lost, dup in counts), counts
+    assert run.resumed_peak <= BUDGET, f"resumed peak {run.resumed_peak / 1e9:.2f} GB"
