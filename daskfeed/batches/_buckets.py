@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+from dask.utils import format_bytes
 
 from daskfeed.batches._order import block_offsets, bucket_count, bucket_sizes
-from daskfeed.cache import TRACE_COLUMNS, BucketSet, digest, stored_table
+from daskfeed.cache import TRACE_COLUMNS, BucketSet, digest, estimate_bytes, stored_table
 from daskfeed.cluster import explain
 from daskfeed.core import ManifestMismatchError
 from daskfeed.manifest import labelled
@@ -43,6 +44,7 @@ __all__ = ["RUN_ROWS", "Buckets", "bucket_set", "deal", "gather", "task_rows"]
 
 RUN_ROWS = 1 << 19  # rows a build task holds, at most (a run; a range of buckets)
 MIN_RUN_ROWS = 1 << 14
+ROOM_MARGIN = 1 << 30  # disk kept free beyond the build's estimate
 TASK_SHARE = 12  # a task may hold 1/TASK_SHARE of a worker's memory limit in CSV bytes (Arrow,
 # its sorted copy and the file written take several times the rows' CSV bytes)
 
@@ -96,13 +98,23 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None) -> Buckets | None
                            root=cache.root if not cache.parts else None, buckets=k,
                            label=enc.label, classes=list(enc.label_classes),
                            counts=digest(counts), fingerprint=data.manifest.fingerprint)
-    files = BucketSet(cache.root, key, k)
+    files = BucketSet(cache.root, key, k, compression=cache.compression)
     sealed = digest(sizes)
     client = data.client
     built = client.submit(files.complete, sealed,
                           key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
     if built:
         return Buckets(replace(files, build=built), sizes)
+    # the runs and the buckets side by side at the build's peak: about twice the parse cache
+    need = 2 * estimate_bytes(data.source, cache.compression) + ROOM_MARGIN
+    free = client.submit(files.free, key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
+    if free < need:
+        warnings.warn(
+            f"daskfeed: the global order needs its buckets written beside the parse cache: about "
+            f"{format_bytes(need)} free under {files.path}. Received: {format_bytes(free)} free. "
+            "Rows are shuffled within windows of blocks instead, not in one global order.\nHint: "
+            "free disk room there, or give the cache another place (--cache DIR).", stacklevel=2)
+        return None
     if run_rows is None:
         run_rows = task_rows(client, data.manifest.nbytes, int(counts.sum()))
     try:

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from daskfeed.cache._blocks import BlockCache, block_tables, default_root, stored_table
     from daskfeed.cache._buckets import TRACE_COLUMNS, BucketSet, digest
     from daskfeed.cache._entries import clear, gone_entries, list_entries
-    from daskfeed.cache._open import CacheChoice, open_cache
+    from daskfeed.cache._open import CacheChoice, estimate_bytes, open_cache
     from daskfeed.cache._writer import compact
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "compact",
     "default_root",
     "digest",
+    "estimate_bytes",
     "gone_entries",
     "list_entries",
     "open_cache",
@@ -34,5 +35,5 @@ __getattr__, __dir__ = attach(__name__, {
     "stored_table": "_blocks", "BucketSet": "_buckets", "TRACE_COLUMNS": "_buckets",
     "digest": "_buckets",
     "clear": "_entries", "gone_entries": "_entries", "list_entries": "_entries",
-    "CacheChoice": "_open", "open_cache": "_open", "compact": "_writer",
+    "CacheChoice": "_open", "estimate_bytes": "_open", "open_cache": "_open", "compact": "_writer",
 })

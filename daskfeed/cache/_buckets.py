@@ -65,12 +65,15 @@ class BucketSet:
         ``K``.
     build
         The tag of the build whose files these are ("": not known yet).
+    compression
+        Of the files written (the parse cache's: None, ``"lz4"`` or ``"zstd"``).
     """
 
     root: str | None
     key: str
     buckets: int
     build: str = ""  # the build that wrote the files (a fresh tag each build: window task keys)
+    compression: str | None = None  # of the files, as the parse cache's (None: plain)
 
     @staticmethod
     def key_of(**identity: Any) -> str:
@@ -86,6 +89,12 @@ class BucketSet:
     def bucket_path(self, b: int) -> str:
         """Bucket ``b``'s Arrow file."""
         return os.path.join(self.path, f"b{int(b):06d}.arrow")
+
+    def free(self) -> int:
+        """Free bytes on the disk that holds (or will hold) the set."""
+        base = _root(self.root)
+        os.makedirs(base, mode=0o700, exist_ok=True)
+        return shutil.disk_usage(base).free
 
     # -- the marker ----------------------------------------------------------------------
     def complete(self, sizes_digest: str) -> str:
@@ -179,7 +188,7 @@ class BucketSet:
         whole = one_table(tables)
         order = np.argsort(buckets, kind="stable")
         offsets = np.searchsorted(buckets[order], np.arange(self.buckets + 1))
-        _write_arrow(os.path.join(directory, f"{name}.arrow"), whole.take(order))
+        _write_arrow(os.path.join(directory, f"{name}.arrow"), whole.take(order), self.compression)
         path = os.path.join(directory, f"{name}.npy")
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
         with open(tmp, "xb") as f:
@@ -210,7 +219,7 @@ class BucketSet:
     def write_bucket(self, b: int, tables: list[pa.Table]) -> None:
         """Write bucket ``b`` from its rows (tables in canonical order)."""
         table = one_table(tables) if tables else pa.table({})
-        _write_arrow(self.bucket_path(b), table)
+        _write_arrow(self.bucket_path(b), table, self.compression)
 
     def read_bucket(self, b: int, columns: list[str] | None = None) -> pa.Table:
         """Bucket ``b``'s rows in canonical order (only ``columns`` read; None: all).
@@ -221,7 +230,7 @@ class BucketSet:
             The bucket is not where this process looks.
         """
         with pa.OSFile(self.bucket_path(b), "rb") as f:
-            reader = ipc.open_file(f)
+            reader = ipc.open_file(f)  # compressed files: only the columns read are decoded
             if columns is not None:
                 wanted = set(columns)
                 keep = [i for i, fld in enumerate(reader.schema) if fld.name in wanted]
@@ -234,13 +243,14 @@ def digest(sizes: np.ndarray) -> str:
     return hashlib.sha256(np.asarray(sizes, dtype=np.int64).tobytes()).hexdigest()[:24]
 
 
-def _write_arrow(path: str, table: pa.Table) -> None:
+def _write_arrow(path: str, table: pa.Table, compression: str | None) -> None:
     """Write ``table`` to ``path`` whole or not at all (a fresh temporary name, then a rename)."""
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
         with os.fdopen(fd, "wb") as raw, pa.PythonFile(raw, mode="w") as sink, \
-                ipc.new_file(sink, table.schema) as writer:
+                ipc.new_file(sink, table.schema,
+                             options=ipc.IpcWriteOptions(compression=compression)) as writer:
             if table.num_rows:
                 # one chunk, cut into batches of BATCH_ROWS rows: a range is read by its batches
                 whole = table.unify_dictionaries().combine_chunks() if table.num_columns else table

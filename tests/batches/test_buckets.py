@@ -102,3 +102,19 @@ def test_a_bucket_reads_only_the_columns_asked_for(data, client, tmp_path):
     with _sequence(data, client, tmp_path / "c") as seq:
         table = seq.stream.buckets.files.read_bucket(0, ["level"])
     assert table.column_names == ["level"] and isinstance(table, pa.Table)
+
+
+def test_without_disk_room_for_the_buckets_the_run_says_so_and_uses_windows_of_blocks(
+        data, client, tmp_path, monkeypatch):
+    import daskfeed.batches._buckets as build
+
+    monkeypatch.setattr(build, "ROOM_MARGIN", 10**18)  # more than any disk has free
+    with pytest.warns(UserWarning, match=r"needs its buckets written beside the parse cache: "
+                                         r"about .* free under .*Received: .* free\. Rows are "
+                                         r"shuffled within windows of blocks") as caught:
+        with _sequence(data, client, tmp_path / "c") as seq:
+            assert seq.stream.buckets is None and not seq.stream.global_order
+            assert seq.stream.order_line().startswith("rows shuffled within")
+            rows = sum(len(seq[i][1]) for i in range(len(seq)))
+    assert rows == sum(seq.manifest.counts)
+    assert any("Hint: free disk room there" in str(w.message) for w in caught)
