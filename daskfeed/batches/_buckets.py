@@ -30,7 +30,7 @@ from dask.utils import format_bytes
 
 from daskfeed.batches._order import block_offsets, bucket_count, bucket_sizes
 from daskfeed.cache import TRACE_COLUMNS, BucketSet, digest, estimate_bytes, stored_table
-from daskfeed.cluster import explain
+from daskfeed.cluster import explain, result_unless_paused
 from daskfeed.core import ManifestMismatchError
 from daskfeed.manifest import labelled
 
@@ -45,8 +45,7 @@ __all__ = ["RUN_ROWS", "Buckets", "bucket_set", "deal", "gather", "task_rows"]
 RUN_ROWS = 1 << 19  # rows a build task holds, at most (a run; a range of buckets)
 MIN_RUN_ROWS = 1 << 14
 ROOM_MARGIN = 1 << 30  # disk kept free beyond the build's estimate
-TASK_SHARE = 12  # a task may hold 1/TASK_SHARE of a worker's memory limit in CSV bytes (Arrow,
-# its sorted copy and the file written take several times the rows' CSV bytes)
+TASK_COPIES = 6  # a task's peak over its rows' CSV bytes (Arrow, its sorted copy, the file)
 
 
 class Buckets:
@@ -134,18 +133,23 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None) -> Buckets | None
 
 
 def task_rows(client: Any, csv_bytes: int, rows: int) -> int:
-    """Rows a build task may hold: ``1 / TASK_SHARE`` of a worker thread's memory, as CSV rows.
+    """Rows a build task may hold: what a worker thread has left before its worker pauses.
 
-    The smallest worker's memory limit, shared by its threads, over the data's CSV bytes per
-    row, within ``[MIN_RUN_ROWS, RUN_ROWS]``.
+    A worker pauses at ``distributed.worker.memory.pause`` (80 %) of its memory limit; what its
+    process holds already (the runtime, pyarrow's pool) is not the task's. The room left, shared
+    by the worker's threads, over ``TASK_COPIES`` times the data's CSV bytes per row, within
+    ``[MIN_RUN_ROWS, RUN_ROWS]`` (the smallest worker decides).
     """
-    workers = client.scheduler_info().get("workers", {}).values()
-    per_thread = [w["memory_limit"] // max(int(w.get("nthreads", 1)), 1) for w in workers
-                  if w.get("memory_limit")]
-    if not per_thread or not rows:
+    import dask.config
+
+    pause = dask.config.get("distributed.worker.memory.pause") or 0.8
+    workers = client.scheduler_info(n_workers=-1).get("workers", {}).values()
+    room = [(pause * w["memory_limit"] - w.get("metrics", {}).get("memory", 0))
+            / max(int(w.get("nthreads", 1)), 1) for w in workers if w.get("memory_limit")]
+    if not room or not rows:
         return RUN_ROWS
     row_bytes = max(csv_bytes / rows, 1.0)
-    return int(min(RUN_ROWS, max(MIN_RUN_ROWS, min(per_thread) / TASK_SHARE / row_bytes)))
+    return int(min(RUN_ROWS, max(MIN_RUN_ROWS, min(room) / TASK_COPIES / row_bytes)))
 
 
 def _build(data: Prepared, files: BucketSet, counts: np.ndarray, offsets: np.ndarray,
@@ -177,8 +181,10 @@ def _build(data: Prepared, files: BucketSet, counts: np.ndarray, offsets: np.nda
 
 
 def _gather_all(client: Any, futures: list[Any], what: str) -> None:
+    """Wait for every future (its error raised, explained); released whatever happened."""
     try:
-        client.gather(futures)
+        for f in futures:  # a worker paused for good is a BudgetError, not a wait without end
+            result_unless_paused(f, what=what)
     except FileNotFoundError:
         raise
     except Exception as err:
@@ -248,7 +254,10 @@ def deal(files: BucketSet, tag: str, name: str, blocks: list[tuple[int, Block, i
         where.append((np.arange(len(at), dtype=np.int64) + offset) % k)
     if not tables:
         tables, where = [pa.table({})], [np.zeros(0, dtype=np.int64)]
-    return files.write_run(tag, name, tables, np.concatenate(where))
+    rows = files.write_run(tag, name, tables, np.concatenate(where))
+    del tables, opened
+    pa.default_memory_pool().release_unused()  # back to the system: the worker must not pause
+    return rows
 
 
 def gather(files: BucketSet, tag: str, runs: list[str], b0: int, b1: int,
@@ -277,4 +286,6 @@ def gather(files: BucketSet, tag: str, runs: list[str], b0: int, b1: int,
                 "The data changed while the buckets were made.\nHint: rescan and restart.")
         files.write_bucket(b, [t for t in tables if t.num_rows] or tables[:1])
         total += rows
+    del pieces, tables
+    pa.default_memory_pool().release_unused()  # back to the system: the worker must not pause
     return total

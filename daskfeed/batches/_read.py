@@ -123,6 +123,15 @@ def read_buckets(files: BucketSet, window: list[tuple[int, int, tuple[int, ...]]
                 f"{table.num_rows}.\nHint: run again (the buckets are built again).")
         tables.append(table)
     index = window_index(window, span, lanes)
+    try:
+        return _encode_buckets(tables, index, encoding)
+    finally:
+        del tables
+        pa.default_memory_pool().release_unused()  # the Arrow it read, back to the system
+
+
+def _encode_buckets(tables: list[pa.Table], index: np.ndarray, encoding: Encoding) -> WindowData:
+    """The rows ``index`` of the buckets' tables (concatenated), encoded, in that order."""
     if not tables or not len(index):
         return empty_window(encoding)
     several = len(index) < sum(t.num_rows for t in tables)  # several trainers: only this one's rows
