@@ -125,6 +125,8 @@ def test_peak_rss_stays_under_2gb_as_the_data_grow(soak_dir, times):
               "peak_rss_reported": hist["peak_rss_bytes"],
               "seconds": round(seconds, 1), "rows_per_s": hist["epochs"][0].get("rows_per_s"),
               "data_wait_fraction": hist["epochs"][0].get("data_wait_fraction"),
+              "feed_wait_fraction": hist["epochs"][0].get("feed_wait_fraction"),  # tf.data hand-off
+              "label_spread": hist["epochs"][0].get("label_spread"),
               "stdout": stdout.splitlines()[:12]}
     with open(os.path.join(soak_dir, "soak.json"), "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
@@ -231,7 +233,8 @@ def test_20000_files_killed_in_epoch_2_resume_at_half_the_budget_with_one_worker
               "checkpoint": [ckpt.cursor.epoch, ckpt.cursor.batch],
               "resumed_peak_rss_bytes": run.resumed_peak, "lost_duplicated": counts,
               "epochs": [{k: e.get(k) for k in ("epoch", "rows", "rows_per_s", "data_wait_fraction",
-                                                "label_spread", "peak_rss_bytes")}
+                                                "feed_wait_fraction", "label_spread",
+                                                "peak_rss_bytes")}
                          for e in hist["epochs"]],
               "first_lines": run.text(0).splitlines()[:8], "resumed_lines": text.splitlines()[:8]}
     with open(os.path.join(soak_dir, "soak.json"), "a", encoding="utf-8") as f:
