@@ -19,6 +19,7 @@ reused by every later run, budget, batch size or model; a set cut short is built
 
 from __future__ import annotations
 
+import time
 import uuid
 import warnings
 from dataclasses import replace
@@ -57,11 +58,14 @@ class Buckets:
         The :class:`~daskfeed.cache._buckets.BucketSet` (what a window task reads).
     sizes
         Rows of each bucket (numpy int64, ``K`` of them).
+    seconds
+        How long their build took here (None: built before, reused).
     """
 
-    def __init__(self, files: BucketSet, sizes: np.ndarray) -> None:
+    def __init__(self, files: BucketSet, sizes: np.ndarray, seconds: float | None = None) -> None:
         self.files = files
         self.sizes = sizes
+        self.seconds = seconds
 
     @property
     def count(self) -> int:
@@ -116,6 +120,7 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None) -> Buckets | None
         return None
     if run_rows is None:
         run_rows = task_rows(client, data.manifest.nbytes, int(counts.sum()))
+    t0 = time.perf_counter()
     try:
         files = _build(data, files, counts, offsets, sizes, sealed, run_rows)
     except FileNotFoundError as err:  # a run written on one machine, looked for on another ...
@@ -129,7 +134,7 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None) -> Buckets | None
             "one global order.\nHint: give every worker the same cache directory (--cache DIR "
             "on a shared volume).", stacklevel=2)
         return None
-    return Buckets(files, sizes)
+    return Buckets(files, sizes, time.perf_counter() - t0)
 
 
 def task_rows(client: Any, csv_bytes: int, rows: int) -> int:
