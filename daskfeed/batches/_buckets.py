@@ -8,10 +8,14 @@ cache (Arrow, never the CSV again):
 1. *deal* (:func:`deal`, one task per group of consecutive blocks of about ``run_rows`` rows):
    each block's rows with a label, in their stored order, go to buckets ``(i + o_j) mod K``;
    the group's rows are written as one *run*, sorted by bucket (stable: canonical order).
-2. *gather* (:func:`gather`, one task per range of buckets of about ``run_rows`` rows): the
+2. *merge* (while there are more than ``FAN_IN`` runs): ``FAN_IN`` consecutive runs become one,
+   bucket range by bucket range (``run_rows`` rows at a time). Without it each gather would read
+   a range of every run: ``(N / run_rows)**2`` reads in all, hours at 100 GB on a small budget;
+   with it, each level reads and writes the runs once, with ``FAN_IN`` reads per range.
+3. *gather* (:func:`gather`, one task per range of buckets of about ``run_rows`` rows): the
    range of every run, concatenated in run order, written as one file per bucket.
 
-A task holds its own rows (a run's, or a range of buckets'), never the data set's: memory and
+A task holds its own rows (a run's, a range of buckets'), never the data set's: memory and
 time per task are bounded by ``run_rows``, whatever the number of blocks or files. The set is
 built once per data set (its key covers the parse cache's parts, the label and ``K``) and
 reused by every later run, budget, batch size or model; a set cut short is built again.
@@ -46,6 +50,7 @@ __all__ = ["RUN_ROWS", "Buckets", "bucket_set", "deal", "gather", "task_rows"]
 RUN_ROWS = 1 << 19  # rows a build task holds, at most (a run; a range of buckets)
 MIN_RUN_ROWS = 1 << 14
 ROOM_MARGIN = 1 << 30  # disk kept free beyond the build's estimate
+FAN_IN = 32  # runs merged into one while there are more: a gather reads at most this many
 TASK_COPIES = 6  # a task's peak over its rows' CSV bytes (Arrow, its sorted copy, the file)
 
 
@@ -171,6 +176,15 @@ def _build(data: Prepared, files: BucketSet, counts: np.ndarray, offsets: np.nda
                            key=f"daskfeed-buckets-deal-{files.key}-{n}", retries=1)
              for n, (name, g) in enumerate(zip(runs, groups, strict=True))]
     _gather_all(client, deals, "the rows dealt into buckets")
+    level = 0
+    while len(runs) > FAN_IN:  # fewer, longer runs: every gather reads a range of each run
+        groups_of = [runs[i:i + FAN_IN] for i in range(0, len(runs), FAN_IN)]
+        merged = [f"m{level}-{n:06d}" for n in range(len(groups_of))]
+        merges = [client.submit(_merge, files, tag, group, name, run_rows,
+                                key=f"daskfeed-buckets-merge-{files.key}-{level}-{n}", retries=1)
+                  for n, (group, name) in enumerate(zip(groups_of, merged, strict=True))]
+        _gather_all(client, merges, "the runs of buckets merged")
+        runs, level = merged, level + 1
     k = len(sizes)
     per = max(1, int(run_rows * k // max(int(sizes.sum()), 1)))
     ranges = [(b, min(b + per, k)) for b in range(0, k, per)]
@@ -200,6 +214,13 @@ def _gather_all(client: Any, futures: list[Any], what: str) -> None:
     finally:
         for f in futures:
             f.release()
+
+
+def _merge(files: BucketSet, tag: str, inputs: list[str], output: str, step_rows: int) -> int:
+    """Merge runs into one (on a worker), its memory given back after."""
+    rows = files.merge_runs(tag, inputs, output, step_rows)
+    pa.default_memory_pool().release_unused()
+    return rows
 
 
 def _groups(counts: np.ndarray, run_rows: int) -> list[list[int]]:

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from daskfeed.cache._arrow import one_table
-from daskfeed.cache._writer import BATCH_ROWS
+from daskfeed.cache._writer import BATCH_ROWS, compact
 from daskfeed.core import fsync, write_file
 
 __all__ = ["BUCKETS_VERSION", "TRACE_COLUMNS", "BucketSet", "digest"]
@@ -189,11 +189,7 @@ class BucketSet:
         order = np.argsort(buckets, kind="stable")
         offsets = np.searchsorted(buckets[order], np.arange(self.buckets + 1))
         _write_arrow(os.path.join(directory, f"{name}.arrow"), whole.take(order), self.compression)
-        path = os.path.join(directory, f"{name}.npy")
-        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-        with open(tmp, "xb") as f:
-            np.save(f, offsets.astype(np.int64))
-        os.replace(tmp, path)
+        _save_offsets(os.path.join(directory, f"{name}.npy"), offsets)
         return len(order)
 
     def read_run(self, tag: str, name: str, b0: int, b1: int) -> tuple[pa.Table, np.ndarray]:
@@ -215,11 +211,58 @@ class BucketSet:
         lo, hi = int(here[0]), int(here[-1])
         return _read_rows(os.path.join(directory, f"{name}.arrow"), lo, hi), here - lo
 
+    def merge_runs(self, tag: str, inputs: list[str], output: str, step_rows: int) -> int:
+        """Merge consecutive runs into one, bucket by bucket, holding about ``step_rows`` rows.
+
+        Bucket ``k`` of the output is bucket ``k`` of each input in turn (canonical order kept).
+        The inputs are removed once the output is in place.
+
+        Returns
+        -------
+        int
+            The output's rows.
+        """
+        directory = os.path.join(self.path, f"runs-{tag}")
+        offsets = [np.load(os.path.join(directory, f"{n}.npy")) for n in inputs]
+        schemas = []
+        for n in inputs:
+            with pa.OSFile(os.path.join(directory, f"{n}.arrow"), "rb") as f:
+                schemas.append(ipc.open_file(f).schema)
+        schema = _common_schema(schemas)
+        counts = np.stack([np.diff(o) for o in offsets])  # inputs x K
+        per_bucket = counts.sum(axis=0)
+        out_offsets = np.concatenate([[0], np.cumsum(per_bucket)])
+        path = os.path.join(directory, f"{output}.arrow")
+        with _BatchWriter(path, schema, self.compression) as writer:
+            b0 = 0
+            while b0 < self.buckets:  # ranges of buckets of about step_rows rows
+                b1 = int(np.searchsorted(out_offsets, out_offsets[b0] + max(step_rows, 1), "right"))
+                b1 = min(max(b1 - 1, b0 + 1), self.buckets)
+                pieces = [self.read_run(tag, n, b0, b1) for n in inputs]
+                tables = [_conform(t, schema) for t, _ in pieces]
+                whole = pa.concat_tables(tables) if tables else schema.empty_table()
+                bases = np.cumsum([0] + [t.num_rows for t in tables[:-1]])
+                # bucket by bucket, each input's rows of it in turn
+                starts = np.stack([base + off[:-1] for base, (_, off) in zip(bases, pieces, strict=True)])
+                lengths = counts[:, b0:b1]
+                starts, lengths = starts.T.reshape(-1), lengths.T.reshape(-1)
+                total = int(lengths.sum())
+                firsts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+                index = np.repeat(starts - firsts, lengths) + np.arange(total)
+                writer.write(whole.take(index))
+                b0 = b1
+        _save_offsets(os.path.join(directory, f"{output}.npy"), out_offsets)
+        for n in inputs:
+            for ext in (".arrow", ".npy"):
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(directory, n + ext))
+        return int(out_offsets[-1])
+
     # -- buckets ---------------------------------------------------------------------------
     def write_bucket(self, b: int, tables: list[pa.Table]) -> None:
         """Write bucket ``b`` from its rows (tables in canonical order)."""
         table = one_table(tables) if tables else pa.table({})
-        _write_arrow(self.bucket_path(b), table, self.compression)
+        _write_arrow(self.bucket_path(b), compact(table), self.compression)
 
     def read_bucket(self, b: int, columns: list[str] | None = None) -> pa.Table:
         """Bucket ``b``'s rows in canonical order (only ``columns`` read; None: all).
@@ -261,6 +304,92 @@ def _write_arrow(path: str, table: pa.Table, compression: str | None) -> None:
         with contextlib.suppress(OSError):
             os.remove(tmp)
         raise
+
+
+def _save_offsets(path: str, offsets: np.ndarray) -> None:
+    """A run's bucket offsets beside it (a fresh temporary name, then a rename)."""
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    with open(tmp, "xb") as f:
+        np.save(f, np.asarray(offsets, dtype=np.int64))
+    os.replace(tmp, path)
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    return t.value_type if pa.types.is_dictionary(t) else t
+
+
+def _common_schema(schemas: list[pa.Schema]) -> pa.Schema:
+    """One schema for runs whose columns may differ in type (int32 and int64...).
+
+    No dictionaries (a streamed file holds one dictionary per column); columns that cannot be
+    promoted become text.
+    """
+    plain = [pa.schema([pa.field(f.name, _plain(f.type)) for f in s]) for s in schemas]
+    try:
+        return pa.unify_schemas(plain, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        names = plain[0].names
+        clash = {n for n in names if len({s.field(n).type for s in plain if n in s.names}) > 1}
+        return pa.schema([pa.field(n, pa.string() if n in clash else plain[0].field(n).type)
+                          for n in names])
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with ``schema``'s columns and types (dictionaries decoded)."""
+    cols = []
+    for f in schema:
+        col = table.column(f.name)
+        if pa.types.is_dictionary(col.type):
+            col = col.cast(col.type.value_type)
+        cols.append(col if col.type == f.type else col.cast(f.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+class _BatchWriter:
+    """Writes tables to an Arrow file in record batches of exactly ``BATCH_ROWS`` rows.
+
+    The last one is shorter; a range of rows is then read by its batches. Whole or not at all.
+    """
+
+    def __init__(self, path: str, schema: pa.Schema, compression: str | None) -> None:
+        self.path, self.schema = path, schema
+        self.tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
+        fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+                     0o600)
+        self.raw = os.fdopen(fd, "wb")
+        self.sink = pa.PythonFile(self.raw, mode="w")
+        self.writer = ipc.new_file(self.sink, schema,
+                                   options=ipc.IpcWriteOptions(compression=compression))
+        self.pending: list[pa.Table] = []
+        self.held = 0
+
+    def write(self, table: pa.Table) -> None:
+        self.pending.append(table)
+        self.held += table.num_rows
+        if self.held >= BATCH_ROWS:
+            whole = pa.concat_tables(self.pending).combine_chunks()
+            full = (whole.num_rows // BATCH_ROWS) * BATCH_ROWS
+            self.writer.write_table(whole.slice(0, full), max_chunksize=BATCH_ROWS)
+            rest = whole.slice(full)
+            self.pending, self.held = [rest], rest.num_rows
+
+    def __enter__(self) -> _BatchWriter:
+        return self
+
+    def __exit__(self, kind: object, *_: object) -> None:
+        try:
+            if kind is None and self.held:
+                self.writer.write_table(pa.concat_tables(self.pending).combine_chunks(),
+                                        max_chunksize=BATCH_ROWS)
+            self.writer.close()
+            self.sink.close()
+            self.raw.close()
+            if kind is None:
+                fsync(self.tmp)
+                os.replace(self.tmp, self.path)
+        finally:
+            with contextlib.suppress(OSError):
+                os.remove(self.tmp)
 
 
 def _read_rows(path: str, lo: int, hi: int) -> pa.Table:

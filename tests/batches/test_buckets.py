@@ -30,8 +30,10 @@ def data(tmp_path_factory):
         n = 250
         label = rng.integers(0, 2, n).astype(float)
         label[np.arange(n) % 7 == 3] = np.nan
+        region = rng.choice(["north", "south", "Île", "東"], n)  # text: a dictionary per file
         pd.DataFrame({"uid": np.arange(n) + f * 1000, "level": rng.integers(1, 60, n),
-                      "cleared": label}).to_csv(root / f"part-{f:02d}.csv", index=False)
+                      "region": region, "cleared": label}).to_csv(root / f"part-{f:02d}.csv",
+                                                                 index=False)
     return str(root / "*.csv")
 
 
@@ -40,7 +42,22 @@ def _sequence(data, client, cache, **kw):
                                  features=["uid", "level"], seed=3, **kw)
 
 
-def test_each_bucket_file_holds_its_dealt_rows_traced_to_block_and_row(data, client, tmp_path):
+@pytest.mark.parametrize("merged", [False, True], ids=["runs-gathered", "runs-merged-twice"])
+def test_each_bucket_file_holds_its_dealt_rows_traced_to_block_and_row(data, client, tmp_path,
+                                                                       monkeypatch, merged):
+    """Also when the runs are merged before the gather (60 runs of 50 rows, 4 at a time: two
+    levels), with their text columns' dictionaries decoded and encoded again."""
+    import daskfeed.batches._buckets as build
+
+    if merged:
+        monkeypatch.setattr(build, "task_rows", lambda *_: 50)
+        monkeypatch.setattr(build, "FAN_IN", 4)
+    import glob
+
+    regions = {}
+    for path in sorted(glob.glob(data)):
+        frame = pd.read_csv(path, keep_default_na=False)
+        regions.update(zip(frame["uid"].tolist(), frame["region"].tolist(), strict=True))
     with _sequence(data, client, tmp_path / "c") as seq:
         buckets = seq.stream.buckets
         files = buckets.files
@@ -60,6 +77,7 @@ def test_each_bucket_file_holds_its_dealt_rows_traced_to_block_and_row(data, cli
                 traced.append(j * 1000 + int(file_row))
             assert table.column("uid").to_pylist() == traced
             assert table.column("cleared").null_count == 0 and table.num_rows == buckets.sizes[b]
+            assert table.column("region").to_pylist() == [regions[u] for u in traced]
             assert len(js) == table.num_rows and np.all(np.diff(js) >= 0)  # canonical order
 
 
