@@ -143,3 +143,14 @@ def test_a_bad_worker_nice_is_refused_before_any_worker_starts():
         with dask.config.set({"daskfeed.worker-nice": bad}), \
                 pytest.raises(DaskfeedError, match=r"whole number from 0 to 19[\s\S]*Received"):
             start_local_cluster(Budget.split("3GB", nworkers=1), dashboard_address="")
+
+
+def test_local_workers_allocate_arrow_memory_with_the_system_allocator():
+    """What a worker frees goes back to the system: pyarrow's mimalloc kept 160 MiB of freed
+    pages in a worker's RSS, and a worker of a 2GB budget stayed paused for good."""
+    client = start_local_cluster(Budget.split("3GB", nworkers=1), dashboard_address="")
+    try:
+        pools = client.run(lambda: __import__("pyarrow").default_memory_pool().backend_name)
+    finally:
+        close_client(client)
+    assert list(pools.values()) == ["system"]
