@@ -148,6 +148,9 @@ def test_a_bad_worker_nice_is_refused_before_any_worker_starts():
 def test_local_workers_allocate_arrow_memory_with_the_system_allocator():
     """What a worker frees goes back to the system: pyarrow's mimalloc kept 160 MiB of freed
     pages in a worker's RSS, and a worker of a 2GB budget stayed paused for good."""
+    from daskfeed.cluster._budget import Budget
+    from daskfeed.cluster._start import close_client, start_local_cluster
+
     client = start_local_cluster(Budget.split("3GB", nworkers=1), dashboard_address="")
     try:
         pools = client.run(lambda: __import__("pyarrow").default_memory_pool().backend_name)
