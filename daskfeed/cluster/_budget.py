@@ -25,6 +25,11 @@ __all__ = ["MAX_BLOCKSIZE", "TRAINER_RESERVE", "WINDOW_BYTES", "Budget", "Worker
 
 # measured: an idle dask worker ≈ 0.15 GB RSS; it also needs room to parse one block
 MIN_WORKER = 384 * 2**20
+# the fewest bytes a worker gets when the number of workers is not asked for: a worker of
+# 384 MiB is at ~250 MiB after its first tasks (the runtime, pyarrow, pandas) and pauses at
+# 80 % of its limit (307 MiB), for good (make soak at 2GB: the scan's watchdog tripped, workers
+# paused with nothing to spill); fewer, larger workers then
+ROOMY_WORKER = 640 * 2**20
 
 
 
@@ -113,7 +118,8 @@ class Budget:
         total
             The whole process tree's budget, e.g. ``"14GB"`` or bytes.
         nworkers, nthreads
-            The local cluster's shape (None: :func:`default_nworkers`).
+            The local cluster's shape (None: :func:`default_nworkers`, fewer while each would
+            get less than ``ROOMY_WORKER``).
         trainer_reserve
             Bytes kept for the trainer before prefetch (``daskfeed.trainer-reserve``).
         worker_reserve
@@ -132,7 +138,11 @@ class Budget:
             For a budget too small for the trainer and the workers (with the minimum).
         """
         total = parse_memory_limit(total)
-        nworkers = nworkers or default_nworkers()
+        if not nworkers:  # not asked for: as many as the cores, while each keeps room to work
+            nworkers = default_nworkers()
+            room = total - int(trainer_reserve) - int(min(max(0.1 * total, 32 * 2**20), 2**30))
+            while nworkers > 1 and room // nworkers < ROOMY_WORKER + worker_reserve:
+                nworkers -= 1
         if nworkers < 1 or nthreads < 1:
             raise BudgetError(
                 f"Expected at least one worker and one thread. Received: nworkers={nworkers}, "

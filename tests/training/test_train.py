@@ -180,3 +180,16 @@ def test_budget_split_and_refusal():
     with pytest.raises(daskfeed.BudgetError, match="RAM"):
         Budget.split("100TB")
     assert os.cpu_count()
+
+
+def test_workers_not_asked_for_are_fewer_when_each_would_have_no_room(monkeypatch):
+    """As many workers as cores, while each gets ROOMY_WORKER (640 MiB): at 2GB one worker of
+    ~0.69 GiB, not two of 384 MiB that pause for good; asked for, two are two."""
+    import daskfeed.cluster._budget as budget
+
+    monkeypatch.setattr(budget, "default_nworkers", lambda: 2)
+    two_gb = budget.Budget.split("2GB")
+    assert two_gb.nworkers == 1 and two_gb.worker >= budget.ROOMY_WORKER
+    assert budget.Budget.split("2GB", nworkers=2).nworkers == 2
+    four_gb = budget.Budget.split("4GB")
+    assert four_gb.nworkers == 2 and four_gb.worker >= budget.ROOMY_WORKER
