@@ -122,6 +122,7 @@ def read_buckets(files: BucketSet, window: list[tuple[int, int, tuple[int, ...]]
                 f"Expected {rows} rows in bucket {b} ({files.bucket_path(b)}). Received: "
                 f"{table.num_rows}.\nHint: run again (the buckets are built again).")
         tables.append(table)
+    report_cache(len(tables), 0)  # the dashboard's cache hit rate: buckets are the cache's
     index = window_index(window, span, lanes)
     try:
         return _encode_buckets(tables, index, encoding)
