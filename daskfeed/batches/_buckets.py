@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 from dask.utils import format_bytes
 
-from daskfeed.batches._order import block_offsets, bucket_count, bucket_sizes
+from daskfeed.batches._order import block_offsets, bucket_count, bucket_of, bucket_sizes
 from daskfeed.cache import TRACE_COLUMNS, BucketSet, digest, estimate_bytes, stored_table
 from daskfeed.cluster import explain, result_unless_paused
 from daskfeed.core import ManifestMismatchError
@@ -277,7 +277,7 @@ def deal(files: BucketSet, tag: str, name: str, blocks: list[tuple[int, Block, i
         rows = rows.append_column(TRACE_COLUMNS[0], pa.array(np.full(len(at), index, dtype=np.int64)))
         rows = rows.append_column(TRACE_COLUMNS[1], pa.array(at.astype(np.int64)))
         tables.append(rows)
-        where.append((np.arange(len(at), dtype=np.int64) + offset) % k)
+        where.append(bucket_of(offset, len(at), k))
     if not tables:
         tables, where = [pa.table({})], [np.zeros(0, dtype=np.int64)]
     rows = files.write_run(tag, name, tables, np.concatenate(where))

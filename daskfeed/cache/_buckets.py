@@ -41,7 +41,7 @@ from daskfeed.core import fsync, write_file
 __all__ = ["BUCKETS_VERSION", "TRACE_COLUMNS", "BucketSet", "digest"]
 
 BUCKETS_VERSION = 1
-TRACE_COLUMNS = ("__block", "__row")  # each row's block id and place in its stored order
+TRACE_COLUMNS = ("__block", "__row")  # each row's block number and place in its stored order
 STALE_SECONDS = 24 * 3600  # a superseded set unused this long is removed when a new one is built
 
 
