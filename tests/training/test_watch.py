@@ -134,7 +134,10 @@ def test_page_status_and_metrics_live_during_fit_on_a_local_cluster(client, demo
     spans = spans_on_scheduler(client)
     assert "daskfeed-window" in spans.get("daskfeed/epoch 1", []), spans
     assert "daskfeed-window" in spans.get("daskfeed/epoch 2", []), spans
-    assert spans["daskfeed/scan train"] == SCAN_PREFIXES, spans
+    # the scan's tasks and the buckets' build in the scan's span (only the check where an earlier
+    # test of this session built the same data set's buckets in the shared cache)
+    scan_span = spans["daskfeed/scan train"]
+    assert scan_span in (SCAN_PREFIXES, ["daskfeed-buckets-check", "daskfeed-scan"]), spans
     assert watch.spans is watch.sequence.spans is watch.validation.spans
     # after fit: the page says it ended, status.json keeps the run
     done = json.loads(get(watch.links.status))
