@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from daskfeed.cache._buckets import TRACE_COLUMNS, BucketSet, digest
     from daskfeed.cache._entries import clear, gone_entries, list_entries
     from daskfeed.cache._open import CacheChoice, estimate_bytes, open_cache
+    from daskfeed.cache._root import own_dir, own_root
     from daskfeed.cache._writer import compact
 
 __all__ = [
@@ -27,6 +28,8 @@ __all__ = [
     "gone_entries",
     "list_entries",
     "open_cache",
+    "own_dir",
+    "own_root",
     "stored_table",
 ]
 
@@ -36,4 +39,5 @@ __getattr__, __dir__ = attach(__name__, {
     "digest": "_buckets",
     "clear": "_entries", "gone_entries": "_entries", "list_entries": "_entries",
     "CacheChoice": "_open", "estimate_bytes": "_open", "open_cache": "_open", "compact": "_writer",
+    "own_dir": "_root", "own_root": "_root",
 })

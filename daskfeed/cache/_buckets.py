@@ -35,8 +35,9 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from daskfeed.cache._arrow import one_table
+from daskfeed.cache._root import own_dir
 from daskfeed.cache._writer import BATCH_ROWS, compact
-from daskfeed.core import fsync, write_file
+from daskfeed.core import create_new, fsync, temporary_name, write_file
 
 __all__ = ["BUCKETS_VERSION", "TRACE_COLUMNS", "BucketSet", "digest"]
 
@@ -92,9 +93,7 @@ class BucketSet:
 
     def free(self) -> int:
         """Free bytes on the disk that holds (or will hold) the set."""
-        base = _root(self.root)
-        os.makedirs(base, mode=0o700, exist_ok=True)
-        return shutil.disk_usage(base).free
+        return shutil.disk_usage(_root(self.root)).free  # (made when its cache was opened)
 
     # -- the marker ----------------------------------------------------------------------
     def complete(self, sizes_digest: str) -> str:
@@ -184,7 +183,8 @@ class BucketSet:
             The run's rows.
         """
         directory = os.path.join(self.path, f"runs-{tag}")
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        for level in (os.path.dirname(self.path), self.path, directory):
+            own_dir(level)
         whole = one_table(tables)
         order = np.argsort(buckets, kind="stable")
         offsets = np.searchsorted(buckets[order], np.arange(self.buckets + 1))
@@ -288,10 +288,9 @@ def digest(sizes: np.ndarray) -> str:
 
 def _write_arrow(path: str, table: pa.Table, compression: str | None) -> None:
     """Write ``table`` to ``path`` whole or not at all (a fresh temporary name, then a rename)."""
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    tmp = temporary_name(path)
     try:
-        with os.fdopen(fd, "wb") as raw, pa.PythonFile(raw, mode="w") as sink, \
+        with create_new(tmp, perms=0o600) as raw, pa.PythonFile(raw, mode="w") as sink, \
                 ipc.new_file(sink, table.schema,
                              options=ipc.IpcWriteOptions(compression=compression)) as writer:
             if table.num_rows:
@@ -308,8 +307,8 @@ def _write_arrow(path: str, table: pa.Table, compression: str | None) -> None:
 
 def _save_offsets(path: str, offsets: np.ndarray) -> None:
     """A run's bucket offsets beside it (a fresh temporary name, then a rename)."""
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    with open(tmp, "xb") as f:
+    tmp = temporary_name(path)
+    with create_new(tmp, perms=0o600) as f:
         np.save(f, np.asarray(offsets, dtype=np.int64))
     os.replace(tmp, path)
 
@@ -353,10 +352,8 @@ class _BatchWriter:
 
     def __init__(self, path: str, schema: pa.Schema, compression: str | None) -> None:
         self.path, self.schema = path, schema
-        self.tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
-        fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
-                     0o600)
-        self.raw = os.fdopen(fd, "wb")
+        self.tmp = temporary_name(path)
+        self.raw = create_new(self.tmp, perms=0o600)
         self.sink = pa.PythonFile(self.raw, mode="w")
         self.writer = ipc.new_file(self.sink, schema,
                                    options=ipc.IpcWriteOptions(compression=compression))

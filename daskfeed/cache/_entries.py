@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import time
+import uuid
 from dataclasses import dataclass
 
 from daskfeed.cache._arrow import forget_entry
 from daskfeed.cache._blocks import default_root
-from daskfeed.cache._evict import REMOVING
+from daskfeed.cache._evict import REMOVING, leased
+from daskfeed.cache._root import entry_meta, own_dir, own_root
 from daskfeed.reading import FileInfo, stat_file
 
 __all__ = ["CacheEntry", "clear", "gone_entries", "list_entries"]
@@ -49,12 +53,8 @@ def list_entries(root: str | os.PathLike[str] | None = None) -> list[CacheEntry]
         return []
     for name in names:
         path = os.path.join(base, name)
-        if REMOVING in name:  # being removed (see daskfeed.cache._open._remove_entry)
-            continue
-        try:
-            with open(os.path.join(path, "meta.json"), encoding="utf-8") as f:
-                meta = json.load(f)
-        except (OSError, ValueError):
+        meta = entry_meta(path)  # (an entry being removed is renamed: not an entry's name)
+        if meta is None:
             continue  # not a daskfeed cache entry
         size = sum(os.path.getsize(os.path.join(d, n)) for d, _, fs in os.walk(path) for n in fs)
         files = tuple((str(f["path"]), int(f["size"]), float(f["mtime"]), str(f.get("etag", "")))
@@ -65,9 +65,14 @@ def list_entries(root: str | os.PathLike[str] | None = None) -> list[CacheEntry]
     return sorted(entries, key=lambda e: -e.size)
 
 
-def clear(root: str | os.PathLike[str] | None = None,
-          keys: list[str] | None = None) -> list[CacheEntry]:
-    """Remove the cache entries under ``root``.
+def clear(root: str | os.PathLike[str] | None = None, keys: list[str] | None = None, *,
+          shared: bool = False) -> list[CacheEntry]:
+    """Remove the cache entries under ``root`` (renamed away first), and what was made of them.
+
+    Only under a root that is the user's and marked as daskfeed's
+    (:func:`~daskfeed.cache._root.own_root`), only entries daskfeed made, none that a running
+    trainer holds a lease on (:func:`~daskfeed.cache._evict.leased`); removing none, it removes
+    nothing else either (not the scans' records).
 
     Parameters
     ----------
@@ -75,21 +80,36 @@ def clear(root: str | os.PathLike[str] | None = None,
         As for :func:`list_entries`.
     keys
         Only the entries whose directory name is in ``keys``; None: all.
+    shared
+        ``daskfeed.cache-shared``: a root shared on purpose.
 
     Returns
     -------
     list of CacheEntry
-        What was removed.
+        What was removed (an entry in use is not).
+
+    Raises
+    ------
+    CacheError
+        A root that is not the user's own, or not daskfeed's.
     """
-    removed = []
-    for entry in list_entries(root):
-        if keys is None or os.path.basename(entry.path) in keys:
-            shutil.rmtree(entry.path, ignore_errors=True)
-            forget_entry(entry.path)
-            removed.append(entry)
     base = os.fspath(root) if root is not None else default_root()
-    if keys is None:  # the scans kept per part go with the parts (they are scanned again)
-        shutil.rmtree(os.path.join(base, "scans"), ignore_errors=True)
+    if not own_root(base, shared=shared, create=False):
+        return []
+    removed = []
+    now = time.time()
+    for entry in list_entries(base):
+        if (keys is None or os.path.basename(entry.path) in keys) and not leased(entry.path, now):
+            forget_entry(entry.path)
+            gone = f"{entry.path}{REMOVING}{uuid.uuid4().hex[:8]}"
+            with contextlib.suppress(OSError):
+                os.rename(entry.path, gone)
+                shutil.rmtree(gone, ignore_errors=True)
+                removed.append(entry)
+    if not removed:
+        return removed
+    if keys is None and own_dir(os.path.join(base, "scans"), create=False):
+        shutil.rmtree(os.path.join(base, "scans"), ignore_errors=True)  # (scanned again)
     _clear_buckets(base, None if keys is None else {os.path.basename(e.path) for e in removed})
     return removed
 
@@ -97,6 +117,8 @@ def clear(root: str | os.PathLike[str] | None = None,
 def _clear_buckets(base: str, parts: set[str] | None) -> None:
     """Remove the bucket sets made of any of ``parts`` (None: every set) under ``base``."""
     sets = os.path.join(base, "buckets")
+    if not own_dir(sets, create=False):
+        return
     if parts is None:
         shutil.rmtree(sets, ignore_errors=True)
         return

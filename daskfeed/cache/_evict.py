@@ -18,7 +18,9 @@ import time
 import uuid
 from collections.abc import Callable
 
-__all__ = ["LEASE_SECONDS", "REMOVING", "evict", "lease", "lease_name", "trainer_tag"]
+from daskfeed.cache._root import entry_meta
+
+__all__ = ["LEASE_SECONDS", "REMOVING", "evict", "lease", "lease_name", "leased", "trainer_tag"]
 
 LEASE_SECONDS = 24 * 3600  # a lease taken on another host is kept this long
 REMOVING = ".removing-"  # an entry being removed is renamed to ``<key>.removing-<tag>`` first
@@ -46,7 +48,7 @@ def lease(entry: str, tag: str, now: float) -> None:
         os.utime(path, (now, now))
 
 
-def _leased(entry: str, now: float) -> bool:
+def leased(entry: str, now: float) -> bool:
     """Whether a live trainer holds a lease on ``entry`` (stale leases of this host are removed)."""
     host = socket.gethostname()
     try:
@@ -106,8 +108,8 @@ def evict(base: str, ours: set[str], max_bytes: int,
     for name in os.listdir(base):
         path = os.path.join(base, name)
         meta = os.path.join(path, "meta.json")
-        if name == "scans" or REMOVING in name or not os.path.isfile(meta):
-            continue  # (an entry another worker is removing: not counted twice)
+        if entry_meta(path) is None:
+            continue  # not an entry daskfeed made (one being removed is renamed: not counted)
         with contextlib.suppress(OSError):
             entries.append((os.stat(meta).st_mtime, name, path, _size(path)))
     total = sum(e[3] for e in entries)
@@ -115,7 +117,7 @@ def evict(base: str, ours: set[str], max_bytes: int,
     for _, name, path, size in sorted(entries):
         if total <= max_bytes:
             break
-        if name in ours or _leased(path, now):
+        if name in ours or leased(path, now):
             continue
         total -= size
         if remove(path):  # (False: another worker sharing the root removed it first)

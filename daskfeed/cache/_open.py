@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from daskfeed.cache._arrow import forget_entry
 from daskfeed.cache._blocks import BlockCache, default_root
 from daskfeed.cache._evict import REMOVING, evict, lease, trainer_tag
+from daskfeed.cache._root import entry_meta, is_entry_name, own_dir, own_root
 from daskfeed.cache._writer import CACHE_VERSION
 from daskfeed.core import CacheError, config, write_file
 from daskfeed.reading import FileInfo, Source, compression_of, file_key
@@ -105,6 +106,8 @@ class CacheChoice:
     max_size
         ``daskfeed.cache-max-size`` in bytes: least recently used parts of other data are
         evicted beyond it (:mod:`daskfeed.cache._evict`); None: no bound.
+    shared
+        ``daskfeed.cache-shared``: a root shared on purpose (:mod:`daskfeed.cache._root`).
     """
 
     on: bool = True
@@ -112,6 +115,7 @@ class CacheChoice:
     required: bool = False
     compression: str = "auto"
     max_size: int | None = None
+    shared: bool = False
 
     @classmethod
     def resolve(cls, cache: bool | str | os.PathLike[str] | None) -> CacheChoice:
@@ -122,20 +126,22 @@ class CacheChoice:
         bound = config.get("cache-max-size")
         return cls(root=root or config.get("cache-dir"), required=root is not None,
                    compression=str(config.get("cache-compression")),
-                   max_size=None if bound in (None, "", 0) else config.get_bytes("cache-max-size"))
+                   max_size=None if bound in (None, "", 0) else config.get_bytes("cache-max-size"),
+                   shared=bool(config.get("cache-shared")))
 
     def open(self, source: Source, client: Client | None) -> tuple[BlockCache | None, str]:
         """:func:`open_cache` as chosen: the cache (None: off) and the line saying so."""
         if not self.on:
             return None, "cache: off"
         return open_cache(source, self.root, compression=self.compression,
-                          required=self.required, client=client, max_size=self.max_size)
+                          required=self.required, client=client, max_size=self.max_size,
+                          shared=self.shared)
 
 
 def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
                compression: str = "auto", required: bool = False,
-               client: Client | None = None,
-               max_size: int | None = None) -> tuple[BlockCache | None, str]:
+               client: Client | None = None, max_size: int | None = None,
+               shared: bool = False) -> tuple[BlockCache | None, str]:
     """Prepare the cache directory of ``source``; return it (or None) and a line saying why.
 
     Parameters
@@ -158,6 +164,9 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     max_size
         Bytes the root may hold: least recently used entries of other data, not in use, are
         evicted beyond it (:mod:`daskfeed.cache._evict`); None: no bound.
+    shared
+        A root shared on purpose: its owner and mode are not checked
+        (:func:`~daskfeed.cache._root.own_root`).
 
     Returns
     -------
@@ -167,7 +176,9 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     Raises
     ------
     CacheError
-        With ``required``, when the directory is not writable or the disk too small.
+        With ``required``, when the directory is not writable or the disk too small; always,
+        when the root (or a level under it) is not the user's own, or holds what daskfeed did
+        not make (:func:`~daskfeed.cache._root.own_root`).
     ValueError
         For an unknown ``compression``.
     """
@@ -181,9 +192,11 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     base = os.path.abspath(os.path.expanduser(os.fspath(root))) if root else None
     parts = _entries(source)
     tag = trainer_tag()
-    args = (base, parts, tag, max_size)
+    args = (base, parts, tag, max_size, shared)
     try:
         results = [_prepare(*args)] if client is None else _on_workers(client, args)
+    except CacheError:
+        raise  # (an unsafe root is refused, whether the cache was asked for or not)
     except OSError as err:
         return None, _unwritable(err, base or "the workers' default cache directory", required)
     free = min(r[0] for r in results)
@@ -198,7 +211,8 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
              f"~{need / 1e9:.2f} GB to write {fits[0] or 'uncompressed'}, {free / 1e9:.0f} GB free")
     state += _removed(results, max_size)
     cache = BlockCache(base, tuple(p.key for p in source.parts()),
-                       tuple(p.blocks[0] for p in source.parts()), fits[0], lease=tag)
+                       tuple(p.blocks[0] for p in source.parts()), fits[0], lease=tag,
+                       shared=shared)
     return cache, f"cache: {where} ({state})"
 
 
@@ -291,33 +305,32 @@ def _describe_data(files: list[FileInfo]) -> str:
     return f"{first} and {more:,} more file{'s' if more > 1 else ''}" if more else first
 
 
-def _prepare(base: str | None, parts: list[PartEntry], tag: str = "",
-             max_bytes: int | None = None) -> tuple[int, int, str, int | None, tuple[int, int, int]]:
+def _prepare(base: str | None, parts: list[PartEntry], tag: str = "", max_bytes: int | None = None,
+             shared: bool = False) -> tuple[int, int, str, int | None, tuple[int, int, int]]:
     """Create each part's entry (0700) under ``base``; drop stale entries of the same files.
 
-    ``base`` None: this process's default root (run on each worker). An entry of another cache
-    format is removed (the scan writes it again), as is one of a part's paths made for other
-    contents (one made with other read options is kept). Each part is marked used and leased
-    by the trainer ``tag``; with ``max_bytes``, entries of other data are evicted beyond it
-    (:func:`~daskfeed.cache._evict.evict`). Returns (free bytes, cached blocks, the root, the
-    format of an entry removed for that, or None, and (entries evicted, their bytes, bytes left)).
+    ``base`` None: this process's default root (run on each worker). The root is checked first
+    (:func:`~daskfeed.cache._root.own_root`: ours, marked); only entries daskfeed made are
+    touched: an entry of another cache format is removed (the scan writes it again), as is one
+    of a part's paths made for other contents (one made with other read options is kept). Each
+    part is marked used and leased by the trainer ``tag``; with ``max_bytes``, entries of other
+    data are evicted beyond it (:func:`~daskfeed.cache._evict.evict`). Returns (free bytes,
+    cached blocks, the root, the format of an entry removed for that, or None, and (entries
+    evicted, their bytes, bytes left)).
     """
     base = default_root() if base is None else base
-    os.makedirs(base, mode=0o700, exist_ok=True)
+    own_root(base, shared=shared)
     ours = {key for key, _, _, _ in parts}
     contents = {identity: record["files"] for _, identity, _, record in parts}
     removed_format = None
     for name in os.listdir(base):
         other = os.path.join(base, name)
-        if not os.path.isdir(other):
+        if REMOVING in name and is_entry_name(name.split(REMOVING)[0]):
+            if os.path.isdir(other) and not os.path.islink(other):  # a removal cut short
+                shutil.rmtree(other, ignore_errors=True)  # (or going on: rmtree twice is harmless)
             continue
-        if REMOVING in name:  # a removal cut short (or still going on: rmtree twice is harmless)
-            shutil.rmtree(other, ignore_errors=True)
-            continue
-        try:
-            with open(os.path.join(other, "meta.json"), encoding="utf-8") as f:
-                meta = json.load(f)
-        except (OSError, ValueError):
+        meta = entry_meta(other)
+        if meta is None:
             continue  # not a cache entry (or one being made)
         version = _version(meta)
         if version != CACHE_VERSION:  # written by another daskfeed: never read again
@@ -333,13 +346,12 @@ def _prepare(base: str | None, parts: list[PartEntry], tag: str = "",
     for key, identity, nbytes, record in parts:
         entry = os.path.join(base, key)
         forget_entry(entry)  # this process may have read an earlier directory of that name
-        os.makedirs(entry, mode=0o700, exist_ok=True)
-        os.chmod(entry, 0o700)
+        own_dir(entry)
         _sweep(entry)
-        meta = os.path.join(entry, "meta.json")
-        if not os.path.exists(meta):
-            write_file(meta, json.dumps({"identity": identity, "csv_bytes": nbytes, "created": now,
-                                         "version": CACHE_VERSION, **record}))
+        meta_path = os.path.join(entry, "meta.json")
+        if not os.path.exists(meta_path):
+            write_file(meta_path, json.dumps({"identity": identity, "csv_bytes": nbytes, "created": now,
+                                         "version": CACHE_VERSION, **record}), perms=0o600)
         cached += BlockCache(entry).cached_blocks()
         if tag:
             lease(entry, tag, now)
@@ -362,7 +374,7 @@ def _version(meta: dict) -> int:
 
 
 def _sweep(entry: str, now: float | None = None) -> int:
-    """Remove temporary files killed writers left (older than an hour) and old-layout files.
+    """Remove the temporary files of writers killed mid-write (older than an hour) in ``entry``.
 
     Returns how many files were removed.
     """
@@ -371,9 +383,8 @@ def _sweep(entry: str, now: float | None = None) -> int:
     for name in os.listdir(entry):
         path = os.path.join(entry, name)
         try:
-            stale = ".tmp-" in name and now - os.stat(path).st_mtime > STALE_TMP_SECONDS
-            if stale or (name.startswith("p") and name.endswith((".arrow", ".json"))):  # version 1
-                os.remove(path)
+            if ".tmp-" in name and now - os.lstat(path).st_mtime > STALE_TMP_SECONDS:
+                os.remove(path)  # (a link itself, never its target)
                 removed += 1
         except OSError:
             continue

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from daskfeed.cache._scatter import scatter_order
-from daskfeed.core import fsync, temporary_name, write_file
+from daskfeed.core import create_new, fsync, temporary_name, write_file
 
 __all__ = ["CACHE_VERSION", "FLUSH_BYTES", "CacheWriter", "PartWriters", "compact"]
 
@@ -76,6 +76,7 @@ class CacheWriter:
         self.schema: pa.Schema | None = None  # the pending tables' columns, unified
         self.blocks: dict[int, list[RowRange]] = {}
         self.files: list[str] = []
+        self.tmps: dict[str, str] = {}  # each file's temporary name, until it is renamed
         self.syncs: list[threading.Thread] = []  # fsyncs of the files written
         self.failed = False
         self.added: dict[int, int] = {}  # pieces of each block added so far (numbers the next)
@@ -144,7 +145,7 @@ class CacheWriter:
         if self.failed or not self.pending:
             return
         name = self._next_name()
-        path = temporary_name(os.path.join(self.directory, name))
+        path = self.tmps[name] = temporary_name(os.path.join(self.directory, name))
         try:
             self._write(path, name)
         except (OSError, pa.ArrowException):  # disk full or gone: the feed still works, from CSV
@@ -169,6 +170,7 @@ class CacheWriter:
             [(self.salt + index - self.offset, rows, piece) for parts, _ in self.pending
              for index, rows, piece in parts]))
         options = ipc.IpcWriteOptions(compression=self.compression)
+        create_new(path, perms=0o600).close()  # (made here, in our own directory: no link followed)
         with pa.OSFile(path, "wb") as f, ipc.new_file(f, whole.schema, options=options) as w:
             for batch in whole.to_batches(max_chunksize=BATCH_ROWS):
                 w.write_batch(batch)
@@ -187,7 +189,7 @@ class CacheWriter:
         try:
             for name in self.files:
                 final = os.path.join(self.directory, name)
-                os.replace(temporary_name(final), final)
+                os.replace(self.tmps[name], final)
             fsync(self.directory)  # the renames, before the marker's
             # the marker's key "parts" is the persisted format's: block -> row ranges
             # a block's ranges are its pieces, in order (a piece is written whole, in one file)
@@ -202,7 +204,7 @@ class CacheWriter:
         self.failed = True
         for name in [*self.files, self._next_name()]:
             final = os.path.join(self.directory, name)
-            for path in (temporary_name(final), final):
+            for path in (self.tmps.get(name, ""), final):
                 with contextlib.suppress(OSError):
                     os.remove(path)
 

@@ -322,6 +322,7 @@ _CACHE_ROOT = click.option("--cache", "root", type=click.Path(file_okay=False), 
 
 @cache_group.command(name="list")
 @_CACHE_ROOT
+@_friendly
 def cache_list(root: str | None) -> None:
     """List the cache entries with their size on disk and the data they hold."""
     from daskfeed.cache import (
@@ -361,6 +362,7 @@ def cache_list(root: str | None) -> None:
               help="Remove every entry without asking (when no ENTRIES are named).")
 @click.option("--gone", is_flag=True,
               help="Remove only the entries of files that changed or went since they were cached.")
+@_friendly
 def cache_clear(entries: tuple[str, ...], root: str | None, yes: bool, gone: bool) -> None:
     """Remove cache ENTRIES (names as `daskfeed cache list` shows them), or all of them.
 
@@ -375,12 +377,13 @@ def cache_clear(entries: tuple[str, ...], root: str | None, yes: bool, gone: boo
     )
 
     root = root or config.get("cache-dir")
+    shared = bool(config.get("cache-shared"))
     if gone:
         from daskfeed.scanning import ScanStore
 
         stale = [os.path.basename(e.path) for e in gone_entries(root)]
-        removed = clear(root, stale) if stale else []
-        records = ScanStore(root or default_root()).prune()
+        removed = clear(root, stale, shared=shared) if stale else []
+        records = ScanStore(root or default_root(), shared=shared).prune()
         click.echo(f"removed {len(removed)} cache entr{'y' if len(removed) == 1 else 'ies'} of "
                    f"files changed or gone, {format_bytes(sum(e.size for e in removed))}, and "
                    f"{records} scan record(s) no data set's last scan uses")
@@ -399,9 +402,11 @@ def cache_clear(entries: tuple[str, ...], root: str | None, yes: bool, gone: boo
                                    "terminal; or name the entries (see: daskfeed cache list)")
         click.confirm(f"Remove all {len(everything)} cache entries ({total}) in "
                       f"{root or default_root()}?", abort=True)
-    removed = clear(root, list(entries) or None)
+    removed = clear(root, list(entries) or None, shared=shared)
+    in_use = len(set(entries) or known) - len(removed)
     click.echo(f"removed {len(removed)} cache entr{'y' if len(removed) == 1 else 'ies'}, "
-               f"{format_bytes(sum(e.size for e in removed))}")
+               f"{format_bytes(sum(e.size for e in removed))}"
+               + (f"; {in_use} kept: in use by a running trainer" if in_use else ""))
 
 
 @cli.command()

@@ -12,7 +12,7 @@ from daskfeed.core._lazy import attach
 
 if TYPE_CHECKING:
     from daskfeed.core import _config as config
-    from daskfeed.core._atomic import fsync, replace, temporary_name, write_file, writing
+    from daskfeed.core._atomic import create_new, fsync, replace, temporary_name, write_file, writing
     from daskfeed.core._backend import BACKENDS, FEEDS, choose, native_logs_filtered, refuse
     from daskfeed.core._exceptions import (
         BackendError,
@@ -66,6 +66,7 @@ __all__ = [
     "choose",
     "close_at_exit",
     "config",
+    "create_new",
     "duration",
     "fsync",
     "native_logs_filtered",
@@ -82,8 +83,8 @@ __all__ = [
 ]
 
 __getattr__, __dir__ = attach(__name__, {
-    "fsync": "_atomic", "replace": "_atomic", "temporary_name": "_atomic", "write_file": "_atomic",
-    "writing": "_atomic",
+    "create_new": "_atomic", "fsync": "_atomic", "replace": "_atomic", "temporary_name": "_atomic",
+    "write_file": "_atomic", "writing": "_atomic",
     "BACKENDS": "_backend", "FEEDS": "_backend", "choose": "_backend",
     "native_logs_filtered": "_backend", "refuse": "_backend",
     "BackendError": "_exceptions", "BudgetError": "_exceptions", "CacheError": "_exceptions",

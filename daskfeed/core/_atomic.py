@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
+import secrets
 from collections.abc import Iterator
 from typing import IO, Any
 
-__all__ = ["fsync", "replace", "temporary_name", "write_file", "writing"]
+__all__ = ["create_new", "fsync", "replace", "temporary_name", "write_file", "writing"]
+
+# a file is created, never opened where it exists: not through a link planted at its name
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def temporary_name(path: str) -> str:
-    """A name beside ``path`` that no other process writing the same path uses.
+    """A fresh name beside ``path``: no other writer, nor any other call, uses it.
 
     Parameters
     ----------
@@ -27,9 +30,42 @@ def temporary_name(path: str) -> str:
     Returns
     -------
     str
-        ``path`` with this process's ``.tmp-<pid>`` suffix.
+        ``path`` with a ``.tmp-<pid>-<random>`` suffix (the pid tells a sweep whose it is).
     """
-    return f"{path}.tmp-{os.getpid()}"
+    return f"{path}.tmp-{os.getpid()}-{secrets.token_hex(6)}"
+
+
+def create_new(path: str | os.PathLike[str], mode: str = "wb", *, encoding: str | None = None,
+               perms: int = 0o666) -> IO[Any]:
+    """Create ``path`` and open it for writing; refused where anything (a link too) is there.
+
+    Parameters
+    ----------
+    path
+        The file to create (a :func:`temporary_name`).
+    mode
+        ``"wb"`` or ``"w"``.
+    encoding
+        The text encoding (text mode only).
+    perms
+        Its permission bits (less the umask): 0o600 for what only daskfeed reads back.
+
+    Returns
+    -------
+    IO
+        The file, open for writing.
+
+    Raises
+    ------
+    FileExistsError
+        Where ``path`` exists (a file, a directory or a link to anything).
+    """
+    fd = os.open(path, _CREATE, perms)
+    try:
+        return os.fdopen(fd, mode, encoding=encoding)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def fsync(path: str | os.PathLike[str]) -> None:
@@ -68,10 +104,11 @@ def replace(tmp: str, path: str) -> None:
 
 @contextlib.contextmanager
 def writing(path: str | os.PathLike[str], mode: str = "wb", *,
-            encoding: str | None = None) -> Iterator[IO[Any]]:
+            encoding: str | None = None, perms: int = 0o666) -> Iterator[IO[Any]]:
     """Open a temporary file to write ``path``; on success it is fsync'ed and renamed into place.
 
-    On an exception the temporary file is removed and ``path`` is left as it was.
+    On an exception the temporary file is removed and ``path`` is left as it was. The temporary
+    file is created by :func:`create_new` (a fresh name, no link followed).
 
     Parameters
     ----------
@@ -81,6 +118,8 @@ def writing(path: str | os.PathLike[str], mode: str = "wb", *,
         ``open``'s mode: ``"wb"`` (bytes) or ``"w"`` (text).
     encoding
         The text encoding (text mode only).
+    perms
+        The file's permission bits (less the umask).
 
     Yields
     ------
@@ -95,22 +134,21 @@ def writing(path: str | os.PathLike[str], mode: str = "wb", *,
     """
     path = os.fspath(path)
     tmp = temporary_name(path)
+    f = create_new(tmp, mode, encoding=encoding, perms=perms)  # (nothing to remove if refused)
     try:
-        with open(tmp, mode, encoding=encoding) as f:
+        with f:
             yield f
             f.flush()
             os.fsync(f.fileno())
         replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
-            if os.path.isdir(tmp):
-                shutil.rmtree(tmp)
-            else:
-                os.remove(tmp)
+            os.remove(tmp)
         raise
 
 
-def write_file(path: str | os.PathLike[str], data: bytes | str, *, encoding: str = "utf-8") -> None:
+def write_file(path: str | os.PathLike[str], data: bytes | str, *, encoding: str = "utf-8",
+               perms: int = 0o666) -> None:
     """Write ``data`` to ``path`` atomically.
 
     Parameters
@@ -121,10 +159,12 @@ def write_file(path: str | os.PathLike[str], data: bytes | str, *, encoding: str
         Its content: bytes, or text written in ``encoding``.
     encoding
         The encoding of text ``data``.
+    perms
+        The file's permission bits (less the umask).
     """
     if isinstance(data, str):
-        with writing(path, "w", encoding=encoding) as f:
+        with writing(path, "w", encoding=encoding, perms=perms) as f:
             f.write(data)
     else:
-        with writing(path, "wb") as f:
+        with writing(path, "wb", perms=perms) as f:
             f.write(data)

@@ -9,8 +9,12 @@ gives (:mod:`daskfeed.scanning._scan`).
 
 Per data set (its paths or globs, read options, label and split) the store keeps the files of
 the last scan, to say what changed (:func:`changes_line`), and that scan's manifest, returned
-as it is when no file changed. Layout: ``<cache root>/scans/parts/<key>.pkl`` and
+as it is when no file changed. Layout: ``<cache root>/scans/parts/<key>.json`` and
 ``<cache root>/scans/sets/<key>.json``; written atomically, read by the trainer only.
+
+Everything here is JSON data (a record names its format, version and key, and is checked on
+load: a damaged or foreign one is scanned again, never executed), under a root and levels
+checked to be the user's own (:func:`daskfeed.cache.own_root`).
 """
 
 from __future__ import annotations
@@ -19,20 +23,23 @@ import contextlib
 import hashlib
 import json
 import os
-import pickle
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from dask.utils import format_bytes
 
-from daskfeed.core import write_file
+from daskfeed.cache import own_dir, own_root
+from daskfeed.core import CacheError, write_file
 from daskfeed.reading import Part, Source
 
 __all__ = ["PartRecord", "ScanStore", "changes_line", "data_key"]
 
 # of what a record holds: bump it when the statistics change (old records are then scanned again);
-# 2: a column of dates that pyarrow left as text is read as dates, times without a zone counted
-RECORD_VERSION = 2
+# 2: a column of dates that pyarrow left as text is read as dates, times without a zone counted;
+# 3: JSON, not pickle (nothing read back from a cache root is code)
+RECORD_VERSION = 3
+RECORD_FORMAT = "daskfeed scan record"
 
 # a part's scan results: {"facts": [facts of each block], "stats": its merged statistics}
 PartRecord = dict[str, Any]
@@ -46,9 +53,31 @@ class ScanStore:
     ----------
     root
         The trainer's cache root (the parse cache's, or its default).
+    shared
+        ``daskfeed.cache-shared``: a root shared on purpose.
     """
 
     root: str
+    shared: bool = False
+
+    def check(self) -> bool:
+        """Check the root and the store's levels are the user's own; whether the store is usable.
+
+        Raises
+        ------
+        CacheError
+            A root or level that is a link, another user's, writable by others, or a root
+            holding what daskfeed did not make (:func:`daskfeed.cache.own_root`).
+        """
+        try:
+            own_root(self.root, shared=self.shared)
+            for level in (self.path, *(os.path.join(self.path, s) for s in ("parts", "sets"))):
+                own_dir(level)
+        except CacheError:
+            raise
+        except OSError:  # (an unwritable place: the scan runs without its records)
+            return False
+        return True
 
     @property
     def path(self) -> str:
@@ -76,26 +105,35 @@ class ScanStore:
         return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
     def load(self, key: str) -> PartRecord | None:
-        """The record ``key`` (None: none, or unreadable)."""
+        """The record ``key`` (None: none, unreadable, or not a record of this key and version)."""
         try:
-            with open(os.path.join(self.path, "parts", f"{key}.pkl"), "rb") as f:
-                record = pickle.load(f)
-        except (OSError, EOFError, pickle.UnpicklingError, ValueError, AttributeError):
+            with open(self._record_path(key), encoding="utf-8") as f:
+                body = json.load(f)
+        except (OSError, ValueError):
             return None
-        return record if isinstance(record, dict) and "stats" in record else None
+        return record_of(body, key)
 
     def has(self, key: str) -> bool:
         """Whether the record ``key`` is stored (not read)."""
-        return os.path.exists(os.path.join(self.path, "parts", f"{key}.pkl"))
+        return os.path.exists(self._record_path(key))
 
     def save(self, key: str, record: PartRecord) -> None:
         """Keep ``record`` under ``key`` (a full disk leaves it unkept: the part is scanned again)."""
+        body = {"format": RECORD_FORMAT, "version": RECORD_VERSION, "key": key, "record": record}
+        try:
+            text = json.dumps(body, default=_plain, ensure_ascii=False)
+        except (TypeError, ValueError):  # (what JSON cannot hold: not kept, scanned again)
+            return
         try:
             self._make("parts")
-            write_file(os.path.join(self.path, "parts", f"{key}.pkl"),
-                       pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
+            write_file(self._record_path(key), text, perms=0o600)
         except OSError:
             return
+
+    def _record_path(self, key: str) -> str:
+        if not _KEY.match(key):  # (keys are made here: never a path of another shape)
+            raise ValueError(f"not a record key: {key!r}")
+        return os.path.join(self.path, "parts", f"{key}.json")
 
     def last(self, data_key: str) -> dict[str, Any] | None:
         """What the last scan of the data set ``data_key`` kept: its files and manifest."""
@@ -113,14 +151,16 @@ class ScanStore:
                 "parts": [p.key for p in src.parts()]}
         try:
             self._make("sets")
-            write_file(os.path.join(self.path, "sets", f"{data_key}.json"), json.dumps(body))
+            write_file(os.path.join(self.path, "sets", f"{data_key}.json"), json.dumps(body),
+                       perms=0o600)
         except OSError:
             return
 
     def _make(self, sub: str) -> None:
-        """Create ``<root>/scans/<sub>``, each level 0700 (the records are pickles: ours only)."""
-        for path in (self.root, self.path, os.path.join(self.path, sub)):
-            os.makedirs(path, mode=0o700, exist_ok=True)
+        """Create ``<root>/scans/<sub>``, each level 0700 and checked to be ours."""
+        own_root(self.root, shared=self.shared)
+        for path in (self.path, os.path.join(self.path, sub)):
+            own_dir(path)
 
     def served(self) -> dict[str, list[str]]:
         """Which data sets each cache entry (a part's key) serves, as their last scans kept them.
@@ -150,7 +190,15 @@ class ScanStore:
         -------
         int
             Records removed (of files that changed or went, or of settings no longer used).
+
+        Raises
+        ------
+        CacheError
+            A root or level that is not the user's own (see :meth:`check`).
         """
+        if not (own_root(self.root, shared=self.shared, create=False)
+                and own_dir(self.path, create=False)):
+            return 0
         keep: set[str] = set()
         try:
             names = os.listdir(os.path.join(self.path, "sets"))
@@ -164,11 +212,52 @@ class ScanStore:
         except OSError:
             return 0
         for name in records:
-            if name.removesuffix(".pkl") not in keep:
+            if name.endswith((".json", ".pkl")) and name.rsplit(".", 1)[0] not in keep:
                 with contextlib.suppress(OSError):
                     os.remove(os.path.join(self.path, "parts", name))
                     removed += 1
         return removed
+
+
+_KEY = re.compile(r"^[0-9a-f]{32}$")
+
+
+def record_of(body: Any, key: str) -> PartRecord | None:
+    """The part record in ``body`` (a record file's JSON) if it is one of ``key``, else None.
+
+    Checked: the format, the version, the key, and the shape the merge relies on (facts: one
+    dict per block with its rows; statistics: a dict per column).
+    """
+    if not (isinstance(body, dict) and body.get("format") == RECORD_FORMAT
+            and body.get("version") == RECORD_VERSION and body.get("key") == key):
+        return None
+    record = body.get("record")
+    if not isinstance(record, dict):
+        return None
+    facts, stats = record.get("facts"), record.get("stats")
+    if not (isinstance(facts, list) and isinstance(stats, dict)
+            and all(isinstance(f, dict) and isinstance(f.get("rows"), int) and f["rows"] >= 0
+                    and isinstance(f.get("columns"), list) and isinstance(f.get("kinds"), dict)
+                    for f in facts)
+            and all(isinstance(c, dict) for c in stats.values())):
+        return None
+    return _shared(record)
+
+
+def _shared(record: PartRecord) -> PartRecord:
+    """Blocks with the same columns (and kinds) share one list (and dict), as the scan made them."""
+    seen: dict[tuple[Any, ...], Any] = {}
+    for f in record["facts"]:
+        f["columns"] = seen.setdefault(("columns", *f["columns"]), f["columns"])
+        f["kinds"] = seen.setdefault(("kinds", *f["kinds"].items()), f["kinds"])
+    return record
+
+
+def _plain(value: Any) -> Any:
+    """What JSON holds of a numpy scalar (the statistics are plain Python otherwise)."""
+    if hasattr(value, "item") and not hasattr(value, "__len__"):
+        return value.item()
+    raise TypeError(f"not kept in a scan record: {type(value).__name__}")
 
 
 def data_key(src: Source, label: str, split: dict[str, Any] | None) -> str:

@@ -3,15 +3,31 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
-from daskfeed.core._atomic import fsync, replace, temporary_name, write_file, writing
+from daskfeed.core._atomic import create_new, fsync, replace, temporary_name, write_file, writing
 
 
-def test_the_temporary_name_is_beside_the_path_and_this_process_s(tmp_path):
+def test_the_temporary_name_is_beside_the_path_this_process_s_and_fresh_each_time(tmp_path):
     path = str(tmp_path / "manifest.json")
-    assert temporary_name(path) == f"{path}.tmp-{os.getpid()}"
+    names = {temporary_name(path) for _ in range(100)}
+    assert len(names) == 100
+    assert all(re.fullmatch(re.escape(f"{path}.tmp-{os.getpid()}-") + "[0-9a-f]{12}", n) for n in names)
+
+
+def test_a_link_planted_at_the_temporary_name_is_refused_not_written_through(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    planted = tmp_path / "x.tmp-1-abcdefabcdef"
+    planted.symlink_to(victim)
+    with pytest.raises(FileExistsError):
+        create_new(str(planted))
+    assert victim.read_text() == "precious"
+    made = tmp_path / "y"
+    create_new(str(made), perms=0o600).close()
+    assert (os.stat(made).st_mode & 0o777) == 0o600
 
 
 @pytest.mark.parametrize(("data", "expected"), [("gold,été\n", "gold,été\n".encode()),
@@ -36,7 +52,8 @@ def test_the_final_name_shows_the_old_content_until_the_write_is_done(tmp_path):
         f.write("new")
         f.flush()
         assert path.read_text() == "old"
-        assert sorted(os.listdir(tmp_path)) == ["state.json", f"state.json.tmp-{os.getpid()}"]
+        (tmp,) = set(os.listdir(tmp_path)) - {"state.json"}
+        assert tmp.startswith(f"state.json.tmp-{os.getpid()}-")
     assert path.read_text() == "new" and os.listdir(tmp_path) == ["state.json"]
 
 
