@@ -122,6 +122,7 @@ def test_nonsense_memory_limit_is_a_usage_error(bad, tmp_path):
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 def test_demo_writes_the_old_layout_and_trains(tmp_path):
     out = run("demo", "--rows", "6000", "--validate-rows", "2000", "--epochs", "1",
               "--nworkers", "1", "--dashboard-address", "127.0.0.1:0", cwd=str(tmp_path))

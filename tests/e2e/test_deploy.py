@@ -85,6 +85,7 @@ def test_health_probes_on_the_dashboard_port():
     assert probes == 2
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 @pytest.mark.timeout(400)
 def test_scale_out_on_real_dask_scheduler_and_workers(demo_data, tmp_path, stop_process_groups):
     sf = str(tmp_path / "scheduler.json")

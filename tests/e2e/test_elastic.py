@@ -26,6 +26,7 @@ def _ids(batch) -> np.ndarray:
     return np.asarray(batch[0]["row_id"], dtype=np.int64)
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 def test_twenty_kills_and_resumes_in_new_layouts_deliver_each_row_once_per_epoch(
         id_data, scalable_client, tmp_path):
     client = scalable_client

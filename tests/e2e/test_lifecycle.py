@@ -181,12 +181,8 @@ def test_script_exits_promptly_after_early_stopping_five_runs(id_data, tmp_path)
     print("exit delays after fit (s):", [round(d, 2) for d in delays])
 
 
-@pytest.mark.parametrize("mode", [
-    # "close" runs five times in the slow test above; the fast tier keeps one mode per way out:
-    # nothing closed, an owned LocalCluster left to the exit hook, fit ended by an exception
-    pytest.param("close", marks=pytest.mark.slow), "never",
-    pytest.param("client-first", marks=pytest.mark.slow), "owned",
-    pytest.param("steps", marks=pytest.mark.slow), "raises"])
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs every mode (make test-slow)
+@pytest.mark.parametrize("mode", ["close", "never", "client-first", "owned", "steps", "raises"])
 def test_script_exits_promptly_whatever_is_closed(id_data, tmp_path, mode):
     """Closed as the README says (one run of the five-run test, which is slow), nothing closed at
     all (the interpreter's exit does it), the client closed before the
@@ -197,6 +193,7 @@ def test_script_exits_promptly_whatever_is_closed(id_data, tmp_path, mode):
     print(f"{mode}: exit {delay:.2f}s after fit")
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 def test_with_block_closes_the_sequence(id_data, tmp_path):
     """Leaving ``with DaskSequence(...) as seq:`` closes it: prefetcher closed, its futures
     released on the cluster, no fetch thread left; a closed sequence refuses batches."""
@@ -333,6 +330,7 @@ class _Lines:
                 return line
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 def test_sigint_while_fit_waits_for_a_batch_exits_within_seconds(id_data, tmp_path):
     """Ctrl-C (SIGINT) while fit waits inside TensorFlow for a batch whose window never comes
     (a FIFO nobody writes; timeout 120 s; sent once the main thread is in TensorFlow's step, where

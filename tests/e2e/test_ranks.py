@@ -175,6 +175,7 @@ def test_ranks_in_the_global_order_take_every_world_th_batch_and_resume_under_an
             s.close()
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 def test_three_trainers_one_scheduler_one_scan(rank_data, tmp_path, stop_process_groups):
     from helpers import compose_commands, wait_for_scheduler_file
 

@@ -108,6 +108,7 @@ def test_every_block_says_its_language():
     assert blocks("python") and blocks("sh")
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 @pytest.mark.parametrize("index", range(len(blocks("python"))))
 def test_python_block_runs_as_a_script(index, workdir):
     script = workdir / f"readme_{index}.py"
@@ -152,7 +153,7 @@ def test_every_predicted_run_is_trained_by_a_readme_command():
     assert predicted and predicted <= trained_runs, (predicted, trained_runs)
 
 
-@pytest.mark.slow  # each a whole `daskfeed train` (the Python blocks stay in make test)
+@pytest.mark.slow  # each a whole `daskfeed train` (the Python blocks are slow too)
 @pytest.mark.parametrize("index", range(len(_commands())))
 def test_shell_command_runs(index, workdir, trained):
     command = _fit_machine(_commands()[index])

@@ -331,6 +331,7 @@ def _daskfeed_cmd() -> list[str]:
     return [shutil.which("daskfeed", path=os.path.dirname(sys.executable)) or "daskfeed"]
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 def test_train_resume_continues_and_refuses_changed_data(tmp_path):
     """train(resume=True): continues after the last epoch; on changed data: CheckpointError."""
     from daskfeed import write_demo_data

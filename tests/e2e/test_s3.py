@@ -110,6 +110,7 @@ def test_missing_bucket_is_a_clear_error(s3):
     assert s3.secret not in text
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 @pytest.mark.parametrize("who", ["unknown key", "wrong secret"])
 def test_denied_credentials_are_a_clear_error(s3, who):
     from daskfeed.core._exceptions import DataNotFoundError
@@ -200,6 +201,7 @@ def test_scan_cache_and_a_changed_object_on_s3(s3, tmp_path):
                               files=written)
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 def test_a_quoted_file_on_s3_is_split_and_scanned_as_pyarrow_reads_it_whole(s3, tmp_path):
     """Quoted line breaks in an object read in byte ranges: speculated starts, and an object whose
     starts must be decided exactly (a quoted field longer than a speculation looks); the same

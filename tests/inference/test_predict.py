@@ -126,6 +126,7 @@ def test_clear_errors(trained, tmp_path) -> None:
     assert "Traceback" not in res.output
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 def test_cli_predict_stops_at_the_timeout_naming_a_block_that_never_arrives(trained, tmp_path) -> None:
     """A file whose read blocks for good (a FIFO nobody writes) stops predict with an error
     naming it after --timeout, instead of waiting forever."""

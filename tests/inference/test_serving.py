@@ -54,6 +54,7 @@ def test_export_refuses_a_directory_without_a_run(tmp_path) -> None:
         export(tmp_path)
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 @pytest.mark.parametrize("label", ["medal", "price"])
 def test_text_classes_by_name_and_regression_in_label_units(tmp_path, label) -> None:
     import tensorflow as tf

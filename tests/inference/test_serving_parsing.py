@@ -173,6 +173,7 @@ def test_unparsed_values_are_counted_and_filled_as_predict_fills_them(run) -> No
     assert typed["unparsed"].numpy().tolist() == [1, 0, 1, 1, 1, 0]
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 def test_inputs_are_named_by_column_and_mapped_when_tensorflow_refuses_the_name(tmp_path) -> None:
     import tensorflow as tf
 

@@ -23,6 +23,7 @@ def _size(path) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 def test_three_budgets_scan_once_and_keep_one_cache_entry(demo_data, tmp_path):
     from daskfeed.training._train import train
 
@@ -40,6 +41,7 @@ def test_three_budgets_scan_once_and_keep_one_cache_entry(demo_data, tmp_path):
     assert entries == [entries[0]] * 3 and sizes == [sizes[0]] * 3  # no second copy written
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 def test_a_changed_setting_rebuilds_the_manifest_in_train(demo_data, tmp_path):
     from daskfeed.training._train import train
 

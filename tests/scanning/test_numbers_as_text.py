@@ -95,6 +95,7 @@ def test_text_that_holds_some_numbers_stays_text(tmp_path, client, write_csv):
     assert m.columns["c"].kind == "categorical"
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 def test_cli_trains_a_regression_on_decimal_commas_and_refuses_without_the_flag(tmp_path):
     _comma_file(tmp_path / "dc.csv")
     exe = shutil.which("daskfeed", path=os.path.dirname(sys.executable)) or "daskfeed"

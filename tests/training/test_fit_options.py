@@ -307,6 +307,7 @@ def _close(a_list, b_list):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 def test_early_stopping_stops_restores_best_weights_and_survives_a_mid_epoch_resume(
         data, client, tmp_path):
     from daskfeed.adapters._keras import keras
@@ -402,6 +403,7 @@ def frozen(manifest):
     return daskfeed.default_model(manifest, exclude=["w"], hidden=(4,), learning_rate=0.0)
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 def test_train_weights_split_and_early_stopping_resume_with_patience_kept(data, tmp_path):
     from daskfeed.training._train import train
 

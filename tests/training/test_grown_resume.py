@@ -32,6 +32,7 @@ def _interrupted(id_data, tmp_path, client):
     return files, out, kw
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 def test_a_resume_goes_on_with_the_files_it_started_with_and_new_ones_wait(id_data, tmp_path,
                                                                           client):
     files, out, kw = _interrupted(id_data, tmp_path, client)
@@ -55,6 +56,7 @@ def test_a_resume_goes_on_with_the_files_it_started_with_and_new_ones_wait(id_da
         "files"]][-1] == new
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 def test_a_resume_refuses_files_that_changed_or_went_naming_them(id_data, tmp_path, client):
     files, _, kw = _interrupted(id_data, tmp_path, client)
     with open(files[2], "a", encoding="utf-8") as f:

@@ -88,6 +88,7 @@ BUILDERS = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 def test_a_builder_is_handed_the_features_chosen_and_a_mismatch_is_refused(logs, tmp_path):
     (tmp_path / "mymodels.py").write_text(BUILDERS, encoding="utf-8")
     exe = shutil.which("daskfeed", path=os.path.dirname(sys.executable)) or "daskfeed"

@@ -139,6 +139,7 @@ def test_the_window_feed_records_its_producer_s_wait_not_a_trainer_s(tiny, clien
     assert all("data_wait" not in shown for shown in status["history"])
 
 
+@pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 def test_rows_per_second_after_a_resume_counts_the_rows_this_run_trained(id_data, client, tmp_path):
     from daskfeed.training._train import train
 
