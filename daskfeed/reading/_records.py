@@ -18,8 +18,8 @@ import numpy as np
 
 from daskfeed.core import DataError, SchemaError
 
-__all__ = ["Quotes", "line_number", "parse_header", "quote_limit", "record_buffers",
-           "unclosed_quote"]
+__all__ = ["Quotes", "line_number", "long_line", "parse_header", "quote_limit", "read_header",
+           "record_buffers", "unclosed_quote"]
 
 _BOM = b"\xef\xbb\xbf"
 
@@ -61,7 +61,13 @@ def parse_header(line: bytes, sep: str, path: str, encoding: str = "utf-8") -> l
         ) from err
     if not text:
         return []
-    names = next(csv.reader([text], delimiter=sep))
+    try:
+        names = next(csv.reader([text], delimiter=sep))
+    except csv.Error as err:  # (a field past the csv module's limit, 128 KiB; a stray NUL ...)
+        raise DataError(
+            f"Expected a CSV header line in {path} (line 1). Received: {err}; it starts "
+            f"{text[:60]!r}.\nHint: is it a CSV file? Column names longer than 128 KiB are not "
+            "read.") from err
     seen: dict[str, int] = {}
     for i, name in enumerate(names, start=1):
         if name in seen:
@@ -148,7 +154,9 @@ def record_buffers(f: IO[bytes], start: int, size: int, *, path: str = "", sep: 
     ------
     DataError
         When a quoted field stays open for more than ``limit`` bytes (default
-        :func:`quote_limit`) or up to the end of the stream: an unbalanced quote.
+        :func:`quote_limit`) or up to the end of the stream: an unbalanced quote; when a line
+        runs past ``limit`` bytes without a line break (a file that is not CSV, e.g. one line
+        of JSON): read no further than that, whatever the file's size.
     """
     limit = quote_limit(size) if limit is None else limit
     buf = bytearray()
@@ -161,6 +169,8 @@ def record_buffers(f: IO[bytes], start: int, size: int, *, path: str = "", sep: 
             raise unclosed_quote(path, buf, quotes.opened, pos, line, compressed,
                                  f"is still open {len(buf) - quotes.opened:,} bytes later "
                                  f"(the limit is {limit:,})")
+        if not quotes.inside and not quotes.cut and len(buf) > limit:
+            raise long_line(path, buf, pos, line, compressed, limit)
         if quotes.cut and len(buf) >= size:
             cut = quotes.cut
             with memoryview(buf) as view:
@@ -311,6 +321,55 @@ def _quote_flips_in_order(odd: np.ndarray, at_field_start: np.ndarray, inside: b
             flips.append(pos)
             inside = not inside
     return np.asarray(flips, dtype=np.int64)
+
+
+def long_line(path: str, buf: bytes | bytearray, pos: int, line: int, compressed: bool,
+              limit: int) -> DataError:
+    """The error for a line that runs past ``limit`` bytes (``buf[0]`` at byte ``pos``, line ``line``)."""
+    where = f"byte {pos:,}{' of the decompressed text' if compressed else ''}"
+    return DataError(
+        f"Expected CSV lines of at most {limit:,} bytes in {path}. Received: line {line:,} (at "
+        f"{where}) runs past {len(buf):,} bytes without a line break; it starts "
+        f"{bytes(buf[:60])!r}.\nHint: is it a CSV file? (one line of JSON or a binary file is "
+        "not); lines longer than that need a larger --blocksize (the limit is four blocksizes, "
+        "at least 64 MiB).")
+
+
+def read_header(f: IO[bytes], path: str, limit: int) -> bytes:
+    """The first line of ``f`` (its header), read no further than ``limit`` bytes.
+
+    Raises
+    ------
+    DataError
+        When no line break comes within ``limit`` bytes of a file longer than that.
+    """
+    try:
+        line = f.readline(limit + 1)
+    except TypeError:  # fsspec's remote files take no size: read in pieces, then seek back
+        line = _bounded_line(f, limit)
+    if len(line) > limit:
+        raise DataError(
+            f"Expected a header line of at most {limit:,} bytes in {path}. Received: no line "
+            f"break in its first {limit:,} bytes; it starts {line[:60]!r}.\nHint: is it a CSV "
+            "file? (one line of JSON or a binary file is not); a longer header needs a larger "
+            "--blocksize (the limit is four blocksizes, at least 64 MiB).")
+    return line
+
+
+def _bounded_line(f: IO[bytes], limit: int) -> bytes:
+    """``f.readline(limit + 1)`` for a seekable file whose ``readline`` takes no size."""
+    start, got = f.tell(), bytearray()
+    while len(got) <= limit:
+        chunk = f.read(min(1 << 16, limit + 1 - len(got)))
+        if not chunk:
+            break
+        end = chunk.find(b"\n")
+        if end >= 0:
+            got += chunk[:end + 1]
+            f.seek(start + len(got))  # (the stream goes on right after the line)
+            return bytes(got)
+        got += chunk
+    return bytes(got)
 
 
 def unclosed_quote(path: str, buf: bytes | bytearray, opened: int, pos: int, line: int | None,

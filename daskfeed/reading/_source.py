@@ -30,7 +30,7 @@ from daskfeed.reading._files import (
 )
 from daskfeed.reading._listing import Listing, PathsLike
 from daskfeed.reading._parts import Part, file_key, make_parts
-from daskfeed.reading._records import line_number, parse_header, unclosed_quote
+from daskfeed.reading._records import line_number, parse_header, quote_limit, read_header, unclosed_quote
 from daskfeed.reading._splits import block_transitions, chain, ends_inside, record_start
 from daskfeed.reading._streams import open_file
 from daskfeed.reading._tables import BAD_LINES, ReadOptions, frame_table
@@ -306,7 +306,7 @@ class Source:
                     return list(pq.ParquetFile(f).schema_arrow.names)
             try:
                 with open_file(info.path, so, compression_of(info.path)) as f:
-                    line = f.readline()
+                    line = read_header(f, info.path, quote_limit(self.options.blocksize))
             except PermissionError as err:  # remote files open lazily: refused at the read
                 raise DataNotFoundError(
                     f"Cannot read {info.path}: permission denied. Received: {reason(err)}.\n"

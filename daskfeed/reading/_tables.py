@@ -19,7 +19,15 @@ import pyarrow.csv as pacsv
 from daskfeed.core import DataError
 from daskfeed.reading._files import Block, compression_of, is_parquet
 from daskfeed.reading._nulls import column_markers, normalize, normalize_column, with_na_counts
-from daskfeed.reading._records import Quotes, line_number, parse_header, record_buffers, unclosed_quote
+from daskfeed.reading._records import (
+    Quotes,
+    line_number,
+    parse_header,
+    quote_limit,
+    read_header,
+    record_buffers,
+    unclosed_quote,
+)
 from daskfeed.reading._splits import SplitError, ends_inside, record_start
 from daskfeed.reading._streams import open_file
 
@@ -86,7 +94,7 @@ def iter_tables(block: Block, options: ReadOptions,
         return
     compression = compression_of(block.path)
     with open_file(block.path, so, compression) as f:
-        header = f.readline()
+        header = read_header(f, block.path, quote_limit(options.blocksize))
         names = parse_header(header, options.sep, block.path, options.encoding)
         if not names:
             return

@@ -337,3 +337,55 @@ def test_a_dask_dataframe_is_read_the_way_its_csv_is(write_csv):
     assert table.to_pydict() == parsed.to_pydict()
     assert _na_counts(table) == _na_counts(parsed) == {
         "n": {"": 1}, "t": {"": 1, "x": 1}, "e": {"NA": 1}}
+
+
+# ------------------------------------------------------------------ lines without an end
+_READ_BOUNDED = """
+import json, resource, sys, time, warnings
+warnings.simplefilter("ignore")
+from daskfeed import DataError
+from daskfeed.reading._source import Source
+from daskfeed.reading._tables import iter_tables
+before, start, msg = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter(), None
+try:
+    src = Source(sys.argv[1], **json.loads(sys.argv[2]))
+    src.header()
+    for block in src.blocks:
+        for _ in iter_tables(block, src.options):
+            pass
+except DataError as err:
+    msg = str(err)
+print(json.dumps({"wall_s": time.perf_counter() - start, "msg": msg,
+                  "grew_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024}))
+"""
+
+
+@pytest.mark.parametrize(("head", "what"), [
+    (b"a,b\n1,", "Expected CSV lines of at most 67,108,864 bytes"),  # a row without an end
+    (b"", "Expected a header line of at most 67,108,864 bytes"),  # a header without an end
+])
+def test_a_line_without_a_break_is_an_error_within_the_limit_not_a_read_of_the_whole(
+        tmp_path, head, what):
+    """The issue's case: a small .gz of one endless line (here 1 GB of text in ~1 MB) took
+    1.5 GB before failing; now the read stops at the limit (four blocksizes, >= 64 MiB)."""
+    path = tmp_path / "endless.csv.gz"
+    with gzip.open(path, "wb", compresslevel=9) as f:
+        f.write(head)
+        for _ in range(1024):
+            f.write(b"x" * MiB)
+    assert path.stat().st_size < 4 * MiB
+    out = subprocess.run([sys.executable, "-c", _READ_BOUNDED, str(path), json.dumps({"blocksize": MiB})],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    msg = result["msg"]
+    assert msg is not None and what in msg and str(path) in msg and "Hint:" in msg, msg
+    assert "xxxx" in msg  # it shows how the line starts
+    assert result["grew_mb"] < 400 and result["wall_s"] < 60, result
+
+
+def test_a_header_field_past_the_csv_modules_limit_is_a_data_error(tmp_path):
+    path = tmp_path / "wide.csv"
+    path.write_bytes(b'"' + b"n" * (200 * 1024) + b'",y\n1,0\n')
+    with pytest.raises(DataError, match=r"Expected a CSV header line in .*wide.csv \(line 1\)"):
+        Source(str(path)).header()
