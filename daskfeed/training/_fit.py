@@ -6,7 +6,6 @@ imports this module; the run's settings, place and cluster come in a :class:`~da
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +20,13 @@ from daskfeed.training._early_stopping import (
     resume_early_stopping,
 )
 from daskfeed.training._model import model_for
-from daskfeed.training._outputs import bad_lines_report, class_weights, split_report, write_history
+from daskfeed.training._outputs import (
+    bad_lines_report,
+    class_weights,
+    save_model,
+    split_report,
+    write_history,
+)
 from daskfeed.training._summary import summary_lines
 from daskfeed.training._telemetry import EpochTelemetry
 from daskfeed.training._watch import WatchCallback
@@ -78,7 +83,7 @@ def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused:
         raise
     history = checkpointer.history
     stopping = report_early_stopping(stopper, opts.epochs, echo)
-    net.save(os.path.join(run.out, "model.keras"))
+    save_model(net, run.out)
     try:  # serving/: the same model taking raw column values
         export_serving(run.out, model=net, features=list(train_seq.features), echo=echo)
     except (DaskfeedError, ValueError, TypeError) as err:  # model.keras stands; say why not

@@ -1,16 +1,18 @@
-"""What a training run writes and says besides the model and the manifest.
+"""What a training run writes and says besides the manifest.
 
-history.json, history.png, rejects.csv; the scan progress lines, the class weights and the
-validation split it reports.
+model.keras (whole or not at all), history.json, history.png, rejects.csv; the scan progress
+lines, the class weights and the validation split it reports.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib.util
 import io
 import json
 import os
+import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +20,7 @@ from dask.utils import format_bytes
 
 from daskfeed.checkpoint import Checkpoint
 from daskfeed.cluster import Budget
-from daskfeed.core import DaskfeedError, write_file
+from daskfeed.core import DaskfeedError, fsync, replace, write_file
 from daskfeed.manifest import Manifest
 from daskfeed.training._ranks import Rank, shard_report
 from daskfeed.training._summary import history_plot
@@ -26,10 +28,42 @@ from daskfeed.training._summary import history_plot
 if TYPE_CHECKING:
     from daskfeed.adapters import DaskSequence
 
-__all__ = ["bad_lines_report", "class_weights", "require_tensorboard", "scan_bar",
+__all__ = ["bad_lines_report", "class_weights", "require_tensorboard", "save_model", "scan_bar",
            "split_report", "write_history"]
 
 Echo = Callable[[str], None]
+
+
+def save_model(net: Any, out: str) -> str:
+    """Save ``net`` as ``out/model.keras`` whole or not at all: the last good model stands.
+
+    Saved under a fresh temporary name beside it (Keras wants the ``.keras`` suffix), flushed,
+    then renamed over it: a crash or a full disk during the save leaves the previous
+    ``model.keras`` as it was, and no half-written file under its name.
+
+    Parameters
+    ----------
+    net
+        The Keras model.
+    out
+        The run's output directory.
+
+    Returns
+    -------
+    str
+        The model's path.
+    """
+    path = os.path.join(out, "model.keras")
+    tmp = os.path.join(out, f"model.keras.tmp-{os.getpid()}-{secrets.token_hex(6)}.keras")
+    try:
+        net.save(tmp)
+        fsync(tmp)
+        replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+    return path
 
 
 def scan_bar(echo: Echo) -> Callable[[int, int, int, float, bool], None]:
