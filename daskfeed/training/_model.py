@@ -29,13 +29,32 @@ from daskfeed.training._options import (
 __all__ = ["compile_for", "default_model", "describe_compile", "load_builder", "model_for"]
 
 
-def _layer_name(prefix: str, column: str) -> str:
-    return f"{prefix}_{re.sub(r'[^0-9A-Za-z_]', '_', column)}"[:120]
+class _Names:
+    """Layer names unique in one model, whatever the column names.
 
+    ``a b`` and ``a_b``, ``a-b`` and ``a.b``, a column named ``features``: a name taken gets
+    ``_2``, ``_3``... in column order, so the same columns always give the same names.
+    """
 
-def _input_name(column: str) -> str:
-    """Keras matches dict inputs by tensor name: keep the column name where TF accepts it."""
-    return column if re.fullmatch(r"[A-Za-z0-9_.\-]+", column) else _layer_name("in", column)
+    def __init__(self, reserved: list[str]) -> None:
+        self.used = set(reserved)
+
+    def take(self, name: str) -> str:
+        base = name[:120]
+        out, n = base, 2
+        while out in self.used:
+            out, n = f"{base[:112]}_{n}", n + 1
+        self.used.add(out)
+        return out
+
+    def layer(self, prefix: str, column: str) -> str:
+        return self.take(f"{prefix}_{re.sub(r'[^0-9A-Za-z_]', '_', column)}")
+
+    def input(self, column: str) -> str:
+        """Keras matches dict inputs by tensor name: the column name where TF accepts it."""
+        if re.fullmatch(r"[A-Za-z0-9_.\-]+", column):
+            return self.take(column)
+        return self.layer("in", column)
 
 
 def default_model(
@@ -101,19 +120,21 @@ def default_model(
     else:
         inputs = {}
         parts = []
+        names_of = _Names(["features", "normalize", "output", "label_units", "daskfeed_default",
+                           *(f"{k}_{i}" for i in range(len(hidden)) for k in ("dense", "dropout"))])
         for code in enc.columns:
             col = manifest.columns[code.name]
             if code.kind == "categorical":
-                inp = keras.Input(shape=(1,), name=_input_name(code.name), dtype="int32")
+                inp = keras.Input(shape=(1,), name=names_of.input(code.name), dtype="int32")
                 dim = embedding_dim or min(16, max(2, math.ceil(1.6 * code.input_dim**0.56)))
-                e = keras.layers.Embedding(code.input_dim, dim, name=_layer_name("embed", code.name))(inp)
-                parts.append(keras.layers.Flatten(name=_layer_name("flat", code.name))(e))
+                e = keras.layers.Embedding(code.input_dim, dim, name=names_of.layer("embed", code.name))(inp)
+                parts.append(keras.layers.Flatten(name=names_of.layer("flat", code.name))(e))
             else:  # a wide column (int64 / float64) is standardized in float64 before float32
-                inp = keras.Input(shape=(1,), name=_input_name(code.name), dtype=code.dtype)
+                inp = keras.Input(shape=(1,), name=names_of.input(code.name), dtype=code.dtype)
                 exact = "float32" if code.dtype == "float32" else "float64"
                 parts.append(keras.layers.Normalization(
                     mean=[col.mean], variance=[max(col.var, 1e-12)], dtype=exact,
-                    name=_layer_name("norm", code.name))(inp))
+                    name=names_of.layer("norm", code.name))(inp))
             inputs[code.name] = inp
         h = parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="features")(parts)
     for i, units in enumerate(hidden):

@@ -164,6 +164,27 @@ def test_default_model_multiclass_softmax(tmp_path, client):
         assert seq[0][1].dtype == np.int32
 
 
+def test_default_model_names_are_unique_whatever_the_column_names(tmp_path, client):
+    """Columns whose layer names would collide (``a b``/``a_b``, ``a-b``/``a.b``, a column
+    named ``features`` or ``in_a_b``): the model builds, trains, and each column has its input."""
+    rng = np.random.default_rng(0)
+    n = 600
+    cols = {"a b": rng.normal(size=n), "a_b": rng.normal(size=n), "a-b": rng.normal(size=n),
+            "a.b": rng.normal(size=n), "features": rng.normal(size=n), "in_a_b": rng.normal(size=n),
+            "t x": rng.choice(["p", "q"], size=n), "t_x": rng.choice(["r", "s"], size=n)}
+    frame = pd.DataFrame(cols)
+    frame["y"] = (frame["a b"] + frame["features"] > 0).astype(int)
+    frame.to_csv(tmp_path / "names.csv", index=False)
+    with daskfeed.DaskSequence(str(tmp_path / "names.csv"), label="y", client=client,
+                               batch_size=100) as seq:
+        model = daskfeed.default_model(seq.manifest)
+        names = [layer.name for layer in model.layers]
+        assert len(names) == len(set(names)), names
+        assert sorted(model.input) == sorted(cols)  # one input per column, keyed by its name
+        hist = model.fit(seq, epochs=2, shuffle=False, verbose=0)
+        assert np.isfinite(hist.history["loss"][-1])
+
+
 def test_budget_split_and_refusal():
     from daskfeed.cluster._budget import Budget
 
