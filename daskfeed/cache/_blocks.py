@@ -85,7 +85,6 @@ class BlockCache:
     starts: tuple[int, ...] = ()
     compression: str | None = None  # of the files this cache writes (None: memory-mapped reads)
     lease: str = ""  # the lease its opening took on its parts (:mod:`daskfeed.cache._evict`)
-    shared: bool = False  # a root shared on purpose (daskfeed.cache-shared; see cache._root)
 
     @property
     def path(self) -> str:

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from daskfeed.cache._arrow import one_table
-from daskfeed.cache._root import own_dir
+from daskfeed.cache._root import own_dir, own_root
 from daskfeed.cache._writer import BATCH_ROWS, compact
 from daskfeed.core import create_new, fsync, temporary_name, write_file
 
@@ -93,7 +93,10 @@ class BucketSet:
 
     def free(self) -> int:
         """Free bytes on the disk that holds (or will hold) the set."""
-        return shutil.disk_usage(_root(self.root)).free  # (made when its cache was opened)
+        base = _root(self.root)
+        if not os.path.isdir(base):  # (a worker that joined after the cache was opened)
+            own_root(base)
+        return shutil.disk_usage(base).free
 
     # -- the marker ----------------------------------------------------------------------
     def complete(self, sizes_digest: str) -> str:

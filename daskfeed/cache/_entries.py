@@ -65,8 +65,8 @@ def list_entries(root: str | os.PathLike[str] | None = None) -> list[CacheEntry]
     return sorted(entries, key=lambda e: -e.size)
 
 
-def clear(root: str | os.PathLike[str] | None = None, keys: list[str] | None = None, *,
-          shared: bool = False) -> list[CacheEntry]:
+def clear(root: str | os.PathLike[str] | None = None,
+          keys: list[str] | None = None) -> list[CacheEntry]:
     """Remove the cache entries under ``root`` (renamed away first), and what was made of them.
 
     Only under a root that is the user's and marked as daskfeed's
@@ -80,8 +80,6 @@ def clear(root: str | os.PathLike[str] | None = None, keys: list[str] | None = N
         As for :func:`list_entries`.
     keys
         Only the entries whose directory name is in ``keys``; None: all.
-    shared
-        ``daskfeed.cache-shared``: a root shared on purpose.
 
     Returns
     -------
@@ -94,7 +92,7 @@ def clear(root: str | os.PathLike[str] | None = None, keys: list[str] | None = N
         A root that is not the user's own, or not daskfeed's.
     """
     base = os.fspath(root) if root is not None else default_root()
-    if not own_root(base, shared=shared, create=False):
+    if not own_root(base, create=False):
         return []
     removed = []
     now = time.time()
@@ -108,9 +106,11 @@ def clear(root: str | os.PathLike[str] | None = None, keys: list[str] | None = N
                 removed.append(entry)
     if not removed:
         return removed
-    if keys is None and own_dir(os.path.join(base, "scans"), create=False):
+    everything = keys is None and not list_entries(base)  # (none kept in use)
+    if everything and own_dir(os.path.join(base, "scans"), create=False):
         shutil.rmtree(os.path.join(base, "scans"), ignore_errors=True)  # (scanned again)
-    _clear_buckets(base, None if keys is None else {os.path.basename(e.path) for e in removed})
+    # the sets made of a removed entry (a set of entries kept in use is a live trainer's: kept)
+    _clear_buckets(base, None if everything else {os.path.basename(e.path) for e in removed})
     return removed
 
 

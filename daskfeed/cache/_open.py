@@ -106,8 +106,6 @@ class CacheChoice:
     max_size
         ``daskfeed.cache-max-size`` in bytes: least recently used parts of other data are
         evicted beyond it (:mod:`daskfeed.cache._evict`); None: no bound.
-    shared
-        ``daskfeed.cache-shared``: a root shared on purpose (:mod:`daskfeed.cache._root`).
     """
 
     on: bool = True
@@ -115,7 +113,6 @@ class CacheChoice:
     required: bool = False
     compression: str = "auto"
     max_size: int | None = None
-    shared: bool = False
 
     @classmethod
     def resolve(cls, cache: bool | str | os.PathLike[str] | None) -> CacheChoice:
@@ -126,22 +123,20 @@ class CacheChoice:
         bound = config.get("cache-max-size")
         return cls(root=root or config.get("cache-dir"), required=root is not None,
                    compression=str(config.get("cache-compression")),
-                   max_size=None if bound in (None, "", 0) else config.get_bytes("cache-max-size"),
-                   shared=bool(config.get("cache-shared")))
+                   max_size=None if bound in (None, "", 0) else config.get_bytes("cache-max-size"))
 
     def open(self, source: Source, client: Client | None) -> tuple[BlockCache | None, str]:
         """:func:`open_cache` as chosen: the cache (None: off) and the line saying so."""
         if not self.on:
             return None, "cache: off"
         return open_cache(source, self.root, compression=self.compression,
-                          required=self.required, client=client, max_size=self.max_size,
-                          shared=self.shared)
+                          required=self.required, client=client, max_size=self.max_size)
 
 
 def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
                compression: str = "auto", required: bool = False,
-               client: Client | None = None, max_size: int | None = None,
-               shared: bool = False) -> tuple[BlockCache | None, str]:
+               client: Client | None = None,
+               max_size: int | None = None) -> tuple[BlockCache | None, str]:
     """Prepare the cache directory of ``source``; return it (or None) and a line saying why.
 
     Parameters
@@ -164,9 +159,6 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     max_size
         Bytes the root may hold: least recently used entries of other data, not in use, are
         evicted beyond it (:mod:`daskfeed.cache._evict`); None: no bound.
-    shared
-        A root shared on purpose: its owner and mode are not checked
-        (:func:`~daskfeed.cache._root.own_root`).
 
     Returns
     -------
@@ -192,7 +184,7 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     base = os.path.abspath(os.path.expanduser(os.fspath(root))) if root else None
     parts = _entries(source)
     tag = trainer_tag()
-    args = (base, parts, tag, max_size, shared)
+    args = (base, parts, tag, max_size)
     try:
         results = [_prepare(*args)] if client is None else _on_workers(client, args)
     except CacheError:
@@ -211,8 +203,7 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
              f"~{need / 1e9:.2f} GB to write {fits[0] or 'uncompressed'}, {free / 1e9:.0f} GB free")
     state += _removed(results, max_size)
     cache = BlockCache(base, tuple(p.key for p in source.parts()),
-                       tuple(p.blocks[0] for p in source.parts()), fits[0], lease=tag,
-                       shared=shared)
+                       tuple(p.blocks[0] for p in source.parts()), fits[0], lease=tag)
     return cache, f"cache: {where} ({state})"
 
 
@@ -306,7 +297,7 @@ def _describe_data(files: list[FileInfo]) -> str:
 
 
 def _prepare(base: str | None, parts: list[PartEntry], tag: str = "", max_bytes: int | None = None,
-             shared: bool = False) -> tuple[int, int, str, int | None, tuple[int, int, int]]:
+             ) -> tuple[int, int, str, int | None, tuple[int, int, int]]:
     """Create each part's entry (0700) under ``base``; drop stale entries of the same files.
 
     ``base`` None: this process's default root (run on each worker). The root is checked first
@@ -319,7 +310,7 @@ def _prepare(base: str | None, parts: list[PartEntry], tag: str = "", max_bytes:
     evicted, their bytes, bytes left)).
     """
     base = default_root() if base is None else base
-    own_root(base, shared=shared)
+    own_root(base)
     ours = {key for key, _, _, _ in parts}
     contents = {identity: record["files"] for _, identity, _, record in parts}
     removed_format = None

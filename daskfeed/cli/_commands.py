@@ -377,13 +377,12 @@ def cache_clear(entries: tuple[str, ...], root: str | None, yes: bool, gone: boo
     )
 
     root = root or config.get("cache-dir")
-    shared = bool(config.get("cache-shared"))
     if gone:
         from daskfeed.scanning import ScanStore
 
         stale = [os.path.basename(e.path) for e in gone_entries(root)]
-        removed = clear(root, stale, shared=shared) if stale else []
-        records = ScanStore(root or default_root(), shared=shared).prune()
+        removed = clear(root, stale) if stale else []
+        records = ScanStore(root or default_root()).prune()
         click.echo(f"removed {len(removed)} cache entr{'y' if len(removed) == 1 else 'ies'} of "
                    f"files changed or gone, {format_bytes(sum(e.size for e in removed))}, and "
                    f"{records} scan record(s) no data set's last scan uses")
@@ -402,11 +401,11 @@ def cache_clear(entries: tuple[str, ...], root: str | None, yes: bool, gone: boo
                                    "terminal; or name the entries (see: daskfeed cache list)")
         click.confirm(f"Remove all {len(everything)} cache entries ({total}) in "
                       f"{root or default_root()}?", abort=True)
-    removed = clear(root, list(entries) or None, shared=shared)
-    in_use = len(set(entries) or known) - len(removed)
+    removed = clear(root, list(entries) or None)
+    kept = len(set(entries) or known) - len(removed)
     click.echo(f"removed {len(removed)} cache entr{'y' if len(removed) == 1 else 'ies'}, "
                f"{format_bytes(sum(e.size for e in removed))}"
-               + (f"; {in_use} kept: in use by a running trainer" if in_use else ""))
+               + (f"; {kept} kept: in use by a running trainer (or not removable)" if kept else ""))
 
 
 @cli.command()

@@ -173,7 +173,7 @@ def scan_source(src: Source, *, label: str, client: Client | None, vocabulary_si
     fingerprint = src.fingerprint()
     store = None
     if parse_cache is not None and src.frame is None:
-        store = ScanStore(parse_cache.root or default_root(), shared=parse_cache.shared)
+        store = ScanStore(parse_cache.root or default_root())
         store = store if store.check() else None
     known = Known(store, src, label, split)
     manifest = known.unchanged(fingerprint, vocabulary_size)

@@ -53,12 +53,9 @@ class ScanStore:
     ----------
     root
         The trainer's cache root (the parse cache's, or its default).
-    shared
-        ``daskfeed.cache-shared``: a root shared on purpose.
     """
 
     root: str
-    shared: bool = False
 
     def check(self) -> bool:
         """Check the root and the store's levels are the user's own; whether the store is usable.
@@ -70,7 +67,7 @@ class ScanStore:
             holding what daskfeed did not make (:func:`daskfeed.cache.own_root`).
         """
         try:
-            own_root(self.root, shared=self.shared)
+            own_root(self.root)
             for level in (self.path, *(os.path.join(self.path, s) for s in ("parts", "sets"))):
                 own_dir(level)
         except CacheError:
@@ -106,6 +103,8 @@ class ScanStore:
 
     def load(self, key: str) -> PartRecord | None:
         """The record ``key`` (None: none, unreadable, or not a record of this key and version)."""
+        if not _KEY.fullmatch(key):  # (a key from a damaged set's file: scanned again)
+            return None
         try:
             with open(self._record_path(key), encoding="utf-8") as f:
                 body = json.load(f)
@@ -115,7 +114,7 @@ class ScanStore:
 
     def has(self, key: str) -> bool:
         """Whether the record ``key`` is stored (not read)."""
-        return os.path.exists(self._record_path(key))
+        return bool(_KEY.fullmatch(key)) and os.path.exists(self._record_path(key))
 
     def save(self, key: str, record: PartRecord) -> None:
         """Keep ``record`` under ``key`` (a full disk leaves it unkept: the part is scanned again)."""
@@ -131,7 +130,7 @@ class ScanStore:
             return
 
     def _record_path(self, key: str) -> str:
-        if not _KEY.match(key):  # (keys are made here: never a path of another shape)
+        if not _KEY.fullmatch(key):  # (keys are made here: never a path of another shape)
             raise ValueError(f"not a record key: {key!r}")
         return os.path.join(self.path, "parts", f"{key}.json")
 
@@ -158,7 +157,7 @@ class ScanStore:
 
     def _make(self, sub: str) -> None:
         """Create ``<root>/scans/<sub>``, each level 0700 and checked to be ours."""
-        own_root(self.root, shared=self.shared)
+        own_root(self.root)
         for path in (self.path, os.path.join(self.path, sub)):
             own_dir(path)
 
@@ -196,7 +195,7 @@ class ScanStore:
         CacheError
             A root or level that is not the user's own (see :meth:`check`).
         """
-        if not (own_root(self.root, shared=self.shared, create=False)
+        if not (own_root(self.root, create=False)
                 and own_dir(self.path, create=False)):
             return 0
         keep: set[str] = set()
@@ -219,7 +218,7 @@ class ScanStore:
         return removed
 
 
-_KEY = re.compile(r"^[0-9a-f]{32}$")
+_KEY = re.compile(r"[0-9a-f]{32}")
 
 
 def record_of(body: Any, key: str) -> PartRecord | None:

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from daskfeed.cache import BlockCache, clear, list_entries, open_cache, own_root
+from daskfeed.cache import BlockCache, clear, list_entries, open_cache, own_dir, own_root
 from daskfeed.core import CacheError, write_file
 from daskfeed.reading import Source
 from daskfeed.scanning import scan_source
@@ -45,10 +45,10 @@ def test_a_root_writable_by_others_is_refused_naming_path_finding_and_fix(tmp_pa
         open_cache(Source(data), str(root), client=client)  # not even asked for: refused
     text = str(err.value)
     assert str(root) in text and "writable by others (mode 0777)" in text, text
-    assert f"chmod go-w {root}" in text and "daskfeed.cache-shared: true" in text, text
+    assert f"chmod go-w {root}" in text, text
     assert os.listdir(root) == []  # nothing written there
-    # a root shared on purpose: accepted, and still only data is read back
-    cache = _cached(data, root, client, shared=True)
+    os.chmod(root, 0o755)  # the fix the message names
+    cache = _cached(data, root, client)
     assert os.path.isfile(root / "daskfeed-cache.json") and cache.cached_blocks() > 0
 
 
@@ -57,11 +57,16 @@ def test_a_symlinked_root_or_entry_is_refused_and_its_target_left_alone(tmp_path
     target = tmp_path / "elsewhere"
     target.mkdir()
     (target / "keep.txt").write_text("mine")
-    os.chmod(target, 0o755)
+    os.chmod(target, 0o775)
     link = tmp_path / "cache-link"
-    link.symlink_to(target)
-    with pytest.raises(CacheError, match=r"is a symbolic link \(to .*elsewhere\)"):
+    link.symlink_to(target)  # the user's own link: what it points to is checked
+    with pytest.raises(CacheError, match=r"it \(a link to .*elsewhere\) is writable by others"):
         open_cache(Source(data), str(link), required=True)
+    os.chmod(target, 0o755)
+    with pytest.raises(CacheError, match="holds files daskfeed did not make"):
+        open_cache(Source(data), str(link), required=True)
+    (target / "keep.txt").unlink()  # (~/.cache/daskfeed moved to a bigger disk: accepted)
+    assert _cached(data, link).cached_blocks() > 0 and (target / "daskfeed-cache.json").is_file()
     # an entry's name planted as a link to a folder with files an hour old: not chmod-ed, not swept
     root = tmp_path / "root"
     cache = _cached(data, root)
@@ -130,7 +135,12 @@ def test_another_users_root_is_refused(tmp_path):
     os.chown(root, 12345, 12345)
     with pytest.raises(CacheError, match=r"belongs to uid 12345, not to "):
         open_cache(Source(data), str(root), required=True)
-    assert own_root(str(root), shared=True)  # shared on purpose: the owner is not checked
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    os.symlink(root, mine / "link")
+    os.lchown(mine / "link", 12345, 12345)  # a link planted by another user
+    with pytest.raises(CacheError, match=r"is a symbolic link \(to .*theirs\) of uid 12345"):
+        own_root(str(mine / "link"))
 
 
 def test_clear_finding_no_entries_removes_nothing_and_keeps_an_entry_in_use(tmp_path):
@@ -143,6 +153,21 @@ def test_clear_finding_no_entries_removes_nothing_and_keeps_an_entry_in_use(tmp_
     cache.release()  # the lease given back (as a closed sequence does)
     assert len(clear(str(root))) == 1 and not scans.exists()
     assert clear(str(root)) == [] and (root / "daskfeed-cache.json").is_file()
+
+
+def test_a_level_of_ours_that_others_may_write_is_made_ours_alone(tmp_path):
+    """An older daskfeed made buckets/ with the umask's mode (0775 under umask 002)."""
+    data = _data(tmp_path)
+    root = tmp_path / "root"
+    cache = _cached(data, root)
+    entry, buckets = cache.directories()[0], root / "buckets"
+    buckets.mkdir(mode=0o700)
+    os.chmod(buckets, 0o775)
+    os.chmod(entry, 0o775)
+    _cached(data, root)
+    assert (os.stat(entry).st_mode & 0o777) == 0o700
+    own_dir(str(buckets))
+    assert (os.stat(buckets).st_mode & 0o777) == 0o700
 
 
 def test_cli_refuses_an_open_root_without_a_traceback(tmp_path):
