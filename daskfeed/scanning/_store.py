@@ -32,6 +32,7 @@ from dask.utils import format_bytes
 from daskfeed.cache import own_dir, own_root
 from daskfeed.core import CacheError, write_file
 from daskfeed.reading import Part, Source
+from daskfeed.scanning._task import shared_facts
 
 __all__ = ["PartRecord", "ScanStore", "changes_line", "data_key"]
 
@@ -240,15 +241,7 @@ def record_of(body: Any, key: str) -> PartRecord | None:
                     for f in facts)
             and all(isinstance(c, dict) for c in stats.values())):
         return None
-    return _shared(record)
-
-
-def _shared(record: PartRecord) -> PartRecord:
-    """Blocks with the same columns (and kinds) share one list (and dict), as the scan made them."""
-    seen: dict[tuple[Any, ...], Any] = {}
-    for f in record["facts"]:
-        f["columns"] = seen.setdefault(("columns", *f["columns"]), f["columns"])
-        f["kinds"] = seen.setdefault(("kinds", *f["kinds"].items()), f["kinds"])
+    record["facts"] = shared_facts(facts)  # (blocks of one header share their lists again)
     return record
 
 

@@ -20,7 +20,8 @@ from daskfeed.scanning._refusals import where
 from daskfeed.scanning._schema import BlockFacts
 from daskfeed.scanning._stats import StatsAccumulator, merge_facts, parts_facts, table_facts
 
-__all__ = ["MAX_REJECTS_KEPT", "MAX_REJECT_CHARS", "quarantined", "report", "scan_blocks", "scan_pieces"]
+__all__ = ["MAX_REJECTS_KEPT", "MAX_REJECT_CHARS", "quarantined", "report", "scan_blocks", "scan_pieces",
+           "shared_facts"]
 
 MAX_REJECTS_KEPT = 1000  # quarantined lines kept per block (all are counted)
 MAX_REJECT_CHARS = 4096  # characters kept of one quarantined line
@@ -115,7 +116,7 @@ def scan_pieces(pieces: list[list[tuple[int, Block]]], options: ReadOptions, lab
     try:
         for piece, piece_sizes in zip(pieces, sizes, strict=True):
             found, merged = _scan_piece(piece, options, label, writer, topic, task, piece_sizes)
-            facts.append(_shared(found))
+            facts.append(shared_facts(found))
             stats.append(merged)
     except BaseException:
         if writer is not None:
@@ -148,11 +149,12 @@ def _scan_piece(items: list[tuple[int, Block]], options: ReadOptions, label: str
     return summaries, acc.flush()
 
 
-def _shared(facts: list[BlockFacts]) -> list[BlockFacts]:
+def shared_facts(facts: list[BlockFacts]) -> list[BlockFacts]:
     """Blocks with the same columns (and kinds) share one list (and dict): pickled once.
 
     Thousands of small files of one header send their column names once per scan task, not
-    once per file. Nothing changes the facts in place after this.
+    once per file (and a record read back from JSON holds them once). Nothing changes the facts
+    in place after this.
     """
     seen: dict[tuple[Any, ...], Any] = {}
     for f in facts:
