@@ -14,19 +14,19 @@ from daskfeed.core import attach
 if TYPE_CHECKING:
     from daskfeed.batches._epoch import EpochStats
     from daskfeed.batches._layout import blocksize_for, largest_block, planned_window_bytes
-    from daskfeed.batches._order import ORDER_VERSION
+    from daskfeed.batches._order import ORDER_FORMATS, ORDER_VERSION
     from daskfeed.batches._plan import EpochPlan, make_plan
     from daskfeed.batches._prepare import Prepared
     from daskfeed.batches._settings import DataSettings
     from daskfeed.batches._stream import BatchStream
 
-__all__ = ["ORDER_VERSION", "BatchStream", "DataSettings", "EpochPlan", "EpochStats", "Prepared",
-           "blocksize_for", "largest_block", "make_plan", "planned_window_bytes"]
+__all__ = ["ORDER_FORMATS", "ORDER_VERSION", "BatchStream", "DataSettings", "EpochPlan",
+           "EpochStats", "Prepared", "blocksize_for", "largest_block", "make_plan", "planned_window_bytes"]
 
 __getattr__, __dir__ = attach(__name__, {
     "EpochStats": "_epoch",
     "blocksize_for": "_layout", "largest_block": "_layout", "planned_window_bytes": "_layout",
-    "EpochPlan": "_plan", "make_plan": "_plan", "ORDER_VERSION": "_order",
+    "EpochPlan": "_plan", "make_plan": "_plan", "ORDER_VERSION": "_order", "ORDER_FORMATS": "_order",
     "Prepared": "_prepare",
     "DataSettings": "_settings",
     "BatchStream": "_stream",

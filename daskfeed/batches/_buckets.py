@@ -1,24 +1,34 @@
-"""The buckets of a data set built once, on the cluster, from its parse cache.
+"""The buckets of a data set built on the cluster from its parse cache, and kept through growth.
 
 The global order (:mod:`daskfeed.batches._order`) reads an epoch as whole buckets, each a
 random sample of the whole data set; this module makes their files
-(:class:`~daskfeed.cache._buckets.BucketSet`) in two steps, an external shuffle of the parse
-cache (Arrow, never the CSV again):
+(:class:`~daskfeed.cache._buckets.BucketSet`) as *generations*, each the rows of some parts of
+the parse cache dealt into the data set's ``K`` buckets. A first build deals every part; data
+that grew (``K`` kept: a power of two, it changes only when the rows double) deals only its
+new parts, into a new generation. Dealing is an external shuffle of the parse cache (Arrow,
+never the CSV again):
 
 1. *deal* (:func:`deal`, one task per group of consecutive blocks of about ``run_rows`` rows):
    each block's rows with a label, in their stored order, go to buckets ``(i + o_j) mod K``;
-   the group's rows are written as one *run*, sorted by bucket (stable: canonical order).
+   the group's rows are written as one *run*, sorted by bucket (stable).
 2. *merge* (while there are more than ``FAN_IN`` runs): ``FAN_IN`` consecutive runs become one,
    bucket range by bucket range (``run_rows`` rows at a time). Without it each gather would read
    a range of every run: ``(N / run_rows)**2`` reads in all, hours at 100 GB on a small budget;
    with it, each level reads and writes the runs once, with ``FAN_IN`` reads per range.
 3. *gather* (:func:`gather`, one task per range of buckets of about ``run_rows`` rows): the
-   range of every run, concatenated in run order, written as one file per bucket.
+   range of every run, in canonical order (block id, then row), one file per bucket.
+
+Generations are bounded (:func:`merge_plan`): after a growth, the youngest generations are
+merged into one (:func:`merge_buckets`, bucket range by bucket range) while the one before
+them is no more than twice their rows, and always down to ``MAX_GENERATIONS``; so a window
+reads at most ``MAX_GENERATIONS`` files per bucket, and a row is rewritten about
+``log2(growths)`` times over the data set's life, not once per growth. A generation holding a
+part whose files changed or went is not used; its other parts are dealt again with the new
+ones. Every bucket holds the same rows in the same order whatever generations made it, so a
+grown data set's order is the order a fresh build of it has.
 
 A task holds its own rows (a run's, a range of buckets'), never the data set's: memory and
-time per task are bounded by ``run_rows``, whatever the number of blocks or files. The set is
-built once per data set (its key covers the parse cache's parts, the label and ``K``) and
-reused by every later run, budget, batch size or model; a set cut short is built again.
+time per task are bounded by ``run_rows``, whatever the number of blocks, files or parts.
 """
 
 from __future__ import annotations
@@ -26,15 +36,27 @@ from __future__ import annotations
 import time
 import uuid
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 from dask.utils import format_bytes
 
-from daskfeed.batches._order import block_offsets, bucket_count, bucket_of, bucket_sizes
-from daskfeed.cache import TRACE_COLUMNS, BucketSet, digest, estimate_bytes, stored_table
+from daskfeed.batches._order import (
+    block_offsets,
+    bucket_count,
+    bucket_of,
+    bucket_sizes,
+)
+from daskfeed.cache import (
+    TRACE_COLUMNS,
+    BucketSet,
+    digest,
+    estimate_bytes,
+    generation_name,
+    stored_table,
+)
 from daskfeed.cluster import explain, result_unless_paused
 from daskfeed.core import ManifestMismatchError
 from daskfeed.manifest import labelled
@@ -45,13 +67,15 @@ if TYPE_CHECKING:
     from daskfeed.manifest import Encoding
     from daskfeed.reading import Block, ReadOptions
 
-__all__ = ["RUN_ROWS", "Buckets", "bucket_set", "deal", "gather", "task_rows"]
+__all__ = ["MAX_GENERATIONS", "RUN_ROWS", "Buckets", "bucket_set", "deal", "gather",
+           "merge_buckets", "merge_plan", "task_rows"]
 
 RUN_ROWS = 1 << 19  # rows a build task holds, at most (a run; a range of buckets)
 MIN_RUN_ROWS = 1 << 14
 ROOM_MARGIN = 1 << 30  # disk kept free beyond the build's estimate
 FAN_IN = 32  # runs merged into one while there are more: a gather reads at most this many
 TASK_COPIES = 6  # a task's peak over its rows' CSV bytes (Arrow, its sorted copy, the file)
+MAX_GENERATIONS = 8  # generations a data set's buckets are read from, at most
 
 
 class Buckets:
@@ -60,17 +84,22 @@ class Buckets:
     Attributes
     ----------
     files
-        The :class:`~daskfeed.cache._buckets.BucketSet` (what a window task reads).
+        The :class:`~daskfeed.cache._buckets.BucketSet` (what a window task reads: a view of
+        its generations).
     sizes
         Rows of each bucket (numpy int64, ``K`` of them).
     seconds
         How long their build took here (None: built before, reused).
+    work
+        What the build did, in words ("": nothing, reused).
     """
 
-    def __init__(self, files: BucketSet, sizes: np.ndarray, seconds: float | None = None) -> None:
+    def __init__(self, files: BucketSet, sizes: np.ndarray, seconds: float | None = None,
+                 work: str = "") -> None:
         self.files = files
         self.sizes = sizes
         self.seconds = seconds
+        self.work = work
 
     @property
     def count(self) -> int:
@@ -78,8 +107,23 @@ class Buckets:
         return len(self.sizes)
 
 
+@dataclass
+class _Generation:
+    """A generation as the trainer sees it: its parts, their blocks, its buckets' rows."""
+
+    name: str
+    parts: frozenset[str]
+    mask: np.ndarray  # bool over the data set's blocks
+    sizes: np.ndarray
+    build: str = ""  # "": not built (yet)
+
+    @property
+    def rows(self) -> int:
+        return int(self.sizes.sum())
+
+
 def bucket_set(data: Prepared, *, run_rows: int | None = None) -> Buckets | None:
-    """The buckets of ``data`` (built on its cluster when missing); None where they cannot be.
+    """The buckets of ``data`` (dealt on its cluster where missing); None where they cannot be.
 
     Parameters
     ----------
@@ -92,29 +136,45 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None) -> Buckets | None
     Returns
     -------
     Buckets or None
-        None (with a warning) when the workers cannot see one another's files: the global
-        order then falls back to windows of blocks.
+        None (with a warning) when the workers cannot see one another's files or the disk has
+        no room: the global order then falls back to windows of blocks.
     """
     cache = data.cache
     assert cache is not None
     counts = np.asarray(data.manifest.counts, dtype=np.int64)
+    n = len(counts)
     k = bucket_count(int(counts.sum()), int(data.manifest.nbytes))
-    offsets = block_offsets(cache.block_ids(len(counts)), k)
+    ids = cache.block_ids(n)
+    offsets = block_offsets(ids, k)
     sizes = bucket_sizes(counts, offsets, k)
+    parts = _part_masks(cache, n, data.manifest.fingerprint)
     enc = data.encoding
-    key = BucketSet.key_of(parts=list(cache.parts), starts=list(cache.starts),
-                           root=cache.root if not cache.parts else None, buckets=k,
-                           label=enc.label, classes=list(enc.label_classes),
-                           counts=digest(counts), fingerprint=data.manifest.fingerprint)
+    key = BucketSet.key_of(root=cache.root if not cache.parts else None, buckets=k,
+                           label=enc.label, classes=list(enc.label_classes))
     files = BucketSet(cache.root, key, k, compression=cache.compression)
-    sealed = digest(sizes)
     client = data.client
-    built = client.submit(files.complete, sealed,
-                          key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
-    if built:
-        return Buckets(replace(files, build=built), sizes)
-    # the runs and the buckets side by side at the build's peak: about twice the parse cache
-    need = 2 * estimate_bytes(data.source, cache.compression) + ROOM_MARGIN
+
+    def gen_of(names: frozenset[str]) -> _Generation:
+        mask = np.zeros(n, dtype=bool)
+        for p in names:
+            mask |= parts[p]
+        return _Generation(generation_name(sorted(names)), names, mask,
+                           bucket_sizes(np.where(mask, counts, 0), offsets, k))
+
+    found = client.submit(files.found, key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
+    kept = _cover(found, set(parts), gen_of)
+    missing = frozenset(parts) - frozenset().union(*(g.parts for g in kept))
+    plan = merge_plan([g.rows for g in kept] + ([int(counts[gen_of(missing).mask].sum())]
+                                                if missing else []))
+    if not missing and not plan:
+        view = files.view([g.name for g in kept], [g.build for g in kept])
+        client.submit(view.use, key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
+        return Buckets(view, sizes)
+    # the runs and the buckets side by side at the build's peak: about twice what is dealt
+    share = max(float(counts[gen_of(missing).mask].sum()) if missing else 0.0,
+                float(sum(g.rows for g in kept[len(kept) - plan:])) if plan else 0.0)
+    need = int(2 * estimate_bytes(data.source, cache.compression) * share
+               / max(int(counts.sum()), 1)) + ROOM_MARGIN
     free = client.submit(files.free, key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
     if free < need:
         warnings.warn(
@@ -126,20 +186,94 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None) -> Buckets | None
     if run_rows is None:
         run_rows = task_rows(client, data.manifest.nbytes, int(counts.sum()))
     t0 = time.perf_counter()
+    work = []
     try:
-        files = _build(data, files, counts, offsets, sizes, sealed, run_rows)
+        if missing:
+            new = gen_of(missing)
+            new.build = _deal_generation(data, files.generation(new.name), new, ids, offsets,
+                                         run_rows)
+            work.append(f"{int(counts[new.mask].sum()):,} rows of {len(missing)} part(s) dealt"
+                        + (f" into the {len(kept)} generation(s) kept" if kept else ""))
+            kept.append(new)
+        if plan:
+            young = kept[-plan:]
+            merged = gen_of(frozenset().union(*(g.parts for g in young)))
+            merged.build = _merge_generations(client, files, young, merged, run_rows)
+            work.append(f"the {plan} youngest generations merged ({merged.rows:,} rows)")
+            kept = [*kept[:-plan], merged]
     except FileNotFoundError as err:  # a run written on one machine, looked for on another ...
-        built = client.submit(files.complete, sealed,
+        found = client.submit(files.found,
                               key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
-        if built:  # ... or removed by another trainer that completed the same set first
-            return Buckets(replace(files, build=built), sizes)
+        done = _cover(found, set(parts), gen_of)
+        if frozenset().union(*(g.parts for g in done)) == frozenset(parts):
+            # ... or removed by another trainer that completed the same generation first
+            view = files.view([g.name for g in done], [g.build for g in done])
+            return Buckets(view, sizes, time.perf_counter() - t0, "; ".join(work))
         warnings.warn(
             f"daskfeed: could not deal the rows into buckets ({err}): the workers do not share "
             "the parse cache's directory, so rows are shuffled within windows of blocks, not in "
             "one global order.\nHint: give every worker the same cache directory (--cache DIR "
             "on a shared volume).", stacklevel=2)
         return None
-    return Buckets(files, sizes, time.perf_counter() - t0)
+    view = files.view([g.name for g in kept], [g.build for g in kept])
+    client.submit(_use_and_sweep, view, sorted(parts),
+                  key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
+    return Buckets(view, sizes, time.perf_counter() - t0, "; ".join(work))
+
+
+def merge_plan(rows: list[int]) -> int:
+    """How many of the youngest generations to merge into one (0: none), oldest first in ``rows``.
+
+    The youngest are merged while the generation before them holds no more than twice their
+    rows (generations so shrink at least twofold from the oldest: about ``log2`` of the
+    growths), and always down to ``MAX_GENERATIONS``.
+    """
+    take, held = 1, rows[-1] if rows else 0
+    least = len(rows) - MAX_GENERATIONS + 1
+    while take < len(rows) and (take < least or rows[-take - 1] <= 2 * held):
+        take += 1
+        held += rows[-take]
+    return take if take > 1 else 0
+
+
+def _part_masks(cache: BlockCache, blocks: int, fingerprint: str) -> dict[str, np.ndarray]:
+    """Each part's blocks (a bool mask over the data set's); without parts, one for all."""
+    if not cache.parts:
+        return {f"whole:{fingerprint}": np.ones(blocks, dtype=bool)}
+    index = np.arange(blocks)
+    ends = [*cache.starts[1:], blocks]
+    return {p: (index >= lo) & (index < hi)
+            for p, lo, hi in zip(cache.parts, cache.starts, ends, strict=True)}
+
+
+def _cover(found: list[dict[str, Any]], parts: set[str], gen_of: Any) -> list[_Generation]:
+    """The complete generations to keep, largest first (oldest first in a growth's merge plan).
+
+    Only generations of the data set's parts whose buckets hold the rows their blocks say, no
+    part twice.
+    """
+    usable = []
+    for meta in found:
+        names = frozenset(meta["parts"])
+        if not names or not names <= parts:
+            continue
+        g = gen_of(names)
+        if digest(g.sizes) == meta["sizes"]:
+            g.build = meta["build"]
+            usable.append(g)
+    usable.sort(key=lambda g: (-g.rows, g.name))
+    kept: list[_Generation] = []
+    covered: set[str] = set()
+    for g in usable:
+        if not g.parts & covered:
+            kept.append(g)
+            covered |= g.parts
+    return kept
+
+
+def _use_and_sweep(view: BucketSet, parts: list[str]) -> None:
+    view.use()
+    view.sweep(parts)
 
 
 def task_rows(client: Any, csv_bytes: int, rows: int) -> int:
@@ -162,16 +296,19 @@ def task_rows(client: Any, csv_bytes: int, rows: int) -> int:
     return int(min(RUN_ROWS, max(MIN_RUN_ROWS, min(room) / TASK_COPIES / row_bytes)))
 
 
-def _build(data: Prepared, files: BucketSet, counts: np.ndarray, offsets: np.ndarray,
-           sizes: np.ndarray, sealed: str, run_rows: int) -> BucketSet:
+def _deal_generation(data: Prepared, files: BucketSet, gen: _Generation, ids: np.ndarray,
+                     offsets: np.ndarray, run_rows: int) -> str:
+    """Deal ``gen``'s blocks into its files (deal, merge the runs, gather); its build's tag."""
     client, source, cache = data.client, data.source, data.cache
-    # the same tasks (keys) and files for every trainer building this set on one scheduler: the
-    # scheduler runs them once; a build cut short writes the same files again
-    tag = files.key[:12]
+    counts = np.where(gen.mask, np.asarray(data.manifest.counts, dtype=np.int64), 0)
+    # the same tasks (keys) and files for every trainer building this generation on one
+    # scheduler: the scheduler runs them once; a build cut short writes the same files again
+    tag = gen.name[:12]
     groups = _groups(counts, run_rows)
     runs = [f"r{n:06d}" for n in range(len(groups))]
     deals = [client.submit(deal, files, tag, name,
-                           [(int(i), source.blocks[i], int(offsets[i]), int(counts[i])) for i in g],
+                           [(int(i), source.blocks[i], int(offsets[i]), int(counts[i]),
+                             int(ids[i])) for i in g],
                            source.options, cache, data.encoding,
                            key=f"daskfeed-buckets-deal-{files.key}-{n}", retries=1)
              for n, (name, g) in enumerate(zip(runs, groups, strict=True))]
@@ -185,18 +322,37 @@ def _build(data: Prepared, files: BucketSet, counts: np.ndarray, offsets: np.nda
                   for n, (group, name) in enumerate(zip(groups_of, merged, strict=True))]
         _gather_all(client, merges, "the runs of buckets merged")
         runs, level = merged, level + 1
+    gathers = [client.submit(gather, files, tag, runs, b0, b1, [int(x) for x in gen.sizes[b0:b1]],
+                             key=f"daskfeed-buckets-gather-{files.key}-{b0}", retries=1)
+               for b0, b1 in _ranges(gen.sizes, run_rows)]
+    _gather_all(client, gathers, "the buckets gathered from their runs")
+    build = uuid.uuid4().hex[:12]  # this build's files (window task keys change with it)
+    client.submit(files.seal, digest(gen.sizes), sorted(gen.parts), gen.rows, tag, build,
+                  key=f"daskfeed-buckets-seal-{build}").result()
+    return build
+
+
+def _merge_generations(client: Any, files: BucketSet, young: list[_Generation],
+                       merged: _Generation, run_rows: int) -> str:
+    """Write ``merged`` from the generations ``young``, bucket range by bucket range."""
+    source = files.view([g.name for g in young], [g.build for g in young])
+    target = files.generation(merged.name)
+    tasks = [client.submit(merge_buckets, source, target, b0, b1,
+                           [int(x) for x in merged.sizes[b0:b1]],
+                           key=f"daskfeed-buckets-join-{target.key}-{b0}", retries=1)
+             for b0, b1 in _ranges(merged.sizes, run_rows)]
+    _gather_all(client, tasks, "the youngest generations of buckets merged")
+    build = uuid.uuid4().hex[:12]
+    client.submit(target.seal, digest(merged.sizes), sorted(merged.parts), merged.rows, "", build,
+                  key=f"daskfeed-buckets-seal-{build}").result()
+    return build
+
+
+def _ranges(sizes: np.ndarray, run_rows: int) -> list[tuple[int, int]]:
+    """Ranges of buckets of about ``run_rows`` rows (one task each)."""
     k = len(sizes)
     per = max(1, int(run_rows * k // max(int(sizes.sum()), 1)))
-    ranges = [(b, min(b + per, k)) for b in range(0, k, per)]
-    gathers = [client.submit(gather, files, tag, runs, b0, b1, [int(s) for s in sizes[b0:b1]],
-                             key=f"daskfeed-buckets-gather-{files.key}-{b0}", retries=1)
-               for b0, b1 in ranges]
-    _gather_all(client, gathers, "the buckets gathered from their runs")
-    parts = list(cache.parts) if cache is not None else []
-    build = uuid.uuid4().hex[:12]  # this build's files (window task keys change with it)
-    client.submit(files.seal, sealed, parts, tag, build,
-                  key=f"daskfeed-buckets-seal-{build}").result()
-    return replace(files, build=build)
+    return [(b, min(b + per, k)) for b in range(0, k, per)]
 
 
 def _gather_all(client: Any, futures: list[Any], what: str) -> None:
@@ -240,17 +396,18 @@ def _groups(counts: np.ndarray, run_rows: int) -> list[list[int]]:
     return groups
 
 
-def deal(files: BucketSet, tag: str, name: str, blocks: list[tuple[int, Block, int, int]],
+def deal(files: BucketSet, tag: str, name: str, blocks: list[tuple[int, Block, int, int, int]],
          options: ReadOptions, cache: BlockCache, encoding: Encoding) -> int:
     """Deal a group of blocks' rows into buckets: one run, sorted by bucket (on a worker).
 
     Parameters
     ----------
     files, tag, name
-        The set, its build and the run's name.
+        The generation, its build and the run's name.
     blocks
-        ``(index, block, offset, rows)``: each block, its :func:`~daskfeed.batches._order.block_offsets`
-        offset and its rows with a label (the manifest's count, checked).
+        ``(index, block, offset, rows, id)``: each block, its
+        :func:`~daskfeed.batches._order.block_offsets` offset, its rows with a label (the
+        manifest's count, checked) and its id (uint64, kept as int64 in ``__block``).
     options, cache, encoding
         How blocks are read (the parse cache; parsed where a block is missing) and the label.
 
@@ -262,7 +419,7 @@ def deal(files: BucketSet, tag: str, name: str, blocks: list[tuple[int, Block, i
     k = files.buckets
     tables, where = [], []
     opened: dict[str, pa.Table] = {}  # whole cache files, views of their memory maps
-    for index, block, offset, expected in blocks:
+    for index, block, offset, expected, block_id in blocks:
         table = stored_table(index, block, options, cache, files=opened)
         if len(opened) > 2:
             opened.clear()  # a group's blocks are consecutive: one or two files at a time
@@ -274,7 +431,8 @@ def deal(files: BucketSet, tag: str, name: str, blocks: list[tuple[int, Block, i
                 f"{expected}. The data changed after the scan.\nHint: rescan (remove the cached "
                 "manifest) and restart.")
         rows = table if mask is None else table.take(at)
-        rows = rows.append_column(TRACE_COLUMNS[0], pa.array(np.full(len(at), index, dtype=np.int64)))
+        traced = np.full(len(at), block_id, dtype=np.uint64).view(np.int64)
+        rows = rows.append_column(TRACE_COLUMNS[0], pa.array(traced))
         rows = rows.append_column(TRACE_COLUMNS[1], pa.array(at.astype(np.int64)))
         tables.append(rows)
         where.append(bucket_of(offset, len(at), k))
@@ -310,8 +468,35 @@ def gather(files: BucketSet, tag: str, runs: list[str], b0: int, b1: int,
             raise ManifestMismatchError(
                 f"Bucket {b} of {files.path} got {rows} rows; its blocks say {sizes[b - b0]}. "
                 "The data changed while the buckets were made.\nHint: rescan and restart.")
-        files.write_bucket(b, [t for t in tables if t.num_rows] or tables[:1])
+        tables = [t for t in tables if t.num_rows] or tables[:1]
+        files.write_bucket(b, tables)  # in canonical order: block id, then row
         total += rows
     del pieces, tables
     pa.default_memory_pool().release_unused()  # back to the system: the worker must not pause
     return total
+
+
+def merge_buckets(source: BucketSet, target: BucketSet, b0: int, b1: int, sizes: list[int]) -> int:
+    """Write buckets ``b0 .. b1 - 1`` of generation ``target`` from a view of several (on a worker).
+
+    Each bucket's rows of every generation, in canonical order.
+
+    Returns
+    -------
+    int
+        The rows written.
+    """
+    target.make_dirs()
+    total = 0
+    for b in range(b0, b1):
+        table = source.read_bucket(b)
+        if table.num_rows != sizes[b - b0]:
+            raise ManifestMismatchError(
+                f"Bucket {b} of {source.path} holds {table.num_rows} rows in its generations "
+                f"{', '.join(source.generations)}; their blocks say {sizes[b - b0]}.\nHint: run "
+                "again (the buckets are built again).")
+        target.write_bucket(b, [table])
+        total += table.num_rows
+    pa.default_memory_pool().release_unused()
+    return total
+

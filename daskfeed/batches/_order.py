@@ -37,11 +37,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BUCKET_BYTES", "BUCKET_ROWS", "ORDER_VERSION", "GlobalOrder", "Lanes", "block_offsets",
-           "bucket_count", "bucket_members", "bucket_of", "bucket_sizes", "order_line", "unit_rows",
-           "window_index"]
+__all__ = ["BUCKET_BYTES", "BUCKET_ROWS", "ORDER_FORMATS", "ORDER_VERSION", "GlobalOrder", "Lanes",
+           "block_offsets", "bucket_count", "bucket_members", "bucket_of", "bucket_sizes",
+           "canonical_order", "order_line", "unit_rows", "window_index"]
 
-ORDER_VERSION = 2  # 1: units were a run of every block (daskfeed <= 0.x); 2: buckets
+ORDER_VERSION = 3  # 1: units were a run of every block; 2: buckets; 3: K a power of two, by block id
+ORDER_FORMATS = {1: "units of a run of every block", 2: "whole buckets, rows in block order",
+                 3: "whole buckets, a power of two of them, rows in block-id order"}
 BUCKET_ROWS = 1 << 16  # rows of a bucket, about (a window holds whole buckets) ...
 BUCKET_BYTES = 8 << 20  # ... and at most about this many bytes of CSV (wide rows: fewer rows)
 MIN_BUCKETS = 64  # buckets of a data set at least, on small data ...
@@ -51,10 +53,12 @@ MIN_BUCKET_ROWS = 1024  # ... while they keep this many rows
 def bucket_count(rows: int, nbytes: int = 0) -> int:
     """``K``: the buckets of a data set of ``rows`` rows and ``nbytes`` bytes of CSV.
 
-    About ``BUCKET_ROWS`` rows each, and no more than about ``BUCKET_BYTES`` of CSV (a window
-    holds whole buckets: this keeps one small beside any budget the CLI accepts, whatever the
-    width of a row); on small data up to ``MIN_BUCKETS`` of at least ``MIN_BUCKET_ROWS`` rows
-    (so that a small data set still has several windows). The data alone decide it.
+    A power of two: at most about ``BUCKET_ROWS`` rows each (between half and all of it), and
+    no more than about ``BUCKET_BYTES`` of CSV (a window holds whole buckets: this keeps one
+    small beside any budget the CLI accepts, whatever the width of a row); on small data up to
+    ``MIN_BUCKETS`` of about ``MIN_BUCKET_ROWS`` rows (so that a small data set still has
+    several windows). The data alone decide it, and a power of two keeps it through growth: a
+    data set keeps its ``K`` (and its buckets, new rows dealt into them) until it doubles.
 
     Parameters
     ----------
@@ -66,11 +70,15 @@ def bucket_count(rows: int, nbytes: int = 0) -> int:
     Returns
     -------
     int
-        At least 1.
+        A power of two, at least 1.
     """
     rows = int(rows)
     wide = min(-(-int(nbytes) // BUCKET_BYTES), rows // MIN_BUCKET_ROWS)  # buckets of >= 1,024 rows
-    return max(1, -(-rows // BUCKET_ROWS), wide, min(MIN_BUCKETS, rows // MIN_BUCKET_ROWS))
+    k = max(1, -(-rows // BUCKET_ROWS), wide)
+    small = min(MIN_BUCKETS, rows // MIN_BUCKET_ROWS)
+    if small > k:  # small data: buckets of at least MIN_BUCKET_ROWS rows (a power of two below)
+        return 1 << (small.bit_length() - 1)
+    return 1 << (k - 1).bit_length()
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -143,16 +151,24 @@ def bucket_sizes(counts: Sequence[int] | np.ndarray, offsets: np.ndarray, bucket
 
 
 def bucket_members(counts: Sequence[int], offsets: np.ndarray, buckets: int,
-                   bucket: int) -> tuple[np.ndarray, np.ndarray]:
+                   bucket: int, ids: Sequence[int] | np.ndarray | None = None,
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """Bucket ``bucket``'s rows in their canonical order: ``(block j, stored row i)`` each.
 
-    Canonical: by block, then by row (what a bucket's Arrow file holds, before an epoch
-    permutes it). Reads every block's count: for tests and small data, not for the feed.
+    Canonical: by the block's id (:func:`canonical_order`), then by row — what a bucket's
+    Arrow files hold, before an epoch permutes it; the same whatever the generations the
+    bucket's rows were dealt in. Reads every block's count: for tests and small data, not for
+    the feed.
+
+    Parameters
+    ----------
+    ids
+        The blocks' ids (None: their indices).
 
     Returns
     -------
     tuple of numpy.ndarray
-        The blocks and rows (int64 each).
+        The blocks (indices) and rows (int64 each).
     """
     js, rows = [], []
     for j, n in enumerate(counts):
@@ -162,7 +178,15 @@ def bucket_members(counts: Sequence[int], offsets: np.ndarray, buckets: int,
         rows.append(i)
     if not js:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return np.concatenate(js), np.concatenate(rows)
+    block, row = np.concatenate(js), np.concatenate(rows)
+    keys = block if ids is None else np.asarray(ids).astype(np.uint64).view(np.int64)[block]
+    at = canonical_order(keys, row)
+    return block[at], row[at]
+
+
+def canonical_order(blocks: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The permutation that sorts rows by block id (as int64), then by row: a bucket's order."""
+    return np.lexsort((np.asarray(rows), np.asarray(blocks)))
 
 
 @dataclass(frozen=True)

@@ -191,8 +191,9 @@ class BatchStream:
                           why="the data are a dask DataFrame" if frame else "the parse cache is off")
         if self.buckets is None or self.buckets.seconds is None:
             return line
-        return (f"{line}; its buckets dealt from the parse cache in {self.buckets.seconds:.1f}s "
-                "(once per data set)")
+        work = f": {self.buckets.work}" if self.buckets.work else ""
+        return (f"{line}; its buckets dealt from the parse cache in {self.buckets.seconds:.1f}s"
+                f"{work} (new rows only, as the data grow)")
 
     def set_position(self, epoch: int, position: int) -> None:
         """Serve ``epoch`` from ``position`` (see :meth:`position`), in this stream's layout.

@@ -8,7 +8,7 @@ from daskfeed.core import attach
 
 if TYPE_CHECKING:
     from daskfeed.cache._blocks import BlockCache, block_tables, default_root, stored_table
-    from daskfeed.cache._buckets import TRACE_COLUMNS, BucketSet, digest
+    from daskfeed.cache._buckets import TRACE_COLUMNS, BucketSet, digest, generation_name
     from daskfeed.cache._entries import clear, gone_entries, list_entries
     from daskfeed.cache._open import CacheChoice, estimate_bytes, open_cache
     from daskfeed.cache._root import own_dir, own_root
@@ -25,6 +25,7 @@ __all__ = [
     "default_root",
     "digest",
     "estimate_bytes",
+    "generation_name",
     "gone_entries",
     "list_entries",
     "open_cache",
@@ -36,6 +37,7 @@ __all__ = [
 __getattr__, __dir__ = attach(__name__, {
     "BlockCache": "_blocks", "block_tables": "_blocks", "default_root": "_blocks",
     "stored_table": "_blocks", "BucketSet": "_buckets", "TRACE_COLUMNS": "_buckets",
+    "generation_name": "_buckets",
     "digest": "_buckets",
     "clear": "_entries", "gone_entries": "_entries", "list_entries": "_entries",
     "CacheChoice": "_open", "estimate_bytes": "_open", "open_cache": "_open", "compact": "_writer",

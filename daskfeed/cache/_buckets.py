@@ -1,18 +1,29 @@
-"""Buckets: a data set's rows dealt into ``K`` Arrow files, each a random sample of all of them.
+"""Buckets: a data set's rows dealt into ``K`` buckets, each a random sample of all of them.
 
 The global order (:mod:`daskfeed.batches._order`) reads an epoch bucket by bucket; this module
-keeps the files. A :class:`BucketSet` lives in ``<cache root>/buckets/<key>/`` (the key covers
-the data set's parts, its label and ``K``):
+keeps the files. The buckets of every data set with the same label and ``K`` live in one *set
+directory*, ``<cache root>/buckets/<key>/``, as *generations*: a generation holds the rows of
+some parts of the parse cache (a first build: all of them; data that grew: the new parts),
+dealt into the same ``K`` buckets by the same rule, so bucket ``k`` of a data set is bucket
+``k`` of each of its generations together. A generation ``<key>/<name>/`` (its name a digest
+of its parts: the same parts, the same name, however they were dealt) holds:
 
-- ``b<k>.arrow``: bucket ``k``'s rows in their canonical order (by block, then by the row's
-  place in the block's stored order), every column as the parse cache keeps it plus ``__block``
-  (the block's id, :meth:`~daskfeed.cache._blocks.BlockCache.block_id`) and ``__row`` (the row's
-  place in the block's stored order, rows without a label counted): each row can be traced back
-  to its block, so to its file and line. Written under a temporary name, then renamed.
-- ``runs-<tag>/``: while the set is built, the *runs* of its first step (a group of blocks'
-  rows sorted by bucket; ``r<n>.arrow`` and its bucket offsets ``r<n>.npy``), removed after.
-- ``set.json``, written last: the format, ``K``, the buckets' rows and the parts: a set without
-  it is not complete (a build cut short is built again).
+- ``b<k>.arrow``: bucket ``k``'s rows of its parts in canonical order (by block id, then by the
+  row's place in the block's stored order), every column as the parse cache keeps it plus
+  ``__block`` (the block's id, :meth:`~daskfeed.cache._blocks.BlockCache.block_id`, as int64)
+  and ``__row`` (the row's place in the block's stored order, rows without a label counted):
+  each row can be traced back to its block, so to its file and line. Written under a
+  temporary name, then renamed.
+- ``runs-<tag>/``: while the generation is dealt, the *runs* of its first step (a group of
+  blocks' rows sorted by bucket; ``r<n>.arrow`` and its bucket offsets ``r<n>.npy``), removed
+  after.
+- ``set.json``, written last: the format, ``K``, the buckets' rows, the parts and when it was
+  last used: a generation without it is not complete (one cut short is dealt again).
+
+A :class:`BucketSet` is either one generation (``generations`` empty; what a build writes) or
+a data set's view of its set directory (``generations``: the names of those making it). A
+view reads bucket ``k`` from each generation and puts the rows in canonical order, so its
+buckets hold the same rows in the same order whatever generations they were dealt in.
 
 Buckets are read whole into memory (``pread``, not a memory map: the pages a read touches are
 the bytes it keeps, and nothing else of the set counts in a worker's RSS).
@@ -27,7 +38,7 @@ import os
 import shutil
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -39,11 +50,12 @@ from daskfeed.cache._root import own_dir, own_root
 from daskfeed.cache._writer import BATCH_ROWS, compact
 from daskfeed.core import create_new, fsync, temporary_name, write_file
 
-__all__ = ["BUCKETS_VERSION", "TRACE_COLUMNS", "BucketSet", "digest"]
+__all__ = ["BUCKETS_VERSION", "TRACE_COLUMNS", "BucketSet", "digest", "generation_name"]
 
-BUCKETS_VERSION = 1
-TRACE_COLUMNS = ("__block", "__row")  # each row's block number and place in its stored order
-STALE_SECONDS = 24 * 3600  # a superseded set unused this long is removed when a new one is built
+BUCKETS_VERSION = 2  # 1: one set per data set, rows by block index; 2: generations, by block id
+TRACE_COLUMNS = ("__block", "__row")  # each row's block id and place in its stored order
+STALE_SECONDS = 24 * 3600  # a generation no data set used this long is removed on the next build
+MARKER = "set.json"
 
 
 def _root(root: str | None) -> str:
@@ -52,22 +64,33 @@ def _root(root: str | None) -> str:
     return default_root() if root is None else root
 
 
+def generation_name(parts: list[str]) -> str:
+    """The name of the generation holding ``parts`` (sorted: the same parts, the same name)."""
+    text = json.dumps(sorted(parts))
+    return "g" + hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
 @dataclass(frozen=True)
 class BucketSet:
-    """The bucket files of one data set (picklable: it travels to the workers with each task).
+    """Bucket files: one generation, or a data set's view of several.
+
+    Picklable: it travels to the workers with each task.
 
     Parameters
     ----------
     root
         The parse cache's root (None: each worker's default, as for the parse cache).
     key
-        The set's name under ``<root>/buckets``.
+        The set directory's name under ``<root>/buckets`` (a generation: ``<set>/<name>``).
     buckets
         ``K``.
     build
-        The tag of the build whose files these are ("": not known yet).
+        A tag of the files (a fresh one each build: window task keys change with it; "": not
+        known yet).
     compression
         Of the files written (the parse cache's: None, ``"lz4"`` or ``"zstd"``).
+    generations
+        A view's generations (names under the set directory); empty: this is one generation.
     """
 
     root: str | None
@@ -75,21 +98,36 @@ class BucketSet:
     buckets: int
     build: str = ""  # the build that wrote the files (a fresh tag each build: window task keys)
     compression: str | None = None  # of the files, as the parse cache's (None: plain)
+    generations: tuple[str, ...] = ()
 
     @staticmethod
     def key_of(**identity: Any) -> str:
-        """A set's key: a digest of what makes its contents (data, label, ``K``, format)."""
+        """A set's key: a digest of what makes its contents (label, ``K``, format)."""
         text = json.dumps({**identity, "version": BUCKETS_VERSION}, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
     @property
     def path(self) -> str:
-        """The set's directory, as seen by the process asking."""
-        return os.path.join(_root(self.root), "buckets", self.key)
+        """The set's (or generation's) directory, as seen by the process asking."""
+        return os.path.join(_root(self.root), "buckets", *self.key.split("/"))
+
+    def generation(self, name: str, build: str = "") -> BucketSet:
+        """Generation ``name`` of this set directory."""
+        base = self.key.split("/")[0]
+        return replace(self, key=f"{base}/{name}", build=build, generations=())
+
+    def view(self, names: list[str], builds: list[str]) -> BucketSet:
+        """The data set made of generations ``names`` (their builds tag the view)."""
+        tag = hashlib.sha256("/".join(sorted(builds)).encode()).hexdigest()[:12]
+        return replace(self, key=self.key.split("/")[0], build=tag, generations=tuple(names))
+
+    def parts_of(self) -> list[BucketSet]:
+        """The generations to read (a generation: itself)."""
+        return [self.generation(n) for n in self.generations] if self.generations else [self]
 
     def bucket_path(self, b: int) -> str:
-        """Bucket ``b``'s Arrow file."""
-        return os.path.join(self.path, f"b{int(b):06d}.arrow")
+        """Bucket ``b``'s Arrow file (a view: its first generation's)."""
+        return os.path.join(self.parts_of()[0].path, f"b{int(b):06d}.arrow")
 
     def free(self) -> int:
         """Free bytes on the disk that holds (or will hold) the set."""
@@ -98,11 +136,32 @@ class BucketSet:
             own_root(base)
         return shutil.disk_usage(base).free
 
-    # -- the marker ----------------------------------------------------------------------
-    def complete(self, sizes_digest: str) -> str:
-        """The tag of the build that completed the set for buckets of these sizes ("": none).
+    # -- the markers ---------------------------------------------------------------------
+    def found(self) -> list[dict[str, Any]]:
+        """The complete generations of this set directory: name, parts, sizes digest, rows, build.
 
-        Marks the set used.
+        Read on a worker: the files are where the workers see them.
+        """
+        base = os.path.join(_root(self.root), "buckets", self.key.split("/")[0])
+        try:
+            names = sorted(os.listdir(base))
+        except OSError:
+            return []
+        out = []
+        for name in names:
+            meta = _marker(os.path.join(base, name, MARKER))
+            if (meta is None or meta.get("version") != BUCKETS_VERSION
+                    or meta.get("buckets") != self.buckets or not isinstance(meta.get("parts"), list)):
+                continue
+            out.append({"name": name, "parts": [str(p) for p in meta["parts"]],
+                        "sizes": str(meta.get("sizes")), "rows": int(meta.get("rows", 0)),
+                        "build": str(meta.get("build", "?"))})
+        return out
+
+    def complete(self, sizes_digest: str) -> str:
+        """The tag of the build that completed this generation for these sizes ("": none).
+
+        Marks it used.
 
         Parameters
         ----------
@@ -113,66 +172,78 @@ class BucketSet:
         -------
         str
         """
-        marker = os.path.join(self.path, "set.json")
-        try:
-            with open(marker, encoding="utf-8") as f:
-                meta = json.load(f)
-        except (OSError, ValueError):
+        meta = _marker(os.path.join(self.path, MARKER))
+        if (meta is None or meta.get("version") != BUCKETS_VERSION
+                or meta.get("buckets") != self.buckets or meta.get("sizes") != sizes_digest):
             return ""
-        ok = (meta.get("version") == BUCKETS_VERSION and meta.get("buckets") == self.buckets
-              and meta.get("sizes") == sizes_digest)
-        if not ok:
-            return ""
-        with contextlib.suppress(OSError):
-            now = time.time()
-            os.utime(marker, (now, now))
+        self.use()
         return str(meta.get("build", "?"))
 
-    def forget(self) -> None:
-        """Mark the set incomplete (a bucket found missing or damaged): the next run rebuilds it."""
-        with contextlib.suppress(OSError):
-            os.remove(os.path.join(self.path, "set.json"))
+    def use(self) -> None:
+        """Mark every generation read used now (a generation unused for a day may be removed)."""
+        now = time.time()
+        for g in self.parts_of():
+            with contextlib.suppress(OSError):
+                os.utime(os.path.join(g.path, MARKER), (now, now))
 
-    def seal(self, sizes_digest: str, parts: list[str], tag: str, build: str) -> None:
-        """Write the marker (the set is complete) and remove the build's runs and stale sets.
+    def forget(self) -> None:
+        """Mark the generations incomplete (a bucket found missing or damaged): rebuilt next run."""
+        for g in self.parts_of():
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(g.path, MARKER))
+
+    def seal(self, sizes_digest: str, parts: list[str], rows: int, tag: str, build: str) -> None:
+        """Write this generation's marker (it is complete) and remove its build's runs.
 
         Parameters
         ----------
         sizes_digest
             :func:`digest` of the buckets' rows.
         parts
-            The parse cache's parts the set was made of.
+            The parse cache's parts the generation holds.
+        rows
+            Their rows.
         tag
-            The build's runs to remove.
+            The build's runs to remove ("": none).
         build
             This build's name (:meth:`complete` returns it).
         """
-        write_file(os.path.join(self.path, "set.json"), json.dumps({
+        write_file(os.path.join(self.path, MARKER), json.dumps({
             "version": BUCKETS_VERSION, "buckets": self.buckets, "sizes": sizes_digest,
-            "build": build, "parts": sorted(parts), "created": time.time()}))
-        shutil.rmtree(os.path.join(self.path, f"runs-{tag}"), ignore_errors=True)
-        self._remove_superseded(set(parts))
+            "rows": int(rows), "build": build, "parts": sorted(parts), "created": time.time()}))
+        if tag:
+            shutil.rmtree(os.path.join(self.path, f"runs-{tag}"), ignore_errors=True)
 
-    def _remove_superseded(self, parts: set[str]) -> None:
-        """Remove other sets sharing a part with this one, unused for ``STALE_SECONDS``."""
-        base = os.path.dirname(self.path)
+    def sweep(self, parts: list[str]) -> None:
+        """Remove generations of ``parts`` that no data set used for ``STALE_SECONDS``.
+
+        Of any set directory, this view's own excepted; then set directories left empty.
+        """
+        base = os.path.join(_root(self.root), "buckets")
+        mine = {g.path for g in self.parts_of()}
+        wanted = set(parts)
         now = time.time()
-        for name in os.listdir(base):
-            other = os.path.join(base, name)
-            if name == self.key or not os.path.isdir(other) or os.path.islink(other):
+        try:
+            sets = os.listdir(base)
+        except OSError:
+            return
+        for name in sets:
+            top = os.path.join(base, name)
+            if os.path.islink(top) or not os.path.isdir(top):
                 continue
-            marker = os.path.join(other, "set.json")
-            try:
-                with open(marker, encoding="utf-8") as f:
-                    theirs = set(json.load(f).get("parts", ()))
-                age = now - os.stat(marker).st_mtime
-            except (OSError, ValueError, AttributeError):
-                continue  # being built, or not a set: left alone
-            if theirs & parts and age > STALE_SECONDS:
-                gone = f"{other}.removing-{uuid.uuid4().hex[:8]}"
+            # a set of daskfeed <= 1 is one generation at the top; later ones hold generations
+            for g in [top, *(os.path.join(top, n) for n in _listdir(top))]:
+                if g in mine or os.path.islink(g) or not os.path.isdir(g):
+                    continue
+                meta = _marker(os.path.join(g, MARKER))
                 with contextlib.suppress(OSError):
-                    os.rename(other, gone)
-                    shutil.rmtree(gone, ignore_errors=True)
+                    age = now - os.stat(os.path.join(g, MARKER)).st_mtime
+                    if meta is not None and wanted & set(meta.get("parts") or ()) \
+                            and age > STALE_SECONDS:
+                        _remove(g)
+            with contextlib.suppress(OSError):
+                if os.path.isdir(top) and not os.listdir(top):
+                    os.rmdir(top)
 
     # -- runs (the build's first step) -----------------------------------------------------
     def write_run(self, tag: str, name: str, tables: list[pa.Table], buckets: np.ndarray) -> int:
@@ -186,8 +257,8 @@ class BucketSet:
             The run's rows.
         """
         directory = os.path.join(self.path, f"runs-{tag}")
-        for level in (os.path.dirname(self.path), self.path, directory):
-            own_dir(level)
+        self.make_dirs()
+        own_dir(directory)
         whole = one_table(tables)
         order = np.argsort(buckets, kind="stable")
         offsets = np.searchsorted(buckets[order], np.arange(self.buckets + 1))
@@ -262,26 +333,93 @@ class BucketSet:
         return int(out_offsets[-1])
 
     # -- buckets ---------------------------------------------------------------------------
+    def make_dirs(self) -> None:
+        """Make the generation's directory and those above it, each checked as ours (0700)."""
+        base = os.path.join(_root(self.root), "buckets")
+        own_dir(base)
+        for name in self.key.split("/"):
+            base = os.path.join(base, name)
+            own_dir(base)
+
     def write_bucket(self, b: int, tables: list[pa.Table]) -> None:
-        """Write bucket ``b`` from its rows (tables in canonical order)."""
+        """Write this generation's bucket ``b`` from its rows, put in canonical order.
+
+        By block id, then row (:func:`~daskfeed.batches._order.canonical_order`).
+        """
         table = one_table(tables) if tables else pa.table({})
-        _write_arrow(self.bucket_path(b), compact(table), self.compression)
+        _write_arrow(self.bucket_path(b), compact(_canonical(table)), self.compression)
 
     def read_bucket(self, b: int, columns: list[str] | None = None) -> pa.Table:
         """Bucket ``b``'s rows in canonical order (only ``columns`` read; None: all).
+
+        A view of several generations reads each one's piece and puts the rows in canonical
+        order (:func:`~daskfeed.batches._order.canonical_order`: block id, then row).
 
         Raises
         ------
         FileNotFoundError
             The bucket is not where this process looks.
         """
-        with pa.OSFile(self.bucket_path(b), "rb") as f:
-            reader = ipc.open_file(f)  # compressed files: only the columns read are decoded
-            if columns is not None:
-                wanted = set(columns)
-                keep = [i for i, fld in enumerate(reader.schema) if fld.name in wanted]
-                reader = ipc.open_file(f, options=ipc.IpcReadOptions(included_fields=keep))
-            return reader.read_all()
+        gens = self.parts_of()
+        if len(gens) == 1:
+            return _read_file(gens[0].bucket_path(b), columns)
+        wanted = None if columns is None else [*columns, *TRACE_COLUMNS]
+        tables = [_read_file(g.bucket_path(b), wanted) for g in gens]
+        tables = [t for t in tables if t.num_rows] or tables[:1]
+        if len(tables) > 1:
+            schema = _common_schema([t.schema for t in tables])
+            tables = [_canonical(pa.concat_tables([_conform(t, schema) for t in tables]))]
+        table = tables[0]
+        if columns is not None:
+            table = table.select([c for c in table.column_names if c in set(columns)])
+        return table
+
+
+def _canonical(table: pa.Table) -> pa.Table:
+    """``table``'s rows by block id, then row (as ``np.lexsort``: the trace columns as int64)."""
+    if TRACE_COLUMNS[0] not in table.column_names or table.num_rows < 2:
+        return table
+    blocks = table.column(TRACE_COLUMNS[0]).to_numpy()
+    rows = table.column(TRACE_COLUMNS[1]).to_numpy()
+    if np.all((blocks[1:] > blocks[:-1]) | ((blocks[1:] == blocks[:-1]) & (rows[1:] > rows[:-1]))):
+        return table  # in order already
+    return table.take(np.lexsort((rows, blocks)))
+
+
+def _read_file(path: str, columns: list[str] | None) -> pa.Table:
+    """An Arrow file's rows (only ``columns``; None: all)."""
+    with pa.OSFile(path, "rb") as f:
+        reader = ipc.open_file(f)  # compressed files: only the columns read are decoded
+        if columns is not None:
+            wanted = set(columns)
+            keep = [i for i, fld in enumerate(reader.schema) if fld.name in wanted]
+            reader = ipc.open_file(f, options=ipc.IpcReadOptions(included_fields=keep))
+        return reader.read_all()
+
+
+def _marker(path: str) -> dict[str, Any] | None:
+    """A generation's marker (None: absent, unreadable or not one)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def _remove(path: str) -> None:
+    """Rename, then remove (a reader sees the whole directory or none)."""
+    gone = f"{path}.removing-{uuid.uuid4().hex[:8]}"
+    with contextlib.suppress(OSError):
+        os.rename(path, gone)
+        shutil.rmtree(gone, ignore_errors=True)
 
 
 def digest(sizes: np.ndarray) -> str:

@@ -127,14 +127,21 @@ def _clear_buckets(base: str, parts: set[str] | None) -> None:
     except OSError:
         return
     for name in names:
-        path = os.path.join(sets, name)
-        try:
-            with open(os.path.join(path, "set.json"), encoding="utf-8") as f:
-                made_of = set(json.load(f).get("parts", ()))
-        except (OSError, ValueError, AttributeError):
+        top = os.path.join(sets, name)
+        if os.path.islink(top) or not os.path.isdir(top):
             continue
-        if made_of & parts and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
+        # a set of daskfeed <= 1 is one generation at the top; later ones hold generations
+        for path in [top, *(os.path.join(top, n) for n in sorted(os.listdir(top)))]:
+            try:
+                with open(os.path.join(path, "set.json"), encoding="utf-8") as f:
+                    made_of = set(json.load(f).get("parts", ()))
+            except (OSError, ValueError, AttributeError):
+                continue
+            if made_of & parts and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            if os.path.isdir(top) and not os.listdir(top):
+                os.rmdir(top)
 
 
 def gone_entries(root: str | os.PathLike[str] | None = None,

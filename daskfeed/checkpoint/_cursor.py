@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from daskfeed.batches import ORDER_VERSION
+from daskfeed.batches import ORDER_FORMATS, ORDER_VERSION
 from daskfeed.core import CheckpointError
 
 if TYPE_CHECKING:
@@ -142,9 +142,10 @@ class Cursor:
                 "started with (--no-cache / --cache), or train from scratch without --resume.")
         if self.global_order and other.global_order and self.order != other.order:
             raise CheckpointError(
-                f"The checkpoint {where} was made in the global order of an earlier daskfeed "
-                f"(order format {self.order}: units of a run of every block); this one reads "
-                f"format {other.order} (whole buckets), another order of the same rows. "
+                f"The checkpoint {where} was made in the global order of another daskfeed "
+                f"(order format {self.order}: {ORDER_FORMATS.get(self.order, 'not known')}); "
+                f"this one reads format {other.order} "
+                f"({ORDER_FORMATS.get(other.order, 'not known')}), another order of the same rows. "
                 f"Received: a run in order format {other.order}.\nHint: train from scratch "
                 "without --resume (the old checkpoints are then removed), or finish the run "
                 "with the daskfeed that started it.")

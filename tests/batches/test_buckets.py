@@ -64,21 +64,23 @@ def test_each_bucket_file_holds_its_dealt_rows_traced_to_block_and_row(data, cli
         counts = seq.manifest.counts
         k = buckets.count
         assert k == 2 and sum(buckets.sizes) == sum(counts) == 12 * 214  # 36 of 250 unlabelled
-        offsets = block_offsets(seq.stream.data.cache.block_ids(len(counts)), k)
+        ids = seq.stream.data.cache.block_ids(len(counts))
+        offsets = block_offsets(ids, k)
         for b in range(k):
             table = files.read_bucket(b)
-            js, _ = bucket_members(counts, offsets, k, b)
-            assert table.column("__block").to_pylist() == js.tolist()
+            js, _ = bucket_members(counts, offsets, k, b, ids)
+            # __block: the block's id (as int64), the same in every data set holding the block
+            assert table.column("__block").to_pylist() == ids.view(np.int64)[js].tolist()
             # __row: the row's place among all the block's rows in stored order (labelled or not)
             traced = []
-            for j, block_rows in zip(table.column("__block").to_pylist(),
-                                     table.column("__row").to_pylist(), strict=True):
+            for j, block_rows in zip(js.tolist(), table.column("__row").to_pylist(), strict=True):
                 file_row = block_order(seq.stream.data.cache.block_id(j), 250)[block_rows]
                 traced.append(j * 1000 + int(file_row))
             assert table.column("uid").to_pylist() == traced
             assert table.column("cleared").null_count == 0 and table.num_rows == buckets.sizes[b]
             assert table.column("region").to_pylist() == [regions[u] for u in traced]
-            assert len(js) == table.num_rows and np.all(np.diff(js) >= 0)  # canonical order
+            blocks = table.column("__block").to_numpy()  # canonical order: block id, then row
+            assert len(js) == table.num_rows and np.all(np.diff(blocks) >= 0)
 
 
 def test_a_set_is_built_once_and_again_when_cut_short_or_damaged(data, client, tmp_path):
@@ -86,9 +88,10 @@ def test_a_set_is_built_once_and_again_when_cut_short_or_damaged(data, client, t
     with _sequence(data, client, cache) as seq:
         files = seq.stream.buckets.files
         first = [x["uid"].copy() for x, _ in (seq[i] for i in range(len(seq)))]
-    marker = os.path.join(files.path, "set.json")
+    assert len(files.generations) == 1  # a first build: one generation
+    marker = os.path.join(files.parts_of()[0].path, "set.json")
     written = os.stat(files.bucket_path(0)).st_ino  # a rebuild renames a new file into place
-    assert not [n for n in os.listdir(files.path) if n.startswith("runs-")]  # runs removed
+    assert not [n for n in os.listdir(files.parts_of()[0].path) if n.startswith("runs-")]
     with _sequence(data, client, cache, window_rows=100) as seq:  # another window: same set
         assert os.stat(files.bucket_path(0)).st_ino == written
         with open(marker, encoding="utf-8") as f:

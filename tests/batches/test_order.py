@@ -123,17 +123,23 @@ def test_batches_of_label_sorted_data_are_iid_grade():
     assert means.std() / iid < 1.1
 
 
-def test_a_bucket_holds_about_65536_rows_and_no_more_than_about_8_mb_of_csv():
-    assert bucket_count(190_000_000, 13_330_000_000) == -(-190_000_000 // BUCKET_ROWS)  # 2,900
-    assert bucket_count(1_000_000, 8_000 * 1_000_000) == 954  # 8 KB rows: ~1,048 rows a bucket
+def test_a_bucket_holds_up_to_65536_rows_and_no_more_than_about_8_mb_of_csv():
+    """K is a power of two: buckets of half to all of BUCKET_ROWS, kept until the rows double."""
+    assert bucket_count(190_000_000, 13_330_000_000) == 4096  # 2,900 at most 65,536: 46,387 rows
+    assert bucket_count(1_000_000, 8_000 * 1_000_000) == 1024  # 8 KB rows: ~977 rows (≤ 8 MB)
     assert bucket_count(1_000, 10**9) == 1  # never fewer than 1,024 rows a bucket (or one)
-    assert bucket_count(20_000) == 19 and bucket_count(10**6) == 64  # small data: several
+    assert bucket_count(20_000) == 16 and bucket_count(10**6) == 64  # small data: several
+    for rows in (70_000, 10**6, 5 * 10**6, 190_000_000, 1_400_000_000):
+        k = bucket_count(rows)
+        assert k & (k - 1) == 0 and rows / k <= BUCKET_ROWS
+        assert rows / k > BUCKET_ROWS / 2 or k == 64  # at most twice the buckets needed
+        assert bucket_count(int(rows * 1.9)) in (k, 2 * k)  # growth: K kept until it doubles
 
 
 def test_planning_an_epoch_of_1_4_million_blocks_costs_its_buckets_not_its_blocks():
     """The seed's 100 GB in 1,000-row files: 1.4M blocks, 1.4B rows. Sizes come from the counts
     in O(blocks + K) (two int64 arrays of the blocks: ~23 MB), an epoch's plan in O(K) (K =
-    rows / BUCKET_ROWS = 21,363 buckets): bounded by a few times the blocks' own arrays."""
+    32,768 buckets): bounded by a few times the blocks' own arrays."""
     blocks = 1_400_000
     counts = np.full(blocks, 1000, dtype=np.int64)
     tracemalloc.start()
@@ -142,12 +148,12 @@ def test_planning_an_epoch_of_1_4_million_blocks_costs_its_buckets_not_its_block
     sizes = bucket_sizes(counts, block_offsets(np.arange(blocks, dtype=np.uint64), k), k)
     sized = time.process_time() - t0
     order = GlobalOrder.of(sizes, seed=0, epoch=3)
-    plan = make_order_plan(order, batch_size=1024, window_rows=4 * BUCKET_ROWS)
+    plan = make_order_plan(order, batch_size=1024, window_rows=4 * int(sizes.max()))
     planned = time.process_time() - t0 - sized
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    assert k == -(-blocks * 1000 // BUCKET_ROWS) and int(sizes.sum()) == blocks * 1000
-    assert plan.rows == blocks * 1000 and len(plan.windows) == -(-k // 4)
+    assert k == 32_768 and int(sizes.sum()) == blocks * 1000  # 21,363 buckets' worth: 2**15
+    assert plan.rows == blocks * 1000 and -(-k // 5) <= len(plan.windows) <= -(-k // 4)
     per_block = counts.nbytes  # one int64 per block
     assert peak < 6 * per_block + 2000 * k * 8  # the blocks' arrays, then K-sized ones
     # time: a few vectorized passes over the blocks; the plan a Python loop over K / 4 windows.

@@ -86,8 +86,8 @@ def test_the_scan_tells_ordered_data_and_windows_of_blocks_warn_of_them(sorted_d
     with daskfeed.DaskSequence(sorted_data, cache=tmp_path / "c", **kw) as seq:  # no warning
         assert seq.manifest.looks_ordered and seq.manifest.label_order > 100
         line = seq.stream.order_line()
-        assert line.startswith("rows in one global order per epoch: 19 buckets, each a stratified "
-                               "sample of all 40 blocks, read in 19 windows of ~1,052 rows"), line
+        assert line.startswith("rows in one global order per epoch: 16 buckets, each a stratified "
+                               "sample of all 40 blocks, read in 16 windows of ~1,250 rows"), line
         manifest = seq.manifest
     with pytest.warns(UserWarning, match=r"rows shuffled within 20 windows of ~1,000 rows, not in one "
                                          r"global order \(the parse cache is off\): a batch draws "

@@ -10,13 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from daskfeed.batches import ORDER_VERSION
 from daskfeed.checkpoint._cursor import Cursor
 from daskfeed.core import CheckpointError
 
 BASE = Cursor(epoch=3, batch=17, seed=5, batch_size=64, fingerprint="ab" * 16, num_batches=40,
               rows=2_500, window_rows=4_096, blocksize=2**20, shuffle=True, drop_remainder=False,
               label="cleared", features=("gold", "level", "class"), shard=(1, 3),
-              validation_split=0.2, order=2)
+              validation_split=0.2, order=ORDER_VERSION)
 WHERE = "out/checkpoints/ckpt-000003-000000017"
 
 CURSORS = st.builds(
@@ -146,8 +147,13 @@ def test_a_checkpoint_of_the_order_before_buckets_is_refused_by_its_format():
     with pytest.raises(CheckpointError) as err:
         stored.check(ORDERED, WHERE)
     assert str(err.value).startswith(
-        f"The checkpoint {WHERE} was made in the global order of an earlier daskfeed (order "
-        "format 1: units of a run of every block); this one reads format 2 (whole buckets)")
+        f"The checkpoint {WHERE} was made in the global order of another daskfeed (order "
+        "format 1: units of a run of every block); this one reads format 3 (whole buckets, a "
+        "power of two of them, rows in block-id order)")
+    two = replace(stored, order=2)  # the buckets before growth kept them: another K, order
+    with pytest.raises(CheckpointError, match=r"order format 2: whole buckets, rows in block "
+                                              r"order\); this one reads format 3"):
+        two.check(ORDERED, WHERE)
     assert "Hint: train from scratch without --resume" in str(err.value)
 
 
