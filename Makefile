@@ -58,7 +58,7 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/bench.py --rows $(BENCH_ROWS) --memory-limit $(BENCH_MEMORY)
 
-# memory soak: daskfeed train --memory-limit 2GB over 1x, 4x, 6.25x, 8x the budget (tests/e2e/test_soak.py)
+# memory soak: daskfeed train --memory-limit 2GB over 1x, 4x, 6.665x (13.33 GB), 8x the budget (tests/e2e/test_soak.py)
 soak: $(STAMP)
 	DASKFEED_SOAK_DIR=$${DASKFEED_SOAK_DIR:-soak-out} $(BIN)/python -m pytest -q -ra --runslow -s tests/e2e/test_soak.py
 

@@ -6,7 +6,11 @@
    The fixed cost: the grown set scanned again with no last manifest kept (listing, opening the
    cache, reading and merging every part's record, nothing scanned); and with one new file of 3
    rows (a scan that runs one scan task: its round trip, the files seen again, a record kept).
-2. 100,000 small unchanged files scanned before: listing them and deciding that nothing changed
+2. The global order's buckets of the same grown set: the new files' rows dealt into the kept
+   buckets (a new generation) against a deal of every row of the grown set from its parse cache
+   (medians of rounds; each round the growth first, then the full deal). Target: the share of
+   the new rows plus the deal's fixed cost, not a deal of every row.
+3. 100,000 small unchanged files scanned before: listing them and deciding that nothing changed
    (``Source`` + ``scan_source`` returning the kept manifest), median of 3.
 
 Run: ``make bench-grow`` (``python benchmarks/grow.py [--files N]``); results as JSON under
@@ -94,6 +98,49 @@ def grown(work: str, client, rounds: int) -> dict:
                 os.path.getsize(f) for f in files[: len(files) // 100])}
 
 
+def buckets(work: str, client, rounds: int) -> dict:
+    """The buckets after 1 % new files: only the new rows dealt, against every row (target 2)."""
+    import daskfeed
+    from daskfeed.cli._demo import write_demo_data
+
+    data = write_demo_data(os.path.join(work, "demo"), rows=2_000_000, validate_rows=1000)
+    files = sorted(glob.glob(data.train_glob, recursive=True))
+    extra = os.path.join(data.root, "log_quest", "zz-new-day")
+    root = os.path.join(work, "buckets-store")
+
+    def dealt() -> tuple[float, str, int]:
+        with daskfeed.DaskSequence(data.train_glob, label="cleared", client=client, cache=root,
+                                   batch_size=1024) as seq:
+            b = seq.stream.buckets
+            assert b is not None, seq.stream.order_line()
+            return b.seconds or 0.0, b.work, len(b.files.generations)
+
+    grown_s, full_s, lines = [], [], []
+    for r in range(rounds):
+        shutil.rmtree(extra, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+        dealt()  # the scan and the first deal of the 2,000 files
+        os.makedirs(extra)
+        for k, f in enumerate(files[: len(files) // 100]):
+            shutil.copy(f, os.path.join(extra, f"new-{k:03d}.csv"))
+        seconds, work_done, gens = dealt()  # B: the new rows into the kept buckets
+        assert gens == 2, (gens, work_done)
+        grown_s.append(seconds)
+        lines.append(work_done)
+        shutil.rmtree(os.path.join(root, "buckets"))
+        seconds, _, gens = dealt()  # A: every row of the grown set, dealt afresh
+        assert gens == 1
+        full_s.append(seconds)
+        print(f"round {r}: growth dealt in {grown_s[-1]:.2f}s ({work_done}), every row in "
+              f"{full_s[-1]:.2f}s", flush=True)
+    shutil.rmtree(extra, ignore_errors=True)
+    shutil.rmtree(root, ignore_errors=True)
+    ratios = [g / f for g, f in zip(grown_s, full_s, strict=True)]
+    return {"files": len(files), "new_files": len(files) // 100, "grown_deal_s": grown_s,
+            "full_deal_s": full_s, "ratios": ratios, "ratio_median": statistics.median(ratios),
+            "work": lines}
+
+
 def deciding(work: str, client, nfiles: int) -> dict:
     """Listing ``nfiles`` unchanged small files and deciding nothing changed (target 3)."""
     from daskfeed.reading import Source
@@ -139,24 +186,30 @@ def deciding(work: str, client, nfiles: int) -> dict:
 
 
 def main() -> None:
-    """Both measures on a local cluster of 2 workers; results to benchmarks/results/."""
+    """The three measures on a local cluster of 2 workers; results to benchmarks/results/."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--work", default="bench-out/grow")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--files", type=int, default=100_000)
+    parser.add_argument("--only-buckets", action="store_true",
+                        help="measure 2 only (1 and 3 kept from an earlier run of the day)")
     args = parser.parse_args()
     from distributed import Client, LocalCluster
 
     os.makedirs(args.work, exist_ok=True)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=":0") as cluster, Client(cluster) as client:
-        result = {"grown": grown(args.work, client, args.rounds)}
-        print(json.dumps(result["grown"], indent=1), flush=True)
-        if args.files:  # (--files 0: only the first measure; the second kept from an earlier run)
+        result = {}
+        if not args.only_buckets:
+            result["grown"] = grown(args.work, client, args.rounds)
+            print(json.dumps(result["grown"], indent=1), flush=True)
+        result["buckets"] = buckets(args.work, client, args.rounds)
+        print(json.dumps(result["buckets"], indent=1), flush=True)
+        if args.files and not args.only_buckets:  # (--files 0: 3 kept from an earlier run)
             result["deciding"] = deciding(args.work, client, args.files)
             print(json.dumps(result["deciding"], indent=1), flush=True)
     out = os.path.join("benchmarks", "results", f"grow-{time.strftime('%Y-%m-%d')}.json")
-    if not args.files and os.path.exists(out):
+    if (not args.files or args.only_buckets) and os.path.exists(out):
         with open(out) as f:
             result = {**json.load(f), **result}
     with open(out, "w") as f:

@@ -1,4 +1,5 @@
-"""Memory soak (slow): `daskfeed train --memory-limit 2GB` over 1x, 4x, 6.25x and 8x the budget;
+"""Memory soak (slow): `daskfeed train --memory-limit 2GB` over 1x, 4x, 6.665x and 8x the budget
+(6.665x: 13.33 GB of CSV, the figure of the issue "The mission at scale again");
 20,000 small files killed in epoch 2 at 4GB and resumed at 2GB with one worker.
 
 The data come from the demo generator: a few distinct 1M-row files (~56 MB each), copied until
@@ -29,7 +30,7 @@ from killresume import KillResume
 from daskfeed.core._rss import RSSSampler
 
 BUDGET = 2_000_000_000
-SIZES = (1, 4, 6.25, 8)
+SIZES = (1, 4, 6.665, 8)  # 6.665: 13.33 GB of CSV at 2GB
 DISTINCT_FILES = 8
 ROWS_PER_FILE = 1_000_000
 
