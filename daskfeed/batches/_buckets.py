@@ -147,32 +147,23 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None) -> Buckets | None
     ids = cache.block_ids(n)
     offsets = block_offsets(ids, k)
     sizes = bucket_sizes(counts, offsets, k)
-    parts = _part_masks(cache, n, data.manifest.fingerprint)
+    parts = _part_ranges(cache, n, data.manifest.fingerprint)
     enc = data.encoding
     key = BucketSet.key_of(root=cache.root if not cache.parts else None, buckets=k,
                            label=enc.label, classes=list(enc.label_classes))
     files = BucketSet(cache.root, key, k, compression=cache.compression)
     client = data.client
 
-    def gen_of(names: frozenset[str]) -> _Generation:
-        mask = np.zeros(n, dtype=bool)
-        for p in names:
-            mask |= parts[p]
-        return _Generation(generation_name(sorted(names)), names, mask,
-                           bucket_sizes(np.where(mask, counts, 0), offsets, k))
-
+    planner = Planner(counts, offsets, k, parts)
     found = client.submit(files.found, key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
-    kept = _cover(found, set(parts), gen_of)
-    missing = frozenset(parts) - frozenset().union(*(g.parts for g in kept))
-    plan = merge_plan([g.rows for g in kept] + ([int(counts[gen_of(missing).mask].sum())]
-                                                if missing else []))
-    if not missing and not plan:
+    kept, new, plan = planner.plan(found)
+    if new is None and not plan:
         view = files.view([g.name for g in kept], [g.build for g in kept])
         client.submit(view.use, key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
         return Buckets(view, sizes)
     # the runs and the buckets side by side at the build's peak: about twice what is dealt
-    share = max(float(counts[gen_of(missing).mask].sum()) if missing else 0.0,
-                float(sum(g.rows for g in kept[len(kept) - plan:])) if plan else 0.0)
+    share = max(new.rows if new is not None else 0,
+                sum(g.rows for g in [*kept, *([new] if new else [])][-plan:]) if plan else 0)
     need = int(2 * estimate_bytes(data.source, cache.compression) * share
                / max(int(counts.sum()), 1)) + ROOM_MARGIN
     free = client.submit(files.free, key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
@@ -188,23 +179,22 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None) -> Buckets | None
     t0 = time.perf_counter()
     work = []
     try:
-        if missing:
-            new = gen_of(missing)
+        if new is not None:
             new.build = _deal_generation(data, files.generation(new.name), new, ids, offsets,
                                          run_rows)
-            work.append(f"{int(counts[new.mask].sum()):,} rows of {len(missing)} part(s) dealt"
+            work.append(f"{new.rows:,} rows of {len(new.parts)} part(s) dealt"
                         + (f" into the {len(kept)} generation(s) kept" if kept else ""))
             kept.append(new)
         if plan:
             young = kept[-plan:]
-            merged = gen_of(frozenset().union(*(g.parts for g in young)))
+            merged = planner.generation(frozenset().union(*(g.parts for g in young)))
             merged.build = _merge_generations(client, files, young, merged, run_rows)
             work.append(f"the {plan} youngest generations merged ({merged.rows:,} rows)")
             kept = [*kept[:-plan], merged]
     except FileNotFoundError as err:  # a run written on one machine, looked for on another ...
         found = client.submit(files.found,
                               key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
-        done = _cover(found, set(parts), gen_of)
+        done = planner.cover(found)
         if frozenset().union(*(g.parts for g in done)) == frozenset(parts):
             # ... or removed by another trainer that completed the same generation first
             view = files.view([g.name for g in done], [g.build for g in done])
@@ -236,39 +226,77 @@ def merge_plan(rows: list[int]) -> int:
     return take if take > 1 else 0
 
 
-def _part_masks(cache: BlockCache, blocks: int, fingerprint: str) -> dict[str, np.ndarray]:
-    """Each part's blocks (a bool mask over the data set's); without parts, one for all."""
+def _part_ranges(cache: BlockCache, blocks: int, fingerprint: str) -> dict[str, tuple[int, int]]:
+    """Each part's blocks, ``[lo, hi)`` (a part's blocks are consecutive); without parts, all."""
     if not cache.parts:
-        return {f"whole:{fingerprint}": np.ones(blocks, dtype=bool)}
-    index = np.arange(blocks)
+        return {f"whole:{fingerprint}": (0, blocks)}
     ends = [*cache.starts[1:], blocks]
-    return {p: (index >= lo) & (index < hi)
-            for p, lo, hi in zip(cache.parts, cache.starts, ends, strict=True)}
+    return {p: (int(lo), int(hi)) for p, lo, hi in zip(cache.parts, cache.starts, ends, strict=True)}
 
 
-def _cover(found: list[dict[str, Any]], parts: set[str], gen_of: Any) -> list[_Generation]:
-    """The complete generations to keep, largest first (oldest first in a growth's merge plan).
+class Planner:
+    """Which generations make a data set's buckets, and what to deal or merge (on the trainer).
 
-    Only generations of the data set's parts whose buckets hold the rows their blocks say, no
-    part twice.
+    Pure: from the blocks' rows and offsets, ``K``, the parts' block ranges and the complete
+    generations found on disk. Each generation considered costs a mask of the blocks (a byte
+    each) and its buckets' sizes from its own blocks (``O(its blocks + K)``); the generations
+    found hold each block once at most, so a plan costs about two passes over the blocks
+    (those found, then the new one and the merged one).
+
+    Parameters
+    ----------
+    counts, offsets
+        Each block's rows with a label and :func:`~daskfeed.batches._order.block_offsets`.
+    buckets
+        ``K``.
+    parts
+        Each part's blocks, ``[lo, hi)`` (:func:`_part_ranges`).
     """
-    usable = []
-    for meta in found:
-        names = frozenset(meta["parts"])
-        if not names or not names <= parts:
-            continue
-        g = gen_of(names)
-        if digest(g.sizes) == meta["sizes"]:
-            g.build = meta["build"]
-            usable.append(g)
-    usable.sort(key=lambda g: (-g.rows, g.name))
-    kept: list[_Generation] = []
-    covered: set[str] = set()
-    for g in usable:
-        if not g.parts & covered:
-            kept.append(g)
-            covered |= g.parts
-    return kept
+
+    def __init__(self, counts: np.ndarray, offsets: np.ndarray, buckets: int,
+                 parts: dict[str, tuple[int, int]]) -> None:
+        self.counts, self.offsets, self.buckets, self.parts = counts, offsets, buckets, parts
+
+    def generation(self, names: frozenset[str]) -> _Generation:
+        """The generation holding parts ``names`` (not built)."""
+        mask = np.zeros(len(self.counts), dtype=bool)
+        for p in names:
+            lo, hi = self.parts[p]
+            mask[lo:hi] = True
+        sizes = bucket_sizes(self.counts[mask], self.offsets[mask], self.buckets)  # its blocks only
+        return _Generation(generation_name(sorted(names)), names, mask, sizes)
+
+    def cover(self, found: list[dict[str, Any]]) -> list[_Generation]:
+        """The complete generations to keep, largest first (oldest first in a merge plan).
+
+        Only generations of the data set's parts whose buckets hold the rows their blocks say,
+        no part twice.
+        """
+        usable = []
+        for meta in found:
+            names = frozenset(meta["parts"])
+            if not names or not names <= self.parts.keys():
+                continue
+            g = self.generation(names)
+            if digest(g.sizes) == meta["sizes"]:
+                g.build = meta["build"]
+                usable.append(g)
+        usable.sort(key=lambda g: (-g.rows, g.name))
+        kept: list[_Generation] = []
+        covered: set[str] = set()
+        for g in usable:
+            if not g.parts & covered:
+                kept.append(g)
+                covered |= g.parts
+        return kept
+
+    def plan(self, found: list[dict[str, Any]]) -> tuple[list[_Generation], _Generation | None, int]:
+        """The generations kept, the new one to deal (None: none) and how many to merge after."""
+        kept = self.cover(found)
+        missing = frozenset(self.parts) - frozenset().union(*(g.parts for g in kept))
+        new = self.generation(missing) if missing else None
+        rows = [g.rows for g in kept] + ([new.rows] if new is not None else [])
+        return kept, new, merge_plan(rows)
 
 
 def _use_and_sweep(view: BucketSet, parts: list[str]) -> None:

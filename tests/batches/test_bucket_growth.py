@@ -161,3 +161,51 @@ def test_the_merge_plan_keeps_generations_shrinking_and_bounded():
         assert len(rows) <= MAX_GENERATIONS
         assert all(a > 2 * b for a, b in itertools.pairwise(rows))  # shrinking
     assert merges < 2_000 * 12  # each day's rows rewritten about log2(days) times, not days
+
+
+def test_planning_generations_at_1_4_million_blocks_costs_a_few_passes_over_the_blocks():
+    """The seed's 100 GB in 1,000-row files: 1.4M blocks in 1,400 parts, 8 generations on disk
+    and a new day. Each generation costs a mask of the blocks and its buckets' sizes from its
+    own blocks: memory a few times the blocks' own arrays, time about two passes over them."""
+    import time
+    import tracemalloc
+
+    from daskfeed.batches._buckets import Planner
+    from daskfeed.batches._order import block_offsets, bucket_count
+    from daskfeed.cache import digest
+
+    blocks, per_part = 1_400_000, 1_000
+    counts = np.full(blocks, 1000, dtype=np.int64)
+    k = bucket_count(int(counts.sum()))
+    offsets = block_offsets(np.arange(blocks, dtype=np.uint64) * 7919, k)
+    names = [f"p{i:05d}" for i in range(blocks // per_part)]
+    parts = {p: (i * per_part, (i + 1) * per_part) for i, p in enumerate(names)}
+    planner = Planner(counts, offsets, k, parts)
+    # 8 generations, each more than twice the next (1,149, 127, 63, 31, 15, 7, 3, 1 parts)
+    cuts = [0, 1149, 1276, 1339, 1370, 1385, 1392, 1395, 1396]
+    found = []
+    for lo, hi in itertools.pairwise(cuts):
+        g = planner.generation(frozenset(names[lo:hi]))
+        found.append({"name": g.name, "parts": names[lo:hi], "sizes": digest(g.sizes),
+                      "rows": g.rows, "build": "b"})
+    del g
+    tracemalloc.start()
+    t0 = time.process_time()
+    kept, new, plan = planner.plan(found)
+    planned = time.process_time() - t0
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(kept) == 8 and new is not None and len(new.parts) == 4
+    # 4 new parts: merged with the 7 youngest (a binary counter's carry: 4 + 1 + 3 + 7 + ...)
+    assert new.rows == 4 * per_part * 1000 and plan == 8
+    # a mask of a byte a block for each of the 9 generations kept; one generation's blocks'
+    # rows and offsets and bucket_sizes' temporaries at a time (about 6 int64 arrays); measured:
+    # 41 bytes a block
+    assert peak < (6 * 8 + 9 * 1) * blocks, peak
+    t0 = time.process_time()
+    for _ in range(3):  # a pass that touches the blocks' arrays as bucket_sizes does
+        np.add.at(np.zeros(k + 1, dtype=np.int64), offsets % k, 1)
+    touch = max((time.process_time() - t0) / 3, 1e-3)
+    # the generations found hold each block once: about two passes of bucket_sizes (4 such
+    # touches each) over the blocks in all; measured: 4 touches
+    assert planned < 16 * touch, (planned, touch)
