@@ -115,6 +115,7 @@ class _Generation:
     parts: frozenset[str]
     mask: np.ndarray  # bool over the data set's blocks
     sizes: np.ndarray
+    blocks: dict[str, int]  # each part's blocks (ids salt(part) + 0 .. n - 1)
     build: str = ""  # "": not built (yet)
 
     @property
@@ -264,7 +265,8 @@ class Planner:
             lo, hi = self.parts[p]
             mask[lo:hi] = True
         sizes = bucket_sizes(self.counts[mask], self.offsets[mask], self.buckets)  # its blocks only
-        return _Generation(generation_name(sorted(names)), names, mask, sizes)
+        blocks = {p: self.parts[p][1] - self.parts[p][0] for p in names}
+        return _Generation(generation_name(sorted(names)), names, mask, sizes, blocks)
 
     def cover(self, found: list[dict[str, Any]]) -> list[_Generation]:
         """The complete generations to keep, largest first (oldest first in a merge plan).
@@ -355,7 +357,7 @@ def _deal_generation(data: Prepared, files: BucketSet, gen: _Generation, ids: np
                for b0, b1 in _ranges(gen.sizes, run_rows)]
     _gather_all(client, gathers, "the buckets gathered from their runs")
     build = uuid.uuid4().hex[:12]  # this build's files (window task keys change with it)
-    client.submit(files.seal, digest(gen.sizes), sorted(gen.parts), gen.rows, tag, build,
+    client.submit(files.seal, digest(gen.sizes), gen.blocks, gen.rows, tag, build,
                   key=f"daskfeed-buckets-seal-{build}").result()
     return build
 
@@ -371,7 +373,7 @@ def _merge_generations(client: Any, files: BucketSet, young: list[_Generation],
              for b0, b1 in _ranges(merged.sizes, run_rows)]
     _gather_all(client, tasks, "the youngest generations of buckets merged")
     build = uuid.uuid4().hex[:12]
-    client.submit(target.seal, digest(merged.sizes), sorted(merged.parts), merged.rows, "", build,
+    client.submit(target.seal, digest(merged.sizes), merged.blocks, merged.rows, "", build,
                   key=f"daskfeed-buckets-seal-{build}").result()
     return build
 

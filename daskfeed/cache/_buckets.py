@@ -192,7 +192,7 @@ class BucketSet:
             with contextlib.suppress(OSError):
                 os.remove(os.path.join(g.path, MARKER))
 
-    def seal(self, sizes_digest: str, parts: list[str], rows: int, tag: str, build: str) -> None:
+    def seal(self, sizes_digest: str, parts: dict[str, int], rows: int, tag: str, build: str) -> None:
         """Write this generation's marker (it is complete) and remove its build's runs.
 
         Parameters
@@ -200,7 +200,9 @@ class BucketSet:
         sizes_digest
             :func:`digest` of the buckets' rows.
         parts
-            The parse cache's parts the generation holds.
+            The parse cache's parts the generation holds, each with its number of blocks (its
+            blocks' ids: the part's salt + 0 .. n - 1; what a reader needs to leave out the
+            rows of a part that changed without dealing the generation again).
         rows
             Their rows.
         tag
@@ -210,7 +212,8 @@ class BucketSet:
         """
         write_file(os.path.join(self.path, MARKER), json.dumps({
             "version": BUCKETS_VERSION, "buckets": self.buckets, "sizes": sizes_digest,
-            "rows": int(rows), "build": build, "parts": sorted(parts), "created": time.time()}))
+            "rows": int(rows), "build": build, "parts": sorted(parts),
+            "part_blocks": {p: int(n) for p, n in sorted(parts.items())}, "created": time.time()}))
         if tag:
             shutil.rmtree(os.path.join(self.path, f"runs-{tag}"), ignore_errors=True)
 
