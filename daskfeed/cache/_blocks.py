@@ -30,6 +30,8 @@ from __future__ import annotations
 import bisect
 import contextlib
 import os
+import threading
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +40,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from daskfeed.cache import _evict
 from daskfeed.cache._arrow import (
     Files,
     Readers,
@@ -48,12 +51,13 @@ from daskfeed.cache._arrow import (
     read_rows,
     whole_file,
 )
-from daskfeed.cache._evict import lease_name
+from daskfeed.cache._evict import lease_name, renew
 from daskfeed.cache._scatter import scatter, unscatter
 from daskfeed.cache._writer import PartWriters
 from daskfeed.reading import Block, ReadOptions, iter_tables
 
-__all__ = ["BlockCache", "block_tables", "default_root", "part_salt", "stored_table"]
+__all__ = ["BlockCache", "block_tables", "default_root", "heartbeat", "part_salt",
+           "start_heartbeat", "stored_table"]
 
 
 def default_root() -> str:
@@ -297,6 +301,9 @@ class BlockCache:
         """
         if not self.lease:
             return
+        beating = _HEARTBEATS.pop(self.lease, None)
+        if beating is not None:
+            beating[0].set()  # the heartbeat stops before the leases go
         args = (self.root, self.parts, self.lease)
         if client is None:
             _release(*args)
@@ -344,6 +351,50 @@ def _forget_part(cache: BlockCache, index: int) -> None:
                 with contextlib.suppress(OSError):
                     os.remove(os.path.join(directory, name))
     forget_entry(directory)
+
+
+_HEARTBEATS: dict[str, tuple[threading.Event, threading.Event]] = {}  # lease -> (stop, beat)
+
+
+def start_heartbeat(cache: BlockCache, client: Any = None) -> None:
+    """Renew ``cache``'s leases every ``RENEW_SECONDS`` until it is released (a daemon thread).
+
+    On every worker (None: here). It ends with :meth:`BlockCache.release`, with the process
+    (its leases then expire ``LEASE_SECONDS`` later, on any host) or with the client.
+    """
+    if not cache.lease or cache.lease in _HEARTBEATS:
+        return
+    stop, beat = threading.Event(), threading.Event()
+    _HEARTBEATS[cache.lease] = (stop, beat)
+    args = (cache.root, cache.parts, cache.lease)
+
+    def run() -> None:
+        while not stop.wait(_evict.RENEW_SECONDS):
+            try:
+                if client is None:
+                    _renew(*args)
+                else:
+                    client.run(_renew, *args, on_error="ignore")
+            except Exception:  # the client closed: its trainer is ending
+                _HEARTBEATS.pop(cache.lease, None)
+                return
+            beat.set()
+
+    threading.Thread(target=run, name=f"daskfeed-lease-{cache.lease}", daemon=True).start()
+
+
+def heartbeat(cache: BlockCache) -> threading.Event | None:
+    """Set after each renewal of ``cache``'s leases (None: no heartbeat running)."""
+    beating = _HEARTBEATS.get(cache.lease)
+    return None if beating is None else beating[1]
+
+
+def _renew(root: str | None, parts: tuple[str, ...], tag: str) -> None:
+    """Renew the lease ``tag`` on ``parts`` under ``root`` (None: this process's default)."""
+    base = default_root() if root is None else root
+    now = time.time()
+    for key in parts:
+        renew(os.path.join(base, key), tag, now)
 
 
 def _release(root: str | None, parts: tuple[str, ...], tag: str) -> None:

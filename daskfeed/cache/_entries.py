@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from daskfeed.cache._arrow import forget_entry
 from daskfeed.cache._blocks import default_root
-from daskfeed.cache._evict import REMOVING, leased
+from daskfeed.cache._evict import REMOVING, leased, root_lock
 from daskfeed.cache._root import entry_meta, own_dir, own_root
+from daskfeed.core import config
 from daskfeed.reading import FileInfo, stat_file
 
 __all__ = ["CacheEntry", "clear", "gone_entries", "list_entries"]
@@ -66,7 +67,7 @@ def list_entries(root: str | os.PathLike[str] | None = None) -> list[CacheEntry]
 
 
 def clear(root: str | os.PathLike[str] | None = None,
-          keys: list[str] | None = None) -> list[CacheEntry]:
+          keys: list[str] | None = None, lock_timeout: float | None = None) -> list[CacheEntry]:
     """Remove the cache entries under ``root`` (renamed away first), and what was made of them.
 
     Only under a root that is the user's and marked as daskfeed's
@@ -80,6 +81,9 @@ def clear(root: str | os.PathLike[str] | None = None,
         As for :func:`list_entries`.
     keys
         Only the entries whose directory name is in ``keys``; None: all.
+    lock_timeout
+        Seconds to wait for the root's lock (:func:`~daskfeed.cache._evict.root_lock`); None:
+        ``daskfeed.cache-lock-timeout``.
 
     Returns
     -------
@@ -94,6 +98,12 @@ def clear(root: str | os.PathLike[str] | None = None,
     base = os.fspath(root) if root is not None else default_root()
     if not own_root(base, create=False):
         return []
+    wait = config.get_seconds("cache-lock-timeout") if lock_timeout is None else lock_timeout
+    with root_lock(base, wait):  # no trainer leases a part between its check and its removal
+        return _clear_locked(base, keys)
+
+
+def _clear_locked(base: str, keys: list[str] | None) -> list[CacheEntry]:
     removed = []
     now = time.time()
     for entry in list_entries(base):

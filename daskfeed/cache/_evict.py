@@ -2,27 +2,38 @@
 
 Each opening of a data set's cache (:func:`~daskfeed.cache._open.open_cache`, on every worker)
 marks its parts used (the ``meta.json``'s mtime) and leased by the trainer that opened them: a
-``lease-<host>-<pid>-<token>`` file in each part, given back when the data are closed. With
-``daskfeed.cache-max-size`` set, the entries under the root are then evicted, least recently
-used first, until the root holds no more than the bound; a part leased by a live trainer is
-never evicted (on the same host: while its process lives; a lease from another host: for
-:data:`LEASE_SECONDS` after it was last taken), nor one of the data set being opened.
+``lease-<host>-<pid>-<token>`` file in each part, renewed by the trainer every
+:data:`RENEW_SECONDS` while it lives (:func:`~daskfeed.cache._blocks.start_heartbeat`) and given
+back when the data are closed. A lease not renewed for :data:`LEASE_SECONDS` is a dead
+trainer's, on any host (no process ids: a pid says nothing across hosts, containers or pid
+reuse). With ``daskfeed.cache-max-size`` set, the entries under the root are then evicted,
+least recently used first, until the root holds no more than the bound; a leased part is never
+evicted, nor one of the data set being opened.
+
+Opening, evicting and clearing hold the root's lock (:func:`root_lock`: ``flock`` on
+``<root>/daskfeed-cache.lock``), so a lease is never taken between another process's check of
+it and its removal.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from daskfeed.cache._root import entry_meta
+from daskfeed.core import CacheError
 
-__all__ = ["LEASE_SECONDS", "REMOVING", "evict", "lease", "lease_name", "leased", "trainer_tag"]
+__all__ = ["LEASE_SECONDS", "LOCK", "REMOVING", "RENEW_SECONDS", "evict", "lease", "lease_name",
+           "leased", "renew", "root_lock", "trainer_tag"]
 
-LEASE_SECONDS = 24 * 3600  # a lease taken on another host is kept this long
+LEASE_SECONDS = 300  # a lease not renewed this long is a dead trainer's (any host)
+RENEW_SECONDS = 60  # a live trainer renews its leases this often
+LOCK = "daskfeed-cache.lock"  # the root's lock file (flock)
 REMOVING = ".removing-"  # an entry being removed is renamed to ``<key>.removing-<tag>`` first
 _PREFIX = "lease-"
 
@@ -48,30 +59,71 @@ def lease(entry: str, tag: str, now: float) -> None:
         os.utime(path, (now, now))
 
 
+def renew(entry: str, tag: str, now: float) -> None:
+    """Renew the lease ``tag`` on ``entry`` (taken again if it was found stale and removed)."""
+    if entry_meta(entry) is not None:  # (an entry evicted meanwhile is not made again here)
+        lease(entry, tag, now)
+
+
 def leased(entry: str, now: float) -> bool:
-    """Whether a live trainer holds a lease on ``entry`` (stale leases of this host are removed)."""
-    host = socket.gethostname()
+    """Whether a live trainer holds a lease on ``entry``: one renewed within ``LEASE_SECONDS``.
+
+    Leases older than that are a dead trainer's, on any host: removed.
+    """
     try:
         names = [n for n in os.listdir(entry) if n.startswith(_PREFIX)]
     except OSError:
         return False
     live = False
     for name in names:
-        who, pid = [*name[len(_PREFIX):].rsplit("-", 2), "", ""][:2]
         path = os.path.join(entry, name)
-        if who == host and pid.isdigit():
-            try:
-                os.kill(int(pid), 0)
+        try:
+            if now - os.lstat(path).st_mtime < LEASE_SECONDS:
                 live = True
-            except ProcessLookupError:
-                with contextlib.suppress(OSError):
-                    os.remove(path)
-            except PermissionError:  # another user's live process
-                live = True
+            else:
+                os.remove(path)
+        except OSError:
             continue
-        with contextlib.suppress(OSError):
-            live = live or now - os.stat(path).st_mtime < LEASE_SECONDS
     return live
+
+
+@contextlib.contextmanager
+def root_lock(base: str, timeout: float) -> Iterator[None]:
+    """Hold the root's lock (exclusive ``flock`` on ``<base>/daskfeed-cache.lock``).
+
+    Parameters
+    ----------
+    base
+        The cache root (checked as ours before).
+    timeout
+        Seconds to wait for another process holding it.
+
+    Raises
+    ------
+    CacheError
+        Not had within ``timeout`` (another daskfeed process holds it: opening, evicting or
+        clearing the cache, or hung there).
+    """
+    path = os.path.join(base, LOCK)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise CacheError(
+                        f"Expected to lock the cache root {base} (to open, evict or clear "
+                        f"entries) within {timeout:g} s. Received: another process holds "
+                        f"{path}.\nHint: wait for the other daskfeed run's cache step to end, "
+                        "or end a hung one; raise daskfeed.cache-lock-timeout to wait longer."
+                    ) from None
+                time.sleep(0.05)  # (polling a lock another process holds: no event to wait on)
+        yield
+    finally:
+        os.close(fd)  # (releases the lock)
 
 
 def _size(path: str) -> int:

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from daskfeed.cache._arrow import forget_entry
-from daskfeed.cache._blocks import BlockCache, default_root
-from daskfeed.cache._evict import REMOVING, evict, lease, trainer_tag
+from daskfeed.cache._blocks import BlockCache, default_root, start_heartbeat
+from daskfeed.cache._evict import REMOVING, evict, lease, root_lock, trainer_tag
 from daskfeed.cache._root import entry_meta, is_entry_name, own_dir, own_root
 from daskfeed.cache._writer import CACHE_VERSION
 from daskfeed.core import CacheError, config, write_file
@@ -43,6 +43,7 @@ _PER_INPUT_BYTE = {None: (1.0, 8.0), "lz4": (0.75, 5.0), "zstd": (0.6, 3.0)}
 COMPRESSIONS = ("auto", "none", "lz4", "zstd")
 
 _MARGIN = 1 << 30  # keep this much disk free beyond the estimate
+LOCK_TIMEOUT = 600.0  # seconds to wait for the root's lock (daskfeed.cache-lock-timeout)
 
 
 def estimate_bytes(source: Source, compression: str | None = "zstd") -> int:
@@ -106,6 +107,8 @@ class CacheChoice:
     max_size
         ``daskfeed.cache-max-size`` in bytes: least recently used parts of other data are
         evicted beyond it (:mod:`daskfeed.cache._evict`); None: no bound.
+    lock_timeout
+        ``daskfeed.cache-lock-timeout`` in seconds: the longest wait for the root's lock.
     """
 
     on: bool = True
@@ -113,6 +116,7 @@ class CacheChoice:
     required: bool = False
     compression: str = "auto"
     max_size: int | None = None
+    lock_timeout: float = LOCK_TIMEOUT
 
     @classmethod
     def resolve(cls, cache: bool | str | os.PathLike[str] | None) -> CacheChoice:
@@ -123,20 +127,22 @@ class CacheChoice:
         bound = config.get("cache-max-size")
         return cls(root=root or config.get("cache-dir"), required=root is not None,
                    compression=str(config.get("cache-compression")),
-                   max_size=None if bound in (None, "", 0) else config.get_bytes("cache-max-size"))
+                   max_size=None if bound in (None, "", 0) else config.get_bytes("cache-max-size"),
+                   lock_timeout=config.get_seconds("cache-lock-timeout"))
 
     def open(self, source: Source, client: Client | None) -> tuple[BlockCache | None, str]:
         """:func:`open_cache` as chosen: the cache (None: off) and the line saying so."""
         if not self.on:
             return None, "cache: off"
         return open_cache(source, self.root, compression=self.compression,
-                          required=self.required, client=client, max_size=self.max_size)
+                          required=self.required, client=client, max_size=self.max_size,
+                          lock_timeout=self.lock_timeout)
 
 
 def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
                compression: str = "auto", required: bool = False,
-               client: Client | None = None,
-               max_size: int | None = None) -> tuple[BlockCache | None, str]:
+               client: Client | None = None, max_size: int | None = None,
+               lock_timeout: float = LOCK_TIMEOUT) -> tuple[BlockCache | None, str]:
     """Prepare the cache directory of ``source``; return it (or None) and a line saying why.
 
     Parameters
@@ -159,11 +165,15 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     max_size
         Bytes the root may hold: least recently used entries of other data, not in use, are
         evicted beyond it (:mod:`daskfeed.cache._evict`); None: no bound.
+    lock_timeout
+        Seconds to wait for the root's lock (:func:`~daskfeed.cache._evict.root_lock`).
 
     Returns
     -------
     tuple
-        The cache (None: off) and one line saying where it is, or why it is off.
+        The cache (None: off) and one line saying where it is, or why it is off. Its parts are
+        leased by this process, the leases renewed while it lives, until
+        :meth:`~daskfeed.cache._blocks.BlockCache.release`.
 
     Raises
     ------
@@ -184,7 +194,7 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     base = os.path.abspath(os.path.expanduser(os.fspath(root))) if root else None
     parts = _entries(source)
     tag = trainer_tag()
-    args = (base, parts, tag, max_size)
+    args = (base, parts, tag, max_size, lock_timeout)
     try:
         results = [_prepare(*args)] if client is None else _on_workers(client, args)
     except CacheError:
@@ -204,6 +214,7 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     state += _removed(results, max_size)
     cache = BlockCache(base, tuple(p.key for p in source.parts()),
                        tuple(p.blocks[0] for p in source.parts()), fits[0], lease=tag)
+    start_heartbeat(cache, client)
     return cache, f"cache: {where} ({state})"
 
 
@@ -297,6 +308,7 @@ def _describe_data(files: list[FileInfo]) -> str:
 
 
 def _prepare(base: str | None, parts: list[PartEntry], tag: str = "", max_bytes: int | None = None,
+             lock_timeout: float = LOCK_TIMEOUT,
              ) -> tuple[int, int, str, int | None, tuple[int, int, int]]:
     """Create each part's entry (0700) under ``base``; drop stale entries of the same files.
 
@@ -307,10 +319,18 @@ def _prepare(base: str | None, parts: list[PartEntry], tag: str = "", max_bytes:
     part is marked used and leased by the trainer ``tag``; with ``max_bytes``, entries of other
     data are evicted beyond it (:func:`~daskfeed.cache._evict.evict`). Returns (free bytes,
     cached blocks, the root, the format of an entry removed for that, or None, and (entries
-    evicted, their bytes, bytes left)).
+    evicted, their bytes, bytes left)). All of it under the root's lock
+    (:func:`~daskfeed.cache._evict.root_lock`): no other process evicts or clears a part
+    between its check of the leases and the removal.
     """
     base = default_root() if base is None else base
     own_root(base)
+    with root_lock(base, lock_timeout):
+        return _prepare_locked(base, parts, tag, max_bytes)
+
+
+def _prepare_locked(base: str, parts: list[PartEntry], tag: str, max_bytes: int | None,
+                    ) -> tuple[int, int, str, int | None, tuple[int, int, int]]:
     ours = {key for key, _, _, _ in parts}
     contents = {identity: record["files"] for _, identity, _, record in parts}
     removed_format = None

@@ -35,10 +35,10 @@ __all__ = ["MARKER", "entry_meta", "is_entry_name", "is_ours", "own_dir", "own_r
 MARKER = "daskfeed-cache.json"
 MARKER_FORMAT = "daskfeed cache root"
 # what daskfeed makes at a root: part entries (32 hex digits), the scans' and buckets' folders,
-# entries being removed, its marker (and the marker's temporary names)
+# entries being removed, its marker (and the marker's temporary names), its lock
 _ENTRY = re.compile(r"[0-9a-f]{32}")
 _OURS = re.compile(r"(?:[0-9a-f]{32}(?:\.removing-[0-9a-f-]+)?|scans|buckets|"
-                   r"daskfeed-cache\.json(?:\.tmp-[0-9]+-[0-9a-f]{12})?)")
+                   r"daskfeed-cache\.json(?:\.tmp-[0-9]+-[0-9a-f]{12})?|daskfeed-cache\.lock)")
 
 
 def is_entry_name(name: str) -> bool:

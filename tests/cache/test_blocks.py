@@ -138,7 +138,8 @@ def test_a_stale_entry_loses_its_name_before_its_files(tmp_path, write_csv, monk
     [old_dir], [new_dir] = old.directories(), new.directories()
     assert new_dir != old_dir and seen and all(not exists for _, exists in seen), seen
     assert not os.path.exists(old_dir) and late.failed  # its write found no entry to keep alive
-    assert sorted(os.listdir(tmp_path / "c")) == sorted([os.path.basename(new_dir), "daskfeed-cache.json"])
+    assert sorted(os.listdir(tmp_path / "c")) == sorted([os.path.basename(new_dir), "daskfeed-cache.json",
+                                                          "daskfeed-cache.lock"])
     assert [e.path for e in list_entries(tmp_path / "c")] == [new_dir]
 
 

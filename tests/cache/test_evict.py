@@ -10,9 +10,12 @@ import sys
 import time
 
 import dask.config
+import pytest
 
 import daskfeed
-from daskfeed.cache import CacheChoice, open_cache
+from daskfeed.cache import CacheChoice, clear, open_cache
+from daskfeed.cache._evict import LEASE_SECONDS, LOCK
+from daskfeed.core import CacheError
 from daskfeed.reading import Source
 from daskfeed.scanning import scan_source
 
@@ -75,18 +78,83 @@ def test_the_least_recently_used_data_goes_first_and_never_one_in_use(tmp_path, 
     e.release(client)
 
 
-def test_a_lease_of_a_trainer_that_died_does_not_keep_its_parts(tmp_path, client):
+def _lease(cache, who: str, ago: float) -> None:
+    """A lease ``who`` on ``cache``'s parts, last renewed ``ago`` seconds ago."""
+    t = time.time() - ago
+    for d in cache.directories():
+        path = os.path.join(d, f"lease-{who}-deadbeef")
+        open(path, "w").close()
+        os.utime(path, (t, t))
+
+
+def test_a_lease_not_renewed_for_minutes_is_a_dead_trainers_on_any_host(tmp_path, client):
+    """No pid is believed: a pid reused, another host, another container all read the same."""
     root = tmp_path / "c"
     a, _ = _cached(_data(tmp_path, "a", 400), root, client)
     a.release(client)
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()  # its pid is free now: a trainer killed without giving its lease back
-    for d in a.directories():
-        open(os.path.join(d, f"lease-{socket.gethostname()}-{gone.pid}-deadbeef"), "w").close()
+    _lease(a, f"{socket.gethostname()}-{os.getpid()}", LEASE_SECONDS + 60)  # a live pid, not renewed
+    _lease(a, "another-host-77", LEASE_SECONDS + 60)
     _last_used(a, 1000)
     b, line = _cached(_data(tmp_path, "b", 10), root, client, max_size=1)
     assert not _there(a) and _there(b), line
     b.release(client)
+
+
+def test_a_lease_renewed_keeps_its_parts_whatever_its_host_or_pid(tmp_path, client):
+    root = tmp_path / "c"
+    a, _ = _cached(_data(tmp_path, "a", 400), root, client)
+    a.release(client)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that is free now: on another host (or in a container) that says nothing
+    _lease(a, f"elsewhere-{gone.pid}", 30)
+    _last_used(a, 1000)
+    b, line = _cached(_data(tmp_path, "b", 10), root, client, max_size=1)
+    assert _there(a), line  # renewed 30 s ago: a live trainer's
+    assert "the rest is in use" in line
+    b.release(client)
+
+
+def test_a_trainer_renews_its_leases_while_it_lives(tmp_path, client, monkeypatch):
+    from daskfeed.cache import _evict
+    from daskfeed.cache._blocks import heartbeat
+
+    monkeypatch.setattr(_evict, "RENEW_SECONDS", 0.05)  # (read by the trainer's heartbeat)
+    root = tmp_path / "c"
+    a, _ = _cached(_data(tmp_path, "a", 100), root, client)
+    leases = glob.glob(str(root / "*" / f"lease-{a.lease}"))
+    assert leases
+    old = time.time() - 2 * LEASE_SECONDS
+    for path in leases:
+        os.utime(path, (old, old))
+    beat = heartbeat(a)
+    assert beat is not None
+    beat.clear()
+    assert beat.wait(60)  # the next renewal, on the workers
+    assert all(time.time() - os.stat(p).st_mtime < LEASE_SECONDS for p in leases)
+    a.release(client)
+    assert heartbeat(a) is None and not glob.glob(str(root / "*" / "lease-*"))
+
+
+def test_opening_and_clearing_wait_for_the_roots_lock_and_say_who_holds_it(tmp_path, client):
+    root = tmp_path / "c"
+    a, _ = _cached(_data(tmp_path, "a", 100), root, client)
+    a.release(client)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys\n"
+         f"fd = os.open({str(root / LOCK)!r}, os.O_RDWR)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\nsys.stdin.readline()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(CacheError, match=r"Expected to lock the cache root .* within 0\.2 s\. "
+                                             r"Received: another process holds .*daskfeed-cache\.lock"):
+            clear(root, lock_timeout=0.2)
+        with pytest.raises(CacheError, match="raise daskfeed.cache-lock-timeout"):
+            open_cache(Source(str(tmp_path / "a" / "*.csv")), root, lock_timeout=0.2)
+        assert _there(a)  # nothing removed while another process held the lock
+    finally:
+        holder.communicate("go\n")
+    assert clear(root, lock_timeout=0.2) and not _there(a)  # the lock given back: cleared
 
 
 def test_a_closed_sequence_gives_its_lease_back_and_the_bound_comes_from_config(tmp_path, client):
