@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from daskfeed.cache import block_tables
 from daskfeed.core import DataError, DataNotFoundError, SchemaError, SettingError
+from daskfeed.inference._runs import check_record
 from daskfeed.manifest import Encoding, Manifest, encode_features
 from daskfeed.reading import Block, ReadOptions
 
@@ -85,6 +86,9 @@ class TrainedRun:
         ------
         DataNotFoundError
             When ``model.keras`` or ``manifest.json`` is missing.
+        ManifestMismatchError
+            When they are not those the run's ``run.json`` ties together
+            (:func:`~daskfeed.inference._runs.check_record`).
         SettingError
             For a matrix model without ``features``.
         SchemaError
@@ -101,6 +105,7 @@ class TrainedRun:
                 f"{' and no '.join(os.path.basename(p) for p in missing)}.\nHint: pass the "
                 "directory given to --output when training (default daskfeed-out)."
             )
+        check_record(directory)  # the manifest beside the model is the one it was trained with
         manifest = Manifest.from_json(manifest_path)
         names = _model_inputs(model_path)
         as_matrix = names is None

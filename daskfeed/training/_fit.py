@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from daskfeed.adapters import keras
 from daskfeed.core import DaskfeedError, RSSSampler
 from daskfeed.inference import export as export_serving
+from daskfeed.inference import publish_manifest, write_record
 from daskfeed.training._callbacks import Checkpointer, fit_from
 from daskfeed.training._early_stopping import (
     EarlyStopping,
@@ -84,6 +85,8 @@ def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused:
     history = checkpointer.history
     stopping = report_early_stopping(stopper, opts.epochs, echo)
     save_model(net, run.out)
+    publish_manifest(run.out)  # manifest.json beside the model it trained, ...
+    write_record(run.out, run.run_id)  # ... tied to it in run.json (readers check them)
     try:  # serving/: the same model taking raw column values
         export_serving(run.out, model=net, features=list(train_seq.features), echo=echo)
     except (DaskfeedError, ValueError, TypeError) as err:  # model.keras stands; say why not
@@ -91,7 +94,9 @@ def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused:
     write_history(run.out, history, budget=run.budget, rows=train_seq.rows,
                   peak_rss=rss.overall_peak, bad_lines=bad_report, weight=opts.fit.weight,
                   class_weights=weights, split=split_report(train_seq, val_seq),
-                  early_stopping=stopping, ranks=run.ranks, train_seq=train_seq, ckpt=ckpt)
+                  early_stopping=stopping, ranks=run.ranks, train_seq=train_seq, ckpt=ckpt,
+                  run_id=run.run_id)
+    write_record(run.out, run.run_id)  # last: serving/ and history.json tied in too
     return history, net, bad_report, stopping
 
 
@@ -142,7 +147,7 @@ def summary(run: Run, history: list[dict[str, Any]], bad_report: dict[str, Any],
                               peak_rss_bytes=rss.overall_peak, bad_rows=bad_report,
                               restored=saved):
         run.echo(line)
-    run.echo(f"wrote {run.out}/model.keras, manifest.json, history.json, history.png")
+    run.echo(f"wrote {run.out}/model.keras, manifest.json, history.json, history.png, run.json")
 
 
 def saved_record(history: list[dict[str, Any]],

@@ -13,6 +13,8 @@ import io
 import json
 import os
 import secrets
+import socket
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +22,7 @@ from dask.utils import format_bytes
 
 from daskfeed.checkpoint import Checkpoint
 from daskfeed.cluster import Budget
-from daskfeed.core import DaskfeedError, fsync, replace, write_file
+from daskfeed.core import DaskfeedError, SettingError, fsync, replace, write_file
 from daskfeed.manifest import Manifest
 from daskfeed.training._ranks import Rank, shard_report
 from daskfeed.training._summary import history_plot
@@ -28,10 +30,51 @@ from daskfeed.training._summary import history_plot
 if TYPE_CHECKING:
     from daskfeed.adapters import DaskSequence
 
-__all__ = ["bad_lines_report", "class_weights", "require_tensorboard", "save_model", "scan_bar",
-           "split_report", "write_history"]
+__all__ = ["OutputLock", "bad_lines_report", "class_weights", "require_tensorboard", "save_model",
+           "scan_bar", "split_report", "write_history"]
 
 Echo = Callable[[str], None]
+
+
+class OutputLock:
+    """One run at a time in an output directory: ``flock`` on ``OUTPUT/.daskfeed-run.lock``.
+
+    Held from before the checkpoints are looked at until the run ends (the kernel gives it back
+    when its process dies, killed or not). It says who holds it: host, process, start. Readers
+    (``predict``, the dashboard) take no lock; ranks each hold their own directory's.
+
+    Raises
+    ------
+    SettingError
+        Another run holds the directory.
+    """
+
+    NAME = ".daskfeed-run.lock"
+
+    def __init__(self, out: str) -> None:
+        import fcntl
+
+        path = os.path.join(out, self.NAME)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 4096, 0).decode("utf-8", "replace").strip() or "unknown"
+            os.close(self.fd)
+            raise SettingError(
+                f"Expected an output directory no other run is writing. Received: {out} is "
+                f"held by another daskfeed train ({holder}).\nHint: wait for that run to end, "
+                "stop it, or give this one another --output.") from None
+        started = time.strftime("%Y-%m-%d %H:%M:%S")
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"pid {os.getpid()} on {socket.gethostname()}, started {started}\n"
+                  .encode(), 0)
+
+    def release(self) -> None:
+        """Give the directory back (idempotent)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 def save_model(net: Any, out: str) -> str:
@@ -205,7 +248,7 @@ def write_history(out: str, history: list[dict[str, Any]], *, budget: Budget, ro
                   peak_rss: int, bad_lines: dict[str, Any], weight: str | None,
                   class_weights: dict[int, float] | None, split: dict[str, Any] | None,
                   early_stopping: dict[str, Any] | None, ranks: Rank, train_seq: DaskSequence,
-                  ckpt: Checkpoint | None) -> None:
+                  ckpt: Checkpoint | None, run_id: str = "") -> None:
     """Write ``history.png`` and ``history.json``: the epochs and what the run was.
 
     Parameters
@@ -223,10 +266,12 @@ def write_history(out: str, history: list[dict[str, Any]], *, budget: Budget, ro
         This trainer's rank and its training sequence (its shard).
     ckpt
         The checkpoint the run resumed from, or None.
+    run_id
+        The run's id (its ``run.json`` ties ``history.json`` to the model and manifest).
     """
     history_plot(history, os.path.join(out, "history.png"))
     record = {  # epochs numbered from 1, as the screen and Keras' progress bar show them
-        "epochs": [{**r, "epoch": int(r["epoch"]) + 1} for r in history],
+        "run_id": run_id, "epochs": [{**r, "epoch": int(r["epoch"]) + 1} for r in history],
         "memory_limit_bytes": budget.total, "budget": budget.__dict__,
         "rows_per_epoch": rows, "peak_rss_bytes": peak_rss, "bad_lines": bad_lines,
         "sample_weight": weight,

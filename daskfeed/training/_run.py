@@ -6,6 +6,7 @@ close at the end.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,7 @@ class Run:
     closing: list[Any] = field(default_factory=list)  # sequences, the shared scan's lock
     listing: Listing | None = None  # the training files, listed while the cluster started
     val_listing: Listing | None = None  # ... and the validation files
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])  # run.json, history.json
 
     def __post_init__(self) -> None:
         self.progress = scan_bar(self.echo)  # one progress bar for the run's scans

@@ -29,6 +29,7 @@ from daskfeed.cluster import Budget, check_worker_memory, close_client
 from daskfeed.core import ManifestMismatchError, RSSSampler, SettingError, Stop, warn_user
 from daskfeed.core import choose as choose_backend
 from daskfeed.dashboard import install, scan_span
+from daskfeed.inference import RUNNING_MANIFEST
 from daskfeed.manifest import (
     Manifest,
     id_like,
@@ -39,7 +40,7 @@ from daskfeed.manifest import (
 )
 from daskfeed.reading import Listing, Source, refuse_missing_local
 from daskfeed.training._options import DataSpec, TrainOptions
-from daskfeed.training._outputs import require_tensorboard
+from daskfeed.training._outputs import OutputLock, require_tensorboard
 from daskfeed.training._ranks import (
     Rank,
     SharedScan,
@@ -129,7 +130,17 @@ def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
     opts = options or TrainOptions.resolve(validation=validation, **settings)
     t_run = time.perf_counter()
     choose_backend()  # a backend daskfeed does not run on is refused at once
-    ranks, out, store, ckpt = _prepare(data, validation, opts, echo)
+    ranks, out, store, ckpt, lock = _prepare(data, validation, opts, echo)
+    try:
+        return _run(data, label, validation, opts, echo, stop, ranks, out, store, ckpt, t_run)
+    finally:
+        lock.release()  # (a process killed gives it back too)
+
+
+def _run(data: DataSpec, label: str, validation: DataSpec | None, opts: TrainOptions, echo: Echo,
+         stop: Stop | None, ranks: Rank, out: str, store: CheckpointStore,
+         ckpt: Checkpoint | None, t_run: float) -> TrainResult:
+    """The run, once its output directory is held: cluster, data, fit, outputs."""
     # the files listed while the cluster starts (resuming: the run's own files, see resume_data)
     so = opts.data.storage_options
     listing = Listing(data, so) if ckpt is None else None
@@ -201,10 +212,11 @@ class _KerasLoad:
 
 
 def _prepare(data: DataSpec, validation: DataSpec | None, opts: TrainOptions,
-             echo: Echo) -> tuple[Rank, str, CheckpointStore, Checkpoint | None]:
+             echo: Echo) -> tuple[Rank, str, CheckpointStore, Checkpoint | None, OutputLock]:
     """Check what can be checked before any cluster: paths, TensorBoard, ranks, the checkpoint.
 
-    Returns the rank, the output directory, its checkpoint store and the checkpoint to resume.
+    Returns the rank, the output directory, its checkpoint store, the checkpoint to resume and
+    the directory's lock (held before any checkpoint is looked at: one run at a time).
     """
     for spec in (data, validation):
         if spec is not None:
@@ -220,10 +232,15 @@ def _prepare(data: DataSpec, validation: DataSpec | None, opts: TrainOptions,
             "every rank; or --rank 0 --world-size 1 to train alone.")
     out = rank_output(opts.output, ranks)
     os.makedirs(out, mode=0o700, exist_ok=True)
-    store, ckpt = open_store(out, resume=opts.resume, echo=echo)
-    if opts.resume:
-        ckpt = _elastic(ranks, opts.output, store, ckpt, echo)
-    return ranks, out, store, ckpt
+    lock = OutputLock(out)
+    try:
+        store, ckpt = open_store(out, resume=opts.resume, echo=echo)
+        if opts.resume:
+            ckpt = _elastic(ranks, opts.output, store, ckpt, echo)
+    except BaseException:
+        lock.release()
+        raise
+    return ranks, out, store, ckpt, lock
 
 
 def _elastic(ranks: Rank, output: str, store: CheckpointStore, ckpt: Checkpoint | None,
@@ -279,6 +296,7 @@ def _open_data(run: Run) -> tuple[DaskSequence, DaskSequence | None, bool]:
         run.data = resume_data(run)
     shared = _join_scan(run)
     cached = ((shared.get("train") if shared is not None else None)
+              or _cached_manifest(os.path.join(run.out, RUNNING_MANIFEST))  # (a run cut short)
               or _cached_manifest(os.path.join(run.out, "manifest.json")))
     if cached is not None and opts.fit.class_weight == "balanced" and not cached.label_counts:
         cached = None  # made before the scan kept label counts: rescan
@@ -292,7 +310,8 @@ def _open_data(run: Run) -> tuple[DaskSequence, DaskSequence | None, bool]:
     if run.ckpt:  # refuse other data, batch size, seed, features before anything is trained
         cur = run.ckpt.cursor
         cur.check(Cursor.of(train_seq, cur.epoch, cur.batch), where=run.ckpt.path)
-    manifest.to_json(os.path.join(run.out, "manifest.json"))
+    # manifest.json is published beside the model it trains, at the end (inference._runs)
+    manifest.to_json(os.path.join(run.out, RUNNING_MANIFEST))
     if not run.ckpt and run.ranks.rank == 0:
         keep_started(opts.output, train_seq.source)
     how = "manifest reused" if manifest is cached else f"scanned in {time.perf_counter() - t0:.1f}s"

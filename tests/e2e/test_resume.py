@@ -372,3 +372,46 @@ def test_a_resumed_epoch_shows_its_real_number_in_keras_bar(id_data, client, cap
     assert "Epoch 2/3" in out and "Epoch 3/3" in out, out  # not "Epoch 2/2" for epoch 2 of 3
     assert "Epoch 2/2" not in out and "Epoch 1/3" not in out, out
     assert [len(f.epoch) for f in fits] == [1, 1]  # the resumed epoch alone, then epoch 3
+
+
+@pytest.mark.slow
+def test_a_rerun_killed_midway_leaves_the_finished_runs_model_and_manifest_together(id_data,
+                                                                                  tmp_path):
+    """A finished run, then a fresh run into the same --output (another seed: other batches),
+    SIGKILLed mid-epoch: model.keras, manifest.json and run.json are still the finished run's
+    (the rerun's manifest waits as manifest.running.json), predict's loader accepts them, and
+    the directory's lock died with the killed run. The kill/resume harness."""
+    import hashlib
+
+    from daskfeed.inference._scoring import TrainedRun
+    from daskfeed.training._outputs import OutputLock
+
+    args = ["train", id_data.train_glob, "--label", "cleared", "--epochs", "1", "--batch-size",
+            str(BATCH), "--seed", "5", "--checkpoint-every", "10", "--memory-limit", "3GB",
+            "--nworkers", "1", "--dashboard-address", "", "--verbose", "0"]
+    run = KillResume(tmp_path, args, features=FEATURES, ids={"row_id": 1}, delay=0.04)
+    assert run.start().wait(600) == 0, run.text()[-3000:]
+    out = run.output
+
+    def digests() -> dict[str, str]:
+        return {n: hashlib.sha256((out / n).read_bytes()).hexdigest()
+                for n in ("model.keras", "manifest.json", "run.json")}
+
+    finished = digests()
+    record = json.loads((out / "run.json").read_text())
+    assert record["files"]["manifest.json"] == finished["manifest.json"]
+    assert json.loads((out / "history.json").read_text())["run_id"] == record["run_id"]
+    os.remove(run.log)
+    rerun = [a if a != "5" else "6" for a in run.args]  # a fresh rerun: --seed 6
+    run.start(rerun)
+    run.kill_at(0, 20)
+    assert (out / "manifest.running.json").exists()
+    assert digests() == finished  # nothing of the finished run was touched
+    TrainedRun.open(str(out), FEATURES)  # predict's loader: the run's own model and manifest
+    OutputLock(str(out)).release()  # the killed run's lock went with its process
+    text = run.resume(rerun)
+    assert "resuming from" in text
+    again = json.loads((out / "run.json").read_text())
+    assert again["run_id"] != record["run_id"] and not (out / "manifest.running.json").exists()
+    assert again["files"]["manifest.json"] == digests()["manifest.json"]
+    TrainedRun.open(str(out), FEATURES)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from daskfeed.adapters import keras
-from daskfeed.training._outputs import save_model
+from daskfeed.training._outputs import OutputLock, save_model
 
 
 class _FailsWhileWritingWeights(keras.layers.Layer):
@@ -38,3 +38,57 @@ def test_a_save_that_fails_halfway_leaves_the_last_good_model(tmp_path):
     x = np.ones((4, 3), "float32")
     np.testing.assert_allclose(keras.models.load_model(path).predict(x, verbose=0),
                                good.predict(x, verbose=0))
+
+
+def test_a_second_run_on_a_held_output_is_refused_naming_the_holder(tmp_path):
+    """One run at a time in a directory: the second says who holds it, before any cluster."""
+    import subprocess
+    import sys
+
+    import daskfeed
+    from daskfeed.core import SettingError
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "d.csv").write_text("x,y\n1,0\n2,1\n")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom daskfeed.training._outputs import OutputLock\n"
+         f"lock = OutputLock({str(out)!r})\nprint('held', flush=True)\nsys.stdin.readline()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(SettingError) as err:
+            daskfeed.train(str(tmp_path / "d.csv"), label="y", output=str(out), quiet=True)
+        assert f"{out} is held by another daskfeed train (pid {holder.pid} on " in str(err.value)
+        assert "Hint: wait for that run to end, stop it, or give this one another --output" in str(err.value)
+    finally:
+        holder.communicate("go\n")
+    OutputLock(str(out)).release()  # given back when its process ended
+
+
+def test_run_json_ties_the_model_to_its_manifest_and_readers_refuse_another(tmp_path):
+    from daskfeed.core import ManifestMismatchError
+    from daskfeed.inference import check_record, publish_manifest, write_record
+
+    out = str(tmp_path)
+    assert check_record(out) is None  # an older daskfeed's directory: read as before
+    (tmp_path / "model.keras").write_bytes(b"model of run 1")
+    (tmp_path / "manifest.running.json").write_text('{"vocabulary": ["a", "b"]}')
+    publish_manifest(out)
+    assert not (tmp_path / "manifest.running.json").exists()
+    record = write_record(out, "run-one")
+    assert set(record["files"]) == {"model.keras", "manifest.json"}
+    assert check_record(out) == "run-one"
+    # a rerun that was cut short copied nothing over: its manifest waits beside them
+    (tmp_path / "manifest.running.json").write_text('{"vocabulary": ["b", "a"]}')
+    assert check_record(out) == "run-one"
+    # the same columns with other vocabularies beside the model: refused by name
+    (tmp_path / "manifest.json").write_text('{"vocabulary": ["b", "a"]}')
+    with pytest.raises(ManifestMismatchError) as err:
+        check_record(out)
+    assert ("Expected model.keras and manifest.json of one run in " in str(err.value)
+            and "(run run-one, as its run.json records them). Received: manifest.json changed "
+            "since that run finished (a run is training there, or was cut short" in str(err.value))
+    (tmp_path / "run.json").write_text("not json")
+    with pytest.raises(ManifestMismatchError, match="Received: a file that is not one"):
+        check_record(out)
