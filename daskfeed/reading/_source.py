@@ -165,6 +165,7 @@ class Source:
         opts = asdict(self.options)
         opts.pop("storage_options")
         opts.pop("sep_by_suffix")  # resolved by now (a frame has no files: nothing to resolve)
+        opts.pop("max_columns")  # a bound on what is read, not how: the same fingerprints
         if opts["decimal"] == ".":  # the same fingerprints as before the setting existed
             opts.pop("decimal")
         return opts
@@ -312,7 +313,8 @@ class Source:
                     f"Cannot read {info.path}: permission denied. Received: {reason(err)}.\n"
                     f"Hint: {credentials_hint(protocol(info.path))}"
                 ) from err
-            names = parse_header(line, self.options.sep, info.path, self.options.encoding)
+            names = parse_header(line, self.options.sep, info.path, self.options.encoding,
+                                 max_columns=self.options.max_columns)
             if names:
                 return names
         return []
@@ -378,7 +380,8 @@ def read_options(*, blocksize: int | str | None = None, sep: str | None = None,
     ValueError
         For an unknown ``bad_lines`` or ``na_values`` that are not text.
     SettingError
-        For a decimal point that is not one character other than the separator.
+        For a decimal point that is not one character other than the separator, or a
+        ``daskfeed.max-columns`` that is not a whole number of at least 1.
     """
     if bad_lines not in BAD_LINES:
         raise ValueError(
@@ -393,7 +396,19 @@ def read_options(*, blocksize: int | str | None = None, sep: str | None = None,
         bad_lines=bad_lines,
         na_values=_na_values(na_values),
         decimal=_decimal(decimal, sep or ""),  # (no separator chosen: checked once it is)
+        max_columns=_max_columns(),
     )
+
+
+def _max_columns() -> int:
+    """``daskfeed.max-columns``, checked: a whole number of at least 1."""
+    value = config.get("max-columns")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SettingError(
+            "Expected daskfeed.max-columns to be a whole number of at least 1, such as 10000. "
+            f"Received: {value!r}.\nHint: set it as a number (DASK_DASKFEED__MAX_COLUMNS=50000, "
+            "or dask.config.set({'daskfeed.max-columns': 50000})).")
+    return value
 
 
 def _sep_of(files: Sequence[FileInfo]) -> str:
