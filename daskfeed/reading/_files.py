@@ -173,7 +173,8 @@ def expand_paths(
         pattern = os.fspath(item)
         proto = protocol(pattern)
         for p, info in sorted(_listing(pattern, storage_options, said).items()):
-            full = p if proto == "file" else f"{proto}://{p}"
+            # (fsspec's http filesystem keeps whole URLs; the others strip the protocol)
+            full = p if proto == "file" or "://" in p else f"{proto}://{p}"
             if full not in files:
                 files[full] = _file_info(full, info)
     return list(files.values())
@@ -228,6 +229,13 @@ def _listing(pattern: str, storage_options: dict[str, Any],
             f"Cannot list {pattern!r}. Received: {reason(err)}.\n"
             "Hint: check the bucket name and the endpoint (storage_options / "
             "--storage-options endpoint_url=...)."
+        ) from err
+    except Exception as err:
+        if getattr(err, "status", None) not in (401, 403):  # an HTTP server's refusal
+            raise
+        raise DataNotFoundError(
+            f"Cannot read {pattern!r}: permission denied. Received: {reason(err)}.\n"
+            f"Hint: {credentials_hint(proto)}"
         ) from err
     if not found and proto != "file":
         _refuse_missing_bucket(fs, pattern, stripped)
@@ -382,7 +390,8 @@ def credentials_hint(proto: str) -> str:
                 "on this machine and on every worker, and that they may list and read the bucket.")
     if proto == "file":
         return "check the file permissions."
-    return f"check the {proto}:// credentials (storage_options) and the file permissions."
+    return (f"check the {proto}:// credentials (storage_options, or user:password in the URL) "
+            "and the file permissions.")
 
 
 def make_blocks(files: Sequence[FileInfo], blocksize: int) -> list[Block]:
