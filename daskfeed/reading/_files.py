@@ -385,9 +385,10 @@ def credentials_hint(proto: str) -> str:
         One sentence for a ``Hint:`` line.
     """
     if proto in ("s3", "s3a"):
-        return ("check the credentials: storage_options (--storage-options key=... secret=...), "
-                "else AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws/credentials "
-                "on this machine and on every worker, and that they may list and read the bucket.")
+        return ("check the credentials: storage_options (--storage-options @options.json holding "
+                "key and secret), else AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or "
+                "~/.aws/credentials on this machine and on every worker, and that they may list "
+                "and read the bucket.")
     if proto == "file":
         return "check the file permissions."
     return (f"check the {proto}:// credentials (storage_options, or user:password in the URL) "
