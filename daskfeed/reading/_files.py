@@ -2,7 +2,8 @@
 
 Listing gives each file's size, mtime and ETag in one request per pattern; :func:`make_blocks`
 cuts the files into :class:`Block` s, the unit the scan counts, the cache stores and a
-validation split assigns. Storage errors name the path and where credentials come from.
+validation split assigns. Storage errors name the path and where credentials come from. A file
+is known by its URL without credentials (:mod:`daskfeed.reading._credentials`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 
 import fsspec
 
-from daskfeed.core import DataNotFoundError, warn_user
+from daskfeed.core import DataNotFoundError, redact_text, redact_url, warn_user
+from daskfeed.reading._credentials import fsspec_target
 
 __all__ = ["COMPRESSIONS", "CSV_SUFFIXES", "PARQUET_SUFFIXES", "Block", "FileInfo",
            "compression_of", "credentials_hint", "expand_paths", "is_parquet", "make_blocks",
@@ -36,8 +38,10 @@ _DATA_SUFFIXES = CSV_SUFFIXES + PARQUET_SUFFIXES
 class FileInfo:
     """One input file: path (with protocol for remote files), size in bytes, mtime, ETag.
 
-    ``etag`` is the object store's version tag (S3's ``ETag``; ``""`` for local files): an
-    object rewritten within the same second at the same size still gets a new fingerprint.
+    ``path`` is never a URL with credentials (:func:`~daskfeed.core._secrets.redact_url`): they
+    are put back where the file is opened. ``etag`` is the object store's version tag (S3's
+    ``ETag``; ``""`` for local files): an object rewritten within the same second at the same
+    size still gets a new fingerprint.
     """
 
     path: str
@@ -147,14 +151,16 @@ def expand_paths(
     data
         What the user gave; duplicates across items are listed once.
     storage_options
-        Passed to fsspec (credentials, endpoint URL, ...).
+        Passed to fsspec (credentials, endpoint URL, ...), perhaps carrying the credentials of
+        URLs (:mod:`daskfeed.reading._credentials`).
     said
         Where what the listing has to say goes (files left out); None: warned at once.
 
     Returns
     -------
     list of FileInfo
-        In the order of the items, each item's files sorted by path.
+        In the order of the items, each item's files sorted by path; a URL's files named
+        without its credentials.
 
     Raises
     ------
@@ -174,7 +180,7 @@ def expand_paths(
         proto = protocol(pattern)
         for p, info in sorted(_listing(pattern, storage_options, said).items()):
             # (fsspec's http filesystem keeps whole URLs; the others strip the protocol)
-            full = p if proto == "file" or "://" in p else f"{proto}://{p}"
+            full = p if proto == "file" else redact_url(p if "://" in p else f"{proto}://{p}")
             if full not in files:
                 files[full] = _file_info(full, info)
     return list(files.values())
@@ -208,10 +214,15 @@ def refuse_missing_local(data: str | os.PathLike[str] | Sequence[str | os.PathLi
 
 def _listing(pattern: str, storage_options: dict[str, Any],
              said: list[str] | None = None) -> dict[str, dict[str, Any]]:
-    """The files ``pattern`` names, each with fsspec's details (size, mtime, ETag)."""
+    """The files ``pattern`` names, each with fsspec's details (size, mtime, ETag).
+
+    Listed with the URL's credentials (given in it, or carried), named without them.
+    """
     proto = protocol(pattern)
-    fs = fsspec.filesystem(proto, **storage_options)
-    stripped = fs._strip_protocol(pattern)
+    target, options = fsspec_target(pattern, storage_options)
+    pattern = redact_url(pattern)  # what messages name
+    fs = fsspec.filesystem(proto, **options)
+    stripped = fs._strip_protocol(target)
     # fsspec keeps filesystems (and s3fs their listings) per process: list afresh, so an
     # object rewritten since an earlier listing gets its new size, mtime and ETag
     fs.invalidate_cache()
@@ -364,10 +375,10 @@ def reason(err: BaseException) -> str:
     Returns
     -------
     str
-        ``PermissionError: <the store's message>``, at most 300 characters of it (never the
-        credentials: they are not in it).
+        ``PermissionError: <the store's message>``, at most 300 characters of it; a URL in it
+        without credentials (a store's message never holds the storage options).
     """
-    text = (getattr(err, "strerror", None) or str(err) or "").strip()
+    text = redact_text((getattr(err, "strerror", None) or str(err) or "").strip())
     return f"{type(err).__name__}: {text[:300]}"
 
 
@@ -441,7 +452,8 @@ def stat_file(path: str, storage_options: dict[str, Any] | None = None) -> FileI
     Exception
         What the storage raises when it cannot tell (no credentials, no network).
     """
-    fs, stripped = fsspec.core.url_to_fs(path, **(storage_options or {}))
+    target, options = fsspec_target(path, storage_options)
+    fs, stripped = fsspec.core.url_to_fs(target, **options)
     fs.invalidate_cache(stripped)
     try:
         return _file_info(path, fs.info(stripped))
@@ -465,6 +477,7 @@ def relist(items: Sequence[str], storage_options: dict[str, Any] | None = None) 
         Path -> FileInfo; an object store is listed again, not read from its listing cache.
     """
     for item in items:
-        fs, _ = fsspec.core.url_to_fs(item, **(storage_options or {}))
+        target, options = fsspec_target(item, storage_options)
+        fs, _ = fsspec.core.url_to_fs(target, **options)
         fs.invalidate_cache()
     return {f.path: f for f in expand_paths(list(items), storage_options)}

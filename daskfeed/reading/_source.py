@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
-from daskfeed.core import DataNotFoundError, SettingError, config, warn_user
+from daskfeed.core import DataNotFoundError, SettingError, config, redact_url, warn_user
+from daskfeed.reading._credentials import carry
 from daskfeed.reading._files import (
     COMPRESSIONS,
     Block,
@@ -56,7 +57,9 @@ class Source:
     dtype
         Per-column dtype overrides, e.g. ``{"zip": "string"}``.
     storage_options
-        Passed to fsspec (credentials, endpoint URL for S3-compatible stores, ...).
+        Passed to fsspec (credentials, endpoint URL for S3-compatible stores, ...). Credentials
+        in a URL (``https://user:password@host/...``) are used to read, and kept nowhere else:
+        the files, their fingerprint and every message name the URL without them.
     bad_lines
         A line whose field count differs from the header's: ``"error"`` (default) stops with
         the file, byte range and line; ``"skip"`` drops it and counts it in the manifest
@@ -108,9 +111,12 @@ class Source:
             paths: PathsLike = listing.data if listing is not None else cast("PathsLike", data)
             items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
             self.given = [os.path.abspath(os.fspath(d)) if protocol(os.fspath(d)) == "file"
-                          else os.fspath(d) for d in items]
+                          else redact_url(os.fspath(d)) for d in items]
             so = dict(self.options.storage_options)
             self.files = listing.files(so) if listing is not None else expand_paths(paths, so)
+            # the credentials of URLs travel with the storage options, to open the files
+            self.options = replace(self.options, storage_options=carry(self.options.storage_options,
+                                                                       items))
             if self.options.sep_by_suffix:  # no separator chosen: a tab for .tsv, else a comma
                 self.options = replace(self.options, sep=_sep_of(self.files), sep_by_suffix=False)
                 _decimal(self.options.decimal, self.options.sep)

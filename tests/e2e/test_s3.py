@@ -287,3 +287,14 @@ def test_credentials_on_the_command_line_are_warned_of_once_and_never_shown(s3, 
     _assert_secret_absent(s3.secret, run.stdout, run.stderr)
     _assert_secret_absent(s3.key, run.stdout, run.stderr)
 
+
+def test_credentials_in_an_s3_url_are_refused_without_showing_them(s3):
+    """s3fs takes ``key:secret@`` for part of the bucket's name: one clear error, no traceback."""
+    run = _cli(["scan", f"s3://{s3.key}:{s3.secret}@{BUCKET}/validate/*.csv", "--label", "cleared",
+                "--memory-limit", "2GB", "--nworkers", "1", "--dashboard-address", "",
+                "--storage-options", f"endpoint_url={s3.endpoint}"], _env(s3))
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert run.stderr.count("warning: credentials on the command line") == 1
+    assert f"Received: credentials in the URL 's3://{BUCKET}/validate/*.csv'" in run.stderr
+    _assert_secret_absent(s3.secret, run.stdout, run.stderr)
+    _assert_secret_absent(s3.key, run.stdout, run.stderr)
