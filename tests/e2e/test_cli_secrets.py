@@ -1,8 +1,8 @@
 """Secrets stay secret: the real CLI on data behind HTTP basic auth (``tests/httpserver.py``).
 
 Credentials in the data's URL are used to read and found in nothing daskfeed writes or prints
-(the manifest, the scan's records, the parse cache, the output); a rotated password keeps the
-cache; credentials on the command line are warned of once;
+(the manifest, the scan's records, the parse cache, ``files.json``, ``history.json``, the
+output); a rotated password keeps the cache; credentials on the command line are warned of once;
 ``--storage-options @FILE.json`` keeps them off it.
 """
 
@@ -122,3 +122,35 @@ def test_storage_options_from_a_file_are_read_and_not_warned_of(server, tmp_path
     assert (f"Invalid value for '--storage-options': expected @FILE.json, a JSON file of storage "
             f"options. Received: @{tmp_path / 'nope.json'}, which cannot be read (No such file or "
             "directory).") in " ".join(missing.stderr.split())
+
+
+@pytest.mark.slow  # two `daskfeed train` runs (~1 min on 2 cores)
+@pytest.mark.timeout(600)
+def test_train_and_resume_over_https_credentials_write_them_nowhere(server, tmp_path):
+    """files.json, history.json, the manifest, the checkpoints: none holds the password; a run
+    resumed with a rotated password reads its files (their credentials are those given now)."""
+    server.passwords = {PASSWORD}
+    out, cache = tmp_path / "out", tmp_path / "cache"
+
+    def train(password: str, *more: str) -> subprocess.CompletedProcess:
+        return _cli("train", *(server.url(f"split_data_0000{i}.csv", password) for i in range(4)),
+                    "--validation", server.url("validate_split_data_00000.csv", password),
+                    "--label", "cleared", "--memory-limit", "3GB", "--nworkers", "1",
+                    "--dashboard-address", "", "--cache", str(cache), "--output", str(out),
+                    "--verbose", "0", *more, timeout=500)
+
+    first = train(PASSWORD, "--epochs", "1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.stderr.count(WARNING) == 1
+    started = json.loads((out / "files.json").read_text())
+    assert [f[0] for f in started["files"]] == [
+        f"http://127.0.0.1:{server.port}/split_data_0000{i}.csv" for i in range(4)]
+    assert json.loads((out / "history.json").read_text())["epochs"][0]["rows"] == 4000
+    _assert_absent([PASSWORD], first, _written(out, cache))
+
+    server.passwords = {ROTATED}
+    resumed = train(ROTATED, "--epochs", "2", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from" in resumed.stdout, resumed.stdout
+    assert len(json.loads((out / "history.json").read_text())["epochs"]) == 2
+    _assert_absent([PASSWORD, ROTATED], resumed, _written(out, cache))
