@@ -345,8 +345,9 @@ def warn_secrets(ctx: click.Context | None) -> None:
     if not where or _warned:
         return
     _warned = True
+    shown = "; ".join(where[:3]) + (f"; and {len(where) - 3} more" if len(where) > 3 else "")
     click.echo(
-        f"warning: credentials on the command line ({'; '.join(where)}): while daskfeed runs, "
+        f"warning: credentials on the command line ({shown}): while daskfeed runs, "
         f"any user of this machine can read them in /proc/{os.getpid()}/cmdline (ps), and your "
         "shell keeps them in its history. Hint: give them where only you can read them: the "
         "environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), a profile "

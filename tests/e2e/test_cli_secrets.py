@@ -142,6 +142,7 @@ def test_train_and_resume_over_https_credentials_write_them_nowhere(server, tmp_
     first = train(PASSWORD, "--epochs", "1")
     assert first.returncode == 0, first.stderr[-3000:]
     assert first.stderr.count(WARNING) == 1
+    assert "; and 2 more)" in first.stderr  # five URLs: three named
     started = json.loads((out / "files.json").read_text())
     assert [f[0] for f in started["files"]] == [
         f"http://127.0.0.1:{server.port}/split_data_0000{i}.csv" for i in range(4)]
