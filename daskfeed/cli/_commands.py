@@ -25,7 +25,7 @@ import dask.config
 from dask.utils import format_bytes
 
 from daskfeed.cli._demo import write_demo_data
-from daskfeed.cli._flag_types import column_list, parse_storage_options
+from daskfeed.cli._flag_types import column_list, data_urls, parse_storage_options, warn_secrets
 from daskfeed.cli._flags import (
     cache_choice,
     cluster_options,
@@ -35,7 +35,7 @@ from daskfeed.cli._flags import (
     train_options,
 )
 from daskfeed.cluster import ClusterSpec, close_client
-from daskfeed.core import Aborted, DaskfeedError, SettingError, Stop, config, raise_outside
+from daskfeed.core import Aborted, DaskfeedError, SettingError, Stop, config, raise_outside, redact_text
 from daskfeed.training import TrainOptions
 
 
@@ -120,6 +120,9 @@ def _warnings_as_lines() -> Callable[[], None]:
 def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn daskfeed's user-facing errors into ``click.ClickException`` (exit 1, no traceback).
 
+    A URL in the message is shown without credentials; credentials given on the command line
+    are warned of first, once (:func:`~daskfeed.cli._flag_types.warn_secrets`).
+
     Ctrl-C (SIGINT) and SIGTERM stop the command the same way: the exception unwinds through
     ``train``, which closes the sequences and the local cluster (workers and ports gone), then
     one line is printed and the exit status is 130 (SIGINT) or 143 (SIGTERM). The command's
@@ -133,14 +136,15 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
         previous = signal.signal(signal.SIGTERM, _on_sigterm) if main else None
         unwatch = _watch_signals(stop) if main else None
         undo_warnings = _warnings_as_lines()
+        warn_secrets(click.get_current_context())
         sigint = None  # SIGINT's handler while the stop message is printed (then restored)
         try:
             return fn(*args, **kwargs)
         except BaseException as err:
             stopping = isinstance(err, KeyboardInterrupt) or (main and stop.signum is not None)
             if not stopping:  # (a signal can surface as any error raised where it landed)
-                if isinstance(err, DaskfeedError):
-                    raise click.ClickException(str(err)) from err
+                if isinstance(err, DaskfeedError):  # (a URL in it: without credentials)
+                    raise click.ClickException(redact_text(str(err))) from err
                 raise
             if main:  # a second Ctrl-C while we print must not spew a traceback
                 sigint = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -217,11 +221,12 @@ def _run_train(data: list[str], label: str, validation: list[str], output: str,
 
 
 @cli.command()
-@click.argument("data", nargs=-1, required=True)
+@click.argument("data", nargs=-1, required=True, callback=data_urls)
 @click.option("--label", required=True,
               help="The label column: 0/1 (binary), whole numbers or text class names "
                    "(classes), or other numbers (regression).")
-@click.option("--validation", multiple=True, help="Validation data (path, glob or URL; repeatable).")
+@click.option("--validation", multiple=True, callback=data_urls,
+              help="Validation data (path, glob or URL; repeatable).")
 @click.option("--output", default="daskfeed-out", show_default=True,
               help="Directory for model.keras, manifest.json, history.json.")
 @train_options
@@ -257,7 +262,7 @@ def demo(data_dir: str, rows: int, validate_rows: int, output: str, **kw: Any) -
 
 
 @cli.command()
-@click.argument("data", nargs=-1, required=True)
+@click.argument("data", nargs=-1, required=True, callback=data_urls)
 @click.option("--label", required=True,
               help="The label column: 0/1 (binary), whole numbers or text class names "
                    "(classes), or other numbers (regression).")
@@ -410,7 +415,7 @@ def cache_clear(entries: tuple[str, ...], root: str | None, yes: bool, gone: boo
 
 @cli.command()
 @click.argument("run_dir", metavar="OUTPUT")
-@click.argument("data", nargs=-1, required=True)
+@click.argument("data", nargs=-1, required=True, callback=data_urls)
 @click.option("--output", "destination", required=True, type=click.Path(dir_okay=False),
               help="Where the predictions go: FILE.csv or FILE.parquet.")
 @click.option("--keep", default=None, help="Columns of DATA passed through, e.g. ids: A,B.")
@@ -419,8 +424,9 @@ def cache_clear(entries: tuple[str, ...], root: str | None, yes: bool, gone: boo
               help="Only for a model that takes one matrix of the features (trained as one "
                    "matrix): its feature columns, in order (A,B,...).")
 @click.option("--storage-options", multiple=True, callback=parse_storage_options,
-              metavar="JSON|KEY=VALUE",
-              help="fsspec options for s3:// and other URLs, as train takes them.")
+              metavar="JSON|KEY=VALUE|@FILE",
+              help="fsspec options for s3:// and other URLs, as train takes them (credentials: "
+                   "the environment or @FILE.json).")
 @predict_timeout_option
 @click.option("--quiet", is_flag=True, help="Print only warnings and errors.")
 @cluster_options

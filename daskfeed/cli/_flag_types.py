@@ -1,5 +1,8 @@
 """How one CLI flag's value is read: sizes, durations, config defaults, columns, storage options.
 
+Credentials given on the command line (in ``--storage-options`` or a data URL) are noted where
+the flag is read and warned of once, when the command runs (:func:`warn_secrets`).
+
 Click parameter types and callbacks; :mod:`daskfeed.cli._flags` groups the flags commands share.
 Nothing heavy at import.
 """
@@ -7,16 +10,18 @@ Nothing heavy at import.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import click
 from dask.utils import parse_bytes, parse_timedelta
 
 from daskfeed.cluster import parse_memory_limit
-from daskfeed.core import DaskfeedError, config
+from daskfeed.core import DaskfeedError, config, redact_url, secret_options
 
-__all__ = ["ByteSize", "ConfigOption", "Duration", "MemorySize", "column_list", "dtype_pairs",
-           "layer_sizes", "parse_storage_options", "separator"]
+__all__ = ["ByteSize", "ConfigOption", "Duration", "MemorySize", "column_list", "data_urls",
+           "dtype_pairs", "layer_sizes", "note_secrets", "parse_storage_options", "separator",
+           "warn_secrets"]
 
 
 class ByteSize(click.ParamType):
@@ -212,11 +217,14 @@ def dtype_pairs(ctx: click.Context, param: click.Parameter, value: str | None) -
 
 def parse_storage_options(ctx: click.Context | None, param: click.Parameter | None,
                           value: tuple[str, ...]) -> dict[str, Any] | None:
-    """``--storage-options`` JSON or KEY=VALUE pairs (repeatable) → one dict for fsspec.
+    """``--storage-options`` JSON, KEY=VALUE pairs or ``@FILE.json`` (repeatable) → one dict for fsspec.
 
     ``KEY=VALUE`` values are JSON when they parse (``anon=true``, ``max_concurrency=4``), else
-    text; a dotted key nests (``client_kwargs.region_name=eu-west-1``). Values are never
-    echoed: they may hold credentials.
+    text; a dotted key nests (``client_kwargs.region_name=eu-west-1``). ``@FILE.json`` reads a
+    JSON object from a file (credentials there are not on the command line, where any user of
+    the machine can read them). Values are never echoed: they may hold credentials; the names of
+    credentials given on the command line itself are noted (:func:`note_secrets`) for the
+    command's warning.
 
     Parameters
     ----------
@@ -233,28 +241,27 @@ def parse_storage_options(ctx: click.Context | None, param: click.Parameter | No
     Raises
     ------
     click.BadParameter
-        An item that is neither a JSON object nor KEY=VALUE pairs.
+        An item that is neither a JSON object, KEY=VALUE pairs nor ``@`` and a readable file
+        holding a JSON object.
     """
     merged: dict[str, Any] = {}
+    named: list[str] = []  # credentials given on the command line
     for item in value:
         text = item.strip()
+        if text.startswith("@"):
+            merged.update(_options_file(text[1:]))
+            continue
         if text.startswith("{"):
-            try:
-                parsed = json.loads(text)
-            except json.JSONDecodeError as err:
-                raise click.BadParameter(f"expected a JSON object such as '{{\"anon\": true}}'. "
-                                         f"Received text that is not JSON ({err.msg} at "
-                                         f"character {err.pos}).") from None
-            if not isinstance(parsed, dict):
-                raise click.BadParameter("expected a JSON object {...}")
+            parsed = _json_object(text, "")
+            named += secret_options(parsed)
             merged.update(parsed)
             continue
         for pair in text.split():
             key, eq, raw = pair.partition("=")
             if not eq or not key:
                 raise click.BadParameter(f"expected KEY=VALUE pairs such as endpoint_url=http://"
-                                         f"127.0.0.1:9000 or a JSON object. Received an item "
-                                         f"without '=' (key {key[:40]!r}).")
+                                         f"127.0.0.1:9000, a JSON object or @FILE.json. Received an "
+                                         f"item without '=' (key {key[:40]!r}).")
             try:
                 val: Any = json.loads(raw)
             except ValueError:
@@ -264,4 +271,87 @@ def parse_storage_options(ctx: click.Context | None, param: click.Parameter | No
             for name in parents:
                 node = node.setdefault(name, {})
             node[last] = val
+            named += [".".join([*parents, n]) for n in secret_options({last: val})]
+    if named:
+        note_secrets(ctx, f"--storage-options {', '.join(dict.fromkeys(named))}")
     return merged or None
+
+
+def _json_object(text: str, where: str) -> dict[str, Any]:
+    """The JSON object ``text`` (from the file ``where``, or the command line: ``""``)."""
+    source = f" in {where}" if where else ""
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as err:  # (the text itself is never shown: it may hold secrets)
+        raise click.BadParameter(f"expected a JSON object such as '{{\"anon\": true}}'{source}. "
+                                 f"Received text that is not JSON ({err.msg} at line {err.lineno} "
+                                 f"column {err.colno}).") from None
+    if not isinstance(parsed, dict):
+        raise click.BadParameter(f"expected a JSON object {{...}}{source}. Received: a JSON "
+                                 f"{type(parsed).__name__}.")
+    return parsed
+
+
+def _options_file(path: str) -> dict[str, Any]:
+    """The storage options in the JSON file ``path`` (``--storage-options @path``)."""
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8") as f:
+            text = f.read()
+    except OSError as err:
+        raise click.BadParameter(f"expected @FILE.json, a JSON file of storage options. Received: "
+                                 f"@{path}, which cannot be read ({err.strerror or err}).") from None
+    return _json_object(text, repr(path))
+
+
+_SECRETS = "daskfeed.secrets"  # (a key of click's context meta: where credentials came)
+_warned = False  # warned once per process
+
+
+def note_secrets(ctx: click.Context | None, where: str) -> None:
+    """Note that credentials came on the command line (``where``: which flag, which URL).
+
+    Parameters
+    ----------
+    ctx
+        The command's context (None: outside click; nothing is noted).
+    where
+        E.g. ``"--storage-options key, secret"``.
+    """
+    if ctx is not None:
+        ctx.meta.setdefault(_SECRETS, []).append(where)
+
+
+def data_urls(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    """A callback for DATA and ``--validation``: notes URLs holding credentials; the values as given."""
+    for url in value:
+        clean = redact_url(url)
+        if clean != url:
+            note_secrets(ctx, f"in the URL {clean!r}")
+    return value
+
+
+def warn_secrets(ctx: click.Context | None) -> None:
+    """Warn, once per process, when credentials came on the command line.
+
+    The warning names where they came (never them), the risk and where to give them instead.
+
+    Parameters
+    ----------
+    ctx
+        The command's context, where :func:`note_secrets` noted them.
+    """
+    global _warned
+    where = ctx.meta.get(_SECRETS) if ctx is not None else None
+    if not where or _warned:
+        return
+    _warned = True
+    shown = "; ".join(where[:3]) + (f"; and {len(where) - 3} more" if len(where) > 3 else "")
+    click.echo(
+        f"warning: credentials on the command line ({shown}): while daskfeed runs, "
+        f"any user of this machine can read them in /proc/{os.getpid()}/cmdline (ps), and your "
+        "shell keeps them in its history. Hint: give them where only you can read them: the "
+        "environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), a profile "
+        "(AWS_PROFILE, or --storage-options '{\"profile\": \"name\"}'), or a JSON file only you "
+        "can read: --storage-options @options.json (chmod 600), e.g. {\"key\": ..., \"secret\": "
+        "...} for s3://, {\"headers\": {\"Authorization\": \"Basic ...\"}} for https://.",
+        err=True)

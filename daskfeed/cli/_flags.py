@@ -103,12 +103,14 @@ def data_options(fn: F) -> F:
         click.option("--encoding", default="utf-8", show_default=True,
                      help="Text encoding of the CSV files (e.g. latin-1)."),
         click.option("--storage-options", multiple=True, callback=parse_storage_options,
-                     metavar="JSON|KEY=VALUE",
-                     help="fsspec options for s3:// and other URLs, as JSON or KEY=VALUE pairs "
-                          "(repeatable), e.g. endpoint_url=http://127.0.0.1:9000. Credentials: "
-                          "prefer the environment (AWS_ACCESS_KEY_ID, AWS_PROFILE ...) on the "
-                          "trainer and every worker; values given here are sent to the workers "
-                          "and never printed."),
+                     metavar="JSON|KEY=VALUE|@FILE",
+                     help="fsspec options for s3:// and other URLs, as JSON, KEY=VALUE pairs or "
+                          "@FILE.json, a file holding a JSON object (repeatable), e.g. "
+                          "endpoint_url=http://127.0.0.1:9000. Credentials: prefer the "
+                          "environment (AWS_ACCESS_KEY_ID, AWS_PROFILE ...) on the trainer and "
+                          "every worker, or @FILE.json (chmod 600): on the command line any user "
+                          "of the machine can read them (warned). Values given are sent to the "
+                          "workers and never printed."),
         click.option("--na-values", callback=column_list, default=None,
                      help="Comma-separated null markers that are missing in EVERY column, text "
                           "too (e.g. NA,N/A). Without it empty fields are missing everywhere and "

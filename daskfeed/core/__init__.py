@@ -1,4 +1,4 @@
-"""Core: settings, errors, atomic writes, lifecycle, process memory, the backend's choice.
+"""Core: settings, errors, atomic writes, lifecycle, process memory, the backend's choice, secrets.
 
 What every layer above stands on; it imports nothing else of daskfeed. ``attach`` makes the
 lazy package faces (PEP 562) of every subpackage.
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         run_at_exit,
     )
     from daskfeed.core._rss import RSSSampler, tree_rss
+    from daskfeed.core._secrets import redact_text, redact_url, secret_options, url_parts
     from daskfeed.core._text import duration
 
 __all__ = [
@@ -71,12 +72,16 @@ __all__ = [
     "fsync",
     "native_logs_filtered",
     "raise_outside",
+    "redact_text",
+    "redact_url",
     "refuse",
     "refuse_setting",
     "replace",
     "run_at_exit",
+    "secret_options",
     "temporary_name",
     "tree_rss",
+    "url_parts",
     "warn_user",
     "write_file",
     "writing",
@@ -95,5 +100,7 @@ __getattr__, __dir__ = attach(__name__, {
     "Aborted": "_lifecycle", "PROCESS_STOP": "_lifecycle", "SETTLE": "_lifecycle", "Stop": "_lifecycle",
     "close_at_exit": "_lifecycle", "raise_outside": "_lifecycle", "run_at_exit": "_lifecycle",
     "RSSSampler": "_rss", "tree_rss": "_rss",
+    "redact_text": "_secrets", "redact_url": "_secrets", "secret_options": "_secrets",
+    "url_parts": "_secrets",
     "duration": "_text",
 }, modules={"config": "_config"})

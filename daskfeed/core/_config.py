@@ -15,6 +15,8 @@ from typing import Any
 import dask.config
 import yaml
 
+from daskfeed.core._secrets import redact_text
+
 _fn = os.path.join(os.path.dirname(__file__), "daskfeed.yaml")
 with open(_fn, encoding="utf-8") as _f:
     _defaults = yaml.safe_load(_f)
@@ -157,7 +159,7 @@ def resolve_blocksize(value: int | str | None, derived: int) -> int:
 
 def _one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
               line: str | None = None) -> str:
-    text = " ".join(str(message).split())
+    text = redact_text(" ".join(str(message).split()))
     kind = "" if issubclass(category, UserWarning) else f"{category.__name__}: "
     return f"warning: {kind}{text}\n"
 

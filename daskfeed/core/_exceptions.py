@@ -11,6 +11,8 @@ import warnings
 from types import FrameType
 from typing import NoReturn
 
+from daskfeed.core._secrets import redact_text
+
 __all__ = [
     "BackendError",
     "BudgetError",
@@ -110,7 +112,7 @@ def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
     Parameters
     ----------
     message
-        What to say (what was found, and a hint).
+        What to say (what was found, and a hint); a URL in it is shown without credentials.
     category
         The warning's class.
     """
@@ -118,4 +120,4 @@ def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
     level = 2
     while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "daskfeed":
         frame, level = frame.f_back, level + 1
-    warnings.warn(message, category, stacklevel=level)
+    warnings.warn(redact_text(message), category, stacklevel=level)

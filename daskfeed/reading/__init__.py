@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from daskfeed.core import attach
 
 if TYPE_CHECKING:
+    from daskfeed.reading._credentials import url_credentials, with_credentials
     from daskfeed.reading._dates import ISO_DATE, SPACES, iso_seconds
     from daskfeed.reading._files import (
         Block,
@@ -33,9 +34,10 @@ __all__ = ["ISO_DATE", "NA_MARKERS", "SPACES", "Block", "FileInfo", "Listing", "
            "SharedParse", "SmallFiles", "Source", "SplitError", "compression_of", "count_by_part",
            "expand_paths", "file_key", "is_parquet", "iso_seconds", "iter_tables", "line_number", "na_counts",
            "naive_times", "open_file", "protocol", "read_options", "record_range", "refuse_missing_local",
-           "relist", "stat_file"]
+           "relist", "stat_file", "url_credentials", "with_credentials"]
 
 __getattr__, __dir__ = attach(__name__, {
+    "url_credentials": "_credentials", "with_credentials": "_credentials",
     "ISO_DATE": "_dates", "SPACES": "_dates", "iso_seconds": "_dates",
     "Block": "_files", "FileInfo": "_files", "compression_of": "_files", "expand_paths": "_files",
     "is_parquet": "_files", "protocol": "_files", "refuse_missing_local": "_files",

@@ -2,7 +2,8 @@
 
 Listing gives each file's size, mtime and ETag in one request per pattern; :func:`make_blocks`
 cuts the files into :class:`Block` s, the unit the scan counts, the cache stores and a
-validation split assigns. Storage errors name the path and where credentials come from.
+validation split assigns. Storage errors name the path and where credentials come from. A file
+is known by its URL without credentials (:mod:`daskfeed.reading._credentials`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 
 import fsspec
 
-from daskfeed.core import DataNotFoundError, warn_user
+from daskfeed.core import DataNotFoundError, redact_text, redact_url, warn_user
+from daskfeed.reading._credentials import fsspec_target
 
 __all__ = ["COMPRESSIONS", "CSV_SUFFIXES", "PARQUET_SUFFIXES", "Block", "FileInfo",
            "compression_of", "credentials_hint", "expand_paths", "is_parquet", "make_blocks",
@@ -36,8 +38,10 @@ _DATA_SUFFIXES = CSV_SUFFIXES + PARQUET_SUFFIXES
 class FileInfo:
     """One input file: path (with protocol for remote files), size in bytes, mtime, ETag.
 
-    ``etag`` is the object store's version tag (S3's ``ETag``; ``""`` for local files): an
-    object rewritten within the same second at the same size still gets a new fingerprint.
+    ``path`` is never a URL with credentials (:func:`~daskfeed.core._secrets.redact_url`): they
+    are put back where the file is opened. ``etag`` is the object store's version tag (S3's
+    ``ETag``; ``""`` for local files): an object rewritten within the same second at the same
+    size still gets a new fingerprint.
     """
 
     path: str
@@ -147,14 +151,16 @@ def expand_paths(
     data
         What the user gave; duplicates across items are listed once.
     storage_options
-        Passed to fsspec (credentials, endpoint URL, ...).
+        Passed to fsspec (credentials, endpoint URL, ...), perhaps carrying the credentials of
+        URLs (:mod:`daskfeed.reading._credentials`).
     said
         Where what the listing has to say goes (files left out); None: warned at once.
 
     Returns
     -------
     list of FileInfo
-        In the order of the items, each item's files sorted by path.
+        In the order of the items, each item's files sorted by path; a URL's files named
+        without its credentials.
 
     Raises
     ------
@@ -173,7 +179,8 @@ def expand_paths(
         pattern = os.fspath(item)
         proto = protocol(pattern)
         for p, info in sorted(_listing(pattern, storage_options, said).items()):
-            full = p if proto == "file" else f"{proto}://{p}"
+            # (fsspec's http filesystem keeps whole URLs; the others strip the protocol)
+            full = p if proto == "file" else redact_url(p if "://" in p else f"{proto}://{p}")
             if full not in files:
                 files[full] = _file_info(full, info)
     return list(files.values())
@@ -207,10 +214,15 @@ def refuse_missing_local(data: str | os.PathLike[str] | Sequence[str | os.PathLi
 
 def _listing(pattern: str, storage_options: dict[str, Any],
              said: list[str] | None = None) -> dict[str, dict[str, Any]]:
-    """The files ``pattern`` names, each with fsspec's details (size, mtime, ETag)."""
+    """The files ``pattern`` names, each with fsspec's details (size, mtime, ETag).
+
+    Listed with the URL's credentials (given in it, or carried), named without them.
+    """
     proto = protocol(pattern)
-    fs = fsspec.filesystem(proto, **storage_options)
-    stripped = fs._strip_protocol(pattern)
+    target, options = fsspec_target(pattern, storage_options)
+    pattern = redact_url(pattern)  # what messages name
+    fs = fsspec.filesystem(proto, **options)
+    stripped = fs._strip_protocol(target)
     # fsspec keeps filesystems (and s3fs their listings) per process: list afresh, so an
     # object rewritten since an earlier listing gets its new size, mtime and ETag
     fs.invalidate_cache()
@@ -228,6 +240,13 @@ def _listing(pattern: str, storage_options: dict[str, Any],
             f"Cannot list {pattern!r}. Received: {reason(err)}.\n"
             "Hint: check the bucket name and the endpoint (storage_options / "
             "--storage-options endpoint_url=...)."
+        ) from err
+    except Exception as err:
+        if getattr(err, "status", None) not in (401, 403):  # an HTTP server's refusal
+            raise
+        raise DataNotFoundError(
+            f"Cannot read {pattern!r}: permission denied. Received: {reason(err)}.\n"
+            f"Hint: {credentials_hint(proto)}"
         ) from err
     if not found and proto != "file":
         _refuse_missing_bucket(fs, pattern, stripped)
@@ -356,10 +375,10 @@ def reason(err: BaseException) -> str:
     Returns
     -------
     str
-        ``PermissionError: <the store's message>``, at most 300 characters of it (never the
-        credentials: they are not in it).
+        ``PermissionError: <the store's message>``, at most 300 characters of it; a URL in it
+        without credentials (a store's message never holds the storage options).
     """
-    text = (getattr(err, "strerror", None) or str(err) or "").strip()
+    text = redact_text((getattr(err, "strerror", None) or str(err) or "").strip())
     return f"{type(err).__name__}: {text[:300]}"
 
 
@@ -377,12 +396,14 @@ def credentials_hint(proto: str) -> str:
         One sentence for a ``Hint:`` line.
     """
     if proto in ("s3", "s3a"):
-        return ("check the credentials: storage_options (--storage-options key=... secret=...), "
-                "else AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws/credentials "
-                "on this machine and on every worker, and that they may list and read the bucket.")
+        return ("check the credentials: storage_options (--storage-options @options.json holding "
+                "key and secret), else AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or "
+                "~/.aws/credentials on this machine and on every worker, and that they may list "
+                "and read the bucket.")
     if proto == "file":
         return "check the file permissions."
-    return f"check the {proto}:// credentials (storage_options) and the file permissions."
+    return (f"check the {proto}:// credentials (storage_options, or user:password in the URL) "
+            "and the file permissions.")
 
 
 def make_blocks(files: Sequence[FileInfo], blocksize: int) -> list[Block]:
@@ -431,7 +452,8 @@ def stat_file(path: str, storage_options: dict[str, Any] | None = None) -> FileI
     Exception
         What the storage raises when it cannot tell (no credentials, no network).
     """
-    fs, stripped = fsspec.core.url_to_fs(path, **(storage_options or {}))
+    target, options = fsspec_target(path, storage_options)
+    fs, stripped = fsspec.core.url_to_fs(target, **options)
     fs.invalidate_cache(stripped)
     try:
         return _file_info(path, fs.info(stripped))
@@ -455,6 +477,7 @@ def relist(items: Sequence[str], storage_options: dict[str, Any] | None = None) 
         Path -> FileInfo; an object store is listed again, not read from its listing cache.
     """
     for item in items:
-        fs, _ = fsspec.core.url_to_fs(item, **(storage_options or {}))
+        target, options = fsspec_target(item, storage_options)
+        fs, _ = fsspec.core.url_to_fs(target, **options)
         fs.invalidate_cache()
     return {f.path: f for f in expand_paths(list(items), storage_options)}

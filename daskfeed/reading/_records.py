@@ -24,7 +24,8 @@ __all__ = ["Quotes", "line_number", "long_line", "parse_header", "quote_limit", 
 _BOM = b"\xef\xbb\xbf"
 
 
-def parse_header(line: bytes, sep: str, path: str, encoding: str = "utf-8") -> list[str]:
+def parse_header(line: bytes, sep: str, path: str, encoding: str = "utf-8", *,
+                 max_columns: int) -> list[str]:
     """The column names in a header line.
 
     Parameters
@@ -37,6 +38,9 @@ def parse_header(line: bytes, sep: str, path: str, encoding: str = "utf-8") -> l
         The file (for errors).
     encoding
         The file's text encoding.
+    max_columns
+        The most columns it may name (``daskfeed.max-columns``, resolved with the read
+        options: :attr:`~daskfeed.reading._tables.ReadOptions.max_columns`).
 
     Returns
     -------
@@ -46,7 +50,7 @@ def parse_header(line: bytes, sep: str, path: str, encoding: str = "utf-8") -> l
     Raises
     ------
     DataError
-        When the line is not ``encoding`` text.
+        When the line is not ``encoding`` text, or names more than ``max_columns`` columns.
     SchemaError
         When a name is there twice.
     """
@@ -68,6 +72,13 @@ def parse_header(line: bytes, sep: str, path: str, encoding: str = "utf-8") -> l
             f"Expected a CSV header line in {path} (line 1). Received: {err}; it starts "
             f"{text[:60]!r}.\nHint: is it a CSV file? Column names longer than 128 KiB are not "
             "read.") from err
+    if len(names) > max_columns:
+        raise DataError(
+            f"Expected at most {max_columns:,} columns in the header of {path} (line 1). "
+            f"Received: {len(names):,} columns split on {sep!r}; it starts {text[:60]!r}.\n"
+            "Hint: is it a CSV file, and is its separator --sep (sep=)? A table this wide needs "
+            f"daskfeed.max-columns raised (DASK_DASKFEED__MAX_COLUMNS={len(names)}, or "
+            f"dask.config.set({{'daskfeed.max-columns': {len(names)}}})).")
     seen: dict[str, int] = {}
     for i, name in enumerate(names, start=1):
         if name in seen:

@@ -126,7 +126,8 @@ class SmallFiles:
         if len(texts) < 2:
             return []
         try:  # any trouble: parsed file by file, where errors name the right file
-            names = parse_header(header, self.options.sep, texts[0][1].path, self.options.encoding)
+            names = parse_header(header, self.options.sep, texts[0][1].path, self.options.encoding,
+                                 max_columns=self.options.max_columns)
             return self._parse_together(texts, names, len(header)) if names else []
         except DataError:
             return []

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
-from daskfeed.core import DataNotFoundError, SettingError, config, warn_user
+from daskfeed.core import DataNotFoundError, SettingError, config, redact_url, warn_user
+from daskfeed.reading._credentials import carry
 from daskfeed.reading._files import (
     COMPRESSIONS,
     Block,
@@ -56,7 +57,9 @@ class Source:
     dtype
         Per-column dtype overrides, e.g. ``{"zip": "string"}``.
     storage_options
-        Passed to fsspec (credentials, endpoint URL for S3-compatible stores, ...).
+        Passed to fsspec (credentials, endpoint URL for S3-compatible stores, ...). Credentials
+        in a URL (``https://user:password@host/...``) are used to read, and kept nowhere else:
+        the files, their fingerprint and every message name the URL without them.
     bad_lines
         A line whose field count differs from the header's: ``"error"`` (default) stops with
         the file, byte range and line; ``"skip"`` drops it and counts it in the manifest
@@ -108,9 +111,12 @@ class Source:
             paths: PathsLike = listing.data if listing is not None else cast("PathsLike", data)
             items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
             self.given = [os.path.abspath(os.fspath(d)) if protocol(os.fspath(d)) == "file"
-                          else os.fspath(d) for d in items]
+                          else redact_url(os.fspath(d)) for d in items]
             so = dict(self.options.storage_options)
             self.files = listing.files(so) if listing is not None else expand_paths(paths, so)
+            # the credentials of URLs travel with the storage options, to open the files
+            self.options = replace(self.options, storage_options=carry(self.options.storage_options,
+                                                                       items))
             if self.options.sep_by_suffix:  # no separator chosen: a tab for .tsv, else a comma
                 self.options = replace(self.options, sep=_sep_of(self.files), sep_by_suffix=False)
                 _decimal(self.options.decimal, self.options.sep)
@@ -165,6 +171,7 @@ class Source:
         opts = asdict(self.options)
         opts.pop("storage_options")
         opts.pop("sep_by_suffix")  # resolved by now (a frame has no files: nothing to resolve)
+        opts.pop("max_columns")  # a bound on what is read, not how: the same fingerprints
         if opts["decimal"] == ".":  # the same fingerprints as before the setting existed
             opts.pop("decimal")
         return opts
@@ -312,7 +319,8 @@ class Source:
                     f"Cannot read {info.path}: permission denied. Received: {reason(err)}.\n"
                     f"Hint: {credentials_hint(protocol(info.path))}"
                 ) from err
-            names = parse_header(line, self.options.sep, info.path, self.options.encoding)
+            names = parse_header(line, self.options.sep, info.path, self.options.encoding,
+                                 max_columns=self.options.max_columns)
             if names:
                 return names
         return []
@@ -378,7 +386,8 @@ def read_options(*, blocksize: int | str | None = None, sep: str | None = None,
     ValueError
         For an unknown ``bad_lines`` or ``na_values`` that are not text.
     SettingError
-        For a decimal point that is not one character other than the separator.
+        For a decimal point that is not one character other than the separator, or a
+        ``daskfeed.max-columns`` that is not a whole number of at least 1.
     """
     if bad_lines not in BAD_LINES:
         raise ValueError(
@@ -393,7 +402,19 @@ def read_options(*, blocksize: int | str | None = None, sep: str | None = None,
         bad_lines=bad_lines,
         na_values=_na_values(na_values),
         decimal=_decimal(decimal, sep or ""),  # (no separator chosen: checked once it is)
+        max_columns=_max_columns(),
     )
+
+
+def _max_columns() -> int:
+    """``daskfeed.max-columns``, checked: a whole number of at least 1."""
+    value = config.get("max-columns")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SettingError(
+            "Expected daskfeed.max-columns to be a whole number of at least 1, such as 10000. "
+            f"Received: {value!r}.\nHint: set it as a number (DASK_DASKFEED__MAX_COLUMNS=50000, "
+            "or dask.config.set({'daskfeed.max-columns': 50000})).")
+    return value
 
 
 def _sep_of(files: Sequence[FileInfo]) -> str:

@@ -15,7 +15,8 @@ from typing import IO, TYPE_CHECKING, Any, Union
 
 import fsspec
 
-from daskfeed.core import DataError, DataNotFoundError
+from daskfeed.core import DataError, DataNotFoundError, redact_text, redact_url
+from daskfeed.reading._credentials import fsspec_target
 from daskfeed.reading._files import COMPRESSIONS
 
 if TYPE_CHECKING:
@@ -34,9 +35,10 @@ def open_file(path: str, storage_options: dict[str, Any],
     Parameters
     ----------
     path
-        A local path or fsspec URL.
+        A local path or fsspec URL (as listed: without credentials).
     storage_options
-        Passed to fsspec.
+        Passed to fsspec; the credentials of URLs they carry are put back into ``path``
+        (:func:`~daskfeed.reading._credentials.fsspec_target`).
     compression
         From :func:`daskfeed.reading._files.compression_of`; None reads the bytes as they are.
 
@@ -59,11 +61,14 @@ def open_file(path: str, storage_options: dict[str, Any],
         if "://" not in path and (own or compression is None):  # local: no fsspec per file
             raw: IO[bytes] = open(path, "rb")  # closed by the caller
         else:
-            raw = fsspec.open(path, "rb", compression=None if own else compression,
-                              **storage_options).open()
+            target, options = fsspec_target(path, storage_options)  # with its credentials
+            raw = fsspec.open(target, "rb", compression=None if own else compression,
+                              **options).open()
     except (FileNotFoundError, PermissionError, IsADirectoryError) as err:
+        if isinstance(err, DataNotFoundError):  # (credentials where they cannot be read)
+            raise
         raise DataNotFoundError(
-            f"Cannot read {path}: {err.strerror or type(err).__name__}.\n"
+            f"Cannot read {redact_url(path)}: {redact_text(err.strerror or type(err).__name__)}.\n"
             "Expected the file listed when the data were opened. Hint: it was moved or deleted "
             "since (rerun to list the files again), or check its permissions / credentials."
         ) from err

@@ -56,6 +56,9 @@ class ReadOptions:
     decimal: str = "."  # the numbers' decimal point (pyarrow's decimal_point; "," in many locales)
     # no separator chosen: the Source that lists the files makes it a tab when all are .tsv
     sep_by_suffix: bool = False
+    # columns a header may name (daskfeed.max-columns, shipped 10,000): a bound, not a way of
+    # reading, so it enters no fingerprint and no comparison
+    max_columns: int = field(default=10_000, compare=False)
 
 
 def iter_tables(block: Block, options: ReadOptions,
@@ -95,7 +98,8 @@ def iter_tables(block: Block, options: ReadOptions,
     compression = compression_of(block.path)
     with open_file(block.path, so, compression) as f:
         header = read_header(f, block.path, quote_limit(options.blocksize))
-        names = parse_header(header, options.sep, block.path, options.encoding)
+        names = parse_header(header, options.sep, block.path, options.encoding,
+                             max_columns=options.max_columns)
         if not names:
             return
         if block.length >= 0:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from daskfeed.core import ClusterError, refuse_setting
+from daskfeed.core import ClusterError, redact_text, refuse_setting
 from daskfeed.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -128,8 +128,12 @@ def _from_tf_config(text: str) -> Rank:
 
 
 def scan_key(**settings: Any) -> str:
-    """A name for the manifests of these data and settings (the same on every rank)."""
-    text = json.dumps(settings, sort_keys=True, default=str)
+    """A name for the manifests of these data and settings (the same on every rank).
+
+    The data's URLs enter it without credentials: ranks given other credentials for the same
+    files share one scan.
+    """
+    text = redact_text(json.dumps(settings, sort_keys=True, default=str))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 

@@ -1,6 +1,7 @@
 """The files a run started with, and what ``--resume`` does when the data grew since.
 
-A fresh run keeps the identity of every file it trains on in ``<output>/files.json``. A resumed
+A fresh run keeps the identity of every file it trains on in ``<output>/files.json`` (a URL
+without its credentials). A resumed
 run continues on exactly those files: files added since (a day of new logs) join at the next
 run, not this one, so the checkpoint's order of batches still holds; a file the run started
 with that changed or went is refused, named. A run without ``files.json`` resumes on the data
@@ -14,7 +15,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from daskfeed.core import CheckpointError, write_file
-from daskfeed.reading import expand_paths
+from daskfeed.reading import expand_paths, url_credentials, with_credentials
 
 if TYPE_CHECKING:
     from daskfeed.reading import Source
@@ -74,4 +75,7 @@ def resume_data(run: Run) -> Any:
     if new:
         run.echo(f"resuming on the {len(files):,} files the run started with; {len(new):,} "
                  "new file(s) matching the data join at the next run (without --resume)")
-    return [path for path, *_ in files]
+    # kept without the credentials of their URLs: those of the data as given now open them
+    given = [run.data] if isinstance(run.data, (str, os.PathLike)) else run.data
+    carried = url_credentials(given)
+    return [with_credentials(path, carried) for path, *_ in files]

@@ -267,3 +267,26 @@ def test_a_header_only_file_and_duplicated_names_say_what_is_wrong(tmp_path, cli
                                           r".*dup\.csv\. Received: 'x' as column 1 and column 3 "
                                           r"\(line 1\)"):
         daskfeed.scan(str(tmp_path / "d" / "dup.csv"), label="y", client=client)
+
+
+def test_a_header_of_too_many_columns_is_one_clear_message_from_the_cli(tmp_path):
+    """A header of 20,001 columns (the shipped limit is 10,000): exit 1, one message, no traceback."""
+    import shutil
+    import subprocess
+    import sys
+
+    names = [f"c{i}" for i in range(20_001)]
+    path = tmp_path / "wide.csv"
+    path.write_text(",".join(names) + "\n" + "\n".join(",".join(str((i + r) % 2) for i in range(20_001))
+                                                        for r in range(3)) + "\n", encoding="utf-8")
+    exe = shutil.which("daskfeed", path=os.path.dirname(sys.executable)) or "daskfeed"
+    args = [exe, "scan", str(path), "--label", "c0", "--memory-limit", "2GB", "--nworkers", "1",
+            "--no-cache", "--dashboard-address", ""]
+    env = {k: v for k, v in os.environ.items() if k != "DASK_DASKFEED__MAX_COLUMNS"}
+    out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 1, out.stdout + out.stderr[-3000:]
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert out.stderr.startswith("Error: Expected at most 10,000 columns in the header of "
+                                 f"{path} (line 1). Received: 20,001 columns"), out.stderr[-3000:]
+    assert out.stderr.count("Expected at most 10,000 columns") == 1
+    assert "Hint: " in out.stderr and "daskfeed.max-columns" in out.stderr

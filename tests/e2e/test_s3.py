@@ -268,3 +268,33 @@ def test_train_on_s3_never_writes_the_secret(s3, tmp_path):
     _assert_secret_absent(s3.secret, run.stdout, run.stderr, files=written)
     _assert_secret_absent(s3.key, run.stdout, run.stderr, files=written)
     print(f"train on s3: {time.monotonic() - t0:.1f}s")
+
+
+def test_credentials_on_the_command_line_are_warned_of_once_and_never_shown(s3, tmp_path):
+    """key and secret as --storage-options (JSON and a pair): the scan reads with them; one
+    warning names the flags (not the values), the risk and where to give them instead."""
+    env = {k: v for k, v in _env(s3).items() if not k.startswith("AWS_")}  # flags only
+    run = _cli(["scan", f"s3://{BUCKET}/validate/*.csv", "--label", "cleared", "--memory-limit", "2GB",
+                "--nworkers", "1", "--no-cache", "--dashboard-address", "",
+                "--storage-options", json.dumps({"endpoint_url": s3.endpoint, "key": s3.key}),
+                "--storage-options", f"secret={s3.secret}"], env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "2,000 rows in" in run.stdout
+    assert run.stderr.count("warning: credentials on the command line") == 1, run.stderr
+    assert "(--storage-options key, secret)" in run.stderr
+    assert re.search(r"/proc/\d+/cmdline", run.stderr) and "history" in run.stderr
+    assert "AWS_ACCESS_KEY_ID" in run.stderr and "--storage-options @options.json" in run.stderr
+    _assert_secret_absent(s3.secret, run.stdout, run.stderr)
+    _assert_secret_absent(s3.key, run.stdout, run.stderr)
+
+
+def test_credentials_in_an_s3_url_are_refused_without_showing_them(s3):
+    """s3fs takes ``key:secret@`` for part of the bucket's name: one clear error, no traceback."""
+    run = _cli(["scan", f"s3://{s3.key}:{s3.secret}@{BUCKET}/validate/*.csv", "--label", "cleared",
+                "--memory-limit", "2GB", "--nworkers", "1", "--dashboard-address", "",
+                "--storage-options", f"endpoint_url={s3.endpoint}"], _env(s3))
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert run.stderr.count("warning: credentials on the command line") == 1
+    assert f"Received: credentials in the URL 's3://{BUCKET}/validate/*.csv'" in run.stderr
+    _assert_secret_absent(s3.secret, run.stdout, run.stderr)
+    _assert_secret_absent(s3.key, run.stdout, run.stderr)

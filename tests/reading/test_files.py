@@ -45,3 +45,23 @@ def test_tsv_files_are_read_with_tabs_unless_a_separator_is_chosen(tmp_path, cli
     (tmp_path / "b.csv").write_text("x,y\n1,0\n2,1\n", encoding="utf-8")
     assert daskfeed.scan(str(tmp_path / "b.csv"), label="y",
                          client=client).read_options["sep"] == ","
+
+
+def test_an_http_url_is_listed_once_with_its_protocol_and_a_refusal_is_a_permission_error(tmp_path):
+    """fsspec's http filesystem keeps whole URLs (the others strip the protocol): a file is
+    ``http://host/a.csv``, read; a server's 401 is daskfeed's error, not aiohttp's traceback."""
+    from httpserver import basic_auth_server
+
+    from daskfeed import DataNotFoundError
+    from daskfeed.reading import Source
+
+    (tmp_path / "a.csv").write_text("x,y\n1,0\n", encoding="utf-8")
+    with basic_auth_server(tmp_path, "reader", "pw") as server:
+        src = Source(server.url("a.csv", "pw"))
+        assert len(src.files) == 1 and src.files[0].path.startswith("http://")
+        assert "http://http" not in src.files[0].path and src.files[0].size == 8
+        assert src.header() == ["x", "y"]
+        with pytest.raises(DataNotFoundError, match=r"permission denied\. Received: "
+                                                    r"ClientResponseError: 401") as err:
+            Source(server.url("a.csv", "wrong"))
+        assert "Hint: check the http:// credentials" in str(err.value)

@@ -389,3 +389,47 @@ def test_a_header_field_past_the_csv_modules_limit_is_a_data_error(tmp_path):
     path.write_bytes(b'"' + b"n" * (200 * 1024) + b'",y\n1,0\n')
     with pytest.raises(DataError, match=r"Expected a CSV header line in .*wide.csv \(line 1\)"):
         Source(str(path)).header()
+
+
+# ------------------------------------------------------------------ a header of too many columns
+def _wide(path, columns: int) -> None:
+    names = [f"c{i}" for i in range(columns)]
+    path.write_text(",".join(names) + "\n" + ",".join("1" for _ in names) + "\n", encoding="utf-8")
+
+
+def test_a_header_of_more_columns_than_the_limit_is_an_error_naming_file_count_and_setting(tmp_path):
+    import dask.config
+
+    path = tmp_path / "wide.csv"
+    _wide(path, 20_001)
+    src = Source(str(path))
+    with pytest.raises(DataError) as err:
+        src.header()
+    text = str(err.value)
+    assert f"Expected at most 10,000 columns in the header of {path} (line 1)." in text
+    assert "Received: 20,001 columns split on ','; it starts 'c0,c1,c2," in text
+    assert "\nHint: " in text and "daskfeed.max-columns" in text and "--sep" in text
+    with pytest.raises(DataError, match=r"Received: 20,001 columns"):  # as a worker reads it
+        list(iter_tables(src.blocks[0], src.options))
+
+    with dask.config.set({"daskfeed.max-columns": 20_001}):
+        wider = Source(str(path))
+    # resolved with the read options and handed down: the config's scope has ended
+    assert len(wider.header()) == 20_001
+    (table,) = iter_tables(wider.blocks[0], wider.options)
+    assert table.num_columns == 20_001 and table.num_rows == 1
+    assert wider.fingerprint() == src.fingerprint()  # a bound, not a way of reading
+
+
+@pytest.mark.parametrize("value", ["many", 0, 2.5, True])
+def test_a_max_columns_setting_that_is_not_a_count_is_refused(tmp_path, value):
+    import dask.config
+
+    from daskfeed import SettingError
+
+    path = tmp_path / "a.csv"
+    _wide(path, 3)
+    with dask.config.set({"daskfeed.max-columns": value}), pytest.raises(SettingError) as err:
+        Source(str(path))
+    assert "Expected daskfeed.max-columns to be a whole number of at least 1" in str(err.value)
+    assert f"Received: {value!r}." in str(err.value)
