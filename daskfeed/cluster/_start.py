@@ -79,6 +79,8 @@ def start_local_cluster(
     kwargs: dict[str, Any] = {
         "local_directory": spill,
         "host": host,
+        # said, not inferred: without processes distributed infers inproc://, which refuses a host
+        "protocol": "tcp://",
         "processes": processes,
         "dashboard_address": dashboard_address or None,
         # task errors are re-raised in the trainer with file/partition named; don't log twice
