@@ -11,7 +11,7 @@ import logging
 import os
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ from daskfeed.cluster._budget import (
     Budget,
     default_memory_limit,
 )
-from daskfeed.cluster._remote import connect
+from daskfeed.cluster._remote import connect, refuse_plaintext_credentials
 from daskfeed.core import ClusterError, SettingError, config
 
 if TYPE_CHECKING:
@@ -228,8 +228,12 @@ class ClusterSpec:
         return cls(**settings)
 
     def open(self, echo: Callable[[str], None] = print, *, trainer_reserve: int | None = None,
-             worker_reserve: int = 0, nworkers: int | None = None) -> tuple[Client, Budget]:
+             worker_reserve: int = 0, nworkers: int | None = None,
+             storage_options: Mapping[str, Any] | None = None) -> tuple[Client, Budget]:
         """:func:`open_cluster` as described (``trainer_reserve``, ``nworkers``: the caller's own).
+
+        ``storage_options``: what the work will carry to the workers (credentials in it are
+        refused for a scheduler on another host over plain ``tcp://``).
 
         Returns
         -------
@@ -243,7 +247,7 @@ class ClusterSpec:
             local_tls=self.local_tls,
             trainer_reserve=self.trainer_reserve if trainer_reserve is None else trainer_reserve,
             worker_reserve=worker_reserve, window_bytes=self.window_bytes,
-            max_blocksize=self.max_blocksize, echo=echo)
+            max_blocksize=self.max_blocksize, storage_options=storage_options, echo=echo)
 
 
 def open_cluster(memory_limit: str | int | None, *, nworkers: int | None = None, nthreads: int = 1,
@@ -252,13 +256,15 @@ def open_cluster(memory_limit: str | int | None, *, nworkers: int | None = None,
                  local_tls: bool | None = None,
                  trainer_reserve: int = TRAINER_RESERVE, worker_reserve: int = 0,
                  window_bytes: int = WINDOW_BYTES, max_blocksize: int = MAX_BLOCKSIZE,
+                 storage_options: Mapping[str, Any] | None = None,
                  echo: Callable[[str], None] = print) -> tuple[Client, Budget]:
     """A client and the budget it works in: a LocalCluster inside ``memory_limit``, or ``scheduler``.
 
     ``memory_limit`` (default 75 % of RAM) is the whole process tree's budget for a local
     cluster, the trainer's own for a running scheduler. ``trainer_reserve``, ``worker_reserve``,
     ``window_bytes`` and ``max_blocksize`` as for :meth:`Budget.split`; ``local_tls`` as for
-    :func:`start_local_cluster`'s ``tls``. Says what it made through ``echo``.
+    :func:`start_local_cluster`'s ``tls``; ``storage_options`` as :func:`connect` checks them.
+    Says what it made through ``echo``.
     """
     shown = memory_limit if isinstance(memory_limit, str) else None
     limit = memory_limit if memory_limit is not None else default_memory_limit()
@@ -269,7 +275,7 @@ def open_cluster(memory_limit: str | int | None, *, nworkers: int | None = None,
         echo(f"memory limit: {budget.describe(shown)}")
         return start_local_cluster(budget, dashboard_address=dashboard_address,
                                    processes=processes, tls=local_tls), budget
-    client = connect(scheduler, security=security)
+    client = connect(scheduler, security=security, storage_options=storage_options)
     quiet_close(client)
     try:
         budget = Budget.remote(limit, client, window_bytes=window_bytes,
@@ -364,23 +370,36 @@ def close_client(client: Client) -> None:
         shutil.rmtree(owned.spill, ignore_errors=True)
 
 
-def acquire_client(client: Client | str | None = None) -> tuple[Client, bool]:
+def acquire_client(client: Client | str | None = None,
+                   storage_options: Mapping[str, Any] | None = None) -> tuple[Client, bool]:
     """Resolve ``client`` → ``(Client, owned)``.
 
     A Client is used as is; an address string connects; ``None`` takes the current default
-    client, else starts a LocalCluster that the caller owns (and must close).
+    client, else starts a LocalCluster that the caller owns (and must close). Credentials in
+    ``storage_options`` (what the work will carry) are refused for a scheduler on another host
+    over plain ``tcp://`` (:func:`~daskfeed.cluster._remote.refuse_plaintext_credentials`).
     """
     if client is not None and not isinstance(client, str):
+        refuse_plaintext_credentials(_address(client), storage_options)
         return quiet_close(client), False
     if isinstance(client, str):
-        return quiet_close(connect(client)), True
+        return quiet_close(connect(client, storage_options=storage_options)), True
     from distributed import get_client
 
     try:
-        return quiet_close(get_client()), False
+        default = get_client()
     except ValueError:
-        logger.info("daskfeed: no Dask client found; starting a LocalCluster on 127.0.0.1")
-        return start_local_cluster(), True
+        default = None
+    if default is not None:
+        refuse_plaintext_credentials(_address(default), storage_options)
+        return quiet_close(default), False
+    logger.info("daskfeed: no Dask client found; starting a LocalCluster on 127.0.0.1")
+    return start_local_cluster(), True
+
+
+def _address(client: Client) -> str:
+    """The scheduler address of ``client`` ("" where it has none: closed, not yet started)."""
+    return str(getattr(getattr(client, "scheduler", None), "address", "") or "")
 
 
 # the clients whose workers quiet_close set up (weak: one registration per client, not per use)
@@ -410,9 +429,10 @@ def quiet_close(client: Client) -> Client:
 
 
 @contextlib.contextmanager
-def client_context(client: Client | str | None = None) -> Iterator[Client]:
+def client_context(client: Client | str | None = None,
+                   storage_options: Mapping[str, Any] | None = None) -> Iterator[Client]:
     """Like :func:`acquire_client`, closing what it started on exit."""
-    c, owned = acquire_client(client)
+    c, owned = acquire_client(client, storage_options)
     try:
         yield c
     finally:
