@@ -27,10 +27,14 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run_once(cmd: list[str], out: str, pythonpath: str | None) -> dict[str, float]:
-    """One ``daskfeed train`` in a fresh ``out``: epoch 1 from the start, steady epoch seconds."""
+def run_once(cmd: list[str], out: str, pythonpath: str | None,
+             extra_env: dict[str, str] | None = None) -> dict[str, float]:
+    """One ``daskfeed train`` in a fresh ``out``: epoch 1 from the start, steady epoch seconds.
+
+    ``extra_env``: variables set for this run (``benchmarks/tls_ab.py``: a ``daskfeed.*`` key).
+    """
     shutil.rmtree(out, ignore_errors=True)
-    env = dict(os.environ)
+    env = {**os.environ, **(extra_env or {})}
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     start = time.time()

@@ -58,25 +58,38 @@ def in_process_budget(room: int = 3 * 10**9) -> str:
     return str(psutil.Process().memory_info().rss + room)
 
 
-def compose_commands(scheduler_file: str) -> tuple[list[str], list[str]]:
+def compose_commands(scheduler_file: str) -> tuple[list[str], list[str], list[str]]:
     """deploy/compose.yaml's scheduler and worker command lines, on loopback ports the OS picks,
-    meeting through ``scheduler_file``."""
+    meeting through ``scheduler_file``, with TLS certificates deploy/make_certs.py makes beside
+    it (for the compose file's ``/tls/``); and the trainer's flags for them."""
+    import sys
+
     import yaml
 
+    certs = os.path.join(os.path.dirname(scheduler_file), "tls")
+    subprocess.run([sys.executable, str(ROOT / "deploy" / "make_certs.py"), certs], check=True,
+                   stdout=subprocess.DEVNULL)
     services = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())["services"]
     sched, worker = list(services["scheduler"]["command"]), list(services["worker"]["command"])
 
     def setopt(cmd: list[str], flag: str, value: str) -> None:
         cmd[cmd.index(flag) + 1] = value
 
+    def mounted(cmd: list[str]) -> list[str]:  # the container's /tls/ is the directory made here
+        return [os.path.join(certs, p[len("/tls/"):]) if p.startswith("/tls/") else p for p in cmd]
+
     setopt(sched, "--host", "127.0.0.1")
     setopt(sched, "--port", "0")
     setopt(sched, "--dashboard-address", "127.0.0.1:0")
-    sched += ["--scheduler-file", scheduler_file]
-    worker = [p for p in worker if not p.startswith("tcp://")]
+    sched = [*mounted(sched), "--scheduler-file", scheduler_file]
+    worker = [p for p in worker if not p.startswith(("tcp://", "tls://"))]
     setopt(worker, "--dashboard-address", "127.0.0.1:0")
-    worker += ["--scheduler-file", scheduler_file, "--host", "127.0.0.1", "--nthreads", "1"]
-    return sched, worker
+    worker = [*mounted(worker), "--scheduler-file", scheduler_file, "--host", "127.0.0.1",
+              "--nthreads", "1"]
+    trainer = ["--tls-ca-file", os.path.join(certs, "ca.pem"),
+               "--tls-cert", os.path.join(certs, "client.pem"),
+               "--tls-key", os.path.join(certs, "client.key")]
+    return sched, worker, trainer
 
 
 def write_rows(root: str, *, n: int, files: int, seed: int, unseen: bool = False) -> None:

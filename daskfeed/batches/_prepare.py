@@ -75,7 +75,8 @@ class Prepared:
         self.settings = settings
         self.source = Source(data, options=settings.read)
         self.owner = Owner()
-        self.owner.client, self.owner.owns = acquire_client(client)
+        self.owner.client, self.owner.owns = acquire_client(
+            client, dict(self.source.options.storage_options))  # (credentials: over TLS only)
         self.scheduler_address = self.client.scheduler.address  # what a pickled copy reconnects to
         self.security = getattr(self.client, "security", None)  # tls:// reconnects after pickling
         try:

@@ -182,12 +182,13 @@ def cli() -> None:
 
 
 def _start_cluster(memory_limit: str | None, *, nworkers: int | None, nthreads: int,
-                   scheduler: str | None, security: Any, dashboard_address: str | None) -> Any:
+                   scheduler: str | None, security: Any, dashboard_address: str | None,
+                   storage_options: dict[str, Any] | None = None) -> Any:
     """A client and its budget, as ``train`` makes them (a LocalCluster or a running scheduler)."""
     spec = ClusterSpec.resolve(memory_limit=memory_limit, nworkers=nworkers, nthreads=nthreads,
                                scheduler=scheduler, security=security,
                                dashboard_address=dashboard_address)
-    client, budget = spec.open(click.echo)
+    client, budget = spec.open(click.echo, storage_options=storage_options)
     if not scheduler and getattr(client, "dashboard_link", None):
         click.echo(f"dashboard: {client.dashboard_link}")
     return client, budget
@@ -286,7 +287,8 @@ def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> No
     listing = Listing(list(data), kw["storage_options"])  # while the cluster starts
     client, budget = _start_cluster(kw.pop("memory_limit"), nworkers=kw.pop("nworkers"),
                                     nthreads=kw.pop("nthreads"), scheduler=scheduler,
-                                    security=security, dashboard_address=kw.pop("dashboard_address"))
+                                    security=security, dashboard_address=kw.pop("dashboard_address"),
+                                    storage_options=kw["storage_options"])
     try:
         from daskfeed.cache import CacheChoice
 

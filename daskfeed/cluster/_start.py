@@ -11,7 +11,7 @@ import logging
 import os
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,14 +22,14 @@ from daskfeed.cluster._budget import (
     Budget,
     default_memory_limit,
 )
-from daskfeed.cluster._remote import connect
-from daskfeed.core import SettingError, config
+from daskfeed.cluster._remote import connect, refuse_plaintext_credentials
+from daskfeed.core import ClusterError, SettingError, config
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster, Security, Worker
 
-__all__ = ["ClusterSpec", "acquire_client", "client_context", "close_client", "open_cluster",
-           "quiet_close", "spill_directory", "start_local_cluster"]
+__all__ = ["ClusterSpec", "acquire_client", "client_context", "close_client", "local_security",
+           "open_cluster", "quiet_close", "spill_directory", "start_local_cluster"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,13 +59,19 @@ def start_local_cluster(
     dashboard_address: str | None = None,
     processes: bool = True,
     host: str = "127.0.0.1",
+    tls: bool | None = None,
 ) -> Client:
     """Start a LocalCluster on loopback inside ``budget`` and return a Client owning it.
 
-    Closing the client (``client.close()``) also closes the cluster.
+    Closing the client (``client.close()``) also closes the cluster. With ``tls`` (None:
+    ``daskfeed.local-tls``, true as shipped) the scheduler, nannies and workers speak TLS with
+    credentials made here, in memory (:func:`local_security`): a client that does not hold
+    them is refused. The dashboard (and ``/metrics``, daskfeed's page) stays HTTP on loopback.
     """
     from distributed import Client, LocalCluster
 
+    if tls is None:
+        tls = config.get_flag("local-tls")
     if dashboard_address is None:
         dashboard_address = config.get("dashboard-address")
     if dashboard_address:  # the port asked for (8787) when free, else distributed binds port 0
@@ -79,6 +85,8 @@ def start_local_cluster(
     kwargs: dict[str, Any] = {
         "local_directory": spill,
         "host": host,
+        # said, not inferred: without processes distributed infers inproc://, which refuses a host
+        "protocol": "tls://" if tls else "tcp://",
         "processes": processes,
         "dashboard_address": dashboard_address or None,
         # task errors are re-raised in the trainer with file/partition named; don't log twice
@@ -96,6 +104,8 @@ def start_local_cluster(
         from daskfeed.cluster import _quiet
 
         _quiet.install()
+    if tls:
+        kwargs["security"] = local_security()
     if budget is not None:
         kwargs.update(n_workers=budget.nworkers, threads_per_worker=budget.nthreads,
                       memory_limit=budget.worker)
@@ -105,6 +115,36 @@ def start_local_cluster(
     client = Client(cluster, set_as_default=False)
     _OWNED[client] = _Owned(cluster, spill)
     return client
+
+
+def local_security() -> Security:
+    """Credentials for one local cluster: a key and a self-signed certificate, in memory only.
+
+    distributed's ``Security.temporary()``: every role (scheduler, worker, client) holds the
+    same certificate, which is also the one CA trusted, and encryption is required, so a peer
+    is accepted only if it holds this key. The key lives in memory: distributed writes it to a
+    private temporary directory (0700) only while OpenSSL loads it into a TLS context, and the
+    cluster's worker processes receive it from their nanny, never from a file.
+
+    Returns
+    -------
+    distributed.Security
+
+    Raises
+    ------
+    ClusterError
+        Without the ``cryptography`` package, which makes them.
+    """
+    from distributed import Security
+
+    try:
+        return Security.temporary()
+    except ImportError as err:
+        raise ClusterError(
+            "Expected the cryptography package, which makes the local cluster's TLS "
+            f"credentials. Received: {err}.\nHint: pip install cryptography (a dependency of "
+            "daskfeed), or set daskfeed.local-tls: false (DASK_DASKFEED__LOCAL_TLS=false) for a "
+            "plain tcp:// cluster that any user of this machine can connect to.") from err
 
 
 @dataclass(frozen=True)
@@ -140,6 +180,9 @@ class ClusterSpec:
         The local cluster's shape (ignored with ``scheduler``).
     dashboard_address
         Where a local cluster's dashboard listens (resolved: ``daskfeed.dashboard-address``).
+    local_tls
+        Whether a local cluster speaks TLS with credentials of its own, refusing clients
+        without them (resolved: ``daskfeed.local-tls``, true as shipped).
     scheduler
         Address or scheduler file of a running cluster; None: a LocalCluster on 127.0.0.1.
     security
@@ -155,6 +198,7 @@ class ClusterSpec:
     nthreads: int = 1
     processes: bool = True
     dashboard_address: str | None = None
+    local_tls: bool = True
     scheduler: str | None = None
     security: Security | None = field(default=None, repr=False)
     trainer_reserve: int = TRAINER_RESERVE
@@ -177,14 +221,19 @@ class ClusterSpec:
         """
         settings["dashboard_address"] = config.get("dashboard-address",
                                                    settings.get("dashboard_address"))
+        settings["local_tls"] = config.get_flag("local-tls", settings.get("local_tls"))
         for key in ("trainer_reserve", "window_bytes"):
             settings[key] = config.get_bytes(key.replace("_", "-"), settings.get(key))
         settings["max_blocksize"] = config.get_bytes("blocksize", settings.get("max_blocksize"))
         return cls(**settings)
 
     def open(self, echo: Callable[[str], None] = print, *, trainer_reserve: int | None = None,
-             worker_reserve: int = 0, nworkers: int | None = None) -> tuple[Client, Budget]:
+             worker_reserve: int = 0, nworkers: int | None = None,
+             storage_options: Mapping[str, Any] | None = None) -> tuple[Client, Budget]:
         """:func:`open_cluster` as described (``trainer_reserve``, ``nworkers``: the caller's own).
+
+        ``storage_options``: what the work will carry to the workers (credentials in it are
+        refused for a scheduler on another host over plain ``tcp://``).
 
         Returns
         -------
@@ -195,23 +244,27 @@ class ClusterSpec:
             self.memory_limit, nworkers=self.nworkers if nworkers is None else nworkers,
             nthreads=self.nthreads, scheduler=self.scheduler, security=self.security,
             dashboard_address=self.dashboard_address, processes=self.processes,
+            local_tls=self.local_tls,
             trainer_reserve=self.trainer_reserve if trainer_reserve is None else trainer_reserve,
             worker_reserve=worker_reserve, window_bytes=self.window_bytes,
-            max_blocksize=self.max_blocksize, echo=echo)
+            max_blocksize=self.max_blocksize, storage_options=storage_options, echo=echo)
 
 
 def open_cluster(memory_limit: str | int | None, *, nworkers: int | None = None, nthreads: int = 1,
                  scheduler: str | None = None, security: Security | None = None,
                  dashboard_address: str | None = None, processes: bool = True,
+                 local_tls: bool | None = None,
                  trainer_reserve: int = TRAINER_RESERVE, worker_reserve: int = 0,
                  window_bytes: int = WINDOW_BYTES, max_blocksize: int = MAX_BLOCKSIZE,
+                 storage_options: Mapping[str, Any] | None = None,
                  echo: Callable[[str], None] = print) -> tuple[Client, Budget]:
     """A client and the budget it works in: a LocalCluster inside ``memory_limit``, or ``scheduler``.
 
     ``memory_limit`` (default 75 % of RAM) is the whole process tree's budget for a local
     cluster, the trainer's own for a running scheduler. ``trainer_reserve``, ``worker_reserve``,
-    ``window_bytes`` and ``max_blocksize`` as for :meth:`Budget.split`. Says what it made
-    through ``echo``.
+    ``window_bytes`` and ``max_blocksize`` as for :meth:`Budget.split`; ``local_tls`` as for
+    :func:`start_local_cluster`'s ``tls``; ``storage_options`` as :func:`connect` checks them.
+    Says what it made through ``echo``.
     """
     shown = memory_limit if isinstance(memory_limit, str) else None
     limit = memory_limit if memory_limit is not None else default_memory_limit()
@@ -221,8 +274,8 @@ def open_cluster(memory_limit: str | int | None, *, nworkers: int | None = None,
                               window_bytes=window_bytes, max_blocksize=max_blocksize)
         echo(f"memory limit: {budget.describe(shown)}")
         return start_local_cluster(budget, dashboard_address=dashboard_address,
-                                   processes=processes), budget
-    client = connect(scheduler, security=security)
+                                   processes=processes, tls=local_tls), budget
+    client = connect(scheduler, security=security, storage_options=storage_options)
     quiet_close(client)
     try:
         budget = Budget.remote(limit, client, window_bytes=window_bytes,
@@ -317,23 +370,36 @@ def close_client(client: Client) -> None:
         shutil.rmtree(owned.spill, ignore_errors=True)
 
 
-def acquire_client(client: Client | str | None = None) -> tuple[Client, bool]:
+def acquire_client(client: Client | str | None = None,
+                   storage_options: Mapping[str, Any] | None = None) -> tuple[Client, bool]:
     """Resolve ``client`` → ``(Client, owned)``.
 
     A Client is used as is; an address string connects; ``None`` takes the current default
-    client, else starts a LocalCluster that the caller owns (and must close).
+    client, else starts a LocalCluster that the caller owns (and must close). Credentials in
+    ``storage_options`` (what the work will carry) are refused for a scheduler on another host
+    over plain ``tcp://`` (:func:`~daskfeed.cluster._remote.refuse_plaintext_credentials`).
     """
     if client is not None and not isinstance(client, str):
+        refuse_plaintext_credentials(_address(client), storage_options)
         return quiet_close(client), False
     if isinstance(client, str):
-        return quiet_close(connect(client)), True
+        return quiet_close(connect(client, storage_options=storage_options)), True
     from distributed import get_client
 
     try:
-        return quiet_close(get_client()), False
+        default = get_client()
     except ValueError:
-        logger.info("daskfeed: no Dask client found; starting a LocalCluster on 127.0.0.1")
-        return start_local_cluster(), True
+        default = None
+    if default is not None:
+        refuse_plaintext_credentials(_address(default), storage_options)
+        return quiet_close(default), False
+    logger.info("daskfeed: no Dask client found; starting a LocalCluster on 127.0.0.1")
+    return start_local_cluster(), True
+
+
+def _address(client: Client) -> str:
+    """The scheduler address of ``client`` ("" where it has none: closed, not yet started)."""
+    return str(getattr(getattr(client, "scheduler", None), "address", "") or "")
 
 
 # the clients whose workers quiet_close set up (weak: one registration per client, not per use)
@@ -363,9 +429,10 @@ def quiet_close(client: Client) -> Client:
 
 
 @contextlib.contextmanager
-def client_context(client: Client | str | None = None) -> Iterator[Client]:
+def client_context(client: Client | str | None = None,
+                   storage_options: Mapping[str, Any] | None = None) -> Iterator[Client]:
     """Like :func:`acquire_client`, closing what it started on exit."""
-    c, owned = acquire_client(client)
+    c, owned = acquire_client(client, storage_options)
     try:
         yield c
     finally:

@@ -15,6 +15,7 @@ from typing import Any
 import dask.config
 import yaml
 
+from daskfeed.core._exceptions import refuse_setting
 from daskfeed.core._secrets import redact_text
 
 _fn = os.path.join(os.path.dirname(__file__), "daskfeed.yaml")
@@ -82,6 +83,42 @@ def get_seconds(key: str, value: float | str | None = None) -> float:
     from dask.utils import parse_timedelta
 
     return float(parse_timedelta(get(key, value)))
+
+
+_YES, _NO = frozenset({"true", "yes", "on", "1"}), frozenset({"false", "no", "off", "0"})
+
+
+def get_flag(key: str, value: bool | None = None) -> bool:
+    """Like :func:`get` for yes/no settings: a boolean, or its text from an environment variable.
+
+    ``DASK_DASKFEED__LOCAL_TLS=false`` reaches ``dask.config`` as the text ``"false"`` (only
+    ``False`` is parsed), so ``true``/``false``, ``yes``/``no``, ``on``/``off`` and ``1``/``0``
+    are taken in any case.
+
+    Parameters
+    ----------
+    key
+        The key under ``daskfeed.``.
+    value
+        The value given (None: the configured one).
+
+    Returns
+    -------
+    bool
+
+    Raises
+    ------
+    SettingError
+        Anything else (a ``ValueError``).
+    """
+    v = get(key, value)
+    if isinstance(v, bool):
+        return v
+    text = str(v).strip().lower()
+    if text in _YES or text in _NO:
+        return text in _YES
+    refuse_setting(f"Expected daskfeed.{key} to be true or false.", repr(v),
+                   f"set it to true or false (DASK_DASKFEED__{key.upper().replace('-', '_')}=false).")
 
 
 def shipped(key: str) -> Any:

@@ -260,7 +260,8 @@ def predict(
     say = (lambda _line: None) if quiet else echo
     client, budget = _open_cluster(memory_limit, nworkers=nworkers, nthreads=nthreads,
                                    scheduler=scheduler, security=security, processes=processes,
-                                   dashboard_address=dashboard_address, echo=say)
+                                   dashboard_address=dashboard_address,
+                                   storage_options=storage_options, echo=say)
     try:
         source = _source(data, run.manifest, blocksize or budget.blocksize, storage_options)
         _check_header(source, run, keep)
@@ -283,7 +284,7 @@ def predict(
 
 def _open_cluster(memory_limit: str | int | None, *, nworkers: int | None, nthreads: int,
                   scheduler: str | None, security: Any, processes: bool,
-                  dashboard_address: str | None,
+                  dashboard_address: str | None, storage_options: dict[str, Any] | None,
                   echo: Callable[[str], None]) -> tuple[Any, Budget]:
     """The cluster predict scores on: this process keeps its share, each worker a model's.
 
@@ -298,7 +299,7 @@ def _open_cluster(memory_limit: str | int | None, *, nworkers: int | None, nthre
     if nworkers is None and not scheduler and processes:
         nworkers = _workers_that_fit(memory_limit, own, model_reserve)
     try:
-        client, budget = spec.open(echo, nworkers=nworkers,
+        client, budget = spec.open(echo, nworkers=nworkers, storage_options=storage_options,
                                    trainer_reserve=own if processes else own + model_reserve,
                                    worker_reserve=model_reserve if processes else 0)
         if not scheduler and spec.dashboard_address and getattr(client, "dashboard_link", None):

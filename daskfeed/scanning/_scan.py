@@ -179,7 +179,7 @@ def scan_source(src: Source, *, label: str, client: Client | None, vocabulary_si
     manifest = known.unchanged(fingerprint, vocabulary_size)
     if manifest is None:
         t0 = time.perf_counter()
-        with client_context(client) as c:
+        with client_context(client, dict(src.options.storage_options)) as c:
             facts, stats = _run_scan(src, label, c, fingerprint, parse_cache, timeout_s,
                                      scanned_blocks(src.npartitions, split), progress, known,
                                      vocabulary_size)

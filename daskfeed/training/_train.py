@@ -276,7 +276,7 @@ def _connect(opts: TrainOptions, echo: Echo) -> tuple[Client, Budget, str | None
 
     Returns the client, the budget it works in and the dashboard's address.
     """
-    client, budget = opts.cluster.open(echo)
+    client, budget = opts.cluster.open(echo, storage_options=opts.data.storage_options)
     links = install(client)
     link = links.dashboard if links else getattr(client, "dashboard_link", None) or None
     if link:

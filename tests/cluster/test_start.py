@@ -157,3 +157,18 @@ def test_local_workers_allocate_arrow_memory_with_the_system_allocator():
     finally:
         close_client(client)
     assert list(pools.values()) == ["system"]
+
+
+def test_a_cluster_of_workers_in_this_process_starts_on_loopback():
+    """processes=False (predict's and ClusterSpec's option): distributed inferred inproc://,
+    which refused the host, so no cluster started. Its scheduler speaks TLS like any other."""
+    from daskfeed.cluster._budget import Budget
+    from daskfeed.cluster._start import close_client, start_local_cluster
+
+    client = start_local_cluster(Budget.split("3GB", nworkers=1), processes=False,
+                                 dashboard_address="")
+    try:
+        assert client.scheduler.address.startswith("tls://127.0.0.1:"), client.scheduler.address
+        assert client.submit(sum, [1, 2], pure=False).result(timeout=60) == 3
+    finally:
+        close_client(client)

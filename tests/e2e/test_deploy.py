@@ -85,18 +85,86 @@ def test_health_probes_on_the_dashboard_port():
     assert probes == 2
 
 
+def _tls_files(command: list[str]) -> dict[str, str]:
+    return {flag: command[command.index(flag) + 1]
+            for flag in ("--tls-ca-file", "--tls-cert", "--tls-key") if flag in command}
+
+
+def test_scheduler_and_workers_speak_tls_with_files_from_a_read_only_mount():
+    """compose.yaml and the plain Kubernetes manifests (not the operator's: deploy/README.md)."""
+    uid = re.search(r"useradd .*--uid (\d+)", (DEPLOY / "Dockerfile").read_text()).group(1)
+    seen = set()
+    for path, doc in _docs():
+        if path.name == "compose.yaml":
+            pods = [(name, svc["command"], [v.split(":") for v in svc.get("volumes", [])])
+                    for name, svc in doc["services"].items()]
+            mounts = {name: {dst: src for src, dst, *mode in vols if mode == ["ro"]}
+                      for name, _, vols in pods}
+            commands = [(f"compose:{name}", cmd, mounts[name]) for name, cmd, _ in pods]
+            assert all(m.get("/tls") == "./tls" for m in mounts.values()), mounts
+        elif doc.get("kind") == "Deployment":
+            spec = doc["spec"]["template"]["spec"]
+            assert str(spec["securityContext"]["fsGroup"]) == uid, path.name  # reads the key
+            secrets = {v["name"]: v["secret"] for v in spec["volumes"] if "secret" in v}
+            assert all(s["secretName"] == "daskfeed-tls" and s["defaultMode"] == 0o440
+                       for s in secrets.values()), secrets
+            commands = [(f"{path.name}:{c['name']}", c["command"],
+                         {m["mountPath"]: m["name"] for m in c["volumeMounts"]
+                          if m.get("readOnly") and m["name"] in secrets})
+                        for c in spec["containers"]]
+        else:
+            continue
+        for where, cmd, mounts in commands:
+            files = _tls_files(cmd)
+            assert set(files) == {"--tls-ca-file", "--tls-cert", "--tls-key"}, where
+            for file in files.values():  # a file make_certs.py writes, where it is mounted
+                folder, name = file.rsplit("/", 1)
+                assert folder in mounts and name in ("ca.pem", "node.pem", "node.key"), where
+            if cmd[1] == "scheduler":
+                assert cmd[cmd.index("--protocol") + 1] == "tls", where
+            else:
+                assert next(a for a in cmd if "://" in a).startswith("tls://"), where
+            seen.add(where)
+    assert len(seen) == 4, seen
+    readme = (DEPLOY / "README.md").read_text()
+    assert "kubectl create secret generic daskfeed-tls" in readme
+
+
+def test_make_certs_writes_private_keys_signed_by_its_ca_and_overwrites_nothing(tmp_path):
+    from cryptography import x509
+
+    made = subprocess.run([sys.executable, str(DEPLOY / "make_certs.py"), str(tmp_path / "tls")],
+                          capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    d = tmp_path / "tls"
+    assert sorted(p.name for p in d.iterdir()) == sorted(
+        ["ca.pem", "ca.key", "node.pem", "node.key", "client.pem", "client.key"])
+    assert os.stat(d).st_mode & 0o777 == 0o700
+    assert all(os.stat(k).st_mode & 0o777 == 0o600 for k in d.glob("*.key"))
+    ca = x509.load_pem_x509_certificate((d / "ca.pem").read_bytes())
+    for leaf in ("node", "client"):
+        cert = x509.load_pem_x509_certificate((d / f"{leaf}.pem").read_bytes())
+        cert.verify_directly_issued_by(ca)
+    before = (d / "ca.key").read_bytes()
+    again = subprocess.run([sys.executable, str(DEPLOY / "make_certs.py"), str(d)],
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 1 and "Traceback" not in again.stderr
+    assert "Expected a new or empty directory" in again.stderr and "Hint:" in again.stderr
+    assert (d / "ca.key").read_bytes() == before
+
+
 @pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 @pytest.mark.timeout(400)
 def test_scale_out_on_real_dask_scheduler_and_workers(demo_data, tmp_path, stop_process_groups):
     sf = str(tmp_path / "scheduler.json")
-    sched_cmd, worker_cmd = compose_commands(sf)
+    sched_cmd, worker_cmd, tls = compose_commands(sf)
     dask = str(BIN / "dask")
     procs = [subprocess.Popen([dask, *sched_cmd[1:]], env=ENV, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     try:
         wait_for_scheduler_file(sf, procs[0])
         info = json.loads(open(sf, encoding="utf-8").read())
-        assert info["address"].startswith("tcp://127.0.0.1:")
+        assert info["address"].startswith("tls://127.0.0.1:")
         port = info["services"]["dashboard"]
         assert urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10).read() == b"ok"
         for _ in range(2):
@@ -106,16 +174,24 @@ def test_scale_out_on_real_dask_scheduler_and_workers(demo_data, tmp_path, stop_
         run = subprocess.run(
             [str(BIN / "daskfeed"), "train", demo_data.train_glob, "--label", "cleared",
              "--validation", demo_data.validate_glob, "--epochs", "1", "--scheduler-file", sf,
-             "--memory-limit", "2GB", "--output", str(out_dir), "--verbose", "0"],
+             "--memory-limit", "2GB", "--output", str(out_dir), "--verbose", "0", *tls],
             capture_output=True, text=True, env=ENV, timeout=300)
         assert run.returncode == 0, run.stderr[-3000:]
-        assert "connected to tcp://127.0.0.1:" in run.stdout
+        assert "connected to tls://127.0.0.1:" in run.stdout
         assert re.search(r"\d workers × 6\.44 GB", run.stdout), run.stdout
         hist = json.loads((out_dir / "history.json").read_text())
         assert hist["epochs"][0]["rows"] == demo_data.train_rows
         assert hist["epochs"][0]["val_accuracy"] > 0.7
     finally:
         stop_process_groups(procs)
+
+
+def _tls_config(flags: list[str]) -> dict[str, str]:
+    """The trainer's --tls-* flags as distributed's configuration (a trainer Pod's environment)."""
+    ca, cert, key = (flags[flags.index(f) + 1] for f in ("--tls-ca-file", "--tls-cert", "--tls-key"))
+    return {"DASK_DISTRIBUTED__COMM__TLS__CA_FILE": ca,
+            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT": cert,
+            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY": key}
 
 
 def _big_csv(path: pathlib.Path, mbytes: int) -> int:
@@ -147,7 +223,7 @@ def test_worker_too_small_for_the_planned_partition_is_refused_before_training(
     m.to_json(str(out / "manifest.json"))
 
     sf = str(tmp_path / "scheduler.json")
-    sched_cmd, worker_cmd = compose_commands(sf)
+    sched_cmd, worker_cmd, tls = compose_commands(sf)
     worker_cmd[worker_cmd.index("--memory-limit") + 1] = "300MB"
     dask = str(BIN / "dask")
     procs = [subprocess.Popen([dask, *sched_cmd[1:]], env=ENV, start_new_session=True,
@@ -159,7 +235,8 @@ def test_worker_too_small_for_the_planned_partition_is_refused_before_training(
         run = subprocess.run(
             [str(BIN / "daskfeed"), "train", str(data), "--label", "cleared", "--blocksize", "64MiB",
              "--scheduler-file", sf, "--memory-limit", "2GB", "--output", str(out),
-             "--verbose", "0"], capture_output=True, text=True, env=ENV, timeout=300)
+             "--verbose", "0"], capture_output=True, text=True, timeout=300,
+            env={**ENV, **_tls_config(tls)})  # no --tls-* flags: distributed's config
     finally:
         stop_process_groups(procs)
     assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
@@ -168,7 +245,7 @@ def test_worker_too_small_for_the_planned_partition_is_refused_before_training(
     size = m.nbytes / 2**20
     assert re.search(rf"Expected Dask workers whose memory limit holds the planned block of "
                      rf"{size:.2f} MiB CSV: parsing it takes about [\d.]+ MiB \(6 × its bytes\) per "
-                     rf"thread\. Received: worker tcp://127\.0\.0\.1:\d+ \(name '[^']+'\) with a "
+                     rf"thread\. Received: worker tls://127\.0\.0\.1:\d+ \(name '[^']+'\) with a "
                      rf"memory limit of 286\.10 MiB \(0\.30 GB\)", err), err
     assert "restarted by its nanny at 95% of it" in err
     assert re.search(r"Hint: start the workers with --memory-limit [\d.]+GB or more", err), err

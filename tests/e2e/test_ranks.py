@@ -180,7 +180,7 @@ def test_three_trainers_one_scheduler_one_scan(rank_data, tmp_path, stop_process
     from helpers import compose_commands, wait_for_scheduler_file
 
     sf = str(tmp_path / "scheduler.json")
-    sched_cmd, worker_cmd = compose_commands(sf)
+    sched_cmd, worker_cmd, tls = compose_commands(sf)
     dask = str(BIN / "dask")
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     procs = [subprocess.Popen([dask, *sched_cmd[1:]], env=_env(), start_new_session=True, **quiet)]
@@ -192,7 +192,7 @@ def test_three_trainers_one_scheduler_one_scan(rank_data, tmp_path, stop_process
         common = [str(BIN / "daskfeed"), "train", rank_data.train_glob, "--label", "cleared",
                   "--validation", rank_data.validate_glob, "--epochs", "1", "--batch-size", "256",
                   "--scheduler-file", sf, "--memory-limit", "2GB", "--output", str(out),
-                  "--cache", str(tmp_path / "cache"), "--verbose", "0"]
+                  "--cache", str(tmp_path / "cache"), "--verbose", "0", *tls]
         tf_config = json.dumps({"cluster": {"worker": ["h0:1", "h1:1", "h2:1"]},
                                 "task": {"type": "worker", "index": 1}})
         how = [(["--rank", "0", "--world-size", "3"], {}),  # the three ways to say the rank
@@ -259,7 +259,7 @@ def test_three_trainers_killed_then_resumed_by_two_train_each_row_once(id_data, 
     # at batch 8 or 12 (every 4) and all are past it when they are killed
     builder(hold_at=12)
     sf = str(tmp_path / "scheduler.json")
-    sched_cmd, worker_cmd = compose_commands(sf)
+    sched_cmd, worker_cmd, tls = compose_commands(sf)
     dask = str(BIN / "dask")
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     procs = [subprocess.Popen([dask, *sched_cmd[1:]], env=_env(), start_new_session=True, **quiet)]
@@ -271,7 +271,7 @@ def test_three_trainers_killed_then_resumed_by_two_train_each_row_once(id_data, 
                   "--checkpoint-every", "4", "--model", f"{tmp_path / 'rec.py'}:build",
                   "--features", ",".join(RECORDED_FEATURES), "--as-matrix",
                   "--scheduler-file", sf, "--memory-limit", "2GB", "--output", str(out),
-                  "--cache", str(tmp_path / "cache"), "--verbose", "0", *extra]
+                  "--cache", str(tmp_path / "cache"), "--verbose", "0", *tls, *extra]
         return [subprocess.Popen([*common, "--rank", str(r), "--world-size", str(world)],
                                  env=_env(), stdout=open(tmp_path / f"w{world}-r{r}.txt", "w"),
                                  stderr=subprocess.STDOUT, start_new_session=True)
