@@ -149,7 +149,7 @@ def test_opening_and_clearing_wait_for_the_roots_lock_and_say_who_holds_it(tmp_p
         with pytest.raises(CacheError, match=r"Expected to lock the cache root .* within 0\.2 s\. "
                                              r"Received: another process holds .*daskfeed-cache\.lock"):
             clear(root, lock_timeout=0.2)
-        with pytest.raises(CacheError, match="raise daskfeed.cache-lock-timeout"):
+        with pytest.raises(CacheError, match=r"raise daskfeed\.cache-lock-timeout"):
             open_cache(Source(str(tmp_path / "a" / "*.csv")), root, lock_timeout=0.2)
         assert _there(a)  # nothing removed while another process held the lock
     finally:
