@@ -38,6 +38,7 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -50,7 +51,8 @@ from daskfeed.cache._root import own_dir, own_root
 from daskfeed.cache._writer import BATCH_ROWS, compact
 from daskfeed.core import create_new, fsync, temporary_name, write_file
 
-__all__ = ["BUCKETS_VERSION", "TRACE_COLUMNS", "BucketSet", "digest", "generation_name"]
+__all__ = ["BUCKETS_VERSION", "TRACE_COLUMNS", "BucketSet", "digest", "generation_name",
+           "remove_generations"]
 
 BUCKETS_VERSION = 2  # 1: one set per data set, rows by block index; 2: generations, by block id
 TRACE_COLUMNS = ("__block", "__row")  # each row's block id and place in its stored order
@@ -222,31 +224,16 @@ class BucketSet:
 
         Of any set directory, this view's own excepted; then set directories left empty.
         """
-        base = os.path.join(_root(self.root), "buckets")
         mine = {g.path for g in self.parts_of()}
-        wanted = set(parts)
         now = time.time()
-        try:
-            sets = os.listdir(base)
-        except OSError:
-            return
-        for name in sets:
-            top = os.path.join(base, name)
-            if os.path.islink(top) or not os.path.isdir(top):
-                continue
-            # a set of daskfeed <= 1 is one generation at the top; later ones hold generations
-            for g in [top, *(os.path.join(top, n) for n in _listdir(top))]:
-                if g in mine or os.path.islink(g) or not os.path.isdir(g):
-                    continue
-                meta = _marker(os.path.join(g, MARKER))
-                with contextlib.suppress(OSError):
-                    age = now - os.stat(os.path.join(g, MARKER)).st_mtime
-                    if meta is not None and wanted & set(meta.get("parts") or ()) \
-                            and age > STALE_SECONDS:
-                        _remove(g)
+
+        def stale(path: str, meta: dict[str, Any]) -> bool:
             with contextlib.suppress(OSError):
-                if os.path.isdir(top) and not os.listdir(top):
-                    os.rmdir(top)
+                return (path not in mine
+                        and now - os.stat(os.path.join(path, MARKER)).st_mtime > STALE_SECONDS)
+            return False
+
+        remove_generations(os.path.join(_root(self.root), "buckets"), set(parts), stale)
 
     # -- runs (the build's first step) -----------------------------------------------------
     def write_run(self, tag: str, name: str, tables: list[pa.Table], buckets: np.ndarray) -> int:
@@ -387,6 +374,28 @@ def _canonical(table: pa.Table) -> pa.Table:
     if np.all((blocks[1:] > blocks[:-1]) | ((blocks[1:] == blocks[:-1]) & (rows[1:] > rows[:-1]))):
         return table  # in order already
     return table.take(np.lexsort((rows, blocks)))
+
+
+def remove_generations(base: str, parts: set[str],
+                       also: Callable[[str, dict[str, Any]], bool] | None = None) -> None:
+    """Remove the generations under ``base`` (``<root>/buckets``) holding one of ``parts``.
+
+    Every set directory's generations (and a set of daskfeed <= 1, one generation at the top),
+    those ``also(path, marker)`` agrees to (None: all of them); then set directories left empty.
+    Links are never followed; a directory without a marker (being built) is left alone.
+    """
+    for name in _listdir(base):
+        top = os.path.join(base, name)
+        if os.path.islink(top) or not os.path.isdir(top):
+            continue
+        for g in [top, *(os.path.join(top, n) for n in _listdir(top))]:
+            meta = None if os.path.islink(g) else _marker(os.path.join(g, MARKER))
+            if meta is not None and parts & set(meta.get("parts") or ()) \
+                    and (also is None or also(g, meta)):
+                _remove(g)
+        with contextlib.suppress(OSError):
+            if os.path.isdir(top) and not os.listdir(top):
+                os.rmdir(top)
 
 
 def _read_file(path: str, columns: list[str] | None) -> pa.Table:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import time
@@ -12,6 +11,7 @@ from dataclasses import dataclass
 
 from daskfeed.cache._arrow import forget_entry
 from daskfeed.cache._blocks import default_root
+from daskfeed.cache._buckets import remove_generations
 from daskfeed.cache._evict import REMOVING, leased, root_lock
 from daskfeed.cache._root import entry_meta, own_dir, own_root
 from daskfeed.core import config
@@ -132,26 +132,7 @@ def _clear_buckets(base: str, parts: set[str] | None) -> None:
     if parts is None:
         shutil.rmtree(sets, ignore_errors=True)
         return
-    try:
-        names = os.listdir(sets)
-    except OSError:
-        return
-    for name in names:
-        top = os.path.join(sets, name)
-        if os.path.islink(top) or not os.path.isdir(top):
-            continue
-        # a set of daskfeed <= 1 is one generation at the top; later ones hold generations
-        for path in [top, *(os.path.join(top, n) for n in sorted(os.listdir(top)))]:
-            try:
-                with open(os.path.join(path, "set.json"), encoding="utf-8") as f:
-                    made_of = set(json.load(f).get("parts", ()))
-            except (OSError, ValueError, AttributeError):
-                continue
-            if made_of & parts and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            if os.path.isdir(top) and not os.listdir(top):
-                os.rmdir(top)
+    remove_generations(sets, parts)
 
 
 def gone_entries(root: str | os.PathLike[str] | None = None,
