@@ -107,8 +107,11 @@ def start_local_cluster(
     if tls:
         kwargs["security"] = local_security()
     if budget is not None:
+        # workers in this process measure this process's memory, the caller's (Python, Keras,
+        # a model) with theirs: the tree is this one process, so each one's limit is the whole
+        # budget; a worker's share of it paused them for good under a caller holding more
         kwargs.update(n_workers=budget.nworkers, threads_per_worker=budget.nthreads,
-                      memory_limit=budget.worker)
+                      memory_limit=budget.worker if processes else budget.total)
     with warnings.catch_warnings():  # "Port 8787 is already in use": the new port is printed
         warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
         cluster = LocalCluster(**kwargs)

@@ -170,5 +170,8 @@ def test_a_cluster_of_workers_in_this_process_starts_on_loopback():
     try:
         assert client.scheduler.address.startswith("tls://127.0.0.1:"), client.scheduler.address
         assert client.submit(sum, [1, 2], pure=False).result(timeout=60) == 3
+        # they measure this whole process (the caller's memory too): their limit is the budget's
+        limits = {w["memory_limit"] for w in client.scheduler_info()["workers"].values()}
+        assert limits == {Budget.split("3GB", nworkers=1).total}, limits
     finally:
         close_client(client)
