@@ -59,15 +59,24 @@ def parse_header(line: bytes, sep: str, path: str, encoding: str = "utf-8", *,
     try:
         text = line.decode(encoding).rstrip("\r\n")
     except UnicodeDecodeError as err:
+        utf16 = line.startswith((b"\xff\xfe", b"\xfe\xff")) or line.count(b"\x00") > len(line) // 4
         raise DataError(
             f"Expected a {encoding} header line in {path}. Received bytes {line[:60]!r}.\n"
-            "Hint: pass encoding='latin-1' (or the file's real encoding), or re-encode as UTF-8."
-        ) from err
+            + ("Hint: the file looks like UTF-16 text (a byte-order mark, a zero byte beside "
+               "each letter): re-encode it as UTF-8 first, e.g. iconv -f UTF-16 -t UTF-8 in.csv "
+               "> out.csv." if utf16 else
+               "Hint: pass encoding='latin-1' (or the file's real encoding), or re-encode as "
+               "UTF-8.")) from err
     if not text:
         return []
     try:
         names = next(csv.reader([text], delimiter=sep))
     except csv.Error as err:  # (a field past the csv module's limit, 128 KiB; a stray NUL ...)
+        if "\r" in text:  # lines that end with \r alone: the file read as its first line
+            raise DataError(
+                f"Expected lines that end with \\n or \\r\\n in {path}. Received: a line break "
+                f"\\r alone (classic Mac OS) in its first line: {text[:60]!r}.\nHint: convert "
+                "the line breaks first, e.g. tr '\\r' '\\n' < in.csv > out.csv.") from err
         raise DataError(
             f"Expected a CSV header line in {path} (line 1). Received: {err}; it starts "
             f"{text[:60]!r}.\nHint: is it a CSV file? Column names longer than 128 KiB are not "
@@ -359,11 +368,13 @@ def read_header(f: IO[bytes], path: str, limit: int) -> bytes:
     except TypeError:  # fsspec's remote files take no size: read in pieces, then seek back
         line = _bounded_line(f, limit)
     if len(line) > limit:
+        hint = ("its lines end with \\r alone (classic Mac OS): convert them first, e.g. "
+                "tr '\\r' '\\n' < in.csv > out.csv" if b"\r" in line else
+                "is it a CSV file? (one line of JSON or a binary file is not); a longer header "
+                "needs a larger --blocksize (the limit is four blocksizes, at least 64 MiB)")
         raise DataError(
             f"Expected a header line of at most {limit:,} bytes in {path}. Received: no line "
-            f"break in its first {limit:,} bytes; it starts {line[:60]!r}.\nHint: is it a CSV "
-            "file? (one line of JSON or a binary file is not); a longer header needs a larger "
-            "--blocksize (the limit is four blocksizes, at least 64 MiB).")
+            f"break in its first {limit:,} bytes; it starts {line[:60]!r}.\nHint: {hint}.")
     return line
 
 

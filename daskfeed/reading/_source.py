@@ -7,6 +7,7 @@ reads data. Each :class:`~daskfeed.reading._files.Block` is parsed on a worker b
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import os
@@ -386,8 +387,9 @@ def read_options(*, blocksize: int | str | None = None, sep: str | None = None,
     ValueError
         For an unknown ``bad_lines`` or ``na_values`` that are not text.
     SettingError
-        For a decimal point that is not one character other than the separator, or a
-        ``daskfeed.max-columns`` that is not a whole number of at least 1.
+        For a decimal point that is not one character other than the separator, a
+        ``daskfeed.max-columns`` that is not a whole number of at least 1, or an encoding
+        Python does not know or in which a line break is not the byte ``\\n`` (UTF-16).
     """
     if bad_lines not in BAD_LINES:
         raise ValueError(
@@ -396,7 +398,7 @@ def read_options(*, blocksize: int | str | None = None, sep: str | None = None,
         blocksize=config.get_bytes("blocksize", blocksize),
         sep="," if sep is None else sep,
         sep_by_suffix=sep is None,
-        encoding=encoding,
+        encoding=_encoding(encoding),
         dtype=tuple(sorted((dtype or {}).items())),
         storage_options=tuple(sorted((storage_options or {}).items())),
         bad_lines=bad_lines,
@@ -404,6 +406,30 @@ def read_options(*, blocksize: int | str | None = None, sep: str | None = None,
         decimal=_decimal(decimal, sep or ""),  # (no separator chosen: checked once it is)
         max_columns=_max_columns(),
     )
+
+
+def _encoding(name: str) -> str:
+    """``name``, checked: an encoding Python knows in which a line break, separators and quotes
+    are the ASCII bytes (files are cut into blocks at ``\\n`` bytes; UTF-16 is not)."""
+    try:
+        info = codecs.lookup(name)
+    except (LookupError, TypeError) as err:
+        raise SettingError(
+            "Expected a text encoding Python knows, such as 'utf-8', 'latin-1' or 'cp1252'. "
+            f"Received: encoding={name!r}.\nHint: the names are Python's "
+            "(https://docs.python.org/3/library/codecs.html#standard-encodings).") from err
+    sample = "az09\n\r,;|\t\"'."
+    try:
+        ascii_bytes = sample.encode(info.name).endswith(sample.encode("ascii"))
+    except UnicodeError:
+        ascii_bytes = False
+    if not ascii_bytes:
+        raise SettingError(
+            "Expected an encoding in which line breaks, separators and quotes are single ASCII "
+            "bytes (UTF-8, latin-1, cp1252, ...): files are cut into blocks at line-break bytes. "
+            f"Received: encoding={name!r}.\nHint: re-encode the files as UTF-8 first, e.g. "
+            f"iconv -f {info.name.upper()} -t UTF-8 in.csv > out.csv.")
+    return name
 
 
 def _max_columns() -> int:

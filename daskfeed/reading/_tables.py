@@ -8,6 +8,8 @@ gets the null-marker rule and the normalized types of :mod:`daskfeed.reading._nu
 
 from __future__ import annotations
 
+import codecs
+
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -410,6 +412,8 @@ def read_csv(body: bytes, names: list[str], block: Block, options: ReadOptions,
         When pyarrow cannot parse ``body`` (or a value into its column's type).
     """
     skipped: list[str] = rejects if rejects is not None else []
+    if options.bad_lines != "error":  # pyarrow decodes a bad line before its handler sees it
+        _check_utf8(body, block, options.encoding)
 
     def bad_line(row: pacsv.InvalidRow) -> str:
         skipped.append(row.text)
@@ -437,6 +441,28 @@ def read_csv(body: bytes, names: list[str], block: Block, options: ReadOptions,
         )
     except (pa.ArrowInvalid, UnicodeDecodeError) as err:
         raise _parse_error(err, block, names) from err
+
+
+def _check_utf8(body: bytes, block: Block, encoding: str) -> None:
+    """Refuse bytes that are not UTF-8 in a UTF-8 ``body`` before a bad-line handler runs.
+
+    pyarrow decodes a malformed line as UTF-8 to hand it to the handler; bytes of another
+    encoding there raised inside pyarrow (printed as "Exception ignored") and the line was
+    reported as malformed under ``bad_lines="skip"``. Costs nothing on ASCII text.
+    """
+    if body.isascii() or codecs.lookup(encoding).name != "utf-8":
+        return
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        start = body.rfind(b"\n", 0, err.start) + 1
+        end = body.find(b"\n", err.start)
+        line = body[start:end if end >= 0 else len(body)]
+        raise DataError(
+            f"Expected {encoding} text in {block.describe()}. Received: bytes "
+            f"{body[err.start:err.end]!r} in the line that starts {line[:60]!r}.\nHint: pass encoding='latin-1' (or the file's real encoding), or "
+            "re-encode the file as UTF-8; bad_lines='skip' drops lines of the wrong shape, not "
+            "bytes of another encoding.") from err
 
 
 def _parse_error(err: Exception, block: Block, names: list[str]) -> DataError:

@@ -433,3 +433,68 @@ def test_a_max_columns_setting_that_is_not_a_count_is_refused(tmp_path, value):
         Source(str(path))
     assert "Expected daskfeed.max-columns to be a whole number of at least 1" in str(err.value)
     assert f"Received: {value!r}." in str(err.value)
+
+
+# ------------------------------------------------------------------ encodings and line breaks
+# (found by tests/e2e/test_csv_fuzz.py)
+@pytest.mark.parametrize(("encoding", "what"), [
+    ("utf-16", "Expected an encoding in which line breaks, separators and quotes are single ASCII"),
+    ("utf-32-le", "Expected an encoding in which line breaks"),
+    ("no-such-codec", "Expected a text encoding Python knows"),
+])
+def test_an_encoding_that_cannot_be_cut_at_line_break_bytes_is_refused(tmp_path, encoding, what):
+    from daskfeed import SettingError
+
+    path = tmp_path / "a.csv"
+    path.write_bytes("x,y\n1,0\n".encode("utf-16") if encoding == "utf-16" else b"x,y\n1,0\n")
+    with pytest.raises(SettingError) as err:
+        Source(str(path), encoding=encoding)
+    assert what in str(err.value) and f"Received: encoding={encoding!r}" in str(err.value)
+    assert "\nHint: " in str(err.value)
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "cp1252", "latin-1"])
+def test_encodings_whose_line_breaks_are_bytes_are_read(tmp_path, encoding):
+    path = tmp_path / "a.csv"
+    path.write_bytes("name,y\ncafé,1\nthé,0\n".encode(encoding))
+    (table,) = _tables(path, encoding=encoding)
+    assert table.column("name").to_pylist() == ["café", "thé"]
+
+
+def test_a_utf16_file_read_as_utf8_is_named_as_utf16(tmp_path):
+    path = tmp_path / "a.csv"
+    path.write_bytes("x,y\n1,0\n".encode("utf-16"))
+    with pytest.raises(DataError) as err:
+        Source(str(path)).header()
+    assert "looks like UTF-16" in str(err.value) and "iconv -f UTF-16 -t UTF-8" in str(err.value)
+
+
+@pytest.mark.parametrize("size", [3, 200_000])  # within the header's limit, and past it
+def test_lines_that_end_with_cr_alone_are_refused_naming_them(tmp_path, size):
+    path = tmp_path / "mac.csv"
+    path.write_bytes(b"x,y\r" + b"".join(b"%d,1\r" % i for i in range(size)))
+    with pytest.raises(DataError) as err:
+        Source(str(path), blocksize=2**16).header()
+    assert "\\r alone (classic Mac OS)" in str(err.value), str(err.value)
+    assert "tr '\\r' '\\n'" in str(err.value)
+
+
+def test_bytes_of_another_encoding_under_skip_are_an_encoding_error_not_a_bad_line(tmp_path):
+    """pyarrow decodes a malformed line as UTF-8 for the bad-line handler: latin-1 bytes there
+    raised inside pyarrow ("Exception ignored" on stderr) and the line was called malformed."""
+    path = tmp_path / "a.csv"
+    path.write_bytes(b"x,y\n" + b"1,0\n2\n" * 3 + b"caf\xe9 au lait\n4,1\n")
+    raised: list[object] = []
+    hook, sys.unraisablehook = sys.unraisablehook, raised.append
+    try:
+        with pytest.raises(DataError) as err:
+            _tables(path, bad_lines="skip")
+    finally:
+        sys.unraisablehook = hook
+    assert not raised, raised
+    text = str(err.value)
+    assert "Expected utf-8 text in" in text and "bytes b'\\xe9'" in text, text
+    assert "in the line that starts b'caf\\xe9 au lait'" in text, text
+    assert "encoding='latin-1'" in text
+    (table,) = _tables(path, bad_lines="skip", encoding="latin-1")  # the right encoding: skipped
+    assert table.num_rows == 4
