@@ -167,10 +167,12 @@ class Manifest:
             chosen = usable
         chosen = [c for c in chosen if c not in set(exclude)]
         if not chosen:
+            empty = [c for c, col in self.columns.items() if c != self.label and col.kind == "empty"]
             raise SchemaError(
                 f"No feature columns left. Received: features={features}, exclude={list(exclude)}; "
-                f"columns are {list(self.columns)}.\nHint: keep at least one column besides "
-                f"the label {self.label!r}."
+                f"columns are {list(self.columns)}"
+                + (f", of which {empty} have no values in any row" if empty else "")
+                + f".\nHint: keep at least one column with values besides the label {self.label!r}."
             )
         return chosen
 

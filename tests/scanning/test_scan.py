@@ -118,6 +118,17 @@ def test_dtype_override_reads_the_column_as_category(tmp_path, client, write_csv
     assert m.columns["x"].kind == "categorical" and set(m.columns["x"].vocabulary) == {"1", "2", "zz"}
 
 
+def test_columns_without_values_are_named_when_no_feature_is_left(tmp_path, client, write_csv):
+    """(found by the CSV fuzz test: the message listed a, b and y and said no feature was left)"""
+    write_csv("a.csv", "a,b,y\n,,1\n,,0\n")
+    m = daskfeed.scan(str(tmp_path / "a.csv"), label="y", client=client)
+    with pytest.raises(SchemaError) as err:
+        m.feature_names()
+    msg = str(err.value)
+    assert "columns are ['a', 'b', 'y'], of which ['a', 'b'] have no values in any row" in msg, msg
+    assert "Hint: keep at least one column with values besides the label 'y'" in msg
+
+
 def test_missing_label_names_the_columns_and_a_close_match(demo_data, client):
     with pytest.raises(SchemaError) as err:
         daskfeed.scan(demo_data.train_glob, label="clear", client=client)
