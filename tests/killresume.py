@@ -10,10 +10,15 @@ tests/ is on ``sys.path`` as for ``helpers``):
 2. :meth:`KillResume.kill_at` waits (on the checkpoints and the log, never on the clock) for a
    checkpoint of epoch ``E`` at batch ``B`` or later and ``more`` batches past it, then SIGKILLs
    the whole group (trainer, cluster, workers) and checks that none of it lives on.
-3. :meth:`KillResume.resume` runs the same command (or another layout of it) with ``--resume``.
+   :meth:`KillResume.kill_when` kills at any other event (a line on the screen: mid-scan, at
+   start-up; a new checkpoint and some steps past it).
+3. :meth:`KillResume.resume` runs the same command (or another layout of it) with ``--resume``
+   and waits for it to finish; :meth:`KillResume.start` with ``--resume`` in ``args`` starts a
+   resume to kill again. Kills and resumes may follow each other any number of times.
 4. :meth:`KillResume.epochs` counts, per epoch, how often each row was trained by the committed
-   steps: those of the first run before the checkpoint, every step of the resumed run. An exact
-   resume gives each row once per epoch (``lost == duplicated == 0``).
+   steps: each killed run's from the checkpoint it resumed from to the checkpoint the next run
+   resumed from, every step of the last run. An exact resume gives each row once per epoch
+   (``lost == duplicated == 0``).
 
 Ids: a row's id is ``sum(column_k * scale_k)`` over the id columns (several columns when one id
 would not be exact in the float32 matrix: above 2**24).
@@ -128,6 +133,8 @@ class KillResume:
                      "--as-matrix", "--output", str(self.output)]
         self.proc: subprocess.Popen | None = None
         self.checkpoint = None  # the one the resume continues from
+        self.cuts: list[int] = []  # per kill: the optimizer iteration the next run resumes at
+        self.pids: list[int] = []  # per run: its trainer's process id
         self.runs: list[Path] = []
         self.resumed_peak = 0  # peak RSS of the resumed run's process tree
 
@@ -144,6 +151,7 @@ class KillResume:
             self.proc = subprocess.Popen([*self.command(), *(args or self.args)], stdout=f,
                                          stderr=subprocess.STDOUT, text=True, env=ENV,
                                          start_new_session=True)
+        self.pids.append(self.proc.pid)
         return self.proc
 
     def text(self, run: int = -1) -> str:
@@ -159,16 +167,9 @@ class KillResume:
         later and ``more`` steps were trained after it; return that checkpoint.
 
         The number of steps per epoch is read from the checkpoint (``num_batches``)."""
-        import psutil
-
-        from daskfeed.checkpoint._store import CheckpointStore
-
-        store = CheckpointStore(self.output / "checkpoints")
-        proc = self.proc
-        assert proc is not None
+        store = self.store()
 
         def ready() -> bool:
-            assert proc.poll() is None, self.text()[-3000:]
             names = store.names()
             last = names[-1] if names else ""
             if not (last.startswith(f"ckpt-{epoch:06d}-") and int(last.rsplit("-", 1)[1]) >= batch):
@@ -176,10 +177,48 @@ class KillResume:
             ckpt = store.latest()
             return ckpt is not None and len(self.steps()) >= ckpt.iterations + more
 
+        self.kill_when(ready, lambda: f"a checkpoint of epoch {epoch} at batch {batch}+ and "
+                       f"{more} more steps (checkpoints {store.names()}, {len(self.steps())} "
+                       "steps)", timeout)
+        assert self.checkpoint is not None and self.checkpoint.cursor.epoch == epoch
+        return self.checkpoint
+
+    def store(self):
+        """The run's checkpoint store."""
+        from daskfeed.checkpoint._store import CheckpointStore
+
+        return CheckpointStore(self.output / "checkpoints")
+
+    def trained(self) -> int:
+        """Steps the running trainer logged."""
+        return sum(1 for s in self.steps() if s.pid == self.pids[-1])
+
+    def past_a_new_checkpoint(self, steps: int = 0) -> bool:
+        """Whether the running trainer wrote a checkpoint after the one it resumed from and has
+        trained ``steps`` steps in all (checkpoints are written every few steps: the kill lands
+        that many steps past one, at most)."""
+        store = self.store()
+        names = store.names()
+        if not names or (self.checkpoint and names[-1] == os.path.basename(self.checkpoint.path)):
+            return False  # (reading a checkpoint only once there is a new one)
+        ckpt = store.latest()
+        cut = self.cuts[-1] if self.cuts else 0
+        return ckpt is not None and ckpt.iterations > cut and self.trained() >= steps
+
+    def kill_when(self, ready, describe, timeout: float = 600):
+        """SIGKILL the whole running job once ``ready()`` is true (polled; ``describe()`` says
+        what was awaited if it never is); return the checkpoint the next run resumes from."""
+        import psutil
+
+        proc = self.proc
+        assert proc is not None
+
+        def alive_and_ready() -> bool:
+            assert proc.poll() is None, self.text()[-3000:]
+            return ready()
+
         try:
-            wait_for(ready, timeout, lambda: f"a checkpoint of epoch {epoch} at batch {batch}+ and "
-                     f"{more} more steps (checkpoints {store.names()}, {len(self.steps())} steps)",
-                     interval=0.05)
+            wait_for(alive_and_ready, timeout, describe, interval=0.05)
             tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
             os.killpg(proc.pid, signal.SIGKILL)  # the whole job dies: trainer and its workers
             proc.wait(30)
@@ -189,8 +228,8 @@ class KillResume:
         _, alive = psutil.wait_procs(tree, timeout=30)
         alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         assert not alive, f"still running 30 s after SIGKILL: {alive}"
-        self.checkpoint = store.latest()
-        assert self.checkpoint is not None and self.checkpoint.cursor.epoch == epoch
+        self.checkpoint = self.store().latest()
+        self.cuts.append(self.checkpoint.iterations if self.checkpoint else 0)
         return self.checkpoint
 
     def resume(self, args: list[str] | None = None, timeout: float = 600) -> str:
@@ -218,17 +257,22 @@ class KillResume:
         return out
 
     def committed(self) -> list[Step]:
-        """The steps whose updates stand: the killed run's before its checkpoint, then the rest."""
-        assert self.checkpoint is not None
+        """The steps whose updates stand: each killed run's from the checkpoint it resumed from
+        up to the checkpoint the next run resumed from, then every step of the last run."""
+        assert self.cuts and len(self.pids) == len(self.cuts) + 1, (self.pids, self.cuts)
         by_pid: dict[int, list[Step]] = {}
         for s in self.steps():
             by_pid.setdefault(s.pid, []).append(s)
-        runs = list(by_pid.values())
-        assert len(runs) == 2, f"{len(runs)} runs logged"
-        before, after = runs
-        cut = self.checkpoint.iterations
-        assert [s.iteration for s in after[:1]] == [cut]  # the resume starts at the checkpoint
-        return [s for s in before if s.iteration < cut] + after
+        assert set(by_pid) <= set(self.pids), "steps of a run the harness did not start"
+        out: list[Step] = []
+        starts = [0, *self.cuts]
+        for k, pid in enumerate(self.pids):
+            steps = by_pid.get(pid, [])
+            # a run starts at the checkpoint it resumed from (a kill may come before its first step)
+            assert [s.iteration for s in steps[:1]] in ([], [starts[k]]), (k, starts[k], steps[:1])
+            end = self.cuts[k] if k < len(self.cuts) else None
+            out += [s for s in steps if end is None or s.iteration < end]
+        return out
 
     def epochs(self, rows: int, steps_per_epoch: int, epochs: int) -> list[tuple[int, int]]:
         """``(lost, duplicated)`` rows of each epoch among the committed steps (ids < ``rows``)."""

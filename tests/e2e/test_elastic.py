@@ -103,3 +103,57 @@ def test_twenty_kills_and_resumes_in_new_layouts_deliver_each_row_once_per_epoch
         assert resumes >= 20 and audited >= 2
         assert len({w for w, _, _ in layouts}) == 3 and len({n for _, n, _ in layouts}) == 3
         assert len({r for _, _, r in layouts}) == 3 and len(layouts) >= 10
+
+
+LAYOUTS = [("3GB", "1"), ("2GB", "2"), ("4GB", "2"), ("2GB", "1"), ("3GB", "2")]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_twenty_sigkills_of_the_cli_at_random_points_each_resumed_in_another_layout(id_data,
+                                                                                   tmp_path):
+    """Real processes: ``daskfeed train`` SIGKILLed (trainer, cluster and workers at once) 20
+    times at random points — at start-up, once the data are scanned, at a new checkpoint, steps
+    past one — and each time resumed under another ``--memory-limit`` and ``--nworkers``; every
+    row of every epoch trained exactly once by the steps whose updates stand (audited by row id).
+    One trainer: no tail is left out (the short last batch is trained)."""
+    from helpers import RECORDED_FEATURES
+    from killresume import KillResume
+
+    args = ["train", id_data.train_glob, "--label", "cleared", "--epochs", "2", "--batch-size",
+            str(BATCH), "--seed", "3", "--checkpoint-every", "5", "--memory-limit", "3GB",
+            "--nworkers", "1", "--dashboard-address", "", "--verbose", "0"]
+    run = KillResume(tmp_path, args, features=RECORDED_FEATURES, ids={"row_id": 1}, delay=0.02)
+    steps = -(-id_data.train_rows // BATCH)  # per epoch
+    rng = np.random.default_rng(20)
+    layout, kinds = 0, []
+    run.start()
+    for _ in range(20):
+        left = 2 * steps - (run.cuts[-1] if run.cuts else 0)  # steps this run would train
+        kind = str(rng.choice(["start-up", "scanned", "checkpoint", "steps"],
+                              p=[0.15, 0.15, 0.2, 0.5] if left > 30 else [0.5, 0.5, 0, 0]))
+        n = len(run.runs)
+        print(f"kill {len(kinds) + 1}: {kind} (run {n}, {len(run.steps())} steps logged)", flush=True)
+        if kind == "start-up":  # its first line: the budget, before any cluster or scan
+            run.kill_when(lambda n=n: "memory limit:" in run.text(n - 1), "the first line")
+        elif kind == "scanned":  # the data's line: cluster up, data scanned (or the scan reused)
+            run.kill_when(lambda n=n: "train data:" in run.text(n - 1), "the data's line")
+        else:
+            want = 0 if kind == "checkpoint" else min(int(rng.integers(20, 100)), left - 15)
+            run.kill_when(lambda want=want: run.past_a_new_checkpoint(want),
+                          lambda want=want: f"a new checkpoint and {want} steps trained "
+                          f"({run.store().names()[-3:]}, {run.trained()} steps)")
+        kinds.append(kind)
+        layout = (layout + 1 + int(rng.integers(0, len(LAYOUTS) - 1))) % len(LAYOUTS)
+        memory, workers = LAYOUTS[layout]
+        again = [*run.relayout(memory_limit=memory, nworkers=workers), "--resume"]
+        if len(kinds) < 20:
+            run.start(again)
+    text = run.resume(again[:-1], timeout=600)
+    assert f"memory limit: {memory} = " in text and f"{workers} worker" in text, text[:300]
+    counts = run.epochs(id_data.train_rows, steps, 2)
+    print(f"\n20 SIGKILLs ({', '.join(f'{k}: {kinds.count(k)}' for k in sorted(set(kinds)))}); "
+          f"resumed at iterations {run.cuts}; per epoch (lost, duplicated): {counts}")
+    assert len(run.committed()) == 2 * steps
+    assert counts == [(0, 0), (0, 0)]
+    assert len(set(run.cuts)) >= 8 and max(run.cuts) > steps  # spread over both epochs
