@@ -389,7 +389,7 @@ def read_options(*, blocksize: int | str | None = None, sep: str | None = None,
     SettingError
         For a decimal point that is not one character other than the separator, a
         ``daskfeed.max-columns`` that is not a whole number of at least 1, or an encoding
-        Python does not know or in which a line break is not the byte ``\\n`` (UTF-16).
+        Python does not know or whose line breaks are not single bytes (UTF-16).
     """
     if bad_lines not in BAD_LINES:
         raise ValueError(
@@ -409,8 +409,10 @@ def read_options(*, blocksize: int | str | None = None, sep: str | None = None,
 
 
 def _encoding(name: str) -> str:
-    """``name``, checked: an encoding Python knows in which a line break, separators and quotes
-    are the ASCII bytes (files are cut into blocks at ``\\n`` bytes; UTF-16 is not)."""
+    """``name``, checked: an encoding Python knows whose line breaks are single ASCII bytes.
+
+    Separators and quotes too: files are cut into blocks at line-break bytes (UTF-16 is refused).
+    """
     try:
         info = codecs.lookup(name)
     except (LookupError, TypeError) as err:

@@ -9,7 +9,6 @@ gets the null-marker rule and the normalized types of :mod:`daskfeed.reading._nu
 from __future__ import annotations
 
 import codecs
-
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -460,9 +459,10 @@ def _check_utf8(body: bytes, block: Block, encoding: str) -> None:
         line = body[start:end if end >= 0 else len(body)]
         raise DataError(
             f"Expected {encoding} text in {block.describe()}. Received: bytes "
-            f"{body[err.start:err.end]!r} in the line that starts {line[:60]!r}.\nHint: pass encoding='latin-1' (or the file's real encoding), or "
-            "re-encode the file as UTF-8; bad_lines='skip' drops lines of the wrong shape, not "
-            "bytes of another encoding.") from err
+            f"{body[err.start:err.end]!r} in the line that starts {line[:60]!r}.\nHint: pass "
+            "encoding='latin-1' (or the file's real encoding), or re-encode the file as UTF-8; "
+            "bad_lines='skip' drops lines of the wrong shape, not bytes of another encoding."
+        ) from err
 
 
 def _parse_error(err: Exception, block: Block, names: list[str]) -> DataError:
