@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from types import TracebackType
 
@@ -12,18 +13,39 @@ __all__ = ["RSSSampler", "tree_rss"]
 
 def tree_rss(process: psutil.Process | None = None) -> int:
     """RSS of ``process`` (default: this one) and all its children now, in bytes."""
+    return sum(_tree_parts(process).values())
+
+
+def _tree_parts(process: psutil.Process | None = None) -> dict[int, int]:
+    """RSS of each process of the tree of ``process`` now: ``{pid: bytes}``."""
     root = process or psutil.Process()
     try:
         tree = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:  # the root has exited
-        return 0
-    total = 0
+        return {}
+    parts = {}
     for p in tree:
         try:
-            total += p.memory_info().rss
+            parts[p.pid] = p.memory_info().rss
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
-    return total
+    return parts
+
+
+def _label(process: psutil.Process, root: int) -> str:
+    """What a process of the tree is, for a breakdown: the root, a worker, a helper."""
+    if process.pid == root:
+        return "root"
+    try:
+        words = process.cmdline()
+    except psutil.Error:
+        return "gone"
+    text = " ".join(words)
+    if "resource_tracker" in text:
+        return "resource tracker"
+    if "spawn_main" in text or "forkserver" in text:
+        return "worker"  # (a LocalCluster's workers: multiprocessing's spawned processes)
+    return os.path.basename(words[0]) if words else "?"
 
 
 class RSSSampler:
@@ -44,6 +66,9 @@ class RSSSampler:
         Peak since :meth:`reset_peak` (or the start).
     overall_peak
         Peak since the start.
+    overall_parts
+        At the overall peak: each process's RSS by what it is (``root``, ``worker``, ...;
+        :meth:`breakdown`).
 
     Examples
     --------
@@ -56,15 +81,41 @@ class RSSSampler:
         self.interval = interval
         self.process = process
         self.start = self.peak = self.overall_peak = 0
+        self._peak_parts: dict[int, int] = {}
+        self._labels: dict[int, str] = {}  # each pid's label, found once, while it lives
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="daskfeed-rss", daemon=True)
 
     def sample(self) -> int:
         """Current RSS of the process tree in bytes (also counted in the peaks)."""
-        rss = tree_rss(self.process)
+        parts = _tree_parts(self.process)
+        rss = sum(parts.values())
         self.peak = max(self.peak, rss)
-        self.overall_peak = max(self.overall_peak, rss)
+        if rss > self.overall_peak:
+            self.overall_peak, self._peak_parts = rss, parts
+            root = (self.process or psutil.Process()).pid
+            for pid in parts.keys() - self._labels.keys():
+                try:
+                    self._labels[pid] = _label(psutil.Process(pid), root)
+                except psutil.Error:
+                    self._labels[pid] = "gone"
         return rss
+
+    @property
+    def overall_parts(self) -> dict[str, int]:
+        """The overall peak by kind of process: ``{"root": bytes, "worker": bytes, ...}``.
+
+        Several workers are summed; :meth:`breakdown` lists each.
+        """
+        out: dict[str, int] = {}
+        for label, rss in self.breakdown():
+            out[label] = out.get(label, 0) + rss
+        return out
+
+    def breakdown(self) -> list[tuple[str, int]]:
+        """Each process's RSS at the overall peak, largest first: ``[(label, bytes), ...]``."""
+        rows = [(self._labels.get(pid, "?"), rss) for pid, rss in self._peak_parts.items()]
+        return sorted(rows, key=lambda row: -row[1])
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

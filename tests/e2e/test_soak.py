@@ -123,6 +123,7 @@ def test_peak_rss_stays_under_2gb_as_the_data_grow(soak_dir, times):
     peak = rss.overall_peak
     record = {"times_budget": times, "csv_bytes": nbytes, "files": len(os.listdir(data)),
               "rows": hist["rows_per_epoch"], "budget": BUDGET, "peak_rss_bytes": peak,
+              "peak_by_process": rss.breakdown(),  # (label, bytes) at the tree's peak
               "peak_rss_reported": hist["peak_rss_bytes"],
               "seconds": round(seconds, 1), "rows_per_s": hist["epochs"][0].get("rows_per_s"),
               "data_wait_fraction": hist["epochs"][0].get("data_wait_fraction"),
@@ -169,7 +170,8 @@ def test_predict_scores_data_above_the_budget_within_it(soak_dir, tmp_path):
     shutil.rmtree(data, ignore_errors=True)
     assert returncode == 0, stderr[-3000:]
     record = {"predict": True, "csv_bytes": nbytes, "rows": rows, "budget": BUDGET,
-              "peak_rss_bytes": rss.overall_peak, "seconds": round(seconds, 1),
+              "peak_rss_bytes": rss.overall_peak, "peak_by_process": rss.breakdown(),
+              "seconds": round(seconds, 1),
               "rows_per_s": round(rows / seconds)}
     with open(os.path.join(soak_dir, "soak.json"), "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
