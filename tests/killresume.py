@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,6 +138,7 @@ class KillResume:
         self.pids: list[int] = []  # per run: its trainer's process id
         self.runs: list[Path] = []
         self.resumed_peak = 0  # peak RSS of the resumed run's process tree
+        self.started = 0.0  # when the running trainer started (time.time())
 
     @staticmethod
     def command() -> list[str]:
@@ -147,6 +149,7 @@ class KillResume:
         """Start the run (``args``: another layout of it); its screen text goes to a file."""
         screen = self.workdir / f"run{len(self.runs) + 1}.txt"
         self.runs.append(screen)
+        self.started = time.time()  # (a checkpoint of this run: a directory made after it)
         with open(screen, "w") as f:  # a file, not a pipe nobody reads while it runs
             self.proc = subprocess.Popen([*self.command(), *(args or self.args)], stdout=f,
                                          stderr=subprocess.STDOUT, text=True, env=ENV,
@@ -167,15 +170,13 @@ class KillResume:
         later and ``more`` steps were trained after it; return that checkpoint.
 
         The number of steps per epoch is read from the checkpoint (``num_batches``)."""
-        store = self.store()
-
         def ready() -> bool:
-            names = store.names()
-            last = names[-1] if names else ""
-            if not (last.startswith(f"ckpt-{epoch:06d}-") and int(last.rsplit("-", 1)[1]) >= batch):
+            ckpt = self.newest()
+            if ckpt is None or ckpt.cursor.epoch != epoch or ckpt.cursor.batch < batch:
                 return False
-            ckpt = store.latest()
-            return ckpt is not None and len(self.steps()) >= ckpt.iterations + more
+            return len(self.steps()) >= ckpt.iterations + more
+
+        store = self.store()
 
         self.kill_when(ready, lambda: f"a checkpoint of epoch {epoch} at batch {batch}+ and "
                        f"{more} more steps (checkpoints {store.names()}, {len(self.steps())} "
@@ -193,15 +194,29 @@ class KillResume:
         """Steps the running trainer logged."""
         return sum(1 for s in self.steps() if s.pid == self.pids[-1])
 
+    def newest(self):
+        """The newest checkpoint the running trainer wrote, or None; read without a side
+        effect (the store's ``latest`` renames an unreadable one) and tolerating one that the
+        trainer is writing or removing as it is read."""
+        from daskfeed.core import CheckpointError
+
+        store = self.store()
+        names = store.names()
+        if not names:
+            return None
+        path = os.path.join(store.directory, names[-1])
+        try:
+            if os.path.getmtime(path) < self.started:  # an earlier run's, about to be removed
+                return None
+            return store.read(names[-1])
+        except (CheckpointError, OSError):
+            return None
+
     def past_a_new_checkpoint(self, steps: int = 0) -> bool:
         """Whether the running trainer wrote a checkpoint after the one it resumed from and has
         trained ``steps`` steps in all (checkpoints are written every few steps: the kill lands
         that many steps past one, at most)."""
-        store = self.store()
-        names = store.names()
-        if not names or (self.checkpoint and names[-1] == os.path.basename(self.checkpoint.path)):
-            return False  # (reading a checkpoint only once there is a new one)
-        ckpt = store.latest()
+        ckpt = self.newest()
         cut = self.cuts[-1] if self.cuts else 0
         return ckpt is not None and ckpt.iterations > cut and self.trained() >= steps
 
