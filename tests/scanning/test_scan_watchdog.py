@@ -97,3 +97,50 @@ def test_a_hung_read_fails_within_the_timeout_naming_the_partition(tmp_path):
     assert "No scan task made progress within 3s" in msg, msg
     assert "z.csv" in msg and "Hint:" in msg, msg
     assert elapsed < 3 + 10, elapsed
+
+
+def test_waiting_for_the_scan_leaves_one_waiter_per_task_however_often_it_looks(client, tmp_path,
+                                                                             monkeypatch):
+    """The trainer looks at the scan about every second; each look once started a waiter on
+    every pending task and left it behind (``distributed.wait(FIRST_COMPLETED)``): N tasks
+    watched for S seconds piled up ~N·S/2 coroutines, 0.5 GB of the trainer at 13 GB of CSV.
+    Here 40 tasks looked at 150 times: the event loop's tasks do not grow with the looks."""
+    import asyncio
+
+    from distributed import Event
+
+    from daskfeed.reading import Source
+    from daskfeed.scanning import _watchdog
+
+    (tmp_path / "a.csv").write_text(HEADER + _rows(0, 10).decode())
+    src = Source(str(tmp_path / "a.csv"))
+    monkeypatch.setattr(_watchdog, "LOOK", 0.005)  # many looks while the tasks stand still
+    name = f"hold-{tmp_path.name}"
+
+    def held(i: int) -> int:
+        Event(name).wait()
+        return i
+
+    async def loop_tasks() -> int:
+        return len(asyncio.all_tasks())
+
+    before = client.sync(loop_tasks)
+    futures = [client.submit(held, i, pure=False) for i in range(40)]
+    looks, seen = [0], []
+
+    def on_progress(rows: int, done: int, total: int, seconds: float, finished: bool) -> None:
+        looks[0] += 1
+        seen.append(client.sync(loop_tasks) - before)
+        if looks[0] == 150:
+            Event(name, client=client).set()
+
+    try:
+        _watchdog.await_scan(client, futures, [[0]] * 40, src, 120, f"t-{name}", on_progress)
+        statuses = {f.status for f in futures}
+    finally:
+        Event(name, client=client).set()
+        for f in futures:
+            f.release()
+    assert looks[0] >= 150 and statuses == {"finished"}, (looks, statuses)
+    early, late = max(seen[1:20]), max(seen[100:150])  # (~2 per task: its waiter, the client's)
+    assert late <= early + 10 and late <= 3 * 40, seen  # (the old loop: 40 more at each look)
