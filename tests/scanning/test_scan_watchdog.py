@@ -142,5 +142,5 @@ def test_waiting_for_the_scan_leaves_one_waiter_per_task_however_often_it_looks(
         for f in futures:
             f.release()
     assert looks[0] >= 150 and statuses == {"finished"}, (looks, statuses)
-    early, late = max(seen[1:20]), max(seen[100:150])  # (~2 per task: its waiter, the client's)
-    assert late <= early + 10 and late <= 3 * 40, seen  # (the old loop: 40 more at each look)
+    middle, late = max(seen[20:60]), max(seen[100:150])  # (~2 per task: its waiter, the client's)
+    assert late <= middle + 10 and late <= 3 * 40, seen  # (the old loop: 40 more at each look)
