@@ -25,16 +25,17 @@ if TYPE_CHECKING:
     from daskfeed.reading._parts import Part, file_key
     from daskfeed.reading._records import line_number
     from daskfeed.reading._small_files import SharedParse, SmallFiles
-    from daskfeed.reading._source import Source, read_options
+    from daskfeed.reading._source import Source, first_header, read_options
     from daskfeed.reading._splits import SplitError
     from daskfeed.reading._streams import open_file
     from daskfeed.reading._tables import ReadOptions, iter_tables, record_range
 
 __all__ = ["ISO_DATE", "NA_MARKERS", "SPACES", "Block", "FileInfo", "Listing", "Part", "ReadOptions",
            "SharedParse", "SmallFiles", "Source", "SplitError", "compression_of", "count_by_part",
-           "expand_paths", "file_key", "is_parquet", "iso_seconds", "iter_tables", "line_number", "na_counts",
-           "naive_times", "open_file", "protocol", "read_options", "record_range", "refuse_missing_local",
-           "relist", "stat_file", "url_credentials", "with_credentials"]
+           "expand_paths", "file_key", "first_header", "is_parquet", "iso_seconds", "iter_tables",
+           "line_number", "na_counts", "naive_times", "open_file", "protocol", "read_options",
+           "record_range", "refuse_missing_local", "relist", "stat_file", "url_credentials",
+           "with_credentials"]
 
 __getattr__, __dir__ = attach(__name__, {
     "url_credentials": "_credentials", "with_credentials": "_credentials",
@@ -47,7 +48,7 @@ __getattr__, __dir__ = attach(__name__, {
     "NA_MARKERS": "_nulls", "count_by_part": "_nulls", "na_counts": "_nulls", "naive_times": "_nulls",
     "line_number": "_records",
     "SharedParse": "_small_files", "SmallFiles": "_small_files",
-    "Source": "_source", "read_options": "_source",
+    "Source": "_source", "first_header": "_source", "read_options": "_source",
     "SplitError": "_splits",
     "open_file": "_streams",
     "ReadOptions": "_tables", "iter_tables": "_tables", "record_range": "_tables",

@@ -89,3 +89,17 @@ class Listing:
         if self._error is not None:
             raise self._error
         return self._files
+
+    def listed(self) -> list[FileInfo]:
+        """The files listed (waits for the listing to end), saying nothing.
+
+        For a look ahead in another thread (the first file's header); what the listing has to
+        say, or the error it met, is said by :meth:`files`.
+
+        Returns
+        -------
+        list of FileInfo
+            As :meth:`files` returns them; [] when the listing failed.
+        """
+        self._done.wait()
+        return [] if self._error is not None else self._files

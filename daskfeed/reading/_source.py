@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     import dask.dataframe as dd
     from dask.delayed import Delayed
 
-__all__ = ["Source", "read_options"]
+__all__ = ["Source", "first_header", "read_options"]
 
 
 class Source:
@@ -305,26 +305,7 @@ class Source:
         """
         if self.frame is not None:
             return [str(c) for c in self.frame.columns]
-        so = dict(self.options.storage_options)
-        for info in self.files:  # the first file that is not empty
-            if is_parquet(info.path):
-                import pyarrow.parquet as pq  # only where Parquet is read
-
-                with open_file(info.path, so) as f:
-                    return list(pq.ParquetFile(f).schema_arrow.names)
-            try:
-                with open_file(info.path, so, compression_of(info.path)) as f:
-                    line = read_header(f, info.path, quote_limit(self.options.blocksize))
-            except PermissionError as err:  # remote files open lazily: refused at the read
-                raise DataNotFoundError(
-                    f"Cannot read {info.path}: permission denied. Received: {reason(err)}.\n"
-                    f"Hint: {credentials_hint(protocol(info.path))}"
-                ) from err
-            names = parse_header(line, self.options.sep, info.path, self.options.encoding,
-                                 max_columns=self.options.max_columns)
-            if names:
-                return names
-        return []
+        return first_header(self.files, self.options)
 
     def partitions(self) -> list[Delayed]:
         """One ``dask.delayed`` Arrow table per partition of a dask DataFrame input.
@@ -364,6 +345,53 @@ def _na_values(values: Sequence[str] | str | None) -> tuple[str, ...]:
     if bad:
         raise ValueError(f"Expected na_values to be strings such as 'NA'. Received: {bad[:3]!r}.")
     return tuple(sorted({v for v in values if v}))
+
+
+def first_header(files: Sequence[FileInfo], options: ReadOptions) -> list[str]:
+    """Column names, read from the first line of the first file that is not empty (no data parsed).
+
+    Parameters
+    ----------
+    files
+        The files, in their order.
+    options
+        How they are read (a separator chosen by the files' names is decided here, unsaid).
+
+    Returns
+    -------
+    list of str
+        The header ([] when every file is empty).
+
+    Raises
+    ------
+    DataNotFoundError
+        When storage refuses to read the file.
+    DataError, SchemaError
+        For a header that is not text, or names a column twice (as :func:`parse_header`).
+    """
+    so = dict(options.storage_options)
+    sep = options.sep
+    if options.sep_by_suffix:  # (as Source decides it; a mixed set is warned of there)
+        sep = "\t" if files and all(_tsv(f.path) for f in files) else ","
+    for info in files:  # the first file that is not empty
+        if is_parquet(info.path):
+            import pyarrow.parquet as pq  # only where Parquet is read
+
+            with open_file(info.path, so) as f:
+                return list(pq.ParquetFile(f).schema_arrow.names)
+        try:
+            with open_file(info.path, so, compression_of(info.path)) as f:
+                line = read_header(f, info.path, quote_limit(options.blocksize))
+        except PermissionError as err:  # remote files open lazily: refused at the read
+            raise DataNotFoundError(
+                f"Cannot read {info.path}: permission denied. Received: {reason(err)}.\n"
+                f"Hint: {credentials_hint(protocol(info.path))}"
+            ) from err
+        names = parse_header(line, sep, info.path, options.encoding,
+                             max_columns=options.max_columns)
+        if names:
+            return names
+    return []
 
 
 def read_options(*, blocksize: int | str | None = None, sep: str | None = None,
@@ -445,15 +473,17 @@ def _max_columns() -> int:
     return value
 
 
+def _tsv(path: str) -> bool:
+    """Whether a file's name ends in ``.tsv`` (packed or not)."""
+    base = path.lower()
+    for packed in COMPRESSIONS:
+        base = base.removesuffix(packed)
+    return base.endswith(".tsv")
+
+
 def _sep_of(files: Sequence[FileInfo]) -> str:
     """The separator the files' names tell: a tab when every file is ``.tsv`` (packed or not)."""
-    def tsv(path: str) -> bool:
-        base = path.lower()
-        for packed in COMPRESSIONS:
-            base = base.removesuffix(packed)
-        return base.endswith(".tsv")
-
-    marked = [f.path for f in files if tsv(f.path)]
+    marked = [f.path for f in files if _tsv(f.path)]
     if marked and len(marked) < len(files):
         warn_user(f"{len(marked)} of {len(files)} files end in .tsv (e.g. {marked[0]}), the "
                   "others not: all are read with ',' as the separator.\nHint: pass --sep to "

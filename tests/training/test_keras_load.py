@@ -1,0 +1,76 @@
+"""Keras loads while the cluster starts once the data are seen to have what the settings name."""
+
+from __future__ import annotations
+
+import pytest
+
+from daskfeed.checkpoint import Checkpoint, Cursor
+from daskfeed.reading import Listing
+from daskfeed.training._options import TrainOptions
+from daskfeed.training._train import _KerasLoad
+
+
+def _data(tmp_path, header: bytes, name: str = "a.csv") -> str:
+    (tmp_path / name).write_bytes(header + b"1,0,3\n2,1,4\n")
+    return str(tmp_path / "*.csv")
+
+
+def _peeked(pattern: str, label: str, **settings) -> _KerasLoad:
+    loading = _KerasLoad()
+    loading.ahead(label, TrainOptions.resolve(**settings), Listing(pattern), None)
+    assert loading.peeking is not None
+    loading.peeking.join()
+    return loading
+
+
+def _cursor(label: str, features: tuple[str, ...]) -> Checkpoint:
+    cur = Cursor(epoch=1, batch=3, seed=0, batch_size=2, fingerprint="f", num_batches=4, rows=8,
+                 window_rows=8, blocksize=2**20, shuffle=True, drop_remainder=False, label=label,
+                 features=features)
+    return Checkpoint(path="ckpt", cursor=cur)
+
+
+def test_a_header_naming_the_label_and_the_features_starts_the_load(tmp_path):
+    loading = _peeked(_data(tmp_path, b"a,y,b\n"), "y", features=["a", "b"])
+    try:
+        assert loading.thread is not None
+    finally:
+        loading.join()
+
+
+@pytest.mark.parametrize(("header", "label", "settings"), [
+    (b"a,y,b\n", "nope", {}),  # a wrong label: said by the scan with no keras loaded
+    (b"a,y,b\n", "y", {"features": ["a", "zz"]}),  # a feature not there
+    (b"a,y,b\n", "y", {"weight": "w"}),  # a weight column not there
+    (b"a;y;b\n", "y", {}),  # another separator: one column named 'a;y;b'
+    (b"\xff\xfea\x00,\x00y\x00\n\x00", "y", {}),  # not UTF-8 text: the scan says so
+])
+def test_a_header_without_what_the_settings_name_leaves_the_load_to_the_scan(tmp_path, header,
+                                                                             label, settings):
+    loading = _peeked(_data(tmp_path, header), label, **settings)
+    assert loading.thread is None
+    loading.join()
+
+
+def test_a_listing_that_finds_nothing_starts_nothing(tmp_path):
+    loading = _peeked(str(tmp_path / "none" / "*.csv"), "y")
+    assert loading.thread is None
+
+
+def test_no_load_starts_once_the_run_is_over(tmp_path):
+    loading = _KerasLoad()
+    loading.join()  # the run ended (an error before the header was read)
+    loading.start()
+    assert loading.thread is None
+
+
+def test_a_resumed_run_with_its_checkpoints_label_starts_at_once():
+    opts = TrainOptions.resolve(features=["a"])
+    same, other = _KerasLoad(), _KerasLoad()
+    same.ahead("y", opts, None, _cursor("y", ("a", "b")))
+    other.ahead("z", opts, None, _cursor("y", ("a", "b")))  # refused by the cursor's check
+    try:
+        assert same.thread is not None and same.peeking is None
+        assert other.thread is None
+    finally:
+        same.join()
