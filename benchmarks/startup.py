@@ -13,7 +13,13 @@ issue's target is "beyond the cluster's start"). Then, each with a parse cache u
   or a second trainer pays before training. Medians and every round, and with ``--profile`` the
   functions of one more warm round by cumulative time (cProfile, the trainer process).
 
-Writes ``<out>/startup-<files>.json``.
+With ``--cli``, the command a user types instead, ``daskfeed train`` (``--rounds`` times after
+one run that makes its own cache, each into a new output directory, so that the scan is reused
+from the parse cache): seconds from the process's start to the cluster's ``dashboard:`` line and
+to the ``default model:`` line (the model built); the run is stopped there. "Beyond the
+cluster's start" is the second less the first.
+
+Writes ``<out>/startup-<files>.json`` (``startup-cli-<files>.json`` with ``--cli``).
 """
 
 from __future__ import annotations
@@ -69,6 +75,55 @@ def first_batch(pattern: str, client, cache: str) -> tuple[float, float]:
     return t1 - t0, t2 - t0
 
 
+def cli_start(pattern: str, cache: str, out: str, memory_limit: str) -> dict[str, float]:
+    """One ``daskfeed train`` until its model is built: seconds to the cluster's line and the model's."""
+    import shutil
+    import signal
+    import subprocess
+    import sys
+
+    shutil.rmtree(out, ignore_errors=True)
+    exe = os.path.join(os.path.dirname(sys.executable), "daskfeed")
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    marks: dict[str, float] = {}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([exe, "train", pattern, "--label", "cleared", "--epochs", "1",
+                             "--memory-limit", memory_limit, "--cache", cache, "--verbose", "2",
+                             "--dashboard-address", "127.0.0.1:0", "--output", out],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    assert proc.stdout is not None
+    said = []
+    for line in proc.stdout:
+        said.append(line)
+        if line.startswith("dashboard:"):
+            marks["cluster_s"] = round(time.perf_counter() - t0, 2)
+        if line.startswith("default model:"):
+            marks["model_s"] = round(time.perf_counter() - t0, 2)
+            os.killpg(proc.pid, signal.SIGTERM)
+            break
+    proc.wait()
+    if "model_s" not in marks or "cluster_s" not in marks:
+        raise SystemExit("daskfeed train ended before its model was built:\n" + "".join(said[-20:]))
+    marks["beyond_cluster_s"] = round(marks["model_s"] - marks["cluster_s"], 2)
+    return marks
+
+
+def main_cli(args: argparse.Namespace, pattern: str) -> None:
+    """Time ``daskfeed train`` to its model, the scan reused (after one run that makes the cache)."""
+    cache = os.path.join(args.out, f"cli-cache-{args.files}x{args.rows}")
+    out = os.path.join(args.out, "cli-run")
+    first = cli_start(pattern, cache, out, args.memory_limit)
+    rounds = [cli_start(pattern, cache, out, args.memory_limit) for _ in range(args.rounds)]
+    record = {"files": args.files, "rows_per_file": args.rows, "memory_limit": args.memory_limit,
+              "first_run": first, "rounds": rounds,
+              "median_model_s": statistics.median(r["model_s"] for r in rounds),
+              "median_beyond_cluster_s": statistics.median(r["beyond_cluster_s"] for r in rounds)}
+    with open(os.path.join(args.out, f"startup-cli-{args.files}.json"), "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+    print(json.dumps(record))
+
+
 def main() -> None:
     """Write the files once, time the cold and warm starts, print and keep the figures."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -78,9 +133,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="bench-out/startup")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--cli", action="store_true", help="time `daskfeed train` to its model")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     pattern = write_files(args.out, args.files, args.rows)
+    if args.cli:
+        main_cli(args, pattern)
+        return
     cache = os.path.join(args.out, f"cache-{args.files}x{args.rows}")
 
     from distributed import Client, LocalCluster
