@@ -19,6 +19,12 @@ tests/ is on ``sys.path`` as for ``helpers``):
    steps: each killed run's from the checkpoint it resumed from to the checkpoint the next run
    resumed from, every step of the last run. An exact resume gives each row once per epoch
    (``lost == duplicated == 0``).
+5. Several trainers: ``start(args, world=W)`` runs ``W`` ranks (``--rank r --world-size W``,
+   ``args`` naming a shared scheduler), each its own process group and screen; rank 0's
+   checkpoints are the run's. Ranks step together in a real data-parallel job, so a kill lets
+   them: rank 0 is stopped (SIGSTOP) once the kill is due, the other ranks train on up to its
+   checkpoint, then every rank is killed. :meth:`KillResume.by_epoch` counts rows per epoch as
+   each step logged it (Keras' epoch number), whatever the number of trainers of each part.
 
 Ids: a row's id is ``sum(column_k * scale_k)`` over the id columns (several columns when one id
 would not be exact in the float32 matrix: above 2**24).
@@ -51,11 +57,17 @@ from daskfeed.adapters._keras import keras
 LOG = {log!r}
 IDS = {ids}
 SCALES = np.array({scales!r}, dtype=np.int64)
+EPOCH = [-1]  # the epoch being fitted (Keras' number: a resumed fit keeps it)
+
+
+class EpochMark(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        EPOCH[0] = epoch
 
 
 def record(iteration, cols):  # one record per batch, before its update is applied
     ids = (np.rint(cols.numpy()).astype(np.int64) * SCALES).sum(axis=1)
-    head = np.array([int(iteration.numpy()), os.getpid(), len(ids)], dtype=np.int64)
+    head = np.array([int(iteration.numpy()), os.getpid(), EPOCH[0], len(ids)], dtype=np.int64)
     with open(LOG, "ab") as f:
         f.write(head.tobytes() + ids.tobytes())
     time.sleep({delay})  # a throttled model (the kill lands mid-epoch on any machine)
@@ -63,6 +75,9 @@ def record(iteration, cols):  # one record per batch, before its update is appli
 
 
 class Recording(keras.Model):
+    def fit(self, *args, callbacks=None, **kwargs):  # the epoch of each step, as Keras numbers it
+        return super().fit(*args, callbacks=[*(callbacks or []), EpochMark()], **kwargs)
+
     def train_step(self, data):
         token = tf.py_function(record, [self.optimizer.iterations, data[0][:, :IDS]], tf.int32)
         with tf.control_dependencies([token]):
@@ -83,6 +98,7 @@ class Step:
 
     iteration: int
     pid: int
+    epoch: int
     ids: np.ndarray
 
 
@@ -92,12 +108,12 @@ def read_log(path: str | Path) -> list[Step]:
         return []
     raw = np.fromfile(path, dtype=np.int64)
     steps, at = [], 0
-    while at + 3 <= len(raw):
-        it, pid, n = (int(v) for v in raw[at:at + 3])
-        if at + 3 + n > len(raw):
+    while at + 4 <= len(raw):
+        it, pid, epoch, n = (int(v) for v in raw[at:at + 4])
+        if at + 4 + n > len(raw):
             break
-        steps.append(Step(it, pid, raw[at + 3:at + 3 + n]))
-        at += 3 + n
+        steps.append(Step(it, pid, epoch, raw[at + 4:at + 4 + n]))
+        at += 4 + n
     return steps
 
 
@@ -132,10 +148,13 @@ class KillResume:
             features=list(features))))
         self.args = [*args, "--model", f"{rec}:build", "--features", ",".join(features),
                      "--as-matrix", "--output", str(self.output)]
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | None = None  # the running trainer (rank 0)
+        self.procs: list[subprocess.Popen] = []  # every rank of the running job
         self.checkpoint = None  # the one the resume continues from
         self.cuts: list[int] = []  # per kill: the optimizer iteration the next run resumes at
-        self.pids: list[int] = []  # per run: its trainer's process id
+        self.pids: list[int] = []  # per run: its trainer's (rank 0's) process id
+        self.rank_pids: list[list[int]] = []  # per run: every rank's process id
+        self.worlds: list[int] = []  # per run: its number of trainers
         self.runs: list[Path] = []
         self.resumed_peak = 0  # peak RSS of the resumed run's process tree
         self.started = 0.0  # when the running trainer started (time.time())
@@ -145,21 +164,37 @@ class KillResume:
         """The ``daskfeed`` executable beside this Python."""
         return [shutil.which("daskfeed", path=os.path.dirname(sys.executable)) or "daskfeed"]
 
-    def start(self, args: list[str] | None = None) -> subprocess.Popen:
-        """Start the run (``args``: another layout of it); its screen text goes to a file."""
-        screen = self.workdir / f"run{len(self.runs) + 1}.txt"
-        self.runs.append(screen)
+    def start(self, args: list[str] | None = None, world: int = 1) -> subprocess.Popen:
+        """Start the run (``args``: another layout of it; ``world``: its number of trainers,
+        ranks of a scheduler ``args`` name); its screen text goes to a file (one per rank).
+        Returns rank 0's process."""
+        n = len(self.runs) + 1
+        screens = [self.workdir / (f"run{n}.txt" if world == 1 else f"run{n}-r{r}.txt")
+                   for r in range(world)]
+        self.runs.append(screens[0])
         self.started = time.time()  # (a checkpoint of this run: a directory made after it)
-        with open(screen, "w") as f:  # a file, not a pipe nobody reads while it runs
-            self.proc = subprocess.Popen([*self.command(), *(args or self.args)], stdout=f,
-                                         stderr=subprocess.STDOUT, text=True, env=ENV,
-                                         start_new_session=True)
+        self.procs = []
+        for r, screen in enumerate(screens):
+            ranks = ["--rank", str(r), "--world-size", str(world)] if world > 1 else []
+            with open(screen, "w") as f:  # a file, not a pipe nobody reads while it runs
+                self.procs.append(subprocess.Popen([*self.command(), *(args or self.args), *ranks],
+                                                   stdout=f, stderr=subprocess.STDOUT, text=True,
+                                                   env=ENV, start_new_session=True))
+        self.proc = self.procs[0]
         self.pids.append(self.proc.pid)
+        self.rank_pids.append([p.pid for p in self.procs])
+        self.worlds.append(world)
         return self.proc
 
     def text(self, run: int = -1) -> str:
-        """What run ``run`` printed."""
+        """What run ``run`` printed (rank 0's screen)."""
         return self.runs[run].read_text()
+
+    def screens(self, run: int = -1) -> str:
+        """The ends of what every rank of run ``run`` printed."""
+        first = self.runs[run]
+        paths = sorted(first.parent.glob(first.stem.rsplit("-r", 1)[0] + "-r*.txt")) or [first]
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in paths)
 
     def steps(self) -> list[Step]:
         """Every step logged so far."""
@@ -225,21 +260,28 @@ class KillResume:
         what was awaited if it never is); return the checkpoint the next run resumes from."""
         import psutil
 
-        proc = self.proc
-        assert proc is not None
+        procs = list(self.procs)
+        assert procs
 
         def alive_and_ready() -> bool:
-            assert proc.poll() is None, self.text()[-3000:]
+            assert all(p.poll() is None for p in procs), self.screens()
             return ready()
 
+        tree = []
         try:
             wait_for(alive_and_ready, timeout, describe, interval=0.05)
-            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-            os.killpg(proc.pid, signal.SIGKILL)  # the whole job dies: trainer and its workers
-            proc.wait(30)
+            if len(procs) > 1:
+                self._others_reach_rank_0(procs, timeout)
+            for p in procs:
+                tree += [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]
+            for p in procs:  # the whole job dies: trainers and their workers
+                os.killpg(p.pid, signal.SIGKILL)
+            for p in procs:
+                p.wait(30)
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
         _, alive = psutil.wait_procs(tree, timeout=30)
         alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         assert not alive, f"still running 30 s after SIGKILL: {alive}"
@@ -247,21 +289,43 @@ class KillResume:
         self.cuts.append(self.checkpoint.iterations if self.checkpoint else 0)
         return self.checkpoint
 
-    def resume(self, args: list[str] | None = None, timeout: float = 600) -> str:
+    def _others_reach_rank_0(self, procs: list[subprocess.Popen], timeout: float) -> None:
+        """Stop rank 0 (SIGSTOP) and wait until every other rank trained up to its checkpoint
+        (or ended): ranks that step together are all there when a job is killed."""
+        os.kill(procs[0].pid, signal.SIGSTOP)
+        ckpt = self.newest()  # (rank 0 stands: no checkpoint is half written)
+        start = self.cuts[-1] if self.cuts else 0
+        need = (ckpt.iterations if ckpt is not None else start) - start
+
+        def caught_up() -> bool:
+            counts = {p.pid: 0 for p in procs[1:]}
+            for s in self.steps():
+                if s.pid in counts:
+                    counts[s.pid] += 1
+            for p in procs[1:]:
+                assert p.poll() in (None, 0), self.screens()
+            return all(p.poll() == 0 or counts[p.pid] >= need for p in procs[1:])
+
+        wait_for(caught_up, timeout, lambda: f"every rank at rank 0's checkpoint ({need} steps "
+                 f"of this run)", interval=0.05)
+
+    def resume(self, args: list[str] | None = None, timeout: float = 600,
+               world: int = 1) -> str:
         """Run again with ``--resume`` (``args``: another layout); its screen text (exit 0).
 
-        The peak RSS of its process tree (sampled every 0.1 s) is kept in ``resumed_peak``."""
+        The peak RSS of its process tree (sampled every 0.1 s; rank 0's with several) is kept
+        in ``resumed_peak``."""
         import psutil
 
         from daskfeed.core._rss import RSSSampler
 
-        proc = self.start([*(args or self.args), "--resume"])
+        proc = self.start([*(args or self.args), "--resume"], world=world)
         with RSSSampler(interval=0.1, process=psutil.Process(proc.pid)) as rss:
-            proc.wait(timeout)
+            for p in self.procs:
+                p.wait(timeout)
         self.resumed_peak = rss.overall_peak
-        text = self.text()
-        assert proc.returncode == 0, text[-3000:]
-        return text
+        assert all(p.returncode == 0 for p in self.procs), self.screens()
+        return self.text()
 
     def relayout(self, **flags: str) -> list[str]:
         """The run's arguments with some flags' values replaced (``memory_limit="2GB"``...)."""
@@ -278,15 +342,18 @@ class KillResume:
         by_pid: dict[int, list[Step]] = {}
         for s in self.steps():
             by_pid.setdefault(s.pid, []).append(s)
-        assert set(by_pid) <= set(self.pids), "steps of a run the harness did not start"
+        assert set(by_pid) <= {p for pids in self.rank_pids for p in pids}, \
+            "steps of a run the harness did not start"
         out: list[Step] = []
         starts = [0, *self.cuts]
-        for k, pid in enumerate(self.pids):
-            steps = by_pid.get(pid, [])
-            # a run starts at the checkpoint it resumed from (a kill may come before its first step)
-            assert [s.iteration for s in steps[:1]] in ([], [starts[k]]), (k, starts[k], steps[:1])
+        for k, pids in enumerate(self.rank_pids):
             end = self.cuts[k] if k < len(self.cuts) else None
-            out += [s for s in steps if end is None or s.iteration < end]
+            for pid in pids:  # (every rank resumes from rank 0's checkpoint, at its iteration)
+                steps = by_pid.get(pid, [])
+                # a run starts at the checkpoint it resumed from (a kill may come before its first step)
+                assert [s.iteration for s in steps[:1]] in ([], [starts[k]]), (k, starts[k], steps[:1])
+                assert [s.iteration for s in steps] == list(range(starts[k], starts[k] + len(steps)))
+                out += [s for s in steps if end is None or s.iteration < end]
         return out
 
     def epochs(self, rows: int, steps_per_epoch: int, epochs: int) -> list[tuple[int, int]]:
@@ -299,4 +366,22 @@ class KillResume:
             for s in steps[e * steps_per_epoch:(e + 1) * steps_per_epoch]:
                 np.add.at(seen, s.ids, 1)
             out.append((int((seen == 0).sum()), int(np.maximum(seen - 1, 0).sum())))
+        return out
+
+    def by_epoch(self, rows: int, epochs: int) -> list[tuple[int, int, int]]:
+        """``(lost, duplicated, trainers)`` of each epoch among the committed steps, each step
+        counted in the epoch it logged; ``trainers``: the number of the job that trained the
+        epoch's last committed step (whose ranks left out its tail, if any)."""
+        steps = self.committed()
+        world_of = {pid: self.worlds[k] for k, pids in enumerate(self.rank_pids) for pid in pids}
+        out = []
+        for e in range(epochs):
+            mine = [s for s in steps if s.epoch == e]
+            seen = np.zeros(rows, dtype=np.int32)
+            for s in mine:
+                np.add.at(seen, s.ids, 1)
+            last = max(mine, key=lambda s: s.iteration) if mine else None
+            out.append((int((seen == 0).sum()), int(np.maximum(seen - 1, 0).sum()),
+                        world_of[last.pid] if last is not None else 0))
+        assert not [s for s in steps if not 0 <= s.epoch < epochs], "a step of no epoch"
         return out

@@ -157,3 +157,95 @@ def test_twenty_sigkills_of_the_cli_at_random_points_each_resumed_in_another_lay
     assert len(run.committed()) == 2 * steps
     assert counts == [(0, 0), (0, 0)]
     assert len(set(run.cuts)) >= 8 and max(run.cuts) > steps  # spread over both epochs
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_sigkilled_ranks_resumed_by_another_number_of_trainers_train_each_row_once(
+        id_data, tmp_path, stop_process_groups):
+    """Real `dask scheduler`/`dask worker` processes and `daskfeed train` ranks: the whole job
+    SIGKILLed 10 times at random points (at start-up, once the data are scanned, steps past a new
+    checkpoint) and each time resumed by another number of trainers (1, 2 or 3) than the job
+    before and than rank 0's checkpoint (every rank goes on from it), under another
+    ``--memory-limit``; every row of every epoch trained once by the steps whose updates stand,
+    audited by row id. The tail policy: a job of several trainers trains full batches only,
+    dealt evenly, and leaves out fewer than its number of them (and the short batch); a single
+    trainer leaves out nothing."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from helpers import RECORDED_FEATURES, compose_commands, wait_for_scheduler_file
+    from killresume import ENV, KillResume
+
+    bin_dir = Path(sys.executable).parent
+    sf = str(tmp_path / "scheduler.json")
+    sched_cmd, worker_cmd, tls = compose_commands(sf)
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "env": ENV,
+             "start_new_session": True}
+    procs = [subprocess.Popen([str(bin_dir / "dask"), *sched_cmd[1:]], **quiet)]
+    run = None
+    try:
+        wait_for_scheduler_file(sf, procs[0])
+        procs += [subprocess.Popen([str(bin_dir / "dask"), *worker_cmd[1:]], **quiet)
+                  for _ in range(2)]
+        args = ["train", id_data.train_glob, "--label", "cleared", "--epochs", "2",
+                "--batch-size", str(BATCH), "--seed", "5", "--checkpoint-every", "5",
+                "--memory-limit", "2GB", "--scheduler-file", sf, *tls,
+                "--cache", str(tmp_path / "cache"), "--verbose", "0"]
+        work = tmp_path / "job"
+        os.makedirs(work)
+        run = KillResume(work, args, features=RECORDED_FEATURES, ids={"row_id": 1}, delay=0.03)
+        rows, full = id_data.train_rows, id_data.train_rows // BATCH
+        rng = np.random.default_rng(8)
+        world, kinds, worlds, at = 2, [], [2], []
+        run.start(world=world)
+        for k in range(10):
+            ckpt = run.checkpoint
+            done = (ckpt.cursor.epoch * full + (ckpt.cursor.position or 0)) if ckpt else 0
+            left = (2 * full - done) // world  # batches each rank of this job would train
+            kind = str(rng.choice(["start-up", "scanned", "steps"],
+                                  p=[0.15, 0.15, 0.7] if left > 40 else [0.5, 0.5, 0]))
+            n = len(run.runs)
+            print(f"kill {k + 1}: {kind} ({world} trainer(s), {left} batches each left)", flush=True)
+            if kind == "start-up":  # connected to the scheduler: the trainer's budget
+                run.kill_when(lambda n=n: "memory limit of this trainer" in run.text(n - 1),
+                              "the budget's line")
+            elif kind == "scanned":
+                run.kill_when(lambda n=n: "train data:" in run.text(n - 1), "the data's line")
+            else:
+                want = int(rng.integers(10, min(60, left - 10)))
+                run.kill_when(lambda want=want: run.past_a_new_checkpoint(want),
+                              lambda want=want: f"rank 0 past a new checkpoint and {want} steps "
+                              f"({run.store().names()[-3:]}, {run.trained()} steps)")
+            kinds.append(kind)
+            at.append(run.checkpoint.cursor.epoch if run.checkpoint else 0)
+            # another number of trainers than the job before and than the checkpoint's (with
+            # the checkpoint's, each rank would go on from its own: another audit); the last
+            # job of several trainers if it can be (an epoch's end with a tail left out)
+            written = run.checkpoint.cursor.shard[1] if run.checkpoint else None
+            choices = [w for w in (1, 2, 3) if w not in (world, written)]
+            world = int(rng.choice([w for w in choices if w > 1] if k == 9 and max(choices) > 1
+                                   else choices))
+            worlds.append(world)
+            memory = str(rng.choice(["2GB", "3GB"]))
+            again = [*run.relayout(memory_limit=memory), "--resume"]
+            if k < 9:
+                run.start(again, world=world)
+        text = run.resume(again[:-1], timeout=900, world=world)
+        assert f"memory limit of this trainer process {memory}" in text, text[:600]
+        counts = run.by_epoch(rows, 2)
+        print(f"\n10 SIGKILLs ({', '.join(f'{k}: {kinds.count(k)}' for k in sorted(set(kinds)))}); "
+              f"trainers per job {worlds}; resumed at iterations {run.cuts} (epochs {at}); per "
+              f"epoch (lost, duplicated, trainers at its end): {counts}")
+        assert {1, 2, 3} <= set(worlds) and kinds.count("steps") >= 4 and 1 in at
+        assert any(trainers > 1 for _, _, trainers in counts)  # (the tail policy of several met)
+        for lost, duplicated, trainers in counts:
+            assert duplicated == 0
+            if trainers == 1:
+                assert lost == 0
+            else:  # full batches only, fewer than `trainers` of them left out, and the short one
+                assert (rows - lost) % BATCH == 0 and lost <= (trainers - 1) * BATCH + rows % BATCH
+    finally:
+        stop_process_groups(procs + (run.procs if run is not None else []))
