@@ -343,13 +343,18 @@ def _quote_flips_in_order(odd: np.ndarray, at_field_start: np.ndarray, inside: b
     return np.asarray(flips, dtype=np.int64)
 
 
-def long_line(path: str, buf: bytes | bytearray, pos: int, line: int, compressed: bool,
-              limit: int) -> DataError:
-    """The error for a line that runs past ``limit`` bytes (``buf[0]`` at byte ``pos``, line ``line``)."""
+def long_line(path: str, buf: bytes | bytearray, pos: int, line: int | None, compressed: bool,
+              limit: int, length: int | None = None) -> DataError:
+    """The error for a line that runs past ``limit`` bytes.
+
+    ``buf[0]`` is at byte ``pos``, on line ``line`` (None: not counted); ``length``: the bytes
+    the line runs, else ``len(buf)``.
+    """
     where = f"byte {pos:,}{' of the decompressed text' if compressed else ''}"
+    which = f"line {line:,} (at {where})" if line is not None else f"the line at {where}"
     return DataError(
-        f"Expected CSV lines of at most {limit:,} bytes in {path}. Received: line {line:,} (at "
-        f"{where}) runs past {len(buf):,} bytes without a line break; it starts "
+        f"Expected CSV lines of at most {limit:,} bytes in {path}. Received: {which} runs past "
+        f"{len(buf) if length is None else length:,} bytes without a line break; it starts "
         f"{bytes(buf[:60])!r}.\nHint: is it a CSV file? (one line of JSON or a binary file is "
         "not); lines longer than that need a larger --blocksize (the limit is four blocksizes, "
         "at least 64 MiB).")

@@ -23,6 +23,7 @@ from daskfeed.reading._nulls import column_markers, normalize, normalize_column,
 from daskfeed.reading._records import (
     Quotes,
     line_number,
+    long_line,
     parse_header,
     quote_limit,
     read_header,
@@ -245,6 +246,7 @@ def _byte_range_table(f: IO[bytes], block: Block, header: bytes, names: list[str
         raise SplitError(f"Expected the record starts speculated for {block.describe()} to be in "
                          f"order. Received: {start:,} for its start, {stop:,} for the next "
                          f"block's.\n{_SPLIT_HINT}", block.path)
+    _refuse_a_long_last_line(f, block, start, stop, quote_limit(options.blocksize))
     f.seek(start)
     body = f.read(stop - start) if stop > start else b""
     opened = ends_inside(body, options.sep)
@@ -264,6 +266,23 @@ def _byte_range_table(f: IO[bytes], block: Block, header: bytes, names: list[str
         raise SplitError(f"{err}\n(The start of {block.describe()} was speculated: the file's "
                          "blocks are decided exactly before this is taken for an error.)",
                          block.path) from err
+
+
+def _refuse_a_long_last_line(f: IO[bytes], block: Block, start: int, stop: int, limit: int) -> None:
+    """Raise when the block's last record runs more than ``limit`` bytes past the block's end.
+
+    A block reads on past its end to its last record's end; a line of gigabytes (a file that is
+    not CSV) would be read whole. Only the block's own bytes are read to name the line.
+    """
+    end = block.offset + max(block.length, 0)
+    if stop - max(start, end) <= limit:
+        return
+    f.seek(start)
+    own = f.read(max(0, end - start))  # at most a block
+    at = start + own.rfind(b"\n") + 1  # where the line that runs past the end starts
+    f.seek(at)
+    head = f.read(60)
+    raise long_line(block.path, head, at, line_number(f, at), False, limit, length=stop - at)
 
 
 def record_range(f: IO[bytes], block: Block, header: int, sep: str) -> tuple[int, int]:

@@ -498,3 +498,34 @@ def test_bytes_of_another_encoding_under_skip_are_an_encoding_error_not_a_bad_li
     assert "encoding='latin-1'" in text
     (table,) = _tables(path, bad_lines="skip", encoding="latin-1")  # the right encoding: skipped
     assert table.num_rows == 4
+
+
+def test_a_long_last_line_of_a_byte_range_is_an_error_within_the_limit_not_a_read_of_it(tmp_path):
+    """An uncompressed file: a block reads on past its end to its last record's end, so a line of
+    gigabytes was read whole. Now a record running more than the limit past the block's end is a
+    DataError naming the line, and the block reads only its own bytes to say so."""
+    path = tmp_path / "one-long-line.csv"
+    with open(path, "wb") as f:
+        f.write(b"a,b\n" + b"".join(b"%d,%d\n" % (i, i % 2) for i in range(2000)))
+        f.write(b"7,")  # line 2002: 600 MiB without a break, then more rows
+        for _ in range(600):
+            f.write(b"y" * MiB)
+        f.write(b"\n" + b"".join(b"%d,1\n" % i for i in range(2000)))
+    out = subprocess.run([sys.executable, "-c", _READ_BOUNDED, str(path), json.dumps({"blocksize": MiB})],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    msg = result["msg"]
+    assert msg is not None and "Expected CSV lines of at most 67,108,864 bytes" in msg, msg
+    assert str(path) in msg and "line 2,002" in msg and "'7,yyyy" in msg and "Hint:" in msg, msg
+    assert "runs past 629,145," in msg  # the whole line's length, as far as its end
+    assert result["grew_mb"] < 400 and result["wall_s"] < 60, result
+
+
+def test_a_last_line_just_within_the_limit_is_read(tmp_path):
+    path = tmp_path / "long-but-fine.csv"
+    text = "x" * (3 * MiB)
+    path.write_text("id,text,y\n1,a,0\n2," + text + ",1\n3,b,0\n")
+    tables = _tables(path, blocksize=64 * 1024)  # a 64 MiB limit: the 3 MiB line is a record
+    assert sum(t.num_rows for t in tables) == 3
+    assert max(map(len, (v for t in tables for v in t.column("text").to_pylist()))) == 3 * MiB
