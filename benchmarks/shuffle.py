@@ -343,9 +343,10 @@ def loss(rows: int, files: int, base: str, tmp: str, epochs: int, orders: list[s
 # -- report -------------------------------------------------------------------------------
 def _layout_of(line: str) -> str:
     """E.g. ``10 blocks, 8 windows`` from train's line on how rows are ordered."""
-    m = re.search(r"(\d+) units, each a stratified sample of all (\d+) blocks, read in (\d+) window", line)
+    m = re.search(r"(\d+) (units|buckets), each a stratified sample of all (\d+) blocks, read in "
+                  r"(\d+) window", line)
     if m:
-        return f"global: {m.group(2)} blocks, {m.group(1)} units"
+        return f"global: {m.group(3)} blocks, {m.group(1)} {m.group(2)}"
     m = re.search(r"within (\d+) windows?", line)
     return f"{m.group(1)} windows of blocks" if m else "?"
 
