@@ -113,48 +113,8 @@ def write_rows(root: str, *, n: int, files: int, seed: int, unseen: bool = False
             fh.write("\n".join(lines) + "\n")
 
 
-# A --model builder whose model logs the row ids of every batch it trains: [iteration, pid, ids]
-# per line to {log}, {delay} s a batch (a throttled model: a kill lands mid-epoch). With
-# hold_at=N (``RECORDING_BUILDER.format(..., hold_at=N)``; None: never) a process that logged N
-# batches logs its next one and then waits there for good: trainers that run side by side all
-# stand mid-epoch for a kill, however unevenly a busy machine runs them.
+# the features of the kill/resume harness's recording model (tests/killresume.py), the id first
 RECORDED_FEATURES = ["row_id", "level", "deaths", "hour"]  # as_matrix: row_id is column 0
-RECORDING_BUILDER = """
-import json, os, threading, time
-import numpy as np
-import tensorflow as tf
-import daskfeed
-from daskfeed.adapters._keras import keras
-
-LOG = {log!r}
-HOLD_AT = {hold_at!r}
-logged = []
-
-
-def record(iteration, ids):  # one line per batch, before its update is applied
-    with open(LOG, "a") as f:
-        f.write(json.dumps([int(iteration.numpy()), os.getpid(),
-                            ids.numpy().reshape(-1).astype(np.int64).tolist()]) + "\\n")
-    logged.append(1)
-    if HOLD_AT is not None and len(logged) > HOLD_AT:
-        threading.Event().wait()  # held here until the test kills the process
-    time.sleep({delay})  # a throttled model (the behaviour under test): the kill lands mid-epoch
-    return 0
-
-
-class Recording(keras.Model):
-    def train_step(self, data):
-        token = tf.py_function(record, [self.optimizer.iterations, data[0][:, 0]], tf.int32)
-        with tf.control_dependencies([token]):
-            return super().train_step(data)
-
-
-def build(manifest):
-    base = daskfeed.default_model(manifest, features={features!r}, as_matrix=True, hidden=(8,))
-    m = Recording(base.inputs, base.outputs)
-    m.compile(optimizer=keras.optimizers.Adam(1e-2), loss="binary_crossentropy")
-    return m
-"""
 
 
 def write_wide_data(root: Path) -> str:

@@ -32,6 +32,7 @@ would not be exact in the float32 matrix: above 2**24).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -263,8 +264,9 @@ class KillResume:
         procs = list(self.procs)
         assert procs
 
-        def alive_and_ready() -> bool:
-            assert all(p.poll() is None for p in procs), self.screens()
+        def alive_and_ready() -> bool:  # (a rank but 0 may be done: its last steps are not kept)
+            assert procs[0].poll() is None and all(p.poll() in (None, 0) for p in procs[1:]), \
+                self.screens()
             return ready()
 
         tree = []
@@ -272,11 +274,13 @@ class KillResume:
             wait_for(alive_and_ready, timeout, describe, interval=0.05)
             if len(procs) > 1:
                 self._others_reach_rank_0(procs, timeout)
-            for p in procs:
+            running = [p for p in procs if p.poll() is None]  # (a rank but 0 may be done)
+            for p in running:
                 tree += [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]
-            for p in procs:  # the whole job dies: trainers and their workers
-                os.killpg(p.pid, signal.SIGKILL)
-            for p in procs:
+            for p in running:  # the whole job dies: trainers and their workers
+                with contextlib.suppress(ProcessLookupError):  # (a rank that ended just now)
+                    os.killpg(p.pid, signal.SIGKILL)
+            for p in running:
                 p.wait(30)
         finally:
             for p in procs:

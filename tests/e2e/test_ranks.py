@@ -6,7 +6,6 @@ import json
 import os
 import pathlib
 import re
-import signal
 import subprocess
 import sys
 
@@ -234,117 +233,56 @@ def test_three_trainers_one_scheduler_one_scan(rank_data, tmp_path, stop_process
 @pytest.mark.slow
 def test_three_trainers_killed_then_resumed_by_two_train_each_row_once(id_data, tmp_path,
                                                                         stop_process_groups):
-    """Real `dask scheduler`/`dask worker` processes and `daskfeed train` ranks: 3 trainers
-    killed mid-epoch, resumed by 2 from rank 0's checkpoint; audited by row id."""
-    import textwrap
+    """Real `dask scheduler`/`dask worker` processes and `daskfeed train` ranks (the kill/resume
+    harness): 3 trainers killed in epoch 1 once rank 0 checkpointed at its batch 8+ (it stands,
+    the others train up to its checkpoint, then all die), resumed by 2 from rank 0's checkpoint;
+    audited by row id."""
+    from helpers import RECORDED_FEATURES, compose_commands, wait_for_scheduler_file
+    from killresume import KillResume
 
-    from helpers import (
-        RECORDED_FEATURES,
-        RECORDING_BUILDER,
-        compose_commands,
-        wait_for,
-        wait_for_scheduler_file,
-    )
-
-    from daskfeed.checkpoint._store import CheckpointStore
-
-    batch, log = 200, tmp_path / "batches.jsonl"
-
-    def builder(hold_at: int | None) -> None:
-        (tmp_path / "rec.py").write_text(textwrap.dedent(RECORDING_BUILDER.format(
-            log=str(log), delay=0.3, features=RECORDED_FEATURES, hold_at=hold_at)))
-
-    # each of the 3 trainers stands after 12 of its 22 batches of epoch 0 until it is killed:
-    # however unevenly a busy machine runs them, none ends its run before rank 0's checkpoint
-    # at batch 8 or 12 (every 4) and all are past it when they are killed
-    builder(hold_at=12)
+    batch = 200
     sf = str(tmp_path / "scheduler.json")
     sched_cmd, worker_cmd, tls = compose_commands(sf)
     dask = str(BIN / "dask")
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     procs = [subprocess.Popen([dask, *sched_cmd[1:]], env=_env(), start_new_session=True, **quiet)]
-    out = tmp_path / "out"
-
-    def trainers(world: int, *extra: str) -> list[subprocess.Popen]:
-        common = [str(BIN / "daskfeed"), "train", id_data.train_glob, "--label", "cleared",
-                  "--epochs", "2", "--batch-size", str(batch), "--seed", "4",
-                  "--checkpoint-every", "4", "--model", f"{tmp_path / 'rec.py'}:build",
-                  "--features", ",".join(RECORDED_FEATURES), "--as-matrix",
-                  "--scheduler-file", sf, "--memory-limit", "2GB", "--output", str(out),
-                  "--cache", str(tmp_path / "cache"), "--verbose", "0", *tls, *extra]
-        return [subprocess.Popen([*common, "--rank", str(r), "--world-size", str(world)],
-                                 env=_env(), stdout=open(tmp_path / f"w{world}-r{r}.txt", "w"),
-                                 stderr=subprocess.STDOUT, start_new_session=True)
-                for r in range(world)]
-
-    def logged() -> list[tuple[int, list[int]]]:
-        if not log.exists():
-            return []
-        return [(p, ids) for _, p, ids in (json.loads(x) for x in log.read_text().splitlines()
-                                           if x.endswith("]"))]
-
-    store = CheckpointStore(out / "checkpoints")
+    run = None
     try:
         wait_for_scheduler_file(sf, procs[0])
         procs += [subprocess.Popen([dask, *worker_cmd[1:]], env=_env(), start_new_session=True,
                                    **quiet) for _ in range(2)]
-        three = trainers(3)
-        procs += three
-
-        def running() -> None:
-            assert all(p.poll() is None for p in three), [
-                (tmp_path / f"w3-r{r}.txt").read_text()[-2000:] for r in range(3)]
+        args = ["train", id_data.train_glob, "--label", "cleared", "--epochs", "2",
+                "--batch-size", str(batch), "--seed", "4", "--checkpoint-every", "4",
+                "--scheduler-file", sf, "--memory-limit", "2GB", "--cache", str(tmp_path / "cache"),
+                "--verbose", "0", *tls]
+        (tmp_path / "job").mkdir()
+        run = KillResume(tmp_path / "job", args, features=RECORDED_FEATURES, ids={"row_id": 1},
+                         delay=0.3)
+        run.start(world=3)
 
         def checkpointed() -> bool:  # rank 0 checkpointed at its batch 8+ of epoch 0
-            running()
-            latest = store.latest()
+            latest = run.newest()
             return latest is not None and latest.cursor.epoch == 0 and latest.cursor.batch >= 8
 
-        wait_for(checkpointed, 400, lambda: f"rank 0 checkpointed at batch 8+ ({store.names()}, "
-                 f"{len(logged())} batches logged)", interval=0.05)
-        os.kill(three[0].pid, signal.SIGSTOP)  # rank 0 stands still; the others catch up with
-        k = store.latest().cursor.batch  # its checkpoint (trainers that step together would)
-
-        def caught_up() -> bool:
-            running()
-            seen = [p for p, _ in logged()]
-            return all(seen.count(p.pid) >= k for p in three[1:])
-
-        wait_for(caught_up, 400, lambda: f"ranks 1 and 2 at batch {k}", interval=0.05)
-        for p in three:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait(30)
-        ckpt = store.latest()
+        ckpt = run.kill_when(checkpointed, lambda: f"rank 0 checkpointed at batch 8+ of epoch 1 "
+                             f"({run.store().names()}, {len(run.steps())} steps logged)", 400)
         position, k = ckpt.cursor.position, ckpt.cursor.batch
         assert ckpt.cursor.shard == (0, 3) and position == 3 * k
-        first = logged()
-        pids = [p.pid for p in three]
-        committed = []  # every rank's first k batches: the order's batches below the position
-        for pid in pids:
-            mine = [ids for p, ids in first if p == pid]
-            assert len(mine) >= k
-            committed += mine[:k]
-        builder(hold_at=None)  # the resumed run trains to its end
-        two = trainers(2, "--resume")
-        procs += two
-        for r, p in enumerate(two):
-            assert p.wait(400) == 0, (tmp_path / f"w2-r{r}.txt").read_text()[-3000:]
-        texts = [(tmp_path / f"w2-r{r}.txt").read_text() for r in range(2)]
-        for t in texts:
+        run.resume(timeout=400, world=2)
+        for r in range(2):
+            text = (run.workdir / f"run2-r{r}.txt").read_text()
             assert (f"the run had 3 trainer(s), now 2: every rank resumes from rank 0's checkpoint "
-                    f"{ckpt.path}, at batch {position + 1} of epoch 1's global order") in t, t[-2000:]
-        full = id_data.train_rows // batch  # 66 full batches: the short one and < 2 left out
-        rest = (full - position) // 2  # each new rank's batches of epoch 0
-        later = logged()[len(first):]
-        by_rank = [[ids for p, ids in later if p == q.pid] for q in two]
-        assert [len(b) for b in by_rank] == [rest + full // 2] * 2  # the rest, then epoch 1
-        for epoch, ids in enumerate([committed + [i for b in by_rank for i in b[:rest]],
-                                     [i for b in by_rank for i in b[rest:]]]):
-            every = [r for batch_ids in ids for r in batch_ids]
-            assert len(every) == len(set(every)), epoch  # no row twice
-            assert full * batch - len(every) < 2 * batch and len(every) % batch == 0, epoch
+                    f"{ckpt.path}, at batch {position + 1} of epoch 1's global order") in text, \
+                text[-2000:]
+        rows = id_data.train_rows
+        full, short = rows // batch, rows % batch  # 66 full batches and a short one
+        counts = run.by_epoch(rows, 2)
+        # the 2 trainers deal the rest of each epoch's full batches evenly: < 2 and the short
+        # one left out
+        assert counts == [(((full - position) % 2) * batch + short, 0, 2),
+                          ((full % 2) * batch + short, 0, 2)], counts
     finally:
-        stop_process_groups(procs)
+        stop_process_groups(procs + (run.procs if run is not None else []))
 
 
 def test_several_trainers_need_a_shared_scheduler(tmp_path, rank_data):
