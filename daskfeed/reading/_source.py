@@ -372,7 +372,7 @@ def first_header(files: Sequence[FileInfo], options: ReadOptions) -> list[str]:
     so = dict(options.storage_options)
     sep = options.sep
     if options.sep_by_suffix:  # (as Source decides it; a mixed set is warned of there)
-        sep = "\t" if files and all(_tsv(f.path) for f in files) else ","
+        sep = _sep_of(files, warn=False)
     for info in files:  # the first file that is not empty
         if is_parquet(info.path):
             import pyarrow.parquet as pq  # only where Parquet is read
@@ -481,10 +481,13 @@ def _tsv(path: str) -> bool:
     return base.endswith(".tsv")
 
 
-def _sep_of(files: Sequence[FileInfo]) -> str:
-    """The separator the files' names tell: a tab when every file is ``.tsv`` (packed or not)."""
+def _sep_of(files: Sequence[FileInfo], warn: bool = True) -> str:
+    """The separator the files' names tell: a tab when every file is ``.tsv`` (packed or not).
+
+    A set of both is read with commas, and warned of when ``warn``.
+    """
     marked = [f.path for f in files if _tsv(f.path)]
-    if marked and len(marked) < len(files):
+    if warn and marked and len(marked) < len(files):
         warn_user(f"{len(marked)} of {len(files)} files end in .tsv (e.g. {marked[0]}), the "
                   "others not: all are read with ',' as the separator.\nHint: pass --sep to "
                   "choose it (sep=), or read the .tsv files on their own.")
