@@ -6,8 +6,8 @@ import pytest
 
 from daskfeed.checkpoint import Checkpoint, Cursor
 from daskfeed.reading import Listing
+from daskfeed.training._keras_load import KerasLoad
 from daskfeed.training._options import TrainOptions
-from daskfeed.training._train import _KerasLoad
 
 
 def _data(tmp_path, header: bytes, name: str = "a.csv") -> str:
@@ -15,8 +15,8 @@ def _data(tmp_path, header: bytes, name: str = "a.csv") -> str:
     return str(tmp_path / "*.csv")
 
 
-def _peeked(pattern: str, label: str, **settings) -> _KerasLoad:
-    loading = _KerasLoad()
+def _peeked(pattern: str, label: str, **settings) -> KerasLoad:
+    loading = KerasLoad()
     loading.ahead(label, TrainOptions.resolve(**settings), Listing(pattern), None)
     assert loading.peeking is not None
     loading.peeking.join()
@@ -58,7 +58,7 @@ def test_a_listing_that_finds_nothing_starts_nothing(tmp_path):
 
 
 def test_no_load_starts_once_the_run_is_over(tmp_path):
-    loading = _KerasLoad()
+    loading = KerasLoad()
     loading.join()  # the run ended (an error before the header was read)
     loading.start()
     assert loading.thread is None
@@ -66,7 +66,7 @@ def test_no_load_starts_once_the_run_is_over(tmp_path):
 
 def test_a_resumed_run_with_its_checkpoints_label_starts_at_once():
     opts = TrainOptions.resolve(features=["a"])
-    same, other = _KerasLoad(), _KerasLoad()
+    same, other = KerasLoad(), KerasLoad()
     same.ahead("y", opts, None, _cursor("y", ("a", "b")))
     other.ahead("z", opts, None, _cursor("y", ("a", "b")))  # refused by the cursor's check
     try:
