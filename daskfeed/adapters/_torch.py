@@ -22,7 +22,7 @@ import numpy as np
 
 from daskfeed.batches import BatchStream, DataSettings, Prepared
 from daskfeed.cluster import Budget, acquire_client, close_client, open_cluster
-from daskfeed.core import BackendError, CheckpointError, refuse_setting
+from daskfeed.core import BackendError, refuse_setting
 from daskfeed.manifest import Manifest
 
 try:
@@ -36,7 +36,6 @@ except ImportError as err:  # pragma: no cover  (the torch extra is installed wh
 
 __all__ = ["TorchDataset"]
 
-_STATE_VERSION = 1
 
 
 class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
@@ -192,12 +191,11 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
         Returns
         -------
         dict
-            Plain numbers, for ``torch.save`` beside the model's and the optimizer's state.
+            The stream's resume state as it is (:meth:`BatchStream.get_state
+            <daskfeed.batches._stream.BatchStream.get_state>`: plain values, versioned), for
+            ``torch.save`` beside the model's and the optimizer's state.
         """
-        st = self.stream.data.settings
-        return {"version": _STATE_VERSION, **self.stream.get_state(),
-                "batch_size": st.batch_size, "seed": st.seed, "shard": list(st.shard),
-                "fingerprint": self.manifest.fingerprint}
+        return self.stream.get_state()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Go on from a :meth:`state_dict`: the next ``iter()`` serves the batch after its last one.
@@ -205,27 +203,15 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
         Parameters
         ----------
         state_dict
-            Of this dataset or of one with the same data, batch size, seed and shard.
+            Of this dataset or of one with the same data and settings (in the global order,
+            under any budget or number of trainers); a state of an older daskfeed is read too.
 
         Raises
         ------
         CheckpointError
             The state is of other data or settings, or of no ``TorchDataset``.
         """
-        st = self.stream.data.settings
-        mine = {"version": _STATE_VERSION, "batch_size": st.batch_size, "seed": st.seed,
-                "shard": list(st.shard), "fingerprint": self.manifest.fingerprint}
-        theirs = {k: (list(v) if isinstance(v, tuple) else v)
-                  for k, v in state_dict.items() if k in mine}
-        if theirs != mine:
-            differ = sorted(k for k in mine if theirs.get(k) != mine[k])
-            raise CheckpointError(
-                f"Expected a TorchDataset state of these data and settings. Received: a state "
-                f"whose {', '.join(differ)} differ ({ {k: theirs.get(k) for k in differ} } "
-                f"against { {k: mine[k] for k in differ} }).\nHint: build the dataset with "
-                "the data, batch_size, seed and shard the state was saved with.")
-        self.stream.set_state({k: int(state_dict[k]) for k in ("epoch", "start", "position")
-                               if k in state_dict})
+        self.stream.set_state(state_dict, where="The TorchDataset state")
 
     # -- lifecycle ----------------------------------------------------------------------
     def close(self) -> None:

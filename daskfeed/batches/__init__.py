@@ -1,8 +1,9 @@
 """Batches: the keras-free core every Keras hand-off stands on.
 
 The plan of an epoch (pure), window tasks and their worker-side reading, prefetch bounded in
-bytes, the epoch state, the data prepared for serving, and the :class:`BatchStream` of their
-batches that both Keras hand-offs (``DaskSequence`` and the tf.data hand-off) stand on.
+bytes, the epoch state, the data prepared for serving, the :class:`BatchStream` of their
+batches that both Keras hand-offs (``DaskSequence`` and the tf.data hand-off) stand on, and its
+one resume state (:class:`StreamState`).
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ if TYPE_CHECKING:
     from daskfeed.batches._plan import EpochPlan, make_plan
     from daskfeed.batches._prepare import Prepared
     from daskfeed.batches._settings import DataSettings
+    from daskfeed.batches._state import STATE_VERSION, StreamState
     from daskfeed.batches._stream import BatchStream
 
-__all__ = ["ORDER_FORMATS", "ORDER_VERSION", "BatchStream", "DataSettings", "EpochPlan",
-           "EpochStats", "Prepared", "blocksize_for", "largest_block", "make_plan", "planned_window_bytes"]
+__all__ = ["ORDER_FORMATS", "ORDER_VERSION", "STATE_VERSION", "BatchStream", "DataSettings",
+           "EpochPlan", "EpochStats", "Prepared", "StreamState", "blocksize_for", "largest_block",
+           "make_plan", "planned_window_bytes"]
 
 __getattr__, __dir__ = attach(__name__, {
     "EpochStats": "_epoch",
@@ -29,5 +32,6 @@ __getattr__, __dir__ = attach(__name__, {
     "EpochPlan": "_plan", "make_plan": "_plan", "ORDER_VERSION": "_order", "ORDER_FORMATS": "_order",
     "Prepared": "_prepare",
     "DataSettings": "_settings",
+    "STATE_VERSION": "_state", "StreamState": "_state",
     "BatchStream": "_stream",
 })

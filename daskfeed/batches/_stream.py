@@ -5,8 +5,8 @@ call: :meth:`BatchStream.batch`) and the tf.data hand-off (chunks of batches:
 :meth:`BatchStream.open_pass`, :meth:`BatchStream.take`, :meth:`BatchStream.finish`). It owns the
 client it was handed, the window tasks and the epoch being served (an
 :class:`~daskfeed.batches._epoch.EpochState`). Its resume state is :meth:`BatchStream.get_state`
-/ :meth:`BatchStream.set_state` (the epoch and its first batch served), as Grain's checkpointable
-iterators have it.
+/ :meth:`BatchStream.set_state` (:class:`~daskfeed.batches._state.StreamState`: where it stands
+and what fixes its order, one versioned value), as Grain's checkpointable iterators have it.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ import numpy as np
 from daskfeed.batches._buckets import bucket_set
 from daskfeed.batches._epoch import EpochState, EpochStats, PlanSettings
 from daskfeed.batches._layout import window_rows_for
-from daskfeed.batches._order import order_line
+from daskfeed.batches._order import ORDER_VERSION, order_line
 from daskfeed.batches._plan import EpochPlan, Slice
 from daskfeed.batches._prefetch import Prefetcher
 from daskfeed.batches._prepare import Prepared
+from daskfeed.batches._state import StreamState
 from daskfeed.batches._windows import WindowTasks
 from daskfeed.cluster import Owner, WindowCancelled, connect
 from daskfeed.core import (
@@ -225,32 +226,77 @@ class BatchStream:
         """The run ends after ``epoch`` (None: not known): no window past it is fetched ahead."""
         self._cursor.set_last_epoch(None if epoch is None else int(epoch))
 
-    def get_state(self) -> dict[str, int]:
-        """Where the stream stands: ``{"epoch": e, "start": b}``, for :meth:`set_state`.
+    def state(self, epoch: int | None = None, batch: int | None = None) -> StreamState:
+        """The resume state once this trainer's ``batch`` of ``epoch`` is next (default: here).
 
-        ``b`` is the epoch's next batch: its ``start`` plus the batches :meth:`__iter__` has
-        yielded (an epoch read to its end is ``{"epoch": e + 1, "start": 0}``). A stream with the
-        same data and settings set to this state serves exactly the batches this one would
-        serve next. Readers that fetch ahead of what they train (Keras) keep their own count
-        instead (the checkpoint cursor does).
+        Where the stream stands is its epoch's ``start`` plus the batches :meth:`__iter__` has
+        yielded (an epoch read to its end: the next epoch's batch 0). Readers that fetch ahead of
+        what they train (Keras) pass their own count.
+
+        Parameters
+        ----------
+        epoch, batch
+            The epoch and this trainer's first batch not trained (default: where the stream
+            stands).
+
+        Returns
+        -------
+        StreamState
         """
-        start = self.start + self._position
-        if start >= self.plan.num_batches:
-            return {"epoch": self.epoch + 1, "start": 0, "position": 0}
-        return {"epoch": self.epoch, "start": start, "position": self.position()}
+        if epoch is None and batch is None:
+            epoch, batch = self.epoch, self.start + self._position
+            if batch >= self.plan.num_batches:
+                epoch, batch = epoch + 1, 0
+        epoch, batch = int(epoch if epoch is not None else self.epoch), int(batch or 0)
+        st, ordered = self.data.settings, self.global_order
+        return StreamState(
+            epoch=epoch, batch=batch, seed=st.seed, batch_size=st.batch_size,
+            fingerprint=self.data.manifest.fingerprint, num_batches=self.plan.num_batches,
+            rows=self.plan.rows, window_rows=self.window_rows,
+            blocksize=self.data.source.options.blocksize, shuffle=st.shuffle,
+            drop_remainder=st.drop_remainder, label=st.label, features=tuple(self.data.features),
+            shard=st.shard, validation_split=float(st.validation_split), units=self.units,
+            position=self.position(batch, epoch) if ordered else None,
+            order=ORDER_VERSION)
 
-    def set_state(self, state: dict[str, int]) -> None:
-        """Go on from a state :meth:`get_state` returned (of this stream or another's).
+    def get_state(self, epoch: int | None = None, batch: int | None = None) -> dict[str, Any]:
+        """The resume state (:meth:`state`) as plain JSON values, versioned: what is persisted.
+
+        A stream of the same data and settings given it (:meth:`set_state`) serves exactly the
+        batches this one would serve next, under any budget and, in the global order, any
+        number of trainers. As Grain's checkpointable iterators have it: the stream owns its
+        state; a Keras checkpoint (``state.json``) and ``TorchDataset.state_dict`` store it as
+        it is.
+        """
+        return self.state(epoch, batch).to_dict()
+
+    def set_state(self, state: dict[str, Any] | StreamState, *,
+                  where: str = "The resume state", cli: bool = False) -> None:
+        """Go on from a state :meth:`get_state` returned (of this stream or another's), checked.
+
+        Parameters
+        ----------
+        state
+            The state (a dict as :meth:`get_state` returned it, or of an older format; see
+            :meth:`StreamState.from_dict <daskfeed.batches._state.StreamState.from_dict>`).
+        where, cli
+            The errors' subject and their hints' style (:meth:`StreamState.check
+            <daskfeed.batches._state.StreamState.check>`).
 
         Raises
         ------
+        CheckpointError
+            The state is of other data, or of settings that give other batches.
         ValueError
-            The state's ``start`` is not a batch of its epoch.
+            The state's batch is not a batch of its epoch (windows of blocks).
         """
-        if "position" in state:
-            self.set_position(state["epoch"], state["position"])
+        mine = self.state()
+        theirs = state if isinstance(state, StreamState) else StreamState.from_dict(state, like=mine)
+        theirs.check(mine, where, cli=cli)
+        if theirs.position is not None:
+            self.set_position(theirs.epoch, theirs.position)
         else:
-            self.set_epoch(state["epoch"], state.get("start", 0))
+            self.set_epoch(theirs.epoch, theirs.batch)
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
         """The current epoch's batches in order from where the stream stands; then the next epoch.
@@ -497,7 +543,7 @@ class BatchStream:
         state = self.__dict__.copy()
         for k in ("_owner", "_finalizer", "_closed", "_cursor", "_dependents"):
             state.pop(k, None)
-        state["_resume"] = self.get_state()
+        state["_resume"] = self.state()
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

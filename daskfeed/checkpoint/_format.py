@@ -5,7 +5,8 @@ A checkpoint is a directory ``<output>/checkpoints/ckpt-<epoch>-<batch>/`` holdi
 * ``model.weights.h5`` -- ``model.save_weights``: every layer's weights *and* the optimizer's
   variables (its ``iterations`` counter, Adam's moments, ...), so training continues with the
   same optimizer state;
-* ``state.json`` -- the data :class:`Cursor` (epoch, next batch, seed, batch size, manifest
+* ``state.json`` -- the data cursor: the training stream's resume state as it gave it
+  (:class:`~daskfeed.batches.StreamState`: epoch, next batch, seed, batch size, manifest
   fingerprint, and what else fixes the batch order), the history of the completed epochs,
   the optimizer's iteration count, and the size and SHA-256 of every file of the checkpoint.
 
@@ -34,13 +35,13 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
-from daskfeed.checkpoint._cursor import Cursor
+from daskfeed.batches import StreamState
 from daskfeed.core import CheckpointError
 
 if TYPE_CHECKING:
     from keras import Model, Variable
 
-__all__ = ["KEEP", "Checkpoint", "Cursor", "StoppingState", "json_value", "optimizer_steps"]
+__all__ = ["KEEP", "Checkpoint", "StoppingState", "json_value", "optimizer_steps"]
 
 KEEP = 2
 """Checkpoints kept: the newest and the one before it (the fallback)."""
@@ -70,7 +71,7 @@ class Checkpoint:
     """A checkpoint read back from disk (validated)."""
 
     path: str
-    cursor: Cursor
+    cursor: StreamState
     history: list[dict[str, Any]] = field(default_factory=list)
     iterations: int | None = None
     """The optimizer's raw step counter (:func:`optimizer_steps`); None: no optimizer."""

@@ -19,12 +19,11 @@ import shutil
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from daskfeed.checkpoint._cursor import Cursor
+from daskfeed.batches import StreamState
 from daskfeed.checkpoint._format import (
     BEST,
     KEEP,
@@ -119,7 +118,7 @@ class CheckpointStore:
                 raise ValueError(f"no {WEIGHTS}")
             if state.get("early_stopping", {}).get("best_weights") and BEST not in state["files"]:
                 raise ValueError(f"no {BEST}")
-            cursor = Cursor.from_dict(state["cursor"])
+            cursor = StreamState.from_dict(state["cursor"])  # (format 1: no version)
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise CheckpointError(
                 f"The checkpoint {path} is unreadable: {err}.\nHint: it was damaged after it was "
@@ -178,7 +177,7 @@ class CheckpointStore:
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         os.chmod(self.directory, 0o700)
 
-    def save(self, model: Model, cursor: Cursor, history: list[dict[str, Any]] | None = None,
+    def save(self, model: Model, cursor: StreamState, history: list[dict[str, Any]] | None = None,
              stopping: StoppingState | None = None,
              best_weights: list[np.ndarray] | None = None) -> str:
         """Write a checkpoint of ``model`` (weights + optimizer) at ``cursor``; return its path.
@@ -226,7 +225,7 @@ class CheckpointStore:
         return final
 
     @staticmethod
-    def _write(tmp: str, model: Model, cursor: Cursor, history: list[dict[str, Any]] | None,
+    def _write(tmp: str, model: Model, cursor: StreamState, history: list[dict[str, Any]] | None,
                stopping: StoppingState | None, best_weights: list[np.ndarray] | None) -> None:
         """The files of one checkpoint in directory ``tmp``, each flushed to disk."""
         weights = os.path.join(tmp, WEIGHTS)
@@ -235,7 +234,7 @@ class CheckpointStore:
         files = [weights]
         state: dict[str, Any] = {
             "version": VERSION,
-            "cursor": asdict(cursor),
+            "cursor": cursor.to_dict(),
             "history": [{k: json_value(v) for k, v in rec.items()} for rec in history or []],
             "iterations": optimizer_steps(model),
             "created": time.time(),

@@ -39,7 +39,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from daskfeed.adapters import fit_inputs, keras
-from daskfeed.checkpoint import CheckpointStore, Cursor, json_value, optimizer_steps
+from daskfeed.checkpoint import CheckpointStore, json_value, optimizer_steps
 from daskfeed.training._early_stopping import EarlyStopping
 from daskfeed.training._telemetry import EpochTelemetry
 
@@ -226,7 +226,7 @@ class Checkpointer(keras.callbacks.Callback):
             "counted from Keras' batch numbers instead.", stacklevel=2)
 
     def _save(self, epoch: int, batch: int) -> None:
-        cursor = Cursor.of(self.sequence, epoch, batch)
+        cursor = self.sequence.stream.state(epoch, batch)
         stopper = self.early_stopping
         self.saved.append(self.store.save(
             self.model, cursor, self.history, stopper.get_state() if stopper else None,

@@ -25,7 +25,7 @@ from daskfeed.batches import (
     largest_block,
     planned_window_bytes,
 )
-from daskfeed.checkpoint import Checkpoint, CheckpointStore, Cursor, open_store
+from daskfeed.checkpoint import Checkpoint, CheckpointStore, open_store
 from daskfeed.cluster import Budget, check_worker_memory, close_client
 from daskfeed.core import ManifestMismatchError, RSSSampler, SettingError, Stop, warn_user
 from daskfeed.core import choose as choose_backend
@@ -269,7 +269,7 @@ def _open_data(run: Run) -> tuple[DaskSequence, DaskSequence | None, bool]:
     refuse_single_class(manifest)  # before any fit, whatever the model
     if run.ckpt:  # refuse other data, batch size, seed, features before anything is trained
         cur = run.ckpt.cursor
-        cur.check(Cursor.of(train_seq, cur.epoch, cur.batch), where=run.ckpt.path)
+        cur.check(train_seq.stream.state(cur.epoch, cur.batch), f"The checkpoint {run.ckpt.path}")
     # manifest.json is published beside the model it trains, at the end (inference._runs)
     manifest.to_json(os.path.join(run.out, RUNNING_MANIFEST))
     if not run.ckpt and run.ranks.rank == 0:

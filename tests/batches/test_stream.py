@@ -12,7 +12,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from daskfeed.batches import BatchStream, DataSettings, Prepared
+from daskfeed.batches import STATE_VERSION, BatchStream, DataSettings, Prepared
+from daskfeed.core import CheckpointError
 
 BATCH = 256
 WINDOW_ROWS = 2000
@@ -51,22 +52,43 @@ def test_state_after_any_batch_resumes_exactly(id_data, client):
     with_ids = BatchStream(prepared, window_rows=WINDOW_ROWS)
     try:
         whole = [x["row_id"].copy() for x, _ in with_ids]  # epoch 0 uninterrupted
-        with_ids.set_state({"epoch": 0, "start": 0})
+        with_ids.set_state(with_ids.get_state(0, 0))
         it = iter(with_ids)
         first = [next(it)[0]["row_id"].copy() for _ in range(7)]
-        state = with_ids.get_state()
-        assert state == {"epoch": 0, "start": 7, "position": 7}
+        state = json.loads(json.dumps(with_ids.get_state()))  # plain values, as persisted
+        assert (state["version"], state["epoch"], state["batch"], state["position"]) == (
+            STATE_VERSION, 0, 7, 7)
+        assert (state["seed"], state["batch_size"], state["features"]) == (3, BATCH, ["row_id"])
         copy = pickle.loads(pickle.dumps(with_ids))  # another process's stream would do the same
         try:
             copy.set_state(state)
             rest = [x["row_id"].copy() for x, _ in copy]
-            assert copy.get_state() == {"epoch": 1, "start": 0, "position": 0}
+            after = copy.get_state()
+            assert (after["epoch"], after["batch"], after["position"]) == (1, 0, 0)
         finally:
             copy.close()
         got = first + rest
         assert len(got) == len(whole) and all(np.array_equal(a, b) for a, b in zip(got, whole, strict=True))
-        with pytest.raises(ValueError, match="start"):
-            with_ids.set_state({"epoch": 0, "start": len(whole)})
+        with pytest.raises(ValueError, match="start"):  # (a batch past the epoch, no position)
+            with_ids.set_state({**state, "batch": len(whole), "position": None})
+    finally:
+        with_ids.close()
+
+
+def test_a_state_of_other_settings_is_refused_before_anything_is_served(id_data, client):
+    """The stream checks a state it is given: another seed's batches are another order."""
+    settings = DataSettings.resolve(label="cleared", batch_size=BATCH, seed=3, features=["row_id"])
+    with_ids = BatchStream(Prepared(id_data.train_glob, client=client, settings=settings),
+                           window_rows=WINDOW_ROWS)
+    try:
+        state = {**with_ids.get_state(0, 5), "seed": 4}
+        with pytest.raises(CheckpointError) as err:
+            with_ids.set_state(state)
+        assert str(err.value) == (
+            "The resume state was made with seed=4; resuming needs the same batches. Received: "
+            "seed=3.\nHint: build it with seed=4, or start from the beginning (without this "
+            "state).")
+        assert (with_ids.epoch, with_ids.start) == (0, 0)  # left where it stood
     finally:
         with_ids.close()
 

@@ -91,13 +91,13 @@ def _tiny_model(seed: int = 0):
 
 
 def _cursor(epoch: int, batch: int, **kw):
-    from daskfeed.checkpoint._cursor import Cursor
+    from daskfeed.batches import StreamState
 
     d = dict(epoch=epoch, batch=batch, seed=0, batch_size=8, fingerprint="f" * 32, num_batches=8,
              rows=64, window_rows=64, blocksize=2**20, shuffle=True, drop_remainder=False,
              label="y", features=("a", "b", "c"))
     d.update(kw)
-    return Cursor(**d)
+    return StreamState(**d)
 
 
 def test_checkpoints_atomic_keep_two_and_truncated_newest_falls_back(tmp_path):

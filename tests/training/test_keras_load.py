@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from daskfeed.checkpoint import Checkpoint, Cursor
+from daskfeed.batches import StreamState
+from daskfeed.checkpoint import Checkpoint
 from daskfeed.reading import Listing
 from daskfeed.training._keras_load import KerasLoad
 from daskfeed.training._options import TrainOptions
@@ -24,7 +25,7 @@ def _peeked(pattern: str, label: str, **settings) -> KerasLoad:
 
 
 def _cursor(label: str, features: tuple[str, ...]) -> Checkpoint:
-    cur = Cursor(epoch=1, batch=3, seed=0, batch_size=2, fingerprint="f", num_batches=4, rows=8,
+    cur = StreamState(epoch=1, batch=3, seed=0, batch_size=2, fingerprint="f", num_batches=4, rows=8,
                  window_rows=8, blocksize=2**20, shuffle=True, drop_remainder=False, label=label,
                  features=features)
     return Checkpoint(path="ckpt", cursor=cur)
