@@ -29,7 +29,7 @@ from daskfeed.core import (
 
 if TYPE_CHECKING:
     from daskfeed.adapters import DaskSequence, TorchDataset
-    from daskfeed.batches import EpochPlan, make_plan
+    from daskfeed.batches import DataSettings, EpochPlan, make_plan
     from daskfeed.checkpoint import CheckpointStore
     from daskfeed.cli import write_demo_data
     from daskfeed.cluster import Budget
@@ -67,6 +67,7 @@ __all__ = [
     "DataError",
     "DataNotFoundError",
     "DataOptions",
+    "DataSettings",
     "EarlyStopping",
     "EpochPlan",
     "FeedTimeoutError",
@@ -91,7 +92,7 @@ __all__ = [
 
 __getattr__, __dir__ = attach(__name__, {
     "DaskSequence": "adapters", "TorchDataset": "adapters",
-    "EpochPlan": "batches", "make_plan": "batches",
+    "DataSettings": "batches", "EpochPlan": "batches", "make_plan": "batches",
     "CheckpointStore": "checkpoint",
     "write_demo_data": "cli",
     "Budget": "cluster",

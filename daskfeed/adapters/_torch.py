@@ -70,11 +70,14 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
     manifest, reference
         As :class:`~daskfeed.DaskSequence` takes them; ``reference`` may be the training
         ``TorchDataset`` (its statistics and features encode this data).
-    **settings
-        The data's other settings, as :class:`~daskfeed.DaskSequence` takes them: ``features``,
-        ``exclude``, ``batch_size``, ``shuffle``, ``seed``, ``as_matrix``, ``weight``,
-        ``cache``, ``drop_remainder``, ``validation_split``, ``subset``, ``window_bytes``,
-        ``prefetch_bytes``, ``timeout``, the read settings (``sep``, ``dtype``, ...).
+    features, exclude, batch_size, shuffle, seed, as_matrix, weight, cache, drop_remainder
+        The data's settings, as :class:`~daskfeed.DaskSequence` takes them (one list of them:
+        :meth:`DataSettings.resolve <daskfeed.batches.DataSettings.resolve>`).
+    validation_split, subset, window_bytes, window_rows, prefetch_bytes, timeout
+        Likewise (``window_bytes``, ``prefetch_bytes`` and, with a LocalCluster started for
+        it, ``blocksize``: from ``memory_limit`` when not given).
+    blocksize, encoding, dtype, storage_options, vocabulary_size, bad_lines, sep, na_values, decimal
+        How the files are read, likewise.
 
     Raises
     ------
@@ -99,24 +102,44 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
                  shard: tuple[int, int] | None = None,
                  manifest: Manifest | str | os.PathLike[str] | None = None,
                  reference: Manifest | TorchDataset | None = None,
-                 window_rows: int | None = None, **settings: Any) -> None:
+                 features: list[str] | None = None, exclude: tuple[str, ...] | list[str] = (),
+                 batch_size: int | None = None, shuffle: bool = True, seed: int = 0,
+                 as_matrix: bool = False, drop_remainder: bool = False,
+                 window_bytes: int | str | None = None, window_rows: int | None = None,
+                 prefetch_bytes: int | str | None = None, timeout: float | str | None = None,
+                 blocksize: int | str | None = None, encoding: str = "utf-8",
+                 dtype: dict[str, str] | None = None,
+                 storage_options: dict[str, Any] | None = None,
+                 vocabulary_size: int | None = None,
+                 cache: bool | str | os.PathLike[str] = True, bad_lines: str = "error",
+                 sep: str | None = None, na_values: list[str] | tuple[str, ...] | None = None,
+                 decimal: str = ".", weight: str | None = None,
+                 validation_split: float | None = None, subset: str | None = None) -> None:
         super().__init__()
         ref = reference if isinstance(reference, Manifest) else None
         if isinstance(reference, TorchDataset):  # the training data: its features too
-            if "features" not in settings and not settings.get("exclude"):
-                settings["features"] = list(reference.features)
+            if features is None and not exclude:
+                features = list(reference.features)
             ref = reference.manifest
         rank, world = _distributed_shard() if shard is None else shard
         self._owned: Any = None  # the client of the LocalCluster started for memory_limit
         if memory_limit is not None:
             local = client is None  # a LocalCluster started in the budget: its blocks too
             budget, client = self._budget(memory_limit, client, nworkers)
-            settings.setdefault("prefetch_bytes", budget.prefetch * 2 // 3)
-            settings.setdefault("window_bytes", budget.window_bytes)
-            if local:
-                settings.setdefault("blocksize", budget.blocksize)
+            prefetch_bytes = budget.stream_share() if prefetch_bytes is None else prefetch_bytes
+            window_bytes = budget.window_bytes if window_bytes is None else window_bytes
+            if local and blocksize is None:
+                blocksize = budget.blocksize
         try:
-            resolved = DataSettings.resolve(label=label, shard=(int(rank), int(world)), **settings)
+            resolved = DataSettings.resolve(  # every setting resolved here, once
+                label=label, features=features, exclude=exclude, weight=weight,
+                batch_size=batch_size, shuffle=shuffle, seed=seed, as_matrix=as_matrix,
+                drop_remainder=drop_remainder, shard=(int(rank), int(world)), timeout=timeout,
+                prefetch_bytes=prefetch_bytes, window_bytes=window_bytes,
+                vocabulary_size=vocabulary_size, cache=cache, validation_split=validation_split,
+                subset=subset, blocksize=blocksize, encoding=encoding, dtype=dtype,
+                storage_options=storage_options, bad_lines=bad_lines, sep=sep,
+                na_values=na_values, decimal=decimal)
             prepared = Prepared(data, resolved, client=client, manifest=manifest, reference=ref)
             self.stream = BatchStream(prepared, window_rows=window_rows)
         except BaseException:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from daskfeed.batches._order import GlobalOrder, Lanes
+from daskfeed.core import refuse_setting
 
 __all__ = ["EpochPlan", "Slice", "Window", "equal_shard_batches", "make_order_plan", "make_plan",
            "shard_rows", "window_seed"]
@@ -243,7 +244,8 @@ def make_plan(
         When ``batch_size`` < 1 or the shard index is not below the shard count.
     """
     if batch_size < 1:
-        raise ValueError(f"Expected batch_size >= 1. Received: batch_size={batch_size}")
+        refuse_setting("Expected batch_size >= 1 (rows per batch).", f"batch_size={batch_size!r}",
+                       "e.g. batch_size=1024 (--batch-size 1024).")
     index, nshards = shard
     if not 0 <= index < nshards:
         raise ValueError(f"Expected 0 <= shard index < shard count. Received: shard={shard}")
@@ -367,7 +369,8 @@ def make_order_plan(order: GlobalOrder, *, batch_size: int, window_rows: int,
         ``[j * batch_size, (j + 1) * batch_size)``.
     """
     if batch_size < 1:
-        raise ValueError(f"Expected batch_size >= 1. Received: batch_size={batch_size}")
+        refuse_setting("Expected batch_size >= 1 (rows per batch).", f"batch_size={batch_size!r}",
+                       "e.g. batch_size=1024 (--batch-size 1024).")
     rank, world = shard
     if not 0 <= rank < world:
         raise ValueError(f"Expected 0 <= shard index < shard count. Received: shard={shard}")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daskfeed.cache import CacheChoice
-from daskfeed.core import config
+from daskfeed.core import config, refuse_setting
 from daskfeed.manifest import split_settings
 from daskfeed.reading import ReadOptions, read_options
 
@@ -67,6 +67,11 @@ class DataSettings:
     blocksize_given: bool = False
 
     @property
+    def asked_blocksize(self) -> int | None:
+        """The block size asked for (``read.blocksize`` if given, else None: the run decides)."""
+        return self.read.blocksize if self.blocksize_given else None
+
+    @property
     def split(self) -> dict[str, Any] | None:
         """The split's settings as a manifest records them (None: the whole data)."""
         return split_settings(self.validation_split or None, self.subset, self.seed)
@@ -105,14 +110,16 @@ class DataSettings:
 
         Raises
         ------
+        SettingError
+            ``batch_size < 1``, a read setting out of its range, or a split that is not one
+            (see :func:`~daskfeed.manifest.split_settings`).
         ValueError
-            ``batch_size < 1``, or a read setting out of its range.
-        SchemaError
-            A split that is not one (see :func:`~daskfeed.manifest.split_settings`).
+            An unknown ``bad_lines`` (:func:`~daskfeed.reading.read_options`).
         """
         size = int(config.get("batch-size", batch_size))
         if size < 1:
-            raise ValueError(f"Expected batch_size >= 1. Received: batch_size={batch_size}.")
+            refuse_setting("Expected batch_size >= 1 (rows per batch).",
+                           f"batch_size={batch_size!r}", "e.g. batch_size=1024 (--batch-size 1024).")
         split = split_settings(validation_split, subset, int(seed))
         return cls(
             label=label, features=tuple(features) if features is not None else None,

@@ -206,7 +206,7 @@ def _run_train(data: list[str], label: str, validation: list[str], output: str,
         raise click.UsageError("--quiet and --verbose exclude each other")
     try:  # flags that exclude each other: a usage error, before any work
         opts = TrainOptions.resolve(
-            validation=validation or None, output=output, scheduler=scheduler, security=security,
+            label=label, validation=validation or None, output=output, scheduler=scheduler, security=security,
             cache=cache, exclude=tuple(kw.pop("exclude") or ()),
             verbose=0 if quiet else "auto" if verbose is None else verbose, **kw)
     except SettingError as err:

@@ -198,6 +198,14 @@ class Budget:
         window, blocksize = _window_and_block(worker, nthreads, window_bytes, max_blocksize)
         return cls(total, total, prefetch, len(limits), nthreads, worker, window, blocksize)
 
+    def stream_share(self) -> int:
+        """Prefetch bytes of the training stream: two thirds of the allowance."""
+        return self.prefetch * 2 // 3
+
+    def validation_share(self) -> int:
+        """Prefetch bytes of the validation stream: the third the training stream leaves."""
+        return self.prefetch // 3
+
     def describe(self, text: str | None = None) -> str:
         """E.g. ``14GB (13.04 GiB): trainer 2.40 GB, 2 workers × 5.80 GB, ...``."""
         shown = text or f"{self.total / 1e9:g}GB"

@@ -7,10 +7,11 @@ from typing import TYPE_CHECKING
 from daskfeed.core import attach
 
 if TYPE_CHECKING:
+    from daskfeed.batches import DataSettings as DataOptions  # (deprecated: _options.__getattr__)
     from daskfeed.training._callbacks import Checkpointer, fit_from
     from daskfeed.training._early_stopping import EarlyStopping
     from daskfeed.training._model import default_model
-    from daskfeed.training._options import ClusterOptions, DataOptions, FitOptions, TrainOptions
+    from daskfeed.training._options import ClusterOptions, FitOptions, TrainOptions
     from daskfeed.training._train import train
     from daskfeed.training._watch import WatchCallback
 

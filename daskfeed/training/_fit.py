@@ -49,19 +49,19 @@ def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused:
     """
     opts, echo, ckpt = run.opts, run.echo, run.ckpt
     keras.utils.set_random_seed(opts.data.seed)  # the model's initial weights, dropout
-    if opts.fit.weight:
-        echo(f"sample weights: column {opts.fit.weight!r} (not a feature); loss and weighted_ "
+    if opts.data.weight:
+        echo(f"sample weights: column {opts.data.weight!r} (not a feature); loss and weighted_ "
              "metrics weighted" + ("" if val_seq is None else ", validation too" if val_seq.weight
                                    else "; validation unweighted (its data have no such column)"))
     weights = class_weights(train_seq.manifest, opts.fit.class_weight, echo)
     fit_weights = weights
-    if weights is not None and opts.fit.weight:  # Keras takes one or the other: multiply
+    if weights is not None and opts.data.weight:  # Keras takes one or the other: multiply
         train_seq.stream.weigh_classes(weights)
         fit_weights = None
-        echo(f"class weights multiplied into the sample weights of {opts.fit.weight!r} "
+        echo(f"class weights multiplied into the sample weights of {opts.data.weight!r} "
              "(training batches; validation keeps its sample weights)")
     # written now, not at the end: an interrupted run keeps its quarantined lines
-    bad_report = bad_lines_report(run.out, opts.data.bad_lines, reused, train_seq, val_seq)
+    bad_report = bad_lines_report(run.out, opts.data.read.bad_lines, reused, train_seq, val_seq)
     net = model_for(opts.model, train_seq, opts.fit, echo)
     stopper = make_early_stopping(opts.fit.patience, opts.fit.monitor, net, echo)
     telemetry = EpochTelemetry(train_seq, rss)
@@ -92,7 +92,7 @@ def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused:
     except (DaskfeedError, ValueError, TypeError) as err:  # model.keras stands; say why not
         warnings.warn(f"serving/ not written: {err}", stacklevel=2)
     write_history(run.out, history, budget=run.budget, rows=train_seq.rows,
-                  peak_rss=rss.overall_peak, bad_lines=bad_report, weight=opts.fit.weight,
+                  peak_rss=rss.overall_peak, bad_lines=bad_report, weight=opts.data.weight,
                   class_weights=weights, split=split_report(train_seq, val_seq),
                   early_stopping=stopping, ranks=run.ranks, train_seq=train_seq, ckpt=ckpt,
                   run_id=run.run_id)

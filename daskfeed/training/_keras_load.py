@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from daskfeed.reading import Listing, first_header
@@ -50,7 +51,7 @@ class KerasLoad:
     def ahead(self, label: str, opts: TrainOptions, listing: Listing | None,
               ckpt: Checkpoint | None) -> None:
         """Start loading now, or once the first file's header names what the settings name."""
-        named = {label, *(opts.data.features or ()), *([opts.fit.weight] if opts.fit.weight else [])}
+        named = {label, *(opts.data.features or ()), *([opts.data.weight] if opts.data.weight else [])}
         if ckpt is not None:
             cur = ckpt.cursor
             if cur.label == label and set(opts.data.features or ()) <= set(cur.features):
@@ -58,7 +59,7 @@ class KerasLoad:
             return
         if listing is None:  # (a DataFrame: its columns are checked by the scan)
             return
-        read = opts.data.read(opts.data.blocksize or _PEEK_BLOCKSIZE)
+        read = replace(opts.data.read, blocksize=opts.data.asked_blocksize or _PEEK_BLOCKSIZE)
 
         def peek() -> None:
             try:

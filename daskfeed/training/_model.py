@@ -373,7 +373,7 @@ def _built(builder: Builder, seq: DaskSequence, spec: str | Builder, fit: FitOpt
         )
     if not net.compiled:
         lr = DEFAULT_LEARNING_RATE if fit.learning_rate is None else fit.learning_rate
-        compile_for(net, manifest, learning_rate=lr, weighted=bool(fit.weight))
+        compile_for(net, manifest, learning_rate=lr, weighted=bool(seq.weight))
         echo(f"model from {spec if isinstance(spec, str) else 'the builder'} was not "
              f"compiled; compiled for the {manifest.task} label with {describe_compile(net)}")
     return net

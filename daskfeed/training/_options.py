@@ -10,20 +10,20 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Union
 
-from daskfeed.cache import CacheChoice
+from daskfeed.batches import DataSettings
 from daskfeed.cluster import ClusterSpec
 from daskfeed.core import FEEDS, config, refuse_setting
-from daskfeed.reading import ReadOptions, read_options
 
 if TYPE_CHECKING:
     from keras import Model
 
 
-__all__ = ["ClusterOptions", "DataOptions", "FitOptions", "TrainOptions"]
+__all__ = ["DATA_KEYS", "ClusterOptions", "FitOptions", "TrainOptions"]
 
 DataSpec = Union[str, "os.PathLike[str]", Sequence[str]]
 """Paths, globs, URLs, or a list of them."""
@@ -37,14 +37,14 @@ DEFAULT_LEARNING_RATE = 1e-3
 class FitOptions:
     """How :func:`~daskfeed.training._train.train` fits, resolved once from its arguments (:meth:`resolve`).
 
+    The sample-weight column and the validation split are the data's settings
+    (:class:`~daskfeed.batches.DataSettings`: ``weight``, ``validation_split``); they are checked
+    here with the rest of the fit's.
+
     Attributes
     ----------
-    weight
-        The sample-weight column, or None.
     class_weight
         ``"balanced"`` or ``{class: weight}`` (checked against the manifest later), or None.
-    validation_split
-        Fraction held out by whole blocks when there is no validation data, or None.
     patience, monitor
         Early stopping: epochs without improvement of ``monitor``; None: no early stopping.
     hidden, dropout, learning_rate
@@ -55,9 +55,7 @@ class FitOptions:
         ``batches`` (see :func:`daskfeed.training._callbacks.fit_from`).
     """
 
-    weight: str | None = None
     class_weight: str | dict[int, float] | None = None
-    validation_split: float | None = None
     patience: int | None = None
     monitor: str | None = None
     hidden: tuple[int, ...] | None = DEFAULT_HIDDEN
@@ -67,7 +65,7 @@ class FitOptions:
 
     @classmethod
     def resolve(cls, *, validation: DataSpec | None = None, builder: bool = False,
-                weight: str | None = None, class_weight: str | dict[Any, float] | None = None,
+                class_weight: str | dict[Any, float] | None = None,
                 validation_split: float | None = None, early_stopping: int | None = None,
                 monitor: str | None = None, hidden: Sequence[int] | None = None,
                 dropout: float | None = None, learning_rate: float | None = None,
@@ -80,8 +78,10 @@ class FitOptions:
             The validation data, if any (only whether there are some matters here).
         builder
             Whether a ``model`` builder replaces the default model.
-        weight, class_weight, validation_split, early_stopping, monitor, hidden, dropout, learning_rate, feed
-            As :func:`~daskfeed.training._train.train` takes them.
+        class_weight, validation_split, early_stopping, monitor, hidden, dropout, learning_rate
+            As :func:`~daskfeed.training._train.train` takes them (the split only checked here).
+        feed
+            Likewise.
 
         Returns
         -------
@@ -111,9 +111,7 @@ class FitOptions:
                     "shapes its own.", f"hidden={hidden!r}, dropout={dropout!r} with a builder",
                     "set them in your builder, or drop --model.")
         return cls(
-            weight=weight, class_weight=_class_weight_spec(class_weight),
-            validation_split=float(validation_split) if validation_split else None,
-            patience=patience, monitor=monitor,
+            class_weight=_class_weight_spec(class_weight), patience=patience, monitor=monitor,
             hidden=None if builder else tuple(int(u) for u in (hidden or DEFAULT_HIDDEN)),
             dropout=None if builder else float(DEFAULT_DROPOUT if dropout is None else dropout),
             learning_rate=(learning_rate if builder else
@@ -156,104 +154,6 @@ def _class_weight_spec(spec: str | dict[Any, float] | None) -> str | dict[Any, f
                 f"class_weight={spec!r}", "e.g. --class-weight balanced or --class-weight "
                 "'{\"0\": 1, \"1\": 9}'.")
     return parsed
-
-
-@dataclass(frozen=True)
-class DataOptions:
-    """How the data are read, encoded and batched; the read settings shape the manifest.
-
-    Attributes
-    ----------
-    features, exclude
-        Feature columns (None: all but the label and weight) and columns left out.
-    batch_size
-        Rows per batch (resolved: ``daskfeed.batch-size`` when not given).
-    seed
-        Seed of the batch order, the validation split and Keras' initial weights.
-    as_matrix
-        Feed x as one float32 matrix of numeric features.
-    blocksize
-        CSV bytes per block asked for (a flag or a configured ``daskfeed.blocksize``); None:
-        a reused manifest's, else what the memory budget gives.
-    vocabulary_size
-        Top-K values kept per text column (resolved: ``daskfeed.vocabulary-size``).
-    timeout
-        Longest wait for one window in seconds (resolved: ``daskfeed.timeout``).
-    cache
-        Where the parse cache goes (resolved from True: the configured or default place, a
-        directory, or False: off).
-    encoding, sep, na_values, decimal, dtype, bad_lines, storage_options
-        As :class:`~daskfeed.reading._source.Source` takes them.
-    """
-
-    features: tuple[str, ...] | None = None
-    exclude: tuple[str, ...] = ()
-    batch_size: int = 1024
-    seed: int = 0
-    as_matrix: bool = False
-    blocksize: int | None = None
-    vocabulary_size: int = 1000
-    timeout: float = 300.0
-    cache: CacheChoice = field(default_factory=CacheChoice)
-    encoding: str = "utf-8"
-    sep: str | None = None
-    na_values: tuple[str, ...] | None = None
-    decimal: str = "."
-    dtype: dict[str, str] | None = None
-    bad_lines: str = "error"
-    storage_options: dict[str, Any] | None = field(default=None, repr=False)
-
-    @classmethod
-    def resolve(cls, *, features: Sequence[str] | None = None, exclude: Sequence[str] = (),
-                batch_size: int | None = None, seed: int = 0, as_matrix: bool = False,
-                blocksize: int | str | None = None, vocabulary_size: int | None = None,
-                timeout: float | str | None = None,
-                cache: bool | str | os.PathLike[str] = True, encoding: str = "utf-8",
-                sep: str | None = None, na_values: Sequence[str] | None = None,
-                decimal: str = ".",
-                dtype: dict[str, str] | None = None, bad_lines: str = "error",
-                storage_options: dict[str, Any] | None = None) -> DataOptions:
-        """Fill in the ``daskfeed.*`` config values for the settings not given.
-
-        Parameters
-        ----------
-        features, exclude, batch_size, seed, as_matrix, blocksize, vocabulary_size, timeout
-            As :func:`~daskfeed.training._train.train` takes them.
-        cache, encoding, sep, na_values, decimal, dtype, bad_lines, storage_options
-            Likewise.
-
-        Returns
-        -------
-        DataOptions
-            The resolved settings.
-        """
-        asked = config.resolve_blocksize(blocksize, 0)
-        return cls(
-            features=tuple(features) if features is not None else None,
-            exclude=tuple(exclude or ()), batch_size=int(config.get("batch-size", batch_size)),
-            seed=int(seed), as_matrix=bool(as_matrix), blocksize=asked or None,
-            vocabulary_size=int(config.get("vocabulary-size", vocabulary_size)),
-            timeout=config.get_seconds("timeout", timeout),
-            cache=CacheChoice.resolve(cache), encoding=encoding,
-            sep=sep, na_values=tuple(na_values) if na_values is not None else None,
-            decimal=decimal, dtype=dtype,
-            bad_lines=bad_lines, storage_options=storage_options)
-
-    def read(self, blocksize: int) -> ReadOptions:
-        """How the files are read, at ``blocksize`` (resolved: nothing is looked up).
-
-        Parameters
-        ----------
-        blocksize
-            CSV bytes per block.
-
-        Returns
-        -------
-        ReadOptions
-        """
-        return read_options(blocksize=blocksize, sep=self.sep, encoding=self.encoding,
-                            dtype=self.dtype, na_values=self.na_values, decimal=self.decimal,
-                            bad_lines=self.bad_lines, storage_options=self.storage_options)
 
 
 @dataclass(frozen=True)
@@ -306,7 +206,9 @@ class TrainOptions:
     Attributes
     ----------
     data, cluster, fit
-        The read and batch settings, the cluster and budget, the fit settings.
+        The training data's settings (:class:`~daskfeed.batches.DataSettings`, resolved once
+        with the label; the budget's shares, the rank's shard and the block size are set on it
+        once the cluster is up), the cluster and budget, the fit settings.
     epochs
         Epochs to train.
     model
@@ -324,7 +226,7 @@ class TrainOptions:
         Keras' verbosity (resolved: 1 on a terminal, else 2).
     """
 
-    data: DataOptions = field(default_factory=DataOptions)
+    data: DataSettings = field(default_factory=lambda: DataSettings(label=""))
     cluster: ClusterOptions = field(default_factory=ClusterOptions)
     fit: FitOptions = field(default_factory=FitOptions)
     epochs: int = 3
@@ -336,7 +238,7 @@ class TrainOptions:
     verbose: int = 2
 
     @classmethod
-    def resolve(cls, *, validation: DataSpec | None = None, epochs: int = 3,
+    def resolve(cls, *, label: str = "", validation: DataSpec | None = None, epochs: int = 3,
                 model: str | Builder | None = None,
                 output: str | os.PathLike[str] = "daskfeed-out", resume: bool = False,
                 checkpoint_every: int | None = None,
@@ -346,13 +248,16 @@ class TrainOptions:
 
         Parameters
         ----------
+        label
+            The label column (the data settings are resolved with it).
         validation
             The validation data, if any (the fit settings are checked against it).
         epochs, model, output, resume, checkpoint_every, tensorboard, verbose
             As :func:`~daskfeed.training._train.train` takes them.
         **settings
-            The attributes of :class:`DataOptions`, :class:`ClusterOptions` and the arguments
-            of :meth:`FitOptions.resolve`, by name.
+            The arguments of :meth:`DataSettings.resolve <daskfeed.batches.DataSettings.resolve>`
+            that ``train`` takes (:data:`DATA_KEYS`), the attributes of :class:`ClusterOptions`
+            and the arguments of :meth:`FitOptions.resolve`, by name.
 
         Returns
         -------
@@ -372,19 +277,46 @@ class TrainOptions:
             raise TypeError(f"train() got unexpected keyword arguments: {', '.join(sorted(settings))}")
         if int(epochs) < 1:
             refuse_setting("Expected epochs >= 1.", f"epochs={epochs!r}", "e.g. --epochs 3.")
+        fit = FitOptions.resolve(validation=validation, builder=model is not None,
+                                 validation_split=groups["data"].get("validation_split"),
+                                 **groups["fit"])
+        data = groups["data"]
+        split = data.pop("validation_split", None)
+        # a block size asked for: the flag, else a configured daskfeed.blocksize (else the
+        # budget's, or a reused manifest's, decided once the cluster is up)
+        asked = config.resolve_blocksize(data.pop("blocksize", None), 0) or None
         return cls(
-            data=DataOptions.resolve(**groups["data"]),
+            data=DataSettings.resolve(label=label, blocksize=asked, validation_split=split or None,
+                                      subset="training" if split else None, **data),
             cluster=ClusterOptions.resolve(**groups["cluster"]),
-            fit=FitOptions.resolve(validation=validation, builder=model is not None, **groups["fit"]),
+            fit=fit,
             epochs=int(epochs), model=model, output=os.fspath(output), resume=bool(resume),
             checkpoint_every=int(config.get("checkpoint-every", checkpoint_every)),
             tensorboard=os.fspath(tensorboard) if tensorboard else None,
             verbose=(1 if sys.stdout.isatty() else 2) if verbose == "auto" else int(verbose))
 
 
+DATA_KEYS = ("features", "exclude", "weight", "batch_size", "seed", "as_matrix", "blocksize",
+             "vocabulary_size", "timeout", "cache", "validation_split", "encoding", "sep",
+             "na_values", "decimal", "dtype", "bad_lines", "storage_options")
+"""The data settings ``train`` takes (of :meth:`DataSettings.resolve
+<daskfeed.batches.DataSettings.resolve>`'s; the rest are set by the run: the label, the shard,
+the budget's shares, the split's side, the shuffle)."""
+
+def __getattr__(name: str) -> Any:
+    """``DataOptions``: the old name of the data's settings (deprecated; one class now)."""
+    if name == "DataOptions":
+        warnings.warn("daskfeed.DataOptions is deprecated: a data set's settings are one "
+                      "daskfeed.DataSettings (resolved with the label, DataSettings.resolve), "
+                      "which TrainOptions.data holds; DataOptions is that class now.",
+                      DeprecationWarning, stacklevel=2)
+        return DataSettings
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 _GROUP_KEYS = {
-    "data": [f.name for f in fields(DataOptions)],
+    "data": list(DATA_KEYS),
     "cluster": [f.name for f in fields(ClusterOptions)],
-    "fit": ["weight", "class_weight", "validation_split", "early_stopping", "monitor", "hidden",
-            "dropout", "learning_rate", "feed"],
+    "fit": ["class_weight", "early_stopping", "monitor", "hidden", "dropout", "learning_rate",
+            "feed"],
 }

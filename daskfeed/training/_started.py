@@ -58,7 +58,7 @@ def resume_data(run: Run) -> Any:
             started = json.load(f)
     except (OSError, ValueError):
         return run.data
-    options = dict(run.opts.data.storage_options or {})
+    options = dict(run.opts.data.read.storage_options)
     now = {f.path: [f.path, f.size, f.mtime, f.etag] for f in expand_paths(run.data, options)}
     files = [tuple(row) for row in started["files"]]
     gone = [path for path, *_ in files if path not in now]

@@ -128,7 +128,9 @@ def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
         echo = _silent
         if options is None:
             settings.setdefault("verbose", 0)
-    opts = options or TrainOptions.resolve(validation=validation, **settings)
+    opts = options or TrainOptions.resolve(label=label, validation=validation, **settings)
+    if opts.data.label != label:  # options resolved without it (or for another label)
+        opts = replace(opts, data=replace(opts.data, label=label))
     t_run = time.perf_counter()
     choose_backend()  # a backend daskfeed does not run on is refused at once
     ranks, out, store, ckpt, lock = _prepare(data, validation, opts, echo)
@@ -143,7 +145,7 @@ def _run(data: DataSpec, label: str, validation: DataSpec | None, opts: TrainOpt
          ckpt: Checkpoint | None, t_run: float) -> TrainResult:
     """The run, once its output directory is held: cluster, data, fit, outputs."""
     # the files listed while the cluster starts (resuming: the run's own files, see resume_data)
-    so = opts.data.storage_options
+    so = dict(opts.data.read.storage_options) or None
     listing = Listing(data, so) if ckpt is None else None
     val_listing = Listing(validation, so) if validation is not None else None
     loading = KerasLoad()
@@ -236,7 +238,7 @@ def _connect(opts: TrainOptions, echo: Echo) -> tuple[Client, Budget, str | None
 
     Returns the client, the budget it works in and the dashboard's address.
     """
-    client, budget = opts.cluster.open(echo, storage_options=opts.data.storage_options)
+    client, budget = opts.cluster.open(echo, storage_options=dict(opts.data.read.storage_options))
     links = install(client)
     link = links.dashboard if links else getattr(client, "dashboard_link", None) or None
     if link:
@@ -289,7 +291,7 @@ def _open_data(run: Run) -> tuple[DaskSequence, DaskSequence | None, bool]:
                                        shared.get("validation") if shared is not None else None)
     if val_seq is not None:
         run.closing.append(val_seq)
-        if opts.fit.validation_split and not opts.data.features:
+        if opts.data.validation_split and not opts.data.features:
             _warn_split_ids(train_seq, val_seq)
     if shared is not None:  # the other ranks reuse what this one scanned
         shared.share(train=manifest, validation=val_seq.manifest if val_seq else None)
@@ -318,17 +320,15 @@ def _silent(line: str) -> None:
 
 
 def _train_settings(run: Run, blocksize: int) -> DataSettings:
-    """The training data's settings, from the options resolved at the entry (nothing looked up)."""
-    d, fit, budget = run.opts.data, run.opts.fit, run.budget
-    return DataSettings(
-        label=run.label, read=d.read(blocksize), blocksize_given=True,
-        features=d.features or None,  # (none chosen: every column but the label)
-        exclude=d.exclude, weight=fit.weight, batch_size=d.batch_size, seed=d.seed,
-        as_matrix=d.as_matrix, shard=run.ranks.shard, timeout=d.timeout,
-        prefetch_bytes=budget.prefetch * 2 // 3, window_bytes=budget.window_bytes,
-        vocabulary_size=d.vocabulary_size, cache=d.cache,
-        validation_split=fit.validation_split or 0.0,
-        subset="training" if fit.validation_split else None)
+    """The training data's settings: resolved at the entry, with what the run decided since.
+
+    The block size (asked for, a reused manifest's or the budget's), this rank's shard, the
+    budget's shares of prefetch and window bytes; nothing else is looked up or copied.
+    """
+    d, budget = run.opts.data, run.budget
+    return replace(d, read=replace(d.read, blocksize=blocksize), blocksize_given=True,
+                   shard=run.ranks.shard, prefetch_bytes=budget.stream_share(),
+                   window_bytes=budget.window_bytes)
 
 
 def _serving(run: Run) -> dict[str, Any]:
@@ -343,7 +343,7 @@ def _train_sequence(run: Run, cached: Manifest | None) -> DaskSequence:
     said without waiting seconds for TensorFlow to load.
     """
     d, ckpt, budget = run.opts.data, run.ckpt, run.budget
-    block = ckpt.cursor.blocksize if ckpt else blocksize_for(d.blocksize, budget, cached,
+    block = ckpt.cursor.blocksize if ckpt else blocksize_for(d.asked_blocksize, budget, cached,
                                                              d.cache.on, run.echo)
     # resuming: the same blocks as the interrupted run, whatever the budget; windows of blocks
     # are part of their order (the global order's windows are this budget's)
@@ -376,29 +376,29 @@ def _validation_sequence(run: Run, train_seq: DaskSequence,
 
     ``manifest``: one another rank published for it, reused if it still describes the data.
     """
-    fit, echo = run.opts.fit, run.echo
-    if not (run.validation or fit.validation_split):
+    d, echo = run.opts.data, run.echo
+    if not (run.validation or d.validation_split):
         return None
     from daskfeed.adapters import DaskSequence
 
     train = train_seq.stream.data.settings
     same = replace(train, features=tuple(train_seq.features), exclude=(), shuffle=False,
-                   shard=(0, 1), prefetch_bytes=run.budget.prefetch // 3)
+                   shard=(0, 1), prefetch_bytes=run.budget.validation_share())
 
     def serve(data: DataSpec | Listing, settings: DataSettings, m: Manifest | None) -> DaskSequence:
         prepared = Prepared(data, settings, client=run.client, manifest=m,
                             reference=train_seq.manifest, scan_progress=run.progress)
         return DaskSequence.of(prepared, **_serving(run))
 
-    if fit.validation_split:
+    if d.validation_split:
         held_out = replace(same, subset="validation")  # of the training files as listed for it
         seq = _reusing(manifest, lambda m: serve(run.listing or run.data, held_out, m))
         held = len((seq.manifest.split or {})["validation_partitions"])
         share = seq.manifest.rows / max(seq.manifest.rows + train_seq.manifest.rows, 1)
         coarse = ("; whole blocks: lower --blocksize for a split nearer "
-                  f"{fit.validation_split:g}" if abs(share - fit.validation_split) >
-                  0.5 * fit.validation_split else "")
-        echo(f"validation split {fit.validation_split:g} by whole blocks (seed "
+                  f"{d.validation_split:g}" if abs(share - d.validation_split) >
+                  0.5 * d.validation_split else "")
+        echo(f"validation split {d.validation_split:g} by whole blocks (seed "
              f"{train_seq.seed}): {seq.manifest.rows:,} rows ({share:.1%}) in {held} of "
              f"{len(seq.manifest.blocks)} blocks held out{coarse}; training on the other "
              f"{train_seq.manifest.rows:,} rows (their statistics only)")
@@ -406,7 +406,7 @@ def _validation_sequence(run: Run, train_seq: DaskSequence,
     assert run.validation is not None
     validation = run.val_listing or run.validation
     block = train_seq.source.options.blocksize
-    weight = fit.weight if fit.weight and _has_column(run, validation, fit.weight, block) else None
+    weight = d.weight if d.weight and _has_column(run, validation, d.weight, block) else None
     plain = replace(same, weight=weight, validation_split=0.0, subset=None)
     seq = _reusing(manifest, lambda m: serve(validation, plain, m))
     echo(f"validation data: {seq.manifest.rows:,} rows in {len(seq.manifest.blocks)} blocks")
@@ -431,9 +431,8 @@ def _join_scan(run: Run) -> SharedScan | None:
     run.echo(f"trainer {run.ranks.describe()}")
     d = run.opts.data
     key = scan_key(data=run.data, validation=run.validation, label=run.label,
-                   vocabulary_size=d.vocabulary_size, sep=d.sep, encoding=d.encoding,
-                   na_values=d.na_values, decimal=d.decimal, dtype=d.dtype, bad_lines=d.bad_lines,
-                   blocksize=d.blocksize, validation_split=run.opts.fit.validation_split,
+                   vocabulary_size=d.vocabulary_size, read=replace(d.read, storage_options=()),
+                   asked_blocksize=d.asked_blocksize, validation_split=d.validation_split,
                    seed=d.seed)
     shared = join_scan(run.client, key, wait=run.opts.cluster.rank_wait, echo=run.echo)
     run.closing.append(shared)
@@ -442,7 +441,7 @@ def _join_scan(run: Run) -> SharedScan | None:
 
 def _has_column(run: Run, data: DataSpec | Listing, name: str, blocksize: int) -> bool:
     """Whether the header of ``data`` names column ``name`` (one line read)."""
-    options = run.opts.data.read(blocksize)
+    options = replace(run.opts.data.read, blocksize=blocksize)
     if isinstance(data, Listing):  # what its listing says is said once, here or later: not lost
         data.files(dict(options.storage_options))
     with warnings.catch_warnings():  # the DaskSequence says what the Source has to say

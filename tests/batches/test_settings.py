@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import dask.config
 import pytest
@@ -54,3 +55,44 @@ def test_a_split_and_an_explicit_cache_directory():
     assert s.cache == CacheChoice(on=True, root="/data/cache", required=True,
                                   compression=s.cache.compression)
     assert s.features == ("a", "b") and s.exclude == ("c",)
+
+
+def _keywords(fn) -> dict[str, object]:
+    """A callable's keyword-only parameters and their defaults."""
+    return {name: p.default for name, p in inspect.signature(fn).parameters.items()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+# what a training run sets itself, not taken from train()'s caller: the rank's shard, the budget's
+# prefetch and window shares, the split's side; the shuffle and the tail are the global order's
+SET_BY_THE_RUN = {"label", "shard", "prefetch_bytes", "window_bytes", "subset", "shuffle",
+                  "drop_remainder"}
+
+
+def test_every_entry_takes_the_one_list_of_data_settings_with_its_defaults():
+    """DaskSequence, TorchDataset, train and the CLI name each data setting as resolve does."""
+    from daskfeed.adapters import DaskSequence
+    from daskfeed.cli._commands import cli
+    from daskfeed.training._options import DATA_KEYS, TrainOptions
+
+    one = _keywords(DataSettings.resolve)
+    seq = _keywords(DaskSequence.__init__)
+    assert {k: seq.get(k, "missing") for k in one} == one  # names and defaults alike
+    assert set(DATA_KEYS) == set(one) - SET_BY_THE_RUN  # train(**settings) routes these
+    flags = {p.name for p in cli.commands["train"].params} | {"cache"}  # (--cache / --no-cache)
+    assert set(DATA_KEYS) <= flags
+    opts = TrainOptions.resolve(label="y", batch_size=64, seed=3, blocksize="1MiB",
+                                validation_split=0.2, weight="w", sep=";")
+    assert opts.data == DataSettings.resolve(label="y", batch_size=64, seed=3, blocksize="1MiB",
+                                             validation_split=0.2, subset="training",
+                                             weight="w", sep=";")
+    torch_data = pytest.importorskip("daskfeed.adapters._torch")  # (torch installed)
+    ds = _keywords(torch_data.TorchDataset.__init__)
+    assert {k: ds.get(k, "missing") for k in set(one) - {"shard"}} == {
+        k: v for k, v in one.items() if k != "shard"}  # (its shard: torch.distributed's)
+
+
+def test_a_batch_size_below_1_is_a_setting_error_where_it_enters():
+    with pytest.raises(SettingError, match=r"Expected batch_size >= 1 \(rows per batch\)\. "
+                                           r"Received: batch_size=0\."):
+        DataSettings.resolve(label="y", batch_size=0)
