@@ -100,3 +100,58 @@ def test_the_top_face_resolves_too():
                 getattr(daskfeed, name)
             continue
         assert getattr(daskfeed, name) is not None, f"daskfeed.{name}"
+
+
+def _face(path) -> tuple[dict[str, str], dict[str, str], set[str], set[str]]:
+    """A face's type-checking imports and its lazy map (name -> where), ``__all__``, eager imports.
+
+    Read from the source (ast): what import-linter and mypy see is the ``if TYPE_CHECKING:``
+    block; what runs is the ``attach`` call's maps.
+    """
+    import ast
+
+    package = ".".join(path.relative_to(ROOT.parent).with_suffix("").parts[:-1])
+    tree = ast.parse(path.read_text())
+    typed: dict[str, str] = {}
+    lazy: dict[str, str] = {}
+    names: set[str] = set()
+    eager: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module not in ("__future__", "typing"):
+            eager |= {alias.asname or alias.name for alias in node.names}
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom), ast.dump(imp)
+                for alias in imp.names:
+                    typed[alias.asname or alias.name] = f"{imp.module}.{alias.name}"
+        elif isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "__all__":
+            names = set(ast.literal_eval(node.value))
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
+                getattr(node.value.func, "id", None) == "attach":
+            maps = [ast.literal_eval(a) for a in node.value.args[1:]]
+            for kw in node.value.keywords:
+                maps.append(ast.literal_eval(kw.value))
+            for i, mapping in enumerate(maps):
+                for name, module in mapping.items():
+                    # names: the module's attribute; modules (the second map): the module itself
+                    lazy[name] = f"{package}.{module}" + ("" if i else f".{name}")
+    return typed, lazy, names, eager
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2] / "daskfeed"
+
+
+@pytest.mark.parametrize("sub", ["", *SUBPACKAGES])
+def test_each_face_s_type_checking_imports_equal_its_lazy_map_and_its_all(sub):
+    """What import-linter and mypy see (the ``TYPE_CHECKING`` block) is what runs (``attach``)."""
+    typed, lazy, names, eager = _face(ROOT / sub / "__init__.py")
+    assert lazy, sub
+    resolved = {k: v.replace("daskfeed.core._config.config", "daskfeed.core._config")  # (whole)
+                for k, v in typed.items() if k not in DEPRECATED}
+    assert resolved == {k: v for k, v in lazy.items() if k not in DEPRECATED}, sub
+    assert DEPRECATED & set(typed) == DEPRECATED & set(lazy), sub
+    assert set(lazy) <= names <= set(lazy) | eager, sub  # (the top face: error classes at once)
+
+
+# old names kept with a deprecation warning: typed as the new, loaded through the old module
+DEPRECATED = {"DataOptions"}
