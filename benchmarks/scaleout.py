@@ -53,7 +53,8 @@ def start_cluster(nworkers: int, workdir: str) -> tuple[list[subprocess.Popen], 
     sf = os.path.join(workdir, "scheduler.json")
     sched, worker = compose_commands(sf)
     dask = str(BIN / "dask")
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "start_new_session": True}
+    quiet: dict[str, Any] = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL,
+                             "start_new_session": True}
     procs = [subprocess.Popen([dask, *sched[1:]], **quiet)]
     deadline = time.monotonic() + 60
     while not (os.path.exists(sf) and os.path.getsize(sf)):
