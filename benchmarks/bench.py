@@ -140,9 +140,9 @@ def run(data: str | Sequence[str], *, validation: str | Sequence[str] | None = N
             elif name.startswith("in_memory"):
                 out[name], stats, xy = anchors.in_memory(files, features, label, batch_size, epochs, val)
             elif name in ("daskfeed", "daskfeed_batches"):
-                feed = "batches" if name == "daskfeed_batches" else "auto"
+                handoff = "pydataset" if name == "daskfeed_batches" else "auto"
                 out[name] = ours.daskfeed_fit(data, features, label, batch_size, epochs, memory_limit,
-                                              nworkers, val, workdir, tag=name, feed=feed)
+                                              nworkers, val, workdir, tag=name, handoff=handoff)
             elif name == "feed_only":
                 out[name] = ours.feed_only(data, features, label, batch_size, epochs, memory_limit,
                                            nworkers, workdir)

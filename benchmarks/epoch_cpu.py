@@ -43,8 +43,8 @@ def main() -> None:
     p.add_argument("--in-memory", action="store_true")
     p.add_argument("--floor", action="store_true")
     p.add_argument("--windows", type=int, default=0, metavar="K")
-    p.add_argument("--feed", choices=("batches", "windows"), default="batches",
-                   help="daskfeed's hand-off: the PyDataset (batches) or the tf.data hand-off (windows)")
+    p.add_argument("--handoff", choices=("pydataset", "tf-data"), default="pydataset",
+                   help="daskfeed's hand-off: the PyDataset or the tf.data hand-off")
     a = p.parse_args()
 
     import keras
@@ -138,11 +138,11 @@ def main() -> None:
         elif a.in_memory:
             model.fit(x, y, batch_size=a.batch_size, epochs=a.epochs, shuffle=False, verbose=0,
                       callbacks=[Clock()])
-        elif a.feed == "windows":
+        elif a.handoff == "tf-data":
             from daskfeed.adapters import fit_inputs
 
             assert seq is not None  # as daskfeed train hands it to fit (a stream, its callback)
-            with fit_inputs(seq, "windows", {"epochs": a.epochs, "verbose": 0,
+            with fit_inputs(seq, "tf-data", {"epochs": a.epochs, "verbose": 0,
                                              "callbacks": [Clock()]}) as (ds, kwargs):
                 model.fit(ds, **kwargs)
         else:

@@ -44,7 +44,7 @@ def _epoch_stats(seq: DaskSequence, epoch: int) -> dict[str, Any]:
 
 def daskfeed_fit(data: Any, features: Sequence[str], label: str, batch_size: int, epochs: int,
                  memory_limit: str | int, nworkers: int | None, val: Any, workdir: str,
-                 tag: str = "fit", feed: str = "auto", hidden: Sequence[int] = (64, 64),
+                 tag: str = "fit", handoff: str = "auto", hidden: Sequence[int] = (64, 64),
                  scheduler: str | None = None) -> dict[str, Any]:
     """Start a cluster in ``memory_limit``, scan, and fit as ``daskfeed train`` does (``fit_from``).
 
@@ -86,7 +86,7 @@ def daskfeed_fit(data: Any, features: Sequence[str], label: str, batch_size: int
                         "rss_bytes": rss.sample()}
 
             clock = epoch_clock(on_end)
-            hist = fit_from(model, seq, epochs=epochs, feed=feed, shuffle=False, verbose=0,
+            hist = fit_from(model, seq, epochs=epochs, handoff=handoff, shuffle=False, verbose=0,
                             callbacks=[clock])[0]
         finally:
             if seq is not None:
@@ -106,9 +106,9 @@ def daskfeed_fit(data: Any, features: Sequence[str], label: str, batch_size: int
                        "describe": budget.describe(str(memory_limit))},
             "data_bytes": int(seq.source.nbytes) if hasattr(seq.source, "nbytes") else None,
             "peak_rss_bytes": rss.peak, "rss_at_start_bytes": rss.start,
-            "feed": feed,
+            "handoff": handoff,
             "note": "LocalCluster in the budget, DaskSequence(as_matrix=True, fresh cache), "
-                    f"fit_from(feed={feed!r}) as daskfeed train fits; epoch 1 from start = "
+                    f"fit_from(handoff={handoff!r}) as daskfeed train fits; epoch 1 from start = "
                     "cluster + scan + epoch",
             **losses(model, hist, val, batch_size)}
 

@@ -110,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
     p.add_argument("--gil", action="store_true", help="only the thread holding the GIL")
     p.add_argument("--in-memory", action="store_true", help="profile the in-memory fit instead")
-    p.add_argument("--feed", choices=("batches", "windows"), default="batches",
-                   help="daskfeed's hand-off (epoch_cpu.py --feed)")
+    p.add_argument("--handoff", choices=("pydataset", "tf-data"), default="pydataset",
+                   help="daskfeed's hand-off (epoch_cpu.py --handoff)")
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     p.add_argument("--name", default=None)
     a = p.parse_args(argv)
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         print("Error: py-spy not found. Hint: .venv/bin/pip install py-spy", file=sys.stderr)
         return 1
     name = a.name or (("profile-in-memory" if a.in_memory else "profile-trainer")
-                      + ("-windows" if a.feed == "windows" and not a.in_memory else "")
+                      + ("-windows" if a.handoff == "tf-data" and not a.in_memory else "")
                       + ("-gil" if a.gil else ""))
     os.makedirs(a.out, exist_ok=True)
     stem = os.path.join(a.out, name)
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.in_memory:
         cmd.append("--in-memory")
     else:
-        cmd += ["--feed", a.feed]
+        cmd += ["--handoff", a.handoff]
     env = {**os.environ, "KERAS_BACKEND": os.environ.get("KERAS_BACKEND", "tensorflow"),
            "TF_CPP_MIN_LOG_LEVEL": "2"}
     trainer = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)

@@ -11,17 +11,17 @@ from collections.abc import Iterator
 from typing import Any
 
 from daskfeed.adapters._sequence import DaskSequence
-from daskfeed.adapters._tf_data import TFDataHandoff, uses_windows
+from daskfeed.adapters._tf_data import TFDataHandoff, uses_tf_data
 
 __all__ = ["fit_inputs"]
 
 
 @contextlib.contextmanager
-def fit_inputs(sequence: DaskSequence, feed: str, kwargs: dict[str, Any],
+def fit_inputs(sequence: DaskSequence, handoff: str, kwargs: dict[str, Any],
                steps_per_execution: int = 1) -> Iterator[tuple[Any, dict[str, Any]]]:
     """What one ``model.fit`` over ``sequence`` is handed: the data and its other arguments.
 
-    With the tf.data hand-off (:func:`uses_windows`): ``sequence`` as a :class:`TFDataHandoff`'s dataset
+    With the tf.data hand-off (:func:`uses_tf_data`): ``sequence`` as a :class:`TFDataHandoff`'s dataset
     (a stream with ``steps_per_epoch=len(sequence)`` where it can be), its callback first in
     ``callbacks``, a ``DaskSequence`` given as ``validation_data`` as a dataset too, and
     ``shuffle=False`` (daskfeed shuffles; Keras would warn that ``fit`` does not shuffle a
@@ -32,8 +32,8 @@ def fit_inputs(sequence: DaskSequence, feed: str, kwargs: dict[str, Any],
     ----------
     sequence
         The training sequence, where its next ``fit`` starts (epoch and batch).
-    feed
-        ``auto``, ``windows`` or ``batches``.
+    handoff
+        ``auto``, ``tf-data`` or ``pydataset``.
     kwargs
         ``fit``'s other arguments.
     steps_per_execution
@@ -44,7 +44,7 @@ def fit_inputs(sequence: DaskSequence, feed: str, kwargs: dict[str, Any],
     tuple
         ``(x, kwargs)`` for ``model.fit(x, **kwargs)``.
     """
-    if not uses_windows(feed):
+    if not uses_tf_data(handoff):
         yield sequence, kwargs
         return
     feeds = [TFDataHandoff(sequence.stream)]

@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from daskfeed.adapters._keras import keras, refuse_narrowed
-from daskfeed.adapters._tf_data import TFDataHandoff, uses_windows
+from daskfeed.adapters._tf_data import TFDataHandoff, uses_tf_data
 from daskfeed.batches import BatchStream, DataSettings, EpochPlan, EpochStats, Prepared
 from daskfeed.cluster import refuse_multiprocessing
 from daskfeed.core import DaskfeedError, Stop
@@ -440,7 +440,7 @@ class DaskSequence(keras.utils.PyDataset):
         --------
         >>> model.fit(seq.to_tf_dataset(), epochs=3)  # doctest: +SKIP
         """
-        uses_windows("windows")  # refuses other backends
+        uses_tf_data("tf-data")  # refuses other backends
         return TFDataHandoff(self.stream).dataset()
 
     # -- lifecycle ---------------------------------------------------------------------

@@ -50,10 +50,10 @@ import numpy as np
 from daskfeed.adapters._keras import keras
 from daskfeed.batches import BatchStream, EpochPlan
 from daskfeed.cluster import WindowCancelled
-from daskfeed.core import FEEDS, Aborted, DaskfeedError, SettingError
+from daskfeed.core import Aborted, DaskfeedError, SettingError, handoff_name
 from daskfeed.manifest import WindowData
 
-__all__ = ["CHUNK_BYTES", "TFDataHandoff", "uses_windows"]
+__all__ = ["CHUNK_BYTES", "TFDataHandoff", "uses_tf_data"]
 
 CHUNK_BYTES = 8 * 2**20  # encoded bytes per chunk, at most
 QUEUED = 2  # chunks waiting in TensorFlow's queue, at most
@@ -65,16 +65,17 @@ class _Closed(Exception):
     """The feed was closed: the producer ends."""
 
 
-def uses_windows(feed: str) -> bool:
-    """Whether ``feed`` (``auto``, ``windows`` or ``batches``) hands Keras a :class:`TFDataHandoff`.
+def uses_tf_data(handoff: str) -> bool:
+    """Whether the hand-off ``handoff`` (``auto``, ``tf-data``, ``pydataset``) is a :class:`TFDataHandoff`.
 
-    ``auto`` is ``windows`` on the TensorFlow backend and ``batches`` (the ``PyDataset``) on JAX
-    and PyTorch, whose trainers read a ``PyDataset`` without ``tf.data``.
+    ``auto`` is ``tf-data`` on the TensorFlow backend and ``pydataset`` on JAX and PyTorch,
+    whose trainers read a ``PyDataset`` without ``tf.data``.
 
     Parameters
     ----------
-    feed
-        The setting (``--feed`` / ``daskfeed.feed``).
+    handoff
+        The setting (``--handoff`` / ``daskfeed.handoff``; the old names ``windows`` and
+        ``batches`` are understood, with a warning).
 
     Returns
     -------
@@ -83,17 +84,15 @@ def uses_windows(feed: str) -> bool:
     Raises
     ------
     SettingError
-        ``feed`` is none of the three, or ``windows`` on a backend other than TensorFlow.
+        ``handoff`` is none of the three, or ``tf-data`` on a backend other than TensorFlow.
     """
-    if feed not in FEEDS:
-        raise SettingError(f"Expected feed to be one of {', '.join(FEEDS)}. Received: feed={feed!r}."
-                          "\nHint: auto (the default) picks the fastest for the backend.")
+    handoff = handoff_name(handoff)
     backend = keras.backend.backend()
-    if feed == "windows" and backend != "tensorflow":
-        raise SettingError(f"Expected the TensorFlow backend with feed='windows' (a tf.data "
-                          f"pipeline). Received: KERAS_BACKEND={backend!r}.\nHint: feed='batches' "
-                          "(or auto).")
-    return feed == "windows" or (feed == "auto" and backend == "tensorflow")
+    if handoff == "tf-data" and backend != "tensorflow":
+        raise SettingError(f"Expected the TensorFlow backend with the tf-data hand-off (a tf.data "
+                           f"pipeline). Received: KERAS_BACKEND={backend!r}.\nHint: --handoff "
+                           "pydataset (or auto).")
+    return handoff == "tf-data" or (handoff == "auto" and backend == "tensorflow")
 
 
 class TFDataHandoff:
@@ -301,7 +300,7 @@ class TFDataHandoff:
         except Exception as err:  # a bug of ours: fit gets it as an error, never waits forever
             failure = DaskfeedError(f"The tf.data hand-off stopped on an unexpected error. Received: "
                                     f"{type(err).__name__}: {err}\nHint: fit with "
-                                    "feed='batches' to go on, and report this.")
+                                    "--handoff pydataset to go on, and report this.")
             failure.__cause__ = err
             self._fail(failure)
 
@@ -312,7 +311,7 @@ class TFDataHandoff:
         if self._stream and len(bounds) != self._full:  # a stream counts n chunks an epoch
             raise DaskfeedError(f"Expected {self._full} chunks in every epoch of a stream. "
                                 f"Received: {len(bounds)} in epoch {epoch}.\nHint: fit with "
-                                "feed='batches', and report this.")
+                                "--handoff pydataset, and report this.")
         for index, (i, j) in enumerate(bounds):
             if self._request is not None:
                 return False

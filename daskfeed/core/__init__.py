@@ -13,7 +13,7 @@ from daskfeed.core._lazy import attach
 if TYPE_CHECKING:
     from daskfeed.core import _config as config
     from daskfeed.core._atomic import create_new, fsync, replace, temporary_name, write_file, writing
-    from daskfeed.core._backend import BACKENDS, FEEDS, choose, native_logs_filtered, refuse
+    from daskfeed.core._backend import BACKENDS, HANDOFFS, choose, handoff_name, native_logs_filtered, refuse
     from daskfeed.core._exceptions import (
         BackendError,
         BudgetError,
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BACKENDS",
-    "FEEDS",
+    "HANDOFFS",
     "PROCESS_STOP",
     "SETTLE",
     "Aborted",
@@ -70,6 +70,7 @@ __all__ = [
     "create_new",
     "duration",
     "fsync",
+    "handoff_name",
     "native_logs_filtered",
     "raise_outside",
     "redact_text",
@@ -90,7 +91,7 @@ __all__ = [
 __getattr__, __dir__ = attach(__name__, {
     "create_new": "_atomic", "fsync": "_atomic", "replace": "_atomic", "temporary_name": "_atomic",
     "write_file": "_atomic", "writing": "_atomic",
-    "BACKENDS": "_backend", "FEEDS": "_backend", "choose": "_backend",
+    "BACKENDS": "_backend", "HANDOFFS": "_backend", "choose": "_backend", "handoff_name": "_backend",
     "native_logs_filtered": "_backend", "refuse": "_backend",
     "BackendError": "_exceptions", "BudgetError": "_exceptions", "CacheError": "_exceptions",
     "CheckpointError": "_exceptions", "ClusterError": "_exceptions", "DaskfeedError": "_exceptions",

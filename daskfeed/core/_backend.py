@@ -16,19 +16,55 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from daskfeed.core._exceptions import BackendError
+from daskfeed.core._exceptions import BackendError, refuse_setting, warn_user
 
-__all__ = ["BACKENDS", "FEEDS", "choose", "native_logs_filtered", "refuse"]
+__all__ = ["BACKENDS", "HANDOFFS", "choose", "handoff_name", "native_logs_filtered", "refuse"]
 
 #: The Keras backends daskfeed is tested on (tests/core/test_backend.py).
 BACKENDS = ("tensorflow", "jax", "torch")
-#: How batches reach Keras (``--feed`` / ``daskfeed.feed``): ``windows`` (a tf.data pipeline,
-#: TensorFlow only), ``batches`` (the ``PyDataset``) or ``auto`` (the first on TensorFlow).
-FEEDS = ("auto", "windows", "batches")
+#: How batches reach Keras, the *hand-off* (``--handoff`` / ``daskfeed.handoff``): ``tf-data`` (a
+#: tf.data pipeline fed a chunk of batches per call, TensorFlow only), ``pydataset`` (the
+#: ``PyDataset``, one call per batch) or ``auto`` (the first on TensorFlow, else the second).
+HANDOFFS = ("auto", "tf-data", "pydataset")
+#: The hand-offs' names before (``--feed windows|batches``), still understood.
+_OLD_HANDOFFS = {"windows": "tf-data", "batches": "pydataset"}
 #: The package each backend but TensorFlow needs, and the extra that installs it.
 _EXTRAS = {"jax": "jax", "torch": "torch"}
 _HINT = ("Hint: KERAS_BACKEND=tensorflow (the default), KERAS_BACKEND=jax or KERAS_BACKEND=torch; "
          "daskfeed is not tested on the numpy or openvino backends, so it refuses them.")
+
+
+def handoff_name(value: str, what: str = "handoff") -> str:
+    """``value`` as one of :data:`HANDOFFS`; an old name (``windows``, ``batches``) with a warning.
+
+    Parameters
+    ----------
+    value
+        The hand-off asked for.
+    what
+        How it was asked for, named in the warning and the error (``--feed``, ``handoff``).
+
+    Returns
+    -------
+    str
+        ``auto``, ``tf-data`` or ``pydataset``.
+
+    Raises
+    ------
+    SettingError
+        Another name.
+    """
+    if value in _OLD_HANDOFFS:
+        new = _OLD_HANDOFFS[value]
+        warn_user(f"{what}={value!r} is the old name of the hand-off {new!r}; it works, but "
+                  f"will go.\nHint: --handoff {new} (handoff={new!r}, daskfeed.handoff).",
+                  FutureWarning)
+        return new
+    if value not in HANDOFFS:
+        refuse_setting(f"Expected the hand-off to be one of {', '.join(HANDOFFS)}.",
+                       f"{what}={value!r}", "auto (the default) picks the fastest for the Keras "
+                       "backend (--handoff auto).")
+    return value
 
 
 def refuse(backend: str) -> None:

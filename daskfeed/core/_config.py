@@ -10,6 +10,7 @@ with batches of 512.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import dask.config
@@ -41,6 +42,33 @@ def get(key: str, value: Any = None) -> Any:
     """
     if value is not None:
         return value
+    return dask.config.get(f"daskfeed.{key}")
+
+
+def get_renamed(key: str, old: str, value: Any = None) -> Any:
+    """:func:`get` of a key renamed from ``old``: a value still set under the old key is used.
+
+    Parameters
+    ----------
+    key, old
+        The key under ``daskfeed.`` and its old name.
+    value
+        The value a flag or keyword argument gave (None: not given).
+
+    Returns
+    -------
+    object
+        ``value``, else ``daskfeed.<old>`` when set (with a warning naming the new key), else
+        ``daskfeed.<key>``.
+    """
+    if value is not None:
+        return value
+    was = dask.config.get(f"daskfeed.{old}", None)
+    if was is not None:
+        warnings.warn(f"daskfeed.{old} is the old name of daskfeed.{key}; it is read, but will "
+                      f"go.\nHint: set daskfeed.{key} (DASK_DASKFEED__{key.upper().replace('-', '_')}).",
+                      FutureWarning, stacklevel=3)
+        return was
     return dask.config.get(f"daskfeed.{key}")
 
 

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from daskfeed.adapters import fit_inputs, keras
 from daskfeed.checkpoint import CheckpointStore, json_value, optimizer_steps
+from daskfeed.core import handoff_name, warn_user
 from daskfeed.training._early_stopping import EarlyStopping
 from daskfeed.training._telemetry import EpochTelemetry
 
@@ -235,7 +236,7 @@ class Checkpointer(keras.callbacks.Callback):
 
 
 def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: int = 0, batch: int = 0,
-             feed: str = "auto", **kwargs: Any) -> list[keras.callbacks.History]:
+             handoff: str = "auto", **kwargs: Any) -> list[keras.callbacks.History]:
     """``model.fit(sequence, ...)`` from epoch ``epoch``, batch ``batch`` to the end of ``epochs``.
 
     Keras fixes the steps per epoch when ``fit`` starts, so a resumed epoch (``batch > 0``)
@@ -256,21 +257,30 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
         Epochs of the whole run.
     epoch, batch
         Where to start (a checkpoint's cursor; ``0, 0``: from the start).
-    feed
-        How batches reach Keras: ``windows``, a ``tf.data`` pipeline fed a chunk of batches
-        per Python call (:class:`~daskfeed.adapters._tf_data.TFDataHandoff`, TensorFlow backend only);
-        ``batches``, the sequence itself (a ``PyDataset``, one call per batch); ``auto``
-        (default), ``windows`` on TensorFlow and ``batches`` on JAX. The batches are the same;
-        callbacks with a ``set_feed`` method are told which it is (the wait for data is not
-        measured the same way, see :class:`EpochTelemetry`).
+    handoff
+        How batches reach Keras, the hand-off: ``tf-data``, a ``tf.data`` pipeline fed a chunk
+        of batches per Python call (:class:`~daskfeed.adapters._tf_data.TFDataHandoff`,
+        TensorFlow backend only); ``pydataset``, the sequence itself (a ``PyDataset``, one call
+        per batch); ``auto`` (default), ``tf-data`` on TensorFlow and ``pydataset`` on JAX and
+        PyTorch. The batches are the same; callbacks with a ``set_handoff`` method are told
+        which it is (the wait for data is not measured the same way, see
+        :class:`EpochTelemetry`).
     **kwargs
-        ``fit``'s other arguments (``callbacks``, ``validation_data``, ``verbose``, ...).
+        ``fit``'s other arguments (``callbacks``, ``validation_data``, ``verbose``, ...); the
+        hand-off's old keyword ``feed=`` (``windows``, ``batches``) is still taken, with a
+        warning.
 
     Returns
     -------
     list
         The ``History`` of each ``fit``.
     """
+    if "feed" in kwargs:  # the hand-off's old keyword
+        old = kwargs.pop("feed")
+        handoff = handoff_name(str(old), what="feed")
+        if handoff == old:
+            warn_user("fit_from(feed=) is the old name of fit_from(handoff=); it works, but will "
+                      "go.", FutureWarning)
     fits = []
     group = int(getattr(model, "steps_per_execution", 1) or 1)
     sequence.set_last_epoch(epochs - 1)  # nothing fetched ahead for an epoch that never comes
@@ -284,8 +294,8 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
         if not any(isinstance(cb, keras.callbacks.ProgbarLogger) for cb in callbacks):
             callbacks.append(_ProgbarTo(epochs))
         try:
-            with fit_inputs(sequence, feed, {**kwargs, "callbacks": callbacks}, group) as (x, args):
-                _tell_feed(args, x is sequence)
+            with fit_inputs(sequence, handoff, {**kwargs, "callbacks": callbacks}, group) as (x, args):
+                _tell_handoff(args, x is sequence)
                 fits.append(model.fit(x, initial_epoch=epoch, epochs=epoch + 1, **args))
         finally:
             for cb in carried:
@@ -295,23 +305,28 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
             return fits
     if epoch < epochs:
         sequence.set_epoch(epoch)
-        with fit_inputs(sequence, feed, kwargs, group) as (x, args):
-            _tell_feed(args, x is sequence)
+        with fit_inputs(sequence, handoff, kwargs, group) as (x, args):
+            _tell_handoff(args, x is sequence)
             fits.append(model.fit(x, initial_epoch=epoch, epochs=epochs, **args))
     return fits
 
 
-def _tell_feed(args: dict[str, Any], batches: bool) -> None:
+def _tell_handoff(args: dict[str, Any], pydataset: bool) -> None:
     """Tell the callbacks that measure the wait for data how batches reach Keras.
 
-    Those with a ``set_feed`` method (:class:`EpochTelemetry`,
-    :class:`~daskfeed.training._watch.WatchCallback`) get ``batches`` (the sequence itself) or
-    ``windows`` (the tf.data hand-off's ``tf.data`` pipeline).
+    Those with a ``set_handoff`` method (:class:`EpochTelemetry`,
+    :class:`~daskfeed.training._watch.WatchCallback`) get ``pydataset`` (the sequence itself) or
+    ``tf-data`` (the tf.data hand-off's pipeline); a user's callback written for the old name,
+    ``set_feed``, still gets ``batches`` or ``windows``.
     """
     for cb in args.get("callbacks") or ():
+        set_handoff = getattr(cb, "set_handoff", None)
+        if callable(set_handoff):
+            set_handoff("pydataset" if pydataset else "tf-data")
+            continue
         set_feed = getattr(cb, "set_feed", None)
         if callable(set_feed):
-            set_feed("batches" if batches else "windows")
+            set_feed("batches" if pydataset else "windows")
 
 
 class _ProgbarTo(keras.callbacks.ProgbarLogger):

@@ -76,7 +76,7 @@ def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused:
     callbacks = [telemetry, *([stopper] if stopper else []), checkpointer, watch,
                  *([keras.callbacks.TensorBoard(opts.tensorboard)] if opts.tensorboard else [])]
     try:
-        fit_from(net, train_seq, epochs=opts.epochs, epoch=epoch, batch=batch, feed=opts.fit.feed,
+        fit_from(net, train_seq, epochs=opts.epochs, epoch=epoch, batch=batch, handoff=opts.fit.handoff,
                  validation_data=val_seq, shuffle=False, verbose=opts.verbose,
                  callbacks=callbacks, class_weight=fit_weights)
     except Exception as err:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from daskfeed.batches import DataSettings
 from daskfeed.cluster import ClusterSpec
-from daskfeed.core import FEEDS, config, refuse_setting
+from daskfeed.core import config, handoff_name, refuse_setting, warn_user
 
 if TYPE_CHECKING:
     from keras import Model
@@ -50,9 +50,9 @@ class FitOptions:
     hidden, dropout, learning_rate
         The default model's shape and Adam's learning rate (None: a ``--model`` builder's
         own; a learning rate is applied to a builder's model only if it comes uncompiled).
-    feed
-        How batches reach Keras (resolved: ``daskfeed.feed``): ``auto``, ``windows`` or
-        ``batches`` (see :func:`daskfeed.training._callbacks.fit_from`).
+    handoff
+        How batches reach Keras (resolved: ``daskfeed.handoff``): ``auto``, ``tf-data`` or
+        ``pydataset`` (see :func:`daskfeed.training._callbacks.fit_from`).
     """
 
     class_weight: str | dict[int, float] | None = None
@@ -61,7 +61,7 @@ class FitOptions:
     hidden: tuple[int, ...] | None = DEFAULT_HIDDEN
     dropout: float | None = DEFAULT_DROPOUT
     learning_rate: float | None = DEFAULT_LEARNING_RATE
-    feed: str = "auto"
+    handoff: str = "auto"
 
     @classmethod
     def resolve(cls, *, validation: DataSpec | None = None, builder: bool = False,
@@ -69,7 +69,7 @@ class FitOptions:
                 validation_split: float | None = None, early_stopping: int | None = None,
                 monitor: str | None = None, hidden: Sequence[int] | None = None,
                 dropout: float | None = None, learning_rate: float | None = None,
-                feed: str | None = None) -> FitOptions:
+                handoff: str | None = None, feed: str | None = None) -> FitOptions:
         """Check the fit settings together and fill in defaults (no I/O).
 
         Parameters
@@ -80,8 +80,10 @@ class FitOptions:
             Whether a ``model`` builder replaces the default model.
         class_weight, validation_split, early_stopping, monitor, hidden, dropout, learning_rate
             As :func:`~daskfeed.training._train.train` takes them (the split only checked here).
-        feed
+        handoff
             Likewise.
+        feed
+            The hand-off's old name (``windows``, ``batches``): still taken, with a warning.
 
         Returns
         -------
@@ -100,10 +102,15 @@ class FitOptions:
             refuse_setting("Expected validation data or a validation split, not both.",
                     f"validation={validation!r} and validation_split={validation_split}",
                     "drop --validation-split to validate on that data, or drop --validation.")
-        feed = str(config.get("feed", feed))
-        if feed not in FEEDS:
-            refuse_setting(f"Expected feed to be one of {', '.join(FEEDS)}.", f"feed={feed!r}",
-                    "auto (the default) picks the fastest for the Keras backend (--feed auto).")
+        if handoff is not None and feed is not None:
+            refuse_setting("Expected one hand-off: --handoff (handoff=), or its old name --feed.",
+                           f"handoff={handoff!r} and feed={feed!r}", "drop --feed.")
+        if feed is not None:  # its old values are said by handoff_name, the old keyword here
+            handoff = handoff_name(str(feed), what="feed")
+            if handoff == feed:
+                warn_user("feed= (--feed) is the old name of handoff= (--handoff); it works, but "
+                          "will go.\nHint: --handoff auto|tf-data|pydataset.", FutureWarning)
+        handoff = handoff_name(str(config.get_renamed("handoff", "feed", handoff)))
         has_validation = bool(validation or validation_split)
         patience, monitor = _early_stopping(early_stopping, monitor, has_validation)
         if builder and (hidden is not None or dropout is not None):
@@ -116,7 +123,7 @@ class FitOptions:
             dropout=None if builder else float(DEFAULT_DROPOUT if dropout is None else dropout),
             learning_rate=(learning_rate if builder else
                            float(DEFAULT_LEARNING_RATE if learning_rate is None else learning_rate)),
-            feed=feed,
+            handoff=handoff,
         )
 
 
@@ -318,5 +325,5 @@ _GROUP_KEYS = {
     "data": list(DATA_KEYS),
     "cluster": [f.name for f in fields(ClusterOptions)],
     "fit": ["class_weight", "early_stopping", "monitor", "hidden", "dropout", "learning_rate",
-            "feed"],
+            "handoff", "feed"],
 }

@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from daskfeed.core import RSSSampler
-from daskfeed.training._watch import FeedAware
+from daskfeed.training._watch import HandoffAware
 
 if TYPE_CHECKING:
     from daskfeed.adapters import DaskSequence
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["EpochTelemetry"]
 
 
-class EpochTelemetry(FeedAware):
+class EpochTelemetry(HandoffAware):
     """Per epoch: rows trained, training seconds, rows/s, the wait for data, peak RSS of the tree.
 
     Every time is measured on one clock, ``time.perf_counter`` of this process, the clock of the
@@ -44,9 +44,9 @@ class EpochTelemetry(FeedAware):
         tells this run's by it.
 
     The wait for data depends on how batches reach Keras (:func:`fit_from` says which through
-    :meth:`set_feed`; ``batches`` unless told):
+    :meth:`set_handoff`; ``pydataset`` unless told):
 
-    ``feed="batches"`` (Keras reads ``seq[i]``, one thread at a time with PyDataset's ``workers=1``)
+    ``handoff="pydataset"`` (Keras reads ``seq[i]``, one thread at a time with PyDataset's ``workers=1``)
         ``data_wait_seconds`` is the time Keras' reads of the epoch's batches waited for windows
         during the epoch's training time, ``data_wait_fraction`` that over ``seconds``. Keras
         starts reading an epoch's batches after ``on_epoch_begin`` and has read them all before
@@ -54,7 +54,7 @@ class EpochTelemetry(FeedAware):
         fraction is at most 1 by construction. ``first_batch_wait_seconds`` is the time reads
         of the epoch waited *before* its training began: the TensorFlow backend reads batches
         0 and 1 when ``fit`` starts, before its first ``on_epoch_begin`` (0 for other epochs).
-    ``feed="windows"`` (a ``tf.data`` pipeline fed by a :class:`~daskfeed.adapters._tf_data.TFDataHandoff`)
+    ``handoff="tf-data"`` (a ``tf.data`` pipeline fed by a :class:`~daskfeed.adapters._tf_data.TFDataHandoff`)
         Keras' own wait, on the ``tf.data`` queue, is not observable from Python, and the feed's
         producer thread reads ahead of training (the next epochs' chunks while this one trains,
         ends or validates), so its waits are not the trainer's and do not lie inside
@@ -77,17 +77,17 @@ class EpochTelemetry(FeedAware):
         The training :class:`~daskfeed.DaskSequence`.
     rss_sampler
         Samples the process tree's RSS (its peak per epoch is recorded); None: no memory figure.
-    feed
-        ``batches`` or ``windows``: how batches reach Keras (:func:`fit_from` sets it).
+    handoff
+        ``pydataset`` or ``tf-data``: how batches reach Keras (:func:`fit_from` sets it).
     """
 
     def __init__(self, sequence: DaskSequence, rss_sampler: RSSSampler | None = None, *,
-                 feed: str = "batches") -> None:
+                 handoff: str = "pydataset") -> None:
         super().__init__()
         self.sequence = sequence
         self.rss = rss_sampler
         self.epochs: list[dict[str, Any]] = []
-        self.set_feed(feed)
+        self.set_handoff(handoff)
         self._t0 = self._t_train = 0.0
         self._start = 0  # the batch the epoch starts at (> 0 in a resumed epoch)
         self._waited_before = 0.0  # the epoch's reads waited this long before on_epoch_begin
@@ -158,7 +158,7 @@ class EpochTelemetry(FeedAware):
             "ended_at": round(time.time(), 3),
         }
         waited = float(stats["wait_seconds"]) if stats else None
-        if self.feed == "batches":
+        if self.handoff == "pydataset":
             during = None if waited is None else waited - self._waited_before
             rec.update(data_wait_seconds=_rounded(during),
                        data_wait_fraction=None if during is None else round(during / seconds, 4),

@@ -24,39 +24,41 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from daskfeed.adapters import keras
-from daskfeed.core import RSSSampler, tree_rss
+from daskfeed.core import RSSSampler, handoff_name, refuse_setting, tree_rss
 from daskfeed.dashboard import EpochSpans, Links, install, report
 
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["FeedAware", "WatchCallback"]
+__all__ = ["HandoffAware", "WatchCallback"]
 
 
-class FeedAware(keras.callbacks.Callback):
-    """A callback told how batches reach Keras (``fit_from`` calls :meth:`set_feed`)."""
+class HandoffAware(keras.callbacks.Callback):
+    """A callback told how batches reach Keras (``fit_from`` calls :meth:`set_handoff`)."""
 
-    feed = "batches"
+    handoff = "pydataset"
 
-    def set_feed(self, feed: str) -> None:
-        """Say how batches reach Keras: ``batches`` (``seq[i]``) or ``windows`` (a TFDataHandoff).
+    def set_handoff(self, handoff: str) -> None:
+        """Say how batches reach Keras: ``pydataset`` (``seq[i]``) or ``tf-data`` (a TFDataHandoff).
 
         Parameters
         ----------
-        feed
-            ``batches`` or ``windows``.
+        handoff
+            ``pydataset`` or ``tf-data`` (the old names ``batches``, ``windows`` with a warning).
 
         Raises
         ------
-        ValueError
-            For another value.
+        SettingError
+            For another value (``auto`` is decided before a callback is told).
         """
-        if feed not in ("batches", "windows"):
-            raise ValueError(f"Expected feed 'batches' or 'windows'. Received: feed={feed!r}.")
-        self.feed = feed
+        handoff = handoff_name(handoff)
+        if handoff == "auto":
+            refuse_setting("Expected the hand-off fit_from chose: pydataset or tf-data.",
+                           "handoff='auto'", "let fit_from tell the callback (handoff=...).")
+        self.handoff = handoff
 
 
-class WatchCallback(FeedAware):
+class WatchCallback(HandoffAware):
     """Report a ``fit`` to the scheduler's daskfeed page and ``/metrics`` while it runs.
 
     Parameters
@@ -78,15 +80,15 @@ class WatchCallback(FeedAware):
         Least time between two reports during an epoch (each epoch's end is always reported).
     epochs
         Epochs of the whole run, when ``fit`` is called in parts (``--resume``).
-    feed
-        How batches reach Keras: ``batches`` (the sequence itself) or ``windows`` (a window
-        feed's ``tf.data`` pipeline); :func:`~daskfeed.training._callbacks.fit_from` sets it.
+    handoff
+        How batches reach Keras: ``pydataset`` (the sequence itself) or ``tf-data`` (the tf.data
+        hand-off's pipeline); :func:`~daskfeed.training._callbacks.fit_from` sets it.
 
     Notes
     -----
     The data-wait figure (``data_wait``: the page's "waiting for data", ``/metrics``'
     ``daskfeed_data_wait_ratio``) is the share of the epoch's training time so far that Keras'
-    reads of its batches waited for windows: with ``feed="batches"`` one thread reads them after
+    reads of its batches waited for windows: with ``handoff="pydataset"`` one thread reads them after
     ``on_epoch_begin`` (what it read before, the TensorFlow backend's first batches when ``fit``
     starts, is not counted), so the share is at most 1 by construction. With the tf.data hand-off
     Keras' wait is not observable (see
@@ -113,7 +115,7 @@ class WatchCallback(FeedAware):
                  validation: keras.utils.PyDataset | None = None,
                  budget_bytes: int | None = None, rss_sampler: RSSSampler | None = None,
                  every_seconds: float = 2.0, epochs: int | None = None,
-                 feed: str = "batches") -> None:
+                 handoff: str = "pydataset") -> None:
         super().__init__()
         self.client = client
         self.sequence = sequence
@@ -122,7 +124,7 @@ class WatchCallback(FeedAware):
         self.rss = rss_sampler
         self.every_seconds = float(every_seconds)
         self.epochs = epochs
-        self.set_feed(feed)
+        self.set_handoff(handoff)
         own = getattr(sequence, "spans", None)
         self.spans = own if isinstance(own, EpochSpans) else EpochSpans()
         self.links: Links | None = None
@@ -252,7 +254,7 @@ class WatchCallback(FeedAware):
         ``stats``: the sequence's figures of the epoch (now, or at its end). None with the
         tf.data hand-off (Keras' wait is not observable), or when ``stats`` are another epoch's.
         """
-        if self.feed != "batches" or stats.get("epoch") != self._epoch:
+        if self.handoff != "pydataset" or stats.get("epoch") != self._epoch:
             return None
         return (float(stats.get("wait_seconds", 0.0)) - self._waited_before) / seconds
 

@@ -172,18 +172,18 @@ def test_fit_from_trains_the_same_batches_whatever_the_feed(id_data, client):
     with make(id_data, client) as train:
         manifest = train.manifest
     initial = _model(manifest).get_weights()
-    for feed in ("windows", "batches"):
+    for handoff in ("tf-data", "pydataset"):
         with make(id_data, client, manifest=manifest) as train, \
                 daskfeed.DaskSequence(id_data.validate_glob, label="cleared", client=client,
                                       batch_size=BATCH, shuffle=False, reference=manifest,
                                       features=train.features) as val:
             model = _model(manifest, initial)
             telemetry = EpochTelemetry(train)
-            fits = fit_from(model, train, epochs=2, feed=feed, validation_data=val, shuffle=False,
+            fits = fit_from(model, train, epochs=2, handoff=handoff, validation_data=val, shuffle=False,
                             verbose=0, callbacks=[telemetry])
-            results[feed] = (model.get_weights(), fits[0].history, telemetry.epochs,
+            results[handoff] = (model.get_weights(), fits[0].history, telemetry.epochs,
                              int(model.optimizer.iterations.numpy()), len(train))
-    (w1, h1, t1, it1, n), (w2, h2, t2, it2, _) = results["windows"], results["batches"]
+    (w1, h1, t1, it1, n), (w2, h2, t2, it2, _) = results["tf-data"], results["pydataset"]
     assert it1 == it2 == 2 * n
     for a, b in zip(w1, w2, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
@@ -195,26 +195,37 @@ def test_fit_from_trains_the_same_batches_whatever_the_feed(id_data, client):
         [(e, id_data.train_rows, n) for e in range(2)]
 
 
-def test_the_feed_setting_is_checked(tmp_path):
-    from daskfeed.adapters._tf_data import uses_windows
+def test_the_handoff_setting_is_checked_and_its_old_names_still_work(tmp_path):
+    import dask.config
+
+    from daskfeed.adapters._tf_data import uses_tf_data
     from daskfeed.training._options import TrainOptions
 
-    assert uses_windows("auto") and uses_windows("windows") and not uses_windows("batches")
-    with pytest.raises(SettingError, match="Expected feed to be one of auto, windows, batches"):
-        TrainOptions.resolve(feed="tfdata")
-    with pytest.raises(SettingError, match="Expected feed to be one of"):
-        uses_windows("tfdata")
+    assert uses_tf_data("auto") and uses_tf_data("tf-data") and not uses_tf_data("pydataset")
+    with pytest.raises(SettingError, match=r"Expected the hand-off to be one of auto, tf-data, "
+                                           r"pydataset\. Received: handoff='tfdata'\."):
+        TrainOptions.resolve(handoff="tfdata")
+    with pytest.raises(SettingError, match="Expected the hand-off to be one of"):
+        uses_tf_data("tfdata")
+    with pytest.warns(FutureWarning, match=r"feed='windows' is the old name of the hand-off "
+                                           r"'tf-data'"):
+        assert TrainOptions.resolve(feed="windows").fit.handoff == "tf-data"
+    with pytest.warns(FutureWarning, match=r"daskfeed\.feed is the old name of daskfeed\.handoff"), \
+            dask.config.set({"daskfeed.feed": "pydataset"}):
+        assert TrainOptions.resolve().fit.handoff == "pydataset"
+    with pytest.raises(SettingError, match="Expected one hand-off"):
+        TrainOptions.resolve(feed="batches", handoff="pydataset")
 
 
-def test_jax_feeds_batches_and_refuses_the_window_feed():
-    code = ("from daskfeed.adapters._tf_data import uses_windows\n"
-            "assert not uses_windows('auto')\n"
-            "uses_windows('windows')\n")
+def test_jax_hands_off_a_pydataset_and_refuses_tf_data():
+    code = ("from daskfeed.adapters._tf_data import uses_tf_data\n"
+            "assert not uses_tf_data('auto')\n"
+            "uses_tf_data('tf-data')\n")
     env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "2"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           timeout=300)
     assert proc.returncode != 0
-    assert "SettingError: Expected the TensorFlow backend with feed='windows'" in proc.stderr, \
+    assert "SettingError: Expected the TensorFlow backend with the tf-data hand-off" in proc.stderr, \
         proc.stderr[-2000:]
 
 

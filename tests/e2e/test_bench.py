@@ -70,7 +70,7 @@ def test_bench_end_to_end(tmp_path):
     dsk = methods["daskfeed"]
     assert dsk["epochs"][0]["seconds_from_start"] >= (dsk["cluster_start_seconds"] + dsk["scan_seconds"]
                                                       + dsk["epochs"][0]["seconds"])
-    assert (dsk["feed"], methods["daskfeed_batches"]["feed"]) == ("auto", "batches")
+    assert (dsk["handoff"], methods["daskfeed_batches"]["handoff"]) == ("auto", "pydataset")
     for m in (dsk, methods["daskfeed_batches"]):
         for e in m["epochs"]:
             assert e["assembly_seconds"] >= 0 and e["wait_seconds"] >= 0, e

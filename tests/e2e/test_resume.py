@@ -214,8 +214,8 @@ class _Crash(Exception):
     pass
 
 
-@pytest.mark.parametrize("feed", ["windows", "batches"])
-def test_fit_interrupted_then_resumed_equals_an_uninterrupted_fit(id_data, client, tmp_path, feed):
+@pytest.mark.parametrize("handoff", ["tf-data", "pydataset"])
+def test_fit_interrupted_then_resumed_equals_an_uninterrupted_fit(id_data, client, tmp_path, handoff):
     from daskfeed.adapters._keras import keras
     from daskfeed.checkpoint._store import CheckpointStore
     from daskfeed.training._callbacks import Checkpointer, fit_from
@@ -227,7 +227,7 @@ def test_fit_interrupted_then_resumed_equals_an_uninterrupted_fit(id_data, clien
         manifest, n = seq.manifest, len(seq)
         ref = _recording_model(manifest, ref_log)
         initial = ref.get_weights()
-        fit_from(ref, seq, epochs=epochs, feed=feed, shuffle=False, verbose=0)
+        fit_from(ref, seq, epochs=epochs, handoff=handoff, shuffle=False, verbose=0)
     assert [it for it, _ in ref_log] == list(range(epochs * n))
 
     class CrashAt(keras.callbacks.Callback):  # the process "dies" after 12 batches of epoch 1
@@ -241,7 +241,8 @@ def test_fit_interrupted_then_resumed_equals_an_uninterrupted_fit(id_data, clien
         m1 = _recording_model(manifest, log1, initial)
         cb = Checkpointer(store, seq, every=every)
         with pytest.raises(_Crash):
-            fit_from(m1, seq, epochs=epochs, feed=feed, shuffle=False, verbose=0, callbacks=[cb, CrashAt()])
+            fit_from(m1, seq, epochs=epochs, handoff=handoff, shuffle=False, verbose=0,
+                     callbacks=[cb, CrashAt()])
     ckpt = store.latest()
     assert ckpt is not None and (ckpt.cursor.epoch, ckpt.cursor.batch) == (1, 10)
     assert ckpt.iterations == n + 10 and len(ckpt.history) == 1  # epoch 0 recorded
@@ -252,7 +253,7 @@ def test_fit_interrupted_then_resumed_equals_an_uninterrupted_fit(id_data, clien
         m2 = _recording_model(manifest, log2)
         ckpt.restore(m2)
         cb2 = Checkpointer(store, seq, every=every, history=ckpt.history)
-        fits = fit_from(m2, seq, epochs=epochs, epoch=1, batch=10, feed=feed, shuffle=False, verbose=0,
+        fits = fit_from(m2, seq, epochs=epochs, epoch=1, batch=10, handoff=handoff, shuffle=False, verbose=0,
                         callbacks=[cb2])
     assert len(fits) == 2  # the rest of epoch 1, then epoch 2
     committed = [b for it, b in log1 if it < ckpt.iterations]

@@ -2,7 +2,7 @@
 
 Real Keras fits on real CSV files with a real LocalCluster (conftest ``client``).
 
-The wait for data. With ``feed="batches"`` the TensorFlow backend reads batches 0 and 1 when
+The wait for data. With ``handoff="pydataset"`` the TensorFlow backend reads batches 0 and 1 when
 ``fit`` starts, before its first ``on_epoch_begin``: on tiny data a cold window makes that read
 wait longer than the whole training, and the closing summary said "data wait: 180% of training
 time" (the epoch's figure clamped to 100 %). The wait before training is now its own figure, the
@@ -53,12 +53,12 @@ def traced(tiny, client):
 
     with daskfeed.DaskSequence(tiny, label="y", client=client, batch_size=BATCH, cache=False) as warm:
         model = daskfeed.default_model(warm.manifest, features=warm.features)
-        for feed in ("batches", "windows"):
-            fit_from(model, warm, epochs=1, feed=feed, shuffle=False, verbose=0)
+        for handoff in ("pydataset", "tf-data"):
+            fit_from(model, warm, epochs=1, handoff=handoff, shuffle=False, verbose=0)
     return model, warm.manifest
 
 
-def _fit_fresh(tiny, client, traced, feed, seed):
+def _fit_fresh(tiny, client, traced, handoff, seed):
     """Fit 2 epochs on a new sequence whose windows are still being read when fit starts."""
     import daskfeed
     from daskfeed.dashboard._plugin import install
@@ -71,7 +71,7 @@ def _fit_fresh(tiny, client, traced, feed, seed):
                                manifest=manifest, seed=seed) as seq:
         telemetry = EpochTelemetry(seq)
         watch = WatchCallback(client, seq, epochs=2, every_seconds=0.0)
-        fit_from(model, seq, epochs=2, feed=feed, shuffle=False, verbose=0,
+        fit_from(model, seq, epochs=2, handoff=handoff, shuffle=False, verbose=0,
                  callbacks=[telemetry, watch])
         waits = [dict(seq.stats_of(e)).get("wait_seconds") for e in (0, 1)]
     return telemetry.epochs, json.loads(get(watch.links.status)), waits
@@ -85,7 +85,7 @@ def _share(lines: list[str]) -> float:
 def test_data_wait_counts_only_training_time_and_the_first_batches_wait_apart(tiny, client, traced):
     from daskfeed.training._summary import summary_lines
 
-    epochs, status, waits = _fit_fresh(tiny, client, traced, "batches", seed=1)
+    epochs, status, waits = _fit_fresh(tiny, client, traced, "pydataset", seed=1)
     lines = summary_lines(epochs, seconds=60.0)
     assert 0.0 <= _share(lines) <= 100.0  # was 180 % and more: the first batches' wait counted
     first, second = epochs
@@ -113,7 +113,7 @@ def test_data_wait_counts_only_training_time_and_the_first_batches_wait_apart(ti
 def test_the_window_feed_records_its_producer_s_wait_not_a_trainer_s(tiny, client, traced):
     from daskfeed.training._summary import summary_lines
 
-    epochs, status, waits = _fit_fresh(tiny, client, traced, "windows", seed=2)
+    epochs, status, waits = _fit_fresh(tiny, client, traced, "tf-data", seed=2)
     for rec in epochs:
         # Keras' wait on the tf.data queue is not observable: not measured, not made up
         assert rec["data_wait_seconds"] is None and rec["data_wait_fraction"] is None
