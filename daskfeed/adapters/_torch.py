@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from daskfeed.batches import BatchStream, DataSettings, Prepared
-from daskfeed.cluster import Budget, acquire_client, close_client, open_cluster
+from daskfeed.cluster import Budget, ClusterSpec, acquire_client, close_client
 from daskfeed.core import BackendError, refuse_setting
 from daskfeed.manifest import Manifest
 
@@ -154,7 +154,9 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
             if owned:
                 self._own(client)
             return Budget.remote(memory_limit, client), client
-        client, budget = open_cluster(memory_limit, nworkers=nworkers, echo=lambda _line: None)
+        # the one way a cluster and its budget are opened (the daskfeed.* config as train has it)
+        spec = ClusterSpec.resolve(memory_limit=memory_limit, nworkers=nworkers)
+        client, budget = spec.open(echo=lambda _line: None)
         self._own(client)
         return budget, client
 
