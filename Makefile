@@ -84,10 +84,15 @@ $(LINT_STAMP): $(STAMP)
 
 # style, types and the import contracts in pyproject.toml ([tool.importlinter]: layers, keras only
 # above the batch core, private modules behind each subpackage's __init__)
+# the stages below the Keras glue are type-checked strictly (the rest is typed, not yet strict)
+STRICT := daskfeed/core daskfeed/cluster daskfeed/cache daskfeed/manifest daskfeed/batches \
+	daskfeed/checkpoint
+
 lint: $(LINT_STAMP)
 	$(BIN)/ruff check daskfeed tests benchmarks scripts
 	$(BIN)/lint-imports
 	$(BIN)/mypy --ignore-missing-imports daskfeed benchmarks
+	$(BIN)/mypy --strict --follow-imports=silent --ignore-missing-imports $(STRICT)
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache

@@ -230,7 +230,7 @@ def _weight_faults(manifest: Manifest, source: Source, client: Client, label: st
     """``(block, faults)`` of every non-empty block (see :func:`~daskfeed.manifest.weight_faults`)."""
     blocks = [b for b, n in enumerate(manifest.counts) if n > 0]
     if source.frame is not None:
-        from dask import delayed
+        from dask.delayed import delayed
 
         frames = source.partitions()
         tasks = [delayed(frame_weight_faults)(frames[b], label, weight) for b in blocks]

@@ -298,7 +298,8 @@ class Lanes:
         if self.world == 1 and self.origin == 0 and self.local(stop) - self.local(start) == stop - start:
             return None
         g = np.arange(start, stop, dtype=np.int64) // self.batch_size - (self.origin + self.rank)
-        return (g >= 0) & (g % self.world == 0) & (g // self.world < self.batches)
+        kept: np.ndarray = (g >= 0) & (g % self.world == 0) & (g // self.world < self.batches)
+        return kept
 
 
 def window_index(window: list[tuple[int, int, tuple[int, ...]]], span: tuple[int, int],

@@ -53,7 +53,7 @@ class WindowTasks:
         self.buckets: BucketSet | None = None  # the global order's bucket files, once built
         self._frames: list[Delayed] | None = None  # a dask DataFrame's partitions, made once
 
-    def submit(self, client: Client, plan: EpochPlan, w: int) -> Future:
+    def submit(self, client: Client, plan: EpochPlan, w: int) -> Future[Any]:
         """Start computing window ``w`` of ``plan`` (inside its epoch's span).
 
         Parameters
@@ -80,7 +80,7 @@ class WindowTasks:
         return self._submit(client, plan, w, key, seed)
 
     def _submit(self, client: Client, plan: EpochPlan, w: int, key: tuple[str, int],
-                seed: Any) -> Future:
+                seed: Any) -> Future[Any]:
         win = plan.windows[w]
         blocks = win.blocks
         if plan.order is not None and win.units is not None:  # whole buckets of the global order
@@ -91,7 +91,7 @@ class WindowTasks:
             return client.submit(read_window, [(b, self.source.blocks[b]) for b in blocks],
                                  self.source.options, self.encoding, seed, self.cache, key=key,
                                  retries=1)
-        from dask import delayed
+        from dask.delayed import delayed
 
         if self._frames is None:
             self._frames = self.source.partitions()
@@ -99,7 +99,8 @@ class WindowTasks:
             *[self._frames[b] for b in blocks], encoding=self.encoding, seed=seed,
             dask_key_name=key,
         )
-        return client.compute(d, retries=1)
+        future: Future[Any] = client.compute(d, retries=1)
+        return future
 
     def estimate(self, plan: EpochPlan, w: int) -> int:
         """Expected bytes of window ``w`` of ``plan`` once encoded.

@@ -8,6 +8,7 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from daskfeed.cache._arrow import forget_entry
 from daskfeed.cache._blocks import default_root
@@ -136,7 +137,7 @@ def _clear_buckets(base: str, parts: set[str] | None) -> None:
 
 
 def gone_entries(root: str | os.PathLike[str] | None = None,
-                 storage_options: dict | None = None) -> list[CacheEntry]:
+                 storage_options: dict[str, Any] | None = None) -> list[CacheEntry]:
     """The entries under ``root`` of files that changed or went since they were cached.
 
     Such an entry is never read again (a changed file makes a part of another key); an entry

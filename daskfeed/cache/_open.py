@@ -18,7 +18,7 @@ import shutil
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from daskfeed.cache._arrow import forget_entry
 from daskfeed.cache._blocks import BlockCache, default_root, start_heartbeat
@@ -76,7 +76,7 @@ def _identity(paths: list[str]) -> str:
     return hashlib.sha256(json.dumps(paths).encode()).hexdigest()[:16]
 
 
-PartEntry = tuple[str, str, int, dict]  # a part's (key, identity, input bytes, meta to record)
+PartEntry = tuple[str, str, int, dict[str, Any]]  # a part's (key, identity, input bytes, meta to record)
 
 
 def _entries(source: Source) -> list[PartEntry]:
@@ -218,7 +218,7 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     return cache, f"cache: {where} ({state})"
 
 
-def _removed(results: list[tuple], max_size: int | None) -> str:
+def _removed(results: list[tuple[Any, ...]], max_size: int | None) -> str:
     """What :func:`_prepare` removed on the workers, as the end of the cache's line ("" if nothing).
 
     Entries of another cache format, rebuilt; entries evicted for ``daskfeed.cache-max-size``, or
@@ -243,9 +243,9 @@ def _removed(results: list[tuple], max_size: int | None) -> str:
     return said
 
 
-def _on_workers(client: Client, args: tuple) -> list[tuple]:
+def _on_workers(client: Client, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
     """:func:`_prepare` on every worker; a worker leaving meanwhile (scaled down) is left out."""
-    from distributed.comm import CommClosedError
+    from distributed.comm.core import CommClosedError
 
     out = []
     for result in client.run(_prepare, *args, on_error="return").values():
@@ -376,7 +376,7 @@ def _evicted(path: str) -> bool:
     return _remove_entry(path)
 
 
-def _version(meta: dict) -> int:
+def _version(meta: dict[str, Any]) -> int:
     """The cache format a ``meta.json`` names (0: unreadable)."""
     try:
         return int(meta.get("version", 0))

@@ -187,7 +187,8 @@ class Budget:
             client.wait_for_workers(1, timeout=timeout)
         except (TimeoutError, OSError) as err:
             raise DaskfeedError(
-                f"The scheduler at {client.scheduler.address} has no workers after {timeout:g}s.\n"
+                f"The scheduler at {getattr(client.scheduler, 'address', '?')} has no workers "
+                f"after {timeout:g}s.\n"
                 "Hint: start workers with 'dask worker <scheduler address>' (see deploy/)."
             ) from err
         workers = client.scheduler_info(n_workers=-1)["workers"].values()

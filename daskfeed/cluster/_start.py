@@ -141,7 +141,8 @@ def local_security() -> Security:
     from distributed import Security
 
     try:
-        return Security.temporary()
+        made: Security = Security.temporary()
+        return made
     except ImportError as err:
         raise ClusterError(
             "Expected the cryptography package, which makes the local cluster's TLS "
@@ -286,7 +287,7 @@ def open_cluster(memory_limit: str | int | None, *, nworkers: int | None = None,
     except BaseException:
         close_client(client)
         raise
-    echo(f"connected to {client.scheduler.address}: {budget.nworkers} workers × "
+    echo(f"connected to {getattr(client.scheduler, 'address', scheduler)}: {budget.nworkers} workers × "
          f"{budget.worker / 1e9:.2f} GB ({budget.nthreads} threads); memory limit of this "
          f"trainer process {shown or f'{budget.total / 1e9:.2f}GB'}: prefetch "
          f"{budget.prefetch / 1e9:.2f} GB, shuffle windows of {budget.window_bytes / 2**20:.0f} MiB CSV")

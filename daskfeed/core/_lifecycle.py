@@ -254,7 +254,7 @@ class Closable(Protocol):
         """Release everything; idempotent, never raises."""
 
 
-_LIVE: weakref.WeakSet[Closable] = weakref.WeakSet()  # type: ignore[type-var]
+_LIVE: weakref.WeakSet[Closable] = weakref.WeakSet()
 _EXIT_CALLBACKS: list[Callable[[], None]] = []
 _EXIT_HOOK: list[bool] = []  # [True] once registered (a fork inherits the registration)
 

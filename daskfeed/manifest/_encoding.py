@@ -299,7 +299,7 @@ def concat(parts: list[WindowData]) -> WindowData:
     if len(parts) == 1:
         return parts[0]
     y = np.concatenate([p.y for p in parts])
-    w = None if parts[0].w is None else np.concatenate([p.w for p in parts])  # type: ignore[misc]
+    w = None if parts[0].w is None else np.concatenate([p.w for p in parts])
     if isinstance(parts[0].x, dict):
         return WindowData({k: np.concatenate([p.x[k] for p in parts]) for k in parts[0].x}, y, w)
     return WindowData(np.concatenate([p.x for p in parts]), y, w)
@@ -397,8 +397,8 @@ def _plain(col: Any, code: ColumnCode) -> bool:
 
     t = col.type
     if code.kind == "numeric":
-        return pa.types.is_integer(t) or pa.types.is_floating(t)
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t)
+        return bool(pa.types.is_integer(t) or pa.types.is_floating(t))
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t))
 
 
 def _arrow_column(col: Any, code: ColumnCode) -> np.ndarray:
@@ -410,7 +410,7 @@ def _arrow_column(col: Any, code: ColumnCode) -> np.ndarray:
     if code.kind == "numeric":
         valid = None if not col.null_count else np.asarray(col.is_valid())
         if pa.types.is_integer(t):  # whole numbers: exact in int64, and in float32 below 2**24
-            arr = pc.fill_null(col, 0).cast(pa.int64()).to_numpy(zero_copy_only=False)
+            arr: np.ndarray = pc.fill_null(col, 0).cast(pa.int64()).to_numpy(zero_copy_only=False)
             arr = arr.astype(code.dtype, copy=False)
         else:
             arr = col.to_numpy(zero_copy_only=False).astype(code.dtype)

@@ -87,7 +87,7 @@ def joined(a: Column, b: Column) -> Column:
         approximate=True, integer=a.integer and b.integer, missing=a.missing + b.missing,
         min=min(bounds[0]) if bounds[0] else None, max=max(bounds[1]) if bounds[1] else None,
         mean=mean, var=var)
-    return whole  # type: ignore[return-value]
+    return whole
 
 
 def id_warning(found: dict[str, str]) -> str:

@@ -141,7 +141,7 @@ class Manifest:
         raw = sum(p.get("raw_rows", p["rows"]) for p in self.blocks)
         if not raw or not self.nbytes:
             return 8.0 * max(1, len(self.columns))
-        return self.nbytes / raw
+        return float(self.nbytes / raw)
 
     def feature_names(self, features: list[str] | None = None,
                       exclude: tuple[str, ...] | list[str] = ()) -> list[str]:
@@ -260,7 +260,8 @@ class Manifest:
 
     def plain(self) -> dict[str, Any]:
         """:meth:`to_dict` as JSON holds it (a value that is not finite: None)."""
-        return _jsonable(self.to_dict())
+        out: dict[str, Any] = _jsonable(self.to_dict())
+        return out
 
     def to_json(self, path: str | os.PathLike[str]) -> None:
         """Write the manifest as UTF-8 JSON (atomically: temp file + rename)."""

@@ -73,7 +73,9 @@ def number_array(col: Any) -> np.ndarray:
         return np.asarray(col.cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
     import pandas as pd  # text weights only
 
-    return pd.to_numeric(col.to_pandas(), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    values: np.ndarray = pd.to_numeric(col.to_pandas(), errors="coerce").to_numpy(
+        dtype=np.float64, na_value=np.nan)
+    return values
 
 
 def weight_faults(index: int, block: Any, options: Any, label: str, weight: str,
