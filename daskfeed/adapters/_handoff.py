@@ -13,8 +13,6 @@ from typing import Any
 from daskfeed.adapters._sequence import DaskSequence
 from daskfeed.adapters._tf_data import TFDataHandoff, uses_tf_data
 
-__all__ = ["fit_inputs"]
-
 
 @contextlib.contextmanager
 def fit_inputs(sequence: DaskSequence, handoff: str, kwargs: dict[str, Any],

@@ -6,7 +6,7 @@ one).
 
 from __future__ import annotations
 
-from daskfeed.core import BACKENDS, SettingError, choose, native_logs_filtered, refuse
+from daskfeed.core import SettingError, choose, native_logs_filtered, refuse
 
 choose()
 
@@ -14,8 +14,6 @@ with native_logs_filtered():  # TensorFlow's load-time INFO lines, which TF_CPP_
     import keras  # (after the backend is chosen)
 
 refuse(keras.backend.backend())  # keras imported earlier with another backend
-
-__all__ = ["BACKENDS", "keras", "refuse_narrowed"]
 
 
 def refuse_narrowed(dtypes: dict[str, str]) -> None:

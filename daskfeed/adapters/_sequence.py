@@ -19,8 +19,6 @@ from daskfeed.core import DaskfeedError, Stop
 from daskfeed.dashboard import EpochSpans
 from daskfeed.manifest import Manifest
 
-__all__ = ["DaskSequence"]
-
 
 class _Setting:
     """A setting of the data served, read where it is kept: the resolved settings (one place)."""

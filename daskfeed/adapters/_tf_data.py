@@ -53,8 +53,6 @@ from daskfeed.cluster import WindowCancelled
 from daskfeed.core import Aborted, DaskfeedError, SettingError, handoff_name
 from daskfeed.manifest import WindowData
 
-__all__ = ["CHUNK_BYTES", "TFDataHandoff", "uses_tf_data"]
-
 CHUNK_BYTES = 8 * 2**20  # encoded bytes per chunk, at most
 QUEUED = 2  # chunks waiting in TensorFlow's queue, at most
 _TAGS = 4  # each queued chunk: pass, epoch, index, error text; then its arrays

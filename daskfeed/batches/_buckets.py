@@ -67,9 +67,6 @@ if TYPE_CHECKING:
     from daskfeed.manifest import Encoding
     from daskfeed.reading import Block, ReadOptions
 
-__all__ = ["MAX_GENERATIONS", "RUN_ROWS", "Buckets", "bucket_set", "deal", "gather",
-           "merge_buckets", "merge_plan", "task_rows"]
-
 RUN_ROWS = 1 << 19  # rows a build task holds, at most (a run; a range of buckets)
 MIN_RUN_ROWS = 1 << 14
 ROOM_MARGIN = 1 << 30  # disk kept free beyond the build's estimate

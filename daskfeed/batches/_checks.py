@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 
     from daskfeed.cache import BlockCache
 
-__all__ = ["check_classes", "check_compatible", "check_disjoint", "check_weight_column", "check_weights"]
-
 
 def check_compatible(manifest: Manifest, reference: Manifest, columns: list[str]) -> None:
     """Refuse data whose ``columns`` are missing or of another kind than in ``reference``.

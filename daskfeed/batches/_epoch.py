@@ -21,8 +21,6 @@ from daskfeed.batches._prefetch import Prefetcher
 from daskfeed.batches._quality import LabelSpread
 from daskfeed.core import SettingError, warn_user
 
-__all__ = ["EpochState", "EpochStats", "PlanSettings"]
-
 PEEKED = 2  # batches Keras' TF backend reads before fit starts to infer shapes (0 and 1)
 
 

@@ -14,7 +14,6 @@ from dask.utils import format_bytes
 from daskfeed.cluster import Budget
 from daskfeed.manifest import Manifest
 
-__all__ = ["blocksize_for", "largest_block", "planned_window_bytes", "window_rows_for"]
 
 class Planned(Protocol):
     """What :func:`planned_window_bytes` reads of a sequence."""

@@ -37,10 +37,6 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BUCKET_BYTES", "BUCKET_ROWS", "ORDER_FORMATS", "ORDER_VERSION", "GlobalOrder", "Lanes",
-           "block_offsets", "bucket_count", "bucket_members", "bucket_of", "bucket_sizes",
-           "canonical_order", "order_line", "unit_rows", "window_index"]
-
 ORDER_VERSION = 3  # 1: units were a run of every block; 2: buckets; 3: K a power of two, by block id
 ORDER_FORMATS = {1: "units of a run of every block", 2: "whole buckets, rows in block order",
                  3: "whole buckets, a power of two of them, rows in block-id order"}

@@ -24,9 +24,6 @@ import numpy as np
 from daskfeed.batches._order import GlobalOrder, Lanes
 from daskfeed.core import refuse_setting
 
-__all__ = ["EpochPlan", "Slice", "Window", "equal_shard_batches", "make_order_plan", "make_plan",
-           "shard_rows", "window_seed"]
-
 
 @dataclass(frozen=True)
 class Window:

@@ -43,8 +43,6 @@ from daskfeed.cluster import (
 )
 from daskfeed.core import PROCESS_STOP, SETTLE, ClusterError, FeedTimeoutError, Stop, close_at_exit
 
-__all__ = ["Prefetcher"]
-
 _POLL = 0.25  # seconds between checks of the stop request while waiting for another thread's gather
 _CLOSE_LOCK_WAIT = 2.0  # close(): longest wait for a busy lock (the client's close frees the rest)
 

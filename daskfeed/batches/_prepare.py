@@ -28,8 +28,6 @@ from daskfeed.manifest import Encoding, Manifest, id_like, id_warning
 from daskfeed.reading import Source
 from daskfeed.scanning import scan_source
 
-__all__ = ["Prepared"]
-
 
 class Prepared:
     """One data set made ready to serve: files, client, parse cache, manifest, encoding.

@@ -19,8 +19,6 @@ from typing import TypedDict
 
 import numpy as np
 
-__all__ = ["LabelSpread", "Spread"]
-
 _Z99 = 2.5758  # two-sided 99 % of a normal
 
 

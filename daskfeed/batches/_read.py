@@ -23,8 +23,6 @@ if TYPE_CHECKING:
     from daskfeed.batches._order import Lanes
     from daskfeed.cache import BucketSet
 
-__all__ = ["encode_window", "permute", "read_buckets", "read_window"]
-
 
 def permute(data: WindowData, seed: Any) -> WindowData:
     """The rows of ``data`` in the order the window seed gives (as they are without one)."""

@@ -17,8 +17,6 @@ from daskfeed.core import config, refuse_setting
 from daskfeed.manifest import split_settings
 from daskfeed.reading import ReadOptions, read_options
 
-__all__ = ["DataSettings"]
-
 
 @dataclass(frozen=True)
 class DataSettings:

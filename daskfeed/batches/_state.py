@@ -23,8 +23,6 @@ from typing import Any
 from daskfeed.batches._order import ORDER_FORMATS
 from daskfeed.core import CheckpointError
 
-__all__ = ["STATE_VERSION", "StreamState"]
-
 STATE_VERSION = 2
 """The resume state's format. 1: a checkpoint's cursor (no ``version`` key), or a
 ``TorchDataset`` state (``version`` 1: position and batch size, seed, shard, fingerprint only)."""

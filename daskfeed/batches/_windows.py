@@ -23,8 +23,6 @@ if TYPE_CHECKING:
 
     from daskfeed.cache import BlockCache, BucketSet
 
-__all__ = ["WindowTasks"]
-
 
 class WindowTasks:
     """The windows of one data set and encoding as tasks on a cluster.

@@ -19,9 +19,6 @@ import pyarrow.ipc as ipc
 
 from daskfeed.cache._writer import CACHE_VERSION, RowRange
 
-__all__ = ["Files", "Readers", "forget_block", "forget_entry", "marker_index", "one_table",
-           "read_rows", "whole_file"]
-
 # open Arrow files, by path, and the columns to pick from what each reads (see open_arrow)
 Readers = dict[str, tuple[ipc.RecordBatchFileReader, list[str] | None]]
 Files = dict[str, pa.Table]  # whole Arrow files read, by path

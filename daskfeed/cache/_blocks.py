@@ -56,9 +56,6 @@ from daskfeed.cache._scatter import scatter, unscatter
 from daskfeed.cache._writer import PartWriters
 from daskfeed.reading import Block, ReadOptions, iter_tables
 
-__all__ = ["BlockCache", "block_tables", "default_root", "heartbeat", "part_salt",
-           "start_heartbeat", "stored_table"]
-
 
 def default_root() -> str:
     """The cache root when none is given: ``$XDG_CACHE_HOME/daskfeed`` (``~/.cache/daskfeed``).

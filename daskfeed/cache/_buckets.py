@@ -51,9 +51,6 @@ from daskfeed.cache._root import own_dir, own_root
 from daskfeed.cache._writer import BATCH_ROWS, compact
 from daskfeed.core import create_new, fsync, temporary_name, write_file
 
-__all__ = ["BUCKETS_VERSION", "TRACE_COLUMNS", "BucketSet", "digest", "generation_name",
-           "remove_generations"]
-
 BUCKETS_VERSION = 2  # 1: one set per data set, rows by block index; 2: generations, by block id
 TRACE_COLUMNS = ("__block", "__row")  # each row's block id and place in its stored order
 STALE_SECONDS = 24 * 3600  # a generation no data set used this long is removed on the next build

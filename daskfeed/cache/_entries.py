@@ -18,8 +18,6 @@ from daskfeed.cache._root import entry_meta, own_dir, own_root
 from daskfeed.core import config
 from daskfeed.reading import FileInfo, stat_file
 
-__all__ = ["CacheEntry", "clear", "gone_entries", "list_entries"]
-
 
 @dataclass(frozen=True)
 class CacheEntry:

@@ -28,9 +28,6 @@ from collections.abc import Callable, Iterator
 from daskfeed.cache._root import entry_meta
 from daskfeed.core import CacheError
 
-__all__ = ["LEASE_SECONDS", "LOCK", "REMOVING", "RENEW_SECONDS", "evict", "lease", "lease_name",
-           "leased", "renew", "root_lock", "trainer_tag"]
-
 LEASE_SECONDS = 300  # a lease not renewed this long is a dead trainer's (any host)
 RENEW_SECONDS = 60  # a live trainer renews its leases this often
 LOCK = "daskfeed-cache.lock"  # the root's lock file (flock)

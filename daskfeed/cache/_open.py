@@ -31,8 +31,6 @@ from daskfeed.reading import FileInfo, Source, compression_of, file_key
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["COMPRESSIONS", "REMOVING", "CacheChoice", "estimate_bytes", "open_cache"]
-
 STALE_TMP_SECONDS = 3600  # a writer renames its files within seconds; older ones were killed
 
 

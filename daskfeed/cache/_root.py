@@ -30,8 +30,6 @@ from typing import Any
 
 from daskfeed.core import CacheError, write_file
 
-__all__ = ["MARKER", "entry_meta", "is_entry_name", "is_ours", "own_dir", "own_root"]
-
 MARKER = "daskfeed-cache.json"
 MARKER_FORMAT = "daskfeed cache root"
 # what daskfeed makes at a root: part entries (32 hex digits), the scans' and buckets' folders,

@@ -22,8 +22,6 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["block_order", "scatter", "scatter_order", "unscatter"]
-
 _TAG = 0x5CA7  # the stored order's own stream of random numbers
 
 

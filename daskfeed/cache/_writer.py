@@ -22,8 +22,6 @@ import pyarrow.ipc as ipc
 from daskfeed.cache._scatter import scatter_order
 from daskfeed.core import create_new, fsync, temporary_name, write_file
 
-__all__ = ["CACHE_VERSION", "FLUSH_BYTES", "CacheWriter", "PartWriters", "compact"]
-
 # 3: whole numbers kept exact (int32/int64), decimals float64; 4: each block's rows in their
 # stored order (:mod:`daskfeed.cache._scatter`), a block a range of record batches; 5: a block a
 # range of rows of a file of record batches of BATCH_ROWS rows (the last one shorter): a reader

@@ -41,8 +41,6 @@ from daskfeed.core import CheckpointError
 if TYPE_CHECKING:
     from keras import Model, Variable
 
-__all__ = ["KEEP", "Checkpoint", "StoppingState", "json_value", "optimizer_steps"]
-
 KEEP = 2
 """Checkpoints kept: the newest and the one before it (the fallback)."""
 

@@ -40,8 +40,6 @@ from daskfeed.core import CheckpointError, fsync, replace, write_file
 if TYPE_CHECKING:
     from keras import Model
 
-__all__ = ["CheckpointStore", "open_store"]
-
 _NAME = re.compile(r"^ckpt-(\d{6,})-(\d{9,})$")
 
 

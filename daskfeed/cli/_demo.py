@@ -18,8 +18,6 @@ import numpy as np
 
 from daskfeed.core import write_file, writing
 
-__all__ = ["DemoData", "generate_rows", "write_demo_data"]
-
 CLASSES = np.array(["warrior", "mage", "rogue", "cleric", "ranger", "paladin", "死霊術師"])
 REGIONS = np.array(["Stormwind, East", "Île-de-Fer", "東京", "Zürich", "São Paulo, BR",
                     "Ironforge", "Ñandú Plains", "Kraków"])

@@ -19,10 +19,6 @@ from dask.utils import parse_bytes, parse_timedelta
 from daskfeed.cluster import parse_memory_limit
 from daskfeed.core import DaskfeedError, config, redact_url, secret_options
 
-__all__ = ["ByteSize", "ConfigOption", "Duration", "MemorySize", "column_list", "data_urls",
-           "dtype_pairs", "layer_sizes", "note_secrets", "parse_storage_options", "separator",
-           "warn_secrets"]
-
 
 class ByteSize(click.ParamType):
     """A size such as ``64MiB`` or ``200MB`` (``dask.utils.parse_bytes``), positive; as bytes.

@@ -29,9 +29,6 @@ from daskfeed.cluster import make_security
 if TYPE_CHECKING:
     from distributed.security import Security
 
-__all__ = ["cache_choice", "cluster_options", "data_options", "fit_options", "predict_timeout_option",
-           "scheduler_and_security", "train_options"]
-
 F = TypeVar("F", bound=Callable[..., Any])  # a click command's function
 
 

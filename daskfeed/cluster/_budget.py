@@ -19,10 +19,6 @@ from daskfeed.core import BudgetError, DaskfeedError, config
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["MAX_BLOCKSIZE", "TRAINER_RESERVE", "WINDOW_BYTES", "Budget", "WorkerMemory",
-           "check_worker_memory", "default_memory_limit", "default_nworkers", "parse_memory_limit",
-           "worker_memory"]
-
 # measured: an idle dask worker ≈ 0.15 GB RSS; it also needs room to parse one block
 MIN_WORKER = 384 * 2**20
 # the fewest bytes a worker gets when the number of workers is not asked for: a worker of

@@ -25,9 +25,6 @@ from daskfeed.core import (
     Stop,
 )
 
-__all__ = ["WindowCancelled", "client_status", "drop", "explain", "gathered_map", "result",
-           "result_unless_paused", "settle", "wait_for"]
-
 POLL_SECONDS = 0.01  # seconds between looks at a future in flight
 PAUSED_PATIENCE = 60.0  # seconds every worker may stay paused before result_unless_paused gives up
 PAUSED_LOOK = 1.0  # seconds between looks at the workers' states while waiting

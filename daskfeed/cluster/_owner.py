@@ -15,8 +15,6 @@ from typing import Any
 from daskfeed.cluster._start import close_client
 from daskfeed.core import SettingError, run_at_exit
 
-__all__ = ["Owner", "refuse_multiprocessing"]
-
 
 class Owner:
     """What a :class:`DaskSequence` must give back, held apart from it for its finalizer.

@@ -24,8 +24,6 @@ from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-__all__ = ["HEARTBEAT_CUT", "ClosingHeartbeat", "QuietClose", "install"]
-
 #: the start of what distributed logs when a worker's heartbeat fails to reach the scheduler
 HEARTBEAT_CUT = "Failed to communicate with scheduler during heartbeat"
 _CLOSING = frozenset({"closing", "closed"})  # distributed's Status names once close began

@@ -24,9 +24,6 @@ from daskfeed.core import ClusterError, config, refuse_setting, warn_user
 if TYPE_CHECKING:
     from distributed import Client, Security
 
-__all__ = ["connect", "credential_names", "make_security", "plaintext_remote",
-           "refuse_plaintext_credentials"]
-
 # schemes whose traffic is neither encrypted nor authenticated (wss:// and tls:// are TLS;
 # inproc:// never leaves the process)
 _PLAIN = frozenset({"tcp", "ws"})

@@ -28,9 +28,6 @@ from daskfeed.core import ClusterError, SettingError, config
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster, Security, Worker
 
-__all__ = ["ClusterSpec", "acquire_client", "client_context", "close_client", "local_security",
-           "open_cluster", "quiet_close", "spill_directory", "start_local_cluster"]
-
 logger = logging.getLogger(__name__)
 
 

@@ -13,8 +13,6 @@ import secrets
 from collections.abc import Iterator
 from typing import IO, Any
 
-__all__ = ["create_new", "fsync", "replace", "temporary_name", "write_file", "writing"]
-
 # a file is created, never opened where it exists: not through a link planted at its name
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 

@@ -18,8 +18,6 @@ from collections.abc import Iterator
 
 from daskfeed.core._exceptions import BackendError, refuse_setting, warn_user
 
-__all__ = ["BACKENDS", "HANDOFFS", "choose", "handoff_name", "native_logs_filtered", "refuse"]
-
 #: The Keras backends daskfeed is tested on (tests/core/test_backend.py).
 BACKENDS = ("tensorflow", "jax", "torch")
 #: How batches reach Keras, the *hand-off* (``--handoff`` / ``daskfeed.handoff``): ``tf-data`` (a

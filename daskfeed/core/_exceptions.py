@@ -13,23 +13,6 @@ from typing import NoReturn
 
 from daskfeed.core._secrets import redact_text
 
-__all__ = [
-    "BackendError",
-    "BudgetError",
-    "CacheError",
-    "CheckpointError",
-    "ClusterError",
-    "DaskfeedError",
-    "DataError",
-    "DataNotFoundError",
-    "FeedTimeoutError",
-    "ManifestMismatchError",
-    "SchemaError",
-    "SettingError",
-    "refuse_setting",
-    "warn_user",
-]
-
 
 class DaskfeedError(Exception):
     """Base class: a user-facing error whose message says what, where, and a hint."""

@@ -7,8 +7,6 @@ from collections.abc import Callable, Mapping
 from importlib import import_module
 from typing import Any
 
-__all__ = ["attach"]
-
 
 def attach(package: str, names: Mapping[str, str],
            modules: Mapping[str, str] | None = None) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:

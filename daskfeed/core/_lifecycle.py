@@ -21,8 +21,6 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Protocol
 
-__all__ = ["PROCESS_STOP", "Aborted", "Stop", "close_at_exit", "raise_outside", "run_at_exit"]
-
 STOP_GRACE = 2.0  # a wait that begins this soon after SIGINT / SIGTERM still ends at once
 SETTLE = 2.0  # seconds the exit hook lets open prefetchers finish gathers in progress
 

@@ -8,8 +8,6 @@ from types import TracebackType
 
 import psutil
 
-__all__ = ["RSSSampler", "tree_rss"]
-
 
 def tree_rss(process: psutil.Process | None = None) -> int:
     """RSS of ``process`` (default: this one) and all its children now, in bytes."""

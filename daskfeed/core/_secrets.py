@@ -14,9 +14,6 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["REDACTED", "SECRET_OPTIONS", "SECRET_PARAMETERS", "redact_text", "redact_url",
-           "secret_options", "url_parts"]
-
 REDACTED = "redacted"  # a secret query parameter's value as kept (no glob character: * ? [)
 
 # query parameters whose value is a secret, by name (any case): AWS and GCS presigned URLs

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-__all__ = ["duration"]
-
 
 def duration(seconds: float, *, tenths: bool = False) -> str:
     """A duration: ``1h 02m``, ``3m 07s``, ``12s`` (``12.3s`` with ``tenths``).

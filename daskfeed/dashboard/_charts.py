@@ -22,8 +22,6 @@ if TYPE_CHECKING:
     from bokeh.document import Document
     from distributed import Scheduler
 
-__all__ = ["CHARTS_PATH", "UPDATE_MS", "add_charts", "charts_document"]
-
 logger = logging.getLogger(__name__)
 
 CHARTS_PATH = "daskfeed-charts"  # one level deep, as /status: BokehJS is at the relative static/

@@ -22,8 +22,6 @@ if TYPE_CHECKING:
     from distributed import Scheduler
     from prometheus_client.metrics_core import Metric
 
-__all__ = ["COLLECTOR", "PLUGIN_NAME", "PageHandler", "StatusHandler", "add_routes", "http_prefix"]
-
 logger = logging.getLogger(__name__)
 
 PLUGIN_NAME = "daskfeed-watch"

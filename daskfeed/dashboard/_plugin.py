@@ -44,8 +44,6 @@ from daskfeed.dashboard._status import CACHE_TOPIC, TOPIC, Event, Status
 if TYPE_CHECKING:
     from distributed import Client, Scheduler
 
-__all__ = ["DashboardPlugin", "EpochSpans", "Links", "install", "report", "report_cache", "scan_span"]
-
 logger = logging.getLogger(__name__)
 
 

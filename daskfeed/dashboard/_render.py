@@ -18,8 +18,6 @@ if TYPE_CHECKING:
     import jinja2
     from prometheus_client.metrics_core import Metric
 
-__all__ = ["Figures", "metric_families", "render_body", "render_page"]
-
 Figures = dict[str, Any]
 """A status snapshot: the run's figures as JSON values (what ``/daskfeed/status.json`` serves)."""
 

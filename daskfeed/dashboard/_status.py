@@ -13,8 +13,6 @@ from typing import Any
 
 from daskfeed.dashboard._render import Figures
 
-__all__ = ["CACHE_TOPIC", "SCAN_TOPIC_PREFIX", "TOPIC", "Event", "Status"]
-
 TOPIC = "daskfeed"  # trainer -> scheduler: run, progress, epoch and scan events
 SCAN_TOPIC_PREFIX = "daskfeed-scan-"  # scan tasks -> scheduler (daskfeed.scanning._task.report)
 CACHE_TOPIC = "daskfeed-cache"  # window tasks -> scheduler (report_cache)

@@ -20,8 +20,6 @@ from daskfeed.adapters import keras
 from daskfeed.core import DaskfeedError
 from daskfeed.inference._scoring import TrainedRun
 
-__all__ = ["export"]
-
 # the child: the model read back on TensorFlow, then the export as a TensorFlow run does it
 _CHILD = """
 import json, sys

@@ -51,8 +51,6 @@ from daskfeed.inference._scoring import (
 from daskfeed.manifest import Manifest
 from daskfeed.reading import Block, Source, SplitError, refuse_missing_local
 
-__all__ = ["predict"]
-
 SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 # predict's own process holds Python, the scheduler, pyarrow and the writer, never TF: the model's
 # share of the budget (config trainer-reserve) goes to each worker, which loads the model

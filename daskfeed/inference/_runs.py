@@ -20,8 +20,6 @@ from typing import Any
 
 from daskfeed.core import ManifestMismatchError, write_file
 
-__all__ = ["RECORD", "RUNNING_MANIFEST", "check_record", "publish_manifest", "write_record"]
-
 RECORD = "run.json"
 RUNNING_MANIFEST = "manifest.running.json"  # the manifest of a run still training
 FORMAT = "daskfeed run"

@@ -31,9 +31,6 @@ from daskfeed.reading import Block, ReadOptions
 if TYPE_CHECKING:
     from keras import Model
 
-__all__ = ["Scorer", "TrainedRun", "Unparsed", "apply_model", "class_names", "output_columns",
-           "output_schema", "score_block"]
-
 PREDICT_BATCH = 8192  # rows per model call on a worker
 
 

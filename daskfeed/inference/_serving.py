@@ -63,8 +63,6 @@ from daskfeed.inference._scoring import Scorer, TrainedRun
 from daskfeed.manifest import HEX, MISSING_CODE, NUMBER, WHOLE, ColumnCode
 from daskfeed.reading import NA_MARKERS
 
-__all__ = ["export", "input_names"]
-
 VALID_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")  # a signature input (and not a keyword)
 # ISO 8601 as pyarrow's parser takes it: year, month, day, hour, minute, second, fraction, zone
 DATE = (r"(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2})(?::(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?)?"

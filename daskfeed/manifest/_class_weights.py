@@ -7,8 +7,6 @@ from typing import Any
 
 from daskfeed.core import ManifestMismatchError, SchemaError, SettingError
 
-__all__ = ["class_weights"]
-
 
 def class_weights(task: str, label: str, label_counts: dict[str, int],
                   label_classes: list[str] | None,

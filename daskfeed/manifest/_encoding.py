@@ -44,10 +44,6 @@ from daskfeed.reading import iso_seconds
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["ENCODE_BYTES", "EXACT_FLOAT32", "MISSING_CODE", "ColumnCode", "Encoding",
-           "WindowData", "concat", "date_seconds", "empty_window", "encode_features", "encode_frame",
-           "encode_table", "epoch_seconds", "labelled", "numeric_dtype"]
-
 MISSING_CODE = 0
 OOV_CODE = 1
 VOCAB_OFFSET = 2

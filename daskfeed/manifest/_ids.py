@@ -6,8 +6,6 @@ import re
 from collections.abc import Mapping
 from typing import Protocol
 
-__all__ = ["id_like", "id_warning", "joined"]
-
 
 class Column(Protocol):
     """What is read of a manifest's column (:class:`~daskfeed.manifest._manifest.Column`)."""

@@ -19,8 +19,6 @@ from daskfeed.core import SchemaError
 from daskfeed.manifest._manifest import Column, Manifest
 from daskfeed.reading import Block, ReadOptions
 
-__all__ = ["MAX_CLASSES", "class_codes", "refuse_single_class", "text_classes", "unknown_classes"]
-
 #: The most distinct values a text label may have.
 MAX_CLASSES = 1000
 

@@ -25,8 +25,6 @@ from daskfeed.manifest._split import scanned_blocks
 if TYPE_CHECKING:
     from daskfeed.reading import Source
 
-__all__ = ["Column", "Manifest", "read_reusable", "read_settings", "unknown_column"]
-
 # 2: a text label's classes (label_classes); 3: the blocks packed (daskfeed.manifest._packing).
 # A manifest of another version is scanned again (read_reusable says so in one line).
 MANIFEST_VERSION = 3

@@ -11,8 +11,6 @@ from daskfeed.reading import NA_MARKERS, SPACES
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["HEX", "NUMBER", "WHOLE", "not_numbers", "text_numbers"]
-
 # numbers written as text, as pyarrow reads a block of them (serving/ reads text by the same)
 # (ASCII digits only: Python's \d would take other scripts' digits, which neither pyarrow nor
 # TensorFlow's RE2 reads as numbers)

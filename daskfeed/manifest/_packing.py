@@ -14,8 +14,6 @@ import zlib
 from array import array
 from typing import Any
 
-__all__ = ["FIELDS", "pack_blocks", "unpack_blocks"]
-
 FIELDS = ("offset", "length", "rows", "raw_rows")  # per-block integers besides the file
 ENCODING = "zlib+base64; int64 little-endian differences; paths NUL-separated"
 

@@ -16,8 +16,6 @@ from daskfeed.core import SettingError
 if TYPE_CHECKING:
     from daskfeed.reading import Source
 
-__all__ = ["SUBSETS", "block_sizes", "held_out", "scanned_blocks", "split_blocks", "split_settings"]
-
 SUBSETS = ("training", "validation")
 
 

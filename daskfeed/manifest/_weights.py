@@ -17,8 +17,6 @@ from daskfeed.cache import block_tables
 from daskfeed.core import ManifestMismatchError
 from daskfeed.reading import compression_of, is_parquet, line_number, open_file, record_range
 
-__all__ = ["checked_weights", "frame_weight_faults", "number_array", "record_line", "weight_faults"]
-
 
 def checked_weights(values: np.ndarray, name: str) -> np.ndarray:
     """Weights as float32, refusing a missing or negative one (the scan said there is none).

@@ -18,8 +18,6 @@ from typing import Any
 
 from daskfeed.core import DataNotFoundError, redact_url, url_parts
 
-__all__ = ["CARRIED", "carry", "fsspec_target", "url_credentials", "with_credentials"]
-
 # the storage option that carries the URLs' credentials (removed before fsspec sees the options)
 CARRIED = "daskfeed_url_credentials"
 

@@ -16,8 +16,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["DATE_START", "ISO_DATE", "NS_RANGE", "SPACES", "IsoDates", "iso_dates", "iso_seconds"]
-
 SPACES = " \t\n\r\x0b\x0c"  # stripped around a date or a number, as serving strips them
 # ISO 8601 as pyarrow's parser takes it (RE2, ASCII digits), the grammar of serving's DATE: year,
 # month, day, then optionally T or a space and hh, hh:mm, hh:mm:ss or hh:mm:ss.f (1 to 9 digits),

@@ -21,10 +21,6 @@ import fsspec
 from daskfeed.core import DataNotFoundError, redact_text, redact_url, warn_user
 from daskfeed.reading._credentials import fsspec_target
 
-__all__ = ["COMPRESSIONS", "CSV_SUFFIXES", "PARQUET_SUFFIXES", "Block", "FileInfo",
-           "compression_of", "credentials_hint", "expand_paths", "is_parquet", "make_blocks",
-           "protocol", "reason", "refuse_missing_local"]
-
 # compressions read by daskfeed.reading._streams, by suffix: each a stream of members / frames, all read
 COMPRESSIONS = {".gz": "gzip", ".gzip": "gzip", ".bz2": "bz2", ".xz": "xz",
                 ".zst": "zstd", ".zstd": "zstd"}

@@ -22,8 +22,6 @@ from typing import Any
 from daskfeed.core import warn_user
 from daskfeed.reading._files import FileInfo, expand_paths
 
-__all__ = ["Listing"]
-
 PathsLike = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 

@@ -20,10 +20,6 @@ from daskfeed.core import DataError
 from daskfeed.reading._dates import DATE_START, SPACES, iso_dates
 from daskfeed.reading._files import Block
 
-__all__ = ["NAIVE_TIMES_KEY", "NA_COUNTS_KEY", "NA_MARKERS", "NULL_VALUES", "column_markers",
-           "count_by_part", "na_counts", "naive_times", "normalize", "normalize_column",
-           "numbers_by_part", "text_by_part", "with_na_counts"]
-
 # values that are missing in numeric columns (text stays text unless the user lists them)
 NA_MARKERS = ("NA", "N/A", "n/a", "#N/A", "#N/A N/A", "#NA", "<NA>", "NULL", "null", "None",
               "NaN", "nan", "-NaN", "-nan", "1.#IND", "-1.#IND", "1.#QNAN", "-1.#QNAN")

@@ -26,8 +26,6 @@ from typing import Any
 
 from daskfeed.reading._files import Block, FileInfo, compression_of, is_parquet
 
-__all__ = ["MAX_FILES", "SPREAD", "Part", "file_key", "make_parts"]
-
 SPREAD = 256  # one small file in SPREAD ends a part (content-defined: by its path's hash)
 MAX_FILES = 4 * SPREAD  # nor does a part hold more files than this
 

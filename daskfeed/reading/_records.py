@@ -18,9 +18,6 @@ import numpy as np
 
 from daskfeed.core import DataError, SchemaError
 
-__all__ = ["Quotes", "line_number", "long_line", "parse_header", "quote_limit", "read_header",
-           "record_buffers", "unclosed_quote"]
-
 _BOM = b"\xef\xbb\xbf"
 
 

@@ -41,8 +41,6 @@ if TYPE_CHECKING:
     import dask.dataframe as dd
     from dask.delayed import Delayed
 
-__all__ = ["Source", "first_header", "read_options"]
-
 
 class Source:
     """A lazy handle over the data: files + read options, or a dask DataFrame.

@@ -27,9 +27,6 @@ import numpy as np
 
 from daskfeed.core import DataError
 
-__all__ = ["SplitError", "block_transitions", "chain", "ends_inside", "next_line", "record_start",
-           "transitions"]
-
 _QUOTE, _LF, _CR = ord('"'), ord("\n"), ord("\r")
 WINDOW = 64 << 10  # bytes looked at first after a boundary; grows 4x while undecided
 MOST = 16 << 20  # bytes looked at most: past it, the reading with fewer odd quotes is taken

@@ -22,8 +22,6 @@ from daskfeed.reading._files import COMPRESSIONS
 if TYPE_CHECKING:
     import zstandard
 
-__all__ = ["open_file"]
-
 # what _decompressor gives: the stdlib's readers, or zstandard's (an optional dependency)
 Decompressing = Union[io.BufferedIOBase, "zstandard.ZstdDecompressionReader"]
 

@@ -36,9 +36,6 @@ from daskfeed.reading._streams import open_file
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["BAD_LINES", "ReadOptions", "check_text", "dtype_overrides", "frame_table", "iter_tables",
-           "read_csv", "record_range", "refuse_unclosed", "with_markers"]
-
 # what to do with a line whose field count differs from the header's
 BAD_LINES = ("error", "skip", "quarantine")
 

@@ -19,8 +19,6 @@ from daskfeed.scanning._schema import BlockFacts, Stats, check_headers, check_la
 from daskfeed.scanning._stats import finish_stats, order_ratio
 from daskfeed.scanning._task import quarantined
 
-__all__ = ["build_manifest", "class_counts", "label_task"]
-
 
 def build_manifest(src: Source, label: str, facts: list[BlockFacts], stats: Stats,
                    vocabulary_size: int, fingerprint: str,

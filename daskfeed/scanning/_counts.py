@@ -13,9 +13,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["KMV_SIZE", "MAX_LABEL_VALUES", "coded_counts", "distinct_estimate", "kmv", "label_counts",
-           "merge_kmv"]
-
 # distinct label values tracked; above this an integer label is treated as regression
 MAX_LABEL_VALUES = 1000
 KMV_SIZE = 2048  # smallest value hashes kept per text column: distinct counts within ~2 %

@@ -18,8 +18,6 @@ from daskfeed.reading import FileInfo, Part, Source, protocol, relist
 from daskfeed.scanning._schema import BlockFacts
 from daskfeed.scanning._store import PartRecord, ScanStore, changes_line, data_key
 
-__all__ = ["Known"]
-
 
 class Known:
     """The earlier scans of one data set (``store`` None: none are kept).

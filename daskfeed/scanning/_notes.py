@@ -7,8 +7,6 @@ from typing import Any
 
 from daskfeed.manifest import EXACT_FLOAT32, Column, numeric_dtype
 
-__all__ = ["naive_notes", "vocabulary_notes", "wide_notes"]
-
 
 def naive_notes(facts: list[dict[str, Any]]) -> list[str]:
     """A note per date column that mixed zoned times with times without a zone.

@@ -15,8 +15,6 @@ from typing import TypeVar
 from daskfeed.manifest import block_sizes
 from daskfeed.reading import Part, Source
 
-__all__ = ["TASK_BYTES", "ScanKeys", "part_tasks", "scan_tasks"]
-
 T = TypeVar("T")
 
 TASK_BYTES = 32 << 20  # input bytes of a piece of a large part (see part_tasks)

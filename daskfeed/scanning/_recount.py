@@ -24,8 +24,6 @@ from daskfeed.cache import BlockCache, block_tables
 from daskfeed.reading import Block, ReadOptions, Source
 from daskfeed.scanning._schema import Stats, decided
 
-__all__ = ["count_values", "recount"]
-
 
 def count_values(items: list[tuple[int, Block]], options: ReadOptions, column: str,
                  values: list[str], cache: BlockCache | None) -> dict[str, int]:

@@ -14,8 +14,6 @@ import re
 from daskfeed.core import SchemaError
 from daskfeed.reading import ISO_DATE, NA_MARKERS, SPACES, Source
 
-__all__ = ["STRAY_SHARE", "STRAY_TOKENS", "is_number", "refuse_numbers_as_text", "where"]
-
 _MARKERS = frozenset(NA_MARKERS)
 _ISO_DATE = re.compile(ISO_DATE)
 

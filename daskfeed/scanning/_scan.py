@@ -53,8 +53,6 @@ if TYPE_CHECKING:
 
     Data = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Source | dd.DataFrame
 
-__all__ = ["scan", "scan_source"]
-
 
 def scan(
     data: Data,

@@ -20,21 +20,6 @@ from daskfeed.manifest import Column
 from daskfeed.reading import NA_MARKERS, Source
 from daskfeed.scanning._refusals import refuse_numbers_as_text, where
 
-__all__ = [
-    "NUMERIC_KINDS",
-    "add_counts",
-    "arrow_kind",
-    "check_headers",
-    "check_label",
-    "decided",
-    "markers_of",
-    "markers_only",
-    "merge_kind",
-    "resolve_column",
-    "resolve_columns",
-    "type_kind",
-]
-
 NUMERIC_KINDS = {"int", "float"}
 _MARKERS = frozenset(NA_MARKERS)
 

@@ -35,17 +35,6 @@ from daskfeed.scanning._schema import (
     type_kind,
 )
 
-__all__ = [
-    "StatsAccumulator",
-    "finish_stats",
-    "merge_facts",
-    "merge_stats",
-    "order_ratio",
-    "parts_facts",
-    "table_facts",
-    "table_stats",
-]
-
 # distinct string values tracked exactly per column before counts become approximate
 MAX_TRACKED = 50_000
 

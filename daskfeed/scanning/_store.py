@@ -34,8 +34,6 @@ from daskfeed.core import CacheError, write_file
 from daskfeed.reading import Part, Source
 from daskfeed.scanning._task import shared_facts
 
-__all__ = ["PartRecord", "ScanStore", "changes_line", "data_key"]
-
 # of what a record holds: bump it when the statistics change (old records are then scanned again);
 # 2: a column of dates that pyarrow left as text is read as dates, times without a zone counted;
 # 3: JSON, not pickle (nothing read back from a cache root is code)

@@ -20,9 +20,6 @@ from daskfeed.scanning._refusals import where
 from daskfeed.scanning._schema import BlockFacts
 from daskfeed.scanning._stats import StatsAccumulator, merge_facts, parts_facts, table_facts
 
-__all__ = ["MAX_REJECTS_KEPT", "MAX_REJECT_CHARS", "quarantined", "report", "scan_blocks", "scan_pieces",
-           "shared_facts"]
-
 MAX_REJECTS_KEPT = 1000  # quarantined lines kept per block (all are counted)
 MAX_REJECT_CHARS = 4096  # characters kept of one quarantined line
 REPORT_EVERY = 0.5  # seconds between progress events of one scan task

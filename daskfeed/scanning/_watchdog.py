@@ -17,8 +17,6 @@ from daskfeed.core import FeedTimeoutError
 from daskfeed.manifest import block_sizes
 from daskfeed.reading import Source
 
-__all__ = ["ProgressCallback", "ScanProgress", "await_scan"]
-
 LOOK = 1.0  # seconds between looks at the scan (its progress callback, the stuck check)
 
 # (rows, bytes done, bytes in all, seconds, finished)

@@ -47,8 +47,6 @@ from daskfeed.training._telemetry import EpochTelemetry
 if TYPE_CHECKING:
     from daskfeed.adapters import DaskSequence
 
-__all__ = ["Checkpointer", "fit_from"]
-
 
 def _counts_batches(model: keras.Model) -> bool:
     """Whether ``model``'s optimizer takes one step per trained batch (so it can count them).

@@ -17,8 +17,6 @@ from daskfeed.core import CheckpointError, SettingError
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["EarlyStopping", "make_early_stopping", "report_early_stopping", "resume_early_stopping"]
-
 
 class EarlyStopping(keras.callbacks.EarlyStopping):
     """Keras' ``EarlyStopping`` whose state survives a resume and :func:`fit_from`'s two fits.

@@ -36,8 +36,6 @@ if TYPE_CHECKING:
     from daskfeed.adapters import DaskSequence
     from daskfeed.training._run import Run
 
-__all__ = ["fit", "reraise_feed_error", "saved_record", "summary"]
-
 
 def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused: bool,
         rss: RSSSampler) -> tuple[list[dict[str, Any]], keras.Model, dict[str, Any],

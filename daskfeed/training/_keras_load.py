@@ -13,8 +13,6 @@ if TYPE_CHECKING:
     from daskfeed.scanning import ProgressCallback
     from daskfeed.training._options import TrainOptions
 
-__all__ = ["KerasLoad"]
-
 _PEEK_BLOCKSIZE = 16 * 2**20  # (for a header, it only sets how long a quoted name may run)
 
 

@@ -26,8 +26,6 @@ from daskfeed.training._options import (
     FitOptions,
 )
 
-__all__ = ["compile_for", "default_model", "describe_compile", "load_builder", "model_for"]
-
 
 class _Names:
     """Layer names unique in one model, whatever the column names.

@@ -23,8 +23,6 @@ if TYPE_CHECKING:
     from keras import Model
 
 
-__all__ = ["DATA_KEYS", "ClusterOptions", "FitOptions", "TrainOptions"]
-
 DataSpec = Union[str, "os.PathLike[str]", Sequence[str]]
 """Paths, globs, URLs, or a list of them."""
 

@@ -30,9 +30,6 @@ from daskfeed.training._summary import history_plot
 if TYPE_CHECKING:
     from daskfeed.adapters import DaskSequence
 
-__all__ = ["OutputLock", "bad_lines_report", "class_weights", "require_tensorboard", "save_model",
-           "scan_bar", "split_report", "write_history"]
-
 Echo = Callable[[str], None]
 
 

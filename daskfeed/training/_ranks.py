@@ -36,9 +36,6 @@ if TYPE_CHECKING:
 
     from daskfeed.adapters import DaskSequence
 
-__all__ = ["Rank", "SharedScan", "join_scan", "rank_output", "resolve_rank", "scan_key",
-           "scan_once", "shard_line", "shard_report"]
-
 _METADATA = "daskfeed-manifests"
 
 

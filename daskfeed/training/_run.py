@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from daskfeed.training._options import DataSpec, TrainOptions
     from daskfeed.training._ranks import Rank
 
-__all__ = ["Echo", "Run"]
-
 Echo = Callable[[str], None]
 
 

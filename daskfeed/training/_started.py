@@ -21,8 +21,6 @@ if TYPE_CHECKING:
     from daskfeed.reading import Source
     from daskfeed.training._run import Run
 
-__all__ = ["keep_started", "resume_data"]
-
 NAME = "files.json"
 SHOWN = 5  # files named in a message
 

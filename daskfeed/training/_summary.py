@@ -15,8 +15,6 @@ from typing import Any
 
 from daskfeed.core import duration
 
-__all__ = ["history_plot", "summary_lines"]
-
 _NOT_METRICS = {"epoch", "rows", "epoch_rows", "batches", "seconds", "val_seconds", "rows_per_s",
                 "data_wait", "data_wait_seconds", "data_wait_fraction", "first_batch_wait_seconds",
                 "feed_wait_seconds", "feed_seconds", "feed_wait_fraction", "windows_computed",

@@ -16,8 +16,6 @@ if TYPE_CHECKING:
     from daskfeed.adapters import DaskSequence
     from daskfeed.batches import EpochStats
 
-__all__ = ["EpochTelemetry"]
-
 
 class EpochTelemetry(HandoffAware):
     """Per epoch: rows trained, training seconds, rows/s, the wait for data, peak RSS of the tree.

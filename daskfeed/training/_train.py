@@ -61,8 +61,6 @@ if TYPE_CHECKING:
 
     from daskfeed.adapters import DaskSequence
 
-__all__ = ["TrainResult", "train"]
-
 
 @dataclass
 class TrainResult:

@@ -30,8 +30,6 @@ from daskfeed.dashboard import EpochSpans, Links, install, report
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["HandoffAware", "WatchCallback"]
-
 
 class HandoffAware(keras.callbacks.Callback):
     """A callback told how batches reach Keras (``fit_from`` calls :meth:`set_handoff`)."""

@@ -63,6 +63,19 @@ def _keywords(fn) -> dict[str, object]:
             if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
+def _source_keywords(path: str, cls: str) -> dict[str, object]:
+    """``cls.__init__``'s keyword-only parameters and defaults, read from the source (ast)."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    tree = ast.parse((root / path).read_text())
+    init = next(f for c in tree.body if isinstance(c, ast.ClassDef) and c.name == cls
+                for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
+    return {a.arg: (inspect.Parameter.empty if d is None else ast.literal_eval(d))
+            for a, d in zip(init.args.kwonlyargs, init.args.kw_defaults, strict=True)}
+
+
 # what a training run sets itself, not taken from train()'s caller: the rank's shard, the budget's
 # prefetch and window shares, the split's side; the shuffle and the tail are the global order's
 SET_BY_THE_RUN = {"label", "shard", "prefetch_bytes", "window_bytes", "subset", "shuffle",
@@ -86,8 +99,7 @@ def test_every_entry_takes_the_one_list_of_data_settings_with_its_defaults():
     assert opts.data == DataSettings.resolve(label="y", batch_size=64, seed=3, blocksize="1MiB",
                                              validation_split=0.2, subset="training",
                                              weight="w", sep=";")
-    torch_data = pytest.importorskip("daskfeed.adapters._torch")  # (torch installed)
-    ds = _keywords(torch_data.TorchDataset.__init__)
+    ds = _source_keywords("daskfeed/adapters/_torch.py", "TorchDataset")  # (without torch)
     assert {k: ds.get(k, "missing") for k in set(one) - {"shard"}} == {
         k: v for k, v in one.items() if k != "shard"}  # (its shard: torch.distributed's)
 
