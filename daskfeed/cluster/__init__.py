@@ -40,7 +40,6 @@ if TYPE_CHECKING:
         acquire_client,
         client_context,
         close_client,
-        open_cluster,
         start_local_cluster,
     )
 
@@ -66,7 +65,6 @@ __all__ = [
     "explain",
     "gathered_map",
     "make_security",
-    "open_cluster",
     "parse_memory_limit",
     "refuse_multiprocessing",
     "result",
@@ -88,5 +86,5 @@ __getattr__, __dir__ = attach(__name__, {
     "Owner": "_owner", "refuse_multiprocessing": "_owner",
     "connect": "_remote", "make_security": "_remote",
     "ClusterSpec": "_start", "acquire_client": "_start", "client_context": "_start",
-    "close_client": "_start", "open_cluster": "_start", "start_local_cluster": "_start",
+    "close_client": "_start", "start_local_cluster": "_start",
 })

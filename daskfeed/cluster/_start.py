@@ -231,64 +231,47 @@ class ClusterSpec:
     def open(self, echo: Callable[[str], None] = print, *, trainer_reserve: int | None = None,
              worker_reserve: int = 0, nworkers: int | None = None,
              storage_options: Mapping[str, Any] | None = None) -> tuple[Client, Budget]:
-        """:func:`open_cluster` as described (``trainer_reserve``, ``nworkers``: the caller's own).
+        """A client and the budget it works in: a LocalCluster inside ``memory_limit``, or ``scheduler``.
 
-        ``storage_options``: what the work will carry to the workers (credentials in it are
-        refused for a scheduler on another host over plain ``tcp://``).
+        ``memory_limit`` (default 75 % of RAM) is the whole process tree's budget for a local
+        cluster, the trainer's own for a running scheduler. ``trainer_reserve`` (default: the
+        spec's) and ``worker_reserve`` as for :meth:`Budget.split`, ``nworkers`` the caller's
+        own (default: the spec's); ``storage_options``: what the work will carry to the workers
+        (credentials in it are refused for a scheduler on another host over plain ``tcp://``,
+        :func:`connect`). Says what it made through ``echo``.
 
         Returns
         -------
         tuple
             The client and the budget it works in.
         """
-        return open_cluster(
-            self.memory_limit, nworkers=self.nworkers if nworkers is None else nworkers,
-            nthreads=self.nthreads, scheduler=self.scheduler, security=self.security,
-            dashboard_address=self.dashboard_address, processes=self.processes,
-            local_tls=self.local_tls,
-            trainer_reserve=self.trainer_reserve if trainer_reserve is None else trainer_reserve,
-            worker_reserve=worker_reserve, window_bytes=self.window_bytes,
-            max_blocksize=self.max_blocksize, storage_options=storage_options, echo=echo)
-
-
-def open_cluster(memory_limit: str | int | None, *, nworkers: int | None = None, nthreads: int = 1,
-                 scheduler: str | None = None, security: Security | None = None,
-                 dashboard_address: str | None = None, processes: bool = True,
-                 local_tls: bool | None = None,
-                 trainer_reserve: int = TRAINER_RESERVE, worker_reserve: int = 0,
-                 window_bytes: int = WINDOW_BYTES, max_blocksize: int = MAX_BLOCKSIZE,
-                 storage_options: Mapping[str, Any] | None = None,
-                 echo: Callable[[str], None] = print) -> tuple[Client, Budget]:
-    """A client and the budget it works in: a LocalCluster inside ``memory_limit``, or ``scheduler``.
-
-    ``memory_limit`` (default 75 % of RAM) is the whole process tree's budget for a local
-    cluster, the trainer's own for a running scheduler. ``trainer_reserve``, ``worker_reserve``,
-    ``window_bytes`` and ``max_blocksize`` as for :meth:`Budget.split`; ``local_tls`` as for
-    :func:`start_local_cluster`'s ``tls``; ``storage_options`` as :func:`connect` checks them.
-    Says what it made through ``echo``.
-    """
-    shown = memory_limit if isinstance(memory_limit, str) else None
-    limit = memory_limit if memory_limit is not None else default_memory_limit()
-    if not scheduler:
-        budget = Budget.split(limit, nworkers=nworkers, nthreads=nthreads,
-                              trainer_reserve=trainer_reserve, worker_reserve=worker_reserve,
-                              window_bytes=window_bytes, max_blocksize=max_blocksize)
-        echo(f"memory limit: {budget.describe(shown)}")
-        return start_local_cluster(budget, dashboard_address=dashboard_address,
-                                   processes=processes, tls=local_tls), budget
-    client = connect(scheduler, security=security, storage_options=storage_options)
-    quiet_close(client)
-    try:
-        budget = Budget.remote(limit, client, window_bytes=window_bytes,
-                               max_blocksize=max_blocksize)
-    except BaseException:
-        close_client(client)
-        raise
-    echo(f"connected to {getattr(client.scheduler, 'address', scheduler)}: {budget.nworkers} workers × "
-         f"{budget.worker / 1e9:.2f} GB ({budget.nthreads} threads); memory limit of this "
-         f"trainer process {shown or f'{budget.total / 1e9:.2f}GB'}: prefetch "
-         f"{budget.prefetch / 1e9:.2f} GB, shuffle windows of {budget.window_bytes / 2**20:.0f} MiB CSV")
-    return client, budget
+        memory_limit = self.memory_limit
+        shown = memory_limit if isinstance(memory_limit, str) else None
+        limit = memory_limit if memory_limit is not None else default_memory_limit()
+        if not self.scheduler:
+            budget = Budget.split(
+                limit, nworkers=self.nworkers if nworkers is None else nworkers,
+                nthreads=self.nthreads,
+                trainer_reserve=self.trainer_reserve if trainer_reserve is None else trainer_reserve,
+                worker_reserve=worker_reserve, window_bytes=self.window_bytes,
+                max_blocksize=self.max_blocksize)
+            echo(f"memory limit: {budget.describe(shown)}")
+            return start_local_cluster(budget, dashboard_address=self.dashboard_address,
+                                       processes=self.processes, tls=self.local_tls), budget
+        client = connect(self.scheduler, security=self.security, storage_options=storage_options)
+        quiet_close(client)
+        try:
+            budget = Budget.remote(limit, client, window_bytes=self.window_bytes,
+                                   max_blocksize=self.max_blocksize)
+        except BaseException:
+            close_client(client)
+            raise
+        echo(f"connected to {getattr(client.scheduler, 'address', self.scheduler)}: "
+             f"{budget.nworkers} workers × {budget.worker / 1e9:.2f} GB ({budget.nthreads} "
+             f"threads); memory limit of this trainer process "
+             f"{shown or f'{budget.total / 1e9:.2f}GB'}: prefetch {budget.prefetch / 1e9:.2f} GB, "
+             f"shuffle windows of {budget.window_bytes / 2**20:.0f} MiB CSV")
+        return client, budget
 
 
 def dask_setup(worker: Worker) -> None:
