@@ -23,6 +23,7 @@ from daskfeed.scanning._counts import (
     label_counts,
     merge_kmv,
 )
+from daskfeed.scanning._moments import add, exact_sums, segment_moments, settle
 from daskfeed.scanning._schema import (
     NUMERIC_KINDS,
     BlockFacts,
@@ -41,14 +42,19 @@ MAX_TRACKED = 50_000
 _NO_VALUES = {"mean": 0.0, "m2": 0.0, "min": math.inf, "max": -math.inf}
 
 
-def _moments(v: np.ndarray, bounds: bool = True) -> dict[str, float]:
-    """Mean, sum of squared deviations, and (``bounds``) min and max of ``v`` (empty: none)."""
+def _moments(v: np.ndarray, present: np.ndarray, bounds: np.ndarray,
+             minmax: bool = True) -> ColumnStats:
+    """Exact sums and the moments of the present values ``v`` by segment (see :mod:`._moments`).
+
+    ``present``: per row, whether its value is in ``v``; ``bounds``: where the segments start
+    (and the last ends). With ``minmax``, the least and greatest value too. Empty: none.
+    """
     if not len(v):
         return {}
-    mean = float(v.mean())
-    d = v - mean
-    out = {"mean": mean, "m2": float(d @ d)}  # (one pass for the squares and their sum)
-    if bounds:
+    s1, s2 = exact_sums(*segment_moments(v, present, bounds))
+    mean, m2 = settle(len(v), s1, s2)
+    out: ColumnStats = {"mean": mean, "m2": m2, "s1": s1, "s2": s2}
+    if minmax:
         out.update(min=float(v.min()), max=float(v.max()))
     return out
 
@@ -192,23 +198,22 @@ def _samples(col: pa.ChunkedArray, most: int = 3) -> list[str]:
     return [str(v) for v in pc.unique(pc.drop_null(col.slice(0, 1000))).to_pylist()[:most]]
 
 
-def _numeric_stats(col: pa.ChunkedArray, kind: str, is_label: bool, st: ColumnStats) -> int:
+def _numeric_stats(col: pa.ChunkedArray, kind: str, is_label: bool, st: ColumnStats,
+                   bounds: np.ndarray) -> int:
     """Moments (exact integer bounds) and, for the label, value counts; returns missing values.
 
-    Over the present values only (no copy with NaN in the gaps); NaN, which the read pipeline
-    makes missing, counts as missing here too.
+    Over the present values only; NaN, which the read pipeline makes missing, counts as
+    missing here too. Moments by segment (``bounds``, see :func:`_moments`).
     """
-    present = col.cast(pa.float64(), safe=False)
-    if col.null_count:
-        present = pc.drop_null(present)
-    v = present.to_numpy()
-    if kind == "float" and np.isnan(v).any():
-        v = v[~np.isnan(v)]
+    full = np.asarray(col.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False),
+                      dtype=np.float64)  # (a missing value is NaN here)
+    present = ~np.isnan(full)
+    v = full[present] if col.null_count or kind == "float" else full
     exact = kind == "int" and len(v) > 0  # the exact bounds (float64 rounds above 2**53)
-    st.update(_moments(v, bounds=not exact) or _NO_VALUES)
+    st.update(_moments(v, present, bounds, minmax=not exact) or _NO_VALUES)
     if exact:
-        bounds = pc.min_max(col)
-        st["min"], st["max"] = bounds["min"].as_py(), bounds["max"].as_py()
+        limits = pc.min_max(col)
+        st["min"], st["max"] = limits["min"].as_py(), limits["max"].as_py()
     if is_label:
         st["values"] = label_counts(col)
     return len(col) - len(v)
@@ -238,7 +243,8 @@ def _text_stats(col: pa.ChunkedArray, st: ColumnStats, coded: pa.ChunkedArray | 
     return missing
 
 
-def table_stats(table: pa.Table, label: str, coded: pa.Table | None = None) -> Stats:
+def table_stats(table: pa.Table, label: str, coded: pa.Table | None = None,
+                bounds: np.ndarray | None = None) -> Stats:
     """Per-column statistics of one Arrow table (mergeable with :func:`merge_stats`).
 
     Parameters
@@ -250,6 +256,11 @@ def table_stats(table: pa.Table, label: str, coded: pa.Table | None = None) -> S
     coded
         The same rows as the parse cache keeps them (:func:`daskfeed.cache.compact`: text
         dictionary-encoded), when the caller has them: text is then counted by its codes.
+    bounds
+        Where each segment of the table starts (a block, or the table as a piece of one
+        block) and where the last one ends; None: the table is one segment. Moments are
+        summed by segment (:mod:`daskfeed.scanning._moments`): the same whatever else the
+        table holds.
 
     Returns
     -------
@@ -257,19 +268,21 @@ def table_stats(table: pa.Table, label: str, coded: pa.Table | None = None) -> S
         ``{column: its statistics}``.
     """
     rows = table.num_rows
+    cuts = np.array([0, rows], dtype=np.int64) if bounds is None else np.asarray(bounds, np.int64)
     out: Stats = {}
     for name in table.column_names:
         col = table.column(name)
         kind = arrow_kind(col)
         st: ColumnStats = {}
         if kind in NUMERIC_KINDS:
-            missing = _numeric_stats(col, kind, name == label, st)
+            missing = _numeric_stats(col, kind, name == label, st, cuts)
         elif kind == "string":
             missing = _text_stats(col, st, None if coded is None else coded.column(name))
         else:
             missing = col.null_count
-            if kind == "datetime":
-                st.update(_moments(epoch_seconds(pc.drop_null(col))))
+            if kind == "datetime" and missing < rows:
+                present = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+                st.update(_moments(epoch_seconds(pc.drop_null(col)), present, cuts))
         st["count"] = rows - missing
         out[name] = st
     return out
@@ -278,16 +291,20 @@ def table_stats(table: pa.Table, label: str, coded: pa.Table | None = None) -> S
 class StatsAccumulator:
     """Statistics of many small tables of one scan task, computed ``ENCODE_BYTES`` at a time.
 
-    Thousands of small files cost a few passes over concatenated columns, not thousands.
+    Thousands of small files cost a few passes over concatenated columns, not thousands. Each
+    table keeps its segments (its blocks; a piece of a block: one), so the moments are the
+    same however the tables are grouped (:mod:`daskfeed.scanning._moments`).
     """
 
     def __init__(self, label: str) -> None:
         self.label = label
-        self.tables: list[tuple[pa.Table, pa.Table | None]] = []  # (table, its coded form)
+        # (table, its coded form, its segments' bounds)
+        self.tables: list[tuple[pa.Table, pa.Table | None, np.ndarray]] = []
         self.size = 0
         self.stats: Stats = {}
 
-    def add(self, table: pa.Table, coded: pa.Table | None = None) -> None:
+    def add(self, table: pa.Table, coded: pa.Table | None = None,
+            bounds: np.ndarray | None = None) -> None:
         """Take one table; the tables held so far are summarized once they reach ``ENCODE_BYTES``.
 
         Parameters
@@ -296,8 +313,12 @@ class StatsAccumulator:
             One parsed table.
         coded
             The same table as the parse cache keeps it, if made (see :func:`table_stats`).
+        bounds
+            Its segments (see :func:`table_stats`); None: one.
         """
-        self.tables.append((table, coded))
+        cuts = np.array([0, table.num_rows], dtype=np.int64) if bounds is None else np.asarray(
+            bounds, dtype=np.int64)
+        self.tables.append((table, coded, cuts))
         self.size += table.nbytes
         if self.size >= ENCODE_BYTES:
             self.flush()
@@ -310,23 +331,26 @@ class StatsAccumulator:
         Stats
             The statistics of every table taken since the last flush.
         """
-        pairs, self.tables, self.size = self.tables, [], 0
-        if len(pairs) > 1:
+        held, self.tables, self.size = self.tables, [], 0
+        if len(held) > 1:
             try:
-                table = pa.concat_tables([t for t, _ in pairs], promote_options="permissive")
+                table = pa.concat_tables([t for t, _, _ in held], promote_options="permissive")
             except (pa.ArrowInvalid, pa.ArrowTypeError):  # text in one file, numbers in another
                 pass
             else:
-                codes = [c for _, c in pairs if c is not None]
+                codes = [c for _, c, _ in held if c is not None]
                 coded = None
-                if len(codes) == len(pairs):
+                if len(codes) == len(held):
                     try:
                         coded = pa.concat_tables(codes, promote_options="permissive")
                     except (pa.ArrowInvalid, pa.ArrowTypeError):
                         pass
-                pairs = [(table, coded)]
-        for t, c in pairs:
-            self.stats = merge_stats(self.stats, table_stats(t, self.label, c))
+                starts = np.cumsum([0] + [t.num_rows for t, _, _ in held])
+                cuts = np.concatenate([starts[k] + b[:-1] for k, (_, _, b) in enumerate(held)]
+                                      + [starts[-1:]])
+                held = [(table, coded, cuts)]
+        for t, c, b in held:
+            self.stats = merge_stats(self.stats, table_stats(t, self.label, c, b))
         return self.stats
 
 
@@ -369,22 +393,23 @@ def merge_facts(a: BlockFacts | None, b: BlockFacts) -> BlockFacts:
 
 
 def _merge_numeric(a: ColumnStats, b: ColumnStats) -> ColumnStats:
+    """Two numeric columns' moments: exact sums added, the mean and ``m2`` settled from them."""
     na, nb = a.get("count", 0), b.get("count", 0)
-    if "mean" not in a or na == 0:
-        return {**b, "values": _merge_counts(a.get("values"), b.get("values"))} if "mean" in b else {
-            **a, "count": na + nb}
     if "mean" not in b or nb == 0:
-        return {**a, "count": na + nb, "values": _merge_counts(a.get("values"), b.get("values"))}
-    n = na + nb
-    delta = b["mean"] - a["mean"]
-    return {
-        "count": n,
-        "mean": a["mean"] + delta * nb / n,
-        "m2": a["m2"] + b["m2"] + delta * delta * na * nb / n,
-        "min": min(a["min"], b["min"]),
-        "max": max(a["max"], b["max"]),
-        "values": _merge_counts(a.get("values"), b.get("values")),
-    }
+        out = {**a, "count": na + nb}
+    elif "mean" not in a or na == 0:
+        out = {**b, "count": na + nb}
+    else:
+        s1, s2 = add(a["s1"], b["s1"]), add(a["s2"], b["s2"])
+        mean, m2 = settle(na + nb, s1, s2)
+        out = {"count": na + nb, "mean": mean, "m2": m2, "s1": s1, "s2": s2,
+               "min": min(a["min"], b["min"]), "max": max(a["max"], b["max"])}
+    values = _merge_counts(a.get("values"), b.get("values"))
+    if values is not None:
+        out["values"] = values
+    else:
+        out.pop("values", None)
+    return out
 
 
 def _merge_counts(a: dict[str, int] | None, b: dict[str, int] | None) -> dict[str, int] | None:

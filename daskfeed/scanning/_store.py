@@ -36,8 +36,9 @@ from daskfeed.scanning._task import shared_facts
 
 # of what a record holds: bump it when the statistics change (old records are then scanned again);
 # 2: a column of dates that pyarrow left as text is read as dates, times without a zone counted;
-# 3: JSON, not pickle (nothing read back from a cache root is code)
-RECORD_VERSION = 3
+# 3: JSON, not pickle (nothing read back from a cache root is code); 4: moments as exact sums by
+# segment (:mod:`daskfeed.scanning._moments`): a part's new files merge into its record exactly
+RECORD_VERSION = 4
 RECORD_FORMAT = "daskfeed scan record"
 
 # a part's scan results: {"facts": [facts of each block], "stats": its merged statistics}

@@ -172,7 +172,7 @@ def _scan_shared(run: SharedParse, label: str, writer: Any, acc: StatsAccumulato
     if writer is not None:  # the cache's form, made once: the statistics count text by its codes
         coded = compact(run.table)
         writer.add_parts(list(zip(run.indices, np.diff(run.bounds).tolist(), strict=True)), coded)
-    acc.add(run.table, coded)
+    acc.add(run.table, coded, run.bounds)  # (each file's moments its own: a segment each)
     facts = parts_facts(run.table, run.bounds, label, run.counts, sampled)
     for f in facts:
         f["bad_lines"] = 0  # (a run is read only where a bad line is an error)
