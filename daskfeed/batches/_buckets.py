@@ -147,7 +147,7 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None) -> Buckets | None
     sizes = bucket_sizes(counts, offsets, k)
     parts = _part_ranges(cache, n, data.manifest.fingerprint)
     enc = data.encoding
-    key = BucketSet.key_of(root=cache.root if not cache.parts else None, buckets=k,
+    key = BucketSet.key_of(root=cache.root if not cache.entries else None, buckets=k,
                            label=enc.label, classes=list(enc.label_classes))
     files = BucketSet(cache.root, key, k, compression=cache.compression)
     client = data.client
@@ -226,11 +226,15 @@ def merge_plan(rows: list[int]) -> int:
 
 
 def _part_ranges(cache: BlockCache, blocks: int, fingerprint: str) -> dict[str, tuple[int, int]]:
-    """Each part's blocks, ``[lo, hi)`` (a part's blocks are consecutive); without parts, all."""
-    if not cache.parts:
+    """Each cache entry's blocks, ``[lo, hi)``; without entries, all of them.
+
+    An entry's blocks are consecutive; a part that grew has several entries, its new files'
+    dealt alone (:mod:`daskfeed.cache._lineage`).
+    """
+    if not cache.entries:
         return {f"whole:{fingerprint}": (0, blocks)}
     ends = [*cache.starts[1:], blocks]
-    return {p: (int(lo), int(hi)) for p, lo, hi in zip(cache.parts, cache.starts, ends, strict=True)}
+    return {p: (int(lo), int(hi)) for p, lo, hi in zip(cache.entries, cache.starts, ends, strict=True)}
 
 
 class Planner:

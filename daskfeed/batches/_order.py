@@ -37,9 +37,13 @@ from typing import Any
 
 import numpy as np
 
-ORDER_VERSION = 3  # 1: units were a run of every block; 2: buckets; 3: K a power of two, by block id
+# 1: units were a run of every block; 2: buckets; 3: K a power of two, by block id; 4: block ids
+# anchored at their part's first file (a part that grew keeps its blocks' ids)
+ORDER_VERSION = 4
 ORDER_FORMATS = {1: "units of a run of every block", 2: "whole buckets, rows in block order",
-                 3: "whole buckets, a power of two of them, rows in block-id order"}
+                 3: "whole buckets, a power of two of them, rows in block-id order",
+                 4: "whole buckets, a power of two of them, block ids anchored at a part's first "
+                    "file"}
 BUCKET_ROWS = 1 << 16  # rows of a bucket, about (a window holds whole buckets) ...
 BUCKET_BYTES = 8 << 20  # ... and at most about this many bytes of CSV (wide rows: fewer rows)
 MIN_BUCKETS = 64  # buckets of a data set at least, on small data ...

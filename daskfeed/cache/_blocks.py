@@ -5,10 +5,12 @@ after that reads Arrow instead of CSV. A block
 that is missing (the manifest came from an earlier run, a worker on another machine, a damaged
 or deleted cache file) is parsed again and written then.
 
-Layout: one directory per *part* of the source's files (:mod:`daskfeed.reading._parts`),
-``<root>/<part key>/``, shared by every data set that has the part; its blocks are numbered
-within it. ``g<first>-<tag>-<n>.arrow`` holds the blocks of one scan task (thousands of small
-files make a few Arrow files, not thousands), each block a range of its rows; the task's
+Layout: one directory, an *entry*, per *part* of the source's files
+(:mod:`daskfeed.reading._parts`), ``<root>/<part key>/``, shared by every data set that has the
+part (a part that grew at its end: the earlier part's entries and one for its new files,
+:mod:`daskfeed.cache._lineage`); blocks are numbered within their entry.
+``g<first>-<tag>-<n>.arrow`` holds the blocks of one scan task (thousands of small files make a
+few Arrow files, not thousands), each block a range of its rows; the task's
 ``g<first>-<tag>.json`` marker, written last (:mod:`daskfeed.cache._writer`), says where each
 block is, so a reader never sees half a task's blocks. The part key covers its files' paths,
 sizes, mtimes (and ETags) and the read options: changed data or options make another part. An
@@ -75,17 +77,22 @@ class BlockCache:
 
     ``root`` None: :func:`default_root` where the cache is used, i.e. on each worker (a remote
     worker's home, not the trainer's). Blocks are numbered as in ``Source.blocks``; they are kept
-    in one directory per :class:`~daskfeed.reading._parts.Part` of the source (``parts``: the
-    parts' keys, ``starts``: the first block of each), numbered within it, so a part whose files
-    are unchanged is reused by the next data set that has it (the data grew). Without parts the
-    root is one directory of blocks numbered as given.
+    in *entries*, directories of the root: one per :class:`~daskfeed.reading._parts.Part` of the
+    source, or several for a part that grew at its end (:mod:`daskfeed.cache._lineage`):
+    ``entries`` their keys, ``starts`` the first block of each, ``ids`` that block's id. Blocks
+    are numbered within their entry, so a part whose files are unchanged is reused by the next
+    data set that has it (the data grew). Without entries the root is one directory of blocks
+    numbered as given.
     """
 
     root: str | None
-    parts: tuple[str, ...] = ()
+    entries: tuple[str, ...] = ()
     starts: tuple[int, ...] = ()
+    ids: tuple[int, ...] = ()  # the id of each entry's first block (see place)
     compression: str | None = None  # of the files this cache writes (None: memory-mapped reads)
-    lease: str = ""  # the lease its opening took on its parts (:mod:`daskfeed.cache._evict`)
+    lease: str = ""  # the lease its opening took on its entries (:mod:`daskfeed.cache._evict`)
+    # the parts that grew at their end: (part number, the earlier part's key, files, blocks)
+    grown: tuple[tuple[int, str, int, int], ...] = ()
 
     @property
     def path(self) -> str:
@@ -96,8 +103,9 @@ class BlockCache:
         """Where block ``index`` is kept: ``(directory, number in it, block id)``.
 
         The block id seeds its stored order (:func:`~daskfeed.cache._scatter.block_order`): its
-        part's key and its number in the part, so the order is the same in every data set the
-        part belongs to.
+        part's anchor and its number in the part (:meth:`~daskfeed.cache._lineage`), so the
+        order is the same in every data set the part belongs to, and after files were appended
+        to the part.
 
         Parameters
         ----------
@@ -109,11 +117,11 @@ class BlockCache:
         tuple
             The part's directory, the block's number in it and its id.
         """
-        if not self.parts:
+        if not self.entries:
             return self.path, index, index
         p = bisect.bisect_right(self.starts, index) - 1
         local = index - self.starts[p]
-        return os.path.join(self.path, self.parts[p]), local, part_salt(self.parts[p]) + local
+        return os.path.join(self.path, self.entries[p]), local, self.ids[p] + local
 
     def block_id(self, index: int) -> int:
         """The id that seeds block ``index``'s stored order (see :meth:`place`)."""
@@ -128,13 +136,13 @@ class BlockCache:
             uint64.
         """
         index = np.arange(int(blocks), dtype=np.int64)
-        if not self.parts:
+        if not self.entries:
             return index.astype(np.uint64)
         starts = np.asarray(self.starts, dtype=np.int64)
         p = np.searchsorted(starts, index, side="right") - 1
-        salts = np.array([part_salt(k) % 2**64 for k in self.parts], dtype=np.uint64)
+        first = np.array([i % 2**64 for i in self.ids], dtype=np.uint64)
         with np.errstate(over="ignore"):
-            return salts[p] + (index - starts[p]).astype(np.uint64)
+            return first[p] + (index - starts[p]).astype(np.uint64)
 
     def lookup(self, index: int) -> list[tuple[str, int, int, int]] | None:
         """Where block ``index`` is: ``[(Arrow file path, first row, rows, rows per batch), ...]``.
@@ -285,11 +293,11 @@ class BlockCache:
         return PartWriters(self)
 
     def directories(self) -> list[str]:
-        """The directories the blocks are kept in (one per part; the root without parts)."""
-        return [os.path.join(self.path, key) for key in self.parts] if self.parts else [self.path]
+        """The directories the blocks are kept in (its entries; the root without entries)."""
+        return [os.path.join(self.path, key) for key in self.entries] if self.entries else [self.path]
 
     def release(self, client: Any = None) -> None:
-        """Give back the lease its opening took on its parts (on every worker; None: here).
+        """Give back the lease its opening took on its entries (on every worker; None: here).
 
         Parameters
         ----------
@@ -301,7 +309,7 @@ class BlockCache:
         beating = _HEARTBEATS.pop(self.lease, None)
         if beating is not None:
             beating[0].set()  # the heartbeat stops before the leases go
-        args = (self.root, self.parts, self.lease)
+        args = (self.root, self.entries, self.lease)
         if client is None:
             _release(*args)
         else:
@@ -363,7 +371,7 @@ def start_heartbeat(cache: BlockCache, client: Any = None) -> None:
         return
     stop, beat = threading.Event(), threading.Event()
     _HEARTBEATS[cache.lease] = (stop, beat)
-    args = (cache.root, cache.parts, cache.lease)
+    args = (cache.root, cache.entries, cache.lease)
 
     def run() -> None:
         while not stop.wait(_evict.RENEW_SECONDS):
@@ -386,24 +394,24 @@ def heartbeat(cache: BlockCache) -> threading.Event | None:
     return None if beating is None else beating[1]
 
 
-def _renew(root: str | None, parts: tuple[str, ...], tag: str) -> None:
-    """Renew the lease ``tag`` on ``parts`` under ``root`` (None: this process's default)."""
+def _renew(root: str | None, entries: tuple[str, ...], tag: str) -> None:
+    """Renew the lease ``tag`` on ``entries`` under ``root`` (None: this process's default)."""
     base = default_root() if root is None else root
     now = time.time()
-    for key in parts:
+    for key in entries:
         renew(os.path.join(base, key), tag, now)
 
 
-def _release(root: str | None, parts: tuple[str, ...], tag: str) -> None:
-    """Remove the lease ``tag`` from ``parts`` under ``root`` (None: this process's default)."""
+def _release(root: str | None, entries: tuple[str, ...], tag: str) -> None:
+    """Remove the lease ``tag`` from ``entries`` under ``root`` (None: this process's default)."""
     base = default_root() if root is None else root
-    for key in parts:
+    for key in entries:
         with contextlib.suppress(OSError):
             os.remove(os.path.join(base, key, lease_name(tag)))
 
 
 def part_salt(key: str) -> int:
-    """A part's share of its blocks' ids: its key's first 48 bits, above the block numbers."""
+    """A part's share of its blocks' ids: its anchor's first 48 bits, above the block numbers."""
     return int(key[:12], 16) << 32
 
 

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from daskfeed.cache._arrow import forget_entry
-from daskfeed.cache._blocks import BlockCache, default_root, start_heartbeat
+from daskfeed.cache._blocks import BlockCache, default_root, part_salt, start_heartbeat
 from daskfeed.cache._evict import REMOVING, evict, lease, root_lock, trainer_tag
+from daskfeed.cache._lineage import Layout, layouts, remember
 from daskfeed.cache._root import entry_meta, is_entry_name, own_dir, own_root
 from daskfeed.cache._writer import CACHE_VERSION
 from daskfeed.core import CacheError, config, write_file
@@ -74,17 +75,36 @@ def _identity(paths: list[str]) -> str:
     return hashlib.sha256(json.dumps(paths).encode()).hexdigest()[:16]
 
 
-PartEntry = tuple[str, str, int, dict[str, Any]]  # a part's (key, identity, input bytes, meta to record)
+PartEntry = tuple[str, str, int, dict[str, Any]]  # an entry's (key, identity, input bytes, meta to record)
 
 
-def _entries(source: Source) -> list[PartEntry]:
-    """What :func:`_prepare` needs of each part of ``source``."""
+def _entries(source: Source, found: list[Layout]) -> list[PartEntry]:
+    """What :func:`_prepare` needs of each entry of ``source``'s parts (laid out as ``found``)."""
     out = []
-    for part in source.parts():
-        files = source.files[part.files[0]:part.files[1]]
-        meta = {"data": _describe_data(files), "files": [file_key(f) for f in files]}
-        out.append((part.key, _identity([f.path for f in files]), part.nbytes, meta))
+    for part, layout in zip(source.parts(), found, strict=True):
+        lo = part.files[0]
+        for key, nfiles, _ in layout.entries:
+            files = source.files[lo:lo + nfiles]
+            lo += nfiles
+            meta = {"data": _describe_data(files), "files": [file_key(f) for f in files]}
+            out.append((key, _identity([f.path for f in files]), sum(f.size for f in files), meta))
     return out
+
+
+def _block_cache(base: str | None, source: Source, found: list[Layout], compression: str | None,
+                 tag: str) -> BlockCache:
+    """The cache of ``source``: its parts' entries, where each starts and its first block's id."""
+    keys, starts, ids = [], [], []
+    for part, layout in zip(source.parts(), found, strict=True):
+        at = part.blocks[0]
+        for key, _, nblocks in layout.entries:
+            keys.append(key)
+            starts.append(at)
+            ids.append(part_salt(part.anchor or part.key) + at - part.blocks[0])
+            at += nblocks
+    grown = tuple((n, *layout.grew_from) for n, layout in enumerate(found) if layout.grew_from)
+    return BlockCache(base, tuple(keys), tuple(starts), tuple(ids), compression, lease=tag,
+                      grown=grown)
 
 
 @dataclass(frozen=True)
@@ -190,7 +210,8 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     candidates = [None, "zstd"] if choice == "auto" else [None if choice == "none" else choice]
     # an explicit directory is taken as given; the default is resolved on each worker
     base = os.path.abspath(os.path.expanduser(os.fspath(root))) if root else None
-    parts = _entries(source)
+    found = layouts(source, base or default_root())
+    parts = _entries(source, found)
     tag = trainer_tag()
     args = (base, parts, tag, max_size, lock_timeout)
     try:
@@ -210,8 +231,8 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     state = (f"{reused:,} of {source.npartitions:,} blocks cached" if reused else
              f"~{need / 1e9:.2f} GB to write {fits[0] or 'uncompressed'}, {free / 1e9:.0f} GB free")
     state += _removed(results, max_size)
-    cache = BlockCache(base, tuple(p.key for p in source.parts()),
-                       tuple(p.blocks[0] for p in source.parts()), fits[0], lease=tag)
+    cache = _block_cache(base, source, found, fits[0], tag)
+    remember(source, base or default_root(), found)
     start_heartbeat(cache, client)
     return cache, f"cache: {where} ({state})"
 

@@ -27,8 +27,10 @@ from daskfeed.core import create_new, fsync, temporary_name, write_file
 # range of rows of a file of record batches of BATCH_ROWS rows (the last one shorter): a reader
 # of every block decodes a file's few batches, not one batch per block; 6: one directory per part
 # of the source's files, blocks numbered (and their stored order seeded) within it; 7: a text
-# column of dates that pyarrow left as text (zoned and naive times mixed, markers) stored as dates
-CACHE_VERSION = 7
+# column of dates that pyarrow left as text (zoned and naive times mixed, markers) stored as dates;
+# 8: a block's stored order seeded by its part's anchor (its first file), not by the part's key:
+# a part that grew keeps its blocks' orders, in its earlier entries (:mod:`daskfeed.cache._lineage`)
+CACHE_VERSION = 8
 FLUSH_BYTES = 16 << 20  # an Arrow file holds about this much data (memory: one per task)
 BATCH_ROWS = 8192  # rows per record batch (a compressed file decodes about this much per read)
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     )
     from daskfeed.reading._listing import Listing
     from daskfeed.reading._nulls import NA_MARKERS, count_by_part, na_counts, naive_times
-    from daskfeed.reading._parts import Part, file_key
+    from daskfeed.reading._parts import Part, file_key, options_salt, part_key
     from daskfeed.reading._records import line_number
     from daskfeed.reading._small_files import SharedParse, SmallFiles
     from daskfeed.reading._source import Source, first_header, read_options
@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 __all__ = ["ISO_DATE", "NA_MARKERS", "SPACES", "Block", "FileInfo", "Listing", "Part", "ReadOptions",
            "SharedParse", "SmallFiles", "Source", "SplitError", "compression_of", "count_by_part",
            "expand_paths", "file_key", "first_header", "is_parquet", "iso_seconds", "iter_tables",
-           "line_number", "na_counts", "naive_times", "open_file", "protocol", "read_options",
+           "line_number", "na_counts", "naive_times", "open_file", "options_salt", "part_key",
+           "protocol", "read_options",
            "record_range", "refuse_missing_local", "relist", "stat_file", "url_credentials",
            "with_credentials"]
 
@@ -44,7 +45,7 @@ __getattr__, __dir__ = attach(__name__, {
     "is_parquet": "_files", "protocol": "_files", "refuse_missing_local": "_files",
     "relist": "_files", "stat_file": "_files",
     "Listing": "_listing",
-    "Part": "_parts", "file_key": "_parts",
+    "Part": "_parts", "file_key": "_parts", "options_salt": "_parts", "part_key": "_parts",
     "NA_MARKERS": "_nulls", "count_by_part": "_nulls", "na_counts": "_nulls", "naive_times": "_nulls",
     "line_number": "_records",
     "SharedParse": "_small_files", "SmallFiles": "_small_files",

@@ -1,10 +1,15 @@
 """Parts: the files of a source in groups that stay the same when files are added or removed.
 
 A part is a run of consecutive files (in the source's order) with its blocks; it is what the
-scan keeps results for and what the parse cache keeps an entry for, each keyed by the part's
+scan keeps results for and what the parse cache keeps entries for, each keyed by the part's
 :attr:`Part.key`: a hash of its files' identities (path, size, mtime, ETag) and the read options.
 A file added, removed or rewritten changes the key of its own part only, so the data grown by a
-day of files is scanned and cached for that day (:mod:`daskfeed.scanning._scan`).
+day of files is scanned and cached for that day (:mod:`daskfeed.scanning._scan`). A part that
+grew at its end (files appended to its folder) is one whose first files are an earlier part's:
+its :attr:`Part.anchor` (its first file and the read options) is the same, and so are the ids of
+its blocks (the anchor and their number in the part), so what was kept of the earlier part
+stays valid for those blocks: only the new files are scanned and cached
+(:mod:`daskfeed.cache._lineage`).
 
 Where a part ends is decided by each file alone, never by a count from the start: a file of at
 least half a block, and each compressed or Parquet file, is a part of its own; otherwise a part
@@ -38,6 +43,10 @@ class Part:
     ----------
     key
         32 hex digits: its files' identities and the read options.
+    anchor
+        32 hex digits: its first file's identity and the read options (with the block's number
+        in the part, what a block's id is made of: the same in every part that starts with
+        the same file, i.e. after files were appended to it).
     files
         ``(lo, hi)``: the source's files ``lo`` to ``hi - 1``.
     blocks
@@ -50,6 +59,7 @@ class Part:
     files: tuple[int, int]
     blocks: tuple[int, int]
     nbytes: int
+    anchor: str = ""
 
     @property
     def nblocks(self) -> int:
@@ -74,6 +84,17 @@ def file_key(info: FileInfo) -> dict[str, Any]:
     if info.etag:  # local files: the same fingerprints as before ETags were kept
         key["etag"] = info.etag
     return key
+
+
+def part_key(salt: str, files: Sequence[FileInfo]) -> str:
+    """The key of a part of ``files`` read with the options ``salt`` (JSON): 32 hex digits."""
+    payload = json.dumps([salt, [file_key(f) for f in files]])
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def options_salt(options: dict[str, Any]) -> str:
+    """The read options as they enter a part's key (and its anchor)."""
+    return json.dumps(options, sort_keys=True)
 
 
 def _cut_after(info: FileInfo) -> bool:
@@ -108,7 +129,7 @@ def make_parts(files: Sequence[FileInfo], blocks: Sequence[Block], blocksize: in
     list of Part
         Every file in exactly one part, in order.
     """
-    salt = json.dumps(options, sort_keys=True)
+    salt = options_salt(options)
     first_block = [0] * (len(files) + 1)  # first block of each file (and the end)
     for b in reversed(range(len(blocks))):
         first_block[blocks[b].file_index] = b
@@ -121,10 +142,9 @@ def make_parts(files: Sequence[FileInfo], blocks: Sequence[Block], blocksize: in
     def close(hi: int) -> None:
         nonlocal lo, acc
         if hi > lo:
-            payload = json.dumps([salt, [file_key(f) for f in files[lo:hi]]])
-            key = hashlib.sha256(payload.encode()).hexdigest()[:32]
-            parts.append(Part(key, (lo, hi), (first_block[lo], first_block[hi]),
-                              sum(f.size for f in files[lo:hi])))
+            parts.append(Part(part_key(salt, files[lo:hi]), (lo, hi),
+                              (first_block[lo], first_block[hi]),
+                              sum(f.size for f in files[lo:hi]), part_key(salt, files[lo:lo + 1])))
         lo, acc = hi, 0
 
     for i, info in enumerate(files):

@@ -28,11 +28,14 @@ class Known:
         Where scans are kept.
     src, label, split
         The data set scanned now.
+    entries
+        The keys of its parse cache's entries (what ``daskfeed cache list`` says it serves).
     """
 
     def __init__(self, store: ScanStore | None, src: Source, label: str,
-                 split: dict[str, Any] | None) -> None:
+                 split: dict[str, Any] | None, entries: tuple[str, ...] = ()) -> None:
         self.store = store
+        self.entries = entries
         self.src = src
         self.label = label
         self.split = split
@@ -70,15 +73,24 @@ class Known:
         self.records.append(key)
         return None if self.store is None else self.store.load(key)
 
-    def keep(self, scanned: list[int], records: list[PartRecord]) -> None:
-        """Keep the records of the parts ``scanned`` now, once their files are seen unchanged.
+    def earlier(self, part: Part, scanned: list[int]) -> PartRecord | None:
+        """The kept record of an earlier ``part`` that one scanned now grew from (None: none)."""
+        if self.store is None:
+            return None
+        return self.store.load(self.store.record_key(
+            part, self.label, None if len(scanned) == part.nblocks else scanned))
+
+    def keep(self, scanned: list[int], records: list[PartRecord], read: list[Part]) -> None:
+        """Keep the records of the parts ``scanned`` now, once the files ``read`` are seen unchanged.
+
+        ``read``: what was read of each (a part that grew: its new files only).
 
         Raises
         ------
         DataError
             When a file of them changed (or went) while the scan read it.
         """
-        parts = self.scanned = [self.src.parts()[n] for n in scanned]
+        parts = self.scanned = read
         if not parts:
             return
         now = _seen([f for p in parts for f in self.src.files[p.files[0]:p.files[1]]], self.src)
@@ -120,7 +132,7 @@ class Known:
     def remember(self, manifest: Manifest) -> None:
         """Keep this scan: its files, the records it merged and its manifest."""
         if self.store is not None:
-            self.store.remember(self.key, self.src, self.records, manifest.plain())
+            self.store.remember(self.key, self.src, self.records, manifest.plain(), self.entries)
 
 
 def _seen(files: list[FileInfo], src: Source) -> dict[str, FileInfo]:

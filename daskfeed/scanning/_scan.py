@@ -173,7 +173,8 @@ def scan_source(src: Source, *, label: str, client: Client | None, vocabulary_si
     if parse_cache is not None and src.frame is None:
         store = ScanStore(parse_cache.root or default_root())
         store = store if store.check() else None
-    known = Known(store, src, label, split)
+    known = Known(store, src, label, split,
+                  parse_cache.entries if parse_cache is not None else ())
     manifest = known.unchanged(fingerprint, vocabulary_size)
     if manifest is None:
         t0 = time.perf_counter()
@@ -282,31 +283,81 @@ def _scan_parts(src: Source, label: str, client: Client, token: str,
     """Facts of every block and the merged statistics: each part's record, kept or scanned now.
 
     The parts whose record is not kept are scanned (:func:`_scan_files`) and their records
-    kept; then every part's statistics are merged in part order, as a scan of every file
-    merges them: a data set that grew gets the manifest a full scan gives. A text column's
-    top ``vocabulary_size`` that the kept counts do not decide is counted again
-    (:func:`~daskfeed.scanning._recount.recount`).
+    kept: a part that grew at its end (files appended to its folder,
+    :mod:`daskfeed.cache._lineage`) whose earlier part's record is kept has its new files
+    scanned alone, their facts and statistics joined to that record's. Then every part's
+    statistics are merged in part order, as a scan of every file merges them (the merge is
+    exact: :mod:`daskfeed.scanning._moments`): a data set that grew gets the manifest a full
+    scan gives. A text column's top ``vocabulary_size`` that the kept counts do not decide is
+    counted again (:func:`~daskfeed.scanning._recount.recount`).
     """
     wanted = set(only)
+    parts = src.parts()
     records: list[PartRecord | None] = []
     todo: list[int] = []
-    for n, part in enumerate(src.parts()):
-        record = known.record(part, [i - part.blocks[0] for i in range(*part.blocks) if i in wanted])
+    for n, part in enumerate(parts):
+        record = known.record(part, _subset(part, wanted))
         records.append(record)
         if record is None:
             todo.append(n)
         else:  # its blocks are read where they were scanned
             src.use_splits(record.get("splits", {}))
-    fresh = _scan_files(src, label, client, token, parse_cache, timeout,
-                        [src.parts()[n] for n in todo], wanted, progress)
+    reads, earlier = _what_to_read(src, todo, parse_cache, known, wanted)
+    fresh = _scan_files(src, label, client, token, parse_cache, timeout, reads, wanted, progress)
+    kept = []
     for n, record in zip(todo, fresh, strict=True):
-        records[n] = record
-    known.keep(todo, fresh)
+        records[n] = record = record if n not in earlier else _joined(earlier[n], record)
+        kept.append(record)
+    known.keep(todo, kept, reads)
     facts = [f for record in records if record is not None for f in record["facts"]]
     stats = merge_stats(*(r["stats"] for r in records if r is not None))
     known.recounted = recount(src, client, [r for r in records if r is not None], stats,
                               vocabulary_size, parse_cache)
     return facts, stats
+
+
+def _subset(part: Part, wanted: set[int]) -> list[int]:
+    """The blocks of ``part`` (numbered within it) that the scan wants (a split's subset)."""
+    return [i - part.blocks[0] for i in range(*part.blocks) if i in wanted]
+
+
+def _what_to_read(src: Source, todo: list[int], cache: BlockCache | None, known: Known,
+                  wanted: set[int]) -> tuple[list[Part], dict[int, PartRecord]]:
+    """What to read of each part in ``todo``, and the kept records of the parts some grew from.
+
+    A part that grew from an earlier part whose record is kept (for this label and split) is
+    read from its first new file on; any other part, whole.
+    """
+    grown = {n: (key, files, blocks)
+             for n, key, files, blocks in (cache.grown if cache is not None else ())}
+    reads, earlier = [], {}
+    for n in todo:
+        part = src.parts()[n]
+        if n in grown:
+            key, files, blocks = grown[n]
+            first = Part(key, (part.files[0], part.files[0] + files),
+                         (part.blocks[0], part.blocks[0] + blocks), 0, part.anchor)
+            record = known.earlier(first, _subset(first, wanted))
+            if record is not None:
+                earlier[n] = record
+                src.use_splits(record.get("splits", {}))
+                reads.append(Part(part.key, (first.files[1], part.files[1]),
+                                  (first.blocks[1], part.blocks[1]),
+                                  part.nbytes - sum(f.size for f in src.files[slice(*first.files)]),
+                                  part.anchor))
+                continue
+        reads.append(part)
+    return reads, earlier
+
+
+def _joined(first: PartRecord, rest: PartRecord) -> PartRecord:
+    """The record of a part that grew: its earlier part's record, then its new files'."""
+    record: PartRecord = {"facts": [*first["facts"], *rest["facts"]],
+                          "stats": merge_stats(first["stats"], rest["stats"])}
+    splits = {**first.get("splits", {}), **rest.get("splits", {})}
+    if splits:
+        record["splits"] = splits
+    return record
 
 
 def _scan_files(src: Source, label: str, client: Client, token: str,

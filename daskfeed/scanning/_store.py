@@ -143,11 +143,15 @@ class ScanStore:
             return None
 
     def remember(self, data_key: str, src: Source, records: list[str],
-                 manifest: dict[str, Any]) -> None:
-        """Keep this scan of ``data_key``: its files, the records it merged, its manifest (JSON)."""
+                 manifest: dict[str, Any], entries: tuple[str, ...] = ()) -> None:
+        """Keep this scan of ``data_key``: its files, the records it merged, its manifest (JSON).
+
+        ``entries``: the parse cache entries it read (default: one per part, as a part is kept
+        until it grows).
+        """
         body = {"files": {f.path: [f.size, f.mtime, f.etag] for f in src.files},
                 "records": records, "manifest": manifest, "given": src.given,
-                "parts": [p.key for p in src.parts()]}
+                "parts": list(entries) or [p.key for p in src.parts()]}
         try:
             self._make("sets")
             write_file(os.path.join(self.path, "sets", f"{data_key}.json"), json.dumps(body),
@@ -162,12 +166,12 @@ class ScanStore:
             own_dir(path)
 
     def served(self) -> dict[str, list[str]]:
-        """Which data sets each cache entry (a part's key) serves, as their last scans kept them.
+        """Which data sets each cache entry (its key) serves, as their last scans kept them.
 
         Returns
         -------
         dict
-            Part key -> the data sets it serves (their paths or globs and label).
+            Entry key -> the data sets it serves (their paths or globs and label).
         """
         out: dict[str, list[str]] = {}
         try:

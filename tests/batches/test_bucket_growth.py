@@ -93,6 +93,30 @@ def test_new_files_are_dealt_into_the_buckets_kept_and_the_order_is_a_fresh_buil
     assert buckets == fresh_buckets and epoch == fresh_epoch  # whatever the history
 
 
+def test_files_appended_to_a_folder_deal_their_rows_alone_and_keep_the_order_a_fresh_builds(
+        grown, client, tmp_path):
+    """A file added to the last day's folder extends that folder's part: its rows alone are
+    dealt, the part's earlier rows stay in the generation kept, and the order is a fresh build's."""
+    cache = tmp_path / "c"
+    with _sequence(grown, client, cache) as seq:
+        first = seq.stream.buckets.files
+        kept = first.parts_of()[0]
+        inode = os.stat(kept.bucket_path(0)).st_ino
+        entries = seq.cache.entries
+    _write(grown / "day3", 39_000, 600, 9)  # f39000.csv sorts after day3's f30000.csv
+    with _sequence(grown, client, cache) as seq:
+        assert seq.cache.entries[:-1] == entries and len(seq.cache.entries) == len(entries) + 1
+        files = seq.stream.buckets.files
+        assert files.generations[0] == first.generations[0] and len(files.generations) == 2
+        assert os.stat(kept.bucket_path(0)).st_ino == inode  # day 3's earlier rows not dealt again
+        assert "533 rows of 1 part(s) dealt into the 1 generation(s) kept" in seq.stream.order_line()
+        epoch, buckets = _epoch(seq), _buckets(seq)
+    uids = [u for batch in epoch for u in batch]
+    assert len(uids) == len(set(uids)) == 4 * _labelled(1_500) + _labelled(600)
+    fresh_epoch, fresh_buckets = _fresh(grown, client, tmp_path, "fresh")
+    assert buckets == fresh_buckets and epoch == fresh_epoch
+
+
 def test_small_days_are_merged_together_never_into_the_big_past(grown, client, tmp_path):
     cache = tmp_path / "c"
     with _sequence(grown, client, cache) as seq:

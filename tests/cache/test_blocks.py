@@ -139,7 +139,7 @@ def test_a_stale_entry_loses_its_name_before_its_files(tmp_path, write_csv, monk
     assert new_dir != old_dir and seen and all(not exists for _, exists in seen), seen
     assert not os.path.exists(old_dir) and late.failed  # its write found no entry to keep alive
     assert sorted(os.listdir(tmp_path / "c")) == sorted([os.path.basename(new_dir), "daskfeed-cache.json",
-                                                          "daskfeed-cache.lock"])
+                                                          "daskfeed-cache.lock", "scans"])
     assert [e.path for e in list_entries(tmp_path / "c")] == [new_dir]
 
 
@@ -307,7 +307,7 @@ def test_the_default_cache_directory_is_the_workers_not_the_trainers(tmp_path, w
                                    batch_size=10) as seq:
             assert len(np.concatenate([seq[i][1] for i in range(len(seq))])) == 30
             status = seq.cache_status
-    entry = workers_home / "daskfeed" / seq.cache.parts[0]
+    entry = workers_home / "daskfeed" / seq.cache.entries[0]
     assert str(workers_home / "daskfeed") in status
     assert glob.glob(str(entry / "g*.arrow")) and oct(os.stat(entry).st_mode & 0o777) == "0o700"
-    assert not os.path.exists(os.path.join(default_root(), seq.cache.parts[0]))  # not the trainer's
+    assert not os.path.exists(os.path.join(default_root(), seq.cache.entries[0]))  # not the trainer's

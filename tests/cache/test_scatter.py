@@ -61,15 +61,15 @@ def test_an_entry_of_the_older_format_is_removed_and_rebuilt_with_one_line(tmp_p
     (tmp_path / "d" / "a.csv").write_text("x,cleared\n1,0\n2,1\n")
     src = Source(str(tmp_path / "d" / "*.csv"))
     cache, line = open_cache(src, tmp_path / "c")
-    meta = json.loads((tmp_path / "c" / cache.parts[0] / "meta.json").read_text())
+    meta = json.loads((tmp_path / "c" / cache.entries[0] / "meta.json").read_text())
     meta["version"] = 3  # as daskfeed wrote it before the stored order
-    (tmp_path / "c" / cache.parts[0] / "meta.json").write_text(json.dumps(meta))
-    (tmp_path / "c" / cache.parts[0] / "g000000-old.json").write_text(
+    (tmp_path / "c" / cache.entries[0] / "meta.json").write_text(json.dumps(meta))
+    (tmp_path / "c" / cache.entries[0] / "g000000-old.json").write_text(
         json.dumps({"version": 3, "parts": {"0": [["g000000-old-000.arrow", 0, 1]]}}))
     again, line = open_cache(src, tmp_path / "c")
     assert line.endswith(f"; an entry in cache format 3 was removed and is rebuilt in format "
                          f"{CACHE_VERSION})"), line
     assert again.cached_blocks() == 0
-    assert json.loads((tmp_path / "c" / cache.parts[0] / "meta.json").read_text())["version"] == CACHE_VERSION
+    assert json.loads((tmp_path / "c" / cache.entries[0] / "meta.json").read_text())["version"] == CACHE_VERSION
     _, line = open_cache(src, tmp_path / "c")
     assert "format 3" not in line

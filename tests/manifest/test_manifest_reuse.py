@@ -113,7 +113,7 @@ def test_cache_list_and_clear_show_and_remove_entries(demo_data, tmp_path, clien
     root = tmp_path / "cache"
     with daskfeed.DaskSequence(demo_data.train_glob, label="cleared", client=client,
                                cache=root) as seq:
-        parts = len(seq.cache.parts)
+        parts = len(seq.cache.entries)
     # closing cancels the sequence's prefetched windows; one already running on a worker still
     # finishes (a cancelled task's thread runs to its end) and may fill the cache again: clear
     # once no worker is executing anything

@@ -209,3 +209,50 @@ def test_a_split_scanned_again_after_growth_is_the_full_scans_split(tmp_path, cl
         _same(grown, scan(str(tmp_path / f"fresh-{subset}"), subset))
         assert grown.scan_line.startswith("scan: 6 new files ("), grown.scan_line
         assert ", 0 changed, 0 gone; " in grown.scan_line, grown.scan_line
+
+
+def test_files_appended_to_one_folder_are_the_only_files_parsed(tmp_path, client):
+    """A day's files added to one flat folder extend its last part: each round parses exactly the
+    new files (counted by the scan's own progress: bytes and rows read), keeps the part's earlier
+    cache entries, and gives the manifest a scan of every file gives."""
+    root, kept = str(tmp_path / "data"), str(tmp_path / "kept")
+    days = iter(range(1000))
+
+    def add(n: int) -> list[str]:
+        paths = []
+        for _ in range(n):
+            d = next(days)
+            paths.append(os.path.join(root, f"2013-{d:04d}.csv"))
+            _write(paths[-1], 40 + 13 * (d % 7), d, decimal_in_n=d == 13)
+        return paths
+
+    def scan(cache_root: str):
+        seen = []
+        src = Source(os.path.join(root, "*.csv"), blocksize=1 << 20)
+        cache, _ = open_cache(src, cache_root, client=client)
+        manifest = scan_source(src, label="y", client=client, vocabulary_size=3, timeout=120,
+                               parse_cache=cache, progress=lambda *a: seen.append(a))
+        cache.release(client)
+        return manifest, src, cache, seen[-1] if seen else (0, 0, 0, 0.0, True)
+
+    add(12)
+    first, src, cache, _ = scan(kept)
+    assert len(src.parts()) == 1 and len(cache.entries) == 1  # one folder, under a block: one part
+    entries = list(cache.entries)
+    for r, n in enumerate([3, 1, 5, 2]):
+        new = add(n)
+        grown, src, cache, (rows, done, total, _, finished) = scan(kept)
+        assert len(src.parts()) == 1, "the new files extended the folder's part"
+        assert list(cache.entries[:-1]) == entries and len(cache.entries) == len(entries) + 1
+        entries = list(cache.entries)
+        assert finished and done == total == sum(os.path.getsize(p) for p in new), (done, total)
+        assert rows == sum(_lines(p) - 1 for p in new)
+        assert grown.scan_line.startswith(f"scan: {n} new file{'s' if n > 1 else ''} (")
+        reused = f", 0 changed, 0 gone; {12 + sum([3, 1, 5, 2][:r])} unchanged reused"
+        assert reused in grown.scan_line and "scanned again" not in grown.scan_line
+        if r == 0:  # a decimal in an appended file: named as in a new part
+            assert ("column 'n' is numeric float64 now (numeric int64 before), first in "
+                    f"{new[1]}") in grown.scan_line, grown.scan_line
+        full, _, fresh, _ = scan(str(tmp_path / f"fresh{r}"))
+        assert len(fresh.entries) == 1
+        _same(grown, full)
