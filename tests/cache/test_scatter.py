@@ -70,6 +70,7 @@ def test_an_entry_of_the_older_format_is_removed_and_rebuilt_with_one_line(tmp_p
     assert line.endswith(f"; an entry in cache format 3 was removed and is rebuilt in format "
                          f"{CACHE_VERSION})"), line
     assert again.cached_blocks() == 0
-    assert json.loads((tmp_path / "c" / cache.entries[0] / "meta.json").read_text())["version"] == CACHE_VERSION
+    meta = json.loads((tmp_path / "c" / cache.entries[0] / "meta.json").read_text())
+    assert meta["version"] == CACHE_VERSION
     _, line = open_cache(src, tmp_path / "c")
     assert "format 3" not in line
