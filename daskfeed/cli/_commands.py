@@ -355,7 +355,7 @@ def cache_list(root: str | None) -> None:
         click.echo(f"    serves: {'; '.join(served[key]) if key in served else 'no data set scanned since'}")
     total = sum(e.size for e in entries)
     click.echo(f"{len(entries)} entr{'ies' if len(entries) > 1 else 'y'} (one per part of a data "
-               f"set's files), {format_bytes(total)} in {where}")
+               f"set's files, more for a part that grew), {format_bytes(total)} in {where}")
     gone = gone_entries(root)
     if gone:
         click.echo(f"{len(gone)} of them hold files that changed or went since "

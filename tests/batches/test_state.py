@@ -173,12 +173,16 @@ def test_a_checkpoint_of_the_order_before_buckets_is_refused_by_its_format():
         stored.check(ORDERED, WHERE)
     assert str(err.value).startswith(
         f"{WHERE} was made in the global order of another daskfeed (order "
-        "format 1: units of a run of every block); this one reads format 3 (whole buckets, a "
-        "power of two of them, rows in block-id order)")
+        "format 1: units of a run of every block); this one reads format 4 (whole buckets, a "
+        "power of two of them, block ids anchored at a part's first file)")
     two = replace(stored, order=2)  # the buckets before growth kept them: another K, order
     with pytest.raises(CheckpointError, match=r"order format 2: whole buckets, rows in block "
-                                              r"order\); this one reads format 3"):
+                                              r"order\); this one reads format 4"):
         two.check(ORDERED, WHERE)
+    three = replace(stored, order=3)  # block ids by the part's key: a part that grew moved them
+    with pytest.raises(CheckpointError, match=r"order format 3: whole buckets, a power of two of "
+                                              r"them, rows in block-id order\); this one reads"):
+        three.check(ORDERED, WHERE)
     assert "Hint: train from scratch without --resume" in str(err.value)
 
 

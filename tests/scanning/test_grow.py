@@ -236,7 +236,7 @@ def test_files_appended_to_one_folder_are_the_only_files_parsed(tmp_path, client
         return manifest, src, cache, seen[-1] if seen else (0, 0, 0, 0.0, True)
 
     add(12)
-    first, src, cache, _ = scan(kept)
+    _, src, cache, _ = scan(kept)
     assert len(src.parts()) == 1 and len(cache.entries) == 1  # one folder, under a block: one part
     entries = list(cache.entries)
     for r, n in enumerate([3, 1, 5, 2]):
