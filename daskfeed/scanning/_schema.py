@@ -3,7 +3,8 @@
 A block's kind comes from its Arrow table; kinds merge across blocks (an
 integer column with blanks in late files becomes a float column with missing values), null
 markers give way to the other blocks' kind, and real drift (numbers in one block, text in
-another) is an error naming both blocks.
+another) is an error naming both blocks; numbers that a few stray tokens (``?``) made text in
+some blocks are refused naming the tokens and their lines.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import pyarrow.compute as pc
 
 from daskfeed.core import SchemaError
 from daskfeed.manifest import Column
-from daskfeed.reading import NA_MARKERS, Source
-from daskfeed.scanning._refusals import refuse_numbers_as_text, where
+from daskfeed.reading import NA_MARKERS, Source, Spot
+from daskfeed.scanning._refusals import refuse_numbers_as_text, refuse_strays_among, text_of, where
 
 NUMERIC_KINDS = {"int", "float"}
 _MARKERS = frozenset(NA_MARKERS)
@@ -237,25 +238,50 @@ def _finite(x: float | int | None) -> float | None:
     return float(x) if x is not None and math.isfinite(float(x)) else None
 
 
-def _drift(src: Source, name: str, real: dict[str, int], facts: list[BlockFacts]) -> SchemaError:
-    """The error for column ``name`` holding numbers in one block and text (or dates) in another."""
+def _drift(src: Source, name: str, real: dict[str, int], facts: list[BlockFacts],
+           st: ColumnStats) -> SchemaError:
+    """The error for column ``name`` holding numbers in one block and text (or dates) in another.
+
+    Numbers (or dates) that a few stray tokens made text in some blocks are refused as such
+    (:func:`~daskfeed.scanning._refusals.refuse_strays_among`, which names each token's line);
+    otherwise the text named is values that are not numbers (dates), where it found them.
+    """
+    text = [i for i, f in enumerate(facts)  # the blocks that read it as text
+            if f["rows"] and f.get("kinds", {}).get(name) in ("string", "mixed")] or \
+        sorted(real[kd] for kd in ("string", "mixed") if kd in real)
+    values: dict[str, int] = st.get("values") or {}
+    base = real.keys() - {"string", "mixed"}  # what the other blocks read it as (none: only mixed)
+    what = ("numbers" if base and base <= NUMERIC_KINDS else "ISO 8601 dates" if base == {"datetime"}
+            else None if base else text_of(values))
+    spots: list[Spot] = []
+    if what is not None and text and name not in dict(src.options.dtype):
+        present = sum(f["rows"] - f.get("missing", {}).get(name, 0) for f in facts
+                      if f["rows"] and f.get("kinds", {}).get(name) in base | {"string", "mixed"})
+        spots = refuse_strays_among(src, name, what, present, values, text)
     if "mixed" in real:
         i = real["mixed"]
-        samples = facts[i].get("samples", {}).get(name, [])
-        detail = f"numbers mixed with text such as {samples} in {where(src, i)}"
+        detail = f"numbers mixed with text such as {_text(spots, facts[i], name)} in {where(src, i)}"
     else:
         nums = [v for kd, v in real.items() if kd in NUMERIC_KINDS]
         txt_kind = "string" if "string" in real else "datetime"
         txt_i = real[txt_kind]
-        samples = facts[txt_i].get("samples", {}).get(name, [])
+        shown = _text(spots, facts[txt_i], name) if txt_kind == "string" else \
+            facts[txt_i].get("samples", {}).get(name, [])
         detail = (f"numbers in {where(src, min(nums))} but {txt_kind} values "
-                  f"{samples} in {where(src, txt_i)}") if nums else (
+                  f"{shown} in {where(src, txt_i)}") if nums else (
             f"dates in {where(src, real['datetime'])} but text in {where(src, real['string'])}")
     return SchemaError(
         f"Column {name!r} changes type within the data set: {detail}.\n"
-        f"Expected one type in every block. Hint: pass dtype={{{name!r}: 'string'}} to "
-        f"treat it as a category, or exclude it."
+        f"Expected one type in every block. Hint: pass --dtype {name}=string "
+        f"(dtype={{{name!r}: 'string'}}) to treat it as a category, or exclude it."
     )
+
+
+def _text(spots: list[Spot], facts: BlockFacts, name: str) -> str:
+    """The text of a column that changes type, as named: found again (with places), else sampled."""
+    if spots:
+        return f"{', '.join(repr(s.value) for s in spots[:3])} (the first on {spots[0].describe()})"
+    return str(facts.get("samples", {}).get(name, []))
 
 
 def resolve_column(src: Source, name: str, kinds: dict[str, int], missing: int,
@@ -299,7 +325,7 @@ def resolve_column(src: Source, name: str, kinds: dict[str, int], missing: int,
         return Column(name, "empty", "null", missing=missing)
     if "mixed" in real or (real.keys() & NUMERIC_KINDS and real.keys() & {"string", "datetime"}) or (
             "string" in real and "datetime" in real):
-        raise _drift(src, name, real, facts)
+        raise _drift(src, name, real, facts, st)
     if real.keys() <= NUMERIC_KINDS or real.keys() == {"datetime"}:
         numeric = real.keys() <= NUMERIC_KINDS
         dtype = ("int64" if real.keys() == {"int"} and missing == 0 else "float64") if numeric \

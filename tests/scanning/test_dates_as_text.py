@@ -45,8 +45,10 @@ def test_a_stray_token_in_a_column_of_dates_is_refused_then_read_as_missing(tmp_
     data = str(tmp_path / "s.csv")
     with pytest.raises(SchemaError) as err:
         daskfeed.scan(data, label="y", client=client)
-    assert str(err.value).startswith("Expected dates in column 'when'. Received: 599 ISO 8601 dates "
-                                     "and 1 other value(s) 'unknown' (1) in block 0")
+    assert str(err.value).startswith(
+        "Expected dates in column 'when'. Received: 599 ISO 8601 dates and 1 other value(s) "
+        "'unknown' (1), which would make the whole column text categories: 'unknown' on line 302 "
+        f"of {data} (column 'when', field 1).\n")
     assert "--na-values unknown (na_values=['unknown'])" in str(err.value)
     m = daskfeed.scan(data, label="y", na_values=["unknown"], client=client)
     assert m.columns["when"].kind == "datetime" and m.columns["when"].missing_markers == {"unknown": 1}

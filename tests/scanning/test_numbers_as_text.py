@@ -7,14 +7,18 @@ reads them, and ``decimal=","`` reads such numbers in the scan, the feed and ``p
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import daskfeed
 from daskfeed import SchemaError, SettingError
@@ -79,8 +83,10 @@ def test_a_stray_token_in_a_column_of_numbers_is_refused_then_read_as_missing(tm
     data = str(tmp_path / "stray.csv")
     with pytest.raises(SchemaError) as err:
         daskfeed.scan(data, label="y", client=client)
-    assert str(err.value).startswith("Expected numbers in column 'x'. Received: 2,999 numbers and "
-                                     "1 other value(s) '?' (1) in block 0")
+    assert str(err.value).startswith(
+        "Expected numbers in column 'x'. Received: 2,999 numbers and 1 other value(s) '?' (1), "
+        f"which would make the whole column text categories: '?' on line 1,502 of {data} "
+        "(column 'x', field 1).\n")
     assert "--na-values ? (na_values=['?'])" in str(err.value)
     m = daskfeed.scan(data, label="y", na_values=["?"], client=client)
     assert m.columns["x"].kind == "numeric" and m.columns["x"].missing_markers == {"?": 1}
@@ -136,3 +142,102 @@ def test_us_thousands_separators_are_not_taken_for_a_decimal_comma(tmp_path, cli
         daskfeed.scan(str(tmp_path / "t.csv"), label="y", sep=";", client=client)
     assert str(err.value).startswith("Expected numbers without thousands separators in column 'a'")
     assert "--decimal , instead" in str(err.value)
+
+
+# -- stray tokens in any block -------------------------------------------------------------------
+_TOKENS = ["?", "-", "missing"]  # none a number nor a null marker
+
+
+@st.composite
+def _files_with_strays(draw):
+    """Files of one header (numbers in ``a`` and ``b``, a 0/1 label, maybe quoted text over lines),
+    stray tokens put in column ``a`` or ``b`` of random rows of random files.
+
+    Returns the files (name -> rows of text), the header, the column, and the strays: ``(file,
+    row, token)`` in data order.
+    """
+    names = draw(st.permutations(["a", "b", "y", *(["t"] if draw(st.booleans()) else [])]))
+    column = draw(st.sampled_from(["a", "b"]))
+    files = {}
+    for f in range(draw(st.integers(1, 3))):
+        rows = []
+        for i in range(draw(st.integers(300, 700))):
+            field = {"a": str(draw(st.integers(-50, 50))) if i % 7 else f"{i * 0.25:.2f}",
+                     "b": f"{(i * 37 + f) % 1000 / 8:.3f}", "y": str(i % 2),
+                     "t": '"line\nbreak"' if i % 50 == 3 else f"w{i % 5}"}
+            rows.append([field[n] for n in names])
+        files[f"f{f}.csv"] = rows
+    where = draw(st.lists(st.tuples(st.sampled_from(sorted(files)), st.integers(0, 10**6)),
+                          min_size=1, max_size=3))
+    rows_at = {(name, at % len(files[name])) for name, at in where}  # (any block of the file)
+    strays = sorted((name, row, draw(st.sampled_from(_TOKENS))) for name, row in rows_at)
+    for name, row, token in strays:
+        files[name][row][names.index(column)] = token
+    return files, names, column, strays
+
+
+def _line_of(rows, names, row):
+    """The line (as an editor counts it: the header is 1) row ``row`` of a file starts on."""
+    return 2 + sum(1 + r[names.index("t")].count("\n") if "t" in names else 1 for r in rows[:row])
+
+
+# the same examples on every run; each scans real files on the session's cluster
+@pytest.mark.filterwarnings("ignore:.*compressed file")
+@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                 HealthCheck.data_too_large])
+@given(data=_files_with_strays(), blocksize=st.sampled_from([1500, 4000, None]), gz=st.booleans())
+def test_stray_tokens_in_any_block_are_named_with_file_line_and_column(client, data, blocksize, gz):
+    """Wherever stray tokens are (the first block or a later one, of one file or another, with
+    text over several lines beside them, compressed or not), the refusal names each token, the
+    file, line and column of its first place, and the ``--na-values`` that reads them."""
+    files, names, column, strays = data
+    d = tempfile.mkdtemp(prefix="daskfeed-strays-")
+    try:
+        paths = {}
+        for name, rows in files.items():
+            text = ",".join(names) + "\n" + "".join(",".join(r) + "\n" for r in rows)
+            paths[name] = os.path.join(d, name + (".gz" if gz else ""))
+            with open(paths[name], "wb") as f:
+                f.write(gzip.compress(text.encode()) if gz else text.encode())
+        with pytest.raises(SchemaError) as err:
+            daskfeed.scan(os.path.join(d, "*.csv*"), label="y", blocksize=blocksize, client=client)
+        text = str(err.value)
+        assert "Traceback" not in text
+        counts = {t: sum(1 for *_, tok in strays if tok == t) for _, _, t in strays}
+        tokens = sorted(counts, key=lambda t: (-counts[t], t))
+        assert text.startswith(f"Expected numbers in column {column!r}. Received: "), text
+        assert ", ".join(f"{t!r} ({counts[t]:,})" for t in tokens) in text, text
+        assert f"Hint: if they mean 'missing', list them: --na-values {','.join(tokens)} " in text, text
+        field = names.index(column) + 1
+        first = {}
+        for name, row, token in strays:  # (in data order: files by name, rows in order)
+            first.setdefault(token, (name, row))
+        for token, (name, row) in first.items():
+            place = (f"{token!r} {'first ' if counts[token] > 1 else ''}on line "
+                     f"{_line_of(files[name], names, row):,} of {paths[name]} (column {column!r}, "
+                     f"field {field})")
+            if token == strays[0][2]:  # the first token of all is always named where it is
+                assert place in text, text
+            else:  # a later one too, unless it is past the blocks read again
+                assert place in text or f"{token!r} in a later block" in text, text
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_the_cli_names_a_stray_token_in_a_later_block_without_a_traceback(tmp_path):
+    rows = [f"{(i * 37) % 200 - 100}.5,{i % 7},{i % 2}" for i in range(20_000)]
+    rows[18_000] = "?,1,0"  # far down: a later block of 64 KiB
+    (tmp_path / "flights.csv").write_text("delay,z,y\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    exe = shutil.which("daskfeed", path=os.path.dirname(sys.executable)) or "daskfeed"
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    out = subprocess.run([exe, "scan", str(tmp_path / "flights.csv"), "--label", "y", "--blocksize",
+                          "64KiB", "--memory-limit", "2GB", "--nworkers", "1"],
+                         capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr + out.stdout
+    assert "changes type" not in out.stderr
+    assert (f"Error: Expected numbers in column 'delay'. Received: 19,999 numbers and 1 other value(s) "
+            f"'?' (1), which would make the whole column text categories: '?' on line 18,002 of "
+            f"{tmp_path / 'flights.csv'} (column 'delay', field 1).\nHint: if they mean 'missing', "
+            "list them: --na-values ? (na_values=['?'])") in out.stderr

@@ -271,7 +271,7 @@ def test_numbers_in_one_block_and_text_in_another_is_refused_naming_both(src):
     assert str(err.value) == (
         f"Column 'x' changes type within the data set: numbers in {blk(src, 1)} but string values "
         f"['gold', 'silver'] in {blk(src, 2)}.\nExpected one type in every block. Hint: pass "
-        "dtype={'x': 'string'} to treat it as a category, or exclude it.")
+        "--dtype x=string (dtype={'x': 'string'}) to treat it as a category, or exclude it.")
 
 
 @pytest.mark.parametrize(("kinds", "detail"), [
