@@ -25,6 +25,18 @@ with open(_fn, encoding="utf-8") as _f:
 dask.config.update_defaults(_defaults)
 
 
+def _read(key: str) -> Any:
+    """The ``daskfeed.<key>`` config value; the shipped default when dask.config holds none.
+
+    The defaults are registered when this module is first imported (lazily: ``import daskfeed``
+    loads no dask). A ``with dask.config.set({"daskfeed.cache-dir": ...})`` entered before that
+    makes a ``daskfeed`` section of its key alone, and leaving it removes the whole section, the
+    defaults registered meanwhile with it; a nested ``dask.config.set({"daskfeed": {...}})``
+    replaces the section. Any key such a section lacks reads as shipped, whenever it is read.
+    """
+    return dask.config.get(f"daskfeed.{key}", default=shipped(key))
+
+
 def get(key: str, value: Any = None) -> Any:
     """Return ``value`` if given, else the ``daskfeed.<key>`` config value.
 
@@ -42,7 +54,7 @@ def get(key: str, value: Any = None) -> Any:
     """
     if value is not None:
         return value
-    return dask.config.get(f"daskfeed.{key}")
+    return _read(key)
 
 
 def get_renamed(key: str, old: str, value: Any = None) -> Any:
@@ -69,7 +81,7 @@ def get_renamed(key: str, old: str, value: Any = None) -> Any:
                       f"go.\nHint: set daskfeed.{key} (DASK_DASKFEED__{key.upper().replace('-', '_')}).",
                       FutureWarning, stacklevel=3)
         return was
-    return dask.config.get(f"daskfeed.{key}")
+    return _read(key)
 
 
 def get_bytes(key: str, value: int | str | None = None) -> int:
@@ -181,7 +193,7 @@ def configured(key: str) -> bool:
     bool
         True when the configured value differs from the shipped one.
     """
-    value, default = dask.config.get(f"daskfeed.{key}"), shipped(key)
+    value, default = _read(key), shipped(key)
     if isinstance(default, str) and key in _SIZES:
         from dask.utils import parse_bytes
 
