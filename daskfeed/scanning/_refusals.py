@@ -54,7 +54,7 @@ STRAY_READS = 3  # blocks read again, at most, to name the lines of stray tokens
 
 
 def refuse_numbers_as_text(src: Source, name: str, values: dict[str, int], block: int,
-                           approximate: bool = False) -> None:
+                           approximate: bool = False, count: int = 0) -> None:
     """Refuse a text column that is really numbers or dates: a decimal comma, or a few stray tokens.
 
     Either would silently become a category of thousands of values (a numeric label: a
@@ -77,8 +77,13 @@ def refuse_numbers_as_text(src: Source, name: str, values: dict[str, int], block
         The first block that read it as text (named in the message; stray tokens are looked
         for in it and the blocks after it, :data:`STRAY_READS` at most, to name their lines).
     approximate
-        ``values`` holds only the most frequent values: rare stray tokens may be missing from
-        it, so only the decimal comma is judged.
+        ``values`` holds only the most frequent values: a rare stray token may be missing from
+        it. When those values are numbers (dates) but for a few stray tokens, the first text
+        block is read again for the others (:data:`STRAY_TOKENS` distinct ones at most: stray
+        tokens too).
+    count
+        The column's values in all (its numbers are told from it when ``values`` is
+        approximate).
 
     Raises
     ------
@@ -111,19 +116,24 @@ def refuse_numbers_as_text(src: Source, name: str, values: dict[str, int], block
             f"{rows:,} values) in {where(src, block)}, which would be read as text categories."
             f"\nHint: pass --decimal , (decimal=','); such files often separate fields with "
             f"';' (--sep ';'). To keep the column as text: {keep}.")
-    if approximate:
-        return
     if numbers:
         what, found = "numbers", numbers
     else:
         what = "ISO 8601 dates"
         found = {v: n for v, n in values.items() if _ISO_DATE.match(v.strip(SPACES))}
         other = {v: n for v, n in values.items() if v not in found and v.strip() not in _MARKERS}
-    if len(found) < 3 or not other or len(other) > STRAY_TOKENS or \
-            sum(other.values()) > max(1, STRAY_SHARE * rows):
+    if len(found) < 3 or len(other) > STRAY_TOKENS or sum(other.values()) > max(1, STRAY_SHARE * rows):
         return
-    spots = _places(src, name, range(block, min(block + STRAY_READS, src.npartitions)), other)
-    raise _strays(src, name, what, sum(found.values()), other, spots, block)
+    counted: dict[str, int | None] = dict(other)
+    if approximate:  # a rare token may not be counted: the first text block holds one, if any
+        counted.update({v: None for v in _strays_in(src, block, name, what, STRAY_TOKENS + 1)
+                        if v not in counted})
+    if not counted or len(counted) > STRAY_TOKENS:
+        return
+    spots = _places(src, name, range(block, min(block + STRAY_READS, src.npartitions)), counted)
+    markers = sum(n for v, n in values.items() if v.strip() in _MARKERS)
+    n = count - sum(other.values()) - markers if approximate else sum(found.values())
+    raise _strays(src, name, what, n, counted, spots, block)
 
 
 def refuse_strays_among(src: Source, name: str, what: str, present: int, values: dict[str, int],
@@ -261,10 +271,11 @@ def _strays(src: Source, name: str, what: str, found: int, other: Mapping[str, i
     not found again is in a later block; with none found, the first text block is named.
     """
     tokens = sorted(other, key=lambda v: (-(other[v] or 0), v))
-    if all(other[v] is not None for v in tokens):
+    exact = all(other[v] is not None for v in tokens)
+    if exact:
         counted = (f"{sum(n or 0 for n in other.values()):,} other value(s) "
                    + ", ".join(f"{v!r} ({other[v]:,})" for v in tokens))
-    else:
+    else:  # (a token not counted is counted among the numbers: 'about')
         counted = "other values, among them " + ", ".join(repr(v) for v in tokens)
     at = {s.value for s in spots}
     places = "; ".join([f"{s.value!r} {'first ' if other[s.value] != 1 else ''}on {s.describe()}"
@@ -272,7 +283,8 @@ def _strays(src: Source, name: str, what: str, found: int, other: Mapping[str, i
     if not spots:
         places = f"first in {where(src, block)}"
     return SchemaError(
-        f"Expected {what.rpartition(' ')[2]} in column {name!r}. Received: {found:,} {what} "
+        f"Expected {what.rpartition(' ')[2]} in column {name!r}. Received: "
+        f"{'' if exact else 'about '}{found:,} {what} "
         f"and {counted}, which would make the whole column text categories: {places}.\n"
         f"Hint: if they mean 'missing', list them: --na-values {','.join(tokens)} "
         f"(na_values={tokens!r}); to keep the column as text: {_keep(name)}.")

@@ -338,7 +338,7 @@ def resolve_column(src: Source, name: str, kinds: dict[str, int], missing: int,
     values: dict[str, int] = st.get("values", {})
     if name not in dict(src.options.dtype):  # a column forced to text is text
         refuse_numbers_as_text(src, name, values, real.get("string", 0),
-                               approximate=bool(st.get("approximate")))
+                               approximate=bool(st.get("approximate")), count=count)
     ranked = sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))
     count += int(st.get("markers", 0))  # text that reads "NA" is a value here
     bound = int(st.get("bound", 0))

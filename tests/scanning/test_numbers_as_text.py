@@ -94,6 +94,24 @@ def test_a_stray_token_in_a_column_of_numbers_is_refused_then_read_as_missing(tm
     assert kept.columns["x"].kind == "categorical"
 
 
+def test_a_stray_token_among_more_numbers_than_are_counted_exactly_is_refused_too(tmp_path, client,
+                                                                                write_csv):
+    """Past 50,000 distinct values the scan keeps the most frequent counts only: a rare '?' is not
+    among them, and the column was made text categories without a word."""
+    rows = [f"{i * 0.001:.3f},{i % 2}" for i in range(60_000)]  # 60,000 distinct numbers, one block
+    rows[58_000] = "?,1"
+    data = write_csv("many.csv", "x,y\n" + "\n".join(rows) + "\n")
+    with pytest.raises(SchemaError) as err:
+        daskfeed.scan(data, label="y", client=client)
+    text = str(err.value)
+    assert text.startswith("Expected numbers in column 'x'. Received: about 60,000 numbers and other "
+                           "values, among them '?', which would make the whole column text categories: "
+                           f"'?' first on line 58,002 of {data} (column 'x', field 1).\n"), text
+    assert "--na-values ? (na_values=['?'])" in text
+    m = daskfeed.scan(data, label="y", na_values=["?"], client=client)
+    assert m.columns["x"].kind == "numeric" and m.columns["x"].missing_markers == {"?": 1}
+
+
 def test_text_that_holds_some_numbers_stays_text(tmp_path, client, write_csv):
     words = ["red", "green", "blue", "12", "7"]
     write_csv("t.csv", "c,y\n" + "".join(f"{words[i % 5]},{i % 2}\n" for i in range(500)))
