@@ -40,6 +40,32 @@ def load_factor() -> float:
     return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
 
 
+def foreground() -> None:
+    """``preexec_fn`` of a command the test Ctrl-Cs: SIGINT as a terminal's foreground job has it.
+
+    A shell ignores SIGINT in the commands it starts in the background (no job control), and a
+    child inherits an ignored signal: a CI that runs the tests so would start ``daskfeed train``
+    deaf to Ctrl-C (Python keeps an inherited ``SIG_IGN``), which no user at a terminal is.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def cpu_hogs(count: int | None = None) -> list[subprocess.Popen]:
+    """``count`` processes (default: two per core) that keep a core busy each until killed.
+
+    At the trainer's priority, so its local workers (niced lower) get what is left: the machine
+    a CI run beside other heavy jobs is.
+    """
+    import sys
+
+    n = count if count is not None else 2 * (os.cpu_count() or 1)
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for _ in range(n)]
+
+
 def wait_for_scheduler_file(path: str, proc: subprocess.Popen, timeout: float = 60) -> None:
     """Wait until ``proc`` (a starting ``dask scheduler``) has written its scheduler file."""
     def written() -> bool:

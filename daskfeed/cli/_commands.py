@@ -125,13 +125,20 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     Ctrl-C (SIGINT) and SIGTERM stop the command the same way: the exception unwinds through
     ``train``, which closes the sequences and the local cluster (workers and ports gone), then
-    one line is printed and the exit status is 130 (SIGINT) or 143 (SIGTERM). The command's
+    one line is printed and the exit status is 130 (SIGINT) or 143 (SIGTERM). A command started
+    with SIGINT ignored (a shell's background job without job control: a script's ``&``, a CI
+    runner) listens to it all the same while it runs. The command's
     :class:`~daskfeed.core._lifecycle.Stop` is the click context's object (``find_object(Stop)``).
     """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         main = threading.current_thread() is threading.main_thread()
+        # started in a script's background (no job control), SIGINT comes ignored, and Python
+        # keeps it so: Ctrl-C and `kill -INT` stop the command all the same
+        deaf = main and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        if deaf:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         stop = click.get_current_context().obj = Stop()
         previous = signal.signal(signal.SIGTERM, _on_sigterm) if main else None
         unwatch = _watch_signals(stop) if main else None
@@ -161,6 +168,8 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
                 signal.signal(signal.SIGTERM, previous)
             if sigint is not None:  # the command run in-process (a notebook, a test): Ctrl-C
                 signal.signal(signal.SIGINT, sigint)  # works again once it returns
+            if deaf:  # (in-process: the caller's disposition back)
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     return wrapper
 

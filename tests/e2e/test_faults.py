@@ -20,7 +20,7 @@ import time
 import numpy as np
 import psutil
 import pytest
-from helpers import load_factor, wait_for
+from helpers import cpu_hogs, foreground, load_factor, wait_for
 
 BIN = pathlib.Path(sys.executable).parent
 ENV = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -459,7 +459,8 @@ def build(manifest):
 class Train:
     """``daskfeed train`` as a subprocess in its own session; records its process tree and sockets."""
 
-    def __init__(self, tmp_path: pathlib.Path, data: str, *extra: str, env: dict | None = None):
+    def __init__(self, tmp_path: pathlib.Path, data: str, *extra: str, env: dict | None = None,
+                 preexec=foreground):
         (tmp_path / "hook.py").write_text(HOOK, encoding="utf-8")
         self.marker = tmp_path / "fit-starts"
         self.progress = tmp_path / "trained-batches"  # one line per trained batch
@@ -472,7 +473,7 @@ class Train:
             args += ["--memory-limit", "3GB", "--nworkers", "2", "--dashboard-address", "127.0.0.1:0"]
         with open(self.out, "w") as out, open(self.err, "w") as err:
             self.proc = subprocess.Popen(args, stdout=out, stderr=err, start_new_session=True,
-                                         env={**ENV, "FAULT_MARKER": str(self.marker),
+                                         preexec_fn=preexec, env={**ENV, "FAULT_MARKER": str(self.marker),
                                               "FAULT_PROGRESS": str(self.progress),
                                               "FAULT_BLOCKED": str(self.blocked), **(env or {})})
         self.t0 = time.monotonic()
@@ -604,19 +605,35 @@ def test_cli_failing_or_hung_partition_clear_error_no_orphans(private_data, tmp_
         run.kill()
 
 
+def _script_background() -> None:
+    """``preexec_fn``: SIGINT as a script's ``cmd &`` (no job control) or a CI runner gives it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("sig,group", [(signal.SIGTERM, False), (signal.SIGINT, False),
-                                       (signal.SIGINT, True)], ids=["SIGTERM", "SIGINT", "Ctrl-C-group"])
-def test_cli_signal_clean_shutdown(private_data, tmp_path, sig, group):
+@pytest.mark.parametrize("sig,group,busy,preexec", [
+    (signal.SIGTERM, False, False, foreground), (signal.SIGINT, False, False, foreground),
+    (signal.SIGINT, True, False, foreground), (signal.SIGINT, True, True, foreground),
+    (signal.SIGINT, True, False, _script_background)],
+    ids=["SIGTERM", "SIGINT", "Ctrl-C-group", "Ctrl-C-group-busy", "Ctrl-C-started-in-background"])
+def test_cli_signal_clean_shutdown(private_data, tmp_path, sig, group, busy, preexec):
     """SIGTERM / SIGINT to ``daskfeed train`` mid-fit (and Ctrl-C: SIGINT to the whole process
     group, workers included): a one-line message, exit 128+signal within 30 s, no process and no
-    listening port of its tree left."""
-    run = Train(tmp_path, private_data, "--epochs", "500")
+    listening port of its tree left. ``busy``: beside two CPU hogs per core (at the trainer's
+    priority, above its workers'). Started with SIGINT ignored (a script's background job, a CI
+    runner: inherited, and Python keeps it so), it stops on SIGINT all the same — a CI run so
+    started had these fail, "still running 60 s after Ctrl-C"."""
+    run = Train(tmp_path, private_data, "--epochs", "500", preexec=preexec)
+    hogs = []
     try:
         run.wait_marker()
         run.wait_trained(5)  # fit is running: batches are being trained
         run.watch()
         assert len(run.ports) >= 4, run.ports  # scheduler, dashboard, nannies, workers
+        if busy:
+            hogs = cpu_hogs()
+            trained = run.trained()
+            run.wait_trained(trained + 5)  # fit goes on beside them
         if group:
             os.killpg(run.proc.pid, sig)
         else:
@@ -631,6 +648,9 @@ def test_cli_signal_clean_shutdown(private_data, tmp_path, sig, group):
         assert all(ip == "127.0.0.1" for ip, _ in run.ports), run.ports
         assert not run.survivors(), run.survivors()
     finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
         run.kill()
 
 

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import load_factor
+from helpers import foreground, load_factor
 
 import daskfeed
 from daskfeed import SettingError
@@ -283,11 +283,6 @@ if __name__ == "__main__":
 '''
 
 
-def _default_sigint() -> None:
-    """In the child before exec: SIGINT as a fresh shell gives it (an ignored one is inherited)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _copy_data(id_data, dest: pathlib.Path) -> str:
     """A private copy of the id_data train files (the SIGINT test breaks one of them)."""
     import shutil
@@ -346,7 +341,7 @@ def test_sigint_while_fit_waits_for_a_batch_exits_within_seconds(id_data, tmp_pa
         inherited = signal.getsignal(signal.SIGINT)  # what the child would inherit
         proc = subprocess.Popen([sys.executable, str(script), data], stdout=subprocess.PIPE,
                                 stderr=err, env=ENV, cwd=tmp_path, start_new_session=True,
-                                preexec_fn=_default_sigint)
+                                preexec_fn=foreground)
         try:
             lines = _Lines(proc)
             lines.wait("WAITING", timeout=240)
