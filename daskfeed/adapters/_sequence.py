@@ -8,14 +8,17 @@ settings are read from the prepared data, never copied.
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import os
 from typing import Any
 
+from daskfeed.adapters._budget import InBudget
 from daskfeed.adapters._keras import keras, refuse_narrowed
 from daskfeed.adapters._tf_data import TFDataHandoff, uses_tf_data
 from daskfeed.batches import BatchStream, DataSettings, EpochPlan, EpochStats, Prepared
-from daskfeed.cluster import refuse_multiprocessing
-from daskfeed.core import DaskfeedError, Stop
+from daskfeed.cluster import close_client, refuse_multiprocessing
+from daskfeed.core import DaskfeedError, Stop, refuse_setting
 from daskfeed.dashboard import EpochSpans
 from daskfeed.manifest import Manifest
 
@@ -65,6 +68,15 @@ class DaskSequence(keras.utils.PyDataset):
     client
         A ``distributed.Client`` or scheduler address; default: the current client, else a
         LocalCluster owned (and closed) by this sequence.
+    memory_limit
+        One memory budget (``"4GB"``), as :class:`~daskfeed.TorchDataset` and ``daskfeed train``
+        take it. Without ``client``: the whole process tree's, split as ``daskfeed train``
+        splits it (a LocalCluster of ``nworkers`` started, and closed with the sequence; the
+        prefetched windows, the shuffle windows and the blocks sized from it). With a
+        ``client``: this process's own (prefetch), the windows sized from its workers. None:
+        the ``daskfeed.*`` config's sizes.
+    nworkers
+        Workers of the LocalCluster started for ``memory_limit`` (default: from the CPUs).
     as_matrix
         Return ``x`` as one matrix of the numeric ``features`` instead of a dict.
     manifest
@@ -102,7 +114,8 @@ class DaskSequence(keras.utils.PyDataset):
         progress callback, and a :class:`daskfeed.core._lifecycle.Stop` whose request ends every wait.
     **kwargs
         ``workers`` and ``max_queue_size`` for ``keras.utils.PyDataset``;
-        ``use_multiprocessing=True`` is refused (:class:`~daskfeed.SchemaError`).
+        ``use_multiprocessing=True`` is refused, and so is any other name
+        (:class:`~daskfeed.SettingError`, naming it).
 
     Raises
     ------
@@ -137,6 +150,8 @@ class DaskSequence(keras.utils.PyDataset):
         shuffle: bool = True,
         seed: int = 0,
         client: Any = None,
+        memory_limit: int | str | None = None,
+        nworkers: int | None = None,
         as_matrix: bool = False,
         manifest: Manifest | str | os.PathLike[str] | None = None,
         reference: Manifest | DaskSequence | None = None,
@@ -164,23 +179,42 @@ class DaskSequence(keras.utils.PyDataset):
         stop: Stop | None = None,
         **kwargs: Any,
     ) -> None:
-        refuse_multiprocessing(kwargs)
+        _keras_arguments(kwargs)
         super().__init__(**kwargs)  # Keras' own arguments, checked before any work
         if isinstance(reference, DaskSequence):  # the training sequence: its features too
             if features is None and not exclude:
                 features = list(reference.features)
             reference = reference.reference
-        settings = DataSettings.resolve(  # every setting resolved here, once
-            label=label, features=features, exclude=exclude, weight=weight,
-            batch_size=batch_size, shuffle=shuffle, seed=seed, as_matrix=as_matrix,
-            drop_remainder=drop_remainder, shard=shard, timeout=timeout,
-            prefetch_bytes=prefetch_bytes, window_bytes=window_bytes,
-            vocabulary_size=vocabulary_size, cache=cache, validation_split=validation_split,
-            subset=subset, blocksize=blocksize, encoding=encoding, dtype=dtype,
-            storage_options=storage_options, bad_lines=bad_lines, sep=sep, na_values=na_values,
-            decimal=decimal)
+        owns_client = False
+        if memory_limit is not None:  # one budget, as TorchDataset and daskfeed train split it
+            placed = InBudget.open(memory_limit, client=client, nworkers=nworkers,
+                                   prefetch_bytes=prefetch_bytes, window_bytes=window_bytes,
+                                   blocksize=blocksize)
+            client, owns_client = placed.client, placed.owned
+            prefetch_bytes, window_bytes = placed.prefetch_bytes, placed.window_bytes
+            blocksize = placed.blocksize
+        elif nworkers is not None:
+            refuse_setting("Expected nworkers= with memory_limit= (the workers of the "
+                           "LocalCluster started within that budget).",
+                           f"nworkers={nworkers!r} without memory_limit",
+                           "add memory_limit='4GB' (say), or pass client= a cluster of your own.")
+        try:
+            settings = DataSettings.resolve(  # every setting resolved here, once
+                label=label, features=features, exclude=exclude, weight=weight,
+                batch_size=batch_size, shuffle=shuffle, seed=seed, as_matrix=as_matrix,
+                drop_remainder=drop_remainder, shard=shard, timeout=timeout,
+                prefetch_bytes=prefetch_bytes, window_bytes=window_bytes,
+                vocabulary_size=vocabulary_size, cache=cache, validation_split=validation_split,
+                subset=subset, blocksize=blocksize, encoding=encoding, dtype=dtype,
+                storage_options=storage_options, bad_lines=bad_lines, sep=sep,
+                na_values=na_values, decimal=decimal)
+        except BaseException:
+            if owns_client:
+                close_client(client)
+            raise
         prepared = Prepared(data, settings, client=client, manifest=manifest,
-                            reference=reference, scan_progress=scan_progress)
+                            reference=reference, scan_progress=scan_progress,
+                            owns_client=owns_client)
         self._serve(prepared, spans=spans, stop=stop, window_rows=window_rows)
 
     @classmethod
@@ -200,7 +234,7 @@ class DaskSequence(keras.utils.PyDataset):
         -------
         DaskSequence
         """
-        refuse_multiprocessing(kwargs)
+        _keras_arguments(kwargs)
         seq = cls.__new__(cls)
         keras.utils.PyDataset.__init__(seq, **kwargs)
         seq._serve(prepared, spans=spans, stop=stop, window_rows=window_rows)
@@ -474,3 +508,35 @@ class DaskSequence(keras.utils.PyDataset):
             f"batches={len(self)}, epoch={self.epoch}, shuffle={self.shuffle}"
             + (f", start={self.start})" if self.start else ")")
         )
+
+
+def _keras_arguments(kwargs: dict[str, Any]) -> None:
+    """Refuse, before any work, what ``keras.utils.PyDataset`` would not take (or not run).
+
+    Keras' own arguments (``workers``, ``max_queue_size``, ...) pass; ``use_multiprocessing=True``
+    is refused (:func:`~daskfeed.cluster.refuse_multiprocessing`), and a name neither
+    ``DaskSequence`` nor Keras takes is named, with the closest ones, instead of Keras'
+    ``TypeError``.
+
+    Raises
+    ------
+    SettingError
+        A Keras worker process asked for, or an argument no one takes.
+    """
+    refuse_multiprocessing(kwargs)
+    taken = [name for name, p in inspect.signature(keras.utils.PyDataset.__init__).parameters.items()
+             if name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unknown = [name for name in kwargs if name not in taken]
+    if not unknown:
+        return
+    ours = [name for name in inspect.signature(DaskSequence.__init__).parameters
+            if name not in ("self", "data", "kwargs")]
+    close = {name: difflib.get_close_matches(name, ours + taken, n=1) for name in unknown}
+    guesses = [f"{name!r} -> {close[name][0]!r}" for name in unknown if close[name]]
+    refuse_setting(
+        "Expected DaskSequence's arguments (see help(daskfeed.DaskSequence)) or Keras' "
+        f"PyDataset's ({', '.join(taken)}).",
+        f"{', '.join(f'{name}={kwargs[name]!r}' for name in unknown)}, which neither takes",
+        (f"did you mean {', '.join(guesses)}?" if guesses else
+         f"leave {'it' if len(unknown) == 1 else 'them'} out, or set what it means through the "
+         "arguments above."))

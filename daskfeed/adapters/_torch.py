@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from daskfeed.adapters._budget import InBudget
 from daskfeed.batches import BatchStream, DataSettings, Prepared
-from daskfeed.cluster import Budget, ClusterSpec, acquire_client, close_client
+from daskfeed.cluster import close_client
 from daskfeed.core import BackendError, refuse_setting
 from daskfeed.manifest import Manifest
 
@@ -123,13 +124,15 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
             ref = reference.manifest
         rank, world = _distributed_shard() if shard is None else shard
         self._owned: Any = None  # the client of the LocalCluster started for memory_limit
-        if memory_limit is not None:
-            local = client is None  # a LocalCluster started in the budget: its blocks too
-            budget, client = self._budget(memory_limit, client, nworkers)
-            prefetch_bytes = budget.stream_share() if prefetch_bytes is None else prefetch_bytes
-            window_bytes = budget.window_bytes if window_bytes is None else window_bytes
-            if local and blocksize is None:
-                blocksize = budget.blocksize
+        if memory_limit is not None:  # the budget as DaskSequence takes it
+            placed = InBudget.open(memory_limit, client=client, nworkers=nworkers,
+                                   prefetch_bytes=prefetch_bytes, window_bytes=window_bytes,
+                                   blocksize=blocksize)
+            client = placed.client
+            if placed.owned:
+                self._own(client)
+            prefetch_bytes, window_bytes = placed.prefetch_bytes, placed.window_bytes
+            blocksize = placed.blocksize
         try:
             resolved = DataSettings.resolve(  # every setting resolved here, once
                 label=label, features=features, exclude=exclude, weight=weight,
@@ -145,20 +148,6 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
         except BaseException:
             self._close_owned()
             raise
-
-    def _budget(self, memory_limit: int | str, client: Any,
-                nworkers: int | None) -> tuple[Budget, Any]:
-        """The budget's split, and the client: the one given, or a LocalCluster started in it."""
-        if client is not None:
-            client, owned = acquire_client(client)  # (an address: a connection of its own)
-            if owned:
-                self._own(client)
-            return Budget.remote(memory_limit, client), client
-        # the one way a cluster and its budget are opened (the daskfeed.* config as train has it)
-        spec = ClusterSpec.resolve(memory_limit=memory_limit, nworkers=nworkers)
-        client, budget = spec.open(echo=lambda _line: None)
-        self._own(client)
-        return budget, client
 
     def _own(self, client: Any) -> None:
         """Close ``client`` (and its LocalCluster) with the dataset, or when it is collected."""

@@ -46,6 +46,9 @@ class Prepared:
     client
         A ``distributed.Client`` or scheduler address; default: the current client, else a
         LocalCluster owned by the stream.
+    owns_client
+        The ``client`` given is these data's own (e.g. a LocalCluster started for their memory
+        budget): closed with them, or by the stream serving them, as one started here is.
     manifest
         A :class:`~daskfeed.manifest.Manifest` (or its JSON path) of these data made with the
         same settings: no scan.
@@ -62,19 +65,27 @@ class Prepared:
 
     def __init__(self, data: Any, settings: DataSettings, *, client: Any = None,
                  manifest: Manifest | str | os.PathLike[str] | None = None,
-                 reference: Manifest | None = None, scan_progress: Any = None) -> None:
+                 reference: Manifest | None = None, scan_progress: Any = None,
+                 owns_client: bool = False) -> None:
         self._handed = False  # to a stream (which then owns the client)
-        manifest = Manifest.from_json(manifest) if isinstance(manifest, (str, os.PathLike)) \
-            else manifest
-        if manifest is not None and not settings.blocksize_given:  # its blocks, byte for byte
-            blocksize = manifest.read_options.get("blocksize") or settings.read.blocksize
-            read = replace(settings.read, blocksize=int(blocksize))
-            settings = replace(settings, read=read)
-        self.settings = settings
-        self.source = Source(data, options=settings.read)
         self.owner = Owner()
-        self.owner.client, self.owner.owns = acquire_client(
-            client, dict(self.source.options.storage_options))  # (credentials: over TLS only)
+        if owns_client:  # closed with the data from here on, also when what follows fails
+            self.owner.client, self.owner.owns = client, True
+        try:
+            manifest = Manifest.from_json(manifest) if isinstance(manifest, (str, os.PathLike)) \
+                else manifest
+            if manifest is not None and not settings.blocksize_given:  # its blocks, byte for byte
+                blocksize = manifest.read_options.get("blocksize") or settings.read.blocksize
+                read = replace(settings.read, blocksize=int(blocksize))
+                settings = replace(settings, read=read)
+            self.settings = settings
+            self.source = Source(data, options=settings.read)
+            self.owner.client, owns = acquire_client(
+                client, dict(self.source.options.storage_options))  # (credentials: over TLS only)
+            self.owner.owns = owns or owns_client
+        except BaseException:
+            self.close()
+            raise
         self.scheduler_address = self.client.scheduler.address  # what a pickled copy reconnects to
         self.security = getattr(self.client, "security", None)  # tls:// reconnects after pickling
         try:

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         acquire_client,
         client_context,
         close_client,
+        open_in_budget,
         start_local_cluster,
     )
 
@@ -65,6 +66,7 @@ __all__ = [
     "explain",
     "gathered_map",
     "make_security",
+    "open_in_budget",
     "parse_memory_limit",
     "refuse_multiprocessing",
     "result",
@@ -86,5 +88,5 @@ __getattr__, __dir__ = attach(__name__, {
     "Owner": "_owner", "refuse_multiprocessing": "_owner",
     "connect": "_remote", "make_security": "_remote",
     "ClusterSpec": "_start", "acquire_client": "_start", "client_context": "_start",
-    "close_client": "_start", "start_local_cluster": "_start",
+    "close_client": "_start", "open_in_budget": "_start", "start_local_cluster": "_start",
 })

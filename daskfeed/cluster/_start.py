@@ -381,6 +381,50 @@ def acquire_client(client: Client | str | None = None,
     return start_local_cluster(), True
 
 
+def open_in_budget(memory_limit: int | str, client: Client | str | None = None,
+                   nworkers: int | None = None) -> tuple[Client, bool, Budget]:
+    """A client for one data set served in this process, and the budget it is served in.
+
+    What :class:`~daskfeed.DaskSequence` and :class:`~daskfeed.TorchDataset` do with a
+    ``memory_limit``: without ``client``, the whole process tree's budget, split as
+    ``daskfeed train`` splits it (:meth:`ClusterSpec.open`: a LocalCluster of ``nworkers``
+    started in it, the ``daskfeed.*`` config as train has it); with a ``client`` (or an
+    address), this process's own budget, the windows sized from its workers
+    (:meth:`Budget.remote`).
+
+    Parameters
+    ----------
+    memory_limit
+        The budget, e.g. ``"4GB"`` or bytes.
+    client
+        A ``distributed.Client`` or scheduler address; None: a LocalCluster started here.
+    nworkers
+        Workers of that LocalCluster (None: from the CPUs and the budget).
+
+    Returns
+    -------
+    tuple
+        The client, whether the caller owns it (must close it: :func:`close_client`), and the
+        budget.
+
+    Raises
+    ------
+    BudgetError
+        A budget that is no memory size, more than this machine has, or too small.
+    """
+    if client is not None:
+        given, owned = acquire_client(client)  # (an address: a connection of its own)
+        try:
+            return given, owned, Budget.remote(memory_limit, given)
+        except BaseException:
+            if owned:
+                close_client(given)
+            raise
+    spec: ClusterSpec = ClusterSpec.resolve(memory_limit=memory_limit, nworkers=nworkers)
+    started, budget = spec.open(echo=lambda _line: None)  # the daskfeed.* config as train has it
+    return started, True, budget
+
+
 def _address(client: Client) -> str:
     """The scheduler address of ``client`` ("" where it has none: closed, not yet started)."""
     return str(getattr(getattr(client, "scheduler", None), "address", "") or "")

@@ -361,3 +361,43 @@ def test_nothing_is_fetched_ahead_past_the_runs_last_epoch(id_data, client):
         assert seq.stream._cursor._ahead is None
         seq.set_last_epoch(None)  # not known after all: epoch 1 is fetched ahead again
         assert seq.stream._cursor._ahead is not None and seq.stream._cursor._next.epoch == 1
+
+
+def test_one_memory_budget_starts_and_closes_its_own_cluster(id_data):
+    """memory_limit= as TorchDataset takes it: a LocalCluster within the budget, the sizes from it."""
+    from daskfeed.cluster import Budget
+
+    seq = daskfeed.DaskSequence(id_data.train_glob, label="cleared", memory_limit="3GB",
+                                nworkers=1, batch_size=BATCH)
+    client = seq.stream.client
+    (worker,) = client.scheduler_info()["workers"].values()
+    budget = Budget.split("3GB", nworkers=1)
+    assert worker["memory_limit"] == budget.worker < 3e9  # a share of the one budget
+    assert seq.prefetch_bytes == budget.stream_share()
+    ids = np.concatenate([seq[i][0]["row_id"] for i in range(len(seq))]).astype(int)
+    assert np.array_equal(np.sort(ids), np.arange(id_data.train_rows))
+    seq.close()
+    assert client.status == "closed"
+
+
+def test_a_budget_beside_a_running_cluster_is_this_process_own(id_data, client):
+    # an address: the sequence's own connection, closed with it; the cluster stays up
+    with daskfeed.DaskSequence(id_data.train_glob, label="cleared", memory_limit="1GB",
+                               client=client.scheduler.address, batch_size=BATCH) as seq:
+        own = seq.stream.client
+        assert own is not client
+        assert seq.prefetch_bytes == int(0.25 * 1e9) * 2 // 3
+        assert seq.manifest.rows == id_data.train_rows
+    assert own.status == "closed" and client.status == "running"
+
+
+def test_an_argument_nobody_takes_is_named_before_any_work(id_data, client):
+    with pytest.raises(daskfeed.SettingError) as err:
+        daskfeed.DaskSequence(id_data.train_glob, label="cleared", client=client,
+                              memory_limt="3GB")
+    text = str(err.value)
+    assert "Received: memory_limt='3GB', which neither takes." in text
+    assert "workers, use_multiprocessing, max_queue_size" in text  # Keras' own, by name
+    assert "Hint: did you mean 'memory_limt' -> 'memory_limit'?" in text
+    with pytest.raises(daskfeed.SettingError, match="nworkers=2 without memory_limit"):
+        daskfeed.DaskSequence(id_data.train_glob, label="cleared", client=client, nworkers=2)

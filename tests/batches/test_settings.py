@@ -102,6 +102,8 @@ def test_every_entry_takes_the_one_list_of_data_settings_with_its_defaults():
     ds = _source_keywords("daskfeed/adapters/_torch.py", "TorchDataset")  # (without torch)
     assert {k: ds.get(k, "missing") for k in set(one) - {"shard"}} == {
         k: v for k, v in one.items() if k != "shard"}  # (its shard: torch.distributed's)
+    serving = ("client", "memory_limit", "nworkers", "manifest", "reference", "window_rows")
+    assert {k: seq.get(k, "missing") for k in serving} == {k: ds[k] for k in serving}
 
 
 def test_a_batch_size_below_1_is_a_setting_error_where_it_enters():
