@@ -219,7 +219,7 @@ class Checkpointer(keras.callbacks.Callback):
         self._warned = True
         span = f"{low}" if low == high else f"{low} .. {high}"
         warnings.warn(
-            f"Checkpoints of epoch {self._epoch}: the optimizer's step count puts the next batch "
+            f"Checkpoints of epoch {self._epoch + 1}: the optimizer's step count puts the next batch "
             f"at {counted}, but the group of steps Keras just ran puts it at {span}: the optimizer "
             "does not take one step per batch (a custom train_step?). Checkpoint cursors are "
             "counted from Keras' batch numbers instead.", stacklevel=2)

@@ -241,6 +241,26 @@ def bad_lines_report(out: str, policy: str, reused: bool,
     return report
 
 
+def numbered(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The epoch records with their epochs numbered from 1, as the screen and Keras' bar show them.
+
+    The one numbering a run's records are shown and given in (``history.json``,
+    ``TrainResult.history`` and ``final``, the dashboard page); Keras' callbacks and the
+    checkpoints count from 0, and the records are kept so until they leave the run.
+
+    Parameters
+    ----------
+    history
+        The records, ``epoch`` 0-based (Keras').
+
+    Returns
+    -------
+    list of dict
+        Copies, ``epoch`` 1-based.
+    """
+    return [{**r, "epoch": int(r["epoch"]) + 1} for r in history]
+
+
 def write_history(out: str, history: list[dict[str, Any]], *, budget: Budget, rows: int,
                   peak_rss: int, bad_lines: dict[str, Any], weight: str | None,
                   class_weights: dict[int, float] | None, split: dict[str, Any] | None,
@@ -268,7 +288,7 @@ def write_history(out: str, history: list[dict[str, Any]], *, budget: Budget, ro
     """
     history_plot(history, os.path.join(out, "history.png"))
     record = {  # epochs numbered from 1, as the screen and Keras' progress bar show them
-        "run_id": run_id, "epochs": [{**r, "epoch": int(r["epoch"]) + 1} for r in history],
+        "run_id": run_id, "epochs": numbered(history),
         "memory_limit_bytes": budget.total, "budget": budget.__dict__,
         "rows_per_epoch": rows, "peak_rss_bytes": peak_rss, "bad_lines": bad_lines,
         "sample_weight": weight,

@@ -48,8 +48,8 @@ def history_plot(history: Sequence[Mapping[str, Any]], path: str | os.PathLike[s
     Parameters
     ----------
     history
-        daskfeed's per-epoch records (``history.json``'s ``epochs``; ``epoch`` 0-based), or a
-        Keras ``History`` / its ``history`` dict.
+        daskfeed's per-epoch records as a run keeps them (``epoch`` 0-based, as Keras counts;
+        ``history.json`` numbers them from 1), or a Keras ``History`` / its ``history`` dict.
     path
         Where to write (e.g. ``OUTPUT/history.png``).
 

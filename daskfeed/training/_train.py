@@ -42,7 +42,7 @@ from daskfeed.manifest import (
 from daskfeed.reading import Listing, Source, refuse_missing_local
 from daskfeed.training._keras_load import KerasLoad
 from daskfeed.training._options import DataSpec, TrainOptions
-from daskfeed.training._outputs import OutputLock, require_tensorboard
+from daskfeed.training._outputs import OutputLock, numbered, require_tensorboard
 from daskfeed.training._ranks import (
     Rank,
     SharedScan,
@@ -64,7 +64,11 @@ if TYPE_CHECKING:
 
 @dataclass
 class TrainResult:
-    """What ``train`` produced: output files, per-epoch history, manifest, budget."""
+    """What ``train`` produced: output files, per-epoch history, manifest, budget.
+
+    ``history`` holds one record per epoch as ``history.json`` does, ``epoch`` numbered from 1
+    as the screen, ``history.json`` and the dashboard page number them; ``final`` is the last.
+    """
 
     output: str
     history: list[dict[str, Any]]
@@ -163,7 +167,8 @@ def _run(data: DataSpec, label: str, validation: DataSpec | None, opts: TrainOpt
 
             history, net, bad_report, stopping = fitting.fit(run, train_seq, val_seq, reused, rss)
         fitting.summary(run, history, bad_report, time.perf_counter() - t_run, rss, stopping)
-        return TrainResult(run.out, history, train_seq.manifest, run.budget, run.link, net)
+        return TrainResult(run.out, numbered(history), train_seq.manifest, run.budget, run.link,
+                           net)
     finally:
         for s in run.closing:
             s.close()

@@ -348,7 +348,7 @@ def test_train_resume_continues_and_refuses_changed_data(tmp_path):
     said: list[str] = []
     more = train(data.train_glob, resume=True, **{**kw, "epochs": 2, "echo": said.append})
     assert any("epoch 2/2 at batch 1/12 (optimizer iteration 12)" in line for line in said), said
-    assert more.history[0] == first.history[0] and [h["epoch"] for h in more.history] == [0, 1]
+    assert more.history[0] == first.history[0] and [h["epoch"] for h in more.history] == [1, 2]
     assert int(more.model.optimizer.iterations.numpy()) == 24
     names = sorted(os.listdir(tmp_path / "out" / "checkpoints"))
     assert names == ["ckpt-000001-000000000", "ckpt-000002-000000000"]

@@ -93,6 +93,21 @@ def test_train_writes_model_manifest_history(demo_data, tmp_path):
     assert any("manifest reused" in line for line in lines)
 
 
+def test_epochs_are_numbered_from_1_in_final_history_and_on_screen(id_data, tmp_path, capsys):
+    from daskfeed.training._train import train
+
+    out = tmp_path / "out"
+    result = train(id_data.train_glob, label="cleared", exclude=["row_id"], epochs=2,
+                   batch_size=2048, memory_limit="2GB", nworkers=1, dashboard_address="",
+                   output=out, verbose=2, echo=print)
+    screen = capsys.readouterr().out
+    assert re.findall(r"^Epoch (\d+)/2$", screen, re.M) == ["1", "2"], screen  # Keras' own lines
+    hist = json.loads((out / "history.json").read_text())
+    assert [r["epoch"] for r in hist["epochs"]] == [1, 2]
+    assert result.history == hist["epochs"]  # the same records, numbered the same way
+    assert result.final["epoch"] == 2 and result.final == hist["epochs"][-1]
+
+
 def test_a_wrong_label_is_said_before_keras_is_imported(demo_data, tmp_path):
     """The cluster, the checks and the scan need no keras: a mistake there costs no TensorFlow load."""
     script = (
