@@ -429,7 +429,8 @@ def cache_clear(entries: tuple[str, ...], root: str | None, yes: bool, gone: boo
 @click.argument("data", nargs=-1, required=True, callback=data_urls)
 @click.option("--output", "destination", required=True, type=click.Path(dir_okay=False),
               help="Where the predictions go: FILE.csv or FILE.parquet.")
-@click.option("--keep", default=None, help="Columns of DATA passed through, e.g. ids: A,B.")
+@click.option("--keep", default=None, help="Columns of DATA passed through, e.g. ids: A,B (into a CSV as "
+              "written, into Parquet as read).")
 @click.option("--blocksize", default=None, help="CSV bytes per block (default: from the budget).")
 @click.option("--features", callback=column_list, default=None,
               help="Only for a model that takes one matrix of the features (trained as one "

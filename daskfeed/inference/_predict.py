@@ -83,6 +83,7 @@ class _Sink:
     def __init__(self, f: Any, fmt: str | None, schema: pa.Schema) -> None:
         self.tables: list[pa.Table] = []
         self.writer: Any = None
+        self.fmt = fmt
         if fmt == "parquet":
             self.writer = pq.ParquetWriter(f, schema)
         elif fmt == "csv":
@@ -119,12 +120,12 @@ def _progress(echo: Callable[[str], None], total: int) -> Callable[[int, int, fl
 
 
 def _in_order(client: Any, source: Source, scorer: Scorer, keep: tuple[str, ...],
-              schema: pa.Schema, in_flight: int,
-              timeout: float) -> Iterator[tuple[pa.Table, int, dict[str, Unparsed]]]:
+              schema: pa.Schema, in_flight: int, timeout: float,
+              as_text: bool = False) -> Iterator[tuple[pa.Table, int, dict[str, Unparsed]]]:
     """Submit blocks, at most ``in_flight`` at a time, and yield their results in block order.
 
     Each block's result is waited for at most ``timeout`` seconds (then a FeedTimeoutError
-    names it).
+    names it). ``as_text``: the kept columns as their fields' text (a CSV output).
     """
     pending: deque[Any] = deque()
     token = f"{os.getpid()}-{time.monotonic_ns()}"
@@ -137,7 +138,7 @@ def _in_order(client: Any, source: Source, scorer: Scorer, keep: tuple[str, ...]
                     break
                 i, block = item
                 pending.append(client.submit(score_block, i, block, source.options, scorer, keep,
-                                             schema, key=f"daskfeed-predict-{token}-{i}",
+                                             schema, as_text, key=f"daskfeed-predict-{token}-{i}",
                                              priority=-i, pure=False))
             if not pending:
                 return
@@ -208,7 +209,9 @@ def predict(
         A ``.csv`` or ``.parquet`` file, written as the blocks finish (atomically: it
         appears when complete). None: return a DataFrame (for data that fit in memory).
     keep
-        Columns of ``data`` passed through in front of the predictions (e.g. ids).
+        Columns of ``data`` passed through in front of the predictions (e.g. ids): in a CSV
+        output as written (each field's text, ``007`` and ``2013-01-01T10:00:00Z`` as they
+        are), in a Parquet output and the DataFrame as read (numbers, dates as UTC instants).
     features
         Only for a model over one matrix (``as_matrix``): its feature columns, in order.
     memory_limit, nworkers, nthreads, scheduler, security, processes, dashboard_address
@@ -263,7 +266,7 @@ def predict(
     try:
         source = _source(data, run.manifest, blocksize or budget.blocksize, storage_options)
         _check_header(source, run, keep)
-        schema = output_schema(run, keep)
+        schema = output_schema(run, keep, as_text=fmt == "csv")  # a CSV: the fields as written
         in_flight = max(1, min(2 * budget.nworkers * budget.nthreads,
                                budget.prefetch // max(1, _result_bytes(source, run, schema))))
         if output is None:
@@ -342,7 +345,7 @@ def _score(client: Any, source: Source, run: TrainedRun, keep: tuple[str, ...],
     t0 = time.perf_counter()
     try:
         for table, bad, odd in _in_order(client, source, run.scorer, keep, schema, in_flight,
-                                              timeout):
+                                         timeout, as_text=sink.fmt == "csv"):
             sink.add(table)
             rows, rejected, done = rows + table.num_rows, rejected + bad, done + 1
             for name, u in odd.items():

@@ -22,11 +22,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from daskfeed.cache import block_tables
 from daskfeed.core import DataError, DataNotFoundError, SchemaError, SettingError
 from daskfeed.inference._runs import check_record
 from daskfeed.manifest import Encoding, Manifest, encode_features
-from daskfeed.reading import Block, ReadOptions
+from daskfeed.reading import Block, FieldText, ReadOptions, iter_tables
 
 if TYPE_CHECKING:
     from keras import Model
@@ -354,7 +353,7 @@ class Unparsed:
 
 
 def score_block(index: int, block: Block, options: ReadOptions, scorer: Scorer, keep: tuple[str, ...],
-                schema: pa.Schema) -> tuple[pa.Table, int, dict[str, Unparsed]]:
+                schema: pa.Schema, as_text: bool = False) -> tuple[pa.Table, int, dict[str, Unparsed]]:
     """Score one block (on a worker): predictions in row order, rejected lines, unparsed values.
 
     Parameters
@@ -369,6 +368,9 @@ def score_block(index: int, block: Block, options: ReadOptions, scorer: Scorer, 
         Input columns passed through to the output (``--keep``).
     schema
         The output's schema (:func:`output_schema`).
+    as_text
+        Pass the kept columns through as their fields' text, as written (a CSV output: see
+        :class:`~daskfeed.reading.FieldText`); else as read, in the training data's types.
 
     Returns
     -------
@@ -389,7 +391,8 @@ def score_block(index: int, block: Block, options: ReadOptions, scorer: Scorer, 
     parts = []
     rejects: list[str] = []
     unparsed: dict[str, Unparsed] = {}
-    for table in block_tables(index, block, options, None, rejects):
+    text = FieldText(keep) if as_text and keep else None
+    for i, table in enumerate(iter_tables(block, options, rejects, text)):
         _check_columns(table, needed, block)
         where: dict[str, np.ndarray] = {}
         cols = scorer.score(table, model, where)
@@ -397,7 +400,10 @@ def score_block(index: int, block: Block, options: ReadOptions, scorer: Scorer, 
             first = table.column(name)[int(np.flatnonzero(rows)[0])].as_py()
             found = Unparsed(int(rows.sum()), repr(first), block.describe())
             unparsed[name] = unparsed[name].plus(found) if name in unparsed else found
-        arrays = [_kept(table.column(k), schema.field(k).type, k, block) for k in keep]
+        if text is not None:  # the same rows, parsed from the same bytes
+            arrays = [_as_written(text.tables[i].column(k), k, block) for k in keep]
+        else:
+            arrays = [_kept(table.column(k), schema.field(k).type, k, block) for k in keep]
         arrays += [pa.array(cols[name], type=schema.field(name).type) for name in cols]
         parts.append(pa.Table.from_arrays(arrays, schema=schema))
     table = pa.concat_tables(parts) if parts else schema.empty_table()
@@ -428,8 +434,28 @@ def _kept(col: pa.ChunkedArray, target: pa.DataType, name: str, block: Block) ->
         ) from err
 
 
-def output_schema(run: TrainedRun, keep: Sequence[str]) -> pa.Schema:
-    """The output's columns: the kept ones (in the training data's types), then the predictions.
+def _as_written(col: pa.ChunkedArray, name: str, block: Block) -> pa.ChunkedArray:
+    """A passed-through column as text: a CSV field's own, or a Parquet column's values as text."""
+    if pa.types.is_string(col.type):
+        return col
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    try:
+        return col.cast(pa.string())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+        raise DataError(
+            f"Expected column {name!r} (--keep) to be writable as CSV text. Received: {col.type} "
+            f"in {block.describe()} ({err}).\nHint: write the predictions as Parquet "
+            "(--output predictions.parquet), or leave the column out of --keep."
+        ) from err
+
+
+def output_schema(run: TrainedRun, keep: Sequence[str], as_text: bool = False) -> pa.Schema:
+    """The output's columns: the kept ones, then the predictions.
+
+    A kept column is its fields' text with ``as_text`` (a CSV output), else as read, in the
+    training data's types: numbers as int64 or float64, dates as the instants read (UTC; a time
+    without a zone is taken as UTC, as training reads it), text as text.
 
     Parameters
     ----------
@@ -437,6 +463,8 @@ def output_schema(run: TrainedRun, keep: Sequence[str]) -> pa.Schema:
         The trained run.
     keep
         Input columns passed through to the output (``--keep``).
+    as_text
+        The kept columns as text.
 
     Returns
     -------
@@ -446,10 +474,10 @@ def output_schema(run: TrainedRun, keep: Sequence[str]) -> pa.Schema:
     fields = []
     for k in keep:
         col = run.manifest.columns.get(k)
-        if col is None or col.kind == "categorical" or col.kind == "empty":
+        if as_text or col is None or col.kind == "categorical" or col.kind == "empty":
             t = pa.string()
         elif col.kind == "datetime":
-            t = pa.timestamp("s")
+            t = pa.timestamp("s", tz="UTC")
         else:
             t = pa.int64() if col.integer else pa.float64()
         fields.append(pa.field(k, t))

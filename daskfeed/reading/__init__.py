@@ -29,14 +29,15 @@ if TYPE_CHECKING:
     from daskfeed.reading._source import Source, first_header, read_options
     from daskfeed.reading._splits import SplitError
     from daskfeed.reading._streams import open_file
-    from daskfeed.reading._tables import ReadOptions, iter_tables, record_range
+    from daskfeed.reading._tables import FieldText, ReadOptions, iter_tables, record_range
 
-__all__ = ["ISO_DATE", "NA_MARKERS", "SPACES", "Block", "FileInfo", "Listing", "Part",
+__all__ = ["ISO_DATE", "NA_MARKERS", "SPACES", "Block", "FieldText", "FileInfo", "Listing", "Part",
            "ReadOptions", "SharedParse", "SmallFiles", "Source", "SplitError", "Spot",
            "compression_of", "count_by_part", "expand_paths", "file_key", "first_header",
            "is_parquet", "iso_seconds", "iter_tables", "line_number", "locate_values", "na_counts",
-           "naive_times", "open_file", "options_salt", "part_key", "protocol", "read_options", "record_range",
-           "refuse_missing_local", "relist", "stat_file", "url_credentials", "with_credentials"]
+           "naive_times", "open_file", "options_salt", "part_key", "protocol", "read_options",
+           "record_range", "refuse_missing_local", "relist", "stat_file", "url_credentials",
+           "with_credentials"]
 
 __getattr__, __dir__ = attach(__name__, {
     "url_credentials": "_credentials", "with_credentials": "_credentials",
@@ -53,5 +54,6 @@ __getattr__, __dir__ = attach(__name__, {
     "Source": "_source", "first_header": "_source", "read_options": "_source",
     "SplitError": "_splits",
     "open_file": "_streams",
-    "ReadOptions": "_tables", "iter_tables": "_tables", "record_range": "_tables",
+    "FieldText": "_tables", "ReadOptions": "_tables", "iter_tables": "_tables",
+    "record_range": "_tables",
 })

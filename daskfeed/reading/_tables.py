@@ -60,8 +60,30 @@ class ReadOptions:
     max_columns: int = field(default=10_000, compare=False)
 
 
-def iter_tables(block: Block, options: ReadOptions,
-                rejects: list[str] | None = None) -> Iterator[pa.Table]:
+@dataclass
+class FieldText:
+    """Columns wanted also as their fields' text, as written, beside the parsed tables.
+
+    What ``daskfeed predict --keep`` writes into a CSV: ``2013-01-01T10:00:00Z``, ``1.50`` and
+    ``007`` as they are, not as the values pyarrow read from them. :func:`iter_tables` appends
+    one table of these columns per table it yields, the same rows in the same order: parsed
+    from the same bytes as their field text (quotes removed, no null marker applied: an empty
+    field is ``""``), or, from a Parquet file, the columns as read.
+
+    Attributes
+    ----------
+    columns
+        The columns.
+    tables
+        Filled by :func:`iter_tables`.
+    """
+
+    columns: tuple[str, ...]
+    tables: list[pa.Table] = field(default_factory=list)
+
+
+def iter_tables(block: Block, options: ReadOptions, rejects: list[str] | None = None,
+                text: FieldText | None = None) -> Iterator[pa.Table]:
     """Parse one block into Arrow tables, at most about ``blocksize`` of text each (on a worker).
 
     A byte range or a small file gives one table. A compressed file cannot be split into byte
@@ -78,6 +100,9 @@ def iter_tables(block: Block, options: ReadOptions,
         How to parse it.
     rejects
         Lines skipped under ``bad_lines="skip"|"quarantine"`` are appended here (their text).
+    text
+        Columns wanted also as their fields' text: one table of them is appended to its
+        ``tables`` per table yielded (see :class:`FieldText`).
 
     Yields
     ------
@@ -92,7 +117,10 @@ def iter_tables(block: Block, options: ReadOptions,
     """
     so = dict(options.storage_options)
     if is_parquet(block.path):
-        yield from _parquet_tables(block, so)
+        for table in _parquet_tables(block, so):
+            if text is not None:
+                text.tables.append(table.select(list(text.columns)))
+            yield table
         return
     compression = compression_of(block.path)
     with open_file(block.path, so, compression) as f:
@@ -102,12 +130,12 @@ def iter_tables(block: Block, options: ReadOptions,
         if not names:
             return
         if block.length >= 0:
-            yield _byte_range_table(f, block, header, names, options, rejects)
+            yield _byte_range_table(f, block, header, names, options, rejects, text)
             return
         if not compression:  # a whole small file: read at once (see _small_file_table)
             body = f.read(options.blocksize + 1)
             if len(body) <= options.blocksize:
-                yield _small_file_table(body, len(header), names, block, options, rejects)
+                yield _small_file_table(body, len(header), names, block, options, rejects, text)
                 return
             f.seek(len(header))  # grew past the blocksize since it was listed: as a stream
         first = True
@@ -116,11 +144,13 @@ def iter_tables(block: Block, options: ReadOptions,
             where = block if first and len(body) < options.blocksize else Block(
                 block.path, start, len(body), block.file_index)
             first = False
-            yield _parse(body, names, where, options, rejects, whole=True)  # ends outside quotes
+            yield _parse(body, names, where, options, rejects, whole=True,  # ends outside quotes
+                         text=text)
 
 
 def _small_file_table(body: bytes, start: int, names: list[str], block: Block,
-                      options: ReadOptions, rejects: list[str] | None) -> pa.Table:
+                      options: ReadOptions, rejects: list[str] | None,
+                      text: FieldText | None = None) -> pa.Table:
     """Parse the whole body of a small file (it starts at byte ``start``, on line 2).
 
     pyarrow takes a quote left open at the end of the text for a field running to the end. When
@@ -130,7 +160,7 @@ def _small_file_table(body: bytes, start: int, names: list[str], block: Block,
     skipped: list[str] = [] if rejects is None else rejects
     before = len(skipped)
     try:
-        table = _parse(body, names, block, options, skipped, whole=True)
+        table = _parse(body, names, block, options, skipped, whole=True, text=text)
     except DataError:
         refuse_unclosed(body, 0, start, block, options.sep)
         raise
@@ -226,7 +256,8 @@ _SPLIT_HINT = ("Hint: the blocks of this file are decided exactly when a scan me
 
 
 def _byte_range_table(f: IO[bytes], block: Block, header: bytes, names: list[str],
-                      options: ReadOptions, rejects: list[str] | None) -> pa.Table:
+                      options: ReadOptions, rejects: list[str] | None,
+                      text: FieldText | None = None) -> pa.Table:
     """Parse the records of one byte range of an uncompressed file.
 
     Its records are those that start in it: from the first record start at or after its
@@ -256,7 +287,8 @@ def _byte_range_table(f: IO[bytes], block: Block, header: bytes, names: list[str
         raise unclosed_quote(block.path, body, opened, start, line_number(f, start), False,
                              "is never closed before the end of the file")
     try:
-        return _parse(body, names, block, options, rejects, whole=body.find(b'"') >= 0)
+        return _parse(body, names, block, options, rejects, whole=body.find(b'"') >= 0,
+                      text=text)
     except DataError as err:  # a speculated start inside a quoted field reads lines that are not records
         if block.start >= 0 or block.offset == 0:
             raise
@@ -310,7 +342,7 @@ def record_range(f: IO[bytes], block: Block, header: int, sep: str) -> tuple[int
 
 
 def _parse(body: bytes, names: list[str], block: Block, options: ReadOptions,
-           rejects: list[str] | None, whole: bool = True) -> pa.Table:
+           rejects: list[str] | None, whole: bool = True, text: FieldText | None = None) -> pa.Table:
     """Parse whole CSV records into an Arrow table, null markers stated and counted.
 
     Empty fields are missing in every column. The usual markers are missing only in a column
@@ -319,14 +351,43 @@ def _parse(body: bytes, names: list[str], block: Block, options: ReadOptions,
     and empties stays text (the scan decides, knowing the other blocks). How many values each
     marker made missing, per column, is in the schema metadata: JSON ``{column: {marker:
     count}}``, non-zero counts only; ``""`` counts empty fields, ``"NaN"`` every NaN pyarrow
-    read as a float (``NaN``, ``nan``, ...).
+    read as a float (``NaN``, ``nan``, ...). ``text``: its columns' field text too, parsed
+    from the same bytes (:class:`FieldText`).
     """
     if not body or body.isspace():  # (no copy of the body)
+        if text is not None:
+            text.tables.append(pa.table({n: pa.array([], pa.string()) for n in text.columns}))
         return with_na_counts(pa.table({n: pa.nulls(0) for n in names}), {})
     forced = dtype_overrides(options, names)
     table = read_csv(body, names, block, options, rejects, forced, whole)
     check_text(table, block, options.encoding)
+    if text is not None:
+        text.tables.append(_field_text(body, names, block, options, text.columns, whole))
     return with_markers(table, forced, options, block)
+
+
+def _field_text(body: bytes, names: list[str], block: Block, options: ReadOptions,
+                columns: tuple[str, ...], whole: bool) -> pa.Table:
+    """``columns`` of ``body``'s records as their fields' text: quotes removed, nothing else.
+
+    The same records as :func:`read_csv` keeps (a line it skips under ``bad_lines`` has the
+    wrong number of fields whichever columns are converted; its text is not counted twice).
+    """
+    try:
+        return pacsv.read_csv(
+            pa.BufferReader(body),
+            read_options=pacsv.ReadOptions(column_names=names, use_threads=False,
+                                           encoding=options.encoding,
+                                           block_size=min(len(body) + 1, 2**31 - 1)),
+            parse_options=pacsv.ParseOptions(
+                delimiter=options.sep, newlines_in_values=whole,
+                invalid_row_handler=None if options.bad_lines == "error" else lambda _row: "skip"),
+            convert_options=pacsv.ConvertOptions(
+                include_columns=list(columns), column_types=dict.fromkeys(columns, pa.string()),
+                strings_can_be_null=False, null_values=[], quoted_strings_can_be_null=False),
+        )
+    except (pa.ArrowInvalid, UnicodeDecodeError) as err:  # (read_csv parsed these bytes first)
+        raise _parse_error(err, block, names) from err
 
 
 def with_markers(table: pa.Table, forced: dict[str, pa.DataType], options: ReadOptions,

@@ -229,3 +229,65 @@ def test_cli_scores_a_run_trained_as_one_matrix_given_its_features(tmp_path) -> 
     assert res.exit_code == 0, res.output
     scores = pd.read_csv(tmp_path / "p.csv")
     assert len(scores) == 600 and scores["probability_1"].between(0, 1).all()
+
+
+def _flights(path, rows: int, seed: int) -> None:
+    """nycflights13-like rows: zoned hours, numbers written with zeros, text with commas and quotes."""
+    import csv
+
+    rng = np.random.default_rng(seed)
+    places = ['Newark, NJ', 'JFK "main"', "LGA", ""]
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["time_hour", "dep", "code", "origin", "x", "late"])
+        for i in range(rows):
+            hour = f"2013-01-{1 + i % 28:02d}T{i % 24:02d}:00:00Z" if i % 11 else ""
+            x = rng.normal()
+            w.writerow([hour, f"{rng.integers(0, 400) / 100:.2f}", f"{rng.integers(0, 120):03d}",
+                        places[i % 4], f"{x:.4f}", int(x + rng.normal(scale=0.5) > 0)])
+
+
+def test_kept_columns_are_written_as_they_were_read(tmp_path) -> None:
+    import csv
+
+    from click.testing import CliRunner
+
+    from daskfeed.cli._commands import cli
+    from daskfeed.training._train import train
+
+    for part in range(2):
+        (tmp_path / "train").mkdir(exist_ok=True)
+        (tmp_path / "held").mkdir(exist_ok=True)
+        _flights(tmp_path / "train" / f"day{part}.csv", 400, seed=part)
+        _flights(tmp_path / "held" / f"day{part}.csv", 150, seed=10 + part)
+    out = str(tmp_path / "run")
+    train(str(tmp_path / "train" / "*.csv"), label="late", epochs=1, memory_limit="3GB",
+          nworkers=1, output=out, cache=False, verbose=0, echo=lambda _line: None)
+    kept = ["time_hour", "dep", "code", "origin"]
+
+    def column_text(pattern: str) -> dict[str, list[str]]:
+        rows = [r for p in sorted(glob.glob(pattern)) for r in csv.DictReader(open(p, newline=""))]
+        return {k: [r[k] for r in rows] for k in kept}
+
+    res = CliRunner().invoke(cli, ["predict", out, str(tmp_path / "held" / "*.csv"), "--output",
+                                   str(tmp_path / "p.csv"), "--keep", ",".join(kept),
+                                   "--memory-limit", in_process_budget(), "--nworkers", "1",
+                                   "--blocksize", "4kB", "--dashboard-address", ""])
+    assert res.exit_code == 0, res.output
+    written, read = column_text(str(tmp_path / "p.csv")), column_text(str(tmp_path / "held" / "*.csv"))
+    assert written == read  # each field's text, as in the input
+    assert written["time_hour"][1] == "2013-01-02T01:00:00Z" and written["code"][0].startswith("0")
+    assert {"1.50", "Newark, NJ", 'JFK "main"', ""} <= {v for c in written.values() for v in c}
+    # Parquet: the columns as read (the instants of the zoned hours, the numbers)
+    res = CliRunner().invoke(cli, ["predict", out, str(tmp_path / "held" / "*.csv"), "--output",
+                                   str(tmp_path / "p.parquet"), "--keep", ",".join(kept),
+                                   "--memory-limit", in_process_budget(), "--nworkers", "1",
+                                   "--blocksize", "4kB", "--dashboard-address", ""])
+    assert res.exit_code == 0, res.output
+    table = pq.read_table(tmp_path / "p.parquet")
+    assert table.schema.field("time_hour").type.tz == "UTC"  # (Parquet keeps seconds as ms)
+    hours = pd.to_datetime(pd.Series(read["time_hour"]).replace("", None), utc=True)
+    assert table.column("time_hour").to_pandas().astype("datetime64[s, UTC]").equals(
+        hours.astype("datetime64[s, UTC]"))
+    assert table.column("code").to_pylist() == [int(v) for v in read["code"]]
+    assert table.column("dep").to_pylist() == [float(v) for v in read["dep"]]
