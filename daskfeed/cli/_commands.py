@@ -374,16 +374,20 @@ def cache_list(root: str | None) -> None:
 @cache_group.command(name="clear")
 @click.argument("entries", nargs=-1)
 @_CACHE_ROOT
-@click.option("--yes", "-y", is_flag=True,
-              help="Remove every entry without asking (when no ENTRIES are named).")
+@click.option("--all", "everything", is_flag=True,
+              help="Remove every entry (asks first at a terminal; --yes in scripts).")
+@click.option("--yes", "-y", is_flag=True, help="With --all: remove every entry without asking.")
 @click.option("--gone", is_flag=True,
               help="Remove only the entries of files that changed or went since they were cached.")
 @_friendly
-def cache_clear(entries: tuple[str, ...], root: str | None, yes: bool, gone: bool) -> None:
-    """Remove cache ENTRIES (names as `daskfeed cache list` shows them), or all of them.
+def cache_clear(entries: tuple[str, ...], root: str | None, everything: bool, yes: bool,
+                gone: bool) -> None:
+    """Remove cache ENTRIES (names as `daskfeed cache list` shows them), or --all of them.
 
-    With no ENTRIES every entry goes: it asks first, unless --yes (scripts). With --gone, the
-    entries (parts of a data set) whose files changed or went since: never read again.
+    No ENTRIES is never taken for all of them (an empty list from a command substitution would
+    clear the whole cache): every entry goes only with --all, which asks first unless --yes
+    (scripts). With --gone, the entries (parts of a data set) whose files changed or went
+    since: never read again.
     """
     from daskfeed.cache import (
         clear,
@@ -403,19 +407,30 @@ def cache_clear(entries: tuple[str, ...], root: str | None, yes: bool, gone: boo
                    f"files changed or gone, {format_bytes(sum(e.size for e in removed))}, and "
                    f"{records} scan record(s) no data set's last scan uses")
         return
+    if everything and entries:
+        raise click.UsageError(f"Expected ENTRIES or --all. Received: --all and {len(entries)} "
+                               "ENTRIES.\nHint: name the entries to remove some, or --all alone "
+                               "to remove every one.")
+    if not everything and not entries:
+        raise click.UsageError(
+            "Expected the cache ENTRIES to remove (names as 'daskfeed cache list' shows them), or "
+            "--all. Received: no ENTRIES" + (" (--yes alone removes nothing)" if yes else "")
+            + ".\nHint: an empty list (a $(...) that printed nothing) never clears the whole "
+            "cache: pass --all --yes to remove every entry, --gone to remove those of files "
+            "changed or gone.")
     known = {os.path.basename(e.path) for e in list_entries(root)}
     unknown = [e for e in entries if e not in known]
     if unknown:
         raise click.BadParameter(f"no cache entry {unknown[0]!r} in {root or default_root()} "
                                  "(see: daskfeed cache list)", param_hint="ENTRIES")
-    if not entries and known and not yes:
-        everything = list_entries(root)
-        total = format_bytes(sum(e.size for e in everything))
+    if everything and known and not yes:
+        listed = list_entries(root)
+        total = format_bytes(sum(e.size for e in listed))
         if not sys.stdin.isatty():
-            raise click.UsageError(f"removing all {len(everything)} cache entries ({total}) in "
-                                   f"{root or default_root()} needs --yes when not asked at a "
-                                   "terminal; or name the entries (see: daskfeed cache list)")
-        click.confirm(f"Remove all {len(everything)} cache entries ({total}) in "
+            raise click.UsageError(f"removing all {len(listed)} cache entries ({total}) in "
+                                   f"{root or default_root()} needs --all --yes when not asked at "
+                                   "a terminal; or name the entries (see: daskfeed cache list)")
+        click.confirm(f"Remove all {len(listed)} cache entries ({total}) in "
                       f"{root or default_root()}?", abort=True)
     removed = clear(root, list(entries) or None)
     kept = len(set(entries) or known) - len(removed)

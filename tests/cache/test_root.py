@@ -175,7 +175,7 @@ def test_cli_refuses_an_open_root_without_a_traceback(tmp_path):
     root.mkdir()
     os.chmod(root, 0o777)
     cli = shutil.which("daskfeed", path=os.path.dirname(sys.executable)) or "daskfeed"
-    proc = subprocess.run([cli, "cache", "clear", "--cache", str(root), "--yes"],
+    proc = subprocess.run([cli, "cache", "clear", "--cache", str(root), "--all", "--yes"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "writable by others" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -128,10 +128,18 @@ def test_cache_list_and_clear_show_and_remove_entries(demo_data, tmp_path, clien
     assert len(entries) == parts and all(e in listed.output for e in entries)
     assert f"{parts} entr{'y' if parts == 1 else 'ies'} (one per part" in listed.output
     assert "more files" in listed.output  # the data each holds: a run of the 40 demo files
-    asked = runner.invoke(cli, ["cache", "clear", "--cache", str(root)])  # all: not without --yes
+    # no ENTRIES (an empty $(...)) is never "all", not even with --yes
+    for flags in ([], ["--yes"]):
+        empty = runner.invoke(cli, ["cache", "clear", "--cache", str(root), *flags])
+        assert empty.exit_code == 2 and "Expected the cache ENTRIES to remove" in empty.output
+        assert "Received: no ENTRIES" in empty.output and "pass --all --yes" in empty.output
+        assert "Traceback" not in empty.output and _entries(root) == entries, empty.output
+    both = runner.invoke(cli, ["cache", "clear", "--cache", str(root), "--all", entries[0]])
+    assert both.exit_code == 2 and "Expected ENTRIES or --all" in both.output, both.output
+    asked = runner.invoke(cli, ["cache", "clear", "--cache", str(root), "--all"])  # not a terminal
     assert asked.exit_code == 2 and f"removing all {parts} cache entries" in asked.output, asked.output
-    assert "needs --yes" in asked.output and _entries(root) == entries
-    cleared = runner.invoke(cli, ["cache", "clear", "--cache", str(root), "--yes"])
+    assert "needs --all --yes" in asked.output and _entries(root) == entries
+    cleared = runner.invoke(cli, ["cache", "clear", "--cache", str(root), "--all", "--yes"])
     assert cleared.exit_code == 0 and f"removed {parts} cache entr" in cleared.output, cleared.output
     assert _entries(root) == [] and not os.path.exists(root / "scans")
     assert "no cache entries" in runner.invoke(cli, ["cache", "list", "--cache", str(root)]).output
