@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     )
     from daskfeed.core._rss import RSSSampler, tree_rss
     from daskfeed.core._secrets import redact_text, redact_url, secret_options, url_parts
-    from daskfeed.core._text import duration
+    from daskfeed.core._text import duration, eta_seconds
 
 __all__ = [
     "BACKENDS",
@@ -69,6 +69,7 @@ __all__ = [
     "config",
     "create_new",
     "duration",
+    "eta_seconds",
     "fsync",
     "handoff_name",
     "native_logs_filtered",
@@ -103,5 +104,5 @@ __getattr__, __dir__ = attach(__name__, {
     "RSSSampler": "_rss", "tree_rss": "_rss",
     "redact_text": "_secrets", "redact_url": "_secrets", "secret_options": "_secrets",
     "url_parts": "_secrets",
-    "duration": "_text",
+    "duration": "_text", "eta_seconds": "_text",
 }, modules={"config": "_config"})

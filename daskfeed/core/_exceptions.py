@@ -51,7 +51,16 @@ class CacheError(DaskfeedError, OSError):
 
 
 class ManifestMismatchError(DaskfeedError, ValueError):
-    """A manifest (or checkpoint) made for other data or other read options."""
+    """A manifest (or checkpoint) made for other data or other read options.
+
+    ``change`` says what differs as information (``"label is now 'y' (the manifest was made with
+    'x')"``), for a caller to whom a new scan is routine (a retrain after the data changed);
+    "" where it has nothing more to say than the message.
+    """
+
+    def __init__(self, message: str, change: str = "") -> None:
+        super().__init__(message)
+        self.change = change
 
 
 class CheckpointError(DaskfeedError, ValueError):

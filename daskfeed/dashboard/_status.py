@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Any
 
+from daskfeed.core import eta_seconds
 from daskfeed.dashboard._render import Figures
 
 TOPIC = "daskfeed"  # trainer -> scheduler: run, progress, epoch and scan events
@@ -239,8 +240,8 @@ def _scan_figures(scan: Event, now: float) -> Figures:
            "bytes_per_s": scan["bytes"] / seconds, "bytes_total": scan.get("bytes_total"),
            "eta_seconds": None}
     total = scan.get("bytes_total")
-    if scan.get("state") == "running" and total and scan["bytes"]:
-        out["eta_seconds"] = max(total - scan["bytes"], 0) / out["bytes_per_s"]
+    if scan.get("state") == "running" and total:  # once it means something, as the lines say it
+        out["eta_seconds"] = eta_seconds(scan["bytes"], total, seconds)
     return out
 
 

@@ -102,6 +102,10 @@ class Manifest:
     # files whose blocks start where the whole file says, not where each block guessed
     # (quoted fields with line breaks: :meth:`daskfeed.reading._source.Source.use_splits`)
     splits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # parts of the files the scan that made this manifest parsed (0: every part's record was
+    # kept from an earlier scan, nothing parsed); None: not known (a dask DataFrame, or read
+    # from JSON). Not in the JSON: it is about one scan, not the data
+    scanned_parts: int | None = field(default=None, repr=False, compare=False)
 
     @property
     def looks_ordered(self) -> bool:
@@ -234,25 +238,44 @@ class Manifest:
             raise ManifestMismatchError(
                 f"The manifest was made with {name}={old!r}. Received: {name}={new!r}.\nHint: "
                 "rescan (pass manifest=None, or remove the manifest.json) to use the new setting, "
-                "or keep the one the manifest was made with."
-            )
-        self.check_fingerprint(source.fingerprint())
+                "or keep the one the manifest was made with.",
+                change=f"{name} is now {new!r} (the manifest was made with {old!r})")
+        if source.fingerprint() != self.fingerprint:
+            self.check_fingerprint(source.fingerprint(), change=self.files_changed(source))
 
-    def check_fingerprint(self, fingerprint: str, what: str = "data") -> None:
-        """Refuse a manifest that was made for other data or other read options."""
+    def files_changed(self, source: Source) -> str:
+        """What changed in the files since this manifest was made, said as information.
+
+        Files new and gone by path; where the paths are the same, their sizes or modification
+        times changed (the scan that follows names the parts it reads again).
+        """
+        then = {str(b["path"]) for b in self.blocks if "path" in b}
+        now = {f.path for f in source.files}
+        new, gone = len(now - then), len(then - now)
+        parts = [f"{new:,} new file{'s' if new != 1 else ''}" if new else "",
+                 f"{gone:,} gone" if gone else ""]
+        which = ", ".join(p for p in parts if p) or "files rewritten (sizes or modification times)"
+        return f"the data changed since the last scan: {which}"
+
+    def check_fingerprint(self, fingerprint: str, what: str = "data", change: str = "") -> None:
+        """Refuse a manifest that was made for other data or other read options.
+
+        ``change``: what changed, as :class:`~daskfeed.core.ManifestMismatchError` carries it.
+        """
         if fingerprint != self.fingerprint:
             raise ManifestMismatchError(
                 f"The manifest was made for other {what}. Expected fingerprint "
                 f"{self.fingerprint}. Received: {fingerprint} (files, sizes, mtimes or read "
                 "options changed).\nHint: rescan (pass manifest=None) or point at the data "
-                "the manifest was made from."
-            )
+                "the manifest was made from.",
+                change=change or f"the {what} changed since the last scan (files, sizes or "
+                "modification times)")
 
     # -- JSON -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON representation; the blocks packed (:func:`~daskfeed.manifest._packing.pack_blocks`)."""
         d = asdict(replace(self, blocks=[], rejects=[]))
-        del d["rejects"]
+        del d["rejects"], d["scanned_parts"]
         d["blocks"] = pack_blocks(self.blocks)
         return d
 

@@ -185,7 +185,10 @@ def scan_source(src: Source, *, label: str, client: Client | None, vocabulary_si
         manifest = build_manifest(src, label, facts, stats, vocabulary_size, fingerprint, split)
         manifest.scan_seconds = time.perf_counter() - t0
         manifest.scan_line = known.line(manifest, facts)
+        manifest.scanned_parts = None if src.frame is not None else len(known.scanned)
         known.remember(manifest)
+    else:  # the last scan's, every file unchanged
+        manifest.scanned_parts = 0
     src.use_splits(manifest.splits)  # (kept or reused: its files' blocks where the scan read them)
     if manifest_path is not None:
         manifest.to_json(manifest_path)

@@ -22,7 +22,7 @@ from dask.utils import format_bytes
 
 from daskfeed.checkpoint import Checkpoint
 from daskfeed.cluster import Budget
-from daskfeed.core import DaskfeedError, SettingError, fsync, replace, write_file
+from daskfeed.core import DaskfeedError, SettingError, eta_seconds, fsync, replace, write_file
 from daskfeed.manifest import Manifest
 from daskfeed.training._ranks import Rank, shard_report
 from daskfeed.training._summary import history_plot
@@ -109,6 +109,8 @@ def save_model(net: Any, out: str) -> str:
 def scan_bar(echo: Echo) -> Callable[[int, int, int, float, bool], None]:
     """A scan progress line every 10 % of the bytes (and at the end): rows/s, bytes, ETA.
 
+    The ETA once it means something (:func:`~daskfeed.core.eta_seconds`).
+
     Parameters
     ----------
     echo
@@ -126,8 +128,8 @@ def scan_bar(echo: Echo) -> Callable[[int, int, int, float, bool], None]:
         if finished or not done or step <= shown[0] or seconds < 2:  # small scans: no lines
             return
         shown[0] = step
-        rate = done / seconds if seconds else 0.0
-        eta = f", ETA {(total - done) / rate:.0f}s" if rate and done < total else ""
+        left = eta_seconds(done, total, seconds)  # (None until it means something)
+        eta = f", ETA {left:.0f}s" if left is not None else ""
         echo(f"scan: {100 * done / total:.0f}% of {format_bytes(total)}, {rows:,} rows, "
              f"{rows / seconds:,.0f} rows/s{eta}")
 

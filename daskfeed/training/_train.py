@@ -279,7 +279,10 @@ def _open_data(run: Run) -> tuple[DaskSequence, DaskSequence | None, bool]:
     manifest.to_json(os.path.join(run.out, RUNNING_MANIFEST))
     if not run.ckpt and run.ranks.rank == 0:
         keep_started(opts.output, train_seq.source)
-    how = "manifest reused" if manifest is cached else f"scanned in {time.perf_counter() - t0:.1f}s"
+    took = time.perf_counter() - t0
+    how = ("manifest reused" if manifest is cached else
+           f"nothing scanned: every part as the last scan found it, in {took:.1f}s"
+           if manifest.scanned_parts == 0 else f"scanned in {took:.1f}s")
     if manifest is not cached and manifest.scan_line:
         echo(manifest.scan_line)
     echo(f"train data: {manifest.summary()} ({how})")
@@ -365,8 +368,8 @@ def _train_sequence(run: Run, cached: Manifest | None) -> DaskSequence:
         try:
             prepared = prepare(cached)
         except ManifestMismatchError as err:
-            # other files, or a setting that shapes the manifest changed: rebuild it
-            run.echo(f"rescanning: {str(err).splitlines()[0]}")
+            # other files, or a setting that shapes the manifest changed: routine, said as such
+            run.echo(f"rescanning: {err.change or str(err).splitlines()[0]}")
             prepared = prepare(None)
     from daskfeed.adapters import DaskSequence  # keras: once the training data are ready
 

@@ -108,6 +108,54 @@ def test_epochs_are_numbered_from_1_in_final_history_and_on_screen(id_data, tmp_
     assert result.final["epoch"] == 2 and result.final == hist["epochs"][-1]
 
 
+def test_routine_rescans_are_said_as_information_and_nothing_scanned_as_such(tmp_path):
+    import shutil
+
+    from daskfeed import write_demo_data
+    from daskfeed.training._train import train
+
+    data = write_demo_data(tmp_path / "d", rows=4000, validate_rows=1000, rows_per_file=1000)
+    kw = dict(label="cleared", epochs=1, batch_size=1024, memory_limit="2GB", nworkers=1,
+              dashboard_address="", cache=tmp_path / "cache", verbose=0)
+
+    def run(output: str) -> list[str]:
+        lines: list[str] = []
+        train(data.train_glob, output=tmp_path / output, echo=lines.append, **kw)
+        return lines
+
+    first = run("out")
+    assert any(re.search(r"^train data: .*\(scanned in \d+\.\ds\)$", line) for line in first), first
+    files = sorted(glob.glob(data.train_glob, recursive=True))
+    shutil.copy(files[0], files[0].replace(".csv", "-late.csv"))  # a new day's file
+    again = run("out")  # a routine retrain: the data changed
+    [said] = [line for line in again if line.startswith("rescanning: ")]
+    assert said == "rescanning: the data changed since the last scan: 1 new file", again
+    assert "Expected" not in said and "Received" not in said and "fingerprint" not in said
+    assert any(line.startswith("scan: 1 new file") for line in again), again
+    elsewhere = run("out2")  # the same files, another output: the last scan's manifest as it was
+    assert any(line.startswith("scan: 5 files unchanged") for line in elsewhere), elsewhere
+    [data_line] = [line for line in elsewhere if line.startswith("train data: ")]
+    assert "(nothing scanned: every part as the last scan found it, in " in data_line, data_line
+    assert "scanned in" not in data_line
+
+
+def test_the_scan_line_has_no_eta_until_it_means_something():
+    from daskfeed.training._outputs import scan_bar
+
+    lines: list[str] = []
+    show = scan_bar(lines.append)
+    show(0, 1_000, 10**9, 30.0, False)  # 0 %: an empty file done, the rest opening
+    show(50_000, 3 * 10**8, 10**9, 30.0, False)  # 30 % in 30 s: 70 s left
+    show(60_000, 10**9, 10**9, 90.0, False)  # all done: nothing left to estimate
+    assert lines == ["scan: 0% of 0.93 GiB, 0 rows, 0 rows/s",
+                     "scan: 30% of 0.93 GiB, 50,000 rows, 1,667 rows/s, ETA 70s",
+                     "scan: 100% of 0.93 GiB, 60,000 rows, 667 rows/s"], lines
+    from daskfeed.core import eta_seconds  # the one rule, the dashboard's too
+
+    assert eta_seconds(4, 100, 60.0) is None and eta_seconds(50, 100, 1.0) is None
+    assert eta_seconds(50, 100, 10.0) == 10.0
+
+
 def test_a_wrong_label_is_said_before_keras_is_imported(demo_data, tmp_path):
     """The cluster, the checks and the scan need no keras: a mistake there costs no TensorFlow load."""
     script = (
