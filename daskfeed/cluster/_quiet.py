@@ -13,7 +13,14 @@ script's exit to print such a traceback.
 Nothing is lost there (the worker is going away), so :class:`ClosingHeartbeat` drops exactly
 that record: the heartbeat's failure is a closed connection and the worker that sent it was
 already closing. A heartbeat that fails while its worker runs is still logged, traceback and all.
-:class:`QuietClose` installs it in every worker of a cluster daskfeed is handed.
+
+The same close cancels the tasks the worker is still running (a window a sequence fetched ahead,
+released when it closed: a thread cannot be stopped, so it runs on), and distributed warns of
+each ("Async instruction for <Task ... execute(...)> ended with CancelledError", which it says
+happens only in ``Worker.close``): a healthy script's exit printed one per window in flight.
+:class:`CancelledAtClose` drops exactly that record.
+
+:class:`QuietClose` installs both in every worker of a cluster daskfeed is handed.
 """
 
 from __future__ import annotations
@@ -64,15 +71,44 @@ def _heartbeat_of(tb: TracebackType | None) -> Any:
     return None
 
 
+#: how distributed's worker state machine says a task's run was cancelled (only by Worker.close)
+TASK_CUT = ("Async instruction for ", " ended with CancelledError")
+
+
+class CancelledAtClose(logging.Filter):
+    """Drop the warning of a task its worker's close cancelled; keep every other record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Whether ``record`` is logged (False only for a task cancelled by its worker's close).
+
+        Parameters
+        ----------
+        record
+            A record of the ``distributed.worker.state_machine`` logger.
+
+        Returns
+        -------
+        bool
+            False for "Async instruction for ... ended with CancelledError", else True.
+        """
+        text = record.getMessage()
+        return not (text.startswith(TASK_CUT[0]) and text.endswith(TASK_CUT[1]))
+
+
 def install() -> None:
-    """Add :class:`ClosingHeartbeat` to ``distributed.worker``'s logger (once per process)."""
-    log = logging.getLogger("distributed.worker")
-    if not any(isinstance(f, ClosingHeartbeat) for f in log.filters):
-        log.addFilter(ClosingHeartbeat())
+    """Add :class:`ClosingHeartbeat` and :class:`CancelledAtClose` to distributed's worker loggers.
+
+    Once per process.
+    """
+    for name, kind in (("distributed.worker", ClosingHeartbeat),
+                       ("distributed.worker.state_machine", CancelledAtClose)):
+        log = logging.getLogger(name)
+        if not any(isinstance(f, kind) for f in log.filters):
+            log.addFilter(kind())
 
 
 class QuietClose(WorkerPlugin):
-    """Installs :class:`ClosingHeartbeat` in each worker's process (those that join later too)."""
+    """Installs the filters of a quiet close in each worker's process (those that join later too)."""
 
     idempotent = True  # registered again (another sequence on the same cluster): nothing to do
     name = "daskfeed-quiet-close"
