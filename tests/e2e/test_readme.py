@@ -118,6 +118,26 @@ def test_python_block_runs_as_a_script(index, workdir):
     assert out.returncode == 0, f"README python block {index}:\n{out.stderr[-4000:]}"
 
 
+# what a run of the README's example must not print: Keras' "shuffle ignored" warning, TensorFlow's
+# load-time log lines, distributed's warning of a task cancelled by its worker's close
+NOISE = ("`shuffle=True` was passed", "oneDNN custom operations", "absl::InitializeLog",
+         "ended with CancelledError")
+
+
+@pytest.mark.slow  # a whole fit on a cluster of its own (CI's slow tier)
+def test_the_readme_example_prints_no_expected_noise(workdir):
+    """The README's Python example as a user runs it (no TF_CPP_MIN_LOG_LEVEL of their own)."""
+    script = workdir / "readme_example.py"
+    script.write_text(blocks("python")[0], encoding="utf-8")
+    env = {k: v for k, v in _env().items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    out = subprocess.run([sys.executable, "-W", "always", str(script)], cwd=workdir, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert "Epoch 3/3" in out.stdout + out.stderr  # it ran: Keras' progress
+    said = [n for n in NOISE if n in out.stderr]
+    assert not said, f"{said}:\n{out.stderr[-4000:]}"
+
+
 def _commands() -> list[str]:
     """The ```sh blocks' commands, ``make`` lines left out (continuation lines joined)."""
     found = []
