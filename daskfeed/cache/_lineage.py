@@ -10,11 +10,12 @@ the part; one that grew :data:`MAX_ENTRIES` times is scanned again as one entry 
 growing by a file a minute keeps a bounded number of directories). The results are the same
 either way (the same blocks, ids and stored orders): only where they are kept differs.
 
-What each part was laid out as is kept on the trainer, under its cache root, per anchor:
-``<root>/scans/lineage/<anchor>.json`` holds the layouts of the last :data:`KEPT` parts starting
-with that file (those that may grow: a part ending its folder's files, and parts that grew).
-JSON data, checked on load (a damaged or foreign file is not used: the part gets an entry of
-its own), under a root and levels checked to be the user's own
+What each part was laid out as is kept on the trainer, under its cache root, per data set (the
+paths or globs given and the read options): ``<root>/scans/lineage/<key>.json`` holds the
+layouts of its parts that may grow (a part ending its folder's files) or grew, as its last
+opening found them — one file read and at most one written per opening, whatever the number of
+parts. JSON data, checked on load (a damaged or foreign file is not used: each part gets an
+entry of its own), under a root and levels checked to be the user's own
 (:func:`~daskfeed.cache._root.own_root`).
 """
 
@@ -35,7 +36,6 @@ from daskfeed.reading import Part, Source, file_key, options_salt, part_key
 
 LINEAGE_FORMAT = "daskfeed part lineage"
 LINEAGE_VERSION = 1
-KEPT = 8  # layouts kept per anchor (the newest)
 MAX_ENTRIES = 32  # entries of a part at most: the 33rd growth scans the part again, as one entry
 
 Entry = tuple[str, int, int]  # an entry's (key, files, blocks), in the order of its part's files
@@ -80,16 +80,20 @@ def layouts(src: Source, root: str | None) -> list[Layout]:
     """
     parts = src.parts()
     own = [Layout(((p.key, p.files[1] - p.files[0], p.nblocks),)) for p in parts]
-    store = _Store(root) if root is not None else None
-    if store is None or not store.usable():
+    store = _Store(root, _set_key(src)) if root is not None else None
+    known = store.load() if store is not None and store.usable() else {}
+    if not known:
         return own
+    by_anchor: dict[str, dict[str, Any]] = {}
+    for key, kept in known.items():
+        by_anchor.setdefault(str(kept.get("anchor", "")), {})[key] = kept
     salt = options_salt(src.options_key())
-    firsts = _first_blocks(src)
+    firsts: list[np.ndarray] = []  # (the first block of each file: made when first needed)
     out = []
     for part, mine in zip(parts, own, strict=True):
-        known = store.load(part.anchor) if part.anchor else {}
+        same = by_anchor.get(part.anchor) if part.anchor else None
         try:
-            out.append((_layout(src, part, known, salt, firsts) if known else None) or mine)
+            out.append((_layout(src, part, same, salt, firsts) if same else None) or mine)
         except (TypeError, ValueError, KeyError, IndexError):  # a damaged file: not used
             out.append(mine)
     return out
@@ -99,21 +103,33 @@ def remember(src: Source, root: str | None, found: list[Layout]) -> None:
     """Keep the layouts of the parts that may grow (ending their folder) or grew (trainer side)."""
     if root is None:
         return
-    store = _Store(root)
-    files = src.files
+    files, kept = src.files, {}
     for part, layout in zip(src.parts(), found, strict=True):
         hi = part.files[1]
         ends_folder = hi == len(files) or (os.path.dirname(files[hi - 1].path)
                                            != os.path.dirname(files[hi].path))
         if part.anchor and (ends_folder or len(layout.entries) > 1):
-            if not store.usable(create=True):
-                return
-            store.keep(part.anchor, part.key, layout)
+            kept[part.key] = {"anchor": part.anchor,
+                              "files": sum(f for _, f, _ in layout.entries),
+                              "blocks": sum(b for _, _, b in layout.entries),
+                              "entries": [list(e) for e in layout.entries],
+                              "grew_from": list(layout.grew_from) if layout.grew_from else None}
+    store = _Store(root, _set_key(src))
+    if store.usable() and store.load() == kept:
+        return
+    if kept and store.usable(create=True):
+        store.keep(kept)
+
+
+def _set_key(src: Source) -> str:
+    """The data set whose layouts are kept together: the paths or globs given, the read options."""
+    payload = json.dumps([src.given, options_salt(src.options_key())])
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 
 def _layout(src: Source, part: Part, known: dict[str, Any], salt: str,
-            firsts: np.ndarray) -> Layout | None:
-    """``part``'s layout from what its anchor's file holds (None: an entry of its own)."""
+            firsts: list[np.ndarray]) -> Layout | None:
+    """``part``'s layout from the kept layouts of parts with its anchor (None: an entry of its own)."""
     nfiles, lo = part.files[1] - part.files[0], part.files[0]
     mine = known.get(part.key)
     if mine is not None:
@@ -127,7 +143,9 @@ def _layout(src: Source, part: Part, known: dict[str, Any], salt: str,
         k = int(earlier.get("files", 0))
         if not 0 < k < nfiles or (best is not None and k <= int(best[1]["files"])):
             continue
-        blocks = int(firsts[lo + k] - part.blocks[0])
+        if not firsts:
+            firsts.append(_first_blocks(src))
+        blocks = int(firsts[0][lo + k] - part.blocks[0])
         if (int(earlier.get("blocks", -1)) == blocks
                 and part_key(salt, src.files[lo:lo + k]) == key):
             best = (key, earlier)
@@ -157,9 +175,10 @@ _KEY = re.compile(r"[0-9a-f]{32}")
 
 @dataclass(frozen=True)
 class _Store:
-    """The layouts kept per anchor under ``<root>/scans/lineage``."""
+    """The layouts kept for one data set: ``<root>/scans/lineage/<key>.json``."""
 
     root: str
+    key: str
 
     @property
     def path(self) -> str:
@@ -168,7 +187,7 @@ class _Store:
     def usable(self, create: bool = False) -> bool:
         """Check the root and the store's levels are the user's own; whether they exist.
 
-        ``create``: make the levels missing (to keep a layout; reading makes nothing).
+        ``create``: make the levels missing (to keep layouts; reading makes nothing).
         """
         try:
             if not own_root(self.root, create=create):
@@ -180,37 +199,25 @@ class _Store:
         except OSError:  # (an unwritable place: every part gets an entry of its own)
             return False
 
-    def load(self, anchor: str) -> dict[str, Any]:
-        """The layouts kept for ``anchor``: part key -> ``{"files", "blocks", "entries", ...}``."""
-        if not _KEY.fullmatch(anchor):
-            return {}
+    def load(self) -> dict[str, Any]:
+        """The layouts kept: part key -> ``{"anchor", "files", "blocks", "entries", ...}``."""
         try:
-            with open(os.path.join(self.path, f"{anchor}.json"), encoding="utf-8") as f:
+            with open(os.path.join(self.path, f"{self.key}.json"), encoding="utf-8") as f:
                 body = json.load(f)
         except (OSError, ValueError):
             return {}
         if not (isinstance(body, dict) and body.get("format") == LINEAGE_FORMAT
-                and body.get("version") == LINEAGE_VERSION and body.get("anchor") == anchor
+                and body.get("version") == LINEAGE_VERSION and body.get("key") == self.key
                 and isinstance(body.get("parts"), dict)):
             return {}
         return {k: v for k, v in body["parts"].items()
                 if _KEY.fullmatch(k) and isinstance(v, dict) and isinstance(v.get("entries"), list)}
 
-    def keep(self, anchor: str, key: str, layout: Layout) -> None:
-        """Keep ``layout`` as part ``key``'s (the newest :data:`KEPT` of the anchor stay)."""
-        parts = self.load(anchor)
-        entry = {"files": sum(f for _, f, _ in layout.entries),
-                 "blocks": sum(b for _, _, b in layout.entries),
-                 "entries": [list(e) for e in layout.entries],
-                 "grew_from": list(layout.grew_from) if layout.grew_from else None}
-        if parts.get(key) == entry:
-            return
-        parts.pop(key, None)
-        parts[key] = entry
-        kept = dict(list(parts.items())[-KEPT:])
-        body = {"format": LINEAGE_FORMAT, "version": LINEAGE_VERSION, "anchor": anchor,
-                "parts": kept}
+    def keep(self, parts: dict[str, Any]) -> None:
+        """Keep ``parts``' layouts (those of the last opening: the parts of the data now)."""
+        body = {"format": LINEAGE_FORMAT, "version": LINEAGE_VERSION, "key": self.key,
+                "parts": parts}
         try:
-            write_file(os.path.join(self.path, f"{anchor}.json"), json.dumps(body), perms=0o600)
+            write_file(os.path.join(self.path, f"{self.key}.json"), json.dumps(body), perms=0o600)
         except OSError:
             return
