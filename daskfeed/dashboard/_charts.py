@@ -4,6 +4,8 @@ Served as Dask serves its own pages: a Bokeh server application added to the sch
 application (:func:`add_charts`, when the plugin starts), drawn in the browser by BokehJS and
 updated over Bokeh's websocket once a second from the plugin's figures
 (:meth:`daskfeed.dashboard._status.Status.chart_data`): new points are streamed, not redrawn.
+Each series has a source of its own and a point only where a sample has its figure: one
+unbroken line.
 
 - loss per batch (Keras' running mean of the epoch) and, per epoch, loss and validation loss;
 - rows/s and the share of training time spent waiting for data, over the run's time;
@@ -27,7 +29,8 @@ logger = logging.getLogger(__name__)
 CHARTS_PATH = "daskfeed-charts"  # one level deep, as /status: BokehJS is at the relative static/
 UPDATE_MS = 1000  # the charts ask for new points every second
 GIB = 2**30
-_SERIES = ("t", "step", "loss", "rows_per_s", "data_wait_pct", "rss_gib", "budget_gib")
+# each series of Status.chart_data in the unit drawn: a source of its own, ``daskfeed-series-<name>``
+_SCALES = {"loss": 1.0, "rows_per_s": 1.0, "data_wait": 100.0, "rss_bytes": 1 / GIB, "budget_bytes": 1 / GIB}
 _EPOCHS = ("step", "epoch", "loss", "val_loss")
 
 
@@ -87,14 +90,14 @@ def charts_document(figures: Any, doc: Document) -> None:
     from bokeh.models.widgets import Div
     from bokeh.plotting import figure
 
-    series = ColumnDataSource({k: [] for k in _SERIES}, name="daskfeed-series")
+    series = {name: ColumnDataSource({"x": [], "y": []}, name=f"daskfeed-series-{name}") for name in _SCALES}
     epochs = ColumnDataSource({k: [] for k in _EPOCHS}, name="daskfeed-epochs")
     common: dict[str, Any] = {"height": 250, "sizing_mode": "stretch_width",
                               "tools": "pan,wheel_zoom,box_zoom,reset,save"}
 
     loss = figure(title="Loss", x_axis_label="batch (all epochs)", y_axis_label="loss",
                   name="daskfeed-loss", **common)
-    loss.line("step", "loss", source=series, legend_label="loss (running mean of the epoch)")
+    loss.line("x", "y", source=series["loss"], legend_label="loss (running mean of the epoch)")
     loss.scatter("step", "loss", source=epochs, size=8, legend_label="loss (epoch)")
     loss.scatter("step", "val_loss", source=epochs, size=8, marker="square", color="orange",
                  legend_label="validation loss (epoch)")
@@ -102,10 +105,10 @@ def charts_document(figures: Any, doc: Document) -> None:
 
     speed = figure(title="Rows per second and waiting for data", x_axis_label="seconds since the run started",
                    y_axis_label="rows/s (epoch so far)", name="daskfeed-speed", **common)
-    speed.line("t", "rows_per_s", source=series, legend_label="rows/s")
+    speed.line("x", "y", source=series["rows_per_s"], legend_label="rows/s")
     speed.extra_y_ranges = {"wait": Range1d(start=0, end=100)}
     speed.add_layout(LinearAxis(y_range_name="wait", axis_label="data wait (% of training time)"), "right")
-    speed.line("t", "data_wait_pct", source=series, y_range_name="wait", color="firebrick",
+    speed.line("x", "y", source=series["data_wait"], y_range_name="wait", color="firebrick",
                legend_label="data wait %")
     speed.y_range = DataRange1d(start=0)
     speed.add_layout(speed.legend[0], "right")
@@ -113,8 +116,8 @@ def charts_document(figures: Any, doc: Document) -> None:
     memory = figure(title="Memory of the trainer's process tree against the budget",
                     x_axis_label="seconds since the run started", y_axis_label="GiB",
                     name="daskfeed-memory", **common)
-    memory.line("t", "rss_gib", source=series, legend_label="trainer's process tree (RSS)")
-    memory.line("t", "budget_gib", source=series, line_dash="dashed", color="black",
+    memory.line("x", "y", source=series["rss_bytes"], legend_label="trainer's process tree (RSS)")
+    memory.line("x", "y", source=series["budget_bytes"], line_dash="dashed", color="black",
                 legend_label="budget")
     memory.y_range = DataRange1d(start=0)
     memory.add_layout(memory.legend[0], "right")
@@ -122,15 +125,15 @@ def charts_document(figures: Any, doc: Document) -> None:
     held = {"version": -1, "seen": 0}
 
     def update() -> None:
-        version, whole, samples, records = figures.status.chart_data(held["version"], held["seen"])
-        new = _columns(samples)
-        if whole:
-            series.data = new
-            held["seen"] = len(samples)
-        elif samples:
-            series.stream(new)
-            held["seen"] += len(samples)
-        held["version"] = version
+        version, whole, seen, points, records = figures.status.chart_data(held["version"], held["seen"])
+        for name, source in series.items():
+            scale = _SCALES[name]
+            new = {"x": points[name]["x"], "y": [y * scale for y in points[name]["y"]]}
+            if whole:
+                source.data = new
+            elif new["x"]:
+                source.stream(new)
+        held["version"], held["seen"] = version, seen
         if len(records) != len(epochs.data["epoch"]) or whole:
             epochs.data = {"step": [r.get("step") for r in records], "epoch": [r["epoch"] for r in records],
                            "loss": [_nan(r.get("loss")) for r in records],
@@ -141,19 +144,6 @@ def charts_document(figures: Any, doc: Document) -> None:
     doc.add_root(column(Div(text="<b>daskfeed</b>: the run, live (updated every second)"),
                         loss, speed, memory, sizing_mode="stretch_width"))
     doc.add_periodic_callback(update, UPDATE_MS)
-
-
-def _columns(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """The chart columns of progress samples (missing figures as NaN: gaps in the lines)."""
-    return {
-        "t": [_nan(s.get("t")) for s in samples],
-        "step": [_nan(s.get("step")) for s in samples],
-        "loss": [_nan(s.get("loss")) for s in samples],
-        "rows_per_s": [_nan(s.get("rows_per_s")) for s in samples],
-        "data_wait_pct": [_nan(s.get("data_wait"), 100.0) for s in samples],
-        "rss_gib": [_nan(s.get("rss_bytes"), 1 / GIB) for s in samples],
-        "budget_gib": [_nan(s.get("budget_bytes"), 1 / GIB) for s in samples],
-    }
 
 
 def _nan(value: Any, scale: float = 1.0) -> float:

@@ -19,8 +19,14 @@ SCAN_TOPIC_PREFIX = "daskfeed-scan-"  # scan tasks -> scheduler (daskfeed.scanni
 CACHE_TOPIC = "daskfeed-cache"  # window tasks -> scheduler (report_cache)
 HISTORY_LIMIT = 10_000  # epoch records kept on the scheduler
 SERIES_LIMIT = 4_000  # progress samples kept for the charts (halved, oldest thinned, when full)
+# the charts' series: name -> (x, figure) of a sample; each series has a point where its sample
+# has the figure, none where it lacks it (an epoch's start has no rate nor loss yet; the tf.data
+# hand-off no data wait): a line of points only, never a gap
+CHART_SERIES = {"loss": ("step", "loss"), "rows_per_s": ("t", "rows_per_s"), "data_wait": ("t", "data_wait"),
+                "rss_bytes": ("t", "rss_bytes"), "budget_bytes": ("t", "budget_bytes")}
 
 Event = dict[str, Any]  # one msgpack-able event: a ``kind`` and its figures (JSON values)
+Series = dict[str, list[float]]  # one chart series' points: ``x`` and ``y``, as long as each other
 
 
 class Status:
@@ -107,7 +113,8 @@ class Status:
         """One point of the charts from a progress event (only while batches are trained).
 
         Its own figures, not the latest merged ones: a figure the event lacks (no data wait
-        with the tf.data hand-off, no loss at an epoch's start) is a gap, not the last value again.
+        with the tf.data hand-off, no loss at an epoch's start) is None here, not the last value
+        again, and no point of that figure's series (:meth:`chart_data`).
         """
         p = self.progress
         if body.get("state") not in ("training", "epoch-end") or p.get("batch") is None:
@@ -124,8 +131,8 @@ class Status:
             self.series = self.series[:half:2] + self.series[half:]
             self.series_version += 1
 
-    def chart_data(self, version: int, seen: int) -> tuple[int, bool, list[Event], list[Event]]:
-        """What the charts need since they last asked.
+    def chart_data(self, version: int, seen: int) -> tuple[int, bool, int, dict[str, Series], list[Event]]:
+        """What the charts need since they last asked: each series' new points.
 
         Parameters
         ----------
@@ -135,17 +142,20 @@ class Status:
         Returns
         -------
         tuple
-            ``(version, whole, samples, epochs)``: ``whole`` True when ``samples`` replace what
-            the charts hold (thinned, or a new run), else they follow it; every epoch record
-            with the batch step it ended at (``step``).
+            ``(version, whole, seen, series, epochs)``: ``whole`` True when the points replace
+            what the charts hold (thinned, or a new run), else they follow it; ``seen`` the
+            samples the charts hold with them; ``series`` each of :data:`CHART_SERIES` as its
+            points' ``x`` and ``y``, finite numbers only (a sample that lacks a figure, or has
+            NaN, is no point of its series, not a gap in its line); every epoch record with the
+            batch step it ended at (``step``).
         """
         with self._lock:
             whole = version != self.series_version or seen > len(self.series)
-            samples = [dict(s) for s in (self.series if whole else self.series[seen:])]
+            points = _points(self.series if whole else self.series[seen:])
             batches = self.progress.get("batches") or self.run.get("batches")
             epochs = [{**r, "step": int(r["epoch"]) * int(batches) if batches else None}
                       for r in self.history if r.get("epoch") is not None]
-            return self.series_version, whole, _finite(samples), _finite(epochs)
+            return self.series_version, whole, len(self.series), points, _finite(epochs)
 
     def _apply_scan(self, body: dict[str, Any], now: float) -> None:
         name = str(body.get("name") or "scan")
@@ -243,6 +253,19 @@ def _scan_figures(scan: Event, now: float) -> Figures:
     if scan.get("state") == "running" and total:  # once it means something, as the lines say it
         out["eta_seconds"] = eta_seconds(scan["bytes"], total, seconds)
     return out
+
+
+def _points(samples: list[Event]) -> dict[str, Series]:
+    """Each chart series' points (``x``, ``y``) of ``samples``: where both are numbers."""
+    out: dict[str, Series] = {}
+    for name, (x, figure) in CHART_SERIES.items():
+        pairs = [(s[x], s[figure]) for s in samples if _number(s.get(x)) and _number(s.get(figure))]
+        out[name] = {"x": [float(a) for a, _ in pairs], "y": [float(b) for _, b in pairs]}
+    return out
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _finite(x: Any) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
 import os
 import re
 import shutil
@@ -41,20 +42,35 @@ pytestmark = [
 
 
 TEXT = "document.body ? document.body.innerText : ''"  # the page's text as rendered
-# the charts' data as BokehJS holds it in the browser (filled over Bokeh's websocket)
+# the charts' series as BokehJS holds them in the browser (filled over Bokeh's websocket): each
+# series' points, and the line glyphs that draw it
+SERIES = ("loss", "rows_per_s", "data_wait", "rss_bytes", "budget_bytes")
 CHART_DATA = """(() => {
   const B = window.Bokeh;
-  if (!B || !B.documents || !B.documents.length) return "";
-  const d = B.documents[0], s = d.get_model_by_name("daskfeed-series"),
-        e = d.get_model_by_name("daskfeed-epochs");
-  if (!s || !e) return "";
+  if (!B || !B.documents || B.documents.length != 1) return "";
+  const d = B.documents[0], e = d.get_model_by_name("daskfeed-epochs");
+  if (!e) return "";
   const col = (src, k) => Array.from(src.data instanceof Map ? src.data.get(k) : src.data[k]);
-  const loss = col(s, "loss").filter(Number.isFinite), rows = col(s, "rows_per_s").filter(Number.isFinite);
-  return JSON.stringify({points: col(s, "step").length, loss: loss.length, rows_per_s: rows.length,
-                         budget: col(s, "budget_gib").filter(Number.isFinite).length,
-                         epochs: col(e, "epoch").length,
+  const models = [...d.all_models], series = {};
+  for (const name of SERIES) {
+    const s = d.get_model_by_name("daskfeed-series-" + name);
+    if (!s) return "";
+    const lines = models.filter((m) => m.type == "GlyphRenderer" && m.data_source === s && m.visible
+                                       && m.glyph.type == "Line" && m.glyph.x.field == "x"
+                                       && m.glyph.y.field == "y");
+    series[name] = {x: col(s, "x"), y: col(s, "y"), lines: lines.length};
+  }
+  return JSON.stringify({series, epochs: col(e, "epoch").length, epoch_steps: col(e, "step"),
                          val_loss: col(e, "val_loss").filter(Number.isFinite).length});
-})()"""
+})()""".replace("SERIES", json.dumps(list(SERIES)))
+
+
+def unbroken(points: dict[str, Any]) -> bool:
+    """A series drawn as one line: a line glyph, two points or more, every one finite (JSON
+    has no NaN: BokehJS's NaN reads as null), in order of their x."""
+    x, y = points["x"], points["y"]
+    return (points["lines"] >= 1 and len(x) == len(y) >= 2
+            and all(isinstance(v, (int, float)) and math.isfinite(v) for v in x + y) and x == sorted(x))
 
 
 class Browser:
@@ -181,7 +197,11 @@ def test_chromium_renders_the_daskfeed_page_and_dask_status_during_fit(client, d
 
     def charts_drawn(png: Path, text: str) -> bool:  # lines on canvases, points in the browser
         got = json.loads(text) if text else {}
-        return plots_drawn(png, "") and got.get("loss", 0) >= 2 and got.get("val_loss", 0) >= 1
+        series = got.get("series", {})
+        steps = got.get("epoch_steps") or [math.inf]  # the batch step each epoch ended at
+        return (plots_drawn(png, "") and got.get("val_loss", 0) >= 1 and len(series) == len(SERIES)
+                and all(unbroken(points) for points in series.values())
+                and max(series["loss"]["x"]) > steps[0])  # the loss line goes on past epoch 1's end
 
     def take(links):
         browser = Browser(tmp_path / "profile")
@@ -207,7 +227,10 @@ def test_chromium_renders_the_daskfeed_page_and_dask_status_during_fit(client, d
     charts, data = shots["charts"]  # daskfeed's Bokeh charts: drawn, and fed live
     got = json.loads(data) if data else {}
     assert charts_drawn(charts, data), (got, ink(charts))
-    assert got["rows_per_s"] >= 2 and got["budget"] >= 2 and got["epochs"] >= 1, got
+    # data wait, rows/s, loss and memory: each one unbroken line over the run, across epochs
+    series = got["series"]
+    assert all(unbroken(series[name]) for name in SERIES), series
+    assert got["epochs"] >= 1 and max(series["loss"]["x"]) > got["epoch_steps"][0], got
     keep = os.environ.get("DASKFEED_SCREENSHOT_DIR")
     if keep:
         os.makedirs(keep, exist_ok=True)
