@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 CHARTS_PATH = "daskfeed-charts"  # one level deep, as /status: BokehJS is at the relative static/
 UPDATE_MS = 1000  # the charts ask for new points every second
 GIB = 2**30
+WAIT_FLOOR_PCT = 3  # the data-wait axis starts this far below 0 %
 # each series of Status.chart_data in the unit drawn: a source of its own, ``daskfeed-series-<name>``
 _SCALES = {"loss": 1.0, "rows_per_s": 1.0, "data_wait": 100.0, "rss_bytes": 1 / GIB, "budget_bytes": 1 / GIB}
 _EPOCHS = ("step", "epoch", "loss", "val_loss")
@@ -106,7 +107,9 @@ def charts_document(figures: Any, doc: Document) -> None:
     speed = figure(title="Rows per second and waiting for data", x_axis_label="seconds since the run started",
                    y_axis_label="rows/s (epoch so far)", name="daskfeed-speed", **common)
     speed.line("x", "y", source=series["rows_per_s"], legend_label="rows/s")
-    speed.extra_y_ranges = {"wait": Range1d(start=0, end=100)}
+    # from just below 0: a data wait of 0 % (data keeping up, the usual case) is a line above the x
+    # axis, not one hidden under it
+    speed.extra_y_ranges = {"wait": Range1d(start=-WAIT_FLOOR_PCT, end=100)}
     speed.add_layout(LinearAxis(y_range_name="wait", axis_label="data wait (% of training time)"), "right")
     speed.line("x", "y", source=series["data_wait"], y_range_name="wait", color="firebrick",
                legend_label="data wait %")

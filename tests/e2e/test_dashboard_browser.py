@@ -146,6 +146,17 @@ class Browser:
         self.proc.wait(timeout=30)
 
 
+def red_line(png: Path, right: int = 900) -> int:
+    """Pixels of the data-wait line's red (firebrick, lighter where anti-aliased) left of ``right``:
+    on the plots, not the legends' samples nor the toolbars' logos beside them."""
+    from PIL import Image
+
+    with Image.open(png) as img:
+        rgb = img.convert("RGB").crop((0, 0, right, img.height))
+        return sum(n for n, (r, g, b) in rgb.getcolors(1 << 24) or []
+                   if r > 120 and g < 140 and b < 140 and r - max(g, b) > 60)
+
+
 def ink(png: Path) -> tuple[int, float]:
     """Colours below the page's top bar, and the share of those pixels that differ from the
     background colour (a page whose scripts drew nothing has its top bar alone)."""
@@ -231,6 +242,7 @@ def test_chromium_renders_the_daskfeed_page_and_dask_status_during_fit(client, d
     series = got["series"]
     assert all(unbroken(series[name]) for name in SERIES), series
     assert got["epochs"] >= 1 and max(series["loss"]["x"]) > got["epoch_steps"][0], got
+    assert red_line(charts) > 300, red_line(charts)  # the data-wait line, even at 0 %: above the axis
     keep = os.environ.get("DASKFEED_SCREENSHOT_DIR")
     if keep:
         os.makedirs(keep, exist_ok=True)
