@@ -4,8 +4,9 @@ Served as Dask serves its own pages: a Bokeh server application added to the sch
 application (:func:`add_charts`, when the plugin starts), drawn in the browser by BokehJS and
 updated over Bokeh's websocket once a second from the plugin's figures
 (:meth:`daskfeed.dashboard._status.Status.chart_data`): new points are streamed, not redrawn.
-Each series has a source of its own and a point only where a sample has its figure: one
-unbroken line.
+The page carries the document with the series so far (``templates/charts.html``): drawn at load,
+before the websocket has pulled the live document, which then takes its place. Each series has a
+source of its own and a point only where a sample has its figure: one unbroken line.
 
 - loss per batch (Keras' running mean of the epoch) and, per epoch, loss and validation loss;
 - rows/s and the share of training time spent waiting for data, over the run's time;
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from bokeh.document import Document
     from distributed import Scheduler
+    from jinja2 import Template
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +149,44 @@ def charts_document(figures: Any, doc: Document) -> None:
     doc.add_root(column(Div(text="<b>daskfeed</b>: the run, live (updated every second)"),
                         loss, speed, memory, sizing_mode="stretch_width"))
     doc.add_periodic_callback(update, UPDATE_MS)
+    doc.template = _page_template()
+    doc.template_variables.update(first_paint=_FirstPaint(doc), first_paint_id=_FIRST_PAINT_ID)
+
+
+_FIRST_PAINT_ID = "daskfeed-first-paint"
+
+
+class _FirstPaint:
+    """The document as the page carries it (``templates/charts.html``).
+
+    Serialized when the page is rendered, so with the series as they are then; HTML-escaped as
+    Bokeh escapes its own.
+    """
+
+    def __init__(self, doc: Document) -> None:
+        self.doc = doc
+
+    def __str__(self) -> str:
+        from html import escape
+
+        from bokeh.core.json_encoder import serialize_json
+
+        return escape(serialize_json({_FIRST_PAINT_ID: self.doc.to_json(deferred=False)}), quote=False)
+
+
+@functools.cache
+def _page_template() -> Template:
+    """``templates/charts.html``: Bokeh's server page, drawn at load from the document it carries.
+
+    Compiled as Bokeh compiles a template given as text: in Bokeh's environment, extending the
+    page it would serve (``base``).
+    """
+    from importlib.resources import files
+
+    from bokeh.core.templates import get_env
+
+    text = files("daskfeed.dashboard").joinpath("templates", "charts.html").read_text(encoding="utf-8")
+    return get_env().from_string("{% extends base %}\n" + text)
 
 
 def _nan(value: Any, scale: float = 1.0) -> float:

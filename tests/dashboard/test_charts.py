@@ -3,10 +3,14 @@ served by a real scheduler's dashboard to a real Bokeh client session."""
 
 from __future__ import annotations
 
+import html
+import json
 import math
+import re
 import time
 
 from bokeh.document import Document
+from live_probe import get
 
 from daskfeed.dashboard._charts import charts_document
 from daskfeed.dashboard._status import CHART_SERIES, SERIES_LIMIT, TOPIC, Status
@@ -179,3 +183,11 @@ def test_a_scheduler_serves_the_charts_to_a_bokeh_session(client):
         assert list(loss.data["y"]) == [0.42] and list(loss.data["x"]) == [3]
         assert session.document.title == "daskfeed: charts"
 
+    # the page itself carries the document with its points: drawn at load, before the websocket
+    page = get(links.charts)
+    found = re.search(r'<script type="application/json" id="daskfeed-first-paint">(.*?)</script>', page, re.S)
+    assert found, page
+    (doc_json,) = json.loads(html.unescape(found.group(1))).values()
+    drawn = Document.from_json(doc_json)
+    assert list(drawn.get_model_by_name("daskfeed-series-loss").data["y"]) == [0.42]
+    assert list(drawn.get_model_by_name("daskfeed-series-rss_bytes").data["y"]) == [0.5]

@@ -42,7 +42,8 @@ pytestmark = [
 
 
 TEXT = "document.body ? document.body.innerText : ''"  # the page's text as rendered
-# the charts' series as BokehJS holds them in the browser (filled over Bokeh's websocket): each
+# the charts' series as BokehJS holds them in the browser (the live document, filled over Bokeh's
+# websocket; the page's first drawing, from the document it carries, is gone by then): each
 # series' points, and the line glyphs that draw it
 SERIES = ("loss", "rows_per_s", "data_wait", "rss_bytes", "budget_bytes")
 CHART_DATA = """(() => {
@@ -146,6 +147,14 @@ class Browser:
         self.proc.wait(timeout=30)
 
 
+def screenshot_at_load(url: str, png: Path, profile: Path) -> Path:
+    """What a plain ``chromium --headless --screenshot=PNG URL`` shows: the page as drawn when it
+    has loaded (no waiting on scripts that draw later)."""
+    subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"--screenshot={png}", url],
+                   check=True, timeout=120, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return png
+
+
 def red_line(png: Path, right: int = 900) -> int:
     """Pixels of the data-wait line's red (firebrick, lighter where anti-aliased) left of ``right``:
     on the plots, not the legends' samples nor the toolbars' logos beside them."""
@@ -215,6 +224,8 @@ def test_chromium_renders_the_daskfeed_page_and_dask_status_during_fit(client, d
                 and max(series["loss"]["x"]) > steps[0])  # the loss line goes on past epoch 1's end
 
     def take(links):
+        shots["charts at load"] = (screenshot_at_load(links.charts, tmp_path / "charts-at-load.png",
+                                                      tmp_path / "profile-at-load"), "")
         browser = Browser(tmp_path / "profile")
         try:
             shots["daskfeed"] = browser.shoot(links.page, tmp_path / "daskfeed.png", page_drawn)
@@ -235,6 +246,8 @@ def test_chromium_renders_the_daskfeed_page_and_dask_status_during_fit(client, d
     assert 2 <= int(re.search(SEEN["epoch"], text).group(1)) <= EPOCHS, seen
     assert page_drawn(page, text), ink(page)
     assert plots_drawn(status, ""), ink(status)
+    at_load, _ = shots["charts at load"]  # drawn from the page itself, not blank until Bokeh's websocket
+    assert plots_drawn(at_load, ""), ink(at_load)
     charts, data = shots["charts"]  # daskfeed's Bokeh charts: drawn, and fed live
     got = json.loads(data) if data else {}
     assert charts_drawn(charts, data), (got, ink(charts))
