@@ -375,19 +375,28 @@ def _field_text(body: bytes, names: list[str], block: Block, options: ReadOption
     """
     try:
         return pacsv.read_csv(
-            pa.BufferReader(body),
-            read_options=pacsv.ReadOptions(column_names=names, use_threads=False,
-                                           encoding=options.encoding,
-                                           block_size=min(len(body) + 1, 2**31 - 1)),
-            parse_options=pacsv.ParseOptions(
-                delimiter=options.sep, newlines_in_values=whole,
-                invalid_row_handler=None if options.bad_lines == "error" else lambda _row: "skip"),
+            pa.BufferReader(body), **_csv_options(body, names, options, whole, lambda _row: "skip"),
             convert_options=pacsv.ConvertOptions(
                 include_columns=list(columns), column_types=dict.fromkeys(columns, pa.string()),
                 strings_can_be_null=False, null_values=[], quoted_strings_can_be_null=False),
         )
     except (pa.ArrowInvalid, UnicodeDecodeError) as err:  # (read_csv parsed these bytes first)
         raise _parse_error(err, block, names) from err
+
+
+def _csv_options(body: bytes, names: list[str], options: ReadOptions, whole: bool,
+                 bad_line: Any) -> dict[str, Any]:
+    """The read and parse options of pyarrow for one block's ``body`` (``bad_line``: unless "error").
+
+    One pyarrow block for the whole body (a line is never longer than it); no larger: a block
+    allocated far beyond a small file's text costs more than parsing it.
+    """
+    return {"read_options": pacsv.ReadOptions(column_names=names, use_threads=False,
+                                              encoding=options.encoding,
+                                              block_size=min(len(body) + 1, 2**31 - 1)),
+            "parse_options": pacsv.ParseOptions(
+                delimiter=options.sep, newlines_in_values=whole,
+                invalid_row_handler=None if options.bad_lines == "error" else bad_line)}
 
 
 def with_markers(table: pa.Table, forced: dict[str, pa.DataType], options: ReadOptions,
@@ -497,15 +506,7 @@ def read_csv(body: bytes, names: list[str], block: Block, options: ReadOptions,
 
     try:
         return pacsv.read_csv(
-            pa.BufferReader(body),
-            # one pyarrow block for the whole body (a line is never longer than it); no larger:
-            # a block allocated far beyond a small file's text costs more than parsing it
-            read_options=pacsv.ReadOptions(column_names=names, use_threads=False,
-                                           encoding=options.encoding,
-                                           block_size=min(len(body) + 1, 2**31 - 1)),
-            parse_options=pacsv.ParseOptions(
-                delimiter=options.sep, newlines_in_values=whole,
-                invalid_row_handler=None if options.bad_lines == "error" else bad_line),
+            pa.BufferReader(body), **_csv_options(body, names, options, whole, bad_line),
             convert_options=pacsv.ConvertOptions(
                 # forced columns are read as text and converted by column_markers
                 column_types={k: pa.string() for k in forced} if types is None else types,
