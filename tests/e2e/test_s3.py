@@ -252,7 +252,7 @@ def test_train_on_s3_never_writes_the_secret(s3, tmp_path):
     t0 = time.monotonic()
     run = _cli(["train", f"s3://{BUCKET}/train/*.csv", "--label", "cleared",
                 "--validation", f"s3://{BUCKET}/validate/*.csv", "--epochs", "1",
-                "--memory-limit", "3GB", "--nworkers", "2",
+                "--memory-limit", "3GB", "--nworkers", "2", "--batch-size", "128",
                 "--cache", str(tmp_path / "cache"), "--output", str(out), "--verbose", "0",
                 "--storage-options", json.dumps({"endpoint_url": s3.endpoint, "key": s3.key,
                                                  "secret": s3.secret}),
@@ -260,7 +260,9 @@ def test_train_on_s3_never_writes_the_secret(s3, tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     hist = json.loads((out / "history.json").read_text())
     assert hist["epochs"][0]["rows"] == 8000
-    assert hist["epochs"][0]["val_accuracy"] > 0.6
+    # 62 steps of 128 learn the demo's rule (0.75 on local copies, seeds 0-2); the default 1024
+    # gives 7 steps, 0.58-0.71 by the order, which hangs on the upload times (the anchors' mtimes)
+    assert hist["epochs"][0]["val_accuracy"] > 0.65
     from daskfeed.manifest._manifest import Manifest
 
     manifest = Manifest.from_json(out / "manifest.json")
