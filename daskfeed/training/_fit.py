@@ -89,11 +89,9 @@ def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused:
         export_serving(run.out, model=net, features=list(train_seq.features), echo=echo)
     except (DaskfeedError, ValueError, TypeError) as err:  # model.keras stands; say why not
         warnings.warn(f"serving/ not written: {err}", stacklevel=2)
-    write_history(run.out, history, budget=run.budget, rows=train_seq.rows,
-                  peak_rss=rss.overall_peak, bad_lines=bad_report, weight=opts.data.weight,
+    write_history(run, history, train_seq, peak_rss=rss.overall_peak, bad_lines=bad_report,
                   class_weights=weights, split=split_report(train_seq, val_seq),
-                  early_stopping=stopping, ranks=run.ranks, train_seq=train_seq, ckpt=ckpt,
-                  run_id=run.run_id)
+                  early_stopping=stopping)
     write_record(run.out, run.run_id)  # last: serving/ and history.json tied in too
     return history, net, bad_report, stopping
 

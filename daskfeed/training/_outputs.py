@@ -20,15 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from dask.utils import format_bytes
 
-from daskfeed.checkpoint import Checkpoint
-from daskfeed.cluster import Budget
 from daskfeed.core import DaskfeedError, SettingError, eta_seconds, fsync, replace, write_file
 from daskfeed.manifest import Manifest
-from daskfeed.training._ranks import Rank, shard_report
+from daskfeed.training._ranks import shard_report
 from daskfeed.training._summary import history_plot
 
 if TYPE_CHECKING:
     from daskfeed.adapters import DaskSequence
+    from daskfeed.training._run import Run
 
 Echo = Callable[[str], None]
 
@@ -263,40 +262,38 @@ def numbered(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**r, "epoch": int(r["epoch"]) + 1} for r in history]
 
 
-def write_history(out: str, history: list[dict[str, Any]], *, budget: Budget, rows: int,
-                  peak_rss: int, bad_lines: dict[str, Any], weight: str | None,
+def write_history(run: Run, history: list[dict[str, Any]], train_seq: DaskSequence, *,
+                  peak_rss: int, bad_lines: dict[str, Any],
                   class_weights: dict[int, float] | None, split: dict[str, Any] | None,
-                  early_stopping: dict[str, Any] | None, ranks: Rank, train_seq: DaskSequence,
-                  ckpt: Checkpoint | None, run_id: str = "") -> None:
+                  early_stopping: dict[str, Any] | None) -> None:
     """Write ``history.png`` and ``history.json``: the epochs and what the run was.
 
     Parameters
     ----------
-    out
-        The output directory.
+    run
+        The run: its output directory, budget, rank, the checkpoint it resumed from (or None),
+        its id (its ``run.json`` ties ``history.json`` to the model and manifest) and the
+        sample weight column.
     history
         The epoch records.
-    budget, rows, peak_rss
-        The memory budget, the rows per epoch, the process tree's peak RSS.
-    bad_lines, weight, class_weights, split, early_stopping
+    train_seq
+        This trainer's training sequence (its shard; its rows per epoch).
+    peak_rss
+        The process tree's peak RSS.
+    bad_lines, class_weights, split, early_stopping
         What the run reports of them (see the functions above and
         :func:`daskfeed.training._callbacks.report_early_stopping`).
-    ranks, train_seq
-        This trainer's rank and its training sequence (its shard).
-    ckpt
-        The checkpoint the run resumed from, or None.
-    run_id
-        The run's id (its ``run.json`` ties ``history.json`` to the model and manifest).
     """
+    out, budget, ckpt = run.out, run.budget, run.ckpt
     history_plot(history, os.path.join(out, "history.png"))
     record = {  # epochs numbered from 1, as the screen and Keras' progress bar show them
-        "run_id": run_id, "epochs": numbered(history),
+        "run_id": run.run_id, "epochs": numbered(history),
         "memory_limit_bytes": budget.total, "budget": budget.__dict__,
-        "rows_per_epoch": rows, "peak_rss_bytes": peak_rss, "bad_lines": bad_lines,
-        "sample_weight": weight,
+        "rows_per_epoch": train_seq.rows, "peak_rss_bytes": peak_rss, "bad_lines": bad_lines,
+        "sample_weight": run.opts.data.weight,
         "class_weight": {str(k): v for k, v in class_weights.items()} if class_weights else None,
         "validation_split": split, "early_stopping": _numbered(early_stopping),
-        "ranks": shard_report(ranks, train_seq),
+        "ranks": shard_report(run.ranks, train_seq),
         "resumed_from": ({"checkpoint": ckpt.path, "epoch": ckpt.cursor.epoch + 1,
                           "batch": ckpt.cursor.batch,  # the batch of the trainer that wrote it
                           "position": ckpt.cursor.position,  # of the global order (None: blocks)

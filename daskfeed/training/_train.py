@@ -135,17 +135,32 @@ def train(data: DataSpec, *, label: str, validation: DataSpec | None = None,
         opts = replace(opts, data=replace(opts.data, label=label))
     t_run = time.perf_counter()
     choose_backend()  # a backend daskfeed does not run on is refused at once
-    ranks, out, store, ckpt, lock = _prepare(data, validation, opts, echo)
+    held = _prepare(data, validation, opts, echo)
     try:
-        return _run(data, label, validation, opts, echo, stop, ranks, out, store, ckpt, t_run)
+        return _run(data, label, validation, opts, echo, stop, held, t_run)
     finally:
-        lock.release()  # (a process killed gives it back too)
+        held.lock.release()  # (a process killed gives it back too)
+
+
+@dataclass(frozen=True)
+class _Held:
+    """What :func:`_prepare` checked and holds before any cluster.
+
+    The rank, the output directory, its checkpoint store, the checkpoint to resume (or None)
+    and the directory's lock (held before any checkpoint is looked at: one run at a time).
+    """
+
+    ranks: Rank
+    out: str
+    store: CheckpointStore
+    ckpt: Checkpoint | None
+    lock: OutputLock
 
 
 def _run(data: DataSpec, label: str, validation: DataSpec | None, opts: TrainOptions, echo: Echo,
-         stop: Stop | None, ranks: Rank, out: str, store: CheckpointStore,
-         ckpt: Checkpoint | None, t_run: float) -> TrainResult:
+         stop: Stop | None, held: _Held, t_run: float) -> TrainResult:
     """The run, once its output directory is held: cluster, data, fit, outputs."""
+    ranks, out, store, ckpt = held.ranks, held.out, held.store, held.ckpt
     # the files listed while the cluster starts (resuming: the run's own files, see resume_data)
     so = dict(opts.data.read.storage_options) or None
     listing = Listing(data, so) if ckpt is None else None
@@ -177,12 +192,8 @@ def _run(data: DataSpec, label: str, validation: DataSpec | None, opts: TrainOpt
 
 
 def _prepare(data: DataSpec, validation: DataSpec | None, opts: TrainOptions,
-             echo: Echo) -> tuple[Rank, str, CheckpointStore, Checkpoint | None, OutputLock]:
-    """Check what can be checked before any cluster: paths, TensorBoard, ranks, the checkpoint.
-
-    Returns the rank, the output directory, its checkpoint store, the checkpoint to resume and
-    the directory's lock (held before any checkpoint is looked at: one run at a time).
-    """
+             echo: Echo) -> _Held:
+    """Check what can be checked before any cluster: paths, TensorBoard, ranks, the checkpoint."""
     for spec in (data, validation):
         if spec is not None:
             refuse_missing_local(spec)
@@ -205,7 +216,7 @@ def _prepare(data: DataSpec, validation: DataSpec | None, opts: TrainOptions,
     except BaseException:
         lock.release()
         raise
-    return ranks, out, store, ckpt, lock
+    return _Held(ranks, out, store, ckpt, lock)
 
 
 def _elastic(ranks: Rank, output: str, store: CheckpointStore, ckpt: Checkpoint | None,
