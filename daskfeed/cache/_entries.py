@@ -97,7 +97,7 @@ def clear(root: str | os.PathLike[str] | None = None,
     base = os.fspath(root) if root is not None else default_root()
     if not own_root(base, create=False):
         return []
-    wait = config.get_seconds("cache-lock-timeout") if lock_timeout is None else lock_timeout
+    wait = config.cache_lock_timeout() if lock_timeout is None else lock_timeout
     with root_lock(base, wait):  # no trainer leases a part between its check and its removal
         return _clear_locked(base, keys)
 

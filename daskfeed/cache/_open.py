@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dask.utils import parse_bytes
+
 from daskfeed.cache._arrow import forget_entry
 from daskfeed.cache._blocks import BlockCache, default_root, part_salt, start_heartbeat
 from daskfeed.cache._evict import REMOVING, evict, lease, root_lock, trainer_tag
@@ -143,10 +145,10 @@ class CacheChoice:
             return cls(on=False)
         root = None if cache is True else os.fspath(cache)
         bound = config.get("cache-max-size")
-        return cls(root=root or config.get("cache-dir"), required=root is not None,
+        return cls(root=root or config.cache_dir(), required=root is not None,
                    compression=str(config.get("cache-compression")),
-                   max_size=None if bound in (None, "", 0) else config.get_bytes("cache-max-size"),
-                   lock_timeout=config.get_seconds("cache-lock-timeout"))
+                   max_size=None if bound in (None, "", 0) else parse_bytes(bound),
+                   lock_timeout=config.cache_lock_timeout())
 
     def open(self, source: Source, client: Client | None) -> tuple[BlockCache | None, str]:
         """:func:`open_cache` as chosen: the cache (None: off) and the line saying so."""

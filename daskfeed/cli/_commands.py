@@ -206,8 +206,6 @@ def _start_cluster(memory_limit: str | None, *, nworkers: int | None, nthreads: 
 def _run_train(data: list[str], label: str, validation: list[str], output: str,
                **kw: Any) -> None:
     """Map the flags onto :class:`TrainOptions` (the one place) and train."""
-    from daskfeed.reading import refuse_missing_local
-
     scheduler, security = scheduler_and_security(kw)
     cache = cache_choice(kw)
     verbose, quiet = kw.pop("verbose"), kw.pop("quiet")
@@ -220,9 +218,6 @@ def _run_train(data: list[str], label: str, validation: list[str], output: str,
             verbose=0 if quiet else "auto" if verbose is None else verbose, **kw)
     except SettingError as err:
         raise click.UsageError(str(err)) from err
-    for spec in (data, validation):  # a mistyped path: an error at once, before keras loads
-        if spec:
-            refuse_missing_local(spec)
     from daskfeed.training import train as run_train  # pandas, dask; keras once the data are ready
 
     run_train(data, label=label, validation=validation or None, options=opts,
@@ -347,7 +342,7 @@ def cache_list(root: str | None) -> None:
         list_entries,
     )
 
-    root = root or config.get("cache-dir")
+    root = config.cache_dir(root)
     entries = list_entries(root)
     where = root or default_root()
     if not entries:
@@ -396,7 +391,7 @@ def cache_clear(entries: tuple[str, ...], root: str | None, everything: bool, ye
         list_entries,
     )
 
-    root = root or config.get("cache-dir")
+    root = config.cache_dir(root)
     if gone:
         from daskfeed.scanning import ScanStore
 

@@ -21,6 +21,7 @@ from daskfeed.cluster._budget import (
     WINDOW_BYTES,
     Budget,
     default_memory_limit,
+    parse_memory_limit,
 )
 from daskfeed.cluster._remote import connect, refuse_plaintext_credentials
 from daskfeed.core import ClusterError, SettingError, config
@@ -68,9 +69,9 @@ def start_local_cluster(
     from distributed import Client, LocalCluster
 
     if tls is None:
-        tls = config.get_flag("local-tls")
+        tls = config.local_tls()
     if dashboard_address is None:
-        dashboard_address = config.get("dashboard-address")
+        dashboard_address = config.dashboard_address()
     if dashboard_address:  # the port asked for (8787) when free, else distributed binds port 0
         dhost, _, dport = str(dashboard_address).rpartition(":")
         dashboard_address = f"{dhost or host}:{dport or 8787}"
@@ -176,7 +177,10 @@ class ClusterSpec:
     Attributes
     ----------
     memory_limit
-        Budget of the whole process tree, e.g. ``"14GB"`` (None: 75 % of RAM).
+        Budget of the whole process tree, e.g. ``"14GB"`` (None: 75 % of RAM), as given: its
+        spelling is what the summary line shows.
+    total
+        ``memory_limit`` in bytes, parsed once as the spec is made (75 % of RAM when None).
     nworkers, nthreads, processes
         The local cluster's shape (ignored with ``scheduler``).
     dashboard_address
@@ -195,6 +199,7 @@ class ClusterSpec:
     """
 
     memory_limit: str | int | None = None
+    total: int = field(init=False, default=0)
     nworkers: int | None = None
     nthreads: int = 1
     processes: bool = True
@@ -220,13 +225,17 @@ class ClusterSpec:
         ClusterSpec
             The resolved settings (of the class it is called on).
         """
-        settings["dashboard_address"] = config.get("dashboard-address",
-                                                   settings.get("dashboard_address"))
-        settings["local_tls"] = config.get_flag("local-tls", settings.get("local_tls"))
+        settings["dashboard_address"] = config.dashboard_address(settings.get("dashboard_address"))
+        settings["local_tls"] = config.local_tls(settings.get("local_tls"))
         for key in ("trainer_reserve", "window_bytes"):
             settings[key] = config.get_bytes(key.replace("_", "-"), settings.get(key))
-        settings["max_blocksize"] = config.get_bytes("blocksize", settings.get("max_blocksize"))
+        settings["max_blocksize"] = config.blocksize(settings.get("max_blocksize"))
         return cls(**settings)
+
+    def __post_init__(self) -> None:
+        given = self.memory_limit
+        object.__setattr__(self, "total", parse_memory_limit(given) if given is not None
+                           else default_memory_limit())
 
     def open(self, echo: Callable[[str], None] = print, *, trainer_reserve: int | None = None,
              worker_reserve: int = 0, nworkers: int | None = None,
@@ -245,9 +254,8 @@ class ClusterSpec:
         tuple
             The client and the budget it works in.
         """
-        memory_limit = self.memory_limit
-        shown = memory_limit if isinstance(memory_limit, str) else None
-        limit = memory_limit if memory_limit is not None else default_memory_limit()
+        shown = self.memory_limit if isinstance(self.memory_limit, str) else None
+        limit = self.total
         if not self.scheduler:
             budget = Budget.split(
                 limit, nworkers=self.nworkers if nworkers is None else nworkers,

@@ -227,11 +227,50 @@ def resolve_blocksize(value: int | str | None, derived: int) -> int:
     int
         The block size in bytes.
     """
-    if value is not None:
-        return get_bytes("blocksize", value)
-    if configured("blocksize"):
-        return get_bytes("blocksize")
+    if value is not None or configured("blocksize"):
+        return blocksize(value)
     return int(derived)
+
+
+# The settings more than one entry reads (scan, predict, DataSettings, ClusterSpec, CacheChoice,
+# the CLI): one function each, so that each key is read, parsed and defaulted in one place
+# (tests/core/test_config.py fails when a key is looked up in two).
+
+def timeout(value: float | str | None = None) -> float:
+    """``daskfeed.timeout``: the longest wait for one window, block or scoring task (seconds)."""
+    return get_seconds("timeout", value)
+
+
+def vocabulary_size(value: int | None = None) -> int:
+    """``daskfeed.vocabulary-size``: the most values a text column's vocabulary keeps."""
+    return int(get("vocabulary-size", value))
+
+
+def blocksize(value: int | str | None = None) -> int:
+    """``daskfeed.blocksize`` in bytes: a block size asked for, else the configured cap."""
+    return get_bytes("blocksize", value)
+
+
+def cache_dir(value: str | os.PathLike[str] | None = None) -> str | None:
+    """``daskfeed.cache-dir``: the parse cache's root (None: the default root under ~/.cache)."""
+    v = get("cache-dir", value)
+    return os.fspath(v) if v else None
+
+
+def cache_lock_timeout(value: float | str | None = None) -> float:
+    """``daskfeed.cache-lock-timeout``: how long to wait for a cache entry's lock (seconds)."""
+    return get_seconds("cache-lock-timeout", value)
+
+
+def dashboard_address(value: str | None = None) -> str | None:
+    """``daskfeed.dashboard-address``: where a local cluster's dashboard listens ("": none)."""
+    v = get("dashboard-address", value)
+    return None if v is None else str(v)
+
+
+def local_tls(value: bool | None = None) -> bool:
+    """``daskfeed.local-tls``: whether a local cluster speaks TLS with credentials of its own."""
+    return get_flag("local-tls", value)
 
 
 def _one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,

@@ -25,10 +25,8 @@ from daskfeed.cluster import (
     Budget,
     ClusterSpec,
     close_client,
-    default_memory_limit,
     default_nworkers,
     gathered_map,
-    parse_memory_limit,
     result_unless_paused,
 )
 from daskfeed.core import (
@@ -249,7 +247,7 @@ def predict(
     SettingError
         When ``output`` has another suffix or is a directory.
     """
-    wait = config.get_seconds("timeout", timeout)
+    wait = config.timeout(timeout)
     run = TrainedRun.open(output_dir, features)
     refuse_missing_local(data)  # before a cluster starts
     keep = tuple(keep)
@@ -298,7 +296,7 @@ def _open_cluster(memory_limit: str | int | None, *, nworkers: int | None, nthre
     model_reserve = spec.trainer_reserve  # each worker loads the model: a trainer's share
     own = _own_reserve()
     if nworkers is None and not scheduler and processes:
-        nworkers = _workers_that_fit(memory_limit, own, model_reserve)
+        nworkers = _workers_that_fit(spec.total, own, model_reserve)
     try:
         client, budget = spec.open(echo, nworkers=nworkers, storage_options=storage_options,
                                    trainer_reserve=own if processes else own + model_reserve,
@@ -324,9 +322,8 @@ def _own_reserve() -> int:
     return max(CLIENT_RESERVE, psutil.Process().memory_info().rss + CLIENT_RESERVE // 2)
 
 
-def _workers_that_fit(memory_limit: str | int | None, own: int, model_reserve: int) -> int:
+def _workers_that_fit(total: int, own: int, model_reserve: int) -> int:
     """The default worker count, fewer where the budget cannot give each its copy of the model."""
-    total = parse_memory_limit(memory_limit) if memory_limit is not None else default_memory_limit()
     fit = (total - own - 32 * 2**20) // (MIN_WORKER + model_reserve)
     return int(max(1, min(default_nworkers(), fit)))
 

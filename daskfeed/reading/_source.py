@@ -421,7 +421,7 @@ def read_options(*, blocksize: int | str | None = None, sep: str | None = None,
         raise ValueError(
             f"Expected bad_lines to be one of {', '.join(BAD_LINES)}. Received: {bad_lines!r}.")
     return ReadOptions(
-        blocksize=config.get_bytes("blocksize", blocksize),
+        blocksize=config.blocksize(blocksize),
         sep="," if sep is None else sep,
         sep_by_suffix=sep is None,
         encoding=_encoding(encoding),

@@ -135,8 +135,8 @@ def scan(
         data, blocksize=blocksize, encoding=encoding, dtype=dtype, storage_options=storage_options,
         bad_lines=bad_lines, sep=sep, na_values=na_values, decimal=decimal)
     return scan_source(src, label=label, client=client,
-                       vocabulary_size=int(config.get("vocabulary-size", vocabulary_size)),
-                       timeout=config.get_seconds("timeout", timeout), manifest_path=manifest_path,
+                       vocabulary_size=config.vocabulary_size(vocabulary_size),
+                       timeout=config.timeout(timeout), manifest_path=manifest_path,
                        parse_cache=parse_cache,
                        split=split_settings(validation_split, subset, seed), progress=progress)
 

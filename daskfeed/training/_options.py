@@ -321,7 +321,7 @@ def __getattr__(name: str) -> Any:
 
 _GROUP_KEYS = {
     "data": list(DATA_KEYS),
-    "cluster": [f.name for f in fields(ClusterOptions)],
+    "cluster": [f.name for f in fields(ClusterOptions) if f.init],
     "fit": ["class_weight", "early_stopping", "monitor", "hidden", "dropout", "learning_rate",
             "handoff", "feed"],
 }

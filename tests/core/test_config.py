@@ -157,3 +157,31 @@ def test_each_key_set_before_import_is_read_and_the_others_are_the_defaults(way,
 def test_each_key_set_after_import_is_read_and_the_others_are_the_defaults(way, tmp_path):
     out, code = _python(_AFTER[way], tmp_path)
     _check(out, code, [r for key in SHIPPED for r in (key, None)], f"{way} after import")
+
+
+def test_each_key_is_looked_up_in_one_place():
+    """A ``daskfeed.*`` key is read by one call in the package (issue 43: one place per key).
+
+    The entries that share a key (scan, predict, DataSettings, ClusterSpec, the CLI) call its
+    accessor in ``daskfeed.core._config`` (``config.timeout()``...); the CLI's help shows each
+    flag's configured default through its key, which is a display, not a read.
+    """
+    import re
+    from collections import defaultdict
+
+    calls = r"(?:get|get_bytes|get_seconds|get_flag|get_renamed|configured)\(\s*\"([a-z][a-z-]*)\""
+    bare, called = re.compile(r"(?<![.\w])" + calls), re.compile(r"\bconfig\." + calls)
+    where: dict[str, list[str]] = defaultdict(list)
+    package = Path(daskfeed.__file__).parent
+    for path in sorted(package.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        read = bare if path.name == "_config.py" and path.parent.name == "core" else called
+        for m in read.finditer(text):
+            if m.group(1) in SHIPPED:
+                line = text.count("\n", 0, m.start()) + 1
+                where[m.group(1)].append(f"{path.relative_to(package)}:{line}")
+    assert where["timeout"] and where["vocabulary-size"]  # (the pattern finds the reads)
+    twice = {key: places for key, places in where.items() if len(places) > 1}
+    allowed = {"blocksize": 3}  # config.blocksize(), resolve_blocksize's configured() test and
+    # the CLI's help, which shows whether the cap was configured (a display)
+    assert {k: p for k, p in twice.items() if len(p) > allowed.get(k, 1)} == {}
