@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from dask.utils import format_bytes
 
@@ -25,16 +25,35 @@ from daskfeed.core import (
     Stop,
 )
 
+if TYPE_CHECKING:
+    from dask.typing import Key
+    from distributed import Client, Future
+
 POLL_SECONDS = 0.01  # seconds between looks at a future in flight
 PAUSED_PATIENCE = 60.0  # seconds every worker may stay paused before result_unless_paused gives up
 PAUSED_LOOK = 1.0  # seconds between looks at the workers' states while waiting
+
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Pending(Protocol[T_co]):
+    """A result to come: a ``distributed.Future``, or a stand-in with ``result(timeout=)``.
+
+    ``done``, ``cancel``, ``release``, ``client`` and ``key`` are used where present.
+    """
+
+    def result(self, timeout: float | None = None) -> T_co:
+        """The result, waiting at most ``timeout`` seconds (None: no limit)."""
+        ...
 
 
 class WindowCancelled(RuntimeError):
     """The window was dropped by ``reset`` or ``close`` while a caller waited for it."""
 
 
-def wait_for(ready: Callable[[], bool], timeout: float, pause: Callable[[float], Any],
+def wait_for(ready: Callable[[], bool], timeout: float, pause: Callable[[float], object],
              interval: float, stop: Callable[[], BaseException | None] | None = None,
              process: Stop = PROCESS_STOP) -> bool:
     """Wait until ``ready()``; False once ``timeout`` seconds passed.
@@ -64,9 +83,9 @@ def wait_for(ready: Callable[[], bool], timeout: float, pause: Callable[[float],
     return True
 
 
-def result(future: Any, timeout: float,
+def result(future: Pending[T], timeout: float,
            stop: Callable[[], BaseException | None] | None = None,
-           process: Stop = PROCESS_STOP) -> Any:
+           process: Stop = PROCESS_STOP) -> T:
     """``future.result(timeout)``, abandoned as soon as the process stops or ``stop()`` says so.
 
     Waits for the future to finish without gathering (looking at its state), then gathers once:
@@ -104,9 +123,9 @@ def result(future: Any, timeout: float,
     return future.result(timeout=None if endless else max(deadline - time.monotonic(), 1.0))
 
 
-def result_unless_paused(future: Any, *, patience: float = PAUSED_PATIENCE,
+def result_unless_paused(future: Future[T], *, patience: float = PAUSED_PATIENCE,
                          what: str = "a task", process: Stop = PROCESS_STOP,
-                         timeout: float = math.inf) -> Any:
+                         timeout: float = math.inf) -> T:
     """:func:`result` with no timeout, or a :class:`BudgetError` once every worker stays paused.
 
     A worker pauses at ``distributed.worker.memory.pause`` (80 %) of its memory limit and runs
@@ -168,12 +187,12 @@ def result_unless_paused(future: Any, *, patience: float = PAUSED_PATIENCE,
     return result(future, timeout, paused, process)
 
 
-def client_status(future: Any) -> str:
+def client_status(future: object) -> str:
     """The status of ``future``'s client ("running" when it has none)."""
     return str(getattr(getattr(future, "client", None), "status", "running"))
 
 
-def drop(future: Any, *, cancel: bool) -> None:
+def drop(future: Future[Any], *, cancel: bool) -> None:
     """Cancel ``future`` (a round trip to the scheduler), or release it (no wait); never raises.
 
     Cancelling is only tried while its client runs: a closed or reconnecting client could make
@@ -186,7 +205,7 @@ def drop(future: Any, *, cancel: bool) -> None:
             future.release()
 
 
-def settle(futures: list[Any], timeout: float) -> None:
+def settle(futures: Iterable[Future[Any]], timeout: float) -> None:
     """Wait (at most ``timeout`` s) until the scheduler knows the keys of ``futures``.
 
     A task submitted just before the process exits may still be queued in the scheduler's
@@ -194,7 +213,7 @@ def settle(futures: list[Any], timeout: float) -> None:
     down (an in-process scheduler then logs "cannot schedule new futures after shutdown");
     releasing the future does not cancel that. Usually one round trip. Never raises.
     """
-    by_client: dict[int, tuple[Any, list[str]]] = {}
+    by_client: dict[int, tuple[Client, list[Key]]] = {}
     for f in futures:
         client = getattr(f, "client", None)
         if client is not None and hasattr(f, "key") and not f.done():
@@ -203,6 +222,8 @@ def settle(futures: list[Any], timeout: float) -> None:
     for client, keys in by_client.values():
         with contextlib.suppress(Exception):
             while client.status == "running" and time.monotonic() < deadline:
+                if client.scheduler is None:  # no connection: nothing to wait for
+                    break
                 known = client.sync(client.scheduler.get_task_status, keys=keys,
                                     callback_timeout=max(deadline - time.monotonic(), 0.01))
                 if all(v is not None for v in known.values()):
@@ -210,7 +231,7 @@ def settle(futures: list[Any], timeout: float) -> None:
                 time.sleep(POLL_SECONDS)  # the scheduler is still materializing the graph
 
 
-def explain(err: BaseException, what: str, client: Any = None) -> BaseException:
+def explain(err: BaseException, what: str, client: Client | None = None) -> BaseException:
     """A failure of a task on the cluster as a daskfeed error naming ``what`` it was reading.
 
     ``what``: e.g. "window 3 (epoch 0, blocks a.csv[0:64MB], ...)". The task was already
@@ -271,7 +292,7 @@ def explain(err: BaseException, what: str, client: Any = None) -> BaseException:
     return new
 
 
-def gathered_map(client: Any) -> Callable[..., list[Any]]:
+def gathered_map(client: Client) -> Callable[..., list[Any]]:
     """``map`` on the cluster: ``fn`` on each item of the iterables at once, the results in order.
 
     Parameters

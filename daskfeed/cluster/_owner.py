@@ -10,10 +10,13 @@ import contextlib
 import os
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daskfeed.cluster._start import close_client
 from daskfeed.core import SettingError, run_at_exit
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 
 class Owner:
@@ -24,10 +27,10 @@ class Owner:
     """
 
     def __init__(self) -> None:
-        self.client: Any = None
+        self.client: Client | None = None
         self.owns = False
         self.pid = os.getpid()
-        self.releases: list[Callable[[Any], None]] = []  # given the client, before it closes
+        self.releases: list[Callable[[Client | None], None]] = []  # given the client, before it closes
         OWNERS.add(self)
 
     def close(self) -> None:

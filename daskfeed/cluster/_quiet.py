@@ -27,9 +27,12 @@ from __future__ import annotations
 
 import logging
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from distributed.diagnostics.plugin import WorkerPlugin
+
+if TYPE_CHECKING:
+    from distributed import Worker
 
 #: the start of what distributed logs when a worker's heartbeat fails to reach the scheduler
 HEARTBEAT_CUT = "Failed to communicate with scheduler during heartbeat"
@@ -61,12 +64,13 @@ class ClosingHeartbeat(logging.Filter):
         return worker is None or getattr(worker.status, "name", None) not in _CLOSING
 
 
-def _heartbeat_of(tb: TracebackType | None) -> Any:
+def _heartbeat_of(tb: TracebackType | None) -> Worker | None:
     """The worker whose ``heartbeat`` coroutine is in traceback ``tb`` (None if none is)."""
     while tb is not None:
         frame = tb.tb_frame
         if frame.f_code.co_name == "heartbeat" and hasattr(frame.f_locals.get("self"), "status"):
-            return frame.f_locals["self"]
+            worker: Worker = frame.f_locals["self"]
+            return worker
         tb = tb.tb_next
     return None
 
@@ -113,7 +117,7 @@ class QuietClose(WorkerPlugin):
     idempotent = True  # registered again (another sequence on the same cluster): nothing to do
     name = "daskfeed-quiet-close"
 
-    def setup(self, worker: Any) -> None:
+    def setup(self, worker: Worker) -> None:
         """Install the filter in the process of ``worker``.
 
         Parameters

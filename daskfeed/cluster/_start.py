@@ -13,7 +13,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from daskfeed.cluster._budget import (
     MAX_BLOCKSIZE,
@@ -170,6 +170,9 @@ def spill_directory(client: Client) -> str | None:
 
 
 
+_Spec = TypeVar("_Spec", bound="ClusterSpec")
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """Where work runs and within which memory: one description for train, predict and scan.
@@ -212,7 +215,7 @@ class ClusterSpec:
     max_blocksize: int = MAX_BLOCKSIZE
 
     @classmethod
-    def resolve(cls, **settings: Any) -> Any:
+    def resolve(cls: type[_Spec], **settings: Any) -> _Spec:
         """These settings, the ``daskfeed.*`` config filled in where not given (the one place).
 
         Parameters
