@@ -37,7 +37,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -57,6 +57,9 @@ from daskfeed.cache._evict import lease_name, renew
 from daskfeed.cache._scatter import scatter, unscatter
 from daskfeed.cache._writer import PartWriters
 from daskfeed.reading import Block, ReadOptions, iter_tables
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 
 def default_root() -> str:
@@ -212,7 +215,7 @@ class BlockCache:
             return None
 
     def locate(self, index: int, columns: list[str] | None,
-               files: Files) -> tuple[Any, pa.Table, int, int] | None:
+               files: Files) -> tuple[str | tuple[str, int], pa.Table, int, int] | None:
         """Where block ``index``'s rows are, in their stored order: ``(key, table, base, rows)``.
 
         Rows ``[base, base + rows)`` of ``table``: a whole file read once into ``files`` (key:
@@ -296,7 +299,7 @@ class BlockCache:
         """The directories the blocks are kept in (its entries; the root without entries)."""
         return [os.path.join(self.path, key) for key in self.entries] if self.entries else [self.path]
 
-    def release(self, client: Any = None) -> None:
+    def release(self, client: Client | None = None) -> None:
         """Give back the lease its opening took on its entries (on every worker; None: here).
 
         Parameters
@@ -315,7 +318,7 @@ class BlockCache:
         else:
             client.run(_release, *args, on_error="ignore")
 
-    def forget_part(self, index: int, client: Any = None) -> None:
+    def forget_part(self, index: int, client: Client | None = None) -> None:
         """Remove what is kept of the part of block ``index`` (on every worker; None: here).
 
         For a part whose blocks were read at record starts found wrong (see
@@ -361,7 +364,7 @@ def _forget_part(cache: BlockCache, index: int) -> None:
 _HEARTBEATS: dict[str, tuple[threading.Event, threading.Event]] = {}  # lease -> (stop, beat)
 
 
-def start_heartbeat(cache: BlockCache, client: Any = None) -> None:
+def start_heartbeat(cache: BlockCache, client: Client | None = None) -> None:
     """Renew ``cache``'s leases every ``RENEW_SECONDS`` until it is released (a daemon thread).
 
     On every worker (None: here). It ends with :meth:`BlockCache.release`, with the process

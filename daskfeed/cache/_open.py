@@ -78,6 +78,10 @@ def _identity(paths: list[str]) -> str:
 
 
 PartEntry = tuple[str, str, int, dict[str, Any]]  # an entry's (key, identity, input bytes, meta to record)
+#: what _prepare takes: (base, parts, tag, max_bytes, lock_timeout)
+PrepareArgs = tuple[str | None, list[PartEntry], str, int | None, float]
+#: what _prepare returns: (free bytes, cached blocks, root, format removed, (evicted, their bytes, left))
+Prepared = tuple[int, int, str, int | None, tuple[int, int, int]]
 
 
 def _entries(source: Source, found: list[Layout]) -> list[PartEntry]:
@@ -215,7 +219,7 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     found = layouts(source, base or default_root())
     parts = _entries(source, found)
     tag = trainer_tag()
-    args = (base, parts, tag, max_size, lock_timeout)
+    args: PrepareArgs = (base, parts, tag, max_size, lock_timeout)
     try:
         results = [_prepare(*args)] if client is None else _on_workers(client, args)
     except CacheError:
@@ -239,7 +243,7 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
     return cache, f"cache: {where} ({state})"
 
 
-def _removed(results: list[tuple[Any, ...]], max_size: int | None) -> str:
+def _removed(results: list[Prepared], max_size: int | None) -> str:
     """What :func:`_prepare` removed on the workers, as the end of the cache's line ("" if nothing).
 
     Entries of another cache format, rebuilt; entries evicted for ``daskfeed.cache-max-size``, or
@@ -264,7 +268,7 @@ def _removed(results: list[tuple[Any, ...]], max_size: int | None) -> str:
     return said
 
 
-def _on_workers(client: Client, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+def _on_workers(client: Client, args: PrepareArgs) -> list[Prepared]:
     """:func:`_prepare` on every worker; a worker leaving meanwhile (scaled down) is left out."""
     from distributed.comm.core import CommClosedError
 
@@ -330,7 +334,7 @@ def _describe_data(files: list[FileInfo]) -> str:
 
 def _prepare(base: str | None, parts: list[PartEntry], tag: str = "", max_bytes: int | None = None,
              lock_timeout: float = LOCK_TIMEOUT,
-             ) -> tuple[int, int, str, int | None, tuple[int, int, int]]:
+             ) -> Prepared:
     """Create each part's entry (0700) under ``base``; drop stale entries of the same files.
 
     ``base`` None: this process's default root (run on each worker). The root is checked first
@@ -351,7 +355,7 @@ def _prepare(base: str | None, parts: list[PartEntry], tag: str = "", max_bytes:
 
 
 def _prepare_locked(base: str, parts: list[PartEntry], tag: str, max_bytes: int | None,
-                    ) -> tuple[int, int, str, int | None, tuple[int, int, int]]:
+                    ) -> Prepared:
     ours = {key for key, _, _, _ in parts}
     contents = {identity: record["files"] for _, identity, _, record in parts}
     removed_format = None

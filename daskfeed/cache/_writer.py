@@ -13,7 +13,7 @@ import json
 import os
 import threading
 import uuid
-from typing import Any
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -209,6 +209,19 @@ class CacheWriter:
                     os.remove(path)
 
 
+class Places(Protocol):
+    """Where a block's files go: a :class:`~daskfeed.cache._blocks.BlockCache`."""
+
+    @property
+    def compression(self) -> str | None:
+        """The files' compression (None: plain)."""
+        ...
+
+    def place(self, index: int) -> tuple[str, int, int]:
+        """Where block ``index`` is kept: ``(directory, number in it, block id)``."""
+        ...
+
+
 class PartWriters:
     """The cache writers of one scan task: a :class:`CacheWriter` per part it writes blocks of.
 
@@ -217,7 +230,7 @@ class PartWriters:
     :class:`~daskfeed.cache._blocks.BlockCache`, its :meth:`place`).
     """
 
-    def __init__(self, cache: Any) -> None:
+    def __init__(self, cache: Places) -> None:
         self.cache = cache
         self.writers: dict[str, CacheWriter] = {}
 
