@@ -70,7 +70,7 @@ def class_weights(task: str, label: str, label_counts: dict[str, int],
     return {c: given.get(c, 1.0) for c in sorted(counts)}
 
 
-def _class_id(key: Any, counts: dict[int, int], label: str, classes: list[str] | None) -> int:
+def _class_id(key: object, counts: dict[int, int], label: str, classes: list[str] | None) -> int:
     """A class of ``spec`` (its id, or its name for a text label) as its code, checked."""
     if classes is not None:
         c = classes.index(str(key)) if str(key) in classes else None
@@ -90,7 +90,7 @@ def _class_id(key: Any, counts: dict[int, int], label: str, classes: list[str] |
     return c
 
 
-def _class_weight(key: Any, value: Any) -> float:
+def _class_weight(key: object, value: Any) -> float:
     """A weight of ``spec``: a finite number >= 0."""
     try:
         w = float(value)

@@ -30,7 +30,7 @@ number column that is neither missing nor read (``yesterday``, ``20130923`` in a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -43,6 +43,7 @@ from daskfeed.reading import iso_seconds
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 MISSING_CODE = 0
 OOV_CODE = 1
@@ -74,9 +75,11 @@ class ColumnCode:
         return len(self.vocabulary) + VOCAB_OFFSET
 
     @property
-    def fill_value(self) -> Any:
+    def fill_value(self) -> np.generic:
         """The fill value in the column's dtype (a whole-number column: the rounded mean)."""
-        return np.dtype(self.dtype).type(round(self.fill) if self.dtype == "int64" else self.fill)
+        fill = round(self.fill) if self.dtype == "int64" else self.fill
+        value: np.generic = np.dtype(self.dtype).type(fill)
+        return value
 
 
 @dataclass(frozen=True)
@@ -161,7 +164,7 @@ class WindowData:
         xs = self.x.values() if isinstance(self.x, dict) else [self.x]
         return int(sum(a.nbytes for a in xs) + self.y.nbytes + (0 if self.w is None else self.w.nbytes))
 
-    def rows(self, index: Any) -> WindowData:
+    def rows(self, index: slice | np.ndarray) -> WindowData:
         """The rows ``index`` selects (a slice: views; an index array: copies)."""
         x = {k: v[index] for k, v in self.x.items()} if isinstance(self.x, dict) else self.x[index]
         return WindowData(x, self.y[index], None if self.w is None else self.w[index])
@@ -170,7 +173,7 @@ class WindowData:
         """Rows ``[start, stop)`` as views (no copy)."""
         return self.rows(slice(start, stop))
 
-    def batch(self) -> tuple[Any, ...]:
+    def batch(self) -> tuple[dict[str, np.ndarray] | np.ndarray, ...]:
         """``(x, y)``, or ``(x, y, w)`` with a weight column: what ``fit`` takes."""
         return (self.x, self.y) if self.w is None else (self.x, self.y, self.w)
 
@@ -214,7 +217,7 @@ def _encode_series(s: pd.Series, code: ColumnCode) -> tuple[np.ndarray, np.ndarr
     return arr, None
 
 
-def date_seconds(col: Any) -> tuple[np.ndarray, np.ndarray]:
+def date_seconds(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """Seconds since 1970 (UTC) of a date column, whatever type pyarrow gave its block.
 
     A block of timestamps is read in its own unit (:func:`epoch_seconds`); a block left as text
@@ -254,7 +257,7 @@ def date_seconds(col: Any) -> tuple[np.ndarray, np.ndarray]:
     return np.full(len(col), np.nan), valid  # numbers, booleans, ...: no date (null: all missing)
 
 
-def _date_column(col: Any, code: ColumnCode) -> tuple[np.ndarray, np.ndarray | None]:
+def _date_column(col: pa.Array | pa.ChunkedArray, code: ColumnCode) -> tuple[np.ndarray, np.ndarray | None]:
     """A date column's array (the mean where missing or not a date) and where it was not one."""
     secs, unparsed = date_seconds(col)
     secs[np.isnan(secs)] = code.fill
@@ -311,7 +314,7 @@ def empty_window(encoding: Encoding) -> WindowData:
     return encode_frame(empty, encoding)
 
 
-def labelled(table: Any, encoding: Encoding) -> np.ndarray | None:
+def labelled(table: pa.Table, encoding: Encoding) -> np.ndarray | None:
     """Which rows of an Arrow table have a label (the rows :func:`encode_table` keeps; None: all).
 
     Parameters
@@ -329,7 +332,7 @@ def labelled(table: Any, encoding: Encoding) -> np.ndarray | None:
     return _label_array(table.column(encoding.label), encoding)[1]
 
 
-def _label_array(col: Any, encoding: Encoding) -> tuple[np.ndarray, np.ndarray | None]:
+def _label_array(col: pa.Array | pa.ChunkedArray, encoding: Encoding) -> tuple[np.ndarray, np.ndarray | None]:
     """Label values (int64 for whole numbers, else float64) and the mask of rows with one."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -351,7 +354,7 @@ def _label_array(col: Any, encoding: Encoding) -> tuple[np.ndarray, np.ndarray |
     return v, (None if keep.all() else keep)
 
 
-def _class_label(col: Any, encoding: Encoding) -> tuple[np.ndarray, np.ndarray | None]:
+def _class_label(col: pa.Array | pa.ChunkedArray, encoding: Encoding) -> tuple[np.ndarray, np.ndarray | None]:
     """A text label's class codes and the mask of rows with one; a text not a class is refused."""
     codes, labelled = class_codes(col, encoding.label_classes)
     unknown = labelled & (codes < 0)
@@ -367,7 +370,7 @@ def _class_label(col: Any, encoding: Encoding) -> tuple[np.ndarray, np.ndarray |
     return codes, (None if labelled.all() else labelled)
 
 
-def _table_column(col: Any, code: ColumnCode) -> tuple[np.ndarray, np.ndarray | None]:
+def _table_column(col: pa.Array | pa.ChunkedArray, code: ColumnCode) -> tuple[np.ndarray, np.ndarray | None]:
     """One Arrow column → the feed's array, and where a date or number was not read (None: nowhere).
 
     Numbers in a number column and text in a text column are encoded by Arrow, dates by
@@ -387,7 +390,7 @@ def _table_column(col: Any, code: ColumnCode) -> tuple[np.ndarray, np.ndarray | 
     return _encode_series(col.to_pandas(), code)
 
 
-def _plain(col: Any, code: ColumnCode) -> bool:
+def _plain(col: pa.Array | pa.ChunkedArray, code: ColumnCode) -> bool:
     """Whether Arrow encodes ``col`` alone: numbers in a number column, text in a text column."""
     import pyarrow as pa
 
@@ -397,7 +400,7 @@ def _plain(col: Any, code: ColumnCode) -> bool:
     return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t))
 
 
-def _arrow_column(col: Any, code: ColumnCode) -> np.ndarray:
+def _arrow_column(col: pa.Array | pa.ChunkedArray, code: ColumnCode) -> np.ndarray:
     """A :func:`_plain` column's array, without pandas."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -432,7 +435,7 @@ def _arrow_column(col: Any, code: ColumnCode) -> np.ndarray:
     return out.astype(np.int32, copy=False)
 
 
-def epoch_seconds(col: Any) -> np.ndarray:
+def epoch_seconds(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Seconds since 1970 of a timestamp column, in its own unit (no overflow past 2262)."""
     import pyarrow as pa
 
@@ -441,7 +444,7 @@ def epoch_seconds(col: Any) -> np.ndarray:
     return np.asarray(ticks, dtype=np.float64) / scale
 
 
-def encode_table(table: Any, encoding: Encoding,
+def encode_table(table: pa.Table, encoding: Encoding,
                  unparsed: dict[str, np.ndarray] | None = None) -> WindowData:
     """Encode an Arrow table in row order, without pandas (rows without a label are dropped).
 
@@ -467,7 +470,7 @@ def encode_table(table: Any, encoding: Encoding,
     return WindowData(encode_features(table, encoding, unparsed), y, w)
 
 
-def encode_features(table: Any, encoding: Encoding,
+def encode_features(table: pa.Table, encoding: Encoding,
                     unparsed: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray] | np.ndarray:
     """The model input ``x`` of an Arrow table's rows, in order (no label needed).
 

@@ -203,7 +203,7 @@ class Manifest:
         return class_weights(self.task, self.label, self.label_counts, self.label_classes, spec)
 
     def mismatch(self, source: Source, *, label: str, vocabulary_size: int,
-                 split: dict[str, Any] | None = None) -> tuple[str, Any, Any] | None:
+                 split: dict[str, Any] | None = None) -> tuple[str, object, object] | None:
         """The first setting that shaped this manifest and differs now: ``(name, made with, now)``.
 
         None when the label, the vocabulary size, the split (:func:`split_settings`) and every

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,7 +19,7 @@ HEX = r"0[xX][0-9A-Fa-f]{1,16}"  # pyarrow reads these as int64 (the bits)
 WHOLE = r"[+-]?[0-9]{1,18}"  # exact in int64
 
 
-def text_numbers(s: pd.Series, dtype: str, fill: Any) -> tuple[np.ndarray, np.ndarray | None]:
+def text_numbers(s: pd.Series, dtype: str, fill: float | np.generic) -> tuple[np.ndarray, np.ndarray | None]:
     """Text of a number column read value by value as pyarrow reads a block of such values.
 
     Decimal numbers (``inf``, ``nan`` too), ``0x`` hexadecimals (int64 bits), ``true`` /

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +16,12 @@ import pyarrow as pa
 from daskfeed.cache import block_tables
 from daskfeed.core import ManifestMismatchError
 from daskfeed.reading import compression_of, is_parquet, line_number, open_file, record_range
+
+if TYPE_CHECKING:
+    from _csv import Reader
+
+    from daskfeed.cache import BlockCache
+    from daskfeed.reading import Block, ReadOptions
 
 
 def checked_weights(values: np.ndarray, name: str) -> np.ndarray:
@@ -51,7 +57,7 @@ def checked_weights(values: np.ndarray, name: str) -> np.ndarray:
     return values.astype(np.float32)
 
 
-def number_array(col: Any) -> np.ndarray:
+def number_array(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """An Arrow column's values as float64, NaN where missing (text read as numbers).
 
     Parameters
@@ -76,8 +82,8 @@ def number_array(col: Any) -> np.ndarray:
     return values
 
 
-def weight_faults(index: int, block: Any, options: Any, label: str, weight: str,
-                  cache: Any = None) -> dict[str, Any]:
+def weight_faults(index: int, block: Block, options: ReadOptions, label: str, weight: str,
+                  cache: BlockCache | None = None) -> dict[str, Any]:
     """Rows of block ``index`` with a label and a missing or negative weight (on a worker).
 
     Returns ``{"missing": n, "negative": n, "row": k, "value": v}``: the counts, and the first
@@ -108,14 +114,14 @@ def weight_faults(index: int, block: Any, options: Any, label: str, weight: str,
     return out
 
 
-def frame_weight_faults(table: Any, label: str, weight: str) -> dict[str, Any]:
+def frame_weight_faults(table: pa.Table, label: str, weight: str) -> dict[str, Any]:
     """:func:`weight_faults` of a dask DataFrame's block (a partition), as an Arrow table (on a worker)."""
     out: dict[str, Any] = {"missing": 0, "negative": 0, "row": None, "value": None}
     _count_faults(table, label, weight, 0, out)
     return out
 
 
-def _count_faults(table: Any, label: str, weight: str, offset: int, out: dict[str, Any]) -> None:
+def _count_faults(table: pa.Table, label: str, weight: str, offset: int, out: dict[str, Any]) -> None:
     labelled = ~np.isnan(number_array(table.column(label)))
     w = number_array(table.column(weight))
     missing = labelled & np.isnan(w)
@@ -128,7 +134,7 @@ def _count_faults(table: Any, label: str, weight: str, offset: int, out: dict[st
         out["value"] = float(w[bad[0]])
 
 
-def record_line(block: Any, options: Any, row: int) -> int | None:
+def record_line(block: Block, options: ReadOptions, row: int) -> int | None:
     """The line of its file (1-based) where row ``row`` of the CSV block ``block`` starts.
 
     Rows are counted as the reader makes them: blank lines are no rows, a quoted field may
@@ -171,7 +177,7 @@ def record_line(block: Any, options: Any, row: int) -> int | None:
                                 options.bad_lines != "error", first)
 
 
-def _nth_record_line(reader: Any, row: int, width: int, skip_bad: bool, first: int) -> int | None:
+def _nth_record_line(reader: Reader, row: int, width: int, skip_bad: bool, first: int) -> int | None:
     """The line where record ``row`` of ``reader`` starts, counted as the parser counts rows."""
     n = 0
     consumed = 0  # lines read before the current record
