@@ -62,6 +62,8 @@ from daskfeed.core import ManifestMismatchError
 from daskfeed.manifest import labelled
 
 if TYPE_CHECKING:
+    from distributed import Client, Future
+
     from daskfeed.batches._prepare import Prepared
     from daskfeed.cache import BlockCache
     from daskfeed.manifest import Encoding
@@ -308,7 +310,7 @@ def _use_and_sweep(view: BucketSet, parts: list[str]) -> None:
     view.sweep(parts)
 
 
-def task_rows(client: Any, csv_bytes: int, rows: int) -> int:
+def task_rows(client: Client, csv_bytes: int, rows: int) -> int:
     """Rows a build task may hold: what a worker thread has left before its worker pauses.
 
     A worker pauses at ``distributed.worker.memory.pause`` (80 %) of its memory limit; what its
@@ -364,7 +366,7 @@ def _deal_generation(data: Prepared, files: BucketSet, gen: _Generation, ids: np
     return build
 
 
-def _merge_generations(client: Any, files: BucketSet, young: list[_Generation],
+def _merge_generations(client: Client, files: BucketSet, young: list[_Generation],
                        merged: _Generation, run_rows: int) -> str:
     """Write ``merged`` from the generations ``young``, bucket range by bucket range."""
     source = files.view([g.name for g in young], [g.build for g in young])
@@ -387,7 +389,7 @@ def _ranges(sizes: np.ndarray, run_rows: int) -> list[tuple[int, int]]:
     return [(b, min(b + per, k)) for b in range(0, k, per)]
 
 
-def _gather_all(client: Any, futures: list[Any], what: str) -> None:
+def _gather_all(client: Client, futures: list[Future[Any]], what: str) -> None:
     """Wait for every future (its error raised, explained); released whatever happened."""
     try:
         for f in futures:  # a worker paused for good is a BudgetError, not a wait without end

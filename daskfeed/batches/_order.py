@@ -31,9 +31,9 @@ the parse cache (or with a dask DataFrame, or no shuffle) the plan is one of win
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
@@ -260,7 +260,7 @@ class GlobalOrder:
                 for u in range(int(u0), int(u1))]
 
 
-def unit_rows(rows: int, seed: Any) -> np.ndarray:
+def unit_rows(rows: int, seed: Sequence[int]) -> np.ndarray:
     """The permutation of a unit of ``rows`` rows (canonical bucket order → the epoch's)."""
     return np.random.default_rng(list(seed)).permutation(int(rows))
 
@@ -329,7 +329,21 @@ def window_index(window: list[tuple[int, int, tuple[int, ...]]], span: tuple[int
     return index if keep is None else index[keep]
 
 
-def order_line(plan: Any, *, units: int, blocks: int, shuffle: bool, why: str) -> str:
+class Windowed(Protocol):
+    """What :func:`order_line` reads of an epoch's plan (an :class:`~daskfeed.batches._plan.EpochPlan`)."""
+
+    @property
+    def windows(self) -> Sized:
+        """The epoch's windows."""
+        ...
+
+    @property
+    def rows(self) -> int:
+        """The epoch's rows."""
+        ...
+
+
+def order_line(plan: Windowed, *, units: int, blocks: int, shuffle: bool, why: str) -> str:
     """How an epoch's rows are ordered, in one line: what shuffle quality a run gets, and why.
 
     Parameters

@@ -29,7 +29,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daskfeed.cluster import (
     POLL_SECONDS,
@@ -43,6 +43,9 @@ from daskfeed.cluster import (
 )
 from daskfeed.core import PROCESS_STOP, SETTLE, ClusterError, FeedTimeoutError, Stop, close_at_exit
 
+if TYPE_CHECKING:
+    from distributed import Future
+
 _POLL = 0.25  # seconds between checks of the stop request while waiting for another thread's gather
 _CLOSE_LOCK_WAIT = 2.0  # close(): longest wait for a busy lock (the client's close frees the rest)
 
@@ -50,7 +53,7 @@ _CLOSE_LOCK_WAIT = 2.0  # close(): longest wait for a busy lock (the client's cl
 
 @dataclass
 class _Entry:
-    future: Any = None
+    future: Future[Any] | None = None
     data: Any = None
     nbytes: int = 0
     done_serving: bool = False
@@ -92,7 +95,7 @@ class Prefetcher:
 
     def __init__(
         self,
-        submit: Callable[[int], Any],
+        submit: Callable[[int], Future[Any]],
         estimate: Callable[[int], int],
         order: list[int],
         *,
@@ -310,7 +313,7 @@ class Prefetcher:
                     finished.append((w, e))
         return finished
 
-    def _stopped(self, w: int, entry: _Entry, future: Any) -> BaseException | None:
+    def _stopped(self, w: int, entry: _Entry, future: Future[Any] | None) -> BaseException | None:
         """Why waiting for window ``w`` is pointless now, or None."""
         if entry.cancelled or self._closed:
             why = "the prefetcher was closed" if self._closed else "an epoch change"
@@ -354,7 +357,7 @@ class Prefetcher:
                          self._process_stop):
             raise self._timeout_error(w, TimeoutError())
 
-    def _gather(self, w: int, entry: _Entry, future: Any,
+    def _gather(self, w: int, entry: _Entry, future: Future[Any] | None,
                 stop: Callable[[], BaseException | None]) -> None:
         """Gather window ``w``'s future into ``entry``: its data, or the error to raise."""
         try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daskfeed.batches._checks import (
     check_classes,
@@ -27,6 +27,12 @@ from daskfeed.core import DaskfeedError, warn_user
 from daskfeed.manifest import Encoding, Manifest, id_like, id_warning
 from daskfeed.reading import Source
 from daskfeed.scanning import scan_source
+
+if TYPE_CHECKING:
+    import dask.dataframe as dd
+
+    from daskfeed.reading import Listing, PathsLike
+    from daskfeed.scanning import ProgressCallback
 
 
 class Prepared:
@@ -63,9 +69,11 @@ class Prepared:
         Bad data or settings, with what was expected, what was received and a hint.
     """
 
-    def __init__(self, data: Any, settings: DataSettings, *, client: Any = None,
+    def __init__(self, data: PathsLike | Listing | dd.DataFrame, settings: DataSettings, *,
+                 client: Any = None,
                  manifest: Manifest | str | os.PathLike[str] | None = None,
-                 reference: Manifest | None = None, scan_progress: Any = None,
+                 reference: Manifest | None = None,
+                 scan_progress: ProgressCallback | None = None,
                  owns_client: bool = False) -> None:
         self._handed = False  # to a stream (which then owns the client)
         self.owner = Owner()
@@ -140,7 +148,8 @@ class Prepared:
         self.owner = Owner()
 
     # -- the steps, in order -----------------------------------------------------------
-    def _resolve_manifest(self, manifest: Manifest | None, progress: Any) -> Manifest:
+    def _resolve_manifest(self, manifest: Manifest | None,
+                          progress: ProgressCallback | None) -> Manifest:
         """Return this data's manifest: ``manifest`` checked against the settings, or a new scan."""
         st = self.settings
         if manifest is None:

@@ -8,6 +8,7 @@ permuted in the order's units (:mod:`daskfeed.batches._order`). Only what the mo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,17 +22,19 @@ from daskfeed.manifest import ENCODE_BYTES, Encoding, WindowData, concat, empty_
 
 if TYPE_CHECKING:
     from daskfeed.batches._order import Lanes
-    from daskfeed.cache import BucketSet
+    from daskfeed.cache import BlockCache, BucketSet
+    from daskfeed.reading import Block, ReadOptions
 
 
-def permute(data: WindowData, seed: Any) -> WindowData:
+def permute(data: WindowData, seed: Sequence[int] | None) -> WindowData:
     """The rows of ``data`` in the order the window seed gives (as they are without one)."""
     if seed is None or len(data) < 2:
         return data
     return data.rows(np.random.default_rng(list(seed)).permutation(len(data)))
 
 
-def encode_window(*tables: Any, encoding: Encoding, seed: Any = None) -> WindowData:
+def encode_window(*tables: pa.Table, encoding: Encoding,
+                  seed: Sequence[int] | None = None) -> WindowData:
     """Encode a window's tables and shuffle rows across all of them (on a worker).
 
     ``tables``: a dask DataFrame's blocks (its partitions) as Arrow
@@ -41,8 +44,8 @@ def encode_window(*tables: Any, encoding: Encoding, seed: Any = None) -> WindowD
     return permute(concat(parts), seed) if parts else empty_window(encoding)
 
 
-def read_window(blocks: list[tuple[int, Any]], options: Any, encoding: Encoding, seed: Any = None,
-                cache: Any = None) -> WindowData:
+def read_window(blocks: list[tuple[int, Block]], options: ReadOptions, encoding: Encoding,
+                seed: Sequence[int] | None = None, cache: BlockCache | None = None) -> WindowData:
     """Read, encode and shuffle a window of ``(index, block)`` blocks in one task (on a worker).
 
     Tables come from the parse cache when ``cache`` holds the block (only the columns the
@@ -52,7 +55,7 @@ def read_window(blocks: list[tuple[int, Any]], options: Any, encoding: Encoding,
     arrays, and no parsed frame crosses the network.
     """
     parts: list[WindowData] = []
-    pending: list[Any] = []  # tables read, not encoded yet
+    pending: list[pa.Table] = []  # tables read, not encoded yet
     size = 0
     columns = encoding.names
     readers: dict[str, Any] = {}  # each cache file opened once per window
@@ -74,7 +77,7 @@ def read_window(blocks: list[tuple[int, Any]], options: Any, encoding: Encoding,
     return permute(concat(parts), seed) if parts else empty_window(encoding)
 
 
-def _encode_tables(tables: list[Any], encoding: Encoding) -> list[WindowData]:
+def _encode_tables(tables: list[pa.Table], encoding: Encoding) -> list[WindowData]:
     """Encode tables in order: as one when their columns line up, else one by one."""
     import pyarrow as pa
 

@@ -16,7 +16,7 @@ import os
 import time
 import weakref
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -40,6 +40,21 @@ from daskfeed.core import (
 )
 from daskfeed.dashboard import EpochSpans
 from daskfeed.manifest import WindowData, concat
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    from distributed import Client, Future
+
+#: a batch: ``(x, y)`` or ``(x, y, w)``; ``x`` a dict of arrays by column, or one matrix
+Batch = tuple["dict[str, npt.NDArray[Any]] | npt.NDArray[Any]", ...]
+
+
+class Closes(Protocol):
+    """What :meth:`BatchStream.close_with` closes with the stream."""
+
+    def close(self) -> None:
+        """Close it."""
+        ...
 
 
 class BatchStream:
@@ -76,7 +91,7 @@ class BatchStream:
         self._owner = data.hand_over()  # the client: this stream's to close if owned
         self._finalizer = weakref.finalize(self, self._owner.close)
         self._closed = False
-        self._dependents: weakref.WeakSet[Any] = weakref.WeakSet()  # closed with the stream
+        self._dependents: weakref.WeakSet[Closes] = weakref.WeakSet()  # closed with the stream
         st = data.settings
         self.window_rows = window_rows_for(window_rows, st.window_bytes, data.manifest,
                                            data.encoding.bytes_per_row, st.prefetch_bytes,
@@ -298,7 +313,7 @@ class BatchStream:
         else:
             self.set_epoch(theirs.epoch, theirs.batch)
 
-    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+    def __iter__(self) -> Iterator[Batch]:
         """The current epoch's batches in order from where the stream stands; then the next epoch.
 
         One epoch per iteration (as a ``torch`` ``IterableDataset`` or a plain loop reads it):
@@ -357,7 +372,7 @@ class BatchStream:
         self._class_weights = table
 
 
-    def batch(self, index: int) -> tuple[Any, ...]:
+    def batch(self, index: int) -> Batch:
         """Batch ``index`` of the current epoch as ``(x, y)``, or ``(x, y, w)`` with a weight.
 
         Raises
@@ -379,7 +394,7 @@ class BatchStream:
             self.failure = err
             raise
 
-    def _batch(self, index: int) -> tuple[Any, ...]:
+    def _batch(self, index: int) -> Batch:
         plan, pf, i = self._cursor.reserve(index)
         slices = plan.batch(i)
         batch = self._rows(plan, pf, slices)
@@ -453,7 +468,7 @@ class BatchStream:
         self._windows.spans = spans
 
     @property
-    def client(self) -> Any:
+    def client(self) -> Client | None:
         """The ``distributed.Client`` (None once closed, or in an unpickled copy before use)."""
         return self._owner.client
 
@@ -462,7 +477,7 @@ class BatchStream:
         """Whether closing the stream closes its client (it started it)."""
         return self._owner.owns
 
-    def _client_or_connect(self) -> Any:
+    def _client_or_connect(self) -> Client:
         """The client; after unpickling, a new connection to the same scheduler (owned)."""
         self.check_usable()
         if self._owner.client is None:
@@ -476,7 +491,7 @@ class BatchStream:
             )
         return self._owner.client
 
-    def _submit(self, plan: EpochPlan, w: int) -> Any:
+    def _submit(self, plan: EpochPlan, w: int) -> Future[Any]:
         return self._windows.submit(self._client_or_connect(), plan, w)
 
     def _new_prefetcher(self, plan: EpochPlan, order: list[int], budget: int | None) -> Prefetcher:
@@ -507,7 +522,7 @@ class BatchStream:
         return cursor
 
     # -- lifecycle ---------------------------------------------------------------------
-    def close_with(self, dependent: Any) -> None:
+    def close_with(self, dependent: Closes) -> None:
         """Close ``dependent`` (anything with ``close()``, e.g. the tf.data hand-off) with the stream."""
         self._dependents.add(dependent)
 

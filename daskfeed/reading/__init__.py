@@ -20,7 +20,7 @@ if TYPE_CHECKING:
         relist,
         stat_file,
     )
-    from daskfeed.reading._listing import Listing
+    from daskfeed.reading._listing import Listing, PathsLike
     from daskfeed.reading._locate import Spot, locate_values
     from daskfeed.reading._nulls import NA_MARKERS, count_by_part, na_counts, naive_times
     from daskfeed.reading._parts import Part, file_key, options_salt, part_key
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from daskfeed.reading._tables import FieldText, ReadOptions, iter_tables, record_range
 
 __all__ = ["ISO_DATE", "NA_MARKERS", "SPACES", "Block", "FieldText", "FileInfo", "Listing", "Part",
-           "ReadOptions", "SharedParse", "SmallFiles", "Source", "SplitError", "Spot",
+           "PathsLike", "ReadOptions", "SharedParse", "SmallFiles", "Source", "SplitError", "Spot",
            "compression_of", "count_by_part", "expand_paths", "file_key", "first_header",
            "is_parquet", "iso_seconds", "iter_tables", "line_number", "locate_values", "na_counts",
            "naive_times", "open_file", "options_salt", "part_key", "protocol", "read_options",
@@ -45,7 +45,7 @@ __getattr__, __dir__ = attach(__name__, {
     "Block": "_files", "FileInfo": "_files", "compression_of": "_files", "expand_paths": "_files",
     "is_parquet": "_files", "protocol": "_files", "refuse_missing_local": "_files",
     "relist": "_files", "stat_file": "_files",
-    "Listing": "_listing",
+    "Listing": "_listing", "PathsLike": "_listing",
     "Spot": "_locate", "locate_values": "_locate",
     "Part": "_parts", "file_key": "_parts", "options_salt": "_parts", "part_key": "_parts",
     "NA_MARKERS": "_nulls", "count_by_part": "_nulls", "na_counts": "_nulls", "naive_times": "_nulls",
