@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from daskfeed.dashboard import EpochSpans
-from daskfeed.training._outputs import scan_bar
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -21,6 +20,7 @@ if TYPE_CHECKING:
     from daskfeed.cluster import Budget
     from daskfeed.core import Stop
     from daskfeed.reading import Listing
+    from daskfeed.scanning import ProgressCallback
     from daskfeed.training._options import DataSpec, TrainOptions
     from daskfeed.training._ranks import Rank
 
@@ -49,6 +49,4 @@ class Run:
     listing: Listing | None = None  # the training files, listed while the cluster started
     val_listing: Listing | None = None  # ... and the validation files
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])  # run.json, history.json
-
-    def __post_init__(self) -> None:
-        self.progress = scan_bar(self.echo)  # one progress bar for the run's scans
+    progress: ProgressCallback | None = None  # one progress bar for the run's scans

@@ -42,7 +42,7 @@ from daskfeed.manifest import (
 from daskfeed.reading import Listing, Source, refuse_missing_local
 from daskfeed.training._keras_load import KerasLoad
 from daskfeed.training._options import DataSpec, TrainOptions
-from daskfeed.training._outputs import OutputLock, numbered, require_tensorboard
+from daskfeed.training._outputs import OutputLock, numbered, require_tensorboard, scan_bar
 from daskfeed.training._ranks import (
     Rank,
     SharedScan,
@@ -174,7 +174,7 @@ def _run(data: DataSpec, label: str, validation: DataSpec | None, opts: TrainOpt
     except BaseException:
         loading.join()
         raise
-    run.progress = loading.once_scanning(run.progress)
+    run.progress = loading.once_scanning(scan_bar(echo))
     try:
         with RSSSampler() as rss:
             train_seq, val_seq, reused = _open_data(run)
