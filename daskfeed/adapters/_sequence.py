@@ -80,14 +80,14 @@ class DaskSequence(keras.utils.PyDataset):
     as_matrix
         Return ``x`` as one matrix of the numeric ``features`` instead of a dict.
     manifest
-        A :class:`~daskfeed.manifest._manifest.Manifest` (or its JSON path) of this data made with the
-        same settings (else :class:`~daskfeed.core._exceptions.ManifestMismatchError`): no rescan.
+        A :class:`~daskfeed.Manifest` (or its JSON path) of this data made with the
+        same settings (else :class:`~daskfeed.ManifestMismatchError`): no rescan.
     cache
-        Keep every block parsed once as Arrow on the workers' disk (:mod:`daskfeed.cache._blocks`):
+        Keep every block parsed once as Arrow on the workers' disk (:mod:`daskfeed.cache`):
         ``True`` uses ``daskfeed.cache-dir`` when it has room, a path that directory, ``False``
         none.
     sep, encoding, dtype, na_values, decimal, blocksize, storage_options
-        How the data are read (see :class:`~daskfeed.reading._source.Source`).
+        How the data are read (see :class:`~daskfeed.Source`).
     bad_lines
         Lines with the wrong number of fields: ``"error"``, ``"skip"`` or ``"quarantine"``.
     reference
@@ -98,20 +98,21 @@ class DaskSequence(keras.utils.PyDataset):
         Drop the epoch's last batch when it is short.
     shard
         ``(rank, world_size)``: serve only blocks ``b`` with ``b % world_size == rank``; shards
-        serve equal full batches per epoch (:func:`~daskfeed.batches._plan.equal_shard_batches`).
+        serve equal full batches per epoch (``docs/scale-out.md``, "Several trainers").
     weight
         A numeric column of per-row sample weights (``>= 0`` wherever there is a label, else
-        :class:`~daskfeed.core._exceptions.DataError` names the first bad row's file and line).
+        :class:`~daskfeed.DataError` names the first bad row's file and line).
     validation_split, subset
         Hold out whole blocks: ``subset="training"`` or ``"validation"`` with the same ``seed``
-        (:func:`~daskfeed.manifest._split.split_blocks`); each part is scanned on its own.
+        (``docs/command-line.md``, "Weights, a validation split, early stopping"); each part is
+        scanned on its own.
     vocabulary_size
         Values kept per text column (default ``daskfeed.vocabulary-size``).
     window_bytes, window_rows, prefetch_bytes, timeout
         Memory knobs (see ``daskfeed.yaml``); normally derived from ``--memory-limit``.
     spans, scan_progress, stop
-        A :class:`daskfeed.dashboard._plugin.EpochSpans` (a ``distributed.span`` per epoch), a scan
-        progress callback, and a :class:`daskfeed.core._lifecycle.Stop` whose request ends every wait.
+        A :class:`daskfeed.dashboard.EpochSpans` (a ``distributed.span`` per epoch), a scan
+        progress callback, and a :class:`daskfeed.core.Stop` whose request ends every wait.
     **kwargs
         ``workers`` and ``max_queue_size`` for ``keras.utils.PyDataset``;
         ``use_multiprocessing=True`` is refused, and so is any other name
@@ -124,7 +125,7 @@ class DaskSequence(keras.utils.PyDataset):
 
     Notes
     -----
-    The batches come from a keras-free :class:`~daskfeed.batches._stream.BatchStream`
+    The batches come from a keras-free :class:`~daskfeed.batches.BatchStream`
     (``seq.stream``), which the tf.data hand-off reads too. A sequence owns threads and futures:
     close it (:meth:`close`, or ``with``). It is also closed when garbage-collected or at
     interpreter exit.
@@ -226,7 +227,7 @@ class DaskSequence(keras.utils.PyDataset):
         Parameters
         ----------
         prepared
-            The data (:class:`~daskfeed.batches._prepare.Prepared`); the sequence takes over its client.
+            The data (:class:`~daskfeed.batches.Prepared`); the sequence takes over its client.
         window_rows, spans, stop, **kwargs
             As :class:`DaskSequence` takes them (the window bytes are the prepared data's).
 
@@ -302,9 +303,9 @@ class DaskSequence(keras.utils.PyDataset):
 
         Keras also calls this when ``fit`` starts (``EpochIterator.reset``), after the TF
         backend peeked at batches 0 and 1; that call never advances (even when those two
-        batches are all that is left of a resumed epoch, see :meth:`EpochState.end
-        <daskfeed.batches._epoch.EpochState.end>`), so the peeked windows are reused and training
-        starts with the current epoch.
+        batches are all that is left of a resumed epoch: such an epoch ends when the next batch
+        is asked for, or at a second ``on_epoch_end`` with no ``on_epoch_begin`` between), so the
+        peeked windows are reused and training starts with the current epoch.
         """
         self.stream.end()
 
@@ -347,7 +348,7 @@ class DaskSequence(keras.utils.PyDataset):
     def position(self, batch: int | None = None, epoch: int | None = None) -> int:
         """Batches of ``epoch`` trained by all trainers once this one's ``batch`` is next.
 
-        See :meth:`BatchStream.position <daskfeed.batches._stream.BatchStream.position>`.
+        See :meth:`BatchStream.position <daskfeed.batches.BatchStream.position>`.
         """
         return self.stream.position(batch, epoch)
 
@@ -400,9 +401,9 @@ class DaskSequence(keras.utils.PyDataset):
     def stats_of(self, epoch: int) -> EpochStats | dict[str, Any]:
         """:meth:`epoch_stats` of ``epoch`` once it ended (one of the last eight); else empty.
 
-        A feed that reads ahead (:mod:`daskfeed.adapters._tf_data`) may end an epoch, and begin the next,
-        before Keras has trained its last batches: this is that epoch's record whatever came
-        after it.
+        A feed that reads ahead (the tf.data hand-off, :meth:`to_tf_dataset`) may end an epoch, and
+        begin the next, before Keras has trained its last batches: this is that epoch's record
+        whatever came after it.
 
         Parameters
         ----------
@@ -459,9 +460,9 @@ class DaskSequence(keras.utils.PyDataset):
 
         The same batches as ``seq[0] .. seq[len(seq) - 1]``, each epoch the sequence's next,
         at less cost to the trainer than Keras' one call per batch of a ``PyDataset``
-        (:mod:`daskfeed.adapters._tf_data` tells how epochs are counted;
-        :func:`daskfeed.fit_from` uses it with the callback that keeps Keras' epochs and the
-        sequence's in step).
+        (:func:`daskfeed.fit_from` uses it with the callback that keeps Keras' epochs and the
+        sequence's in step; without that callback each pass is the sequence's next epoch, and
+        after a pass cut short the next pass drops the rest of that epoch and is the epoch after it).
 
         Returns
         -------

@@ -206,7 +206,7 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
         -------
         dict
             The stream's resume state as it is (:meth:`BatchStream.get_state
-            <daskfeed.batches._stream.BatchStream.get_state>`: plain values, versioned), for
+            <daskfeed.batches.BatchStream.get_state>`: plain values, versioned), for
             ``torch.save`` beside the model's and the optimizer's state.
         """
         return self.stream.get_state()
