@@ -257,8 +257,8 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
         Where to start (a checkpoint's cursor; ``0, 0``: from the start).
     handoff
         How batches reach Keras, the hand-off: ``tf-data``, a ``tf.data`` pipeline fed a chunk
-        of batches per Python call (:class:`~daskfeed.adapters._tf_data.TFDataHandoff`,
-        TensorFlow backend only); ``pydataset``, the sequence itself (a ``PyDataset``, one call
+        of batches per Python call (as :meth:`~daskfeed.DaskSequence.to_tf_dataset`'s, TensorFlow
+        backend only); ``pydataset``, the sequence itself (a ``PyDataset``, one call
         per batch); ``auto`` (default), ``tf-data`` on TensorFlow and ``pydataset`` on JAX and
         PyTorch. The batches are the same; callbacks with a ``set_handoff`` method are told
         which it is (the wait for data is not measured the same way, see

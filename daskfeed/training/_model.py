@@ -81,7 +81,7 @@ def default_model(
         The training :class:`~daskfeed.DaskSequence`: its features (``features=`` /
         ``exclude=`` / ``weight=`` as given to it), its ``as_matrix`` and the statistics it
         encodes with are taken from it. Or the training data's
-        :class:`~daskfeed.manifest._manifest.Manifest`, with ``features`` / ``exclude`` / ``as_matrix``
+        :class:`~daskfeed.Manifest`, with ``features`` / ``exclude`` / ``as_matrix``
         repeating the sequence's selection.
     features, exclude
         With a manifest: the same selection as given to the ``DaskSequence``. Not with a

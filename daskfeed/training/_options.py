@@ -33,7 +33,7 @@ DEFAULT_LEARNING_RATE = 1e-3
 
 @dataclass(frozen=True)
 class FitOptions:
-    """How :func:`~daskfeed.training._train.train` fits, resolved once from its arguments (:meth:`resolve`).
+    """How :func:`~daskfeed.train` fits, resolved once from its arguments (:meth:`resolve`).
 
     The sample-weight column and the validation split are the data's settings
     (:class:`~daskfeed.batches.DataSettings`: ``weight``, ``validation_split``); they are checked
@@ -50,7 +50,7 @@ class FitOptions:
         own; a learning rate is applied to a builder's model only if it comes uncompiled).
     handoff
         How batches reach Keras (resolved: ``daskfeed.handoff``): ``auto``, ``tf-data`` or
-        ``pydataset`` (see :func:`daskfeed.training._callbacks.fit_from`).
+        ``pydataset`` (see :func:`daskfeed.fit_from`).
     """
 
     class_weight: str | dict[int, float] | None = None
@@ -77,7 +77,7 @@ class FitOptions:
         builder
             Whether a ``model`` builder replaces the default model.
         class_weight, validation_split, early_stopping, monitor, hidden, dropout, learning_rate
-            As :func:`~daskfeed.training._train.train` takes them (the split only checked here).
+            As :func:`~daskfeed.train` takes them (the split only checked here).
         handoff
             Likewise.
         feed
@@ -168,8 +168,8 @@ class ClusterOptions(ClusterSpec):
     Attributes
     ----------
     rank, world_size
-        This trainer's place among several (None: from the environment, see
-        :func:`daskfeed.training._ranks.resolve_rank`).
+        This trainer's place among several (None: from the environment, ``TF_CONFIG`` else
+        ``RANK``/``WORLD_SIZE``; see ``docs/scale-out.md``).
     rank_wait
         Seconds a rank waits for the scan another rank makes (resolved: ``daskfeed.rank-wait``).
     """
@@ -203,7 +203,7 @@ when it takes them), returns a ``keras.Model``."""
 
 @dataclass(frozen=True)
 class TrainOptions:
-    """Everything :func:`~daskfeed.training._train.train` needs besides the data, resolved once.
+    """Everything :func:`~daskfeed.train` needs besides the data, resolved once.
 
     Build it with :meth:`resolve` from ``train``'s keyword arguments (the CLI maps its flags
     onto the same names).
@@ -218,7 +218,7 @@ class TrainOptions:
         Epochs to train.
     model
         ``"module:function"`` or a callable returning a ``keras.Model`` from the manifest;
-        None: :func:`daskfeed.training._model.default_model`.
+        None: :func:`daskfeed.default_model`.
     output
         Directory for ``model.keras``, ``manifest.json``, ``history.json``, checkpoints.
     resume
@@ -258,7 +258,7 @@ class TrainOptions:
         validation
             The validation data, if any (the fit settings are checked against it).
         epochs, model, output, resume, checkpoint_every, tensorboard, verbose
-            As :func:`~daskfeed.training._train.train` takes them.
+            As :func:`~daskfeed.train` takes them.
         **settings
             The arguments of :meth:`DataSettings.resolve <daskfeed.batches.DataSettings.resolve>`
             that ``train`` takes (:data:`DATA_KEYS`), the attributes of :class:`ClusterOptions`

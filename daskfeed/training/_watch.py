@@ -63,7 +63,7 @@ class WatchCallback(HandoffAware):
     ----------
     client
         The ``distributed.Client`` of the cluster (a ``LocalCluster``'s or a remote
-        scheduler's); :func:`~daskfeed.dashboard._plugin.install` is called on it when training starts.
+        scheduler's); :func:`~daskfeed.dashboard.install` is called on it when training starts.
     sequence
         The training :class:`~daskfeed.DaskSequence` (rows, data-wait, batches per epoch; any
         ``keras.utils.PyDataset`` works with fewer figures).
@@ -72,7 +72,7 @@ class WatchCallback(HandoffAware):
     budget_bytes
         The memory budget that the process tree's RSS is shown against.
     rss_sampler
-        A :class:`daskfeed.core._rss.RSSSampler` (its ``sample()`` and ``peak``); default: the RSS of
+        A :class:`daskfeed.core.RSSSampler` (its ``sample()`` and ``peak``); default: the RSS of
         this process and its children, measured at each report.
     every_seconds
         Least time between two reports during an epoch (each epoch's end is always reported).
@@ -80,7 +80,7 @@ class WatchCallback(HandoffAware):
         Epochs of the whole run, when ``fit`` is called in parts (``--resume``).
     handoff
         How batches reach Keras: ``pydataset`` (the sequence itself) or ``tf-data`` (the tf.data
-        hand-off's pipeline); :func:`~daskfeed.training._callbacks.fit_from` sets it.
+        hand-off's pipeline); :func:`~daskfeed.fit_from` sets it.
 
     Notes
     -----
@@ -89,11 +89,11 @@ class WatchCallback(HandoffAware):
     reads of its batches waited for windows: with ``handoff="pydataset"`` one thread reads them after
     ``on_epoch_begin`` (what it read before, the TensorFlow backend's first batches when ``fit``
     starts, is not counted), so the share is at most 1 by construction. With the tf.data hand-off
-    Keras' wait is not observable (see
-    :class:`~daskfeed.training._telemetry.EpochTelemetry`): no ``data_wait`` is reported.
+    Keras' wait is not observable (``history.json`` has the producer thread's ``feed_wait_*``
+    instead, see ``docs/command-line.md``): no ``data_wait`` is reported.
 
     Each epoch's tasks belong to the span ``daskfeed/epoch N`` when they are submitted inside
-    ``spans(epoch)`` (``callback.spans``, an :class:`~daskfeed.dashboard._plugin.EpochSpans`). A
+    ``spans(epoch)`` (``callback.spans``, an :class:`~daskfeed.dashboard.EpochSpans`). A
     ``distributed.span`` tags what is submitted in the thread that entered it, and a
     DaskSequence submits its windows from its prefetch and Keras' reader threads, not from
     the thread running the callbacks, and starts on the first epoch's windows when it is
