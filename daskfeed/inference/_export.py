@@ -37,7 +37,7 @@ def export(output_dir: str | os.PathLike[str], *, model: Any = None,
 
     On TensorFlow in this process; on JAX or PyTorch in a child process on TensorFlow, which
     reads ``model.keras`` (or ``model``, saved beside it for the child and removed after).
-    :mod:`daskfeed.inference._serving` tells the signatures, inputs and outputs.
+    ``docs/using-a-model.md`` tells the signatures, inputs and outputs.
 
     Parameters
     ----------

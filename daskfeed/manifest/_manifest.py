@@ -181,13 +181,15 @@ class Manifest:
     def class_weights(self, spec: str | dict[Any, float] = "balanced") -> dict[int, float]:
         """Weights per class for ``model.fit(..., class_weight=...)``, from the scan's label counts.
 
-        See :func:`daskfeed.manifest._class_weights.class_weights` (no pass over the data).
+        No pass over the data: the scan counted the rows of every class (``label_counts``; of the
+        training part only when the manifest is made for a split).
 
         Parameters
         ----------
         spec
-            ``"balanced"`` (as scikit-learn's), or a mapping ``{class: weight}`` (ids or their
-            text; class names for a text label); classes it leaves out get 1.0.
+            ``"balanced"`` (``rows / (classes * rows of the class)``, as scikit-learn's), or a
+            mapping ``{class: weight}`` (ids or their text; class names for a text label); classes
+            it leaves out get 1.0.
 
         Returns
         -------
@@ -273,7 +275,7 @@ class Manifest:
 
     # -- JSON -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON representation; the blocks packed (:func:`~daskfeed.manifest._packing.pack_blocks`)."""
+        """Plain-JSON representation; the blocks packed (each path once, each per-block field one array)."""
         d = asdict(replace(self, blocks=[], rejects=[]))
         del d["rejects"], d["scanned_parts"]
         d["blocks"] = pack_blocks(self.blocks)
@@ -323,7 +325,7 @@ class Manifest:
     def column_lines(self) -> list[str]:
         """One line per column: kind, dtype, missing (by null marker), statistics or vocabulary.
 
-        A column that looks like a row id (:func:`~daskfeed.manifest._ids.id_like`) says so at the end.
+        A column that looks like a row id (:func:`~daskfeed.manifest.id_like`) says so at the end.
         """
         lines = []
         ids = id_like(self.columns, [n for n, c in self.columns.items()

@@ -49,7 +49,7 @@ class Source:
     ----------
     data
         A path, a glob (``**`` too), a directory, an fsspec URL, a list of those, a
-        :class:`~daskfeed.reading._listing.Listing` of those (listed meanwhile), or a
+        :class:`~daskfeed.reading.Listing` of those (listed meanwhile), or a
         ``dask.dataframe.DataFrame``.
     blocksize
         Bytes of CSV per block (default ``daskfeed.blocksize``).
@@ -66,7 +66,7 @@ class Source:
     na_values
         Null markers that are missing in every column, text columns included (e.g.
         ``["NA"]``). Empty fields are always missing; ``NA``, ``N/A``, ``null``, ``NaN``, ...
-        (:data:`daskfeed.reading._nulls.NA_MARKERS`) are missing in numeric columns only.
+        (:data:`daskfeed.reading.NA_MARKERS`) are missing in numeric columns only.
     decimal
         The numbers' decimal point: ``"."`` (default) or, as many locales write them, ``","``
         (then the separator is usually ``";"``).
@@ -189,7 +189,7 @@ class Source:
         return self._sizes
 
     def parts(self) -> list[Part]:
-        """The files in :class:`~daskfeed.reading._parts.Part` s: what the scan and the cache keep.
+        """The files in :class:`~daskfeed.reading.Part` s: what the scan and the cache keep.
 
         Returns
         -------
@@ -206,10 +206,10 @@ class Source:
         """Decide where the records of each block of file ``path`` start, from the whole file.
 
         For a file whose speculated starts failed (a block ended inside a quoted field: see
-        :mod:`daskfeed.reading._splits`): each block's text is summarized (``map_blocks``, e.g. a
-        ``Client.map`` that gathers, runs :func:`~daskfeed.reading._splits.block_transitions` on
-        every block at once) and the summaries chained from the file's start. The blocks then
-        read those bytes exactly (:meth:`use_splits`).
+        ``docs/how-it-works.md``, "Bad input"): each block's text is summarized (its quotes' state
+        at its end, for either state at its start) by ``map_blocks`` (e.g. a ``Client.map`` that
+        gathers, run on every block at once) and the summaries chained from the file's start. The
+        blocks then read those bytes exactly (:meth:`use_splits`).
 
         Parameters
         ----------
@@ -225,8 +225,8 @@ class Source:
         Returns
         -------
         list of int
-            Each block's start and the file's size (see :func:`~daskfeed.reading._splits.chain`);
-            [] for a file read whole.
+            Each block's start and the file's size (block ``k`` is ``[starts[k], starts[k + 1])``,
+            empty when a quoted field spans it whole); [] for a file read whole.
 
         Raises
         ------
@@ -308,14 +308,14 @@ class Source:
     def partitions(self) -> list[Delayed]:
         """One ``dask.delayed`` Arrow table per partition of a dask DataFrame input.
 
-        Each is made by :func:`daskfeed.reading._tables.frame_table`: the null-marker rule, the types
-        and the ``na_counts`` metadata of a table parsed from CSV.
+        Each has the null-marker rule, the types and the ``na_counts`` metadata of a table parsed
+        from CSV.
 
         Returns
         -------
         list of Delayed
             Nothing is computed; empty for a file input (its blocks are read by
-            :func:`daskfeed.reading._tables.iter_tables`).
+            :func:`daskfeed.reading.iter_tables`).
         """
         if self.frame is None:
             return []

@@ -77,12 +77,12 @@ def scan(
     progress: ProgressCallback | None = None,
     cache: str | os.PathLike[str] | None = None,
 ) -> Manifest:
-    """Scan ``data`` once on the cluster and return its :class:`~daskfeed.manifest._manifest.Manifest`.
+    """Scan ``data`` once on the cluster and return its :class:`~daskfeed.Manifest`.
 
     Parameters
     ----------
     data
-        Path, glob, list of paths, URL, :class:`~daskfeed.reading._source.Source`, or dask DataFrame.
+        Path, glob, list of paths, URL, :class:`~daskfeed.Source`, or dask DataFrame.
     label
         Name of the label column: numbers, or text (class names, sorted into codes 0..K-1).
     client
@@ -91,19 +91,20 @@ def scan(
     vocabulary_size
         Most frequent K values kept per string column (default ``daskfeed.vocabulary-size``).
     blocksize, encoding, dtype, storage_options, sep, na_values, decimal, bad_lines
-        How the files are read (:class:`~daskfeed.reading._source.Source`); skipped lines are counted
+        How the files are read (:class:`~daskfeed.Source`); skipped lines are counted
         in ``Manifest.bad_lines`` (quarantine: their text in ``Manifest.rejects``, not in JSON).
     manifest_path
         A JSON path: a manifest there made for these files with the same settings is returned
         without scanning (its warnings repeated); otherwise the new one is written there.
     parse_cache
-        A :class:`~daskfeed.cache._blocks.BlockCache` the scan writes every parsed block to.
+        A :class:`~daskfeed.cache.BlockCache` the scan writes every parsed block to.
     timeout
         Seconds without any scan task making progress before ``FeedTimeoutError`` (default
         ``daskfeed.timeout``).
     validation_split, subset, seed
         Scan only the ``subset`` ("training" or "validation") of a split into whole blocks
-        (:func:`~daskfeed.manifest._split.split_blocks`); the other blocks count 0 rows.
+        (``docs/command-line.md``, "Weights, a validation split, early stopping"); the other
+        blocks count 0 rows.
     progress
         Called about every second and at the end with ``(rows, bytes done, bytes in all,
         seconds, finished)``.
