@@ -448,7 +448,7 @@ def encode_table(table: pa.Table, encoding: Encoding,
                  unparsed: dict[str, np.ndarray] | None = None) -> WindowData:
     """Encode an Arrow table in row order, without pandas (rows without a label are dropped).
 
-    Same result as :func:`encode_frame`; columns are taken by name, so files whose header
+    Same result as the same rows encoded from a pandas frame; columns are taken by name, so files whose header
     lists the same columns in another order line up. ``unparsed``: as :func:`encode_features`
     fills it, over the rows kept.
     """

@@ -72,7 +72,7 @@ def text_classes(column: Column, values: dict[str, int]) -> dict[str, int]:
     Raises
     ------
     SchemaError
-        When the column has more than :data:`MAX_CLASSES` distinct values.
+        When the column has more than 1,000 distinct values.
     """
     distinct = max(len(values), int(column.distinct))
     if column.approximate or distinct > MAX_CLASSES:

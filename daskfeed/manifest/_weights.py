@@ -93,7 +93,7 @@ def weight_faults(index: int, block: Block, options: ReadOptions, label: str, we
     Parameters
     ----------
     index, block
-        The block's index and its :class:`~daskfeed.reading._files.Block`.
+        The block's index and its :class:`~daskfeed.reading.Block`.
     options
         The source's read options.
     label, weight

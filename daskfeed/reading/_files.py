@@ -34,7 +34,7 @@ _DATA_SUFFIXES = CSV_SUFFIXES + PARQUET_SUFFIXES
 class FileInfo:
     """One input file: path (with protocol for remote files), size in bytes, mtime, ETag.
 
-    ``path`` is never a URL with credentials (:func:`~daskfeed.core._secrets.redact_url`): they
+    ``path`` is never a URL with credentials (:func:`~daskfeed.core.redact_url`): they
     are put back where the file is opened. ``etag`` is the object store's version tag (S3's
     ``ETag``; ``""`` for local files): an object rewritten within the same second at the same
     size still gets a new fingerprint.
@@ -52,9 +52,8 @@ class Block:
 
     For a dask DataFrame input, ``path`` is ``"partition <i>"`` and ``file_index`` is ``i``.
     A byte range's records start after the first line break outside quoted fields at or after
-    ``offset`` (speculated by each reader, :func:`daskfeed.reading._splits.record_start`), unless
-    ``start`` is set: then its records are exactly bytes ``start`` to ``stop`` (decided for the
-    whole file, :meth:`daskfeed.reading._source.Source.split_exactly`).
+    ``offset`` (speculated by each reader), unless ``start`` is set: then its records are exactly
+    bytes ``start`` to ``stop`` (decided for the whole file, :meth:`daskfeed.Source.split_exactly`).
     """
 
     path: str
@@ -107,7 +106,7 @@ def compression_of(path: str) -> str | None:
     -------
     str or None
         ``"gzip"``, ``"bz2"``, ``"xz"`` or ``"zstd"`` (decompressed by
-        :func:`daskfeed.reading._streams.open_file`); for another suffix fsspec knows (``.zip``,
+        :func:`daskfeed.reading.open_file`); for another suffix fsspec knows (``.zip``,
         ``.lz4``, ...) fsspec's name, read by fsspec.
     """
     lower = path.lower()
@@ -148,7 +147,7 @@ def expand_paths(
         What the user gave; duplicates across items are listed once.
     storage_options
         Passed to fsspec (credentials, endpoint URL, ...), perhaps carrying the credentials of
-        URLs (:mod:`daskfeed.reading._credentials`).
+        URLs (:func:`daskfeed.reading.url_credentials`).
     said
         Where what the listing has to say goes (files left out); None: warned at once.
 

@@ -32,7 +32,7 @@ class Listing:
     ----------
     data
         A path, a glob (``**`` too), a directory, an fsspec URL or a list of those, as
-        :class:`~daskfeed.reading._source.Source` takes them.
+        :class:`~daskfeed.Source` takes them.
     storage_options
         Passed to fsspec; the ``Source`` it is handed to must read with the same ones.
 
@@ -71,7 +71,7 @@ class Listing:
         Returns
         -------
         list of FileInfo
-            As :func:`~daskfeed.reading._files.expand_paths` returns them.
+            As :func:`~daskfeed.reading.expand_paths` returns them.
 
         Raises
         ------

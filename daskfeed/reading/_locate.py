@@ -36,7 +36,7 @@ class Spot:
 
     ``line`` is the line of the record holding it (the header is line 1); ``from_byte`` is 0
     when lines are counted from the file's start, else the byte they are counted from (a
-    block that starts more than :func:`~daskfeed.reading._records.line_number`'s bound into
+    block that starts more than :func:`~daskfeed.reading.line_number`'s bound into
     its file: ``line`` is then the line counted from that byte, the first being 1).
     """
 

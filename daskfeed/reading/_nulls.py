@@ -186,7 +186,7 @@ def _by_part(masks: list[tuple[str, np.ndarray]], bounds: np.ndarray) -> list[di
 
 
 def count_by_part(where: pa.ChunkedArray, bounds: np.ndarray) -> np.ndarray:
-    """How many values of each part (see :func:`numbers_by_part`) ``where`` is true at (missing: not).
+    """How many values of each part (rows ``bounds[i]:bounds[i + 1]``) ``where`` is true at (missing: not).
 
     Parameters
     ----------

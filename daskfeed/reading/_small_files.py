@@ -45,7 +45,7 @@ class SharedParse:
     """Blocks parsed together: block ``indices[k]`` is the rows ``bounds[k]:bounds[k + 1]`` of ``table``.
 
     Each block's rows, values and types are those it gets parsed alone (see the module), and
-    ``counts[k]`` what the null markers made missing in it (:func:`daskfeed.reading._nulls.na_counts`
+    ``counts[k]`` what the null markers made missing in it (:func:`daskfeed.reading.na_counts`
     of that table).
     """
 
@@ -56,7 +56,7 @@ class SharedParse:
 
     @classmethod
     def alone(cls, index: int, table: pa.Table) -> SharedParse:
-        """One block's table (as :func:`daskfeed.reading._tables.iter_tables` gives it) as one parse."""
+        """One block's table (as :func:`daskfeed.reading.iter_tables` gives it) as one parse."""
         return cls([index], table, np.array([0, table.num_rows]), [na_counts(table)])
 
 

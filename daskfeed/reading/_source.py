@@ -365,7 +365,7 @@ def first_header(files: Sequence[FileInfo], options: ReadOptions) -> list[str]:
     DataNotFoundError
         When storage refuses to read the file.
     DataError, SchemaError
-        For a header that is not text, or names a column twice (as :func:`parse_header`).
+        For a header that is not text, or names a column twice.
     """
     so = dict(options.storage_options)
     sep = options.sep

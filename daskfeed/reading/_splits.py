@@ -36,7 +36,7 @@ class SplitError(DataError):
     """A block's byte range, cut where its start was speculated, ends inside a quoted field.
 
     Raised by a reader; whoever reads the file's blocks then decides them exactly (see
-    :func:`chain`). ``path`` is the file.
+    :meth:`daskfeed.Source.split_exactly`). ``path`` is the file.
     """
 
     def __init__(self, message: str, path: str) -> None:

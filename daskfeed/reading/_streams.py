@@ -35,10 +35,9 @@ def open_file(path: str, storage_options: dict[str, Any],
     path
         A local path or fsspec URL (as listed: without credentials).
     storage_options
-        Passed to fsspec; the credentials of URLs they carry are put back into ``path``
-        (:func:`~daskfeed.reading._credentials.fsspec_target`).
+        Passed to fsspec; the credentials of URLs they carry are put back into ``path``.
     compression
-        From :func:`daskfeed.reading._files.compression_of`; None reads the bytes as they are.
+        From :func:`daskfeed.reading.compression_of`; None reads the bytes as they are.
 
     Returns
     -------

@@ -90,7 +90,7 @@ def iter_tables(block: Block, options: ReadOptions, rejects: list[str] | None = 
     ranges, so it is decompressed as a stream and parsed in buffers of whole records: memory
     stays bounded by the blocksize however large the file. Each table's column types are
     inferred on its own rows; what the null markers made missing is in its schema metadata
-    under :data:`daskfeed.reading._nulls.NA_COUNTS_KEY`.
+    under the key ``b"daskfeed.na_counts"``.
 
     Parameters
     ----------
@@ -217,7 +217,7 @@ def frame_table(df: pd.DataFrame, options: ReadOptions, index: int) -> pa.Table:
     Returns
     -------
     pyarrow.Table
-        With :data:`daskfeed.reading._nulls.NA_COUNTS_KEY` metadata.
+        With the ``b"daskfeed.na_counts"`` metadata.
     """
     columns = [_frame_column(df[name]) for name in df.columns]
     table = pa.Table.from_arrays(columns, names=[str(c) for c in df.columns])
@@ -315,7 +315,10 @@ def _refuse_a_long_last_line(f: IO[bytes], block: Block, start: int, stop: int, 
 
 
 def record_range(f: IO[bytes], block: Block, header: int, sep: str) -> tuple[int, int]:
-    """The bytes of a byte-range block's records: exact, or speculated (see :func:`_byte_range_table`).
+    """The bytes of a byte-range block's records: exact (``block.start`` set), or speculated.
+
+    Speculated: from the first record start at or after the block's offset to the next block's
+    (a line break in a quoted field ends no record), as every reader finds them alike.
 
     Parameters
     ----------
