@@ -80,8 +80,8 @@ class BlockCache:
 
     ``root`` None: :func:`default_root` where the cache is used, i.e. on each worker (a remote
     worker's home, not the trainer's). Blocks are numbered as in ``Source.blocks``; they are kept
-    in *entries*, directories of the root: one per :class:`~daskfeed.reading._parts.Part` of the
-    source, or several for a part that grew at its end (:mod:`daskfeed.cache._lineage`):
+    in *entries*, directories of the root: one per :class:`~daskfeed.reading.Part` of the
+    source, or several for a part that grew at its end (see ``docs/data-that-grows.md``):
     ``entries`` their keys, ``starts`` the first block of each, ``ids`` that block's id. Blocks
     are numbered within their entry, so a part whose files are unchanged is reused by the next
     data set that has it (the data grew). Without entries the root is one directory of blocks
@@ -105,10 +105,11 @@ class BlockCache:
     def place(self, index: int) -> tuple[str, int, int]:
         """Where block ``index`` is kept: ``(directory, number in it, block id)``.
 
-        The block id seeds its stored order (:func:`~daskfeed.cache._scatter.block_order`): its
-        part's anchor and its number in the part (:meth:`~daskfeed.cache._lineage`), so the
-        order is the same in every data set the part belongs to, and after files were appended
-        to the part.
+        The block id seeds its stored order (a seeded permutation of its rows: see
+        ``docs/development.md``, "The cache's layout"): its part's anchor
+        (:attr:`daskfeed.reading.Part.anchor`) and its number in the part, so the order is the
+        same in every data set the part belongs to, and after files were appended to the part
+        (see ``docs/data-that-grows.md``).
 
         Parameters
         ----------
@@ -322,7 +323,7 @@ class BlockCache:
         """Remove what is kept of the part of block ``index`` (on every worker; None: here).
 
         For a part whose blocks were read at record starts found wrong (see
-        :meth:`daskfeed.reading._source.Source.split_exactly`): what was written of it is removed
+        :meth:`daskfeed.Source.split_exactly`): what was written of it is removed
         and forgotten by every process, so it is parsed and written again.
 
         Parameters
@@ -430,7 +431,7 @@ def block_tables(index: int, block: Block, options: ReadOptions, cache: BlockCac
     cache
         Where blocks are cached (None: parse, cache nothing).
     rejects
-        See :func:`daskfeed.reading._tables.iter_tables`.
+        See :func:`daskfeed.reading.iter_tables`.
     use_cache
         False: parse even when the block is cached.
     columns, readers

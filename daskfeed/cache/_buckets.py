@@ -331,7 +331,7 @@ class BucketSet:
     def write_bucket(self, b: int, tables: list[pa.Table]) -> None:
         """Write this generation's bucket ``b`` from its rows, put in canonical order.
 
-        By block id, then row (:func:`~daskfeed.batches._order.canonical_order`).
+        By block id, then row.
         """
         table = one_table(tables) if tables else pa.table({})
         _write_arrow(self.bucket_path(b), compact(_canonical(table)), self.compression)
@@ -340,7 +340,7 @@ class BucketSet:
         """Bucket ``b``'s rows in canonical order (only ``columns`` read; None: all).
 
         A view of several generations reads each one's piece and puts the rows in canonical
-        order (:func:`~daskfeed.batches._order.canonical_order`: block id, then row).
+        order (block id, then row).
 
         Raises
         ------

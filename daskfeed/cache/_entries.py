@@ -70,8 +70,8 @@ def clear(root: str | os.PathLike[str] | None = None,
     """Remove the cache entries under ``root`` (renamed away first), and what was made of them.
 
     Only under a root that is the user's and marked as daskfeed's
-    (:func:`~daskfeed.cache._root.own_root`), only entries daskfeed made, none that a running
-    trainer holds a lease on (:func:`~daskfeed.cache._evict.leased`); removing none, it removes
+    (:func:`~daskfeed.cache.own_root`), only entries daskfeed made, none that a running
+    trainer holds a lease on (see ``docs/data-that-grows.md``, "Housekeeping"); removing none, it removes
     nothing else either (not the scans' records).
 
     Parameters
@@ -81,8 +81,7 @@ def clear(root: str | os.PathLike[str] | None = None,
     keys
         Only the entries whose directory name is in ``keys``; None: all.
     lock_timeout
-        Seconds to wait for the root's lock (:func:`~daskfeed.cache._evict.root_lock`); None:
-        ``daskfeed.cache-lock-timeout``.
+        Seconds to wait for the root's lock; None: ``daskfeed.cache-lock-timeout``.
 
     Returns
     -------

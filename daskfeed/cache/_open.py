@@ -123,14 +123,14 @@ class CacheChoice:
         False: no cache.
     root
         The cache root (``--cache DIR``, else ``daskfeed.cache-dir``); None: each worker's
-        default (:func:`~daskfeed.cache._blocks.default_root`).
+        default (:func:`~daskfeed.cache.default_root`).
     required
         An explicit directory: too little room is an error, not a cache left off.
     compression
         ``daskfeed.cache-compression`` (``auto``, ``none``, ``lz4``, ``zstd``).
     max_size
         ``daskfeed.cache-max-size`` in bytes: least recently used parts of other data are
-        evicted beyond it (:mod:`daskfeed.cache._evict`); None: no bound.
+        evicted beyond it (see ``docs/data-that-grows.md``, "Housekeeping"); None: no bound.
     lock_timeout
         ``daskfeed.cache-lock-timeout`` in seconds: the longest wait for the root's lock.
     """
@@ -188,23 +188,23 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
         Prepares the directory on every worker; None: in this process.
     max_size
         Bytes the root may hold: least recently used entries of other data, not in use, are
-        evicted beyond it (:mod:`daskfeed.cache._evict`); None: no bound.
+        evicted beyond it (see ``docs/data-that-grows.md``, "Housekeeping"); None: no bound.
     lock_timeout
-        Seconds to wait for the root's lock (:func:`~daskfeed.cache._evict.root_lock`).
+        Seconds to wait for the root's lock.
 
     Returns
     -------
     tuple
         The cache (None: off) and one line saying where it is, or why it is off. Its parts are
         leased by this process, the leases renewed while it lives, until
-        :meth:`~daskfeed.cache._blocks.BlockCache.release`.
+        :meth:`~daskfeed.cache.BlockCache.release`.
 
     Raises
     ------
     CacheError
         With ``required``, when the directory is not writable or the disk too small; always,
         when the root (or a level under it) is not the user's own, or holds what daskfeed did
-        not make (:func:`~daskfeed.cache._root.own_root`).
+        not make (:func:`~daskfeed.cache.own_root`).
     ValueError
         For an unknown ``compression``.
     """
