@@ -257,11 +257,10 @@ def _terminate_fraction() -> float:
 def check_worker_memory(client: Client, window_bytes: int, *, what: str = "shuffle window") -> None:
     """Refuse workers whose memory limit cannot hold the parse peak of the planned window.
 
-    Parsing a window of ``window_bytes`` CSV bytes peaks at about :data:`PARSE_FACTOR` times
-    that on the worker, once per thread (each thread may parse a window). A worker whose
-    peak would pass the fraction of its limit at which its nanny restarts it
-    (``distributed.worker.memory.terminate``, 95 %) would die in the first epoch; this says
-    so before anything is trained.
+    Parsing a window of ``window_bytes`` CSV bytes peaks at about 6 times that on the worker,
+    once per thread (each thread may parse a window). A worker whose peak would pass the
+    fraction of its limit at which its nanny restarts it (``distributed.worker.memory.terminate``,
+    95 %) would die in the first epoch; this says so before anything is trained.
 
     Raises
     ------

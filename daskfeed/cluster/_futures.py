@@ -253,7 +253,7 @@ def explain(err: BaseException, what: str, client: Client | None = None) -> Base
     Returns
     -------
     BaseException
-        A :class:`~daskfeed.core._exceptions.ClusterError` or :class:`~daskfeed.core._exceptions.DataError`
+        A :class:`~daskfeed.ClusterError` or :class:`~daskfeed.DataError`
         chained to ``err``; ``err`` itself when it is daskfeed's own or not an ``Exception``.
     """
     if isinstance(err, (DaskfeedError, WindowCancelled)) or not isinstance(err, Exception):

@@ -188,8 +188,9 @@ def connect(address: str, *, security: Security | None = None, timeout: str = "3
     """Connect to a running scheduler (``tcp://``/``tls://`` address or scheduler-file path).
 
     A scheduler on another host reached over plain ``tcp://`` is warned of, in one line; the
-    credentials of ``storage_options`` are refused for it (:func:`refuse_plaintext_credentials`)
-    before any connection.
+    credentials of ``storage_options`` are refused for it before any connection, unless
+    ``daskfeed.allow-plaintext-credentials: true`` (see ``docs/security.md``, "Remote clusters:
+    yours to protect").
 
     Parameters
     ----------

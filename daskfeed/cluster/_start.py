@@ -63,8 +63,9 @@ def start_local_cluster(
 
     Closing the client (``client.close()``) also closes the cluster. With ``tls`` (None:
     ``daskfeed.local-tls``, true as shipped) the scheduler, nannies and workers speak TLS with
-    credentials made here, in memory (:func:`local_security`): a client that does not hold
-    them is refused. The dashboard (and ``/metrics``, daskfeed's page) stays HTTP on loopback.
+    credentials made here, in memory (see ``docs/security.md``, "The local cluster"): a client
+    that does not hold them is refused. The dashboard (and ``/metrics``, daskfeed's page) stays
+    HTTP on loopback.
     """
     from distributed import Client, LocalCluster
 
@@ -372,7 +373,8 @@ def acquire_client(client: Client | str | None = None,
     A Client is used as is; an address string connects; ``None`` takes the current default
     client, else starts a LocalCluster that the caller owns (and must close). Credentials in
     ``storage_options`` (what the work will carry) are refused for a scheduler on another host
-    over plain ``tcp://`` (:func:`~daskfeed.cluster._remote.refuse_plaintext_credentials`).
+    over plain ``tcp://``, unless ``daskfeed.allow-plaintext-credentials: true`` (see
+    ``docs/security.md``, "Remote clusters: yours to protect").
     """
     if client is not None and not isinstance(client, str):
         refuse_plaintext_credentials(_address(client), storage_options)

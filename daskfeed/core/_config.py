@@ -210,7 +210,7 @@ _SIZES = frozenset({"blocksize", "window-bytes", "prefetch-bytes", "trainer-rese
 def resolve_blocksize(value: int | str | None, derived: int) -> int:
     """CSV bytes per block: ``value`` > a configured ``daskfeed.blocksize`` > ``derived``.
 
-    ``derived`` is what the memory budget allows (:class:`daskfeed.cluster._budget.Budget`): at most
+    ``derived`` is what the memory budget allows (:class:`daskfeed.Budget`): at most
     the shipped ``daskfeed.blocksize`` and small enough that a window's parse peak fits a
     worker. A ``daskfeed.blocksize`` set in the config (``DASK_DASKFEED__BLOCKSIZE=200MiB``)
     is taken as asked, like ``--blocksize``; the shipped default only caps the derivation.

@@ -54,8 +54,10 @@ def redact_url(url: str) -> str:
     str
         ``s3://key:secret@bucket/a.csv`` -> ``s3://bucket/a.csv``;
         ``https://host/a.csv?X-Amz-Signature=abc&v=1`` -> ``https://host/a.csv?X-Amz-Signature=redacted&v=1``
-        (names in :data:`SECRET_PARAMETERS`, any case). The same for every secret: a key made
-        of it stays the same when the secret changes.
+        (the parameters named, in any case, ``X-Amz-Signature``, ``X-Amz-Credential``,
+        ``X-Amz-Security-Token``, ``X-Goog-Signature``, ``X-Goog-Credential``, ``sig``,
+        ``signature``, ``token``, ``access_token``, ``password`` or ``secret``). The same for every
+        secret: a key made of it stays the same when the secret changes.
 
     Examples
     --------
@@ -143,9 +145,13 @@ def secret_options(options: Mapping[str, Any] | None) -> list[str]:
     Returns
     -------
     list of str
-        E.g. ``["key", "secret", "client_kwargs.aws_session_token"]``: names in
-        :data:`SECRET_OPTIONS` (or holding ``secret`` / ``password``), with a value that is not
-        empty (nor, for ``token``, a method such as ``"anon"``).
+        E.g. ``["key", "secret", "client_kwargs.aws_session_token"]``: options named, in any
+        case, ``key``, ``secret``, ``token``, ``password``, ``passwd``, ``aws_access_key_id``,
+        ``aws_secret_access_key``, ``aws_session_token``, ``session_token``, ``security_token``,
+        ``client_secret``, ``account_key``, ``sas_token``, ``credential``, ``credentials``,
+        ``connection_string``, ``api_key`` or ``authorization`` (or holding ``secret`` /
+        ``password``), with a value that is not empty (nor, for ``token``, a method such as
+        ``"anon"``).
     """
     return list(_secret_names(options or {}, ""))
 

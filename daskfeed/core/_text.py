@@ -36,8 +36,8 @@ def eta_seconds(done: float, total: float, seconds: float) -> float | None:
     """The seconds left at the rate so far, once that rate means something; else None.
 
     The rate of the first moments (opening files, an empty file, workers starting) says little
-    of the rest: an estimate is given once at least :data:`ETA_AFTER_SHARE` of ``total`` is
-    done and :data:`ETA_AFTER_SECONDS` have passed, and not once everything is done.
+    of the rest: an estimate is given once at least 5 % of ``total`` is done and 2 seconds have
+    passed, and not once everything is done.
 
     Parameters
     ----------

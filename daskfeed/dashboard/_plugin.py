@@ -175,7 +175,7 @@ def served_prefix(dask_scheduler: Scheduler) -> str:
 
 
 def install(client: Client | None) -> Links | None:
-    """Register :class:`DashboardPlugin` on ``client``'s scheduler; return where to watch.
+    """Register the ``/daskfeed`` page's plugin on ``client``'s scheduler; return where to watch.
 
     Idempotent. Where the scheduler cannot take the plugin (daskfeed missing from its
     environment), warn once and return None: training goes on without the page.
