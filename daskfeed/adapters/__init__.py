@@ -1,8 +1,9 @@
 """Adapters: a BatchStream's batches handed to Keras (a PyDataset, a tf.data pipeline) or PyTorch.
 
-``DaskSequence`` is the ``PyDataset``; ``TFDataHandoff`` hands a window's batches to a tf.data
-pipeline; ``TorchDataset`` is a ``torch.utils.data.IterableDataset`` for a plain PyTorch loop (no
-keras); all stand on a :class:`~daskfeed.batches.BatchStream`.
+``DaskSequence`` is the ``PyDataset``; the tf.data hand-off (``DaskSequence.to_tf_dataset``, and
+``fit_inputs`` for ``fit``) hands a window's batches to a tf.data pipeline; ``TorchDataset`` is a
+``torch.utils.data.IterableDataset`` for a plain PyTorch loop (no keras); all stand on a
+:class:`~daskfeed.batches.BatchStream`.
 
 Keras is first imported here (``keras``, by the backend the core chose); torch by ``TorchDataset``.
 """

@@ -19,9 +19,11 @@ def fit_inputs(sequence: DaskSequence, handoff: str, kwargs: dict[str, Any],
                steps_per_execution: int = 1) -> Iterator[tuple[Any, dict[str, Any]]]:
     """What one ``model.fit`` over ``sequence`` is handed: the data and its other arguments.
 
-    With the tf.data hand-off (:func:`uses_tf_data`): ``sequence`` as a :class:`TFDataHandoff`'s dataset
-    (a stream with ``steps_per_epoch=len(sequence)`` where it can be), its callback first in
-    ``callbacks``, a ``DaskSequence`` given as ``validation_data`` as a dataset too, and
+    With the tf.data hand-off (``tf-data``, or ``auto`` on the TensorFlow backend): ``sequence`` as
+    a ``tf.data`` dataset fed many batches per Python call (a stream with
+    ``steps_per_epoch=len(sequence)`` where it can be), the callback that keeps Keras' epochs and
+    the sequence's in step first in ``callbacks``, a ``DaskSequence`` given as ``validation_data``
+    as a dataset too, and
     ``shuffle=False`` (daskfeed shuffles; Keras would warn that ``fit`` does not shuffle a
     dataset); the feeds are closed on leaving. Otherwise the sequence itself and ``kwargs`` as
     they are.

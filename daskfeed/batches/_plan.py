@@ -146,7 +146,8 @@ class EpochPlan:
         Returns
         -------
         tuple of int or None
-            The seed (:func:`window_seed`); None without shuffling.
+            The seed, ``(seed, epoch, 1, w)``: entropy for ``numpy.random.default_rng``; None
+            without shuffling.
         """
         return window_seed(self.seed, self.epoch, w) if self.shuffle else None
 
@@ -228,7 +229,8 @@ def make_plan(
     max_batches
         At most this many (full) batches: the rows after them in this epoch's order are left
         out and counted in ``dropped``; windows they would need are not planned. Several
-        trainers pass :func:`equal_shard_batches` so every shard has the same count.
+        trainers pass the least of their shards' ``rows // batch_size`` so every shard has the
+        same count (see ``docs/scale-out.md``, "Several trainers").
 
     Returns
     -------

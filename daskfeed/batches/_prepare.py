@@ -39,7 +39,7 @@ class Prepared:
     """One data set made ready to serve: files, client, parse cache, manifest, encoding.
 
     The client it starts (when given none) is held by ``owner``, which the
-    :class:`~daskfeed.batches._stream.BatchStream` serving it takes over; :meth:`close` gives it
+    :class:`~daskfeed.batches.BatchStream` serving it takes over; :meth:`close` gives it
     back when no stream is made.
 
     Parameters
@@ -48,7 +48,7 @@ class Prepared:
         A path, glob, list of paths, fsspec URL, or ``dask.dataframe.DataFrame``.
     settings
         How the data are read, scanned and batched, resolved where they entered
-        (:class:`~daskfeed.batches._settings.DataSettings`); nothing is looked up here.
+        (:class:`~daskfeed.DataSettings`); nothing is looked up here.
     client
         A ``distributed.Client`` or scheduler address; default: the current client, else a
         LocalCluster owned by the stream.

@@ -58,7 +58,7 @@ class Closes(Protocol):
 
 
 class BatchStream:
-    """Every epoch's batches of :class:`~daskfeed.batches._prepare.Prepared` data.
+    """Every epoch's batches of :class:`~daskfeed.batches.Prepared` data.
 
     ``batch(i)`` is deterministic for ``(data, seed, batch_size, epoch)`` in any call order and
     from any thread; every row is delivered once per epoch.
@@ -147,8 +147,8 @@ class BatchStream:
     def end(self) -> None:
         """Keras ends an epoch: move to the next epoch's order once every batch was delivered.
 
-        See :meth:`EpochState.end <daskfeed.batches._epoch.EpochState.end>` for the call that
-        never advances (Keras' reset after its peek).
+        The ``on_epoch_end`` Keras also calls when ``fit`` / ``evaluate`` starts (its reset after
+        the TF backend's peek at the first batches) never advances.
         """
         self._cursor.end()
 
@@ -167,7 +167,7 @@ class BatchStream:
 
     @property
     def global_order(self) -> bool:
-        """Whether batches follow the global order (:mod:`daskfeed.batches._order`).
+        """Whether batches follow the global order (see ``docs/how-it-works.md``, step 2).
 
         They do with the parse cache on files, shuffled; else they come from windows of blocks.
         """
@@ -293,10 +293,9 @@ class BatchStream:
         ----------
         state
             The state (a dict as :meth:`get_state` returned it, or of an older format; see
-            :meth:`StreamState.from_dict <daskfeed.batches._state.StreamState.from_dict>`).
+            :meth:`daskfeed.batches.StreamState.from_dict`).
         where, cli
-            The errors' subject and their hints' style (:meth:`StreamState.check
-            <daskfeed.batches._state.StreamState.check>`).
+            The errors' subject and their hints' style (:meth:`daskfeed.batches.StreamState.check`).
 
         Raises
         ------

@@ -83,7 +83,8 @@ class Checkpointer(keras.callbacks.Callback):
     history
         Records of the epochs completed before this run (from the resumed checkpoint).
     telemetry
-        An :class:`EpochTelemetry` placed before this callback; its records
+        The per-epoch telemetry callback ``train`` adds to ``fit`` (rows, rates, the wait for
+        data, peak memory: see ``docs/watching.md``), placed before this callback; its records
         are merged into the history.
     early_stopping
         An :class:`EarlyStopping` placed before this callback: its state (and best weights)
@@ -261,8 +262,7 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
         backend only); ``pydataset``, the sequence itself (a ``PyDataset``, one call
         per batch); ``auto`` (default), ``tf-data`` on TensorFlow and ``pydataset`` on JAX and
         PyTorch. The batches are the same; callbacks with a ``set_handoff`` method are told
-        which it is (the wait for data is not measured the same way, see
-        :class:`EpochTelemetry`).
+        which it is (the wait for data is not measured the same way, see ``docs/watching.md``).
     **kwargs
         ``fit``'s other arguments (``callbacks``, ``validation_data``, ``verbose``, ...); the
         hand-off's old keyword ``feed=`` (``windows``, ``batches``) is still taken, with a

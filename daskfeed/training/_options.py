@@ -261,7 +261,8 @@ class TrainOptions:
             As :func:`~daskfeed.train` takes them.
         **settings
             The arguments of :meth:`DataSettings.resolve <daskfeed.batches.DataSettings.resolve>`
-            that ``train`` takes (:data:`DATA_KEYS`), the attributes of :class:`ClusterOptions`
+            that ``train`` takes (all but those the run sets: the label, the shard, the budget's
+            shares, the split's side, the shuffle), the attributes of :class:`ClusterOptions`
             and the arguments of :meth:`FitOptions.resolve`, by name.
 
         Returns
