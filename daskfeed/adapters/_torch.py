@@ -35,9 +35,6 @@ except ImportError as err:  # pragma: no cover  (the torch extra is installed wh
         f"{err}.\nHint: pip install 'daskfeed[torch]' (make test-torch prefers the CPU wheel)."
     ) from err
 
-__all__ = ["TorchDataset"]
-
-
 
 class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
     """Batches of a CSV set far larger than memory as torch tensors, read by a Dask cluster.

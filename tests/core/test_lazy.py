@@ -155,3 +155,19 @@ def test_each_face_s_type_checking_imports_equal_its_lazy_map_and_its_all(sub):
 
 # old names kept with a deprecation warning: typed as the new, loaded through the old module
 DEPRECATED = {"DataOptions"}
+
+
+def test_the_faces_are_the_only_all():
+    """A name is listed once, in its subpackage's face: no private module keeps an ``__all__``."""
+    import ast
+    from pathlib import Path
+
+    import daskfeed
+
+    package = Path(daskfeed.__file__).parent
+    modules = [p for p in sorted(package.rglob("*.py")) if p.name != "__init__.py"]
+    assert len(modules) > 50  # (the walk sees the private modules)
+    listing = [str(p.relative_to(package)) for p in modules
+               if any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in n.targets)
+                      for n in ast.parse(p.read_text(encoding="utf-8")).body)]
+    assert listing == []
