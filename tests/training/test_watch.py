@@ -93,8 +93,11 @@ def test_status_from_events_rates_eta_hit_rate_and_runs():
 
 
 def test_page_status_and_metrics_live_during_fit_on_a_local_cluster(client, demo_data, tmp_path):
+    # a cache of its own: the scan runs here (another test's scan of the same demo files in this
+    # process would be reused from the session's cache, and the page would say "reused")
     probe, watch, history, manifest = fit_watched(client, demo_data, seen=live(2, history=1),
-                                                  epochs=EPOCHS, spans=True)
+                                                  epochs=EPOCHS, spans=True,
+                                                  cache=str(tmp_path / "cache"))
     assert manifest.rows == demo_data.train_rows
     s = check_probe(probe)
     # status.json: live figures of epoch 2 while it trains
