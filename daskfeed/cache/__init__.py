@@ -12,13 +12,14 @@ if TYPE_CHECKING:
     from daskfeed.cache._entries import clear, gone_entries, list_entries
     from daskfeed.cache._open import CacheChoice, estimate_bytes, open_cache
     from daskfeed.cache._root import own_dir, own_root
-    from daskfeed.cache._writer import compact
+    from daskfeed.cache._writer import PartWriters, compact
 
 __all__ = [
     "TRACE_COLUMNS",
     "BlockCache",
     "BucketSet",
     "CacheChoice",
+    "PartWriters",
     "block_tables",
     "clear",
     "compact",
@@ -41,5 +42,6 @@ __getattr__, __dir__ = attach(__name__, {
     "digest": "_buckets",
     "clear": "_entries", "gone_entries": "_entries", "list_entries": "_entries",
     "CacheChoice": "_open", "estimate_bytes": "_open", "open_cache": "_open", "compact": "_writer",
+    "PartWriters": "_writer",
     "own_dir": "_root", "own_root": "_root",
 })

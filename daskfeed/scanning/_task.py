@@ -8,7 +8,7 @@ the facts of each block travel back (see :mod:`daskfeed.scanning._scan`).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from distributed import get_worker
@@ -17,8 +17,11 @@ from daskfeed.cache import BlockCache, compact
 from daskfeed.core import DataError
 from daskfeed.reading import Block, ReadOptions, SharedParse, SmallFiles, Source, iter_tables
 from daskfeed.scanning._refusals import where
-from daskfeed.scanning._schema import BlockFacts
+from daskfeed.scanning._schema import BlockFacts, Stats
 from daskfeed.scanning._stats import StatsAccumulator, merge_facts, parts_facts, table_facts
+
+if TYPE_CHECKING:
+    from daskfeed.cache import PartWriters
 
 MAX_REJECTS_KEPT = 1000  # quarantined lines kept per block (all are counted)
 MAX_REJECT_CHARS = 4096  # characters kept of one quarantined line
@@ -104,7 +107,7 @@ def scan_pieces(pieces: list[list[tuple[int, Block]]], options: ReadOptions, lab
         ``{"facts": [[facts of each block] per piece], "stats": [statistics per piece]}``.
     """
     items = [item for piece in pieces for item in piece]
-    writer = None
+    writer: PartWriters | None = None
     if cache is not None and not all(cache.has(i) for i, _ in items):
         writer = cache.writer(items[0][0])
     task = items[0][0]
@@ -126,8 +129,9 @@ def scan_pieces(pieces: list[list[tuple[int, Block]]], options: ReadOptions, lab
     return {"facts": facts, "stats": stats}
 
 
-def _scan_piece(items: list[tuple[int, Block]], options: ReadOptions, label: str, writer: Any,
-               topic: str | None, task: int, sizes: list[int]) -> tuple[list[BlockFacts], Any]:
+def _scan_piece(items: list[tuple[int, Block]], options: ReadOptions, label: str,
+               writer: PartWriters | None, topic: str | None, task: int,
+               sizes: list[int]) -> tuple[list[BlockFacts], Stats]:
     """One piece of a scan task: the facts of its blocks and their merged statistics."""
     acc = StatsAccumulator(label)
     files = SmallFiles(items, options)  # small files parsed up to SHARED_FILES per pyarrow call
@@ -153,14 +157,14 @@ def shared_facts(facts: list[BlockFacts]) -> list[BlockFacts]:
     once per file (and a record read back from JSON holds them once). Nothing changes the facts
     in place after this.
     """
-    seen: dict[tuple[Any, ...], Any] = {}
+    seen: dict[tuple[object, ...], Any] = {}
     for f in facts:
         f["columns"] = seen.setdefault(("columns", *f["columns"]), f["columns"])
         f["kinds"] = seen.setdefault(("kinds", *f["kinds"].items()), f["kinds"])
     return facts
 
 
-def _scan_shared(run: SharedParse, label: str, writer: Any, acc: StatsAccumulator,
+def _scan_shared(run: SharedParse, label: str, writer: PartWriters | None, acc: StatsAccumulator,
                  topic: str | None, task: int, nbytes: int, sampled: set[str]) -> list[BlockFacts]:
     """The facts of the blocks of a run of small files parsed together (see :func:`_scan_block`).
 
@@ -180,8 +184,9 @@ def _scan_shared(run: SharedParse, label: str, writer: Any, acc: StatsAccumulato
     return facts
 
 
-def _scan_block(index: int, block: Block, options: ReadOptions, label: str, writer: Any,
-                acc: StatsAccumulator, topic: str | None, task: int, nbytes: int) -> BlockFacts:
+def _scan_block(index: int, block: Block, options: ReadOptions, label: str,
+                writer: PartWriters | None, acc: StatsAccumulator, topic: str | None, task: int,
+                nbytes: int) -> BlockFacts:
     """Parse block ``index`` once: its facts and bad lines (see :func:`scan_blocks`).
 
     Its tables go to ``acc`` (the scan task's statistics) and to ``writer`` (the scan task's
