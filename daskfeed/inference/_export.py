@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from daskfeed.adapters import keras
 from daskfeed.core import DaskfeedError
@@ -31,7 +30,7 @@ export(out, model=model, features=features, echo=print)
 """
 
 
-def export(output_dir: str | os.PathLike[str], *, model: Any = None,
+def export(output_dir: str | os.PathLike[str], *, model: keras.Model | None = None,
            features: list[str] | None = None, echo: Callable[[str], None] = print) -> str:
     """Write ``output_dir/serving/``: the trained model behind the training encoding, raw inputs in.
 

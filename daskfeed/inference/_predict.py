@@ -11,7 +11,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 import pandas as pd
 import psutil
@@ -47,7 +47,13 @@ from daskfeed.inference._scoring import (
     score_block,
 )
 from daskfeed.manifest import Manifest
-from daskfeed.reading import Block, Source, SplitError, refuse_missing_local
+from daskfeed.reading import Block, PathsLike, Source, SplitError, refuse_missing_local
+
+if TYPE_CHECKING:
+    from distributed import Client, Future, Security
+
+#: one block's scoring: its prediction table, rejected lines, unparsed values by column
+Scored = tuple[pa.Table, int, dict[str, Unparsed]]
 
 SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 # predict's own process holds Python, the scheduler, pyarrow and the writer, never TF: the model's
@@ -78,9 +84,9 @@ def _format(output: str) -> str:
 class _Sink:
     """Writes prediction tables to one CSV or Parquet file, or keeps them for a DataFrame."""
 
-    def __init__(self, f: Any, fmt: str | None, schema: pa.Schema) -> None:
+    def __init__(self, f: IO[bytes] | None, fmt: str | None, schema: pa.Schema) -> None:
         self.tables: list[pa.Table] = []
-        self.writer: Any = None
+        self.writer: pq.ParquetWriter | pacsv.CSVWriter | None = None
         self.fmt = fmt
         if fmt == "parquet":
             self.writer = pq.ParquetWriter(f, schema)
@@ -117,15 +123,15 @@ def _progress(echo: Callable[[str], None], total: int) -> Callable[[int, int, fl
     return show
 
 
-def _in_order(client: Any, source: Source, scorer: Scorer, keep: tuple[str, ...],
+def _in_order(client: Client, source: Source, scorer: Scorer, keep: tuple[str, ...],
               schema: pa.Schema, in_flight: int, timeout: float,
-              as_text: bool = False) -> Iterator[tuple[pa.Table, int, dict[str, Unparsed]]]:
+              as_text: bool = False) -> Iterator[Scored]:
     """Submit blocks, at most ``in_flight`` at a time, and yield their results in block order.
 
     Each block's result is waited for at most ``timeout`` seconds (then a FeedTimeoutError
     names it). ``as_text``: the kept columns as their fields' text (a CSV output).
     """
-    pending: deque[Any] = deque()
+    pending: deque[Future[Scored]] = deque()
     token = f"{os.getpid()}-{time.monotonic_ns()}"
     blocks: Iterator[tuple[int, Block]] = iter(enumerate(source.blocks))
     try:
@@ -141,11 +147,11 @@ def _in_order(client: Any, source: Source, scorer: Scorer, keep: tuple[str, ...]
             if not pending:
                 return
             future = pending.popleft()
-            at = int(future.key.rsplit("-", 1)[1])
+            at = _block_of(future)
             try:
                 result = result_unless_paused(future, what="the scoring of a block", timeout=timeout)
             except TimeoutError as err:  # a hung block may hold the worker another one waits for
-                late = [at] + [int(f.key.rsplit("-", 1)[1]) for f in pending if not f.done()]
+                late = [at] + [_block_of(f) for f in pending if not f.done()]
                 names = "; ".join(source.blocks[i].describe() for i in late[:5])
                 raise FeedTimeoutError(
                     f"Expected the scoring of block {at} ({source.blocks[at].describe()}) within "
@@ -170,9 +176,14 @@ def _in_order(client: Any, source: Source, scorer: Scorer, keep: tuple[str, ...]
             future.cancel()
 
 
+def _block_of(future: Future[Scored]) -> int:
+    """The block a scoring is of: its key (a str, see :func:`_in_order`) ends ``-<index>``."""
+    return int(str(future.key).rsplit("-", 1)[1])
+
+
 def predict(
     output_dir: str | os.PathLike[str],
-    data: Any,
+    data: PathsLike,
     *,
     output: str | os.PathLike[str] | None = None,
     keep: Sequence[str] = (),
@@ -181,7 +192,7 @@ def predict(
     nworkers: int | None = None,
     nthreads: int = 1,
     scheduler: str | None = None,
-    security: Any = None,
+    security: Security | None = None,
     blocksize: int | str | None = None,
     storage_options: dict[str, Any] | None = None,
     processes: bool = True,
@@ -282,9 +293,9 @@ def predict(
 
 
 def _open_cluster(memory_limit: str | int | None, *, nworkers: int | None, nthreads: int,
-                  scheduler: str | None, security: Any, processes: bool,
+                  scheduler: str | None, security: Security | None, processes: bool,
                   dashboard_address: str | None, storage_options: dict[str, Any] | None,
-                  echo: Callable[[str], None]) -> tuple[Any, Budget]:
+                  echo: Callable[[str], None]) -> tuple[Client, Budget]:
     """The cluster predict scores on: this process keeps its share, each worker a model's.
 
     Without ``nworkers`` (on a local cluster of processes), as many workers as the budget
@@ -328,8 +339,8 @@ def _workers_that_fit(total: int, own: int, model_reserve: int) -> int:
     return int(max(1, min(default_nworkers(), fit)))
 
 
-def _score(client: Any, source: Source, run: TrainedRun, keep: tuple[str, ...],
-           schema: pa.Schema, in_flight: int, timeout: float, sink_to: tuple[Any, str | None] | None,
+def _score(client: Client, source: Source, run: TrainedRun, keep: tuple[str, ...],
+           schema: pa.Schema, in_flight: int, timeout: float, sink_to: tuple[IO[bytes], str | None] | None,
            say: Callable[[str], None], unparsed: dict[str, Unparsed] | None = None) -> pa.Table:
     """Score every block in order into the file (or a table, returned, when there is none).
 
@@ -370,7 +381,7 @@ def _unparsed_line(found: dict[str, Unparsed], run: TrainedRun) -> str:
             "'unparsed' output)")
 
 
-def _source(data: Any, manifest: Manifest, blocksize: int | str,
+def _source(data: PathsLike, manifest: Manifest, blocksize: int | str,
             storage_options: dict[str, Any] | None) -> Source:
     """The data, read with the options the training data were read with."""
     o = manifest.read_options or {}
