@@ -1,7 +1,7 @@
-"""Scan plan: the pieces of the files grouped into scan tasks, and the keys of one scan's tasks.
+"""Scan plan: the stretches of the files grouped into scan tasks, and the keys of one scan's tasks.
 
-A large part of the files is scanned in pieces of about :data:`TASK_BYTES`, decided by the part
-alone (its statistics then merge the same way whenever it is scanned); pieces are grouped into
+A large part of the files is scanned in stretches of about :data:`TASK_BYTES`, decided by the part
+alone (its statistics then merge the same way whenever it is scanned); stretches are grouped into
 scan tasks of about a blocksize each, at least four per worker thread when there is enough
 data (:func:`scan_tasks`). :class:`ScanKeys` gives one scan's tasks groups of their own.
 """
@@ -17,24 +17,24 @@ from daskfeed.reading import Part, Source
 
 T = TypeVar("T")
 
-TASK_BYTES = 32 << 20  # input bytes of a piece of a large part (see part_tasks)
+TASK_BYTES = 32 << 20  # input bytes of a stretch of a large part (see part_tasks)
 
 
-def scan_tasks(src: Source, pieces: list[tuple[int, list[int]]],
+def scan_tasks(src: Source, stretches: list[tuple[int, list[int]]],
                nthreads: int) -> list[list[tuple[int, list[int]]]]:
-    """The pieces, in order, grouped into scan tasks of about blocksize bytes each.
+    """The stretches, in order, grouped into scan tasks of about blocksize bytes each.
 
     At least four scan tasks per worker thread when there is enough data; thousands of small
-    files cost a few tasks, not thousands. A piece is never split.
+    files cost a few tasks, not thousands. A stretch is never split.
     """
     sizes = block_sizes(src)
-    total = sum(sizes[i] for _, blocks in pieces for i in blocks)
+    total = sum(sizes[i] for _, blocks in stretches for i in blocks)
     target = max(1, min(src.options.blocksize, total // (4 * nthreads)))
-    return _cut(pieces, lambda piece: sum(sizes[i] for i in piece[1]), target)
+    return _cut(stretches, lambda stretch: sum(sizes[i] for i in stretch[1]), target)
 
 
 def part_tasks(part: Part, src: Source, wanted: set[int]) -> list[list[int]]:
-    """The pieces of ``part``: its blocks in ``wanted``, in order, about TASK_BYTES each.
+    """The stretches of ``part``: its blocks in ``wanted``, in order, about TASK_BYTES each.
 
     Decided by the part alone (not by the cluster or the other parts), so a part's statistics
     are merged the same way whenever it is scanned.

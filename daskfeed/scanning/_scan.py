@@ -45,7 +45,7 @@ from daskfeed.scanning._stats import (
     table_stats,
 )
 from daskfeed.scanning._store import PartRecord, ScanStore
-from daskfeed.scanning._task import scan_pieces
+from daskfeed.scanning._task import scan_stretches
 from daskfeed.scanning._watchdog import ProgressCallback, await_scan
 
 if TYPE_CHECKING:
@@ -369,19 +369,19 @@ def _scan_files(src: Source, label: str, client: Client, token: str,
                 wanted: set[int], progress: ProgressCallback | None) -> list[PartRecord]:
     """Parse each block of ``parts`` in ``wanted`` once in scan tasks: each part's record.
 
-    A part is scanned as one piece (a large one as several, :func:`part_tasks`), whatever else
+    A part is scanned as one stretch (a large one as several, :func:`part_tasks`), whatever else
     its scan task holds, so its statistics are the same whenever it is scanned; small parts
     share scan tasks (:func:`scan_tasks`). A part's blocks outside ``wanted`` (the other
     subset of a split) get facts of no rows.
     """
-    pieces = [(n, t) for n, part in enumerate(parts) for t in part_tasks(part, src, wanted)]
+    stretches = [(n, t) for n, part in enumerate(parts) for t in part_tasks(part, src, wanted)]
     found: list[list[tuple[list[BlockFacts], Stats]]] = [[] for _ in parts]
-    if pieces:
+    if stretches:
         nthreads = sum(client.nthreads().values()) or 1
         while True:
             try:
                 results = _run_tasks(src, label, client, token, parse_cache, timeout,
-                                     scan_tasks(src, pieces, nthreads), progress)
+                                     scan_tasks(src, stretches, nthreads), progress)
                 break
             except SplitError as err:  # a block's speculated start failed: decide the file's exactly
                 if err.path in src.splits:
@@ -417,11 +417,11 @@ def _run_tasks(src: Source, label: str, client: Client, token: str,
                parse_cache: BlockCache | None, timeout: float,
                tasks: list[list[tuple[int, list[int]]]],
                progress: ProgressCallback | None) -> list[tuple[int, list[BlockFacts], Stats]]:
-    """Run the scan tasks (each a list of pieces: ``(part, blocks)``); each piece's facts, stats."""
+    """Run the scan tasks (each a list of stretches: ``(part, blocks)``); each stretch's facts, stats."""
     topic = f"daskfeed-scan-{token}"
     sizes = block_sizes(src)
     keys = ScanKeys()
-    futures = [client.submit(scan_pieces, [[(i, src.blocks[i]) for i in blocks] for _, blocks in t],
+    futures = [client.submit(scan_stretches, [[(i, src.blocks[i]) for i in blocks] for _, blocks in t],
                              src.options, label, parse_cache, topic,
                              [[sizes[i] for i in blocks] for _, blocks in t],
                              key=keys.scan(t[0][1][0]), retries=1)

@@ -79,43 +79,43 @@ def scan_blocks(items: list[tuple[int, Block]], options: ReadOptions, label: str
     dict
         ``{"facts": [facts of each block], "stats": merged statistics of all of them}``.
     """
-    out = scan_pieces([items], options, label, cache, topic, [sizes or [0] * len(items)])
+    out = scan_stretches([items], options, label, cache, topic, [sizes or [0] * len(items)])
     return {"facts": out["facts"][0], "stats": out["stats"][0]}
 
 
-def scan_pieces(pieces: list[list[tuple[int, Block]]], options: ReadOptions, label: str,
+def scan_stretches(stretches: list[list[tuple[int, Block]]], options: ReadOptions, label: str,
                cache: BlockCache | None = None, topic: str | None = None,
                sizes: list[list[int]] | None = None) -> dict[str, Any]:
-    """Scan pieces of blocks in one scan task (runs on a worker): facts and statistics per piece.
+    """Scan stretches of blocks in one scan task (runs on a worker): facts and statistics per stretch.
 
-    A piece (a part of the files, or a piece of a large one) is scanned as a task of its own
-    would scan it — small files parsed together within it, never across two pieces — so its
-    statistics do not depend on the pieces scanned beside it.
+    A stretch (a part of the files, or a stretch of a large one) is scanned as a task of its own
+    would scan it — small files parsed together within it, never across two stretches — so its
+    statistics do not depend on the stretches scanned beside it.
 
     Parameters
     ----------
-    pieces
-        Each piece's ``(block index, block)``, in order.
+    stretches
+        Each stretch's ``(block index, block)``, in order.
     options, label, cache, topic
         As :func:`scan_blocks` takes them.
     sizes
-        Input bytes of each block of each piece.
+        Input bytes of each block of each stretch.
 
     Returns
     -------
     dict
-        ``{"facts": [[facts of each block] per piece], "stats": [statistics per piece]}``.
+        ``{"facts": [[facts of each block] per stretch], "stats": [statistics per stretch]}``.
     """
-    items = [item for piece in pieces for item in piece]
+    items = [item for stretch in stretches for item in stretch]
     writer: PartWriters | None = None
     if cache is not None and not all(cache.has(i) for i, _ in items):
         writer = cache.writer(items[0][0])
     task = items[0][0]
-    sizes = sizes or [[0] * len(piece) for piece in pieces]
+    sizes = sizes or [[0] * len(stretch) for stretch in stretches]
     facts, stats = [], []
     try:
-        for piece, piece_sizes in zip(pieces, sizes, strict=True):
-            found, merged = _scan_piece(piece, options, label, writer, topic, task, piece_sizes)
+        for stretch, stretch_sizes in zip(stretches, sizes, strict=True):
+            found, merged = _scan_stretch(stretch, options, label, writer, topic, task, stretch_sizes)
             facts.append(shared_facts(found))
             stats.append(merged)
     except BaseException:
@@ -129,13 +129,13 @@ def scan_pieces(pieces: list[list[tuple[int, Block]]], options: ReadOptions, lab
     return {"facts": facts, "stats": stats}
 
 
-def _scan_piece(items: list[tuple[int, Block]], options: ReadOptions, label: str,
+def _scan_stretch(items: list[tuple[int, Block]], options: ReadOptions, label: str,
                writer: PartWriters | None, topic: str | None, task: int,
                sizes: list[int]) -> tuple[list[BlockFacts], Stats]:
-    """One piece of a scan task: the facts of its blocks and their merged statistics."""
+    """One stretch of a scan task: the facts of its blocks and their merged statistics."""
     acc = StatsAccumulator(label)
     files = SmallFiles(items, options)  # small files parsed up to SHARED_FILES per pyarrow call
-    sampled: set[str] = set()  # text columns with samples in an earlier run of this piece
+    sampled: set[str] = set()  # text columns with samples in an earlier run of this stretch
     summaries: list[BlockFacts] = []
     while len(summaries) < len(items):
         at = len(summaries)

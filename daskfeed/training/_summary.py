@@ -2,7 +2,7 @@
 
 :func:`history_plot` draws loss and each metric per epoch, training beside validation;
 :func:`summary_lines` writes the lines ``daskfeed train`` ends with (epochs, rows/s, the weights
-kept, data wait, shuffle quality, memory), from the run's history records.
+kept, data wait, shuffle quality, memory), from the run's epoch records.
 """
 
 from __future__ import annotations
