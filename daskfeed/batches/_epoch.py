@@ -25,7 +25,7 @@ PEEKED = 2  # batches Keras' TF backend reads before fit starts to infer shapes 
 
 
 class EpochStats(TypedDict):
-    """What :meth:`EpochState.stats` reports of the current epoch."""
+    """What :meth:`daskfeed.batches.BatchStream.epoch_stats` reports of the current epoch."""
 
     epoch: int
     rows: int

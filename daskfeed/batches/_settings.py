@@ -125,7 +125,7 @@ class DataSettings:
             seed=int(seed), as_matrix=bool(as_matrix), drop_remainder=bool(drop_remainder),
             shard=(int(shard[0]), int(shard[1])), timeout=config.timeout(timeout),
             prefetch_bytes=config.get_bytes("prefetch-bytes", prefetch_bytes),
-            window_bytes=config.get_bytes("window-bytes", window_bytes),
+            window_bytes=config.window_bytes(window_bytes),
             vocabulary_size=config.vocabulary_size(vocabulary_size),
             cache=CacheChoice.resolve(cache),
             validation_split=split["validation_split"] if split else 0.0,

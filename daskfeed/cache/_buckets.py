@@ -339,7 +339,7 @@ class BucketSet:
     def read_bucket(self, b: int, columns: list[str] | None = None) -> pa.Table:
         """Bucket ``b``'s rows in canonical order (only ``columns`` read; None: all).
 
-        A view of several generations reads each one's piece and puts the rows in canonical
+        A view of several generations reads each one's rows of the bucket and puts them in canonical
         order (block id, then row).
 
         Raises

@@ -210,7 +210,7 @@ class CacheWriter:
 
 
 class Places(Protocol):
-    """Where a block's files go: a :class:`~daskfeed.cache._blocks.BlockCache`."""
+    """Where a block's files go: a :class:`~daskfeed.cache.BlockCache`."""
 
     @property
     def compression(self) -> str | None:
@@ -223,11 +223,11 @@ class Places(Protocol):
 
 
 class PartWriters:
-    """The cache writers of one scan task: a :class:`CacheWriter` per part it writes blocks of.
+    """The cache writers of one scan task: a cache writer per part it writes blocks of.
 
     Blocks are named by their index in the source, as the scan knows them; each goes to its
-    part's directory under its number there (``cache``: a
-    :class:`~daskfeed.cache._blocks.BlockCache`, its :meth:`place`).
+    part's directory under its number there (``cache``: a :class:`~daskfeed.cache.BlockCache`,
+    its :meth:`~daskfeed.cache.BlockCache.place`).
     """
 
     def __init__(self, cache: Places) -> None:
@@ -252,7 +252,7 @@ class PartWriters:
         self._writer(index).add(index, table)
 
     def add_parts(self, parts: list[tuple[int, int]], table: pa.Table) -> None:
-        """Whole blocks parsed as one table (see :meth:`CacheWriter.add_parts`), split by part."""
+        """Whole blocks parsed as one table, ``(block index, its rows)`` in its order, split by part."""
         start = 0
         while parts:
             writer = self._writer(parts[0][0])
@@ -269,7 +269,7 @@ class PartWriters:
         return any(w.failed for w in self.writers.values())
 
     def commit(self) -> None:
-        """Commit every part's writer (see :meth:`CacheWriter.commit`)."""
+        """Commit every part's writer: what is pending written, files renamed into place, marker last."""
         for writer in self.writers.values():
             writer.commit()
 

@@ -342,7 +342,7 @@ def cache_list(root: str | None) -> None:
         list_entries,
     )
 
-    root = config.cache_dir(root)
+    root = config.cache_dir(root or None)
     entries = list_entries(root)
     where = root or default_root()
     if not entries:
@@ -391,7 +391,7 @@ def cache_clear(entries: tuple[str, ...], root: str | None, everything: bool, ye
         list_entries,
     )
 
-    root = config.cache_dir(root)
+    root = config.cache_dir(root or None)
     if gone:
         from daskfeed.scanning import ScanStore
 

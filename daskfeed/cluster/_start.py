@@ -228,11 +228,16 @@ class ClusterSpec:
         -------
         ClusterSpec
             The resolved settings (of the class it is called on).
+
+        Raises
+        ------
+        BudgetError
+            For a ``memory_limit`` that is not a size (``"14GB"``) or exceeds the machine.
         """
         settings["dashboard_address"] = config.dashboard_address(settings.get("dashboard_address"))
         settings["local_tls"] = config.local_tls(settings.get("local_tls"))
-        for key in ("trainer_reserve", "window_bytes"):
-            settings[key] = config.get_bytes(key.replace("_", "-"), settings.get(key))
+        settings["trainer_reserve"] = config.trainer_reserve(settings.get("trainer_reserve"))
+        settings["window_bytes"] = config.window_bytes(settings.get("window_bytes"))
         settings["max_blocksize"] = config.blocksize(settings.get("max_blocksize"))
         return cls(**settings)
 

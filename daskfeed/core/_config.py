@@ -237,7 +237,7 @@ def resolve_blocksize(value: int | str | None, derived: int) -> int:
 # (tests/core/test_config.py fails when a key is looked up in two).
 
 def timeout(value: float | str | None = None) -> float:
-    """``daskfeed.timeout``: the longest wait for one window, block or scoring task (seconds)."""
+    """``daskfeed.timeout``: the longest wait for a window, a scoring task or a scan's progress."""
     return get_seconds("timeout", value)
 
 
@@ -251,8 +251,18 @@ def blocksize(value: int | str | None = None) -> int:
     return get_bytes("blocksize", value)
 
 
+def window_bytes(value: int | str | None = None) -> int:
+    """``daskfeed.window-bytes`` in bytes: the cap on one window's CSV bytes."""
+    return get_bytes("window-bytes", value)
+
+
+def trainer_reserve(value: int | str | None = None) -> int:
+    """``daskfeed.trainer-reserve`` in bytes: the budget's share for the trainer process."""
+    return get_bytes("trainer-reserve", value)
+
+
 def cache_dir(value: str | os.PathLike[str] | None = None) -> str | None:
-    """``daskfeed.cache-dir``: the parse cache's root (None: the default root under ~/.cache)."""
+    """``daskfeed.cache-dir``: the parse cache's root (None: ``$XDG_CACHE_HOME/daskfeed``)."""
     v = get("cache-dir", value)
     return os.fspath(v) if v else None
 
@@ -265,7 +275,7 @@ def cache_lock_timeout(value: float | str | None = None) -> float:
 def dashboard_address(value: str | None = None) -> str | None:
     """``daskfeed.dashboard-address``: where a local cluster's dashboard listens ("": none)."""
     v = get("dashboard-address", value)
-    return None if v is None else str(v)
+    return None if v is None else str(v) if v else ""  # (false, 0, "": no dashboard)
 
 
 def local_tls(value: bool | None = None) -> bool:

@@ -84,8 +84,8 @@ def scan_blocks(items: list[tuple[int, Block]], options: ReadOptions, label: str
 
 
 def scan_stretches(stretches: list[list[tuple[int, Block]]], options: ReadOptions, label: str,
-               cache: BlockCache | None = None, topic: str | None = None,
-               sizes: list[list[int]] | None = None) -> dict[str, Any]:
+                   cache: BlockCache | None = None, topic: str | None = None,
+                   sizes: list[list[int]] | None = None) -> dict[str, Any]:
     """Scan stretches of blocks in one scan task (runs on a worker): facts and statistics per stretch.
 
     A stretch (a part of the files, or a stretch of a large one) is scanned as a task of its own
@@ -130,8 +130,8 @@ def scan_stretches(stretches: list[list[tuple[int, Block]]], options: ReadOption
 
 
 def _scan_stretch(items: list[tuple[int, Block]], options: ReadOptions, label: str,
-               writer: PartWriters | None, topic: str | None, task: int,
-               sizes: list[int]) -> tuple[list[BlockFacts], Stats]:
+                  writer: PartWriters | None, topic: str | None, task: int,
+                  sizes: list[int]) -> tuple[list[BlockFacts], Stats]:
     """One stretch of a scan task: the facts of its blocks and their merged statistics."""
     acc = StatsAccumulator(label)
     files = SmallFiles(items, options)  # small files parsed up to SHARED_FILES per pyarrow call

@@ -276,6 +276,8 @@ class TrainOptions:
             For a keyword that no group takes.
         SettingError
             For settings that exclude each other or a value out of range.
+        BudgetError
+            For a ``memory_limit`` that is not a size (``"14GB"``) or exceeds the machine.
         """
         groups = {name: {k: settings.pop(k) for k in keys if k in settings}
                   for name, keys in _GROUP_KEYS.items()}

@@ -175,3 +175,25 @@ def test_a_cluster_of_workers_in_this_process_starts_on_loopback():
         assert limits == {Budget.split("3GB", nworkers=1).total}, limits
     finally:
         close_client(client)
+
+
+def test_a_spec_parses_its_memory_limit_once_as_it_is_made():
+    """``ClusterSpec.total``: the budget in bytes, parsed where the spec is made (train, predict,
+    scan and the CLI read it there), made again by ``replace``, never a keyword of ``train``."""
+    import dataclasses
+
+    import pytest
+
+    from daskfeed.cluster import ClusterSpec, default_memory_limit
+    from daskfeed.core import BudgetError
+    from daskfeed.training import TrainOptions
+
+    spec = ClusterSpec.resolve(memory_limit="3GB")
+    assert (spec.memory_limit, spec.total) == ("3GB", 3_000_000_000)
+    assert dataclasses.replace(spec, memory_limit="2GiB").total == 2 * 2**30
+    assert ClusterSpec.resolve().total == default_memory_limit()
+    with pytest.raises(BudgetError, match="Expected a memory size such as '14GB'"):
+        ClusterSpec.resolve(memory_limit="14GX")
+    assert TrainOptions.resolve(label="y", memory_limit="3GB").cluster.total == 3_000_000_000
+    with pytest.raises(TypeError, match="total"):
+        TrainOptions.resolve(label="y", total=5)

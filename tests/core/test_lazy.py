@@ -167,7 +167,12 @@ def test_the_faces_are_the_only_all():
     package = Path(daskfeed.__file__).parent
     modules = [p for p in sorted(package.rglob("*.py")) if p.name != "__init__.py"]
     assert len(modules) > 50  # (the walk sees the private modules)
+
+    def names_all(node: ast.stmt) -> bool:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        return any(getattr(t, "id", "") == "__all__" for t in targets)
+
     listing = [str(p.relative_to(package)) for p in modules
-               if any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in n.targets)
-                      for n in ast.parse(p.read_text(encoding="utf-8")).body)]
+               if any(names_all(n) for n in ast.parse(p.read_text(encoding="utf-8")).body)]
     assert listing == []

@@ -214,6 +214,10 @@ def resolves(target: str, owner: type | types.ModuleType | None = None) -> bool:
     """Whether a cross-reference's ``target`` names something public (the rule in this module's docstring)."""
     names, scopes, dotted, paths = public_names()
     parts = target.split(".")
+    if any(p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in parts):
+        return False  # a private module or name, with or without the package in front
+    if len(parts) > 1 and parts[0] in unexported_classes():
+        return False  # a member of a class no face hands on (``CacheWriter.add_parts``)
     if parts[0] == "daskfeed":
         return target in paths
     if len(parts) == 1:
