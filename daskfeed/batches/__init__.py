@@ -20,9 +20,9 @@ if TYPE_CHECKING:
     from daskfeed.batches._prepare import Prepared
     from daskfeed.batches._settings import DataSettings
     from daskfeed.batches._state import STATE_VERSION, StreamState
-    from daskfeed.batches._stream import BatchStream
+    from daskfeed.batches._stream import BatchStream, Closes
 
-__all__ = ["ORDER_FORMATS", "ORDER_VERSION", "STATE_VERSION", "BatchStream", "DataSettings",
+__all__ = ["ORDER_FORMATS", "ORDER_VERSION", "STATE_VERSION", "BatchStream", "Closes", "DataSettings",
            "EpochPlan", "EpochStats", "Prepared", "StreamState", "blocksize_for", "largest_block",
            "make_plan", "planned_window_bytes"]
 
@@ -33,5 +33,5 @@ __getattr__, __dir__ = attach(__name__, {
     "Prepared": "_prepare",
     "DataSettings": "_settings",
     "STATE_VERSION": "_state", "StreamState": "_state",
-    "BatchStream": "_stream",
+    "BatchStream": "_stream", "Closes": "_stream",
 })

@@ -50,7 +50,7 @@ Batch = tuple["dict[str, npt.NDArray[Any]] | npt.NDArray[Any]", ...]
 
 
 class Closes(Protocol):
-    """What :meth:`BatchStream.close_with` closes with the stream."""
+    """What :meth:`BatchStream.close_with` closes with the stream (a run closes at its end)."""
 
     def close(self) -> None:
         """Close it."""

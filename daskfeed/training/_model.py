@@ -11,7 +11,6 @@ import re
 import sys
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
 
 import numpy as np
 
@@ -110,7 +109,8 @@ def default_model(
     enc = Encoding.from_manifest(manifest, names, as_matrix)
     if as_matrix:
         dtype = enc.matrix_dtype
-        inputs: Any = keras.Input(shape=(len(names),), name="features", dtype=dtype)
+        inputs: keras.KerasTensor | dict[str, keras.KerasTensor] = keras.Input(
+            shape=(len(names),), name="features", dtype=dtype)
         mean = np.array([manifest.columns[n].mean for n in names], dtype="float64")
         var = np.array([max(manifest.columns[n].var, 1e-12) for n in names], dtype="float64")
         # a matrix with wide columns (float64) is standardized in float64, then cast to float32
@@ -218,7 +218,7 @@ def compile_for(model: keras.Model, manifest: Manifest, *, learning_rate: float 
                   loss_weights=_standardized_loss(model, manifest))
 
 
-def task_metrics(task: str) -> list[Any]:
+def task_metrics(task: str) -> list[str | keras.metrics.Metric]:
     """The metrics a task's users read: accuracy, and for a 0/1 label AUC, precision and recall.
 
     Fresh metric objects on each call (Keras keeps each one's state; the weighted set needs

@@ -26,6 +26,8 @@ from daskfeed.training._ranks import shard_report
 from daskfeed.training._summary import history_plot
 
 if TYPE_CHECKING:
+    from keras import Model
+
     from daskfeed.adapters import DaskSequence
     from daskfeed.training._run import Run
 
@@ -73,7 +75,7 @@ class OutputLock:
             self.fd = -1
 
 
-def save_model(net: Any, out: str) -> str:
+def save_model(net: Model, out: str) -> str:
     """Save ``net`` as ``out/model.keras`` whole or not at all: the last good model stands.
 
     Saved under a fresh temporary name beside it (Keras wants the ``.keras`` suffix), flushed,

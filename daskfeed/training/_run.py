@@ -9,13 +9,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from daskfeed.dashboard import EpochSpans
 
 if TYPE_CHECKING:
     from distributed import Client
 
+    from daskfeed.batches import Closes
     from daskfeed.checkpoint import Checkpoint, CheckpointStore
     from daskfeed.cluster import Budget
     from daskfeed.core import Stop
@@ -45,7 +46,7 @@ class Run:
     budget: Budget
     link: str | None
     spans: EpochSpans = field(default_factory=EpochSpans)  # one per run: both sequences' epochs
-    closing: list[Any] = field(default_factory=list)  # sequences, the shared scan's lock
+    closing: list[Closes] = field(default_factory=list)  # sequences, the shared scan's lock
     listing: Listing | None = None  # the training files, listed while the cluster started
     val_listing: Listing | None = None  # ... and the validation files
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])  # run.json, history.json

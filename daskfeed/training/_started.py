@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from daskfeed.core import CheckpointError, write_file
 from daskfeed.reading import expand_paths, url_credentials, with_credentials
 
 if TYPE_CHECKING:
     from daskfeed.reading import Source
+    from daskfeed.training._options import DataSpec
     from daskfeed.training._run import Run
 
 NAME = "files.json"
@@ -41,7 +42,7 @@ def keep_started(output: str, src: Source) -> None:
     write_file(os.path.join(output, NAME), json.dumps(body))
 
 
-def resume_data(run: Run) -> Any:
+def resume_data(run: Run) -> DataSpec:
     """The data a resumed run trains on: the files it started with, as a list of paths.
 
     Returns ``run.data`` unchanged when the run kept no file list (or trains on a DataFrame).

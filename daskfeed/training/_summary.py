@@ -232,5 +232,5 @@ def _final_keys(rec: Mapping[str, Any]) -> list[str]:
     return sorted(keys, key=lambda k: (k.startswith("val_"), k != "loss" and k != "val_loss"))
 
 
-def _number(v: Any) -> bool:
+def _number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

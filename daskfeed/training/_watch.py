@@ -30,6 +30,8 @@ from daskfeed.dashboard import EpochSpans, Links, install, report
 if TYPE_CHECKING:
     from distributed import Client
 
+    from daskfeed.manifest import Manifest
+
 
 class HandoffAware(keras.callbacks.Callback):
     """A callback told how batches reach Keras (``fit_from`` calls :meth:`set_handoff`)."""
@@ -310,7 +312,7 @@ class WatchCallback(HandoffAware):
     def _start(self) -> int:
         return int(getattr(self.sequence, "start", 0) or 0)
 
-    def _manifests(self) -> dict[str, Any]:
+    def _manifests(self) -> dict[str, Manifest]:
         pairs = (("train", self.sequence), ("validation", self.validation))
         return {name: m for name, seq in pairs if (m := getattr(seq, "manifest", None)) is not None}
 
