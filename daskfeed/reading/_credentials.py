@@ -26,7 +26,7 @@ CARRIED = "daskfeed_url_credentials"
 _NO_USERINFO = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl"})
 
 
-def url_credentials(items: Iterable[Any]) -> tuple[str, ...]:
+def url_credentials(items: Iterable[object]) -> tuple[str, ...]:
     """What must travel to open the files of ``items``: their credentials, as URL parts.
 
     Parameters
@@ -54,7 +54,8 @@ def url_credentials(items: Iterable[Any]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(carried))
 
 
-def carry(storage_options: Sequence[tuple[str, Any]], items: Iterable[Any]) -> tuple[tuple[str, Any], ...]:
+def carry(storage_options: Sequence[tuple[str, Any]],
+          items: Iterable[object]) -> tuple[tuple[str, Any], ...]:
     """The read options' storage options with the credentials of ``items`` added.
 
     Parameters

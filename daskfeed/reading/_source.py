@@ -33,7 +33,7 @@ from daskfeed.reading._files import (
 from daskfeed.reading._listing import Listing, PathsLike
 from daskfeed.reading._parts import Part, file_key, make_parts
 from daskfeed.reading._records import line_number, parse_header, quote_limit, read_header, unclosed_quote
-from daskfeed.reading._splits import block_transitions, chain, ends_inside, record_start
+from daskfeed.reading._splits import BlockTransitions, block_transitions, chain, ends_inside, record_start
 from daskfeed.reading._streams import open_file
 from daskfeed.reading._tables import BAD_LINES, ReadOptions, frame_table
 
@@ -201,7 +201,7 @@ class Source:
                 self.files, self.blocks, self.options.blocksize, self.options_key())
         return self._parts
 
-    def split_exactly(self, path: str, map_blocks: Callable[..., Iterable[Any]] = map,
+    def split_exactly(self, path: str, map_blocks: Callable[..., Iterable[BlockTransitions]] = map,
                       done: int | None = None) -> list[int]:
         """Decide where the records of each block of file ``path`` start, from the whole file.
 

@@ -225,6 +225,10 @@ def ends_inside(body: bytes, sep: str) -> int:
     return quotes.opened if quotes.inside else -1
 
 
+#: a block's text start and its :func:`transitions`: what :func:`block_transitions` gives
+BlockTransitions = tuple[int, tuple[bool, bool, int]]
+
+
 def transitions(body: bytes, sep: str) -> tuple[bool, bool, int]:
     """One block's summary for :func:`chain`.
 
@@ -289,7 +293,7 @@ def chain(firsts: Sequence[int], summaries: Sequence[tuple[bool, bool, int]],
 
 
 def block_transitions(path: str, offset: int, length: int, sep: str,
-                      storage_options: dict[str, Any]) -> tuple[int, tuple[bool, bool, int]]:
+                      storage_options: dict[str, Any]) -> BlockTransitions:
     """Where a block's text starts and its :func:`transitions` (on a worker).
 
     Parameters

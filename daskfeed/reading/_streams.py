@@ -21,6 +21,7 @@ from daskfeed.reading._files import COMPRESSIONS
 
 if TYPE_CHECKING:
     import zstandard
+    from _typeshed import WriteableBuffer
 
 # what _decompressor gives: the stdlib's readers, or zstandard's (an optional dependency)
 Decompressing = Union[io.BufferedIOBase, "zstandard.ZstdDecompressionReader"]
@@ -126,7 +127,7 @@ class _Decompressed(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: Any) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int:
         try:
             return self._stream.readinto(buffer)
         except _corrupt_errors() as err:

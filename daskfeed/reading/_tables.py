@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import codecs
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
@@ -388,7 +388,7 @@ def _field_text(body: bytes, names: list[str], block: Block, options: ReadOption
 
 
 def _csv_options(body: bytes, names: list[str], options: ReadOptions, whole: bool,
-                 bad_line: Any) -> dict[str, Any]:
+                 bad_line: Callable[[pacsv.InvalidRow], str]) -> dict[str, Any]:
     """The read and parse options of pyarrow for one block's ``body`` (``bad_line``: unless "error").
 
     One pyarrow block for the whole body (a line is never longer than it); no larger: a block
