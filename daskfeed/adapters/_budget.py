@@ -9,9 +9,12 @@ prefetched, the shuffle windows and, for a LocalCluster started for it, the bloc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from daskfeed.cluster import open_in_budget
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 
 @dataclass(frozen=True)
@@ -29,14 +32,14 @@ class InBudget:
         the budget; None: the ``daskfeed.*`` config's).
     """
 
-    client: Any
+    client: Client
     owned: bool
     prefetch_bytes: int | str
     window_bytes: int | str
     blocksize: int | str | None
 
     @classmethod
-    def open(cls, memory_limit: int | str, *, client: Any, nworkers: int | None,
+    def open(cls, memory_limit: int | str, *, client: Client | str | None, nworkers: int | None,
              prefetch_bytes: int | str | None, window_bytes: int | str | None,
              blocksize: int | str | None) -> InBudget:
         """The client and sizes of data served within ``memory_limit``.

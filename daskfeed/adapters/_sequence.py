@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daskfeed.adapters._budget import InBudget
 from daskfeed.adapters._keras import keras, refuse_narrowed
@@ -21,6 +21,13 @@ from daskfeed.cluster import close_client, refuse_multiprocessing
 from daskfeed.core import DaskfeedError, Stop, refuse_setting
 from daskfeed.dashboard import EpochSpans
 from daskfeed.manifest import Manifest
+
+if TYPE_CHECKING:
+    import dask.dataframe as dd
+    from distributed import Client
+
+    from daskfeed.reading import Listing, PathsLike
+    from daskfeed.scanning import ProgressCallback
 
 
 class _Setting:
@@ -142,7 +149,7 @@ class DaskSequence(keras.utils.PyDataset):
 
     def __init__(
         self,
-        data: Any,
+        data: PathsLike | Listing | dd.DataFrame,
         *,
         label: str,
         features: list[str] | None = None,
@@ -150,7 +157,7 @@ class DaskSequence(keras.utils.PyDataset):
         batch_size: int | None = None,
         shuffle: bool = True,
         seed: int = 0,
-        client: Any = None,
+        client: Client | str | None = None,
         memory_limit: int | str | None = None,
         nworkers: int | None = None,
         as_matrix: bool = False,
@@ -176,7 +183,7 @@ class DaskSequence(keras.utils.PyDataset):
         validation_split: float | None = None,
         subset: str | None = None,
         spans: EpochSpans | None = None,
-        scan_progress: Any = None,
+        scan_progress: ProgressCallback | None = None,
         stop: Stop | None = None,
         **kwargs: Any,
     ) -> None:
@@ -186,12 +193,12 @@ class DaskSequence(keras.utils.PyDataset):
             if features is None and not exclude:
                 features = list(reference.features)
             reference = reference.reference
-        owns_client = False
+        owned: Client | None = None  # a client started (or connected) for these data
         if memory_limit is not None:  # one budget, as TorchDataset and daskfeed train split it
             placed = InBudget.open(memory_limit, client=client, nworkers=nworkers,
                                    prefetch_bytes=prefetch_bytes, window_bytes=window_bytes,
                                    blocksize=blocksize)
-            client, owns_client = placed.client, placed.owned
+            client, owned = placed.client, placed.client if placed.owned else None
             prefetch_bytes, window_bytes = placed.prefetch_bytes, placed.window_bytes
             blocksize = placed.blocksize
         elif nworkers is not None:
@@ -210,12 +217,12 @@ class DaskSequence(keras.utils.PyDataset):
                 storage_options=storage_options, bad_lines=bad_lines, sep=sep,
                 na_values=na_values, decimal=decimal)
         except BaseException:
-            if owns_client:
-                close_client(client)
+            if owned is not None:
+                close_client(owned)
             raise
         prepared = Prepared(data, settings, client=client, manifest=manifest,
                             reference=reference, scan_progress=scan_progress,
-                            owns_client=owns_client)
+                            owns_client=owned is not None)
         self._serve(prepared, spans=spans, stop=stop, window_rows=window_rows)
 
     @classmethod
@@ -495,7 +502,7 @@ class DaskSequence(keras.utils.PyDataset):
     def __enter__(self) -> DaskSequence:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

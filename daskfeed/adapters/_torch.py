@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,12 @@ from daskfeed.batches import BatchStream, DataSettings, Prepared
 from daskfeed.cluster import close_client
 from daskfeed.core import BackendError, refuse_setting
 from daskfeed.manifest import Manifest
+
+if TYPE_CHECKING:
+    import dask.dataframe as dd
+    from distributed import Client
+
+    from daskfeed.reading import Listing, PathsLike
 
 try:
     import torch
@@ -95,8 +101,9 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
 
     stream: BatchStream  # the batches, epoch after epoch
 
-    def __init__(self, data: Any, *, label: str, memory_limit: int | str | None = None,
-                 client: Any = None, nworkers: int | None = None,
+    def __init__(self, data: PathsLike | Listing | dd.DataFrame, *, label: str,
+                 memory_limit: int | str | None = None,
+                 client: Client | str | None = None, nworkers: int | None = None,
                  shard: tuple[int, int] | None = None,
                  manifest: Manifest | str | os.PathLike[str] | None = None,
                  reference: Manifest | TorchDataset | None = None,
@@ -146,7 +153,7 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
             self._close_owned()
             raise
 
-    def _own(self, client: Any) -> None:
+    def _own(self, client: Client) -> None:
         """Close ``client`` (and its LocalCluster) with the dataset, or when it is collected."""
         self._owned = client
         self._finalizer = weakref.finalize(self, close_client, client)
@@ -240,7 +247,7 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
     def __enter__(self) -> TorchDataset:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
