@@ -239,7 +239,7 @@ def make_plan(
 
     Raises
     ------
-    ValueError
+    SettingError
         When ``batch_size`` < 1 or the shard index is not below the shard count.
     """
     if batch_size < 1:
@@ -247,7 +247,8 @@ def make_plan(
                        "e.g. batch_size=1024 (--batch-size 1024).")
     index, nshards = shard
     if not 0 <= index < nshards:
-        raise ValueError(f"Expected 0 <= shard index < shard count. Received: shard={shard}")
+        refuse_setting("Expected 0 <= shard index < shard count.", f"shard={shard}",
+                       "the rank is below the world size (--rank 0 --world-size 2).")
     blocks = [b for b in range(len(counts)) if b % nshards == index and counts[b] > 0]
     if shuffle:
         order = np.random.default_rng([int(seed), int(epoch), 0]).permutation(len(blocks))
@@ -372,7 +373,8 @@ def make_order_plan(order: GlobalOrder, *, batch_size: int, window_rows: int,
                        "e.g. batch_size=1024 (--batch-size 1024).")
     rank, world = shard
     if not 0 <= rank < world:
-        raise ValueError(f"Expected 0 <= shard index < shard count. Received: shard={shard}")
+        refuse_setting("Expected 0 <= shard index < shard count.", f"shard={shard}",
+                       "the rank is below the world size (--rank 0 --world-size 2).")
     total = order.rows
     if world == 1:
         count = total // batch_size if drop_remainder else -(-total // batch_size)

@@ -109,10 +109,9 @@ class DataSettings:
         Raises
         ------
         SettingError
-            ``batch_size < 1``, a read setting out of its range, or a split that is not one
-            (see :func:`~daskfeed.manifest.split_settings`).
-        ValueError
-            An unknown ``bad_lines`` (:func:`~daskfeed.reading.read_options`).
+            ``batch_size < 1``, a read setting out of its range (an unknown ``bad_lines``:
+            :func:`~daskfeed.reading.read_options`), or a split that is not one (see
+            :func:`~daskfeed.manifest.split_settings`).
         """
         size = int(config.get("batch-size", batch_size))
         if size < 1:

@@ -28,7 +28,7 @@ from daskfeed.cache._evict import REMOVING, evict, lease, root_lock, trainer_tag
 from daskfeed.cache._lineage import Layout, layouts, remember
 from daskfeed.cache._root import entry_meta, is_entry_name, own_dir, own_root
 from daskfeed.cache._writer import CACHE_VERSION
-from daskfeed.core import CacheError, config, write_file
+from daskfeed.core import CacheError, SettingError, config, write_file
 from daskfeed.reading import FileInfo, Source, compression_of, file_key
 
 if TYPE_CHECKING:
@@ -205,14 +205,15 @@ def open_cache(source: Source, root: str | os.PathLike[str] | None = None, *,
         With ``required``, when the directory is not writable or the disk too small; always,
         when the root (or a level under it) is not the user's own, or holds what daskfeed did
         not make (:func:`~daskfeed.cache.own_root`).
-    ValueError
+    SettingError
         For an unknown ``compression``.
     """
     if source.frame is not None:
         return None, "cache: off (the data is a dask DataFrame)"
     choice = str(compression)
     if choice not in COMPRESSIONS:
-        raise ValueError(f"Expected cache compression in {COMPRESSIONS}. Received: {choice!r}.")
+        raise SettingError(f"Expected cache compression in {COMPRESSIONS}. Received: {choice!r}."
+                           "\nHint: daskfeed.cache-compression: auto, none, lz4 or zstd.")
     candidates = [None, "zstd"] if choice == "auto" else [None if choice == "none" else choice]
     # an explicit directory is taken as given; the default is resolved on each worker
     base = os.path.abspath(os.path.expanduser(os.fspath(root))) if root else None

@@ -341,7 +341,8 @@ def _na_values(values: Sequence[str] | str | None) -> tuple[str, ...]:
         values = [values]
     bad = [v for v in values if not isinstance(v, str)]
     if bad:
-        raise ValueError(f"Expected na_values to be strings such as 'NA'. Received: {bad[:3]!r}.")
+        raise SettingError(f"Expected na_values to be strings such as 'NA'. Received: {bad[:3]!r}."
+                           "\nHint: --na-values NA,null (na_values=['NA', 'null']).")
     return tuple(sorted({v for v in values if v}))
 
 
@@ -410,16 +411,16 @@ def read_options(*, blocksize: int | str | None = None, sep: str | None = None,
 
     Raises
     ------
-    ValueError
-        For an unknown ``bad_lines`` or ``na_values`` that are not text.
     SettingError
-        For a decimal point that is not one character other than the separator, a
-        ``daskfeed.max-columns`` that is not a whole number of at least 1, or an encoding
-        Python does not know or whose line breaks are not single bytes (UTF-16).
+        For an unknown ``bad_lines``, ``na_values`` that are not text, a decimal point that
+        is not one character other than the separator, a ``daskfeed.max-columns`` that is not
+        a whole number of at least 1, or an encoding Python does not know or whose line breaks
+        are not single bytes (UTF-16).
     """
     if bad_lines not in BAD_LINES:
-        raise ValueError(
-            f"Expected bad_lines to be one of {', '.join(BAD_LINES)}. Received: {bad_lines!r}.")
+        raise SettingError(
+            f"Expected bad_lines to be one of {', '.join(BAD_LINES)}. Received: {bad_lines!r}."
+            "\nHint: --bad-lines skip (bad_lines='skip') drops and counts them.")
     return ReadOptions(
         blocksize=config.blocksize(blocksize),
         sep="," if sep is None else sep,

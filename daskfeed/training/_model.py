@@ -99,7 +99,7 @@ def default_model(
 
     Raises
     ------
-    ValueError
+    SettingError
         For ``features`` / ``exclude`` / a different ``as_matrix`` given with a sequence, or
         hidden sizes, dropout or learning rate out of range.
     """
@@ -158,13 +158,13 @@ def _selection(data: DaskSequence | Manifest, features: list[str] | None,
     if not isinstance(data, DaskSequence):  # a Manifest
         return data, data.feature_names(features, exclude), bool(as_matrix)
     if features is not None or exclude:
-        raise ValueError(
+        raise SettingError(
             "Expected the feature selection from the DaskSequence alone. Received: "
             f"features={features!r}, exclude={list(exclude)!r} as well.\nHint: select features "
             "when creating the sequence (features=/exclude=), or pass seq.manifest here."
         )
     if as_matrix is not None and bool(as_matrix) != data.as_matrix:
-        raise ValueError(
+        raise SettingError(
             f"Expected as_matrix={data.as_matrix} (the sequence's). Received: as_matrix={as_matrix}."
             "\nHint: leave as_matrix out when passing a DaskSequence."
         )
@@ -186,11 +186,11 @@ def _in_label_units(z: keras.KerasTensor, manifest: Manifest) -> keras.KerasTens
 def _check_knobs(hidden: tuple[int, ...] | list[int], dropout: float, learning_rate: float) -> None:
     """Refuse hidden sizes < 1, a dropout outside [0, 1), a learning rate < 0."""
     if any(int(u) < 1 for u in hidden):
-        raise ValueError(f"Expected hidden layer sizes >= 1. Received: hidden={list(hidden)}.")
+        raise SettingError(f"Expected hidden layer sizes >= 1. Received: hidden={list(hidden)}.")
     if not 0.0 <= float(dropout) < 1.0:
-        raise ValueError(f"Expected 0 <= dropout < 1. Received: dropout={dropout}.")
+        raise SettingError(f"Expected 0 <= dropout < 1. Received: dropout={dropout}.")
     if not float(learning_rate) >= 0.0:
-        raise ValueError(f"Expected learning_rate >= 0. Received: learning_rate={learning_rate}.")
+        raise SettingError(f"Expected learning_rate >= 0. Received: learning_rate={learning_rate}.")
 
 
 def compile_for(model: keras.Model, manifest: Manifest, *, learning_rate: float = 1e-3,

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from daskfeed.batches._plan import make_plan
+from daskfeed.core import SettingError
 
 
 def rows_of(plan, counts):
@@ -98,9 +99,9 @@ def test_shards_are_disjoint_and_cover_everything():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="batch_size"):
+    with pytest.raises(SettingError, match="batch_size"):
         make_plan([1], batch_size=0)
-    with pytest.raises(ValueError, match="shard"):
+    with pytest.raises(SettingError, match="shard"):
         make_plan([1], batch_size=1, shard=(3, 2))
     with pytest.raises(IndexError):
         make_plan([10], batch_size=4).batch(3)

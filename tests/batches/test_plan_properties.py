@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from daskfeed.batches._plan import make_plan
 from daskfeed.batches._read import permute
+from daskfeed.core import SettingError
 from daskfeed.manifest._encoding import WindowData
 
 EPOCHS_FOR_ORDER = 32  # epochs compared when checking that shuffled epochs change the order
@@ -162,7 +163,7 @@ def test_shuffled_epochs_reorder_the_partitions(counts, shard, opts):
 
 
 def test_bad_arguments_are_refused():
-    with pytest.raises(ValueError, match="batch_size"):
+    with pytest.raises(SettingError, match="batch_size"):
         make_plan([3], batch_size=0)
-    with pytest.raises(ValueError, match="shard"):
+    with pytest.raises(SettingError, match="shard"):
         make_plan([3], batch_size=1, shard=(2, 2))

@@ -42,7 +42,7 @@ def test_settings_are_checked_where_they_enter():
         DataSettings.resolve(label="y", validation_split=1.5, subset="training")
     with pytest.raises(SettingError, match="decimal"):
         DataSettings.resolve(label="y", sep=",", decimal=",")  # the separator too
-    with pytest.raises(ValueError, match="bad_lines"):
+    with pytest.raises(SettingError, match="bad_lines"):
         DataSettings.resolve(label="y", bad_lines="ignore")
 
 

@@ -385,11 +385,11 @@ def test_default_model_takes_the_sequence_selection(data, client):
         assert float(model.optimizer.learning_rate) == pytest.approx(0.01)
         hist = model.fit(seq, epochs=1, shuffle=False, verbose=0).history
         assert np.isfinite(hist["loss"][0]) and "weighted_accuracy" in hist
-        with pytest.raises(ValueError, match="feature selection from the DaskSequence alone"):
+        with pytest.raises(SettingError, match="feature selection from the DaskSequence alone"):
             daskfeed.default_model(seq, features=["x1"])
         legacy = daskfeed.default_model(seq.manifest, exclude=["row_id", "w"])  # still works
         assert sorted(legacy.input) == ["x1", "x2"]
-        with pytest.raises(ValueError, match="0 <= dropout < 1"):
+        with pytest.raises(SettingError, match="0 <= dropout < 1"):
             daskfeed.default_model(seq, dropout=1.0)
 
 
