@@ -18,7 +18,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import click
 import dask.config
@@ -38,18 +39,23 @@ from daskfeed.cluster import ClusterSpec, close_client
 from daskfeed.core import Aborted, DaskfeedError, SettingError, Stop, config, raise_outside, redact_text
 from daskfeed.training import TrainOptions
 
+if TYPE_CHECKING:
+    from distributed import Client, Security
+
+    from daskfeed.cluster import Budget
+
 
 class Terminated(KeyboardInterrupt):
     """Raised in the main thread on SIGTERM so it unwinds like Ctrl-C (clusters closed)."""
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     # once: a second SIGTERM while shutting down must not abort the shutdown itself
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise_outside(_terminate, frame)  # not inside a gc callback, where it would be dropped
 
 
-def _terminate(frame: Any) -> None:
+def _terminate(frame: FrameType | None) -> None:
     raise Terminated
 
 
@@ -191,8 +197,9 @@ def cli() -> None:
 
 
 def _start_cluster(memory_limit: str | None, *, nworkers: int | None, nthreads: int,
-                   scheduler: str | None, security: Any, dashboard_address: str | None,
-                   storage_options: dict[str, Any] | None = None) -> Any:
+                   scheduler: str | None, security: Security | None,
+                   dashboard_address: str | None,
+                   storage_options: dict[str, Any] | None = None) -> tuple[Client, Budget]:
     """A client and its budget, as ``train`` makes them (a LocalCluster or a running scheduler)."""
     spec = ClusterSpec.resolve(memory_limit=memory_limit, nworkers=nworkers, nthreads=nthreads,
                                scheduler=scheduler, security=security,
