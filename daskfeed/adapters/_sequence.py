@@ -194,18 +194,13 @@ class DaskSequence(keras.utils.PyDataset):
                 features = list(reference.features)
             reference = reference.reference
         owned: Client | None = None  # a client started (or connected) for these data
-        if memory_limit is not None:  # one budget, as TorchDataset and daskfeed train split it
-            placed = InBudget.open(memory_limit, client=client, nworkers=nworkers,
-                                   prefetch_bytes=prefetch_bytes, window_bytes=window_bytes,
-                                   blocksize=blocksize)
+        placed = InBudget.open(memory_limit, client=client, nworkers=nworkers,  # one budget, as
+                               prefetch_bytes=prefetch_bytes, window_bytes=window_bytes,  # train's
+                               blocksize=blocksize)
+        if placed is not None:
             client, owned = placed.client, placed.client if placed.owned else None
             prefetch_bytes, window_bytes = placed.prefetch_bytes, placed.window_bytes
             blocksize = placed.blocksize
-        elif nworkers is not None:
-            refuse_setting("Expected nworkers= with memory_limit= (the workers of the "
-                           "LocalCluster started within that budget).",
-                           f"nworkers={nworkers!r} without memory_limit",
-                           "add memory_limit='4GB' (say), or pass client= a cluster of your own.")
         try:
             settings = DataSettings.resolve(  # every setting resolved here, once
                 label=label, features=features, exclude=exclude, weight=weight,
@@ -506,6 +501,8 @@ class DaskSequence(keras.utils.PyDataset):
         self.close()
 
     def __repr__(self) -> str:
+        if "stream" not in self.__dict__:  # (a debugger's view of one still being made)
+            return "<DaskSequence, not built yet>"
         return (
             f"DaskSequence({self.source!r}, label={self.label!r}, "
             f"features={len(self.features)}, "

@@ -128,10 +128,10 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
             ref = reference.manifest
         rank, world = _distributed_shard() if shard is None else shard
         self._owned: Any = None  # the client of the LocalCluster started for memory_limit
-        if memory_limit is not None:  # the budget as DaskSequence takes it
-            placed = InBudget.open(memory_limit, client=client, nworkers=nworkers,
-                                   prefetch_bytes=prefetch_bytes, window_bytes=window_bytes,
-                                   blocksize=blocksize)
+        placed = InBudget.open(memory_limit, client=client, nworkers=nworkers,  # (as DaskSequence)
+                               prefetch_bytes=prefetch_bytes, window_bytes=window_bytes,
+                               blocksize=blocksize)
+        if placed is not None:
             client = placed.client
             if placed.owned:
                 self._own(client)

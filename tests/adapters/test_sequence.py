@@ -401,3 +401,10 @@ def test_an_argument_nobody_takes_is_named_before_any_work(id_data, client):
     assert "Hint: did you mean 'memory_limt' -> 'memory_limit'?" in text
     with pytest.raises(daskfeed.SettingError, match="nworkers=2 without memory_limit"):
         daskfeed.DaskSequence(id_data.train_glob, label="cleared", client=client, nworkers=2)
+
+
+def test_repr_of_a_sequence_not_built_yet_says_so():
+    """A debugger shows ``self`` while ``__init__`` runs: its repr must not raise."""
+    from daskfeed.adapters import DaskSequence
+
+    assert repr(DaskSequence.__new__(DaskSequence)) == "<DaskSequence, not built yet>"

@@ -165,6 +165,12 @@ def test_a_budget_beside_a_running_cluster_is_this_process_own(id_data, client):
     assert own.status == "closed" and client.status == "running"
 
 
+def test_nworkers_without_a_budget_is_refused_as_by_dask_sequence(id_data, client):
+    """``nworkers`` shapes the cluster started within ``memory_limit``: alone it is a mistake."""
+    with pytest.raises(daskfeed.SettingError, match="nworkers=2 without memory_limit"):
+        daskfeed.TorchDataset(id_data.train_glob, label="cleared", client=client, nworkers=2)
+
+
 def test_import_daskfeed_loads_no_torch_and_the_dataset_no_keras():
     code = ("import sys, daskfeed\n"
             "before = 'torch' in sys.modules\n"
