@@ -117,3 +117,6 @@ def test_one_epoch_over_10000_files_at_a_sixth_of_the_data_reads_each_row_once(t
     assert spread <= 1.1, spread
     assert stats["label_spread"] is not None and stats["label_spread"] <= 1.1
     assert worker_peak <= WORKER_LIMIT, f"worker RSS {worker_peak / 2**20:.0f} MiB"
+    print(f"scale: {FILES:,} files, worker peak RSS {worker_peak / 2**20:.0f} MiB of "
+          f"{WORKER_LIMIT / 2**20:.0f} MiB, label spread {spread:.3f} (iid 1.0); with no model "
+          f"step, the reader waited {stats['wait_seconds']:.0f} s of {stats['seconds']:.0f} s")
