@@ -196,6 +196,10 @@ def public_names() -> tuple[frozenset[str], frozenset[str], frozenset[str], froz
         names.add(short)
         scopes.add(short)
         paths.add(face.__name__)
+    for face in (daskfeed, *_faces()):  # a name behind an extra that is not installed is public too
+        for name in face.__all__:
+            names.add(name)
+            paths.add(f"{face.__name__}.{name}")
     for path, obj in _public_objects():
         package, _, name = path.rpartition(".")
         names.add(name)
