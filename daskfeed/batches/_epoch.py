@@ -167,7 +167,7 @@ class EpochState:
         plan = nxt if reuse and nxt is not None else self.settings.plan(epoch, origin)
         if plan.num_batches == 0:
             raise SettingError(
-                f"Expected at least one batch. Received: {plan.rows} rows with "
+                f"Expected at least one batch. Received: {plan.rows + plan.dropped} rows with "
                 f"batch_size={self.settings.batch_size}, "
                 f"drop_remainder={self.settings.drop_remainder}.\nHint: lower batch_size or add data."
             )

@@ -28,7 +28,7 @@ def _unpack_bytes(text: str) -> bytes:
 
 def _pack_ints(values: list[int]) -> str:
     """Differences of ``values`` (runs and steady strides compress to almost nothing)."""
-    diffs = array("q", (b - a for a, b in zip([0, *values[:-1]], values, strict=True)))
+    diffs = array("q", (b - a for a, b in zip([0, *values], values, strict=False)))
     if sys.byteorder == "big":
         diffs.byteswap()
     return _pack_bytes(diffs.tobytes())

@@ -126,8 +126,6 @@ def test_an_epoch_without_a_batch_is_refused_saying_rows_and_settings():
     assert f.made == []
 
 
-@pytest.mark.xfail(strict=True, reason="the message counts the rows left after drop_remainder "
-                                       "(0), not the 7 rows the data holds")
 def test_an_epoch_emptied_by_drop_remainder_says_how_many_rows_the_data_holds():
     cur, _ = cursor_of(settings_of(counts=(4, 3), batch_size=10, drop_remainder=True))
     with pytest.raises(SettingError, match=r"Received: 7 rows with batch_size=10, drop_remainder=True\."):
