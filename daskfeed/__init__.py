@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         FitOptions,
         TrainOptions,
         WatchCallback,
+        batch_rows,
         default_model,
         fit_from,
         train,
@@ -80,6 +81,7 @@ __all__ = [
     "TorchDataset",
     "TrainOptions",
     "WatchCallback",
+    "batch_rows",
     "default_model",
     "export",
     "fit_from",
@@ -103,4 +105,5 @@ __getattr__, __dir__ = attach(__name__, {
     "ClusterOptions": "training", "DataOptions": "training", "FitOptions": "training",
     "TrainOptions": "training", "default_model": "training", "Checkpointer": "training",
     "EarlyStopping": "training", "WatchCallback": "training", "fit_from": "training", "train": "training",
+    "batch_rows": "training",
 })

@@ -15,23 +15,27 @@ from daskfeed.core import attach
 if TYPE_CHECKING:
     from daskfeed.batches._epoch import EpochStats
     from daskfeed.batches._layout import blocksize_for, largest_block, planned_window_bytes
-    from daskfeed.batches._order import ORDER_FORMATS, ORDER_VERSION
+    from daskfeed.batches._order import ORDER_FORMATS, ORDER_VERSION, GlobalOrder
     from daskfeed.batches._plan import EpochPlan, make_plan
     from daskfeed.batches._prepare import Prepared
     from daskfeed.batches._settings import DataSettings
     from daskfeed.batches._state import STATE_VERSION, StreamState
     from daskfeed.batches._stream import BatchStream, Closes
+    from daskfeed.batches._trace import batch_positions, block_index, file_rows, traced
 
 __all__ = ["ORDER_FORMATS", "ORDER_VERSION", "STATE_VERSION", "BatchStream", "Closes", "DataSettings",
-           "EpochPlan", "EpochStats", "Prepared", "StreamState", "blocksize_for", "largest_block",
-           "make_plan", "planned_window_bytes"]
+           "EpochPlan", "EpochStats", "GlobalOrder", "Prepared", "StreamState", "batch_positions",
+           "block_index", "blocksize_for", "file_rows", "largest_block", "make_plan",
+           "planned_window_bytes", "traced"]
 
 __getattr__, __dir__ = attach(__name__, {
     "EpochStats": "_epoch",
     "blocksize_for": "_layout", "largest_block": "_layout", "planned_window_bytes": "_layout",
     "EpochPlan": "_plan", "make_plan": "_plan", "ORDER_VERSION": "_order", "ORDER_FORMATS": "_order",
+    "GlobalOrder": "_order",
     "Prepared": "_prepare",
     "DataSettings": "_settings",
     "STATE_VERSION": "_state", "StreamState": "_state",
     "BatchStream": "_stream", "Closes": "_stream",
+    "batch_positions": "_trace", "block_index": "_trace", "file_rows": "_trace", "traced": "_trace",
 })

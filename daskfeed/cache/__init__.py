@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from daskfeed.cache._entries import clear, gone_entries, list_entries
     from daskfeed.cache._open import CacheChoice, estimate_bytes, open_cache
     from daskfeed.cache._root import own_dir, own_root
+    from daskfeed.cache._scatter import block_order
     from daskfeed.cache._writer import PartWriters, compact
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "BucketSet",
     "CacheChoice",
     "PartWriters",
+    "block_order",
     "block_tables",
     "clear",
     "compact",
@@ -44,4 +46,5 @@ __getattr__, __dir__ = attach(__name__, {
     "CacheChoice": "_open", "estimate_bytes": "_open", "open_cache": "_open", "compact": "_writer",
     "PartWriters": "_writer",
     "own_dir": "_root", "own_root": "_root",
+    "block_order": "_scatter",
 })

@@ -28,6 +28,7 @@ from daskfeed.training._outputs import (
     split_report,
     write_history,
 )
+from daskfeed.training._rows import record_order
 from daskfeed.training._summary import summary_lines
 from daskfeed.training._telemetry import EpochTelemetry
 from daskfeed.training._watch import WatchCallback
@@ -64,6 +65,9 @@ def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused:
     stopper = make_early_stopping(opts.fit.patience, opts.fit.monitor, net, echo)
     telemetry = EpochTelemetry(train_seq, rss)
     epoch, batch = _start_point(run, net, stopper, train_seq)
+    if epoch < opts.epochs:  # what fixes the order, and where this entry begins (daskfeed rows)
+        record_order(run.out, train_seq, epoch=epoch, position=train_seq.position(batch, epoch),
+                     world=run.ranks.world_size, fresh=ckpt is None)
     every = opts.checkpoint_every
     echo(f"checkpoints: {f'every {every} batches and ' if every else ''}at epoch ends in "
          f"{run.store.directory} (the last {run.store.keep} kept)")

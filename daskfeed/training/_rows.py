@@ -1,0 +1,307 @@
+"""Which rows trained at a step: recomputed from the run's order, with no per-step log.
+
+A run in the global order (the parse cache on) keeps, in ``OUTPUT/order.json``, what fixes its
+epochs' orders — the buckets' sizes and files, the parse cache's layout, seed and batch size —
+and one *stretch* per entry into training (a fresh start, each ``--resume``): the epoch and the
+position in its order where it began, and the number of trainers. That is a few hundred bytes
+whatever the run's length. :func:`batch_rows` recomputes a step's batch from it
+(:mod:`daskfeed.batches._trace`): the one or two buckets the batch lies in are read (two integer
+columns), each row's block and place in the block's stored order are turned into its file and
+line (:func:`daskfeed.manifest.row_line`, from what the scan kept), and with ``show`` its values
+are read back from the parse cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from daskfeed.batches import GlobalOrder, batch_positions, block_index, file_rows, traced
+from daskfeed.cache import TRACE_COLUMNS, BlockCache, BucketSet
+from daskfeed.core import CheckpointError, DaskfeedError, SettingError, write_file
+from daskfeed.manifest import Manifest
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from daskfeed.adapters import DaskSequence
+
+NAME = "order.json"
+FORMAT = "daskfeed order record"
+VERSION = 1
+_MANIFESTS = ("manifest.json", "manifest.running.json")  # a finished run's, a running one's
+
+
+def record_order(out: str, seq: DaskSequence, *, epoch: int, position: int, world: int,
+                 fresh: bool) -> None:
+    """Keep what fixes the run's order, and where this entry into training begins.
+
+    A fresh run writes ``OUTPUT/order.json`` anew; a resumed one adds a stretch to it (a record
+    of another layout — other data, another seed — is started again, and says so by its layout).
+
+    Parameters
+    ----------
+    out
+        The run's output directory.
+    seq
+        The training sequence.
+    epoch, position
+        Where training begins: the epoch, and the batches of its order trained before.
+    world
+        Trainers of this entry.
+    fresh
+        Whether the run starts from scratch (no checkpoint).
+    """
+    stream = seq.stream
+    st = stream.data.settings
+    layout: dict[str, Any] = {"fingerprint": stream.data.manifest.fingerprint, "seed": st.seed,
+                              "batch_size": st.batch_size, "drop_remainder": st.drop_remainder,
+                              "global_order": stream.global_order}
+    if stream.buckets is not None and stream.data.cache is not None:
+        cache = {k: v for k, v in asdict(stream.data.cache).items() if k != "lease"}
+        layout.update(sizes=[int(n) for n in stream.buckets.sizes],
+                      buckets=asdict(stream.buckets.files), cache=cache)
+    layout = json.loads(json.dumps(layout, default=list))  # as it reads back
+    path = os.path.join(out, NAME)
+    record = None if fresh else _read(path)
+    if record is None or _identity(record["layout"]) != _identity(layout):
+        record = {"format": FORMAT, "version": VERSION, "layout": layout, "stretches": []}
+    record["layout"] = layout  # where the buckets and the cache are now (rebuilt: the same rows)
+    record["stretches"].append({"epoch": int(epoch), "position": int(position),
+                                "world": int(world), "time": round(time.time(), 3)})
+    write_file(path, json.dumps(record, default=list))
+
+
+def _identity(layout: dict[str, Any]) -> tuple[Any, ...]:
+    """What fixes the order's batches (not where its files are)."""
+    return tuple(layout.get(k) for k in ("fingerprint", "seed", "batch_size", "drop_remainder",
+                                         "global_order", "sizes"))
+
+
+def _read(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            record: dict[str, Any] = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return record if record.get("format") == FORMAT else None
+
+
+def _segments(stretches: list[dict[str, Any]], epoch: int, batches: int) -> list[tuple[int, int, int]]:
+    """The stretches of ``epoch`` as ``(first batch, end, trainers)``, in the order trained.
+
+    A stretch's batches stand up to where any later stretch began: a resume from a checkpoint
+    taken before a kill trains those batches again, and the later training is what the model
+    kept.
+    """
+    out = []
+    limit = (float("inf"), 0)  # where the earliest later stretch began
+    for s in reversed(stretches):
+        begin = (s["epoch"], s["position"])
+        lo = s["position"] if s["epoch"] == epoch else 0
+        hi = limit[1] if limit[0] == epoch else batches
+        if begin[0] <= epoch <= limit[0] and hi > lo:
+            out.append((lo, hi, s["world"]))
+        limit = min(limit, begin)
+    return out[::-1]
+
+
+def _lane_batches(start: int, end: int, world: int, rank: int, total_batches: int) -> list[int]:
+    """The order's batches trainer ``rank`` of ``world`` trained in a stretch ``[start, end)``."""
+    if world == 1:
+        return list(range(start, end)) if rank == 0 else []
+    origin, first = start % world, start // world
+    per_rank = max((total_batches - origin) // world, 0)  # full batches, the same on every rank
+    return [origin + rank + j * world for j in range(first, per_rank)
+            if origin + rank + j * world < end]
+
+
+def batch_rows(output: str | os.PathLike[str], *, epoch: int, step: int, rank: int | None = None,
+               show: bool = False) -> pd.DataFrame:
+    """The rows of one training step of a run: file and line of each, in the batch's order.
+
+    Recomputed from the run's order (``OUTPUT/order.json``, kept by ``daskfeed train``) and
+    its manifest; nothing was logged per step. Right across resumes with another budget,
+    worker count or number of trainers.
+
+    Parameters
+    ----------
+    output
+        The run's output directory (rank 0's, ``--output``).
+    epoch
+        The epoch, from 1 (as the progress bar counts).
+    step
+        The step of the epoch, from 1: the epoch order's batch ``step`` (all trainers'); with
+        ``rank``, that trainer's own ``step``-th batch of the epoch (its batches before a resume
+        counted).
+    rank
+        A trainer (None: the epoch's order as one).
+    show
+        Add the rows' values as the scan read them (from the parse cache).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per row of the batch: ``file``, ``line`` (as an editor counts; ``<NA>`` where the
+        scan kept no line), ``block`` and ``block_row`` (the row's block of the manifest and its
+        row there, in file order), and with ``show`` the row's columns. ``attrs`` holds the
+        epoch, step, the order's batch and the trainers.
+
+    Raises
+    ------
+    SettingError
+        An epoch or step the run does not have.
+    DaskfeedError
+        A run with no order record, not in the global order, or whose files changed since.
+    """
+    import pandas as pd
+
+    from daskfeed.manifest import row_line
+
+    out = os.fspath(output)
+    record = _read(os.path.join(out, NAME))
+    if record is None:
+        raise DaskfeedError(
+            f"Expected a run's order record ({os.path.join(out, NAME)}). Received: none there."
+            "\nHint: name the --output directory of a `daskfeed train` run (one made by this "
+            "daskfeed or later).")
+    layout = record["layout"]
+    if not layout.get("global_order") or "sizes" not in layout:
+        raise DaskfeedError(
+            f"The run in {out} read windows of blocks (the parse cache off, or too little disk "
+            "for its buckets), whose batches are not recomputed yet. Expected a run in the "
+            "global order.\nHint: train with the parse cache on (the default) to trace batches.")
+    manifest = _manifest(out, layout["fingerprint"])
+    if epoch < 1 or step < 1:
+        raise SettingError(f"Expected --epoch and --step from 1 (as the progress bar counts). "
+                           f"Received: epoch={epoch}, step={step}.\nHint: e.g. --epoch 1 --step 1.")
+    order = GlobalOrder.of(layout["sizes"], layout["seed"], epoch - 1)
+    bs = int(layout["batch_size"])
+    batches = (order.rows // bs if layout["drop_remainder"] else -(-order.rows // bs))
+    segments = _segments(record["stretches"], epoch - 1, batches)
+    if not segments:
+        raise SettingError(
+            f"Expected an epoch the run trained. Received: epoch={epoch}.\nHint: the run's "
+            f"stretches begin at epochs {sorted({s['epoch'] + 1 for s in record['stretches']})}.")
+    g, world = _order_batch(segments, step, rank, order.rows // bs, batches)
+    picks = batch_positions(order, bs, g)
+    files, cache = _buckets_of(layout["buckets"]), _cache_of(layout["cache"])
+    ids, stored = traced(files, picks)
+    blocks = block_index(cache.block_ids(len(manifest.blocks)), ids)
+    rows = np.empty(len(blocks), dtype=np.int64)
+    for j in np.unique(blocks):
+        mine = blocks == j
+        rows[mine] = file_rows(cache, int(j), stored[mine])
+    frame = pd.DataFrame({
+        "file": [manifest.blocks[j]["path"] for j in blocks],
+        "line": pd.array([row_line(manifest.blocks[j], int(r)) for j, r in zip(blocks, rows, strict=True)],
+                         dtype="Int64"),
+        "block": blocks, "block_row": rows})
+    _refuse_changed(out, sorted(set(frame["file"])))
+    if show:
+        frame = pd.concat([frame, _values(cache, blocks, stored)], axis=1)
+    frame.attrs.update(epoch=epoch, step=step, rank=rank, batch=g + 1, world=world)
+    return frame
+
+
+def _buckets_of(d: dict[str, Any]) -> BucketSet:
+    """The run's bucket files, as the record keeps them."""
+    return BucketSet(root=d["root"], key=d["key"], buckets=int(d["buckets"]), build=d["build"],
+                     compression=d["compression"], generations=tuple(d["generations"]))
+
+
+def _cache_of(d: dict[str, Any]) -> BlockCache:
+    """The run's parse cache, as the record keeps it (no lease: it only reads)."""
+    return BlockCache(root=d["root"], entries=tuple(d["entries"]), starts=tuple(d["starts"]),
+                      ids=tuple(d["ids"]), compression=d["compression"],
+                      grown=tuple((int(a), str(b), int(c), int(e)) for a, b, c, e in d["grown"]))
+
+
+def _manifest(out: str, fingerprint: str) -> Manifest:
+    for name in _MANIFESTS:
+        path = os.path.join(out, name)
+        if os.path.exists(path):
+            manifest = Manifest.from_json(path)
+            if manifest.fingerprint != fingerprint:
+                raise CheckpointError(
+                    f"Expected the manifest of the run's order ({path}) to be of data with "
+                    f"fingerprint {fingerprint}. Received: {manifest.fingerprint}.\nHint: the "
+                    "directory holds outputs of two runs; trace the batches of the run that "
+                    "wrote both, or train again.")
+            return manifest
+    raise DaskfeedError(f"Expected the run's manifest in {out}. Received: no "
+                        f"{' or '.join(_MANIFESTS)}.\nHint: name a `daskfeed train` --output.")
+
+
+def _order_batch(segments: list[tuple[int, int, int]], step: int, rank: int | None,
+                 full: int, batches: int) -> tuple[int, int]:
+    """The order's batch (from 0) of ``step`` (and ``rank``), and the trainers that trained it."""
+    if rank is None:
+        g = step - 1
+        for start, end, world in segments:
+            origin = start % world  # the lanes of a stretch start there (every trainer full batches)
+            last = end if world == 1 else min(end, origin + (full - origin) // world * world)
+            if start <= g < last:
+                return g, world
+        raise SettingError(
+            f"Expected a step the run trained in this epoch (1..{batches}). Received: "
+            f"step={step}.\nHint: with several trainers the epoch's last few batches are left "
+            "out to keep their counts equal; a run stopped early trained fewer.")
+    mine: list[tuple[int, int]] = []
+    for start, end, world in segments:
+        if rank >= world:
+            continue
+        mine += [(b, world) for b in _lane_batches(start, end, world, rank, full if world > 1 else batches)]
+    if not 1 <= step <= len(mine):
+        raise SettingError(
+            f"Expected a step trainer {rank} trained in this epoch (1..{len(mine)}). Received: "
+            f"step={step}.\nHint: without --rank, --step counts the epoch order's batches.")
+    return mine[step - 1]
+
+
+def _refuse_changed(out: str, paths: list[str]) -> None:
+    """Refuse when a file of the batch changed since the run started (size, time or etag)."""
+    from daskfeed.reading import expand_paths
+
+    try:
+        with open(os.path.join(out, "files.json"), encoding="utf-8") as f:
+            started = {row[0]: row[1:] for row in json.load(f)["files"]}
+    except (OSError, ValueError, KeyError):
+        return  # a run on a dask DataFrame, or of an older daskfeed: the fingerprint was checked
+    try:
+        now = {f.path: [f.size, f.mtime, f.etag] for f in expand_paths(paths, {})}
+    except DaskfeedError:
+        now = {}
+    changed = [p for p in paths if p in started and now.get(p) != list(started[p])]
+    if changed:
+        raise CheckpointError(
+            f"Expected the files the run trained on, unchanged. Received: changed or gone since: "
+            f"{', '.join(changed[:5])}{f' and {len(changed) - 5} more' if len(changed) > 5 else ''}."
+            "\nHint: a row's line is that of the file as the run read it; restore the files to "
+            "trace its batches.")
+
+
+def _values(cache: BlockCache, blocks: np.ndarray, stored: np.ndarray) -> pd.DataFrame:
+    """The rows' values as the scan read them (from the parse cache, in the batch's order)."""
+    import pandas as pd
+
+    parts = []
+    at = np.empty(len(blocks), dtype=np.int64)
+    base = 0
+    for j in np.unique(blocks):
+        mine = np.flatnonzero(blocks == j)
+        table = cache.stored_view(int(j), None, {})
+        if table is None:
+            raise DaskfeedError(f"Expected block {j} of the run in its parse cache. Received: not "
+                                "there.\nHint: run `daskfeed scan` on the same files, then ask again.")
+        parts.append(table.drop_columns([c for c in TRACE_COLUMNS if c in table.column_names])
+                     .take(stored[mine]).to_pandas())
+        at[mine] = base + np.arange(len(mine))
+        base += len(mine)
+    whole = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    return whole.iloc[at].reset_index(drop=True)  # row i of the batch is part row at[i]

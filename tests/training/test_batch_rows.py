@@ -1,0 +1,130 @@
+"""``daskfeed rows`` / ``daskfeed.batch_rows``: a step's rows recomputed from the run's order.
+
+The ground truth is the real run's own log: the kill/resume harness's recording model writes the
+row ids of every batch it trains (``tests/killresume.py``). Each row's file and line are checked
+against the file itself (its ``row_id`` field on that line), not against daskfeed's reading.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+from functools import cache
+from pathlib import Path
+
+import pytest
+from helpers import RECORDED_FEATURES as FEATURES
+from killresume import KillResume
+
+import daskfeed
+from daskfeed.batches import GlobalOrder
+from daskfeed.batches._order import Lanes
+from daskfeed.core import DaskfeedError, SettingError
+from daskfeed.training._rows import _lane_batches, _segments
+
+BATCH = 200  # id_data: 13,300 rows -> 67 batches per epoch, the last one of 100 rows
+
+
+@cache
+def _lines(path: str) -> list[dict[str, str]]:
+    """Each line of a CSV file as an editor numbers it (index 1 = line 1): its row's fields."""
+    text = Path(path).read_text().splitlines()
+    header = next(csv.reader([text[0]]))
+    return [{}, {}, *({**dict(zip(header, next(csv.reader([t])), strict=True))} if t else {}
+                      for t in text[1:])]
+
+
+def _check_steps(out: Path, steps, per_epoch: int) -> int:
+    """Every logged step's rows, in order, are ``batch_rows`` of its epoch and step; each row's
+    file and line hold its id. Returns the rows checked."""
+    checked = 0
+    for s in steps:
+        g = s.iteration - s.epoch * per_epoch  # one trainer: the step's batch of the epoch's order
+        frame = daskfeed.batch_rows(out, epoch=s.epoch + 1, step=g + 1, show=True)
+        assert frame["row_id"].astype("int64").tolist() == s.ids.tolist(), (s.epoch, g)
+        for path, line, rid in zip(frame["file"], frame["line"], s.ids, strict=True):
+            assert int(_lines(path)[int(line)]["row_id"]) == rid, (path, line, rid)
+        assert frame.attrs["batch"] == g + 1 and frame.attrs["world"] == 1
+        checked += len(frame)
+    return checked
+
+
+def test_every_step_of_a_run_is_the_rows_it_trained(tmp_path, id_data):
+    args = ["train", id_data.train_glob, "--label", "cleared", "--epochs", "2", "--batch-size",
+            str(BATCH), "--seed", "3", "--memory-limit", "2GB", "--nworkers", "1",
+            "--dashboard-address", "", "--verbose", "0"]
+    run = KillResume(tmp_path, args, features=FEATURES, ids={"row_id": 1})
+    assert run.start().wait(600) == 0, run.text()[-3000:]
+    steps = run.steps()
+    per_epoch = -(-id_data.train_rows // BATCH)
+    assert len(steps) == 2 * per_epoch
+    assert _check_steps(run.output, steps, per_epoch) == 2 * id_data.train_rows
+    record = json.loads((run.output / "order.json").read_text())
+    assert [(s["epoch"], s["position"], s["world"]) for s in record["stretches"]] == [(0, 0, 1)]
+
+    # the command: the same rows, as csv and json; a table that names the batch
+    cmd = [*KillResume.command(), "rows", str(run.output), "--epoch", "2", "--step", "5"]
+    frame = daskfeed.batch_rows(run.output, epoch=2, step=5)
+    as_csv = subprocess.run([*cmd, "--format", "csv"], capture_output=True, text=True, check=True)
+    rows = list(csv.DictReader(as_csv.stdout.splitlines()))
+    assert [(r["file"], int(r["line"])) for r in rows] == list(zip(frame["file"], frame["line"], strict=True))
+    as_json = subprocess.run([*cmd, "--format", "json", "--show"], capture_output=True, text=True, check=True)
+    ids = [json.loads(line)["row_id"] for line in as_json.stdout.splitlines()]
+    assert ids == steps[per_epoch + 4].ids.tolist()
+    table = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    assert table.startswith(f"epoch 2, batch 5 of the epoch's order ({BATCH} rows; trained by 1 trainer(s)):")
+
+    # the last, short batch; steps the run does not have are refused, naming the range
+    assert len(daskfeed.batch_rows(run.output, epoch=1, step=per_epoch)) == id_data.train_rows % BATCH
+    trained = rf"Expected a step the run trained in this epoch \(1\.\.{per_epoch}\)"
+    with pytest.raises(SettingError, match=trained):
+        daskfeed.batch_rows(run.output, epoch=1, step=per_epoch + 1)
+    with pytest.raises(SettingError, match=r"Expected an epoch the run trained\. Received: epoch=3"):
+        daskfeed.batch_rows(run.output, epoch=3, step=1)
+    bad = subprocess.run([*KillResume.command(), "rows", str(tmp_path), "--epoch", "1", "--step", "1"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and "Expected a run's order record" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_a_changed_file_is_refused_not_guessed(tmp_path, id_data):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(Path(id_data.train_glob).parent, data)
+    args = ["train", str(data / "*.csv"), "--label", "cleared", "--epochs", "1", "--batch-size",
+            str(BATCH), "--memory-limit", "2GB", "--nworkers", "1", "--dashboard-address", "",
+            "--verbose", "0", "--cache", str(tmp_path / "cache")]
+    run = KillResume(tmp_path, args, features=FEATURES, ids={"row_id": 1})
+    assert run.start().wait(600) == 0, run.text()[-3000:]
+    frame = daskfeed.batch_rows(run.output, epoch=1, step=1)
+    changed = Path(frame["file"][0])
+    changed.write_text(changed.read_text() + "\n")
+    with pytest.raises(DaskfeedError, match=r"Expected the files the run trained on, unchanged\. "
+                                            rf"Received: changed or gone since: {changed}"):
+        daskfeed.batch_rows(run.output, epoch=1, step=1)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+@pytest.mark.parametrize("position", [0, 1, 5, 6, 7, 23])
+def test_a_trainers_batches_of_a_stretch_are_its_lanes(world, position):
+    order = GlobalOrder.of([37, 41, 29, 33], seed=1, epoch=0)  # 140 rows: 28 batches of 5
+    full = order.rows // 5
+    batches = max((full - position % world) // world - position // world, 0) if world > 1 else full - position
+    for rank in range(world):
+        lanes = Lanes(position % world, world, rank, (full - position % world) // world if world > 1
+                      else full, 5)
+        first = position // world
+        expected = [lanes.global_batch(j) for j in range(first, lanes.batches)]
+        assert _lane_batches(position, full, world, rank, full) == expected
+        assert len(expected) == batches
+
+
+def test_stretches_of_an_epoch_end_where_the_next_began():
+    stretches = [{"epoch": 0, "position": 0, "world": 1}, {"epoch": 1, "position": 30, "world": 2},
+                 {"epoch": 1, "position": 20, "world": 3}, {"epoch": 3, "position": 0, "world": 1}]
+    assert _segments(stretches, 0, 67) == [(0, 67, 1)]
+    assert _segments(stretches, 1, 67) == [(0, 20, 1), (20, 67, 3)]  # 20..29 trained again
+    assert _segments(stretches, 2, 67) == [(0, 67, 3)]
+    assert _segments(stretches, 3, 67) == [(0, 67, 1)]
