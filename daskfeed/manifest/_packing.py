@@ -4,6 +4,11 @@ A manifest of many small files is mostly its blocks. As JSON objects they cost ~
 packed, the paths are one NUL-separated text and every field (file index, offset, length,
 rows, raw rows) an int64 array of differences, each compressed (zlib) and base64-encoded into
 the JSON: a few bytes per block, while the rest of the manifest stays readable.
+
+Where each block's rows are in its file (:func:`daskfeed.manifest.row_line`) packs the same way:
+``line``, each block's first line (0: not known), and, for the few blocks whose rows are not
+one per line, ``row_lines``: which blocks, and their rows' lines one after the other. A
+manifest without them (made before daskfeed kept lines) reads back with no line.
 """
 
 from __future__ import annotations
@@ -52,13 +57,14 @@ def pack_blocks(partitions: list[dict[str, Any]]) -> dict[str, Any]:
     Parameters
     ----------
     partitions
-        ``Manifest.blocks``.
+        ``Manifest.blocks``; each may have its ``line`` (None: not known) and ``row_lines``.
 
     Returns
     -------
     dict
-        ``{"count", "encoding", "paths", "file", "offset", "length", "rows", "raw_rows"}``: plain
-        JSON, read back by :func:`unpack_blocks`.
+        ``{"count", "encoding", "paths", "file", "offset", "length", "rows", "raw_rows"}``, and
+        ``"line"`` (``"row_lines"``) when some block has one: plain JSON, read back by
+        :func:`unpack_blocks`.
     """
     paths: list[str] = []
     file_of: dict[str, int] = {}
@@ -71,6 +77,12 @@ def pack_blocks(partitions: list[dict[str, Any]]) -> dict[str, Any]:
                            "file": _pack_ints([file_of[p["path"]] for p in partitions])}
     for name in FIELDS:
         out[name] = _pack_ints([int(p.get(name, p["rows"])) for p in partitions])
+    if any("line" in p for p in partitions):
+        out["line"] = _pack_ints([int(p.get("line") or 0) for p in partitions])
+        irregular = [i for i, p in enumerate(partitions) if p.get("row_lines") and p.get("line")]
+        if irregular:
+            out["row_lines"] = {"blocks": _pack_ints(irregular), "lines": _pack_ints(
+                [int(x) for i in irregular for x in partitions[i]["row_lines"]])}
     return out
 
 
@@ -85,18 +97,42 @@ def unpack_blocks(packed: dict[str, Any]) -> list[dict[str, Any]]:
     Returns
     -------
     list of dict
-        One ``{"path", "offset", "length", "rows", "raw_rows"}`` per block, in order.
+        One ``{"path", "offset", "length", "rows", "raw_rows"}`` per block, in order, with its
+        ``"line"`` (None: not known) and ``"row_lines"`` where they were packed.
 
     Raises
     ------
     ValueError
-        When the arrays do not hold ``count`` blocks each (a damaged manifest).
+        When the arrays do not hold ``count`` blocks each, or ``row_lines`` not a line per row
+        of its blocks (a damaged manifest).
     """
     n = int(packed["count"])
     paths = _unpack_bytes(packed["paths"]).decode("utf-8").split("\0") if n else []
     files = _unpack_ints(packed["file"])
     fields = [_unpack_ints(packed[name]) for name in FIELDS]
-    if any(len(f) != n for f in (files, *fields)):
+    lines = _unpack_ints(packed["line"]) if "line" in packed else None
+    if any(len(f) != n for f in (files, *fields, *([lines] if lines is not None else []))):
         raise ValueError(f"Expected {n} blocks in every array of the packed manifest blocks.")
-    return [{"path": paths[f], "offset": o, "length": ln, "rows": r, "raw_rows": raw}
-            for f, o, ln, r, raw in zip(files, *fields, strict=True)]
+    blocks = [{"path": paths[f], "offset": o, "length": ln, "rows": r, "raw_rows": raw}
+              for f, o, ln, r, raw in zip(files, *fields, strict=True)]
+    if lines is not None:
+        for block, line in zip(blocks, lines, strict=True):
+            block["line"] = line or None
+        _unpack_row_lines(packed.get("row_lines"), blocks)
+    return blocks
+
+
+def _unpack_row_lines(packed: dict[str, Any] | None, blocks: list[dict[str, Any]]) -> None:
+    """Give the blocks packed in ``row_lines`` their rows' lines (``raw_rows`` each, in order)."""
+    if not packed:
+        return
+    irregular, lines = _unpack_ints(packed["blocks"]), _unpack_ints(packed["lines"])
+    if (any(not 0 <= i < len(blocks) for i in irregular)
+            or sum(blocks[i]["raw_rows"] for i in irregular) != len(lines)):
+        raise ValueError(f"Expected a line for each row of the {len(irregular)} blocks in the "
+                         f"packed manifest blocks' row_lines. Received: {len(lines)} lines.")
+    at = 0
+    for i in irregular:
+        n = blocks[i]["raw_rows"]
+        blocks[i]["row_lines"] = lines[at : at + n]
+        at += n

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         relist,
         stat_file,
     )
+    from daskfeed.reading._lines import RowLines
     from daskfeed.reading._listing import Listing, PathsLike
     from daskfeed.reading._locate import Spot, locate_values
     from daskfeed.reading._nulls import NA_MARKERS, count_by_part, na_counts, naive_times
@@ -32,12 +33,12 @@ if TYPE_CHECKING:
     from daskfeed.reading._tables import FieldText, ReadOptions, iter_tables, record_range
 
 __all__ = ["ISO_DATE", "NA_MARKERS", "SPACES", "Block", "FieldText", "FileInfo", "Listing", "Part",
-           "PathsLike", "ReadOptions", "SharedParse", "SmallFiles", "Source", "SplitError", "Spot",
-           "compression_of", "count_by_part", "expand_paths", "file_key", "first_header",
-           "is_parquet", "iso_seconds", "iter_tables", "line_number", "locate_values", "na_counts",
-           "naive_times", "open_file", "options_salt", "part_key", "protocol", "read_options",
-           "record_range", "refuse_missing_local", "relist", "stat_file", "url_credentials",
-           "with_credentials"]
+           "PathsLike", "ReadOptions", "RowLines", "SharedParse", "SmallFiles", "Source",
+           "SplitError", "Spot", "compression_of", "count_by_part", "expand_paths", "file_key",
+           "first_header", "is_parquet", "iso_seconds", "iter_tables", "line_number",
+           "locate_values", "na_counts", "naive_times", "open_file", "options_salt", "part_key",
+           "protocol", "read_options", "record_range", "refuse_missing_local", "relist",
+           "stat_file", "url_credentials", "with_credentials"]
 
 __getattr__, __dir__ = attach(__name__, {
     "url_credentials": "_credentials", "with_credentials": "_credentials",
@@ -46,6 +47,7 @@ __getattr__, __dir__ = attach(__name__, {
     "is_parquet": "_files", "protocol": "_files", "refuse_missing_local": "_files",
     "relist": "_files", "stat_file": "_files",
     "Listing": "_listing", "PathsLike": "_listing",
+    "RowLines": "_lines",
     "Spot": "_locate", "locate_values": "_locate",
     "Part": "_parts", "file_key": "_parts", "options_salt": "_parts", "part_key": "_parts",
     "NA_MARKERS": "_nulls", "count_by_part": "_nulls", "na_counts": "_nulls", "naive_times": "_nulls",

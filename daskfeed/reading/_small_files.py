@@ -17,13 +17,14 @@ that column read as text.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
 from daskfeed.core import DataError
 from daskfeed.reading._files import Block, compression_of, is_parquet
+from daskfeed.reading._lines import lone_cr
 from daskfeed.reading._nulls import na_counts, numbers_by_part, text_by_part
 from daskfeed.reading._records import parse_header
 from daskfeed.reading._streams import open_file
@@ -46,13 +47,15 @@ class SharedParse:
 
     Each block's rows, values and types are those it gets parsed alone (see the module), and
     ``counts[k]`` what the null markers made missing in it (:func:`daskfeed.reading.na_counts`
-    of that table).
+    of that table). Each file's rows are one per line (else it is not parsed with others);
+    ``breaks[k]``: the line breaks of its text after the header.
     """
 
     indices: list[int]
     table: pa.Table
     bounds: np.ndarray
     counts: list[dict[str, dict[str, int]]]
+    breaks: list[int] = field(default_factory=list)
 
     @classmethod
     def alone(cls, index: int, table: pa.Table) -> SharedParse:
@@ -134,9 +137,11 @@ class SmallFiles:
                         start: int) -> list[SharedParse]:
         """The first file parsed alone, the others as one text typed as it is.
 
-        Returns [] when some line is no record (a field over lines, a blank line): the rows of
-        a file are then not its lines.
+        Returns [] when some line is no record (a field over lines, a blank line, a carriage return
+        alone ending a line): the rows of a file are then not its lines.
         """
+        if any(lone_cr(body) for _, _, body in texts):
+            return []
         bodies = [body if body.endswith(b"\n") or not body else body + b"\n" for _, _, body in texts]
         lines = [body.count(b"\n") for body in bodies]
         forced = dtype_overrides(self.options, names)
@@ -155,7 +160,11 @@ class SmallFiles:
             return []  # not text: the file by file read names the file
         head = SharedParse.alone(texts[0][0], with_markers(first, forced, self.options, texts[0][1]))
         bounds = np.concatenate(([0], np.cumsum(lines[1:])))
-        return [head, *self._rest(rest, [(i, b) for i, b, _ in texts[1:]], bounds, forced)]
+        runs = [head, *self._rest(rest, [(i, b) for i, b, _ in texts[1:]], bounds, forced)]
+        breaks = {index: body.count(b"\n") for index, _, body in texts}
+        for run in runs:
+            run.breaks = [breaks[i] for i in run.indices]
+        return runs
 
     def _rest(self, rest: pa.Table, blocks: list[tuple[int, Block]], bounds: np.ndarray,
               forced: dict[str, pa.DataType]) -> list[SharedParse]:

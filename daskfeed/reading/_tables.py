@@ -19,6 +19,7 @@ import pyarrow.csv as pacsv
 
 from daskfeed.core import DataError
 from daskfeed.reading._files import Block, compression_of, is_parquet
+from daskfeed.reading._lines import RowLines
 from daskfeed.reading._nulls import column_markers, normalize, normalize_column, with_na_counts
 from daskfeed.reading._records import (
     Quotes,
@@ -83,7 +84,8 @@ class FieldText:
 
 
 def iter_tables(block: Block, options: ReadOptions, rejects: list[str] | None = None,
-                text: FieldText | None = None) -> Iterator[pa.Table]:
+                text: FieldText | None = None, lines: RowLines | None = None,
+                ) -> Iterator[pa.Table]:
     """Parse one block into Arrow tables, at most about ``blocksize`` of text each (on a worker).
 
     A byte range or a small file gives one table. A compressed file cannot be split into byte
@@ -103,6 +105,9 @@ def iter_tables(block: Block, options: ReadOptions, rejects: list[str] | None = 
     text
         Columns wanted also as their fields' text: one table of them is appended to its
         ``tables`` per table yielded (see :class:`FieldText`).
+    lines
+        Where the line of each row parsed is counted (:class:`~daskfeed.reading._lines.RowLines`;
+        a Parquet file's rows have none).
 
     Yields
     ------
@@ -117,6 +122,8 @@ def iter_tables(block: Block, options: ReadOptions, rejects: list[str] | None = 
     """
     so = dict(options.storage_options)
     if is_parquet(block.path):
+        if lines is not None:
+            lines.not_lines()
         for table in _parquet_tables(block, so):
             if text is not None:
                 text.tables.append(table.select(list(text.columns)))
@@ -129,13 +136,16 @@ def iter_tables(block: Block, options: ReadOptions, rejects: list[str] | None = 
                              max_columns=options.max_columns)
         if not names:
             return
+        if lines is not None and "\n".encode(options.encoding) != b"\n":
+            lines.not_lines()  # (UTF-16: its lines are not counted by the byte \n)
         if block.length >= 0:
-            yield _byte_range_table(f, block, header, names, options, rejects, text)
+            yield _byte_range_table(f, block, header, names, options, rejects, text, lines)
             return
         if not compression:  # a whole small file: read at once (see _small_file_table)
             body = f.read(options.blocksize + 1)
             if len(body) <= options.blocksize:
-                yield _small_file_table(body, len(header), names, block, options, rejects, text)
+                yield _small_file_table(body, len(header), names, block, options, rejects, text,
+                                        lines)
                 return
             f.seek(len(header))  # grew past the blocksize since it was listed: as a stream
         first = True
@@ -145,12 +155,12 @@ def iter_tables(block: Block, options: ReadOptions, rejects: list[str] | None = 
                 block.path, start, len(body), block.file_index)
             first = False
             yield _parse(body, names, where, options, rejects, whole=True,  # ends outside quotes
-                         text=text)
+                         text=text, lines=lines)
 
 
 def _small_file_table(body: bytes, start: int, names: list[str], block: Block,
                       options: ReadOptions, rejects: list[str] | None,
-                      text: FieldText | None = None) -> pa.Table:
+                      text: FieldText | None = None, lines: RowLines | None = None) -> pa.Table:
     """Parse the whole body of a small file (it starts at byte ``start``, on line 2).
 
     pyarrow takes a quote left open at the end of the text for a field running to the end. When
@@ -160,12 +170,11 @@ def _small_file_table(body: bytes, start: int, names: list[str], block: Block,
     skipped: list[str] = [] if rejects is None else rejects
     before = len(skipped)
     try:
-        table = _parse(body, names, block, options, skipped, whole=True, text=text)
+        table = _parse(body, names, block, options, skipped, whole=True, text=text, lines=lines)
     except DataError:
         refuse_unclosed(body, 0, start, block, options.sep)
         raise
-    lines = body.count(b"\n") + (not body.endswith(b"\n"))
-    if table.num_rows + len(skipped) - before < lines:
+    if table.num_rows + len(skipped) - before < body.count(b"\n") + (not body.endswith(b"\n")):
         refuse_unclosed(body, 0, start, block, options.sep)
     else:
         refuse_unclosed(body, body.rfind(b"\n", 0, len(body) - 1) + 1, start, block, options.sep)
@@ -257,7 +266,7 @@ _SPLIT_HINT = ("Hint: the blocks of this file are decided exactly when a scan me
 
 def _byte_range_table(f: IO[bytes], block: Block, header: bytes, names: list[str],
                       options: ReadOptions, rejects: list[str] | None,
-                      text: FieldText | None = None) -> pa.Table:
+                      text: FieldText | None = None, lines: RowLines | None = None) -> pa.Table:
     """Parse the records of one byte range of an uncompressed file.
 
     Its records are those that start in it: from the first record start at or after its
@@ -288,7 +297,7 @@ def _byte_range_table(f: IO[bytes], block: Block, header: bytes, names: list[str
                              "is never closed before the end of the file")
     try:
         return _parse(body, names, block, options, rejects, whole=body.find(b'"') >= 0,
-                      text=text)
+                      text=text, lines=lines)
     except DataError as err:  # a speculated start inside a quoted field reads lines that are not records
         if block.start >= 0 or block.offset == 0:
             raise
@@ -345,7 +354,8 @@ def record_range(f: IO[bytes], block: Block, header: int, sep: str) -> tuple[int
 
 
 def _parse(body: bytes, names: list[str], block: Block, options: ReadOptions,
-           rejects: list[str] | None, whole: bool = True, text: FieldText | None = None) -> pa.Table:
+           rejects: list[str] | None, whole: bool = True, text: FieldText | None = None,
+           lines: RowLines | None = None) -> pa.Table:
     """Parse whole CSV records into an Arrow table, null markers stated and counted.
 
     Empty fields are missing in every column. The usual markers are missing only in a column
@@ -355,15 +365,23 @@ def _parse(body: bytes, names: list[str], block: Block, options: ReadOptions,
     marker made missing, per column, is in the schema metadata: JSON ``{column: {marker:
     count}}``, non-zero counts only; ``""`` counts empty fields, ``"NaN"`` every NaN pyarrow
     read as a float (``NaN``, ``nan``, ...). ``text``: its columns' field text too, parsed
-    from the same bytes (:class:`FieldText`).
+    from the same bytes (:class:`FieldText`); ``lines``: its rows' lines counted (:class:`RowLines`).
     """
     if not body or body.isspace():  # (no copy of the body)
+        if lines is not None:
+            lines.add(body, 0, 0, options.sep, None)
         if text is not None:
             text.tables.append(pa.table({n: pa.array([], pa.string()) for n in text.columns}))
         return with_na_counts(pa.table({n: pa.nulls(0) for n in names}), {})
     forced = dtype_overrides(options, names)
+    if lines is not None and rejects is None:
+        rejects = []  # (to count the lines skipped)
+    before = len(rejects) if rejects is not None else 0
     table = read_csv(body, names, block, options, rejects, forced, whole)
     check_text(table, block, options.encoding)
+    if lines is not None:
+        lines.add(body, table.num_rows, len(rejects or ()) - before, options.sep,
+                  len(names) if options.bad_lines != "error" else None)
     if text is not None:
         text.tables.append(_field_text(body, names, block, options, text.columns, whole))
     return with_markers(table, forced, options, block)

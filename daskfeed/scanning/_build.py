@@ -70,8 +70,8 @@ def build_manifest(src: Source, label: str, facts: list[BlockFacts], stats: Stat
         warn_user(note)
     partitions = [
         {"path": b.path, "offset": b.offset, "length": b.length, "rows": f["label_rows"],
-         "raw_rows": f["rows"]}
-        for b, f in zip(src.blocks, facts, strict=False)
+         "raw_rows": f["rows"], **lines}
+        for b, f, lines in zip(src.blocks, facts, block_lines(src, facts), strict=False)
     ]
     scanned = [i for i, f in enumerate(facts) if not f.get("unscanned")]
     sizes = block_sizes(src)
@@ -85,6 +85,48 @@ def build_manifest(src: Source, label: str, facts: list[BlockFacts], stats: Stat
         else {}, label_classes=list(classes) if classes is not None else None, split=split,
         label_order=order_ratio(facts), splits=dict(src.splits),
     )
+
+
+def block_lines(src: Source, facts: list[BlockFacts]) -> list[dict[str, Any]]:
+    """Where each block's rows are in its file: ``{"line": ...}``, with ``"row_lines"`` if irregular.
+
+    A file's blocks tile its text after its one-line header, in order (each from its first
+    record's first byte to the next block's), so block ``k``'s first line is 2 plus the line
+    breaks of blocks ``0..k-1`` (:mod:`daskfeed.reading._lines`). A block follows none of the
+    file's blocks whose line breaks are not known (a block of a split's other part, a dask
+    DataFrame's partition, a Parquet file): its ``line`` is None, as is that of a block whose
+    rows' lines could not be found.
+
+    Parameters
+    ----------
+    src
+        The data.
+    facts
+        The scan's facts of each block (``breaks``, ``row_lines``: see
+        :func:`daskfeed.scanning._task.line_facts`).
+
+    Returns
+    -------
+    list of dict
+        Per block: ``{"line": int or None}``, and ``"row_lines"`` (each row's line from
+        ``line``) where its rows are not one per line.
+    """
+    if src.frame is not None:
+        return [{} for _ in facts]
+    out: list[dict[str, Any]] = []
+    at: int | None = None  # the line the next block of the same file starts on
+    for block, f in zip(src.blocks, facts, strict=False):
+        if block.length < 0 or block.offset == 0:
+            at = 2  # (the header is line 1)
+        breaks = f.get("breaks")
+        line = at if breaks is not None else None
+        at = None if line is None or breaks is None else line + breaks
+        offsets = f.get("row_lines", ())
+        if offsets is None:  # (rows not one per line, and their lines not found)
+            line = None
+        out.append({"line": line} if line is None or not offsets else
+                   {"line": line, "row_lines": offsets})
+    return out
 
 
 def class_counts(values: dict[str, int]) -> dict[str, int]:

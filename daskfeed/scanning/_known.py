@@ -16,7 +16,7 @@ from daskfeed.core import DataError, ManifestMismatchError
 from daskfeed.manifest import Manifest
 from daskfeed.reading import FileInfo, Part, Source, protocol, relist
 from daskfeed.scanning._schema import BlockFacts
-from daskfeed.scanning._store import PartRecord, ScanStore, changes_line, data_key
+from daskfeed.scanning._store import RECORD_VERSION, PartRecord, ScanStore, changes_line, data_key
 
 
 class Known:
@@ -49,9 +49,10 @@ class Known:
         """The last scan's manifest when no file and no setting changed since (its notes repeated).
 
         A manifest whose skipped lines were quarantined is made again from the parts' records
-        (their text is not in the manifest's JSON).
+        (their text is not in the manifest's JSON), as is one made of records of another
+        version (:data:`~daskfeed.scanning._store.RECORD_VERSION`: e.g. without lines).
         """
-        if self.last is None or self.store is None:
+        if self.last is None or self.store is None or self.last.get("version") != RECORD_VERSION:
             return None
         try:
             manifest = Manifest.from_dict(self.last["manifest"])

@@ -37,8 +37,10 @@ from daskfeed.scanning._task import shared_facts
 # of what a record holds: bump it when the statistics change (old records are then scanned again);
 # 2: a column of dates that pyarrow left as text is read as dates, times without a zone counted;
 # 3: JSON, not pickle (nothing read back from a cache root is code); 4: moments as exact sums by
-# segment (:mod:`daskfeed.scanning._moments`): a part's new files merge into its record exactly
-RECORD_VERSION = 4
+# segment (:mod:`daskfeed.scanning._moments`): a part's new files merge into its record exactly;
+# 5: each block's line breaks and, where its rows are not one per line, their lines (a record
+# without them would give the manifest's blocks no line)
+RECORD_VERSION = 5
 RECORD_FORMAT = "daskfeed scan record"
 
 # a part's scan results: {"facts": [facts of each block], "stats": its merged statistics}
@@ -150,7 +152,8 @@ class ScanStore:
         until it grows).
         """
         body = {"files": {f.path: [f.size, f.mtime, f.etag] for f in src.files},
-                "records": records, "manifest": manifest, "given": src.given,
+                "version": RECORD_VERSION, "records": records, "manifest": manifest,
+                "given": src.given,
                 "parts": list(entries) or [p.key for p in src.parts()]}
         try:
             self._make("sets")

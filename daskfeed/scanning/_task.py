@@ -2,7 +2,8 @@
 
 Each table parsed is reported to the trainer's watchdog (:func:`report`, events on the scan's
 topic) and written to the parse cache; the statistics of the task's tables are merged here,
-the facts of each block travel back (see :mod:`daskfeed.scanning._scan`).
+the facts of each block travel back (see :mod:`daskfeed.scanning._scan`), with where its rows
+are in its file (:func:`line_facts`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from distributed import get_worker
 
 from daskfeed.cache import BlockCache, compact
 from daskfeed.core import DataError
-from daskfeed.reading import Block, ReadOptions, SharedParse, SmallFiles, Source, iter_tables
+from daskfeed.reading import (
+    Block,
+    ReadOptions,
+    RowLines,
+    SharedParse,
+    SmallFiles,
+    Source,
+    iter_tables,
+)
 from daskfeed.scanning._refusals import where
 from daskfeed.scanning._schema import BlockFacts, Stats
 from daskfeed.scanning._stats import StatsAccumulator, merge_facts, parts_facts, table_facts
@@ -178,8 +187,9 @@ def _scan_shared(run: SharedParse, label: str, writer: PartWriters | None, acc: 
         writer.add_parts(list(zip(run.indices, np.diff(run.bounds).tolist(), strict=True)), coded)
     acc.add(run.table, coded, run.bounds)  # (each file's moments its own: a segment each)
     facts = parts_facts(run.table, run.bounds, label, run.counts, sampled)
-    for f in facts:
+    for f, breaks in zip(facts, run.breaks, strict=True):
         f["bad_lines"] = 0  # (a run is read only where a bad line is an error)
+        f["breaks"] = breaks  # (one row a line: a file of another shape is read alone)
     report(topic, task, run.indices[-1], run.table.num_rows, nbytes=nbytes)
     return facts
 
@@ -193,11 +203,12 @@ def _scan_block(index: int, block: Block, options: ReadOptions, label: str,
     parse cache writer, or None).
     """
     rejects: list[str] = []
+    lines = RowLines()
     summary: BlockFacts | None = None
     report(topic, task, index)  # a read that hangs here is named by the watchdog
     if writer is not None:
         writer.begin(index)  # cached even if it has no rows
-    for table in iter_tables(block, options, rejects):
+    for table in iter_tables(block, options, rejects, lines=lines):
         coded = None
         if writer is not None:  # the cache's form, made once: the statistics count text by its codes
             coded = compact(table)
@@ -209,6 +220,7 @@ def _scan_block(index: int, block: Block, options: ReadOptions, label: str,
     if summary is None:  # an empty file
         summary = {"rows": 0, "columns": [], "kinds": {}, "missing": {}, "label_rows": 0, "samples": {}}
     summary["bad_lines"] = len(rejects)
+    summary.update(line_facts(lines, summary["rows"]))
     if options.bad_lines == "quarantine" and rejects:  # bounded: a pathological file stays cheap
         summary["rejects"] = [line[:MAX_REJECT_CHARS] for line in rejects[:MAX_REJECTS_KEPT]]
     if rejects and len(rejects) > max(100, summary["rows"]):
@@ -219,6 +231,32 @@ def _scan_block(index: int, block: Block, options: ReadOptions, label: str,
             "the header of this file."
         )
     return summary
+
+
+def line_facts(lines: RowLines, rows: int) -> BlockFacts:
+    """Where a block's rows are in its file: the facts the manifest's lines are made of.
+
+    Parameters
+    ----------
+    lines
+        As :func:`~daskfeed.reading.iter_tables` counted them.
+    rows
+        The rows the block parsed (every one, with a label or not).
+
+    Returns
+    -------
+    dict
+        ``{"breaks": line breaks in the block's own text}`` (None: not text lines, e.g.
+        Parquet), and ``"row_lines"`` only when its rows are not one per line: the line of each
+        row from the block's first line, or None when they could not be found.
+    """
+    if lines.breaks is None:
+        return {"breaks": None}
+    if not lines.known or lines.rows != rows:
+        return {"breaks": lines.breaks, "row_lines": None}
+    offsets = lines.offsets()
+    return {"breaks": lines.breaks} if offsets is None else {"breaks": lines.breaks,
+                                                             "row_lines": offsets}
 
 
 def quarantined(src: Source, facts: list[BlockFacts], bad_lines: int,

@@ -10,6 +10,7 @@ import pickle
 
 from daskfeed.cache import open_cache
 from daskfeed.reading import Source
+from daskfeed.scanning._store import RECORD_VERSION
 from daskfeed.scanning import ScanStore, scan_source
 
 _HEADER = "n,x,word,day,at,local,flag,rare,empty,y\n"
@@ -58,7 +59,7 @@ def test_records_read_back_give_a_full_scans_manifest_for_every_kind(tmp_path, c
     for path in records:  # data with a name and a version, no code
         with open(path, encoding="utf-8") as f:
             body = json.load(f)
-        assert body["format"] == "daskfeed scan record" and body["version"] == 4
+        assert body["format"] == "daskfeed scan record" and body["version"] == RECORD_VERSION
         assert os.path.basename(path) == f"{body['key']}.json"
         assert (os.stat(path).st_mode & 0o777) == 0o600
     _write(data / "c" / "three.csv", 120, 5000)  # grown: the first parts' records are read back
