@@ -18,7 +18,8 @@ tests/ is on ``sys.path`` as for ``helpers``):
 4. :meth:`KillResume.epochs` counts, per epoch, how often each row was trained by the committed
    steps: each killed run's from the checkpoint it resumed from to the checkpoint the next run
    resumed from, every step of the last run. An exact resume gives each row once per epoch
-   (``lost == duplicated == 0``).
+   (``lost == duplicated == 0``). :meth:`KillResume.audit` checks each committed step's rows,
+   in order, against what ``daskfeed rows`` recomputes from the run's order.
 5. Several trainers: ``start(args, world=W)`` runs ``W`` ranks (``--rank r --world-size W``,
    ``args`` naming a shared scheduler), each its own process group and screen; rank 0's
    checkpoints are the run's. Ranks step together in a real data-parallel job, so a kill lets
@@ -140,6 +141,7 @@ class KillResume:
     def __init__(self, workdir: Path, args: list[str], *, features: list[str],
                  ids: dict[str, int], delay: float = 0.0) -> None:
         assert list(features[:len(ids)]) == list(ids), "the id columns come first"
+        self.ids = dict(ids)
         self.workdir = Path(workdir)
         self.log = self.workdir / "steps.bin"
         self.output = self.workdir / "out"
@@ -371,6 +373,23 @@ class KillResume:
                 np.add.at(seen, s.ids, 1)
             out.append((int((seen == 0).sum()), int(np.maximum(seen - 1, 0).sum())))
         return out
+
+    def audit(self) -> int:
+        """Check every committed step against ``daskfeed.batch_rows``: the rows it recomputes for
+        the step's epoch and its trainer's step (counted across the jobs that trained the epoch)
+        are the rows the step logged, in order. Returns the steps checked."""
+        import daskfeed
+
+        rank_of = {pid: r for pids in self.rank_pids for r, pid in enumerate(pids)}
+        mine: dict[tuple[int, int], list[Step]] = {}
+        for s in self.committed():
+            mine.setdefault((s.epoch, rank_of[s.pid]), []).append(s)
+        for (epoch, rank), steps in sorted(mine.items()):
+            for k, s in enumerate(steps, 1):
+                frame = daskfeed.batch_rows(self.output, epoch=epoch + 1, step=k, rank=rank, show=True)
+                ids = frame[list(self.ids)].to_numpy(np.int64) @ np.array(list(self.ids.values()))
+                assert ids.tolist() == s.ids.tolist(), (epoch, rank, k, frame.attrs)
+        return sum(len(v) for v in mine.values())
 
     def by_epoch(self, rows: int, epochs: int) -> list[tuple[int, int, int]]:
         """``(lost, duplicated, trainers)`` of each epoch among the committed steps, each step

@@ -67,7 +67,7 @@ def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused:
     epoch, batch = _start_point(run, net, stopper, train_seq)
     if epoch < opts.epochs:  # what fixes the order, and where this entry begins (daskfeed rows)
         record_order(run.out, train_seq, epoch=epoch, position=train_seq.position(batch, epoch),
-                     world=run.ranks.world_size, fresh=ckpt is None)
+                     world=run.ranks.world_size, epochs=opts.epochs, fresh=ckpt is None)
     every = opts.checkpoint_every
     echo(f"checkpoints: {f'every {every} batches and ' if every else ''}at epoch ends in "
          f"{run.store.directory} (the last {run.store.keep} kept)")

@@ -38,7 +38,7 @@ _MANIFESTS = ("manifest.json", "manifest.running.json")  # a finished run's, a r
 
 
 def record_order(out: str, seq: DaskSequence, *, epoch: int, position: int, world: int,
-                 fresh: bool) -> None:
+                 epochs: int, fresh: bool) -> None:
     """Keep what fixes the run's order, and where this entry into training begins.
 
     A fresh run writes ``OUTPUT/order.json`` anew; a resumed one adds a stretch to it (a record
@@ -54,6 +54,8 @@ def record_order(out: str, seq: DaskSequence, *, epoch: int, position: int, worl
         Where training begins: the epoch, and the batches of its order trained before.
     world
         Trainers of this entry.
+    epochs
+        The epochs it trains to (``--epochs``).
     fresh
         Whether the run starts from scratch (no checkpoint).
     """
@@ -73,7 +75,8 @@ def record_order(out: str, seq: DaskSequence, *, epoch: int, position: int, worl
         record = {"format": FORMAT, "version": VERSION, "layout": layout, "stretches": []}
     record["layout"] = layout  # where the buckets and the cache are now (rebuilt: the same rows)
     record["stretches"].append({"epoch": int(epoch), "position": int(position),
-                                "world": int(world), "time": round(time.time(), 3)})
+                                "world": int(world), "epochs": int(epochs),
+                                "time": round(time.time(), 3)})
     write_file(path, json.dumps(record, default=list))
 
 
@@ -100,7 +103,8 @@ def _segments(stretches: list[dict[str, Any]], epoch: int, batches: int) -> list
     kept.
     """
     out = []
-    limit = (float("inf"), 0)  # where the earliest later stretch began
+    last = stretches[-1] if stretches else {}
+    limit = (last.get("epochs", float("inf")), 0)  # where the earliest later stretch began
     for s in reversed(stretches):
         begin = (s["epoch"], s["position"])
         lo = s["position"] if s["epoch"] == epoch else 0

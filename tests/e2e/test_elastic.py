@@ -236,6 +236,8 @@ def test_sigkilled_ranks_resumed_by_another_number_of_trainers_train_each_row_on
         text = run.resume(again[:-1], timeout=900, world=world)
         assert f"memory limit of this trainer process {memory}" in text, text[:600]
         counts = run.by_epoch(rows, 2)
+        audited = run.audit()  # each rank's steps, recomputed by `daskfeed rows --rank`
+        print(f"\n{audited} committed steps audited against daskfeed rows")
         print(f"\n10 SIGKILLs ({', '.join(f'{k}: {kinds.count(k)}' for k in sorted(set(kinds)))}); "
               f"trainers per job {worlds}; resumed at iterations {run.cuts} (epochs {at}); per "
               f"epoch (lost, duplicated, trainers at its end): {counts}")

@@ -306,6 +306,7 @@ def test_cli_sigkill_mid_epoch_then_resume_trains_every_row_exactly_once(id_data
     uncommitted = [s.ids.tolist() for s in first if s.iteration >= ckpt.iterations]
     after = committed[ckpt.iterations:]
     assert [s.ids.tolist() for s in after[:len(uncommitted)]] == uncommitted  # same order, again
+    assert run.audit() == len(committed)  # each step's rows, recomputed by `daskfeed rows`
     for epoch, (lost, duplicated) in enumerate(run.epochs(id_data.train_rows, n, 2)):
         print(f"\nepoch {epoch}: killed after {len(first)} batches, checkpoint at epoch "
               f"{kill_epoch} batch {k}, {len(uncommitted)} uncommitted batches retrained; "

@@ -61,7 +61,8 @@ def test_every_step_of_a_run_is_the_rows_it_trained(tmp_path, id_data):
     assert len(steps) == 2 * per_epoch
     assert _check_steps(run.output, steps, per_epoch) == 2 * id_data.train_rows
     record = json.loads((run.output / "order.json").read_text())
-    assert [(s["epoch"], s["position"], s["world"]) for s in record["stretches"]] == [(0, 0, 1)]
+    stretches = [(s["epoch"], s["position"], s["world"], s["epochs"]) for s in record["stretches"]]
+    assert stretches == [(0, 0, 1, 2)]
 
     # the command: the same rows, as csv and json; a table that names the batch
     cmd = [*KillResume.command(), "rows", str(run.output), "--epoch", "2", "--step", "5"]
@@ -92,8 +93,8 @@ def test_a_changed_file_is_refused_not_guessed(tmp_path, id_data):
     import shutil
 
     data = tmp_path / "data"
-    shutil.copytree(Path(id_data.train_glob).parent, data)
-    args = ["train", str(data / "*.csv"), "--label", "cleared", "--epochs", "1", "--batch-size",
+    shutil.copytree(Path(id_data.root) / "log_quest", data)
+    args = ["train", str(data / "**" / "*.csv"), "--label", "cleared", "--epochs", "1", "--batch-size",
             str(BATCH), "--memory-limit", "2GB", "--nworkers", "1", "--dashboard-address", "",
             "--verbose", "0", "--cache", str(tmp_path / "cache")]
     run = KillResume(tmp_path, args, features=FEATURES, ids={"row_id": 1})
@@ -123,8 +124,10 @@ def test_a_trainers_batches_of_a_stretch_are_its_lanes(world, position):
 
 def test_stretches_of_an_epoch_end_where_the_next_began():
     stretches = [{"epoch": 0, "position": 0, "world": 1}, {"epoch": 1, "position": 30, "world": 2},
-                 {"epoch": 1, "position": 20, "world": 3}, {"epoch": 3, "position": 0, "world": 1}]
+                 {"epoch": 1, "position": 20, "world": 3}, {"epoch": 3, "position": 0, "world": 1,
+                                                             "epochs": 4}]
     assert _segments(stretches, 0, 67) == [(0, 67, 1)]
     assert _segments(stretches, 1, 67) == [(0, 20, 1), (20, 67, 3)]  # 20..29 trained again
     assert _segments(stretches, 2, 67) == [(0, 67, 3)]
     assert _segments(stretches, 3, 67) == [(0, 67, 1)]
+    assert _segments(stretches, 4, 67) == []  # the run trained 4 epochs
