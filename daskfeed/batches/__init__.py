@@ -21,12 +21,12 @@ if TYPE_CHECKING:
     from daskfeed.batches._settings import DataSettings
     from daskfeed.batches._state import STATE_VERSION, StreamState
     from daskfeed.batches._stream import BatchStream, Closes
-    from daskfeed.batches._trace import batch_positions, block_index, file_rows, traced
+    from daskfeed.batches._trace import batch_positions, bucket_rows, dealt_sizes, file_rows
 
 __all__ = ["ORDER_FORMATS", "ORDER_VERSION", "STATE_VERSION", "BatchStream", "Closes", "DataSettings",
            "EpochPlan", "EpochStats", "GlobalOrder", "Prepared", "StreamState", "batch_positions",
-           "block_index", "blocksize_for", "file_rows", "largest_block", "make_plan",
-           "planned_window_bytes", "traced"]
+           "blocksize_for", "bucket_rows", "dealt_sizes", "file_rows", "largest_block", "make_plan",
+           "planned_window_bytes"]
 
 __getattr__, __dir__ = attach(__name__, {
     "EpochStats": "_epoch",
@@ -37,5 +37,5 @@ __getattr__, __dir__ = attach(__name__, {
     "DataSettings": "_settings",
     "STATE_VERSION": "_state", "StreamState": "_state",
     "BatchStream": "_stream", "Closes": "_stream",
-    "batch_positions": "_trace", "block_index": "_trace", "file_rows": "_trace", "traced": "_trace",
+    "batch_positions": "_trace", "bucket_rows": "_trace", "dealt_sizes": "_trace", "file_rows": "_trace",
 })

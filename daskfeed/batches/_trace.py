@@ -2,13 +2,14 @@
 
 An epoch's order is a pure function of the buckets' sizes, the seed and the epoch
 (:mod:`daskfeed.batches._order`); batch ``g`` is rows ``[g * batch_size, (g + 1) * batch_size)``
-of it, whatever the budget or the number of trainers. This module walks that function back:
-the units (buckets) a batch's rows lie in and each row's position in its bucket's canonical
-order (:func:`batch_positions`, ``O(K)`` plus the permutation of the one or two units it
-touches), then the bucket files' trace columns at those positions — the row's block id and
-its place in the block's stored order (:func:`traced`) — and the block's stored order undone
+of it, whatever the budget or the number of trainers. This module walks that function back,
+from the blocks' row counts and ids alone (no bucket file is read, so a run stays traceable
+after its buckets were dealt again or swept): the units (buckets) a batch's rows lie in and each
+row's position in its bucket's canonical order (:func:`batch_positions`, ``O(K)`` plus the
+permutation of the one or two units it touches); the block and row each position is
+(:func:`bucket_rows`, ``O(blocks)`` per bucket); then the block's stored order undone
 (:func:`file_rows`): each row becomes ``(block, row of the block in file order)``. Nothing is
-logged while training: reading one or two buckets' two integer columns is the whole cost.
+logged while training.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from daskfeed.batches._order import GlobalOrder, unit_rows
-from daskfeed.cache import TRACE_COLUMNS, BlockCache, BucketSet, block_order
+from daskfeed.batches._order import GlobalOrder, block_offsets, bucket_sizes, unit_rows
+from daskfeed.cache import BlockCache, block_order
 from daskfeed.core import DataError
 
 
@@ -59,90 +60,100 @@ def batch_positions(order: GlobalOrder, batch_size: int, batch: int) -> list[tup
     return out
 
 
-def traced(files: BucketSet, picks: list[tuple[int, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """The block ids and stored rows of ``picks`` (:func:`batch_positions`), from the buckets.
+def dealt_sizes(counts: Sequence[int] | np.ndarray, ids: np.ndarray, buckets: int) -> list[int]:
+    """Rows of each of ``buckets`` buckets that blocks of ``counts`` rows and ids ``ids`` deal."""
+    return [int(n) for n in bucket_sizes(counts, block_offsets(ids, buckets), buckets)]
 
-    Only the two trace columns of the one or two buckets are read.
 
-    Raises
-    ------
-    DataError
-        A bucket file is missing (the cache was cleared or evicted) or holds other rows.
+def bucket_rows(counts: Sequence[int] | np.ndarray, ids: np.ndarray, buckets: int,
+                picks: list[tuple[int, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """``(block, row)`` of each of ``picks`` (:func:`batch_positions`), from the blocks alone.
+
+    A bucket's canonical order is its rows by block id, then by row
+    (:func:`~daskfeed.batches._order.bucket_members`); block ``j`` gives bucket ``b`` its rows
+    ``(b - o_j) mod K, + K, ...`` — so position ``c`` of a bucket is found with one
+    ``searchsorted`` over the blocks' member counts, ``O(blocks)`` per bucket, no file read.
+
+    Parameters
+    ----------
+    counts
+        Rows with a label of each block (the manifest's).
+    ids
+        The blocks' ids (:meth:`daskfeed.cache.BlockCache.block_ids`).
+    buckets
+        ``K``.
+    picks
+        Buckets and positions in their canonical order.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        The blocks (indices) and each row's number among its block's rows with a label, in the
+        block's stored order (int64 each).
     """
-    ids, rows = [], []
+    n = np.asarray(counts, dtype=np.int64)
+    k = int(buckets)
+    keys = np.asarray(ids).astype(np.uint64).view(np.int64)
+    order = np.argsort(keys, kind="stable")
+    offsets = block_offsets(ids, k)
+    blocks, rows = [], []
     for b, at in picks:
-        try:
-            table = files.read_bucket(b, list(TRACE_COLUMNS))
-        except OSError as err:
-            raise DataError(
-                f"Cannot read bucket {b} of the run's global order ({files.bucket_path(b)}). "
-                f"Expected the buckets the run trained on.\nReceived: {type(err).__name__}: "
-                f"{err}\nHint: the parse cache was cleared or evicted since; run `daskfeed "
-                "scan` on the same files with the same cache (--cache DIR) and label, then ask "
-                "again: the order is the same.") from err
-        if len(at) and int(at.max()) >= table.num_rows:
-            raise DataError(
-                f"Expected at least {int(at.max()) + 1} rows in bucket {b} "
-                f"({files.bucket_path(b)}). Received: {table.num_rows}.\nHint: the buckets "
-                "were built again on other data; train again to trace this run's batches.")
-        ids.append(table.column(TRACE_COLUMNS[0]).to_numpy()[at])
-        rows.append(table.column(TRACE_COLUMNS[1]).to_numpy()[at])
-    if not ids:
+        first = (int(b) - offsets) % k
+        members = np.where(n > first, (n - first + k - 1) // k, 0)[order]
+        ends = np.cumsum(members)
+        s = np.searchsorted(ends, np.asarray(at, dtype=np.int64), side="right")
+        j = order[s]
+        blocks.append(j)
+        rows.append(first[j] + k * (np.asarray(at, dtype=np.int64) - (ends[s] - members[s])))
+    if not blocks:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return np.concatenate(ids), np.concatenate(rows)
+    return np.concatenate(blocks).astype(np.int64), np.concatenate(rows).astype(np.int64)
 
 
-def block_index(block_ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """The blocks (indices into ``block_ids``) whose ids are ``wanted`` (int64 views of uint64).
-
-    Raises
-    ------
-    DataError
-        An id that is none of the blocks'.
-    """
-    keys = np.asarray(block_ids).astype(np.uint64).view(np.int64)
-    sort = np.argsort(keys, kind="stable")
-    at = np.searchsorted(keys[sort], wanted)
-    at = np.minimum(at, len(keys) - 1) if len(keys) else at
-    found = sort[at] if len(keys) else at
-    if len(wanted) and (not len(keys) or not np.array_equal(keys[found], wanted)):
-        raise DataError(
-            "Expected the rows of the buckets to come from the run's blocks. Received: block "
-            "ids that none of its blocks has.\nHint: the buckets were built again on other "
-            "data; train again to trace this run's batches.")
-    return found.astype(np.int64)
-
-
-def file_rows(cache: BlockCache, index: int, stored: Sequence[int] | np.ndarray) -> np.ndarray:
+def file_rows(cache: BlockCache, index: int, stored: Sequence[int] | np.ndarray, *,
+              rows: int, one_piece: bool) -> np.ndarray:
     """Rows of block ``index`` in file order, of its rows ``stored`` in its stored order.
 
     A block is kept as one or more *pieces* (one table of it each), each in its own seeded
-    order (:func:`daskfeed.cache.block_order`), one after another; this undoes that.
+    order (:func:`daskfeed.cache.block_order`), one after another; this undoes that. The
+    pieces are the cache's ranges of the block; a block parsed as one table (a byte range of
+    a plain CSV file: ``one_piece``) needs no cache.
+
+    Parameters
+    ----------
+    cache
+        The run's parse cache (its layout: which ids its blocks have, where they are kept).
+    index, stored
+        The block and its rows in stored order (rows without a label counted).
+    rows, one_piece
+        The block's rows, and whether it was parsed as one table.
 
     Raises
     ------
     DataError
-        The block is not (completely) in the cache any more.
+        A block of several pieces not in the cache any more.
     """
     ranges = cache.lookup(int(index))
-    if ranges is None:
+    if ranges is None and not one_piece:
         directory = cache.place(int(index))[0]
         raise DataError(
-            f"Expected block {index} of the run in its parse cache ({directory}). Received: not "
-            "there (the cache was cleared or evicted).\nHint: run `daskfeed scan` on the same "
-            "files with the same cache (--cache DIR), then ask again: the order is the same.")
+            f"Expected block {index} of the run (a compressed file, parsed in pieces) in its "
+            f"parse cache ({directory}). Received: not there (the cache was cleared or evicted)."
+            "\nHint: scan the same files with the same cache (daskfeed scan ... --cache DIR), "
+            "then ask again: the order is the same.")
+    counts = [int(rows)] if ranges is None else [count for _, _, count, _ in ranges]
     block_id = cache.block_id(int(index))
     stored = np.asarray(stored, dtype=np.int64)
     out = np.empty(len(stored), dtype=np.int64)
     start = 0
-    for piece, (_, _, count, _) in enumerate(ranges):
+    for piece, count in enumerate(counts):
         mine = (stored >= start) & (stored < start + count)
         if mine.any():
             out[mine] = start + block_order(block_id, count, piece)[stored[mine] - start]
         start += count
     if len(stored) and int(stored.max()) >= start:
         raise DataError(
-            f"Expected rows below {start} of block {index} in its parse cache. Received: row "
-            f"{int(stored.max())}.\nHint: the cache was rebuilt on other files; train again to "
-            "trace this run's batches.")
+            f"Expected rows below {start} of block {index}. Received: row {int(stored.max())}."
+            "\nHint: the cache was rebuilt on other files; train again to trace this run's "
+            "batches.")
     return out

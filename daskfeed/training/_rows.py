@@ -1,14 +1,15 @@
 """Which rows trained at a step: recomputed from the run's order, with no per-step log.
 
 A run in the global order (the parse cache on) keeps, in ``OUTPUT/order.json``, what fixes its
-epochs' orders — the buckets' sizes and files, the parse cache's layout, seed and batch size —
-and one *stretch* per entry into training (a fresh start, each ``--resume``): the epoch and the
-position in its order where it began, and the number of trainers. That is a few hundred bytes
-whatever the run's length. :func:`batch_rows` recomputes a step's batch from it
-(:mod:`daskfeed.batches._trace`): the one or two buckets the batch lies in are read (two integer
-columns), each row's block and place in the block's stored order are turned into its file and
-line (:func:`daskfeed.manifest.row_line`, from what the scan kept), and with ``show`` its values
-are read back from the parse cache.
+epochs' orders — the buckets' sizes, the parse cache's layout (its blocks' ids), seed and batch
+size — and one *stretch* per entry into training (a fresh start, each ``--resume``): the epoch
+and the position in its order where it began, the number of trainers and the epochs it trains
+to. That is a few hundred bytes whatever the run's length. :func:`batch_rows` recomputes a
+step's batch from it and the run's manifest (:mod:`daskfeed.batches._trace`: no bucket file is
+read), each row's block and place in the block's stored order turned into its file and line
+(:func:`daskfeed.manifest.row_line`, from what the scan kept); the parse cache is read only for
+a block some of whose rows have no label, a compressed file's block (parsed in pieces), and the
+rows' values (``show``).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from fsspec.utils import infer_compression
 
-from daskfeed.batches import GlobalOrder, batch_positions, block_index, file_rows, traced
-from daskfeed.cache import TRACE_COLUMNS, BlockCache, BucketSet
+from daskfeed.batches import GlobalOrder, batch_positions, bucket_rows, dealt_sizes, file_rows
+from daskfeed.cache import BlockCache
 from daskfeed.core import CheckpointError, DaskfeedError, SettingError, write_file
-from daskfeed.manifest import Manifest
+from daskfeed.manifest import Encoding, Manifest, labelled
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -66,8 +68,7 @@ def record_order(out: str, seq: DaskSequence, *, epoch: int, position: int, worl
                               "global_order": stream.global_order}
     if stream.buckets is not None and stream.data.cache is not None:
         cache = {k: v for k, v in asdict(stream.data.cache).items() if k != "lease"}
-        layout.update(sizes=[int(n) for n in stream.buckets.sizes],
-                      buckets=asdict(stream.buckets.files), cache=cache)
+        layout.update(sizes=[int(n) for n in stream.buckets.sizes], cache=cache)
     layout = json.loads(json.dumps(layout, default=list))  # as it reads back
     path = os.path.join(out, NAME)
     record = None if fresh else _read(path)
@@ -193,14 +194,24 @@ def batch_rows(output: str | os.PathLike[str], *, epoch: int, step: int, rank: i
             f"Expected an epoch the run trained. Received: epoch={epoch}.\nHint: the run's "
             f"stretches begin at epochs {sorted({s['epoch'] + 1 for s in record['stretches']})}.")
     g, world = _order_batch(segments, step, rank, order.rows // bs, batches)
-    picks = batch_positions(order, bs, g)
-    files, cache = _buckets_of(layout["buckets"]), _cache_of(layout["cache"])
-    ids, stored = traced(files, picks)
-    blocks = block_index(cache.block_ids(len(manifest.blocks)), ids)
+    cache = _cache_of(layout["cache"])
+    ids = cache.block_ids(len(manifest.blocks))
+    k = len(layout["sizes"])
+    if dealt_sizes(manifest.counts, ids, k) != layout["sizes"]:
+        raise CheckpointError(
+            f"Expected the manifest in {out} to deal the run's rows into its {k} buckets. "
+            "Received: other bucket sizes (the manifest or the cache's layout is not the run's)."
+            "\nHint: the directory holds outputs of two runs; train again to trace batches.")
+    blocks, labelled_rows = bucket_rows(manifest.counts, ids, k, batch_positions(order, bs, g))
     rows = np.empty(len(blocks), dtype=np.int64)
+    stored = np.empty(len(blocks), dtype=np.int64)
     for j in np.unique(blocks):
-        mine = blocks == j
-        rows[mine] = file_rows(cache, int(j), stored[mine])
+        mine, block = blocks == j, manifest.blocks[int(j)]
+        raw = int(block.get("raw_rows", block["rows"]))
+        stored[mine] = (labelled_rows[mine] if raw == block["rows"] else
+                        _with_label(cache, int(j), manifest)[labelled_rows[mine]])
+        rows[mine] = file_rows(cache, int(j), stored[mine], rows=raw,
+                               one_piece=infer_compression(str(block["path"])) is None)
     frame = pd.DataFrame({
         "file": [manifest.blocks[j]["path"] for j in blocks],
         "line": pd.array([row_line(manifest.blocks[j], int(r)) for j, r in zip(blocks, rows, strict=True)],
@@ -213,17 +224,24 @@ def batch_rows(output: str | os.PathLike[str], *, epoch: int, step: int, rank: i
     return frame
 
 
-def _buckets_of(d: dict[str, Any]) -> BucketSet:
-    """The run's bucket files, as the record keeps them."""
-    return BucketSet(root=d["root"], key=d["key"], buckets=int(d["buckets"]), build=d["build"],
-                     compression=d["compression"], generations=tuple(d["generations"]))
-
-
 def _cache_of(d: dict[str, Any]) -> BlockCache:
     """The run's parse cache, as the record keeps it (no lease: it only reads)."""
     return BlockCache(root=d["root"], entries=tuple(d["entries"]), starts=tuple(d["starts"]),
                       ids=tuple(d["ids"]), compression=d["compression"],
                       grown=tuple((int(a), str(b), int(c), int(e)) for a, b, c, e in d["grown"]))
+
+
+def _with_label(cache: BlockCache, index: int, manifest: Manifest) -> np.ndarray:
+    """The stored places of block ``index``'s rows that have a label (from the parse cache)."""
+    table = cache.stored_view(index, [manifest.label], {})
+    if table is None:
+        raise DaskfeedError(
+            f"Expected block {index} of the run in its parse cache: some of its rows have no "
+            "label, and which ones is kept there. Received: not there (cleared or evicted)."
+            "\nHint: scan the same files with the same cache (daskfeed scan ... --cache DIR), "
+            "then ask again: the order is the same.")
+    mask = labelled(table, Encoding.from_manifest(manifest, []))
+    return np.arange(table.num_rows, dtype=np.int64) if mask is None else np.flatnonzero(mask)
 
 
 def _manifest(out: str, fingerprint: str) -> Manifest:
@@ -303,8 +321,7 @@ def _values(cache: BlockCache, blocks: np.ndarray, stored: np.ndarray) -> pd.Dat
         if table is None:
             raise DaskfeedError(f"Expected block {j} of the run in its parse cache. Received: not "
                                 "there.\nHint: run `daskfeed scan` on the same files, then ask again.")
-        parts.append(table.drop_columns([c for c in TRACE_COLUMNS if c in table.column_names])
-                     .take(stored[mine]).to_pandas())
+        parts.append(table.take(stored[mine]).to_pandas())
         at[mine] = base + np.arange(len(mine))
         base += len(mine)
     whole = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()

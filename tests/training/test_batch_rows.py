@@ -13,6 +13,7 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import RECORDED_FEATURES as FEATURES
 from killresume import KillResume
@@ -105,6 +106,53 @@ def test_a_changed_file_is_refused_not_guessed(tmp_path, id_data):
     with pytest.raises(DaskfeedError, match=r"Expected the files the run trained on, unchanged\. "
                                             rf"Received: changed or gone since: {changed}"):
         daskfeed.batch_rows(run.output, epoch=1, step=1)
+
+
+def test_rows_without_a_label_gzip_files_and_quoted_line_breaks_are_traced(tmp_path):
+    """Blocks whose rows are not all labelled (the cache says which), a gzip file (parsed in
+    pieces: the cache keeps them), rows over several lines and blank lines (the scan kept their
+    lines): every step's rows and lines, by the log of the real run."""
+    import gzip
+
+    rng = np.random.default_rng(0)
+    data = tmp_path / "data"
+    data.mkdir()
+    rid = 0
+    for f in range(12):
+        lines = ["row_id,x,note,cleared"]
+        for _ in range(400):
+            label = "" if rng.random() < 0.1 else str(int(rng.random() < 0.5))
+            note = '"two\nlines"' if rng.random() < 0.05 else "plain"
+            lines.append(f"{rid},{rng.normal():.4f},{note},{label}")
+            if rng.random() < 0.02:
+                lines.append("")
+            rid += 1
+        text = "\n".join(lines) + "\n"
+        if f == 0:
+            (data / "part-00.csv.gz").write_bytes(gzip.compress(text.encode()))
+        else:
+            (data / f"part-{f:02d}.csv").write_text(text)
+    args = ["train", str(data / "*.csv*"), "--label", "cleared", "--epochs", "1", "--batch-size",
+            "64", "--memory-limit", "2GB", "--nworkers", "1", "--dashboard-address", "",
+            "--verbose", "0", "--cache", str(tmp_path / "cache"), "--blocksize", "4KiB"]
+    run = KillResume(tmp_path, args, features=["row_id", "x"], ids={"row_id": 1})
+    assert run.start().wait(600) == 0, run.text()[-3000:]
+    steps = run.steps()
+    truth, labelled = {}, set()  # row id -> (file, line): a record's first line starts with its id
+    for path in sorted(data.iterdir()):
+        raw = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+        physical = raw.split("\n")
+        for n, text in enumerate(physical[1:], 2):
+            if text[:1].isdigit():
+                truth[int(text.split(",")[0])] = (str(path), n)
+                record = text if '"two' not in text else text + physical[n]  # (its second line)
+                if not record.endswith(","):
+                    labelled.add(int(text.split(",")[0]))
+    assert sorted(i for s in steps for i in s.ids.tolist()) == sorted(labelled)  # each once
+    for s in steps:
+        frame = daskfeed.batch_rows(run.output, epoch=1, step=s.iteration + 1)
+        assert [(f, int(li)) for f, li in zip(frame["file"], frame["line"], strict=True)] == \
+            [truth[i] for i in s.ids.tolist()], s.iteration
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
