@@ -16,11 +16,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import daskfeed
+from daskfeed.cache import open_cache
 from daskfeed.manifest import Manifest, row_line, row_lines
 from daskfeed.manifest._packing import pack_blocks, unpack_blocks
-from daskfeed.reading import ReadOptions, Source, SplitError, iter_tables
+from daskfeed.reading import Source, SplitError, iter_tables
+from daskfeed.scanning import scan_source
 from daskfeed.scanning._build import block_lines
+from daskfeed.scanning._store import RECORD_VERSION
 from daskfeed.scanning._task import scan_blocks
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*(no value in label|malformed line).*:UserWarning")
 
 #: what a record of the files written here may be
 ROW, QUOTED, BLANK, BAD = "row", "quoted", "blank", "bad"
@@ -158,18 +163,64 @@ def test_a_gzip_file_streamed_in_buffers(tmp_path, client):
     _check(m, src, {str(path): truth})
 
 
-def test_lines_survive_the_json_and_grown_data(tmp_path, client):
-    data = tmp_path / "grows"
-    data.mkdir()
-    truth = {}
+def _scan_kept(pattern: str, root, client, **kw) -> tuple[Manifest, Source]:
+    """A scan with a parse cache under ``root`` (the scan's part records kept there)."""
+    src = Source(pattern, **kw)
+    cache, line = open_cache(src, str(root), client=client, required=True)
+    assert cache is not None, line
+    m = scan_source(src, label="y", client=client, vocabulary_size=5, timeout=120,
+                    parse_cache=cache)
+    cache.release(client)
+    return m, src
+
+
+def test_lines_survive_the_json_kept_records_and_grown_data(tmp_path, client):
+    data, root, truth = tmp_path / "data" / "day0", tmp_path / "kept", {}
+    data.mkdir(parents=True)
+
+    def write(k: int) -> None:
+        text, truth[str(data / f"f{k}.csv")] = _text(_kinds(1500, 10 + k, quoted=0.04, blank=0.01),
+                                                     seed=k)
+        (data / f"f{k}.csv").write_bytes(text.encode())
+
     for k in range(2):
-        text, truth[str(data / f"{k}.csv")] = _text(_kinds(2000, 10 + k, quoted=0.04), seed=k)
-        (data / f"{k}.csv").write_bytes(text.encode())
-    cache = daskfeed.cache.BlockCache(tmp_path / "cache") if hasattr(daskfeed, "cache") else None
-    kw = {"blocksize": 8 * 1024}
-    m, src = _scan(str(data / "*.csv"), client, **kw)
+        write(k)
+    pattern, kw = str(data / "*.csv"), {"blocksize": 8 * 1024}
+    m, src = _scan_kept(pattern, root, client, **kw)
     _check(Manifest.from_dict(json.loads(json.dumps(m.plain()))), src, truth)
-    del cache
+    again, src = _scan_kept(pattern, root, client, **kw)  # every file unchanged: the last manifest
+    assert again.scanned_parts == 0
+    _check(again, src, truth)
+    write(2)  # the part grew at its end: only the new file is scanned
+    grown, src = _scan_kept(pattern, root, client, **kw)
+    assert "1 new file" in grown.scan_line, grown.scan_line
+    assert _check(grown, src, truth) == sum(len(t) for t in truth.values())
+    fresh, _ = _scan_kept(pattern, tmp_path / "fresh", client, **kw)
+    assert fresh.blocks == grown.blocks
+
+
+def test_a_kept_scan_of_an_older_record_version_is_scanned_again(tmp_path, client):
+    data, root = tmp_path / "data", tmp_path / "kept"
+    data.mkdir()
+    text, truth = _text(_kinds(1000, 7, quoted=0.05))
+    (data / "a.csv").write_bytes(text.encode())
+    m, _ = _scan_kept(str(data / "*.csv"), root, client, blocksize=8 * 1024)
+    (kept,) = (root / "scans" / "sets").glob("*.json")
+    body = json.loads(kept.read_text())
+    assert body["version"] == RECORD_VERSION
+    old = Manifest.from_dict(body["manifest"])  # as a daskfeed before lines kept it
+    old.blocks = [{k: v for k, v in b.items() if k not in ("line", "row_lines")} for b in old.blocks]
+    del body["version"]
+    body["manifest"] = old.plain()
+    kept.write_text(json.dumps(body))
+    for record in (root / "scans" / "parts").glob("*.json"):  # records of the older version
+        rec = json.loads(record.read_text())
+        rec["version"] = RECORD_VERSION - 1
+        record.write_text(json.dumps(rec))
+    again, src = _scan_kept(str(data / "*.csv"), root, client, blocksize=8 * 1024)
+    assert again.scanned_parts == 1  # neither the kept manifest nor the records were believed
+    assert again.blocks == m.blocks
+    _check(again, src, {str(data / "a.csv"): truth})
 
 
 # ------------------------------------------------------------------ without a cluster: properties

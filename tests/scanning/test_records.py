@@ -10,8 +10,8 @@ import pickle
 
 from daskfeed.cache import open_cache
 from daskfeed.reading import Source
-from daskfeed.scanning._store import RECORD_VERSION
 from daskfeed.scanning import ScanStore, scan_source
+from daskfeed.scanning._store import RECORD_VERSION
 
 _HEADER = "n,x,word,day,at,local,flag,rare,empty,y\n"
 
