@@ -36,6 +36,7 @@ stops at the epoch the uninterrupted run would have stopped at, with the same be
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from daskfeed.adapters import fit_inputs, keras
@@ -89,6 +90,10 @@ class Checkpointer(keras.callbacks.Callback):
     early_stopping
         An :class:`EarlyStopping` placed before this callback: its state (and best weights)
         is saved with every checkpoint, so a resumed run keeps its patience.
+    mark
+        Told ``(epoch, position)`` — the batches of the epoch's order trained, by every trainer
+        together — as each group of steps ends (:class:`daskfeed.training._rows.TrainedMark`:
+        what a resume's certificate counts the rows trained twice from).
 
     Attributes
     ----------
@@ -101,8 +106,10 @@ class Checkpointer(keras.callbacks.Callback):
     def __init__(self, store: CheckpointStore, sequence: DaskSequence, *, every: int = 0,
                  history: list[dict[str, Any]] | None = None,
                  telemetry: EpochTelemetry | None = None,
-                 early_stopping: EarlyStopping | None = None) -> None:
+                 early_stopping: EarlyStopping | None = None,
+                 mark: Callable[[int, int], None] | None = None) -> None:
         super().__init__()
+        self.mark = mark  # told (epoch, position) as each group of steps ends (the resume certificate)
         self.store = store
         self.sequence = sequence
         self.every = max(0, int(every))
@@ -161,6 +168,10 @@ class Checkpointer(keras.callbacks.Callback):
         logs
             Keras' logs (losses and metrics so far; may be None).
         """
+        if self.mark is not None:  # how far training went, for the certificate of a resume
+            group = int(getattr(self.model, "steps_per_execution", 1) or 1)
+            trained = self._group_end() if group == 1 else self._trained_to()
+            self.mark(self._epoch, self.sequence.position(trained, self._epoch))
         if not self.every:
             return  # checkpoints at epoch ends only
         end = self._group_end()

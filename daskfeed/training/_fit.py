@@ -28,7 +28,13 @@ from daskfeed.training._outputs import (
     split_report,
     write_history,
 )
-from daskfeed.training._rows import record_order
+from daskfeed.training._rows import (
+    TrainedMark,
+    certificate_line,
+    read_mark,
+    record_order,
+    resume_certificate,
+)
 from daskfeed.training._summary import summary_lines
 from daskfeed.training._telemetry import EpochTelemetry
 from daskfeed.training._watch import WatchCallback
@@ -68,11 +74,18 @@ def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused:
     if epoch < opts.epochs:  # what fixes the order, and where this entry begins (daskfeed rows)
         record_order(run.out, train_seq, epoch=epoch, position=train_seq.position(batch, epoch),
                      world=run.ranks.world_size, epochs=opts.epochs, fresh=ckpt is None)
+        if ckpt is not None:  # the interrupted epoch's rows, counted from its order
+            run.certificate = resume_certificate(train_seq, ckpt.cursor.epoch, ckpt.cursor.at,
+                                                 read_mark(run.out))
+            echo(certificate_line(run.certificate, run.ranks.world_size))
+    mark = TrainedMark(run.out)
+    run.closing.append(mark)
     every = opts.checkpoint_every
     echo(f"checkpoints: {f'every {every} batches and ' if every else ''}at epoch ends in "
          f"{run.store.directory} (the last {run.store.keep} kept)")
     checkpointer = Checkpointer(run.store, train_seq, every=every, telemetry=telemetry,
-                                history=ckpt.history if ckpt else [], early_stopping=stopper)
+                                history=ckpt.history if ckpt else [], early_stopping=stopper,
+                                mark=mark)
     watch = WatchCallback(run.client, train_seq, validation=val_seq, budget_bytes=run.budget.total,
                           rss_sampler=rss, epochs=opts.epochs)  # the daskfeed page, live
     callbacks = [telemetry, *([stopper] if stopper else []), checkpointer, watch,

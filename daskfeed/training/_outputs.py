@@ -300,6 +300,7 @@ def write_history(run: Run, history: list[dict[str, Any]], train_seq: DaskSequen
                           "batch": ckpt.cursor.batch,  # the batch of the trainer that wrote it
                           "position": ckpt.cursor.position,  # of the global order (None: blocks)
                           "world_size": ckpt.cursor.shard[1]} if ckpt else None),
+        "resume_certificate": run.certificate,
     }
     write_file(os.path.join(out, "history.json"), json.dumps(record, indent=1))
 

@@ -51,3 +51,4 @@ class Run:
     val_listing: Listing | None = None  # ... and the validation files
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])  # run.json, history.json
     progress: ProgressCallback | None = None  # one progress bar for the run's scans
+    certificate: dict[str, int] | None = None  # a resume's count of its epoch's rows (history.json)

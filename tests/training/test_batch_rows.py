@@ -90,6 +90,34 @@ def test_every_step_of_a_run_is_the_rows_it_trained(tmp_path, id_data):
     assert "Traceback" not in bad.stderr
 
 
+def test_a_run_killed_and_resumed_on_another_budget_is_certified_and_every_step_traced(tmp_path, id_data):
+    """SIGKILLed mid-epoch (real processes), resumed under another budget: the resume's
+    certificate counts the rows trained before the checkpoint and again after it as the run's own
+    log does, none lost; every committed step (~530) is what ``batch_rows`` recomputes."""
+    batch = 50  # 266 batches per epoch
+    args = ["train", id_data.train_glob, "--label", "cleared", "--epochs", "2", "--batch-size",
+            str(batch), "--seed", "4", "--checkpoint-every", "25", "--memory-limit", "3GB",
+            "--nworkers", "1", "--dashboard-address", "", "--verbose", "0"]
+    run = KillResume(tmp_path, args, features=FEATURES, ids={"row_id": 1}, delay=0.01)
+    run.start()
+    ckpt = run.kill_at(1, 50)
+    first = run.steps()
+    k = ckpt.cursor.batch
+    text = run.resume(run.relayout(memory_limit="2GB"), timeout=600)
+    again = [s for s in first if s.iteration >= ckpt.iterations]  # trained after the checkpoint
+    rows = id_data.train_rows
+    cert = json.loads((run.output / "history.json").read_text())["resume_certificate"]
+    # (the log writes a step before its update: the last one may not have been trained)
+    assert cert["again"] in (sum(len(s.ids) for s in again), sum(len(s.ids) for s in again[:-1]))
+    assert cert == {"epoch": 2, "rows": rows, "before": k * batch, "again": cert["again"],
+                    "left": rows - k * batch, "tail": 0, "lost": 0}
+    assert (f"resume certificate, epoch 2: of its {rows:,} rows, {k * batch:,} trained before the "
+            f"checkpoint, {cert['again']:,} trained again") in text
+    assert run.audit() == len(run.committed()) == 2 * -(-rows // batch)
+    record = json.loads((run.output / "order.json").read_text())
+    assert [(s["epoch"], s["position"], s["world"]) for s in record["stretches"]] == [(0, 0, 1), (1, k, 1)]
+
+
 def test_a_changed_file_is_refused_not_guessed(tmp_path, id_data):
     import shutil
 
