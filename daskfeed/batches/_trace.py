@@ -133,7 +133,7 @@ def file_rows(cache: BlockCache, index: int, stored: Sequence[int] | np.ndarray,
     DataError
         A block of several pieces not in the cache any more.
     """
-    ranges = cache.lookup(int(index))
+    ranges = None if one_piece else cache.lookup(int(index))
     if ranges is None and not one_piece:
         directory = cache.place(int(index))[0]
         raise DataError(

@@ -14,6 +14,7 @@ rows' values (``show``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
@@ -299,10 +300,16 @@ def _refuse_changed(out: str, paths: list[str]) -> None:
             started = {row[0]: row[1:] for row in json.load(f)["files"]}
     except (OSError, ValueError, KeyError):
         return  # a run on a dask DataFrame, or of an older daskfeed: the fingerprint was checked
-    try:
-        now = {f.path: [f.size, f.mtime, f.etag] for f in expand_paths(paths, {})}
-    except DaskfeedError:
-        now = {}
+    now: dict[str, list[Any]] = {}
+    remote = [p for p in paths if "://" in p]
+    for p in paths:  # a local file: one stat (as the listing read it), no fsspec
+        if "://" not in p:
+            with contextlib.suppress(OSError):
+                st = os.stat(p)
+                now[p] = [st.st_size, float(st.st_mtime), ""]  # (no ETag on a local disk)
+    if remote:
+        with contextlib.suppress(DaskfeedError):
+            now.update({f.path: [f.size, f.mtime, f.etag] for f in expand_paths(remote, {})})
     changed = [p for p in paths if p in started and now.get(p) != list(started[p])]
     if changed:
         raise CheckpointError(
