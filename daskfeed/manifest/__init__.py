@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     )
     from daskfeed.manifest._ids import id_like, id_warning, joined
     from daskfeed.manifest._labels import refuse_single_class, text_classes, unknown_classes
-    from daskfeed.manifest._lines import row_line, row_lines
+    from daskfeed.manifest._lines import pack_row_lines, row_line, row_lines
     from daskfeed.manifest._manifest import Column, Manifest, read_reusable, read_settings, unknown_column
     from daskfeed.manifest._numbers import HEX, NUMBER, WHOLE
     from daskfeed.manifest._split import block_sizes, held_out, scanned_blocks, split_settings
@@ -59,6 +59,7 @@ __all__ = [
     "joined",
     "labelled",
     "numeric_dtype",
+    "pack_row_lines",
     "read_reusable",
     "read_settings",
     "record_line",
@@ -82,7 +83,7 @@ __getattr__, __dir__ = attach(__name__, {
     "epoch_seconds": "_encoding", "numeric_dtype": "_encoding",
     "id_like": "_ids", "id_warning": "_ids", "joined": "_ids",
     "refuse_single_class": "_labels", "text_classes": "_labels", "unknown_classes": "_labels",
-    "row_line": "_lines", "row_lines": "_lines",
+    "pack_row_lines": "_lines", "row_line": "_lines", "row_lines": "_lines",
     "Column": "_manifest", "Manifest": "_manifest", "read_reusable": "_manifest", "read_settings":
     "_manifest", "unknown_column": "_manifest",
     "block_sizes": "_split", "held_out": "_split", "scanned_blocks": "_split", "split_settings": "_split",

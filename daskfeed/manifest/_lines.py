@@ -2,8 +2,10 @@
 
 A block of the manifest has its first line (``line``: that of its first record; the header is
 line 1) and, only when its rows are not one per line (a quoted field over lines, blank lines,
-lines skipped as malformed), each row's line from there (``row_lines``); the scan counts them
-(:mod:`daskfeed.reading._lines`). Rows are numbered in file order from 0, every row parsed
+lines skipped as malformed), each row's line from there (``row_lines``, packed: the
+differences as int64, zlib, base64, as :mod:`daskfeed.manifest._packing` packs; a block of a
+million rows, some over two lines, packs to a few kB, and is unpacked only when asked); the
+scan counts them (:mod:`daskfeed.reading._lines`). Rows are numbered in file order from 0, every row parsed
 (``raw_rows``, rows without a label too). Lines are counted as an editor counts them: a quoted
 field's line breaks and blank lines count. A block without a known line (a manifest of an
 older daskfeed, a Parquet file, a dask DataFrame, a block whose rows' lines the scan could not
@@ -12,10 +14,14 @@ find) gives None.
 
 from __future__ import annotations
 
+import functools
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from daskfeed.manifest._packing import _pack_bytes, _unpack_bytes
 
 
 def row_line(block: Mapping[str, Any], row: int) -> int | None:
@@ -80,10 +86,42 @@ def row_lines(block: Mapping[str, Any], rows: Sequence[int] | np.ndarray) -> np.
     line = block.get("line")
     if not line:
         return None
-    offsets = block.get("row_lines")
-    if offsets is None:
+    packed = block.get("row_lines")
+    if packed is None:
         return at + int(line)
-    return np.asarray(offsets, dtype=np.int64)[at] + int(line)
+    offsets = _unpacked(packed) if isinstance(packed, str) else np.asarray(packed, np.int64)
+    if offsets.size != n:  # (damaged: not a line per row) not known, never a wrong line
+        return None
+    return offsets[at] + int(line)
+
+
+def pack_row_lines(offsets: Sequence[int] | np.ndarray) -> str:
+    """The lines of a block's rows from its first line, packed (the form ``row_lines`` has).
+
+    Parameters
+    ----------
+    offsets
+        One per row, in file order.
+
+    Returns
+    -------
+    str
+        Their differences as int64 little-endian, zlib-compressed, base64 (plain JSON).
+    """
+    arr = np.asarray(offsets, dtype=np.int64)
+    return _pack_bytes(np.diff(arr, prepend=0).astype("<i8").tobytes())
+
+
+@functools.lru_cache(maxsize=16)
+def _unpacked(text: str) -> np.ndarray:
+    """:func:`pack_row_lines` undone (the last few kept: one block's rows asked one by one)."""
+    try:
+        diffs = np.frombuffer(_unpack_bytes(text), "<i8")
+    except (ValueError, zlib.error):  # damaged (not base64, not zlib, not whole int64s)
+        return np.zeros(0, np.int64)
+    out = np.cumsum(diffs, dtype=np.int64)
+    out.flags.writeable = False
+    return out
 
 
 def _where(block: Mapping[str, Any]) -> str:

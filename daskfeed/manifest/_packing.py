@@ -7,8 +7,9 @@ the JSON: a few bytes per block, while the rest of the manifest stays readable.
 
 Where each block's rows are in its file (:func:`daskfeed.manifest.row_line`) packs the same way:
 ``line``, each block's first line (0: not known), and, for the few blocks whose rows are not
-one per line, ``row_lines``: which blocks, and their rows' lines one after the other. A
-manifest without them (made before daskfeed kept lines) reads back with no line.
+one per line, ``row_lines``: which blocks, and each one's rows' lines, packed on their own
+(:func:`daskfeed.manifest.pack_row_lines`), as the blocks hold them. A manifest without them
+(made before daskfeed kept lines) reads back with no line.
 """
 
 from __future__ import annotations
@@ -79,10 +80,11 @@ def pack_blocks(partitions: list[dict[str, Any]]) -> dict[str, Any]:
         out[name] = _pack_ints([int(p.get(name, p["rows"])) for p in partitions])
     if any("line" in p for p in partitions):
         out["line"] = _pack_ints([int(p.get("line") or 0) for p in partitions])
-        irregular = [i for i, p in enumerate(partitions) if p.get("row_lines") and p.get("line")]
+        irregular = [i for i, p in enumerate(partitions)
+                     if p.get("row_lines") is not None and p.get("line")]
         if irregular:
-            out["row_lines"] = {"blocks": _pack_ints(irregular), "lines": _pack_ints(
-                [int(x) for i in irregular for x in partitions[i]["row_lines"]])}
+            out["row_lines"] = {"blocks": _pack_ints(irregular),
+                                "lines": [_packed_lines(partitions[i]["row_lines"]) for i in irregular]}
     return out
 
 
@@ -122,17 +124,20 @@ def unpack_blocks(packed: dict[str, Any]) -> list[dict[str, Any]]:
     return blocks
 
 
+def _packed_lines(lines: str | list[int]) -> str:
+    """A block's ``row_lines`` as the manifest keeps them (packed; a list is packed here)."""
+    return lines if isinstance(lines, str) else _pack_ints([int(x) for x in lines])
+
+
 def _unpack_row_lines(packed: dict[str, Any] | None, blocks: list[dict[str, Any]]) -> None:
-    """Give the blocks packed in ``row_lines`` their rows' lines (``raw_rows`` each, in order)."""
+    """Give the blocks named in ``row_lines`` their rows' lines, as packed (unpacked when asked)."""
     if not packed:
         return
-    irregular, lines = _unpack_ints(packed["blocks"]), _unpack_ints(packed["lines"])
-    if (any(not 0 <= i < len(blocks) for i in irregular)
-            or sum(blocks[i]["raw_rows"] for i in irregular) != len(lines)):
-        raise ValueError(f"Expected a line for each row of the {len(irregular)} blocks in the "
-                         f"packed manifest blocks' row_lines. Received: {len(lines)} lines.")
-    at = 0
-    for i in irregular:
-        n = blocks[i]["raw_rows"]
-        blocks[i]["row_lines"] = lines[at : at + n]
-        at += n
+    irregular, lines = _unpack_ints(packed["blocks"]), packed["lines"]
+    if (not isinstance(lines, list) or len(lines) != len(irregular)
+            or any(not 0 <= i < len(blocks) for i in irregular)
+            or not all(isinstance(text, str) for text in lines)):
+        raise ValueError(f"Expected the packed lines of each of the {len(irregular)} blocks in "
+                         "the packed manifest blocks' row_lines.")
+    for i, text in zip(irregular, lines, strict=True):
+        blocks[i]["row_lines"] = text

@@ -76,7 +76,7 @@ class RowLines:
         self.rows += rows
         if not self.known:
             return
-        lines = body.count(b"\n") + (bool(body) and not body.endswith(b"\n"))
+        lines = self.breaks - base + (bool(body) and not body.endswith(b"\n"))
         if not rows and not skipped:  # (blank lines only: no row to place)
             self._texts.append((base, 0, np.zeros(0, np.int64)))
             return
@@ -95,13 +95,14 @@ class RowLines:
         self.breaks = None
         self._texts = []
 
-    def offsets(self) -> list[int] | None:
+    def offsets(self) -> np.ndarray | None:
         """The line of each row from the block's first line; None when row ``i`` is on line ``i``.
 
         Returns
         -------
-        list of int or None
-            One per row parsed (only meaningful while :attr:`known` and :attr:`breaks` is set).
+        numpy.ndarray or None
+            int64, one per row parsed (only meaningful while :attr:`known` and :attr:`breaks`
+            is set).
         """
         if all(found is None for _, _, found in self._texts):
             at = 0
@@ -115,7 +116,7 @@ class RowLines:
                                for base, rows, found in self._texts] or [np.zeros(0, np.int64)])
         if np.array_equal(full, np.arange(full.size)):
             return None
-        return [int(x) for x in full.tolist()]
+        return full.astype(np.int64)
 
 
 def lone_cr(body: bytes) -> bool:

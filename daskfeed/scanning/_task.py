@@ -16,6 +16,7 @@ from distributed import get_worker
 
 from daskfeed.cache import BlockCache, compact
 from daskfeed.core import DataError
+from daskfeed.manifest import pack_row_lines
 from daskfeed.reading import (
     Block,
     ReadOptions,
@@ -248,15 +249,16 @@ def line_facts(lines: RowLines, rows: int) -> BlockFacts:
     dict
         ``{"breaks": line breaks in the block's own text}`` (None: not text lines, e.g.
         Parquet), and ``"row_lines"`` only when its rows are not one per line: the line of each
-        row from the block's first line, or None when they could not be found.
+        row from the block's first line, packed (:func:`~daskfeed.manifest.pack_row_lines`),
+        or None when they could not be found.
     """
     if lines.breaks is None:
         return {"breaks": None}
     if not lines.known or lines.rows != rows:
         return {"breaks": lines.breaks, "row_lines": None}
     offsets = lines.offsets()
-    return {"breaks": lines.breaks} if offsets is None else {"breaks": lines.breaks,
-                                                             "row_lines": offsets}
+    return {"breaks": lines.breaks} if offsets is None else {
+        "breaks": lines.breaks, "row_lines": pack_row_lines(offsets)}
 
 
 def quarantined(src: Source, facts: list[BlockFacts], bad_lines: int,

@@ -11,13 +11,14 @@ import gzip
 import json
 import random
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import daskfeed
 from daskfeed.cache import open_cache
-from daskfeed.manifest import Manifest, row_line, row_lines
+from daskfeed.manifest import Manifest, pack_row_lines, row_line, row_lines
 from daskfeed.manifest._packing import pack_blocks, unpack_blocks
 from daskfeed.reading import Source, SplitError, iter_tables
 from daskfeed.scanning import scan_source
@@ -289,20 +290,33 @@ def test_twenty_thousand_regular_blocks_grow_the_manifest_by_little():
 
 def test_irregular_blocks_keep_their_rows_lines_through_the_json():
     blocks = [{"path": "a.csv", "offset": 0, "length": 100, "rows": 3, "raw_rows": 3, "line": 2,
-               "row_lines": [0, 2, 5]},
+               "row_lines": pack_row_lines([0, 2, 5])},
               {"path": "a.csv", "offset": 100, "length": 100, "rows": 2, "raw_rows": 2, "line": 9},
               {"path": "a.csv", "offset": 200, "length": 100, "rows": 2, "raw_rows": 2, "line": None},
               {"path": "b.csv", "offset": 0, "length": -1, "rows": 1, "raw_rows": 2, "line": 2,
-               "row_lines": [1, 3]}]
+               "row_lines": [1, 3]}]  # (a list, as a hand-made block may have: packed too)
     back = unpack_blocks(json.loads(json.dumps(pack_blocks(blocks))))
-    assert back == blocks
+    assert back[:3] == blocks[:3] and back[3]["row_lines"] == pack_row_lines([1, 3])
     assert [row_line(back[0], k) for k in range(3)] == [2, 4, 7]
     assert row_line(back[1], 1) == 10 and row_line(back[2], 0) is None
-    assert row_lines(back[3], [0, 1]).tolist() == [3, 5]
+    assert row_lines(back[3], [0, 1]).tolist() == row_lines(blocks[3], [0, 1]).tolist() == [3, 5]
+    assert row_line({**back[0], "raw_rows": 4, "rows": 4}, 0) is None  # not a line per row
+    assert row_line({**back[0], "row_lines": "not packed"}, 0) is None  # damaged: not known
     damaged = pack_blocks(blocks)
-    damaged["row_lines"]["lines"] = pack_blocks([blocks[0]])["row_lines"]["lines"]
-    with pytest.raises(ValueError, match="Expected a line for each row"):
+    damaged["row_lines"]["lines"] = damaged["row_lines"]["lines"][:1]
+    with pytest.raises(ValueError, match="Expected the packed lines of each of the 2 blocks"):
         unpack_blocks(damaged)
+
+
+def test_a_million_rows_some_over_two_lines_pack_to_a_few_kilobytes():
+    rng = np.random.default_rng(0)
+    offsets = np.cumsum(1 + (rng.random(1_000_000) < 0.01)) - 1
+    packed = pack_row_lines(offsets)
+    assert len(packed) < 64_000, len(packed)
+    block = {"path": "a.csv", "offset": 0, "length": 9, "rows": offsets.size,
+             "raw_rows": offsets.size, "line": 5, "row_lines": packed}
+    rows = rng.integers(0, offsets.size, 1000)
+    assert row_lines(block, rows).tolist() == (offsets[rows] + 5).tolist()
 
 
 def test_an_old_manifest_without_lines_loads_with_lines_unknown(tmp_path):
