@@ -193,9 +193,9 @@ def batch_rows(output: str | os.PathLike[str], *, epoch: int, step: int, rank: i
     batches = (order.rows // bs if layout["drop_remainder"] else -(-order.rows // bs))
     segments = _segments(record["stretches"], epoch - 1, batches)
     if not segments:
-        raise SettingError(
-            f"Expected an epoch the run trained. Received: epoch={epoch}.\nHint: the run's "
-            f"stretches begin at epochs {sorted({s['epoch'] + 1 for s in record['stretches']})}.")
+        first, last = record["stretches"][0]["epoch"] + 1, record["stretches"][-1].get("epochs", "?")
+        raise SettingError(f"Expected an epoch the run trained. Received: epoch={epoch}.\nHint: "
+                           f"the run trains epochs {first} to {last}.")
     g, world = _order_batch(segments, step, rank, order.rows // bs, batches)
     cache = _cache_of(layout["cache"])
     ids = cache.block_ids(len(manifest.blocks))
