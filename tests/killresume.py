@@ -344,7 +344,7 @@ class KillResume:
     def committed(self) -> list[Step]:
         """The steps whose updates stand: each killed run's from the checkpoint it resumed from
         up to the checkpoint the next run resumed from, then every step of the last run."""
-        assert self.cuts and len(self.pids) == len(self.cuts) + 1, (self.pids, self.cuts)
+        assert len(self.pids) == len(self.cuts) + 1, (self.pids, self.cuts)  # (no kill: every step)
         by_pid: dict[int, list[Step]] = {}
         for s in self.steps():
             by_pid.setdefault(s.pid, []).append(s)

@@ -118,6 +118,35 @@ def test_a_run_killed_and_resumed_on_another_budget_is_certified_and_every_step_
     assert [(s["epoch"], s["position"], s["world"]) for s in record["stretches"]] == [(0, 0, 1), (1, k, 1)]
 
 
+def test_a_run_on_data_that_grew_and_the_run_before_it_stay_traceable(tmp_path, id_data):
+    """A run on 12 files, then the folder grows by 2 and a fresh run deals the new rows into the
+    same 8 buckets (a new generation in the same cache): every step of both runs is traced."""
+    import shutil
+
+    files = sorted(Path(id_data.root).glob("log_quest/**/*.csv"))
+    data = tmp_path / "data"
+    data.mkdir()
+    for f in files[:12]:  # 8,400 rows
+        shutil.copy(f, data / f.name)
+
+    def train(name: str) -> KillResume:
+        args = ["train", str(data / "*.csv"), "--label", "cleared", "--epochs", "1", "--batch-size",
+                "100", "--memory-limit", "2GB", "--nworkers", "1", "--dashboard-address", "",
+                "--verbose", "0", "--cache", str(tmp_path / "cache")]
+        (tmp_path / name).mkdir()
+        run = KillResume(tmp_path / name, args, features=FEATURES, ids={"row_id": 1})
+        assert run.start().wait(600) == 0, run.text()[-3000:]
+        return run
+
+    before = train("before")
+    for f in files[12:14]:  # 9,800 rows: the same number of buckets
+        shutil.copy(f, data / f.name)
+    after = train("after")
+    assert "dealt into the 1 generation(s) kept" in after.text(), after.text()[-2000:]
+    assert after.audit() == len(after.steps()) == 98
+    assert before.audit() == len(before.steps()) == 84
+
+
 def test_a_changed_file_is_refused_not_guessed(tmp_path, id_data):
     import shutil
 
