@@ -15,27 +15,28 @@ from daskfeed.core import attach
 if TYPE_CHECKING:
     from daskfeed.batches._epoch import EpochStats
     from daskfeed.batches._layout import blocksize_for, largest_block, planned_window_bytes
-    from daskfeed.batches._order import ORDER_FORMATS, ORDER_VERSION, GlobalOrder
+    from daskfeed.batches._order import ORDER_FORMATS, ORDER_VERSION, GlobalOrder, unit_rows
     from daskfeed.batches._plan import EpochPlan, make_plan
     from daskfeed.batches._prepare import Prepared
     from daskfeed.batches._settings import DataSettings
     from daskfeed.batches._state import STATE_VERSION, StreamState
     from daskfeed.batches._stream import BatchStream, Closes
-    from daskfeed.batches._trace import batch_positions, bucket_rows, dealt_sizes, file_rows
+    from daskfeed.batches._trace import BucketRows, batch_positions, dealt_sizes, file_rows
 
-__all__ = ["ORDER_FORMATS", "ORDER_VERSION", "STATE_VERSION", "BatchStream", "Closes", "DataSettings",
+__all__ = ["ORDER_FORMATS", "ORDER_VERSION", "STATE_VERSION", "BatchStream", "BucketRows", "Closes",
+           "DataSettings",
            "EpochPlan", "EpochStats", "GlobalOrder", "Prepared", "StreamState", "batch_positions",
-           "blocksize_for", "bucket_rows", "dealt_sizes", "file_rows", "largest_block", "make_plan",
-           "planned_window_bytes"]
+           "blocksize_for", "dealt_sizes", "file_rows", "largest_block", "make_plan",
+           "planned_window_bytes", "unit_rows"]
 
 __getattr__, __dir__ = attach(__name__, {
     "EpochStats": "_epoch",
     "blocksize_for": "_layout", "largest_block": "_layout", "planned_window_bytes": "_layout",
     "EpochPlan": "_plan", "make_plan": "_plan", "ORDER_VERSION": "_order", "ORDER_FORMATS": "_order",
-    "GlobalOrder": "_order",
+    "GlobalOrder": "_order", "unit_rows": "_order",
     "Prepared": "_prepare",
     "DataSettings": "_settings",
     "STATE_VERSION": "_state", "StreamState": "_state",
     "BatchStream": "_stream", "Closes": "_stream",
-    "batch_positions": "_trace", "bucket_rows": "_trace", "dealt_sizes": "_trace", "file_rows": "_trace",
+    "batch_positions": "_trace", "BucketRows": "_trace", "dealt_sizes": "_trace", "file_rows": "_trace",
 })

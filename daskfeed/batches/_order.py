@@ -242,6 +242,11 @@ class GlobalOrder:
         """Rows of the epoch."""
         return int(self._before[-1])
 
+    @property
+    def starts(self) -> np.ndarray:
+        """Where each unit starts in the epoch's order, then the epoch's rows (``K + 1`` ints)."""
+        return self._before
+
     def bucket(self, u: int) -> int:
         """The bucket that is unit ``u``."""
         return int(self.permutation[int(u)])

@@ -7,14 +7,15 @@ from the blocks' row counts and ids alone (no bucket file is read, so a run stay
 after its buckets were dealt again or swept): the units (buckets) a batch's rows lie in and each
 row's position in its bucket's canonical order (:func:`batch_positions`, ``O(K)`` plus the
 permutation of the one or two units it touches); the block and row each position is
-(:func:`bucket_rows`, ``O(blocks)`` per bucket); then the block's stored order undone
+(:class:`BucketRows`, ``O(blocks)`` per bucket); then the block's stored order undone
 (:func:`file_rows`): each row becomes ``(block, row of the block in file order)``. Nothing is
 logged while training.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -29,7 +30,8 @@ def batch_span(rows: int, batch_size: int, batch: int) -> tuple[int, int]:
     return start, min(start + int(batch_size), int(rows))
 
 
-def batch_positions(order: GlobalOrder, batch_size: int, batch: int) -> list[tuple[int, np.ndarray]]:
+def batch_positions(order: GlobalOrder, batch_size: int, batch: int,
+                    units: Callable[[int], np.ndarray] | None = None) -> list[tuple[int, np.ndarray]]:
     """Batch ``batch``'s rows as ``(bucket, positions in its canonical order)``, in batch order.
 
     Parameters
@@ -38,6 +40,9 @@ def batch_positions(order: GlobalOrder, batch_size: int, batch: int) -> list[tup
         The epoch's global order.
     batch_size, batch
         Rows per batch; the batch of the epoch's order (from 0).
+    units
+        Unit ``u``'s permutation (canonical bucket order -> the epoch's); default: drawn here
+        (:func:`~daskfeed.batches._order.unit_rows`). A caller tracing many batches keeps them.
 
     Returns
     -------
@@ -47,14 +52,14 @@ def batch_positions(order: GlobalOrder, batch_size: int, batch: int) -> list[tup
     start, stop = batch_span(order.rows, batch_size, batch)
     if start >= stop:
         return []
-    before = np.asarray([order.rows_before(u) for u in range(order.units + 1)], dtype=np.int64)
+    before = order.starts
     u = int(np.searchsorted(before, start, side="right")) - 1
     out = []
     while start < stop:
         u0, u1 = int(before[u]), int(before[u + 1])
         take = min(stop, u1)
         if take > start:
-            perm = unit_rows(u1 - u0, order.unit_seed(u))
+            perm = unit_rows(u1 - u0, order.unit_seed(u)) if units is None else units(u)
             out.append((order.bucket(u), perm[start - u0 : take - u0]))
         start, u = take, u + 1
     return out
@@ -65,14 +70,14 @@ def dealt_sizes(counts: Sequence[int] | np.ndarray, ids: np.ndarray, buckets: in
     return [int(n) for n in bucket_sizes(counts, block_offsets(ids, buckets), buckets)]
 
 
-def bucket_rows(counts: Sequence[int] | np.ndarray, ids: np.ndarray, buckets: int,
-                picks: list[tuple[int, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """``(block, row)`` of each of ``picks`` (:func:`batch_positions`), from the blocks alone.
+class BucketRows:
+    """Which ``(block, row)`` each position of a bucket's canonical order is, from the blocks alone.
 
     A bucket's canonical order is its rows by block id, then by row
     (:func:`~daskfeed.batches._order.bucket_members`); block ``j`` gives bucket ``b`` its rows
     ``(b - o_j) mod K, + K, ...`` — so position ``c`` of a bucket is found with one
-    ``searchsorted`` over the blocks' member counts, ``O(blocks)`` per bucket, no file read.
+    ``searchsorted`` over the blocks' member counts: ``O(blocks)`` per bucket (kept for the
+    next batch), no file read.
 
     Parameters
     ----------
@@ -82,32 +87,53 @@ def bucket_rows(counts: Sequence[int] | np.ndarray, ids: np.ndarray, buckets: in
         The blocks' ids (:meth:`daskfeed.cache.BlockCache.block_ids`).
     buckets
         ``K``.
-    picks
-        Buckets and positions in their canonical order.
-
-    Returns
-    -------
-    tuple of numpy.ndarray
-        The blocks (indices) and each row's number among its block's rows with a label, in the
-        block's stored order (int64 each).
     """
-    n = np.asarray(counts, dtype=np.int64)
-    k = int(buckets)
-    keys = np.asarray(ids).astype(np.uint64).view(np.int64)
-    order = np.argsort(keys, kind="stable")
-    offsets = block_offsets(ids, k)
-    blocks, rows = [], []
-    for b, at in picks:
-        first = (int(b) - offsets) % k
-        members = np.where(n > first, (n - first + k - 1) // k, 0)[order]
-        ends = np.cumsum(members)
-        s = np.searchsorted(ends, np.asarray(at, dtype=np.int64), side="right")
-        j = order[s]
-        blocks.append(j)
-        rows.append(first[j] + k * (np.asarray(at, dtype=np.int64) - (ends[s] - members[s])))
-    if not blocks:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return np.concatenate(blocks).astype(np.int64), np.concatenate(rows).astype(np.int64)
+
+    def __init__(self, counts: Sequence[int] | np.ndarray, ids: np.ndarray, buckets: int) -> None:
+        self.counts = np.asarray(counts, dtype=np.int64)
+        self.buckets = int(buckets)
+        self.order = np.argsort(np.asarray(ids).astype(np.uint64).view(np.int64), kind="stable")
+        self.offsets = block_offsets(ids, self.buckets)
+        self._kept: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def _bucket(self, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if b not in self._kept:
+            if len(self._kept) > 64:
+                self._kept.clear()
+            k, n = self.buckets, self.counts
+            first = (b - self.offsets) % k
+            members = np.where(n > first, (n - first + k - 1) // k, 0)[self.order]
+            self._kept[b] = first, members, np.cumsum(members)
+        return self._kept[b]
+
+    def rows(self, picks: list[tuple[int, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+        """``(block, row)`` of each of ``picks`` (:func:`batch_positions`).
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+            The blocks (indices) and each row's number among its block's rows with a label, in
+            the block's stored order (int64 each).
+        """
+        blocks, rows = [], []
+        for b, at in picks:
+            first, members, ends = self._bucket(int(b))
+            at = np.asarray(at, dtype=np.int64)
+            s = np.searchsorted(ends, at, side="right")
+            j = self.order[s]
+            blocks.append(j)
+            rows.append(first[j] + self.buckets * (at - (ends[s] - members[s])))
+        if not blocks:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(blocks).astype(np.int64), np.concatenate(rows).astype(np.int64)
+
+
+@functools.lru_cache(maxsize=4096)
+def _stored_order(block_id: int, rows: int, piece: int) -> np.ndarray:
+    """A piece's stored order, kept for the next batch of the same blocks (read-only)."""
+    order = block_order(block_id, rows, piece)
+    order.flags.writeable = False
+    return order
 
 
 def file_rows(cache: BlockCache, index: int, stored: Sequence[int] | np.ndarray, *,
@@ -149,7 +175,7 @@ def file_rows(cache: BlockCache, index: int, stored: Sequence[int] | np.ndarray,
     for piece, count in enumerate(counts):
         mine = (stored >= start) & (stored < start + count)
         if mine.any():
-            out[mine] = start + block_order(block_id, count, piece)[stored[mine] - start]
+            out[mine] = start + _stored_order(block_id, count, piece)[stored[mine] - start]
         start += count
     if len(stored) and int(stored.max()) >= start:
         raise DataError(

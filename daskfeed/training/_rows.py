@@ -19,13 +19,14 @@ import json
 import os
 import struct
 import time
+from collections.abc import Iterable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from fsspec.utils import infer_compression
 
-from daskfeed.batches import GlobalOrder, batch_positions, bucket_rows, dealt_sizes, file_rows
+from daskfeed.batches import BucketRows, GlobalOrder, batch_positions, dealt_sizes, file_rows, unit_rows
 from daskfeed.cache import BlockCache
 from daskfeed.core import CheckpointError, DaskfeedError, SettingError, write_file
 from daskfeed.manifest import Encoding, Manifest, labelled
@@ -128,9 +129,9 @@ def _lane_batches(start: int, end: int, world: int, rank: int, total_batches: in
             if origin + rank + j * world < end]
 
 
-def batch_rows(output: str | os.PathLike[str], *, epoch: int, step: int, rank: int | None = None,
-               show: bool = False) -> pd.DataFrame:
-    """The rows of one training step of a run: file and line of each, in the batch's order.
+def batch_rows(output: str | os.PathLike[str], *, epoch: int, step: int | Iterable[int],
+               rank: int | None = None, show: bool = False) -> pd.DataFrame:
+    """The rows of training steps of a run: file and line of each, in the batch's order.
 
     Recomputed from the run's order (``OUTPUT/order.json``, kept by ``daskfeed train``) and
     its manifest; nothing was logged per step. Right across resumes with another budget,
@@ -145,7 +146,8 @@ def batch_rows(output: str | os.PathLike[str], *, epoch: int, step: int, rank: i
     step
         The step of the epoch, from 1: the epoch order's batch ``step`` (all trainers'); with
         ``rank``, that trainer's own ``step``-th batch of the epoch (its batches before a resume
-        counted).
+        counted). Several steps (``range(48200, 48261)``): their rows one after another, with a
+        ``step`` column first.
     rank
         A trainer (None: the epoch's order as one).
     show
@@ -157,8 +159,8 @@ def batch_rows(output: str | os.PathLike[str], *, epoch: int, step: int, rank: i
         One row per row of the batch: ``file``, ``line`` (as an editor counts; ``<NA>`` where the
         scan kept no line), ``block`` and ``block_row`` (the row's block of the manifest and its
         row there, in file order), and with ``show`` the row's columns (one named like those
-        four as ``"<name> (value)"``). ``attrs`` holds the
-        epoch, step, the order's batch and the trainers.
+        four as ``"<name> (value)"``). ``attrs`` holds the epoch, step, rank, the order's batch
+        and the trainers that trained it (of the last step asked).
 
     Raises
     ------
@@ -169,64 +171,144 @@ def batch_rows(output: str | os.PathLike[str], *, epoch: int, step: int, rank: i
     """
     import pandas as pd
 
-    from daskfeed.manifest import row_line
-
-    out = os.fspath(output)
-    record = _read(os.path.join(out, NAME))
-    if record is None:
-        raise DaskfeedError(
-            f"Expected a run's order record ({os.path.join(out, NAME)}). Received: none there."
-            "\nHint: name the --output directory of a `daskfeed train` run (one made by this "
-            "daskfeed or later).")
-    layout = record["layout"]
-    if not layout.get("global_order") or "sizes" not in layout:
-        raise DaskfeedError(
-            f"The run in {out} read windows of blocks (the parse cache off, or too little disk "
-            "for its buckets), whose batches are not recomputed yet. Expected a run in the "
-            "global order.\nHint: train with the parse cache on (the default) to trace batches.")
-    manifest = _manifest(out, layout["fingerprint"])
-    if epoch < 1 or step < 1:
-        raise SettingError(f"Expected --epoch and --step from 1 (as the progress bar counts). "
-                           f"Received: epoch={epoch}, step={step}.\nHint: e.g. --epoch 1 --step 1.")
-    order = GlobalOrder.of(layout["sizes"], layout["seed"], epoch - 1)
-    bs = int(layout["batch_size"])
-    batches = (order.rows // bs if layout["drop_remainder"] else -(-order.rows // bs))
-    segments = _segments(record["stretches"], epoch - 1, batches)
-    if not segments:
-        first, last = record["stretches"][0]["epoch"] + 1, record["stretches"][-1].get("epochs", "?")
-        raise SettingError(f"Expected an epoch the run trained. Received: epoch={epoch}.\nHint: "
-                           f"the run trains epochs {first} to {last}.")
-    g, world = _order_batch(segments, step, rank, order.rows // bs, batches)
-    cache = _cache_of(layout["cache"])
-    ids = cache.block_ids(len(manifest.blocks))
-    k = len(layout["sizes"])
-    if dealt_sizes(manifest.counts, ids, k) != layout["sizes"]:
-        raise CheckpointError(
-            f"Expected the manifest in {out} to deal the run's rows into its {k} buckets. "
-            "Received: other bucket sizes (the manifest or the cache's layout is not the run's)."
-            "\nHint: the directory holds outputs of two runs; train again to trace batches.")
-    blocks, labelled_rows = bucket_rows(manifest.counts, ids, k, batch_positions(order, bs, g))
-    rows = np.empty(len(blocks), dtype=np.int64)
-    stored = np.empty(len(blocks), dtype=np.int64)
-    for j in np.unique(blocks):
-        mine, block = blocks == j, manifest.blocks[int(j)]
-        raw = int(block.get("raw_rows", block["rows"]))
-        stored[mine] = (labelled_rows[mine] if raw == block["rows"] else
-                        _with_label(cache, int(j), manifest)[labelled_rows[mine]])
-        rows[mine] = file_rows(cache, int(j), stored[mine], rows=raw,
-                               one_piece=infer_compression(str(block["path"])) is None)
-    frame = pd.DataFrame({
-        "file": [manifest.blocks[j]["path"] for j in blocks],
-        "line": pd.array([row_line(manifest.blocks[j], int(r)) for j, r in zip(blocks, rows, strict=True)],
-                         dtype="Int64"),
-        "block": blocks, "block_row": rows})
-    _refuse_changed(out, sorted(set(frame["file"])))
-    if show:  # (a column named like one of the row's place is shown as "<name> (value)")
-        values = _values(cache, blocks, stored)
-        values.columns = [f"{c} (value)" if c in frame.columns else c for c in values.columns]
-        frame = pd.concat([frame, values], axis=1)
-    frame.attrs.update(epoch=epoch, step=step, rank=rank, batch=g + 1, world=world)
+    run = RunOrder(os.fspath(output))
+    steps = [step] if isinstance(step, int) else [int(s) for s in step]
+    frames = [run.frame(epoch, s, rank, show) for s in steps]
+    if isinstance(step, int):
+        return frames[0]
+    frame = pd.concat([f.assign(step=s) for s, f in zip(steps, frames, strict=True)], ignore_index=True)
+    frame = frame[["step", *[c for c in frame.columns if c != "step"]]]
+    frame.attrs.update(frames[-1].attrs if frames else {"epoch": epoch, "rank": rank})
     return frame
+
+
+class RunOrder:
+    """A run's order, loaded once to trace any number of its batches (see :func:`batch_rows`).
+
+    Parameters
+    ----------
+    out
+        The run's output directory.
+
+    Raises
+    ------
+    DaskfeedError
+        No order record there, a run not in the global order, or a manifest not the run's.
+    """
+
+    def __init__(self, out: str) -> None:
+        record = _read(os.path.join(out, NAME))
+        if record is None:
+            raise DaskfeedError(
+                f"Expected a run's order record ({os.path.join(out, NAME)}). Received: none "
+                "there.\nHint: name the --output directory of a `daskfeed train` run (one made "
+                "by this daskfeed or later).")
+        layout = record["layout"]
+        if not layout.get("global_order") or "sizes" not in layout:
+            raise DaskfeedError(
+                f"The run in {out} read windows of blocks (the parse cache off, or too little "
+                "disk for its buckets), whose batches are not recomputed yet. Expected a run in "
+                "the global order.\nHint: train with the parse cache on (the default) to trace "
+                "batches.")
+        self.out, self.record, self.layout = out, record, layout
+        self.manifest = _manifest(out, layout["fingerprint"])
+        self.cache = _cache_of(layout["cache"])
+        ids = self.cache.block_ids(len(self.manifest.blocks))
+        k = len(layout["sizes"])
+        if dealt_sizes(self.manifest.counts, ids, k) != layout["sizes"]:
+            raise CheckpointError(
+                f"Expected the manifest in {out} to deal the run's rows into its {k} buckets. "
+                "Received: other bucket sizes (the manifest or the cache's layout is not the "
+                "run's).\nHint: the directory holds outputs of two runs; train again to trace "
+                "batches.")
+        self.buckets = BucketRows(self.manifest.counts, ids, k)
+        self.batch_size = int(layout["batch_size"])
+        self._units: dict[tuple[int, int], np.ndarray] = {}
+        self._labelled: dict[int, np.ndarray] = {}
+        self._checked: set[str] = set()  # files found unchanged
+        self._started = _started(out)
+
+    def batch(self, epoch: int, step: int, rank: int | None) -> tuple[int, int, np.ndarray, np.ndarray,
+                                                                     np.ndarray]:
+        """``(order's batch, trainers, blocks, rows in file order, rows in stored order)``."""
+        if epoch < 1 or step < 1:
+            raise SettingError(f"Expected --epoch and --step from 1 (as the progress bar counts). "
+                               f"Received: epoch={epoch}, step={step}.\nHint: e.g. --epoch 1 --step 1.")
+        layout, bs = self.layout, self.batch_size
+        order = GlobalOrder.of(layout["sizes"], layout["seed"], epoch - 1)
+        batches = (order.rows // bs if layout["drop_remainder"] else -(-order.rows // bs))
+        stretches = self.record["stretches"]
+        segments = _segments(stretches, epoch - 1, batches)
+        if not segments:
+            first, last = stretches[0]["epoch"] + 1, stretches[-1].get("epochs", "?")
+            raise SettingError(f"Expected an epoch the run trained. Received: epoch={epoch}.\n"
+                               f"Hint: the run trains epochs {first} to {last}.")
+        g, world = _order_batch(segments, step, rank, order.rows // bs, batches)
+
+        def units(u: int) -> np.ndarray:
+            key = (epoch, u)
+            if key not in self._units:
+                if len(self._units) > 8:
+                    self._units.clear()
+                self._units[key] = unit_rows(int(order.starts[u + 1] - order.starts[u]),
+                                             order.unit_seed(u))
+            return self._units[key]
+
+        blocks, labelled_rows = self.buckets.rows(batch_positions(order, bs, g, units))
+        rows = np.empty(len(blocks), dtype=np.int64)
+        stored = np.empty(len(blocks), dtype=np.int64)
+        for j, mine in _groups(blocks):
+            block = self.manifest.blocks[j]
+            raw = int(block.get("raw_rows", block["rows"]))
+            stored[mine] = (labelled_rows[mine] if raw == block["rows"] else
+                            self._with_label(j)[labelled_rows[mine]])
+            rows[mine] = file_rows(self.cache, j, stored[mine], rows=raw,
+                                   one_piece=infer_compression(str(block["path"])) is None)
+        return g, world, blocks, rows, stored
+
+    def frame(self, epoch: int, step: int, rank: int | None, show: bool) -> pd.DataFrame:
+        """One step's rows as :func:`batch_rows` returns them."""
+        import pandas as pd
+
+        from daskfeed.manifest import row_lines
+
+        g, world, blocks, rows, stored = self.batch(epoch, step, rank)
+        lines = np.zeros(len(blocks), dtype=np.int64)
+        known = np.ones(len(blocks), dtype=bool)
+        for j, mine in _groups(blocks):
+            found = row_lines(self.manifest.blocks[j], rows[mine])
+            if found is None:
+                known[mine] = False
+            else:
+                lines[mine] = found
+        paths = [self.manifest.blocks[j]["path"] for j in blocks]
+        frame = pd.DataFrame({"file": paths, "line": pd.arrays.IntegerArray(lines, ~known),
+                              "block": blocks, "block_row": rows})
+        self._refuse_changed(sorted(set(paths)))
+        if show:  # (a column named like one of the row's place is shown as "<name> (value)")
+            values = _values(self.cache, blocks, stored)
+            values.columns = [f"{c} (value)" if c in frame.columns else c for c in values.columns]
+            frame = pd.concat([frame, values], axis=1)
+        frame.attrs.update(epoch=epoch, step=step, rank=rank, batch=g + 1, world=world)
+        return frame
+
+    def _with_label(self, index: int) -> np.ndarray:
+        if index not in self._labelled:
+            self._labelled[index] = _with_label(self.cache, index, self.manifest)
+        return self._labelled[index]
+
+    def _refuse_changed(self, paths: list[str]) -> None:
+        todo = [p for p in paths if p not in self._checked]
+        if todo and self._started is not None:
+            _refuse_changed(todo, self._started)
+        self._checked.update(todo)
+
+
+def _groups(blocks: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """Each block of ``blocks`` with the positions it holds (one sort, not a pass per block)."""
+    order = np.argsort(blocks, kind="stable")
+    cuts = np.flatnonzero(np.diff(blocks[order])) + 1
+    return [(int(blocks[at[0]]), at) for at in np.split(order, cuts) if len(at)]
 
 
 def _cache_of(d: dict[str, Any]) -> BlockCache:
@@ -291,15 +373,19 @@ def _order_batch(segments: list[tuple[int, int, int]], step: int, rank: int | No
     return mine[step - 1]
 
 
-def _refuse_changed(out: str, paths: list[str]) -> None:
+def _started(out: str) -> dict[str, list[Any]] | None:
+    """The files the run started with (``files.json``): path -> [size, mtime, etag]; None: none."""
+    try:
+        with open(os.path.join(out, "files.json"), encoding="utf-8") as f:
+            return {row[0]: list(row[1:]) for row in json.load(f)["files"]}
+    except (OSError, ValueError, KeyError):
+        return None  # a run on a dask DataFrame, or of an older daskfeed: the fingerprint was checked
+
+
+def _refuse_changed(paths: list[str], started: dict[str, list[Any]]) -> None:
     """Refuse when a file of the batch changed since the run started (size, time or etag)."""
     from daskfeed.reading import expand_paths
 
-    try:
-        with open(os.path.join(out, "files.json"), encoding="utf-8") as f:
-            started = {row[0]: row[1:] for row in json.load(f)["files"]}
-    except (OSError, ValueError, KeyError):
-        return  # a run on a dask DataFrame, or of an older daskfeed: the fingerprint was checked
     now: dict[str, list[Any]] = {}
     remote = [p for p in paths if "://" in p]
     for p in paths:  # a local file: one stat (as the listing read it), no fsspec
@@ -310,7 +396,7 @@ def _refuse_changed(out: str, paths: list[str]) -> None:
     if remote:
         with contextlib.suppress(DaskfeedError):
             now.update({f.path: [f.size, f.mtime, f.etag] for f in expand_paths(remote, {})})
-    changed = [p for p in paths if p in started and now.get(p) != list(started[p])]
+    changed = [p for p in paths if p in started and now.get(p) != started[p]]
     if changed:
         raise CheckpointError(
             f"Expected the files the run trained on, unchanged. Received: changed or gone since: "
