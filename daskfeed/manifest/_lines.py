@@ -3,10 +3,10 @@
 A block of the manifest has its first line (``line``: that of its first record; the header is
 line 1) and, only when its rows are not one per line (a quoted field over lines, blank lines,
 lines skipped as malformed), each row's line from there (``row_lines``, packed: the
-differences as int64, zlib, base64, as :mod:`daskfeed.manifest._packing` packs; a block of a
-million rows, some over two lines, packs to a few kB, and is unpacked only when asked); the
-scan counts them (:mod:`daskfeed.reading._lines`). Rows are numbered in file order from 0, every row parsed
-(``raw_rows``, rows without a label too). Lines are counted as an editor counts them: a quoted
+differences as int64, zlib, base64, as :mod:`daskfeed.manifest._packing` packs; a million
+rows, one in a hundred over two lines, pack to 35 kB, unpacked only when asked); the scan
+counts them (:mod:`daskfeed.reading._lines`). Rows are numbered in file order from 0, every
+row parsed (``raw_rows``, rows without a label too). Lines are counted as an editor counts them: a quoted
 field's line breaks and blank lines count. A block without a known line (a manifest of an
 older daskfeed, a Parquet file, a dask DataFrame, a block whose rows' lines the scan could not
 find) gives None.

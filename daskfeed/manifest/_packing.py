@@ -105,8 +105,8 @@ def unpack_blocks(packed: dict[str, Any]) -> list[dict[str, Any]]:
     Raises
     ------
     ValueError
-        When the arrays do not hold ``count`` blocks each, or ``row_lines`` not a line per row
-        of its blocks (a damaged manifest).
+        When the arrays do not hold ``count`` blocks each, or ``row_lines`` not the packed
+        lines of each block it names (a damaged manifest).
     """
     n = int(packed["count"])
     paths = _unpack_bytes(packed["paths"]).decode("utf-8").split("\0") if n else []

@@ -106,7 +106,7 @@ def iter_tables(block: Block, options: ReadOptions, rejects: list[str] | None = 
         Columns wanted also as their fields' text: one table of them is appended to its
         ``tables`` per table yielded (see :class:`FieldText`).
     lines
-        Where the line of each row parsed is counted (:class:`~daskfeed.reading._lines.RowLines`;
+        Where the line of each row parsed is counted (:class:`~daskfeed.reading.RowLines`;
         a Parquet file's rows have none).
 
     Yields

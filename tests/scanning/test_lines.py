@@ -325,3 +325,13 @@ def test_an_old_manifest_without_lines_loads_with_lines_unknown(tmp_path):
     assert "line" not in packed
     back = unpack_blocks(packed)
     assert back == blocks and row_line(back[0], 0) is None
+
+
+def test_a_parquet_file_has_no_lines(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": [1, 2, 3], "y": [0, 1, 0]}), path)
+    blocks, _ = _scan_here(str(path))
+    assert blocks[0]["line"] is None and row_line(blocks[0], 0) is None
