@@ -376,20 +376,45 @@ class KillResume:
 
     def audit(self) -> int:
         """Check every committed step against ``daskfeed.batch_rows``: the rows it recomputes for
-        the step's epoch and its trainer's step (counted across the jobs that trained the epoch)
-        are the rows the step logged, in order. Returns the steps checked."""
+        the step's epoch and its trainer's step (counted across the jobs that trained the epoch),
+        each named by file and line, are the rows the step logged, in order — the ids read from
+        the data files themselves at those lines. Returns the steps checked."""
         import daskfeed
 
+        truth = self._ids_by_line()
         rank_of = {pid: r for pids in self.rank_pids for r, pid in enumerate(pids)}
         mine: dict[tuple[int, int], list[Step]] = {}
         for s in self.committed():
             mine.setdefault((s.epoch, rank_of[s.pid]), []).append(s)
         for (epoch, rank), steps in sorted(mine.items()):
-            for k, s in enumerate(steps, 1):
-                frame = daskfeed.batch_rows(self.output, epoch=epoch + 1, step=k, rank=rank, show=True)
-                ids = frame[list(self.ids)].to_numpy(np.int64) @ np.array(list(self.ids.values()))
-                assert ids.tolist() == s.ids.tolist(), (epoch, rank, k, frame.attrs)
+            frame = daskfeed.batch_rows(self.output, epoch=epoch + 1, step=range(1, len(steps) + 1),
+                                        rank=rank)
+            by_step = frame.groupby("step", sort=True)
+            assert len(by_step) == len(steps), (epoch, rank, len(by_step), len(steps))
+            for (k, rows), s in zip(by_step, steps, strict=True):
+                ids = [truth[(f, int(line))] for f, line in zip(rows["file"], rows["line"], strict=True)]
+                assert ids == s.ids.tolist(), (epoch, rank, k)
         return sum(len(v) for v in mine.values())
+
+    def _ids_by_line(self) -> dict[tuple[str, int], int]:
+        """``(file, line) -> row id`` of every record of the training data, read with ``csv``."""
+        import csv
+        import glob
+
+        scales = list(self.ids.values())
+        out = {}
+        for path in glob.glob(self.args[1], recursive=True):
+            with open(path, newline="", encoding="utf-8") as f:
+                reader = csv.reader(f)
+                header = next(reader)
+                cols = [header.index(c) for c in self.ids]
+                line = reader.line_num + 1  # where the next record starts
+                for row in reader:
+                    if row:
+                        out[(path, line)] = sum(int(float(row[c])) * k
+                                                for c, k in zip(cols, scales, strict=True))
+                    line = reader.line_num + 1
+        return out
 
     def by_epoch(self, rows: int, epochs: int) -> list[tuple[int, int, int]]:
         """``(lost, duplicated, trainers)`` of each epoch among the committed steps, each step
