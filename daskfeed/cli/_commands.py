@@ -26,7 +26,13 @@ import dask.config
 from dask.utils import format_bytes
 
 from daskfeed.cli._demo import write_demo_data
-from daskfeed.cli._flag_types import column_list, data_urls, parse_storage_options, warn_secrets
+from daskfeed.cli._flag_types import (
+    column_list,
+    data_urls,
+    parse_storage_options,
+    step_range,
+    warn_secrets,
+)
 from daskfeed.cli._flags import (
     cache_choice,
     cluster_options,
@@ -482,16 +488,16 @@ def predict(run_dir: str, data: tuple[str, ...], destination: str, keep: str | N
 @click.argument("run_dir", metavar="OUTPUT")
 @click.option("--epoch", type=click.IntRange(min=1), required=True,
               help="The epoch, from 1 (as the progress bar counts).")
-@click.option("--step", type=click.IntRange(min=1), required=True,
+@click.option("--step", "steps", callback=step_range, required=True, metavar="S|A-B",
               help="The step of the epoch, from 1: the epoch order's batch (all trainers'); with "
-                   "--rank, that trainer's own step.")
+                   "--rank, that trainer's own step. A-B: steps A to B (a step column first).")
 @click.option("--rank", type=click.IntRange(min=0), default=None,
               help="A trainer of a run with several: --step counts its own batches.")
 @click.option("--show", is_flag=True, help="Add each row's values as the scan read them.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True, help="How the rows are printed.")
 @_friendly
-def rows(run_dir: str, epoch: int, step: int, rank: int | None, show: bool, fmt: str) -> None:
+def rows(run_dir: str, epoch: int, steps: range, rank: int | None, show: bool, fmt: str) -> None:
     """The rows of one training step of the run in OUTPUT: file and line of each.
 
     Recomputed from the run's order (no per-step log), right across resumes with another
@@ -499,16 +505,22 @@ def rows(run_dir: str, epoch: int, step: int, rank: int | None, show: bool, fmt:
     """
     from daskfeed.training import batch_rows  # no keras: the order and the manifest only
 
-    frame = batch_rows(run_dir, epoch=epoch, step=step, rank=rank, show=show)
+    frame = batch_rows(run_dir, epoch=epoch, step=steps[0] if len(steps) == 1 else steps, rank=rank,
+                       show=show)
     a = frame.attrs
     if fmt == "csv":
         click.echo(frame.to_csv(index=False), nl=False)
     elif fmt == "json":
         click.echo(frame.to_json(orient="records", lines=True, default_handler=str), nl=False)
     else:
-        who = f", trainer {a['rank']}'s step {a['step']}" if a["rank"] is not None else ""
-        click.echo(f"epoch {a['epoch']}, batch {a['batch']:,} of the epoch's order{who} "
-                   f"({len(frame):,} rows; trained by {a['world']} trainer(s)):")
+        if len(steps) == 1:
+            who = f", trainer {a['rank']}'s step {a['step']}" if a["rank"] is not None else ""
+            by = f"{a['world']} trainer(s)" if a["world"] else "trainers not on record"
+            click.echo(f"epoch {a['epoch']}, batch {a['batch']:,} of the epoch's order{who} "
+                       f"({len(frame):,} rows; trained by {by}):")
+        else:
+            who = f"trainer {a['rank']}'s steps" if a["rank"] is not None else "steps"
+            click.echo(f"epoch {a['epoch']}, {who} {steps[0]:,} to {steps[-1]:,} ({len(frame):,} rows):")
         click.echo(frame.to_string(index=False))
 
 

@@ -140,6 +140,21 @@ def column_list(ctx: click.Context, param: click.Parameter, value: str | None) -
     return cols
 
 
+def step_range(ctx: click.Context, param: click.Parameter, value: str) -> range:
+    """``--step 48211`` → ``range(48211, 48212)``; ``--step 48200-48260`` → steps 48200 to 48260."""
+    first, dash, last = value.strip().partition("-")
+    try:
+        lo = int(first)
+        hi = int(last) if dash else lo
+    except ValueError:
+        lo = hi = 0
+    if lo < 1 or hi < lo:
+        raise click.BadParameter(
+            f"Expected a step from 1, or steps A-B with 1 <= A <= B. Received: {value!r}.\nHint: "
+            "--step 48211, or --step 48200-48260.", ctx, param)
+    return range(lo, hi + 1)
+
+
 def layer_sizes(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
     """``--hidden 128,64`` → ``(128, 64)``; sizes >= 1."""
     if value is None:

@@ -168,10 +168,8 @@ class Checkpointer(keras.callbacks.Callback):
         logs
             Keras' logs (losses and metrics so far; may be None).
         """
-        if self.mark is not None:  # how far training went, for the certificate of a resume
-            group = int(getattr(self.model, "steps_per_execution", 1) or 1)
-            trained = self._group_end() if group == 1 else self._trained_to()
-            self.mark(self._epoch, self.sequence.position(trained, self._epoch))
+        if self.mark is not None:  # how far training went (Keras' count: no read of the device)
+            self.mark(self._epoch, self.sequence.position(self._group_end(), self._epoch))
         if not self.every:
             return  # checkpoints at epoch ends only
         end = self._group_end()

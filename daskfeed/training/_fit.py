@@ -71,13 +71,15 @@ def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused:
     stopper = make_early_stopping(opts.fit.patience, opts.fit.monitor, net, echo)
     telemetry = EpochTelemetry(train_seq, rss)
     epoch, batch = _start_point(run, net, stopper, train_seq)
-    if epoch < opts.epochs:  # what fixes the order, and where this entry begins (daskfeed rows)
-        record_order(run.out, train_seq, epoch=epoch, position=train_seq.position(batch, epoch),
+    begin = (ckpt.cursor.epoch, ckpt.cursor.at) if ckpt is not None else (0, 0)
+    if begin[0] < opts.epochs:
+        # what fixes the order, and where this entry begins (daskfeed rows): the checkpoint's
+        # place, also when the rest of its epoch is this layout's tail (the stream moved on)
+        record_order(run.out, train_seq, epoch=begin[0], position=begin[1],
                      world=run.ranks.world_size, epochs=opts.epochs, fresh=ckpt is None)
-        if ckpt is not None:  # the interrupted epoch's rows, counted from its order
-            run.certificate = resume_certificate(train_seq, ckpt.cursor.epoch, ckpt.cursor.at,
-                                                 read_mark(run.out))
-            echo(certificate_line(run.certificate, run.ranks.world_size))
+    if ckpt is not None and begin[0] < opts.epochs:  # the interrupted epoch's rows, counted
+        run.certificate = resume_certificate(train_seq, *begin, read_mark(run.out))
+        echo(certificate_line(run.certificate, run.ranks.world_size))
     mark = TrainedMark(run.out)
     run.closing.append(mark)
     every = opts.checkpoint_every

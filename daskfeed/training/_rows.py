@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import numbers
 import os
 import struct
 import time
@@ -24,12 +25,12 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from fsspec.utils import infer_compression
 
 from daskfeed.batches import BucketRows, GlobalOrder, batch_positions, dealt_sizes, file_rows, unit_rows
 from daskfeed.cache import BlockCache
 from daskfeed.core import CheckpointError, DaskfeedError, SettingError, write_file
 from daskfeed.manifest import Encoding, Manifest, labelled
+from daskfeed.reading import compression_of, is_parquet
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 NAME = "order.json"
 FORMAT = "daskfeed order record"
 VERSION = 1
-_MANIFESTS = ("manifest.json", "manifest.running.json")  # a finished run's, a running one's
+_MANIFESTS = ("manifest.running.json", "manifest.json")  # a running (or stopped) run's, a finished one's
 
 
 def record_order(out: str, seq: DaskSequence, *, epoch: int, position: int, world: int,
@@ -77,11 +78,21 @@ def record_order(out: str, seq: DaskSequence, *, epoch: int, position: int, worl
     record = None if fresh else _read(path)
     if record is None or _identity(record["layout"]) != _identity(layout):
         record = {"format": FORMAT, "version": VERSION, "layout": layout, "stretches": []}
+        if not fresh:  # resumed, but what trained before is not on record (an older daskfeed's)
+            record["stretches"].append({"epoch": 0, "position": 0, "world": None,
+                                        "epochs": int(epochs), "time": None})
     record["layout"] = layout  # where the buckets and the cache are now (rebuilt: the same rows)
     record["stretches"].append({"epoch": int(epoch), "position": int(position),
                                 "world": int(world), "epochs": int(epochs),
                                 "time": round(time.time(), 3)})
     write_file(path, json.dumps(record, default=list))
+
+
+def forget_order(out: str) -> None:
+    """A fresh run in ``out``: the order record and mark of the run before it go."""
+    for name in (NAME, MARK):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(out, name))
 
 
 def _identity(layout: dict[str, Any]) -> tuple[Any, ...]:
@@ -99,16 +110,20 @@ def _read(path: str) -> dict[str, Any] | None:
     return record if record.get("format") == FORMAT else None
 
 
-def _segments(stretches: list[dict[str, Any]], epoch: int, batches: int) -> list[tuple[int, int, int]]:
+def _segments(stretches: list[dict[str, Any]], epoch: int, batches: int,
+              mark: tuple[int, int] | None = None) -> list[tuple[int, int, int | None]]:
     """The stretches of ``epoch`` as ``(first batch, end, trainers)``, in the order trained.
 
     A stretch's batches stand up to where any later stretch began: a resume from a checkpoint
     taken before a kill trains those batches again, and the later training is what the model
-    kept.
+    kept. The last stretch ends where its run said it trained to (``mark``: the run stopped,
+    early stopping, still running), else at its ``--epochs``. Trainers None: not on record.
     """
     out = []
     last = stretches[-1] if stretches else {}
     limit = (last.get("epochs", float("inf")), 0)  # where the earliest later stretch began
+    if mark is not None and last and tuple(mark) >= (last["epoch"], last["position"]):
+        limit = min(limit, (int(mark[0]), int(mark[1])))
     for s in reversed(stretches):
         begin = (s["epoch"], s["position"])
         lo = s["position"] if s["epoch"] == epoch else 0
@@ -130,7 +145,8 @@ def _lane_batches(start: int, end: int, world: int, rank: int, total_batches: in
 
 
 def batch_rows(output: str | os.PathLike[str], *, epoch: int, step: int | Iterable[int],
-               rank: int | None = None, show: bool = False) -> pd.DataFrame:
+               rank: int | None = None, show: bool = False,
+               storage_options: dict[str, Any] | None = None) -> pd.DataFrame:
     """The rows of training steps of a run: file and line of each, in the batch's order.
 
     Recomputed from the run's order (``OUTPUT/order.json``, kept by ``daskfeed train``) and
@@ -152,6 +168,9 @@ def batch_rows(output: str | os.PathLike[str], *, epoch: int, step: int | Iterab
         A trainer (None: the epoch's order as one).
     show
         Add the rows' values as the scan read them (from the parse cache).
+    storage_options
+        fsspec options to list the run's files on object storage (to check them unchanged),
+        as ``train`` took them.
 
     Returns
     -------
@@ -171,12 +190,15 @@ def batch_rows(output: str | os.PathLike[str], *, epoch: int, step: int | Iterab
     """
     import pandas as pd
 
-    run = RunOrder(os.fspath(output))
-    steps = [step] if isinstance(step, int) else [int(s) for s in step]
+    run = RunOrder(os.fspath(output), storage_options)
+    one = isinstance(step, numbers.Integral)
+    steps = [int(step)] if one else [int(s) for s in step]  # type: ignore[arg-type, union-attr]
     frames = [run.frame(epoch, s, rank, show) for s in steps]
-    if isinstance(step, int):
+    if one:
         return frames[0]
-    frame = pd.concat([f.assign(step=s) for s, f in zip(steps, frames, strict=True)], ignore_index=True)
+    frames = [f.rename(columns={"step": "step (value)"}).assign(step=s)
+              for s, f in zip(steps, frames, strict=True)]
+    frame = pd.concat(frames, ignore_index=True)
     frame = frame[["step", *[c for c in frame.columns if c != "step"]]]
     frame.attrs.update(frames[-1].attrs if frames else {"epoch": epoch, "rank": rank})
     return frame
@@ -189,6 +211,8 @@ class RunOrder:
     ----------
     out
         The run's output directory.
+    storage_options
+        fsspec options for its files on object storage.
 
     Raises
     ------
@@ -196,7 +220,8 @@ class RunOrder:
         No order record there, a run not in the global order, or a manifest not the run's.
     """
 
-    def __init__(self, out: str) -> None:
+    def __init__(self, out: str, storage_options: dict[str, Any] | None = None) -> None:
+        self.storage_options = dict(storage_options or {})
         record = _read(os.path.join(out, NAME))
         if record is None:
             raise DaskfeedError(
@@ -227,9 +252,10 @@ class RunOrder:
         self._labelled: dict[int, np.ndarray] = {}
         self._checked: set[str] = set()  # files found unchanged
         self._started = _started(out)
+        self._mark = read_mark(out)  # how far its last run trained
 
-    def batch(self, epoch: int, step: int, rank: int | None) -> tuple[int, int, np.ndarray, np.ndarray,
-                                                                     np.ndarray]:
+    def batch(self, epoch: int, step: int, rank: int | None) -> tuple[int, int | None, np.ndarray,
+                                                                     np.ndarray, np.ndarray]:
         """``(order's batch, trainers, blocks, rows in file order, rows in stored order)``."""
         if epoch < 1 or step < 1:
             raise SettingError(f"Expected --epoch and --step from 1 (as the progress bar counts). "
@@ -238,7 +264,7 @@ class RunOrder:
         order = GlobalOrder.of(layout["sizes"], layout["seed"], epoch - 1)
         batches = (order.rows // bs if layout["drop_remainder"] else -(-order.rows // bs))
         stretches = self.record["stretches"]
-        segments = _segments(stretches, epoch - 1, batches)
+        segments = _segments(stretches, epoch - 1, batches, self._mark)
         if not segments:
             first, last = stretches[0]["epoch"] + 1, stretches[-1].get("epochs", "?")
             raise SettingError(f"Expected an epoch the run trained. Received: epoch={epoch}.\n"
@@ -262,8 +288,9 @@ class RunOrder:
             raw = int(block.get("raw_rows", block["rows"]))
             stored[mine] = (labelled_rows[mine] if raw == block["rows"] else
                             self._with_label(j)[labelled_rows[mine]])
+            path = str(block["path"])  # (a plain CSV file's block is one table: one piece)
             rows[mine] = file_rows(self.cache, j, stored[mine], rows=raw,
-                                   one_piece=infer_compression(str(block["path"])) is None)
+                                   one_piece=compression_of(path) is None and not is_parquet(path))
         return g, world, blocks, rows, stored
 
     def frame(self, epoch: int, step: int, rank: int | None, show: bool) -> pd.DataFrame:
@@ -273,6 +300,8 @@ class RunOrder:
         from daskfeed.manifest import row_lines
 
         g, world, blocks, rows, stored = self.batch(epoch, step, rank)
+        paths = [self.manifest.blocks[j]["path"] for j in blocks]
+        self._refuse_changed(sorted(set(paths)))  # (before a line of a file that moved is read)
         lines = np.zeros(len(blocks), dtype=np.int64)
         known = np.ones(len(blocks), dtype=bool)
         for j, mine in _groups(blocks):
@@ -281,10 +310,8 @@ class RunOrder:
                 known[mine] = False
             else:
                 lines[mine] = found
-        paths = [self.manifest.blocks[j]["path"] for j in blocks]
         frame = pd.DataFrame({"file": paths, "line": pd.arrays.IntegerArray(lines, ~known),
                               "block": blocks, "block_row": rows})
-        self._refuse_changed(sorted(set(paths)))
         if show:  # (a column named like one of the row's place is shown as "<name> (value)")
             values = _values(self.cache, blocks, stored)
             values.columns = [f"{c} (value)" if c in frame.columns else c for c in values.columns]
@@ -300,7 +327,7 @@ class RunOrder:
     def _refuse_changed(self, paths: list[str]) -> None:
         todo = [p for p in paths if p not in self._checked]
         if todo and self._started is not None:
-            _refuse_changed(todo, self._started)
+            _refuse_changed(todo, self._started, self.storage_options)
         self._checked.update(todo)
 
 
@@ -328,7 +355,13 @@ def _with_label(cache: BlockCache, index: int, manifest: Manifest) -> np.ndarray
             "\nHint: scan the same files with the same cache (daskfeed scan ... --cache DIR), "
             "then ask again: the order is the same.")
     mask = labelled(table, Encoding.from_manifest(manifest, []))
-    return np.arange(table.num_rows, dtype=np.int64) if mask is None else np.flatnonzero(mask)
+    at = np.arange(table.num_rows, dtype=np.int64) if mask is None else np.flatnonzero(mask)
+    if len(at) != manifest.blocks[index]["rows"]:
+        raise DaskfeedError(
+            f"Expected {manifest.blocks[index]['rows']} rows with a label in block {index} of the "
+            f"run's parse cache. Received: {len(at)}.\nHint: the cache was rebuilt on other files; "
+            "train again to trace this run's batches.")
+    return at
 
 
 def _manifest(out: str, fingerprint: str) -> Manifest:
@@ -347,23 +380,29 @@ def _manifest(out: str, fingerprint: str) -> Manifest:
                         f"{' or '.join(_MANIFESTS)}.\nHint: name a `daskfeed train` --output.")
 
 
-def _order_batch(segments: list[tuple[int, int, int]], step: int, rank: int | None,
-                 full: int, batches: int) -> tuple[int, int]:
+def _order_batch(segments: list[tuple[int, int, int | None]], step: int, rank: int | None,
+                 full: int, batches: int) -> tuple[int, int | None]:
     """The order's batch (from 0) of ``step`` (and ``rank``), and the trainers that trained it."""
     if rank is None:
-        g = step - 1
+        g, trained = step - 1, 0
         for start, end, world in segments:
-            origin = start % world  # the lanes of a stretch start there (every trainer full batches)
-            last = end if world == 1 else min(end, origin + (full - origin) // world * world)
+            origin = start % world if world else 0  # (the lanes of a stretch start there)
+            last = end if not world or world == 1 else min(end, origin + (full - origin) // world * world)
+            trained = max(trained, last)
             if start <= g < last:
                 return g, world
         raise SettingError(
-            f"Expected a step the run trained in this epoch (1..{batches}). Received: "
+            f"Expected a step the run trained in this epoch (1..{trained}). Received: "
             f"step={step}.\nHint: with several trainers the epoch's last few batches are left "
             "out to keep their counts equal; a run stopped early trained fewer.")
-    mine: list[tuple[int, int]] = []
+    if any(world is None for _, _, world in segments):
+        raise DaskfeedError(
+            "Expected the run's record of which trainers trained this epoch. Received: none for "
+            "its part before a resume (resumed from a checkpoint of an older daskfeed).\nHint: "
+            "ask without --rank: --step then counts the epoch order's batches.")
+    mine: list[tuple[int, int | None]] = []
     for start, end, world in segments:
-        if rank >= world:
+        if world is None or rank >= world:
             continue
         mine += [(b, world) for b in _lane_batches(start, end, world, rank, full if world > 1 else batches)]
     if not 1 <= step <= len(mine):
@@ -382,7 +421,8 @@ def _started(out: str) -> dict[str, list[Any]] | None:
         return None  # a run on a dask DataFrame, or of an older daskfeed: the fingerprint was checked
 
 
-def _refuse_changed(paths: list[str], started: dict[str, list[Any]]) -> None:
+def _refuse_changed(paths: list[str], started: dict[str, list[Any]],
+                    storage_options: dict[str, Any]) -> None:
     """Refuse when a file of the batch changed since the run started (size, time or etag)."""
     from daskfeed.reading import expand_paths
 
@@ -394,8 +434,13 @@ def _refuse_changed(paths: list[str], started: dict[str, list[Any]]) -> None:
                 st = os.stat(p)
                 now[p] = [st.st_size, float(st.st_mtime), ""]  # (no ETag on a local disk)
     if remote:
-        with contextlib.suppress(DaskfeedError):
-            now.update({f.path: [f.size, f.mtime, f.etag] for f in expand_paths(remote, {})})
+        try:
+            now.update({f.path: [f.size, f.mtime, f.etag] for f in expand_paths(remote, storage_options)})
+        except DaskfeedError as err:
+            raise DaskfeedError(
+                f"Expected to check that the batch's files on object storage are the ones the run "
+                f"read. Received: they could not be listed ({err}).\nHint: pass the storage "
+                "options the run was trained with (--storage-options, storage_options=).") from err
     changed = [p for p in paths if p in started and now.get(p) != started[p]]
     if changed:
         raise CheckpointError(
@@ -506,8 +551,10 @@ def resume_certificate(seq: DaskSequence, epoch: int, position: int,
     again = -1
     if mark is not None:
         e, p = mark
-        if (e, p) <= (epoch, position):
-            again = 0
+        if (e, p) == (epoch, position) or (position == 0 and e == epoch - 1):
+            again = 0  # (a checkpoint at an epoch's end: the mark stays at the end of the last)
+        elif (e, p) < (epoch, position):
+            again = -1  # a mark behind the checkpoint was lost (a machine's crash): not known
         elif e == epoch:
             again = rows_to(p) - before
         else:

@@ -52,6 +52,7 @@ from daskfeed.training._ranks import (
     scan_key,
     shard_line,
 )
+from daskfeed.training._rows import forget_order
 from daskfeed.training._run import Echo, Run
 from daskfeed.training._started import keep_started, resume_data
 
@@ -213,6 +214,8 @@ def _prepare(data: DataSpec, validation: DataSpec | None, opts: TrainOptions,
         store, ckpt = open_store(out, resume=opts.resume, echo=echo)
         if opts.resume:
             ckpt = _elastic(ranks, opts.output, store, ckpt, echo)
+        if ckpt is None:  # a fresh run: the order of the one before it no longer describes out/
+            forget_order(out)
     except BaseException:
         lock.release()
         raise

@@ -22,7 +22,7 @@ import daskfeed
 from daskfeed.batches import GlobalOrder
 from daskfeed.batches._order import Lanes
 from daskfeed.core import DaskfeedError, SettingError
-from daskfeed.training._rows import _lane_batches, _segments
+from daskfeed.training._rows import _lane_batches, _order_batch, _segments
 
 BATCH = 200  # id_data: 13,300 rows -> 67 batches per epoch, the last one of 100 rows
 
@@ -74,6 +74,11 @@ def test_every_step_of_a_run_is_the_rows_it_trained(tmp_path, id_data):
     as_json = subprocess.run([*cmd, "--format", "json", "--show"], capture_output=True, text=True, check=True)
     ids = [json.loads(line)["row_id"] for line in as_json.stdout.splitlines()]
     assert ids == steps[per_epoch + 4].ids.tolist()
+    several = subprocess.run([*cmd[:-1], "5-6", "--format", "csv"], capture_output=True, text=True,
+                             check=True)
+    rows = list(csv.DictReader(several.stdout.splitlines()))
+    assert [int(r["step"]) for r in rows] == [5] * BATCH + [6] * BATCH
+    assert [int(r["line"]) for r in rows[:BATCH]] == frame["line"].tolist()
     table = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     assert table.startswith(f"epoch 2, batch 5 of the epoch's order ({BATCH} rows; trained by 1 trainer(s)):")
 
@@ -236,3 +241,29 @@ def test_stretches_of_an_epoch_end_where_the_next_began():
     assert _segments(stretches, 2, 67) == [(0, 67, 3)]
     assert _segments(stretches, 3, 67) == [(0, 67, 1)]
     assert _segments(stretches, 4, 67) == []  # the run trained 4 epochs
+
+
+def test_a_resume_whose_checkpoint_is_in_the_new_layouts_tail_leaves_those_batches_untrained():
+    """103 full batches, 1 trainer, checkpoint at 101, resumed by 4: batches 101 and 102 are the
+    4 trainers' tail (left out), not batches the first trainer trained."""
+    stretches = [{"epoch": 0, "position": 0, "world": 1}, {"epoch": 0, "position": 101, "world": 4,
+                                                           "epochs": 2}]
+    segments = _segments(stretches, 0, 103)
+    assert segments == [(0, 101, 1), (101, 103, 4)]
+    assert _order_batch(segments, 101, None, 103, 103) == (100, 1)
+    with pytest.raises(SettingError, match=r"\(1\.\.101\)\. Received: step=102"):
+        _order_batch(segments, 102, None, 103, 103)
+    assert _segments(stretches, 1, 103) == [(0, 103, 4)]
+    assert _order_batch(_segments(stretches, 1, 103), 4, 3, 103, 103) == (15, 4)  # lane 3: 3, 7, 11, 15
+
+
+def test_the_last_stretch_ends_where_its_run_trained_to():
+    """Early stopping, a kill never resumed, a run still training: its mark, not --epochs."""
+    stretches = [{"epoch": 0, "position": 0, "world": 1, "epochs": 10}]
+    assert _segments(stretches, 2, 67, mark=(2, 50)) == [(0, 50, 1)]
+    assert _segments(stretches, 3, 67, mark=(2, 50)) == []
+    assert _segments(stretches, 9, 67) == [(0, 67, 1)]
+    resumed = [{"epoch": 0, "position": 0, "world": 1}, {"epoch": 1, "position": 20, "world": 2,
+                                                         "epochs": 10}]
+    assert _segments(resumed, 1, 67, mark=(1, 10)) == [(0, 20, 1), (20, 67, 2)]  # a mark before
+    assert _segments(resumed, 5, 67, mark=(1, 10)) == [(0, 67, 2)]  # the last stretch: not its
