@@ -496,8 +496,13 @@ def predict(run_dir: str, data: tuple[str, ...], destination: str, keep: str | N
 @click.option("--show", is_flag=True, help="Add each row's values as the scan read them.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True, help="How the rows are printed.")
+@click.option("--storage-options", multiple=True, callback=parse_storage_options,
+              metavar="JSON|KEY=VALUE|@FILE",
+              help="fsspec options for data on s3:// and other URLs, as train took them (to check "
+                   "the files unchanged).")
 @_friendly
-def rows(run_dir: str, epoch: int, steps: range, rank: int | None, show: bool, fmt: str) -> None:
+def rows(run_dir: str, epoch: int, steps: range, rank: int | None, show: bool, fmt: str,
+         storage_options: dict[str, Any] | None) -> None:
     """The rows of one training step of the run in OUTPUT: file and line of each.
 
     Recomputed from the run's order (no per-step log), right across resumes with another
@@ -506,7 +511,7 @@ def rows(run_dir: str, epoch: int, steps: range, rank: int | None, show: bool, f
     from daskfeed.training import batch_rows  # no keras: the order and the manifest only
 
     frame = batch_rows(run_dir, epoch=epoch, step=steps[0] if len(steps) == 1 else steps, rank=rank,
-                       show=show)
+                       show=show, storage_options=storage_options)
     a = frame.attrs
     if fmt == "csv":
         click.echo(frame.to_csv(index=False), nl=False)
