@@ -212,7 +212,7 @@ class GlobalOrder:
         Parameters
         ----------
         sizes
-            Rows of each bucket (:func:`bucket_sizes`).
+            Rows of each bucket (:func:`~daskfeed.batches.dealt_sizes`).
         seed, epoch
             The run's seed, the epoch.
 

@@ -42,7 +42,7 @@ def batch_positions(order: GlobalOrder, batch_size: int, batch: int,
         Rows per batch; the batch of the epoch's order (from 0).
     units
         Unit ``u``'s permutation (canonical bucket order -> the epoch's); default: drawn here
-        (:func:`~daskfeed.batches._order.unit_rows`). A caller tracing many batches keeps them.
+        (:func:`~daskfeed.batches.unit_rows`). A caller tracing many batches keeps them.
 
     Returns
     -------
@@ -73,8 +73,8 @@ def dealt_sizes(counts: Sequence[int] | np.ndarray, ids: np.ndarray, buckets: in
 class BucketRows:
     """Which ``(block, row)`` each position of a bucket's canonical order is, from the blocks alone.
 
-    A bucket's canonical order is its rows by block id, then by row
-    (:func:`~daskfeed.batches._order.bucket_members`); block ``j`` gives bucket ``b`` its rows
+    A bucket's canonical order is its rows by block id, then by row (what its files hold before
+    an epoch permutes it); block ``j`` gives bucket ``b`` its rows
     ``(b - o_j) mod K, + K, ...`` — so position ``c`` of a bucket is found with one
     ``searchsorted`` over the blocks' member counts: ``O(blocks)`` per bucket (kept for the
     next batch), no file read.

@@ -2,7 +2,7 @@
 
 The scan writes every block once; while it is in memory its rows are permuted
 (:func:`block_order`, seeded by the block's id alone — its part's key and its number there,
-:meth:`~daskfeed.cache._blocks.BlockCache.place`: the same files give the same cache, whatever
+:meth:`daskfeed.cache.BlockCache.place`: the same files give the same cache, whatever
 the run's seed, budget or model, and whatever other files the data set has). A block parsed
 as one table (a byte range of a CSV: the usual case) is permuted as a whole; a block that comes
 as several tables (a gzip file or a file streamed in pieces, a Parquet file's row groups) has
@@ -31,7 +31,7 @@ def block_order(index: int, rows: int, piece: int = 0) -> np.ndarray:
     Parameters
     ----------
     index
-        The block's id (:meth:`~daskfeed.cache._blocks.BlockCache.place`; without a cache, its
+        The block's id (:meth:`daskfeed.cache.BlockCache.place`; without a cache, its
         number in its source).
     rows
         The piece's rows (all of them, with or without a label).

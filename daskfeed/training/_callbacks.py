@@ -92,7 +92,7 @@ class Checkpointer(keras.callbacks.Callback):
         is saved with every checkpoint, so a resumed run keeps its patience.
     mark
         Told ``(epoch, position)`` — the batches of the epoch's order trained, by every trainer
-        together — as each group of steps ends (:class:`daskfeed.training._rows.TrainedMark`:
+        together — as each group of steps ends (``train`` keeps it in ``OUTPUT/trained.bin``:
         what a resume's certificate counts the rows trained twice from).
 
     Attributes

@@ -169,7 +169,7 @@ def test_readme_has_shell_commands_to_run():
 def test_every_predicted_run_is_trained_by_a_readme_command():
     trained_runs = {m.group(1) for c in _commands() if c.startswith("daskfeed train ")
                     for m in [re.search(r"--output (\S+)", c)] if m}
-    predicted = {c.split()[2] for c in _commands() if c.startswith("daskfeed predict ")}
+    predicted = {c.split()[2] for c in _commands() if c.startswith(("daskfeed predict ", "daskfeed rows "))}
     assert predicted and predicted <= trained_runs, (predicted, trained_runs)
 
 
@@ -177,7 +177,7 @@ def test_every_predicted_run_is_trained_by_a_readme_command():
 @pytest.mark.parametrize("index", range(len(_commands())))
 def test_shell_command_runs(index, workdir, trained):
     command = _fit_machine(_commands()[index])
-    if command.startswith("daskfeed predict "):  # the run it scores, prepared here
+    if command.startswith(("daskfeed predict ", "daskfeed rows ")):  # its run, prepared here
         run = command.split()[2]
         shutil.copytree(trained(run), workdir / run)
     out = _run(command, workdir)
@@ -190,6 +190,11 @@ def test_shell_command_runs(index, workdir, trained):
             assert "val " not in out.stdout, out.stdout
     if command.startswith("daskfeed scan "):
         assert "3,000 rows in" in out.stdout, out.stdout
+    if command.startswith("daskfeed rows "):  # a batch's rows, each with its file and line
+        rows = out.stdout.splitlines()
+        header = rows[0] if "--format csv" in command else rows[1]
+        assert all(c in header for c in ("file", "line", "block", "block_row")), out.stdout[:2000]
+        assert len(rows) > 64, out.stdout[:2000]
     if command.startswith("daskfeed predict "):  # a score for every validation row, in a file
         import pandas as pd
 
