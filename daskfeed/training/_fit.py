@@ -14,6 +14,7 @@ from daskfeed.core import DaskfeedError, RSSSampler
 from daskfeed.inference import export as export_serving
 from daskfeed.inference import publish_manifest, write_record
 from daskfeed.training._callbacks import Checkpointer, fit_from
+from daskfeed.training._certificate import TrainedMark, certificate_line, read_mark, resume_certificate
 from daskfeed.training._early_stopping import (
     EarlyStopping,
     make_early_stopping,
@@ -28,13 +29,7 @@ from daskfeed.training._outputs import (
     split_report,
     write_history,
 )
-from daskfeed.training._rows import (
-    TrainedMark,
-    certificate_line,
-    read_mark,
-    record_order,
-    resume_certificate,
-)
+from daskfeed.training._rows import record_order
 from daskfeed.training._summary import summary_lines
 from daskfeed.training._telemetry import EpochTelemetry
 from daskfeed.training._watch import WatchCallback

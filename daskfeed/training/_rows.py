@@ -18,7 +18,6 @@ import contextlib
 import json
 import numbers
 import os
-import struct
 import time
 from collections.abc import Iterable
 from dataclasses import asdict
@@ -31,6 +30,8 @@ from daskfeed.cache import BlockCache
 from daskfeed.core import CheckpointError, DaskfeedError, SettingError, write_file
 from daskfeed.manifest import Encoding, Manifest, labelled
 from daskfeed.reading import compression_of, is_parquet
+from daskfeed.training._certificate import MARK, read_mark
+from daskfeed.training._started import NAME as STARTED
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -415,7 +416,7 @@ def _order_batch(segments: list[tuple[int, int, int | None]], step: int, rank: i
 def _started(out: str) -> dict[str, list[Any]] | None:
     """The files the run started with (``files.json``): path -> [size, mtime, etag]; None: none."""
     try:
-        with open(os.path.join(out, "files.json"), encoding="utf-8") as f:
+        with open(os.path.join(out, STARTED), encoding="utf-8") as f:
             return {row[0]: list(row[1:]) for row in json.load(f)["files"]}
     except (OSError, ValueError, KeyError):
         return None  # a run on a dask DataFrame, or of an older daskfeed: the fingerprint was checked
@@ -468,114 +469,3 @@ def _values(cache: BlockCache, blocks: np.ndarray, stored: np.ndarray) -> pd.Dat
         base += len(mine)
     whole = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     return whole.iloc[at].reset_index(drop=True)  # row i of the batch is part row at[i]
-
-
-MARK = "trained.bin"  # (epoch, position) trained to, 16 bytes rewritten in place
-
-
-class TrainedMark:
-    """How far training went: ``(epoch, position)`` rewritten in place as each group of steps ends.
-
-    16 bytes at the start of ``OUTPUT/trained.bin`` (no fsync: the page cache outlives a killed
-    process, which is what the certificate of the next resume needs); a few microseconds a step.
-    """
-
-    def __init__(self, out: str) -> None:
-        self.path = os.path.join(out, MARK)
-        self._fd: int | None = None
-        self._last: tuple[int, int] | None = None
-
-    def __call__(self, epoch: int, position: int) -> None:
-        now = (int(epoch), int(position))
-        if now == self._last:
-            return
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
-        os.pwrite(self._fd, struct.pack("<qq", *now), 0)
-        self._last = now
-
-    def close(self) -> None:
-        """Close the file (the mark stays)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-def read_mark(out: str) -> tuple[int, int] | None:
-    """The ``(epoch, position)`` the last run of ``out`` trained to (None: no mark)."""
-    try:
-        with open(os.path.join(out, MARK), "rb") as f:
-            raw = f.read(16)
-    except OSError:
-        return None
-    return struct.unpack("<qq", raw) if len(raw) == 16 else None  # type: ignore[return-value]
-
-
-def resume_certificate(seq: DaskSequence, epoch: int, position: int,
-                       mark: tuple[int, int] | None) -> dict[str, int]:
-    """The rows of an interrupted epoch, counted from its order when a run resumes it.
-
-    Parameters
-    ----------
-    seq
-        The training sequence, set to go on from the checkpoint (its layout: this run's).
-    epoch, position
-        The checkpoint's epoch and position (batches of the epoch's order trained by all
-        trainers; without the global order, this trainer's batch).
-    mark
-        How far the stopped run trained (:func:`read_mark`; None: not known).
-
-    Returns
-    -------
-    dict
-        ``epoch`` (from 1), ``rows`` (the epoch's), ``before`` (trained before the checkpoint),
-        ``again`` (trained after it by the stopped run, trained again now; -1: not known),
-        ``left`` (this run trains), ``tail`` (left out by the tail policy: the ranks' equal
-        counts, ``drop_remainder``) and ``lost`` (the rest: 0 for an exact resume).
-    """
-    plan, stream = seq.plan, seq.stream
-    bs = stream.data.settings.batch_size
-    if stream.global_order and stream.buckets is not None:
-        total = int(sum(int(n) for n in stream.buckets.sizes))
-        world = stream.data.settings.shard[1]
-
-        def rows_to(p: int) -> int:
-            return min(int(p) * bs, total)
-    else:
-        total, world = plan.rows + plan.dropped, 1
-        starts = np.concatenate([[0], np.cumsum([plan.batch_rows(i) for i in range(plan.num_batches)])])
-
-        def rows_to(p: int) -> int:
-            return int(starts[min(int(p), plan.num_batches)])
-    before = rows_to(position)
-    again = -1
-    if mark is not None:
-        e, p = mark
-        if (e, p) == (epoch, position) or (position == 0 and e == epoch - 1):
-            again = 0  # (a checkpoint at an epoch's end: the mark stays at the end of the last)
-        elif (e, p) < (epoch, position):
-            again = -1  # a mark behind the checkpoint was lost (a machine's crash): not known
-        elif e == epoch:
-            again = rows_to(p) - before
-        else:
-            again = total - before + (e - epoch - 1) * total + rows_to(p)
-    if seq.epoch != epoch:  # nothing of the epoch left for these trainers: the rest is the tail
-        left, tail = 0, total - before
-    elif world == 1:
-        end = rows_to(plan.num_batches)
-        left, tail = end - rows_to(seq.start), total - end
-    else:
-        left, tail = (plan.num_batches - seq.start) * world * bs, plan.dropped
-    return {"epoch": epoch + 1, "rows": total, "before": before, "again": again, "left": left,
-            "tail": tail, "lost": total - before - left - tail}
-
-
-def certificate_line(cert: dict[str, int], world: int) -> str:
-    """The certificate in one line (what a resume prints)."""
-    again = ("not known (no mark of the stopped run)" if cert["again"] < 0 else
-             f"{cert['again']:,} trained again (the stopped run trained them after the checkpoint)")
-    tail = (f", {cert['tail']:,} left out by the tail policy ({world} trainers, full batches only)"
-            if cert["tail"] else "")
-    return (f"resume certificate, epoch {cert['epoch']}: of its {cert['rows']:,} rows, "
-            f"{cert['before']:,} trained before the checkpoint, {again}, {cert['left']:,} left "
-            f"to train{tail}, {cert['lost']:,} lost")
