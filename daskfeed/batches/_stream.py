@@ -199,6 +199,31 @@ class BatchStream:
         e = self.epoch if epoch is None else int(epoch)
         return self._origins.get(e, 0) + b * self.data.settings.shard[1]
 
+    def order_batch(self, batch: int, epoch: int | None = None) -> int | None:
+        """The batch of the epoch's global order that this trainer's ``batch`` is (from 0).
+
+        What ``daskfeed rows OUTPUT --epoch E --step S`` names (``S`` = this + 1, ``E`` =
+        ``epoch`` + 1), whatever the number of trainers and the batches skipped.
+
+        Parameters
+        ----------
+        batch
+            This trainer's batch of the epoch (``start`` + Keras' index in a resumed epoch).
+        epoch
+            Its epoch (default: the current one).
+
+        Returns
+        -------
+        int or None
+            None without the global order (windows of blocks).
+        """
+        if not self.global_order:
+            return None
+        e = self.epoch if epoch is None else int(epoch)
+        plan = self.plan if e == self.epoch else self._cursor.settings.plan(e, self._origins.get(e, 0))
+        assert plan.lanes is not None
+        return plan.lanes.global_batch(int(batch))
+
     def order_line(self) -> str:
         """How the epoch's rows are ordered, in one line (what shuffle quality the run gets, why)."""
         frame = self.data.source.frame is not None
