@@ -48,6 +48,7 @@ if TYPE_CHECKING:
         batch_rows,
         default_model,
         fit_from,
+        loss_steps,
         train,
     )
 
@@ -85,6 +86,7 @@ __all__ = [
     "default_model",
     "export",
     "fit_from",
+    "loss_steps",
     "make_plan",
     "predict",
     "scan",
@@ -105,5 +107,5 @@ __getattr__, __dir__ = attach(__name__, {
     "ClusterOptions": "training", "DataOptions": "training", "FitOptions": "training",
     "TrainOptions": "training", "default_model": "training", "Checkpointer": "training",
     "EarlyStopping": "training", "WatchCallback": "training", "fit_from": "training", "train": "training",
-    "batch_rows": "training",
+    "batch_rows": "training", "loss_steps": "training",
 })

@@ -13,11 +13,12 @@ if TYPE_CHECKING:
     from daskfeed.training._model import default_model
     from daskfeed.training._options import ClusterOptions, FitOptions, TrainOptions
     from daskfeed.training._rows import batch_rows
+    from daskfeed.training._spikes import loss_steps
     from daskfeed.training._train import train
     from daskfeed.training._watch import WatchCallback
 
 __all__ = ["Checkpointer", "ClusterOptions", "DataOptions", "EarlyStopping", "FitOptions", "TrainOptions",
-           "WatchCallback", "batch_rows", "default_model", "fit_from", "train"]
+           "WatchCallback", "batch_rows", "default_model", "fit_from", "loss_steps", "train"]
 
 __getattr__, __dir__ = attach(__name__, {
     "Checkpointer": "_callbacks", "fit_from": "_callbacks",
@@ -26,6 +27,7 @@ __getattr__, __dir__ = attach(__name__, {
     "ClusterOptions": "_options", "DataOptions": "_options", "FitOptions": "_options", "TrainOptions":
     "_options",
     "batch_rows": "_rows",
+    "loss_steps": "_spikes",
     "train": "_train",
     "WatchCallback": "_watch",
 })

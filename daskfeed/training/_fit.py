@@ -30,6 +30,7 @@ from daskfeed.training._outputs import (
     write_history,
 )
 from daskfeed.training._rows import record_order
+from daskfeed.training._spikes import StepLosses
 from daskfeed.training._summary import summary_lines
 from daskfeed.training._telemetry import EpochTelemetry
 from daskfeed.training._watch import WatchCallback
@@ -83,9 +84,13 @@ def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused:
     checkpointer = Checkpointer(run.store, train_seq, every=every, telemetry=telemetry,
                                 history=ckpt.history if ckpt else [], early_stopping=stopper,
                                 mark=mark)
+    # every step's loss (steps.bin), the steps far above their neighbourhood and their rows
+    run.spikes = steps = StepLosses(run.out, train_seq, fresh=ckpt is None, saved=checkpointer.saved)
+    run.closing.append(steps)
     watch = WatchCallback(run.client, train_seq, validation=val_seq, budget_bytes=run.budget.total,
-                          rss_sampler=rss, epochs=opts.epochs)  # the daskfeed page, live
-    callbacks = [telemetry, *([stopper] if stopper else []), checkpointer, watch,
+                          rss_sampler=rss, epochs=opts.epochs,
+                          marks=steps.take_marks)  # the daskfeed page, live
+    callbacks = [telemetry, *([stopper] if stopper else []), checkpointer, steps, watch,
                  *([keras.callbacks.TensorBoard(opts.tensorboard)] if opts.tensorboard else [])]
     try:
         fit_from(net, train_seq, epochs=opts.epochs, epoch=epoch, batch=batch, handoff=opts.fit.handoff,
@@ -157,6 +162,9 @@ def summary(run: Run, history: list[dict[str, Any]], bad_report: dict[str, Any],
                               peak_rss_bytes=rss.overall_peak, bad_rows=bad_report,
                               restored=saved):
         run.echo(line)
+    if run.spikes is not None:
+        for line in run.spikes.summary_lines():
+            run.echo(line)
     run.echo(f"wrote {run.out}/model.keras, manifest.json, history.json, history.png, run.json")
 
 

@@ -301,11 +301,21 @@ def write_history(run: Run, history: list[dict[str, Any]], train_seq: DaskSequen
                           "position": ckpt.cursor.position,  # of the global order (None: blocks)
                           "world_size": ckpt.cursor.shard[1]} if ckpt else None),
         "resume_certificate": run.certificate,
+        "loss_spikes": _spikes(run),
     }
     write_file(os.path.join(out, "history.json"), json.dumps(record, indent=1))
 
 
 def _numbered(stopping: dict[str, Any] | None) -> dict[str, Any] | None:
+def _spikes(run: Run) -> dict[str, Any] | None:
+    """The flagged steps (the first 100; all of them in spikes.json) and the rule that flagged them."""
+    if run.spikes is None:
+        return None
+    report = run.spikes.report()
+    flagged = report["flagged"]
+    return {**report, "count": len(flagged), "flagged": flagged[:100], "spikes_file": "spikes.json"}
+
+
     """Early stopping's epochs numbered from 1 (Keras counts them from 0; 0: did not stop)."""
     if not stopping:
         return stopping

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from daskfeed.scanning import ProgressCallback
     from daskfeed.training._options import DataSpec, TrainOptions
     from daskfeed.training._ranks import Rank
+    from daskfeed.training._spikes import StepLosses
 
 Echo = Callable[[str], None]
 
@@ -52,3 +53,4 @@ class Run:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])  # run.json, history.json
     progress: ProgressCallback | None = None  # one progress bar for the run's scans
     certificate: dict[str, int] | None = None  # a resume's count of its epoch's rows (history.json)
+    spikes: StepLosses | None = None  # every step's loss and the steps flagged (steps.bin, spikes.json)

@@ -20,7 +20,7 @@ Example::
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from daskfeed.adapters import keras
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from distributed import Client
 
     from daskfeed.manifest import Manifest
+
+MARKS_PER_REPORT = 20  # loss spikes sent with one report at most
 
 
 class HandoffAware(keras.callbacks.Callback):
@@ -83,6 +85,11 @@ class WatchCallback(HandoffAware):
     handoff
         How batches reach Keras: ``pydataset`` (the sequence itself) or ``tf-data`` (the tf.data
         hand-off's pipeline); :func:`~daskfeed.fit_from` sets it.
+    marks
+        ``marks(most)``: the loss spikes flagged since the last call, at most ``most`` (each a
+        dict: ``epoch``, ``step``, ``batch``, ``loss``, ``median``, ``command``), sent with the
+        reports; the page lists them and the loss chart marks them (``daskfeed train`` passes
+        its per-step loss callback's, see ``docs/tracing.md``). None: no marks.
 
     Notes
     -----
@@ -115,8 +122,10 @@ class WatchCallback(HandoffAware):
                  validation: keras.utils.PyDataset | None = None,
                  budget_bytes: int | None = None, rss_sampler: RSSSampler | None = None,
                  every_seconds: float = 2.0, epochs: int | None = None,
-                 handoff: str = "pydataset") -> None:
+                 handoff: str = "pydataset",
+                 marks: Callable[[int], list[dict[str, Any]]] | None = None) -> None:
         super().__init__()
+        self.marks = marks
         self.client = client
         self.sequence = sequence
         self.validation = validation
@@ -220,7 +229,13 @@ class WatchCallback(HandoffAware):
             Keras' logs (losses and metrics so far; may be None).
         """
         stopped = getattr(self.model, "stop_training", False)
-        self._send({"kind": "progress", "state": "stopped" if stopped else "done"})
+        msg: dict[str, Any] = {"kind": "progress", "state": "stopped" if stopped else "done"}
+        marks = self.marks or (lambda most: [])
+        spikes = marks(MARKS_PER_REPORT)
+        while spikes:  # those flagged since the last report, in bounded events
+            self._send({"kind": "spikes", "spikes": spikes})
+            spikes = marks(MARKS_PER_REPORT) if len(spikes) == MARKS_PER_REPORT else []
+        self._send(msg)
 
     # -- figures ------------------------------------------------------------------------
     def _progress(self, state: str, batch: int, logs: Mapping[str, Any],
@@ -246,6 +261,9 @@ class WatchCallback(HandoffAware):
         if not rows:  # no batch trained yet this epoch: no rate yet, the last one stays
             msg.pop("rows_per_s")
             msg.pop("data_wait", None)
+        spikes = self.marks(MARKS_PER_REPORT) if self.marks is not None else []
+        if spikes:  # loss spikes flagged since the last report (bounded)
+            msg["spikes"] = spikes
         self._send(msg)
 
     def _wait_share(self, stats: Mapping[str, Any], seconds: float) -> float | None:
