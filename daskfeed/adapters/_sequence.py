@@ -103,6 +103,10 @@ class DaskSequence(keras.utils.PyDataset):
         manifest (its statistics only); default: this data's own.
     drop_remainder
         Drop the epoch's last batch when it is short.
+    skip_batches
+        Batches of the global order to leave out, ``"3:48200-48260,4:17"`` (epochs and steps
+        from 1, as ``daskfeed rows`` numbers them; ``docs/tracing.md``); a resume state
+        (:meth:`~daskfeed.batches.BatchStream.set_state`) adds those it recorded.
     shard
         ``(rank, world_size)``: serve only blocks ``b`` with ``b % world_size == rank``; shards
         serve equal full batches per epoch (``docs/scale-out.md``, "Several trainers").
@@ -164,6 +168,7 @@ class DaskSequence(keras.utils.PyDataset):
         manifest: Manifest | str | os.PathLike[str] | None = None,
         reference: Manifest | DaskSequence | None = None,
         drop_remainder: bool = False,
+        skip_batches: str | None = None,
         window_bytes: int | str | None = None,
         window_rows: int | None = None,
         prefetch_bytes: int | str | None = None,
@@ -210,7 +215,7 @@ class DaskSequence(keras.utils.PyDataset):
                 vocabulary_size=vocabulary_size, cache=cache, validation_split=validation_split,
                 subset=subset, blocksize=blocksize, encoding=encoding, dtype=dtype,
                 storage_options=storage_options, bad_lines=bad_lines, sep=sep,
-                na_values=na_values, decimal=decimal)
+                na_values=na_values, decimal=decimal, skip_batches=skip_batches)
         except BaseException:
             if owned is not None:
                 close_client(owned)

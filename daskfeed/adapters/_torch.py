@@ -74,7 +74,7 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
     manifest, reference
         As :class:`~daskfeed.DaskSequence` takes them; ``reference`` may be the training
         ``TorchDataset`` (its statistics and features encode this data).
-    features, exclude, batch_size, shuffle, seed, as_matrix, weight, cache, drop_remainder
+    features, exclude, batch_size, shuffle, seed, as_matrix, weight, cache, drop_remainder, skip_batches
         The data's settings, as :class:`~daskfeed.DaskSequence` takes them (one list of them:
         :meth:`DataSettings.resolve <daskfeed.batches.DataSettings.resolve>`).
     validation_split, subset, window_bytes, window_rows, prefetch_bytes, timeout
@@ -110,6 +110,7 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
                  features: list[str] | None = None, exclude: tuple[str, ...] | list[str] = (),
                  batch_size: int | None = None, shuffle: bool = True, seed: int = 0,
                  as_matrix: bool = False, drop_remainder: bool = False,
+                 skip_batches: str | None = None,
                  window_bytes: int | str | None = None, window_rows: int | None = None,
                  prefetch_bytes: int | str | None = None, timeout: float | str | None = None,
                  blocksize: int | str | None = None, encoding: str = "utf-8",
@@ -146,7 +147,7 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
                 vocabulary_size=vocabulary_size, cache=cache, validation_split=validation_split,
                 subset=subset, blocksize=blocksize, encoding=encoding, dtype=dtype,
                 storage_options=storage_options, bad_lines=bad_lines, sep=sep,
-                na_values=na_values, decimal=decimal)
+                na_values=na_values, decimal=decimal, skip_batches=skip_batches)
             prepared = Prepared(data, resolved, client=client, manifest=manifest, reference=ref)
             self.stream = BatchStream(prepared, window_rows=window_rows)
         except BaseException:

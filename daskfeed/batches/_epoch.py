@@ -10,7 +10,7 @@ import operator
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TypedDict
 
 import numpy as np
@@ -19,6 +19,7 @@ from daskfeed.batches._order import GlobalOrder
 from daskfeed.batches._plan import EpochPlan, Slice, equal_shard_batches, make_order_plan, make_plan
 from daskfeed.batches._prefetch import Prefetcher
 from daskfeed.batches._quality import LabelSpread
+from daskfeed.batches._skips import Skips
 from daskfeed.core import SettingError, warn_user
 
 PEEKED = 2  # batches Keras' TF backend reads before fit starts to infer shapes (0 and 1)
@@ -35,6 +36,8 @@ class EpochStats(TypedDict):
     start_batch: int
     windows: int
     dropped_rows: int
+    skipped_batches: int  # batches of the epoch's order left out (--skip-batches), all trainers'
+    skipped_rows: int
     seconds: float
     label_spread: float | None  # batch label-mean spread over an iid shuffle's (batches._quality)
     inside_iid: float | None  # share of full batches inside the iid 99 % interval
@@ -52,6 +55,7 @@ class PlanSettings:
     drop_remainder: bool
     shard: tuple[int, int]
     buckets: tuple[int, ...] = ()  # rows of the global order's buckets; (): windows of blocks
+    skips: Skips = field(default_factory=Skips)  # batches of the global order left out (--skip-batches)
 
     @property
     def units(self) -> int:
@@ -81,7 +85,7 @@ class PlanSettings:
             order = GlobalOrder.of(self.buckets, self.seed, epoch)
             return make_order_plan(order, batch_size=self.batch_size, window_rows=self.window_rows,
                                    drop_remainder=self.drop_remainder, shard=self.shard,
-                                   origin=origin)
+                                   origin=origin, skips=self.skips.epoch(epoch))
         counts = list(self.counts)
         equal = (equal_shard_batches(counts, batch_size=self.batch_size, nshards=self.shard[1])
                  if self.shard[1] > 1 else None)
@@ -384,6 +388,22 @@ class EpochState:
             return
         self._ahead = self._new_prefetcher(nxt, [w.index for w in nxt.windows], room)
 
+    def use_skips(self, skips: Skips) -> None:
+        """Plan epochs from now on with ``skips`` left out (a resume state's, with the run's).
+
+        The next epoch's plan and the windows fetched ahead for it are let go (they may hold
+        batches now left out); the current epoch's plan is made again by the next :meth:`set`.
+        """
+        if skips == self.settings.skips:
+            return
+        with self.lock:
+            self.settings = replace(self.settings, skips=skips)
+            if self._ahead is not None:
+                self._ahead.reset()
+                if self.prefetcher is not None:
+                    self.prefetcher.end_loan()
+            self._ahead, self._next = None, None
+
     def set_last_epoch(self, epoch: int | None) -> None:
         """The run ends after ``epoch`` (None: not known); windows fetched past it are dropped.
 
@@ -429,6 +449,8 @@ class EpochState:
                 start_batch=self.start,
                 windows=len(plan.windows),
                 dropped_rows=plan.dropped,
+                skipped_batches=plan.skipped_batches,
+                skipped_rows=plan.skipped,
                 seconds=time.perf_counter() - self._t0,
                 label_spread=spread["label_spread"] if spread else None,
                 inside_iid=spread["inside_iid"] if spread else None,

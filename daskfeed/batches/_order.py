@@ -37,6 +37,8 @@ from typing import Protocol
 
 import numpy as np
 
+from daskfeed.batches._skips import is_skipped, kept_batch, kept_before
+
 # 1: units were a run of every block; 2: buckets; 3: K a power of two, by block id; 4: block ids
 # anchored at their part's first file (a part that grew keeps its blocks' ids)
 ORDER_VERSION = 4
@@ -274,10 +276,11 @@ def unit_rows(rows: int, seed: Sequence[int]) -> np.ndarray:
 class Lanes:
     """Which batches of the global order one trainer takes in an epoch.
 
-    Trainer ``rank`` of ``world`` takes batches ``origin + rank + j * world`` for
-    ``j < batches``. ``origin`` is where this run entered the epoch (its first batch not trained
-    by an earlier run, modulo ``world``; 0 for a fresh epoch); the batches before
-    ``origin + start * world`` were trained before.
+    The epoch's *kept* batches are its batches but those skipped (``skips``,
+    :mod:`daskfeed.batches._skips`), in order; trainer ``rank`` of ``world`` takes kept batches
+    ``origin + rank + j * world`` for ``j < batches``. ``origin`` is where this run entered the
+    epoch (its first kept batch not trained by an earlier run, modulo ``world``; 0 for a fresh
+    epoch); the kept batches before ``origin + start * world`` were trained before.
     """
 
     origin: int
@@ -285,26 +288,30 @@ class Lanes:
     rank: int
     batches: int
     batch_size: int
+    skips: tuple[tuple[int, int], ...] = ()  # the epoch's skipped batches, (first, last) ranges
 
     def global_batch(self, j: int) -> int:
         """The order's batch that is this trainer's batch ``j``."""
-        return self.origin + self.rank + j * self.world
+        return kept_batch(self.skips, self.origin + self.rank + j * self.world)
 
     def local(self, x: int) -> int:
         """How many of the order's rows ``[0, x)`` are this trainer's."""
         bs, first = self.batch_size, self.origin + self.rank
         b = x // bs
-        full = min(max(-(-(b - first) // self.world), 0), self.batches)
-        mine = b >= first and (b - first) % self.world == 0 and (b - first) // self.world < self.batches
+        k = int(kept_before(self.skips, b))  # kept batches before b; b's own index if kept
+        full = min(max(-(-(k - first) // self.world), 0), self.batches)
+        mine = (k >= first and (k - first) % self.world == 0 and (k - first) // self.world < self.batches
+                and not bool(is_skipped(self.skips, np.array([b]))[0]))
         return full * bs + (x - b * bs if mine else 0)
 
     def keep(self, start: int, stop: int) -> np.ndarray | None:
         """Which of the order's rows ``[start, stop)`` are this trainer's (None: all of them)."""
         if self.world == 1 and self.origin == 0 and self.local(stop) - self.local(start) == stop - start:
             return None
-        g = np.arange(start, stop, dtype=np.int64) // self.batch_size - (self.origin + self.rank)
+        b = np.arange(start, stop, dtype=np.int64) // self.batch_size
+        g = np.asarray(kept_before(self.skips, b)) - (self.origin + self.rank)
         kept: np.ndarray = (g >= 0) & (g % self.world == 0) & (g // self.world < self.batches)
-        return kept
+        return kept & ~is_skipped(self.skips, b) if self.skips else kept
 
 
 def window_index(window: list[tuple[int, int, tuple[int, ...]]], span: tuple[int, int],

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from daskfeed.batches._order import GlobalOrder, Lanes
+from daskfeed.batches._skips import Skips, kept_batch, skipped_rows
 from daskfeed.core import refuse_setting
 
 
@@ -66,6 +67,8 @@ class EpochPlan:
     dropped: int = 0  # rows of this shard left out this epoch (max_batches / drop_remainder)
     order: GlobalOrder | None = None  # the global order the windows are units of (None: blocks)
     lanes: Lanes | None = None  # which of the order's batches are this trainer's
+    skipped_batches: int = 0  # batches of the epoch's order left out (--skip-batches), all trainers'
+    skipped: int = 0  # their rows
 
     def __len__(self) -> int:
         return self.num_batches
@@ -341,7 +344,7 @@ def equal_shard_batches(counts: Sequence[int], *, batch_size: int, nshards: int)
 
 def make_order_plan(order: GlobalOrder, *, batch_size: int, window_rows: int,
                     drop_remainder: bool = False, shard: tuple[int, int] = (0, 1),
-                    origin: int = 0) -> EpochPlan:
+                    origin: int = 0, skips: tuple[tuple[int, int], ...] = ()) -> EpochPlan:
     """The plan of one trainer's batches of ``order``'s epoch.
 
     Parameters
@@ -360,6 +363,9 @@ def make_order_plan(order: GlobalOrder, *, batch_size: int, window_rows: int,
         ``(rank, world)``.
     origin
         See :class:`Lanes` (0: the epoch from its start).
+    skips
+        The epoch's batches left out, ``(first, last)`` ranges of the order's batches
+        (:meth:`~daskfeed.batches._skips.Skips.epoch`): the trainers deal the rest.
 
     Returns
     -------
@@ -376,12 +382,12 @@ def make_order_plan(order: GlobalOrder, *, batch_size: int, window_rows: int,
         refuse_setting("Expected 0 <= shard index < shard count.", f"shard={shard}",
                        "the rank is below the world size (--rank 0 --world-size 2).")
     total = order.rows
-    if world == 1:
-        count = total // batch_size if drop_remainder else -(-total // batch_size)
-        batches = max(count - origin, 0)
-    else:
-        batches = max((total // batch_size - origin) // world, 0)
-    lanes = Lanes(int(origin), int(world), int(rank), batches, int(batch_size))
+    n = (total // batch_size if drop_remainder else -(-total // batch_size)) if world == 1 else \
+        total // batch_size  # the order's batches the trainers may take (several: full ones)
+    cut = Skips(tuple((0, a, b) for a, b in skips))
+    kept = n - cut.count(0, 0, n)
+    batches = max(kept - origin, 0) if world == 1 else max((kept - origin) // world, 0)
+    lanes = Lanes(int(origin), int(world), int(rank), batches, int(batch_size), tuple(skips))
     per_unit = max(total / order.units, 1.0)
     k = max(1, int(window_rows * world / per_unit))
     windows: list[Window] = []
@@ -392,11 +398,14 @@ def make_order_plan(order: GlobalOrder, *, batch_size: int, window_rows: int,
         if b > a:
             windows.append(Window(len(windows), (), b - a, a, units=(u0, u1), span=(r0, r1)))
     rows = lanes.local(total)
-    trained = (origin + (batches * world if world > 1 else batches)) * batch_size
+    end = min(kept_batch(lanes.skips, origin + batches * world), n)  # the batches taken end here
+
+    skipped = skipped_rows(skips, 0, n, batch_size, total)
+    tail = skipped_rows(skips, end, n, batch_size, total)  # skipped after the last batch taken
     return EpochPlan(
         epoch=order.epoch, seed=order.seed, batch_size=int(batch_size), shuffle=True,
         windows=tuple(windows), rows=rows, num_batches=batches,
         _starts=tuple(w.offset for w in windows),
-        dropped=max(total - min(trained, total), 0) if world > 1 or drop_remainder else 0,
-        order=order, lanes=lanes,
+        dropped=max(total - min(end * batch_size, total) - tail, 0),
+        order=order, lanes=lanes, skipped_batches=cut.count(0, 0, n), skipped=skipped,
     )

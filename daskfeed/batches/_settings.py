@@ -8,10 +8,11 @@ the scan and :class:`~daskfeed.batches._stream.BatchStream` read it and look not
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from daskfeed.batches._skips import Skips
 from daskfeed.cache import CacheChoice
 from daskfeed.core import config, refuse_setting
 from daskfeed.manifest import split_settings
@@ -42,6 +43,8 @@ class DataSettings:
         How the files are read (:class:`~daskfeed.reading.ReadOptions`).
     blocksize_given
         Whether ``read.blocksize`` was asked for (else a given manifest's blocks are used).
+    skip_batches
+        Batches of the global order left out (:class:`~daskfeed.batches._skips.Skips`).
     """
 
     label: str
@@ -63,6 +66,7 @@ class DataSettings:
     validation_split: float = 0.0
     subset: str | None = None
     blocksize_given: bool = False
+    skip_batches: Skips = field(default_factory=Skips)
 
     @property
     def asked_blocksize(self) -> int | None:
@@ -88,7 +92,8 @@ class DataSettings:
                 dtype: dict[str, str] | None = None,
                 storage_options: dict[str, Any] | None = None, bad_lines: str = "error",
                 sep: str | None = None, na_values: Sequence[str] | None = None,
-                decimal: str = ".") -> DataSettings:
+                decimal: str = ".", skip_batches: str | Skips | Mapping[int, Any] | None = None,
+                ) -> DataSettings:
         """The settings with the ``daskfeed.*`` config filled in where not given, checked.
 
         Parameters
@@ -101,6 +106,10 @@ class DataSettings:
             Likewise (checked together).
         blocksize, encoding, dtype, storage_options, bad_lines, sep, na_values, decimal
             How the files are read (:func:`~daskfeed.reading.read_options`).
+        skip_batches
+            Batches of the global order to leave out: ``"3:48200-48260,4:17"`` (epochs and
+            steps from 1, as ``daskfeed rows`` numbers them; :meth:`Skips.parse
+            <daskfeed.batches._skips.Skips.parse>`).
 
         Returns
         -------
@@ -133,4 +142,5 @@ class DataSettings:
                               storage_options=storage_options, bad_lines=bad_lines,
                               na_values=na_values, decimal=decimal),
             blocksize_given=blocksize is not None,
+            skip_batches=Skips.parse(skip_batches),
         )

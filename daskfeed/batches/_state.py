@@ -56,6 +56,7 @@ class StreamState:
     units: int = 0  # the global order's units per epoch (0: windows of blocks)
     position: int | None = None  # batches of the epoch's global order trained (by all trainers)
     order: int = 1  # the global order's format (ORDER_VERSION; states without it: 1)
+    skips: tuple[tuple[int, int, int], ...] = ()  # batches left out, (epoch, first, last) from 0
 
     @property
     def global_order(self) -> bool:
@@ -71,6 +72,7 @@ class StreamState:
         """Plain JSON values (lists for tuples) with the format's ``version``: what is persisted."""
         d = asdict(self)
         d["features"], d["shard"] = list(self.features), list(self.shard)
+        d["skips"] = [list(r) for r in self.skips]
         return {"version": STATE_VERSION, **d}
 
     @classmethod
@@ -119,6 +121,7 @@ class StreamState:
                 f"{sorted(d)}.\nHint: pass what get_state() or state_dict() returned.")
         d["features"] = tuple(d["features"])
         d["shard"] = tuple(d.get("shard", (0, 1)))
+        d["skips"] = tuple(tuple(int(v) for v in r) for r in d.get("skips") or ())
         return cls(**{k: v for k, v in d.items() if k in known})
 
     def check(self, other: StreamState, where: str, *, cli: bool = True) -> None:

@@ -27,6 +27,7 @@ from daskfeed.batches._order import ORDER_VERSION, order_line
 from daskfeed.batches._plan import EpochPlan, Slice
 from daskfeed.batches._prefetch import Prefetcher
 from daskfeed.batches._prepare import Prepared
+from daskfeed.batches._skips import Skips, kept_batch, kept_before
 from daskfeed.batches._state import StreamState
 from daskfeed.batches._windows import WindowTasks
 from daskfeed.cluster import Owner, WindowCancelled, connect
@@ -110,6 +111,15 @@ class BatchStream:
         ordered = self.buckets is not None
         self.units = self.buckets.count if self.buckets is not None else 0
         self._origins: dict[int, int] = {}  # an epoch resumed under another number of trainers
+        if st.skip_batches and not ordered:
+            why = ("the data are a dask DataFrame" if data.source.frame is not None else
+                   "rows are not shuffled" if not st.shuffle else "the parse cache is off")
+            raise SettingError(
+                "Expected batches to skip in the global order (batches numbered as daskfeed rows "
+                f"numbers them). Received: --skip-batches {st.skip_batches.text()} in a run "
+                f"without one ({why}): its batches come from windows of blocks, numbered by the "
+                "window size.\nHint: turn the parse cache on (drop --no-cache / cache=False), or "
+                "leave the rows out of the data.")
         self._cursor = self._new_cursor(0, 0)
         if st.shuffle and not ordered and data.manifest.looks_ordered:
             warn_user(f"{self.order_line()}. The label's mean varies from block to block "
@@ -197,7 +207,8 @@ class BatchStream:
         if not self.global_order:
             return b
         e = self.epoch if epoch is None else int(epoch)
-        return self._origins.get(e, 0) + b * self.data.settings.shard[1]
+        kept = self._origins.get(e, 0) + b * self.data.settings.shard[1]
+        return kept_batch(self.skips.epoch(e), kept)  # (with the skipped batches before it)
 
     def order_batch(self, batch: int, epoch: int | None = None) -> int | None:
         """The batch of the epoch's global order that this trainer's ``batch`` is (from 0).
@@ -253,7 +264,8 @@ class BatchStream:
             self.set_epoch(epoch, position)
             return
         world = self.data.settings.shard[1]
-        origin, start = position % world, position // world
+        kept = int(kept_before(self.skips.epoch(epoch), position))
+        origin, start = kept % world, kept // world
         plan = self._cursor.settings.plan(epoch, origin)
         if start >= plan.num_batches:
             self.set_epoch(epoch + 1, 0)
@@ -297,7 +309,7 @@ class BatchStream:
             drop_remainder=st.drop_remainder, label=st.label, features=tuple(self.data.features),
             shard=st.shard, validation_split=float(st.validation_split), units=self.units,
             position=self.position(batch, epoch) if ordered else None,
-            order=ORDER_VERSION)
+            order=ORDER_VERSION, skips=self.skips.ranges)
 
     def get_state(self, epoch: int | None = None, batch: int | None = None) -> dict[str, Any]:
         """The resume state (:meth:`state`) as plain JSON values, versioned: what is persisted.
@@ -332,10 +344,32 @@ class BatchStream:
         mine = self.state()
         theirs = state if isinstance(state, StreamState) else StreamState.from_dict(state, like=mine)
         theirs.check(mine, where, cli=cli)
+        if theirs.skips or self.data.settings.skip_batches:
+            self._cursor.use_skips(self._resumed_skips(theirs))
         if theirs.position is not None:
             self.set_position(theirs.epoch, theirs.position)
         else:
             self.set_epoch(theirs.epoch, theirs.batch)
+
+    @property
+    def skips(self) -> Skips:
+        """The batches of the global order left out: the run's, and a resume state's."""
+        return self._cursor.settings.skips
+
+    def _resumed_skips(self, theirs: StreamState) -> Skips:
+        """The batches left out going on from ``theirs``: those it recorded, and this run's after it.
+
+        This run's ``skip_batches`` before the state's position (epoch ``theirs.epoch``,
+        ``theirs.at``) were trained already: said, and not counted as skipped.
+        """
+        recorded = Skips.from_json(theirs.skips)
+        asked = self.data.settings.skip_batches
+        late = asked.before(theirs.epoch, theirs.at).without(recorded)
+        if late:
+            warn_user(f"--skip-batches {late.text()}: trained before the checkpoint (epoch "
+                      f"{theirs.epoch + 1}, {theirs.at:,} batches of its order trained), so not "
+                      "skipped; the batches after it are.")
+        return recorded.union(asked.without(late))
 
     def __iter__(self) -> Iterator[Batch]:
         """The current epoch's batches in order from where the stream stands; then the next epoch.
@@ -537,7 +571,8 @@ class BatchStream:
             counts=tuple(self.data.manifest.counts), batch_size=st.batch_size, seed=st.seed,
             shuffle=st.shuffle, window_rows=self.window_rows, drop_remainder=st.drop_remainder,
             shard=st.shard,
-            buckets=() if self.buckets is None else tuple(int(n) for n in self.buckets.sizes))
+            buckets=() if self.buckets is None else tuple(int(n) for n in self.buckets.sizes),
+            skips=st.skip_batches)
         manifest = self.data.manifest
         classes = manifest.num_classes if manifest.task == "multiclass" else 0
         cursor = EpochState(settings, self._new_prefetcher, tolerance=self.tolerance,

@@ -527,6 +527,10 @@ def rows(run_dir: str, epoch: int, steps: range, rank: int | None, show: bool, f
             who = f"trainer {a['rank']}'s steps" if a["rank"] is not None else "steps"
             click.echo(f"epoch {a['epoch']}, {who} {steps[0]:,} to {steps[-1]:,} ({len(frame):,} rows):")
         click.echo(frame.to_string(index=False))
+        left_out = [steps[0]] if len(steps) == 1 and a["skipped"] else a.get("skipped_steps", [])
+        if left_out:
+            click.echo(f"skipped (--skip-batches), never trained: step{'s' if len(left_out) > 1 else ''} "
+                       f"{', '.join(f'{s:,}' for s in left_out[:20])}{' ...' if len(left_out) > 20 else ''}")
 
 
 @cli.command(name="export")

@@ -183,6 +183,12 @@ def train_options(fn: F) -> F:
                           "and batch (refused if data, batch size or seed changed). Batches trained "
                           "after that checkpoint were not committed and are trained again. Without "
                           "--resume, old checkpoints in OUTPUT are removed."),
+        click.option("--skip-batches", default=None, metavar="E:S[-S],...",
+                     help="Leave these batches of the global order out, e.g. 3:48200-48260,4:17 "
+                          "(epoch:step or epoch:first-last, numbered as `daskfeed rows` and the "
+                          "loss spikes number them): left out alike on every run and rank (ranks "
+                          "keep equal step counts), kept in the checkpoints (a --resume goes on "
+                          "skipping them and adds these), counted in the summary and history.json."),
         fit_options,
     ], fn)
 

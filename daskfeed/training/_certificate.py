@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from daskfeed.batches import skipped_rows
+
 if TYPE_CHECKING:
     from daskfeed.adapters import DaskSequence
 
@@ -78,16 +80,20 @@ def resume_certificate(seq: DaskSequence, epoch: int, position: int,
         ``epoch`` (from 1), ``rows`` (the epoch's), ``before`` (trained before the checkpoint),
         ``again`` (trained after it by the stopped run, trained again now; -1: not known),
         ``left`` (this run trains), ``tail`` (left out by the tail policy: the ranks' equal
-        counts, ``drop_remainder``) and ``lost`` (the rest: 0 for an exact resume).
+        counts, ``drop_remainder``), ``skipped`` (the epoch's batches left out by
+        ``--skip-batches``) and ``lost`` (the rest: 0 for an exact resume).
     """
     plan, stream = seq.plan, seq.stream
     bs = stream.data.settings.batch_size
+    skipped = 0
     if stream.global_order and stream.buckets is not None:
         total = int(sum(int(n) for n in stream.buckets.sizes))
         world = stream.data.settings.shard[1]
+        cut = stream.skips.epoch(epoch)
+        skipped = skipped_rows(cut, 0, -(-total // bs), bs, total)
 
-        def rows_to(p: int) -> int:
-            return min(int(p) * bs, total)
+        def rows_to(p: int) -> int:  # rows of the batches before p that train (not skipped)
+            return min(int(p) * bs, total) - skipped_rows(cut, 0, int(p), bs, total)
     else:
         total, world = plan.rows + plan.dropped, 1
         starts = np.concatenate([[0], np.cumsum([plan.batch_rows(i) for i in range(plan.num_batches)])])
@@ -105,16 +111,15 @@ def resume_certificate(seq: DaskSequence, epoch: int, position: int,
         elif e == epoch:
             again = rows_to(p) - before
         else:
-            again = total - before + (e - epoch - 1) * total + rows_to(p)
+            again = total - skipped - before + (e - epoch - 1) * total + rows_to(p)
     if seq.epoch != epoch:  # nothing of the epoch left for these trainers: the rest is the tail
-        left, tail = 0, total - before
-    elif world == 1:
-        end = rows_to(plan.num_batches)
-        left, tail = end - rows_to(seq.start), total - end
+        left, tail = 0, total - before - skipped
+    elif stream.global_order:  # every trainer's batches from this one's start are full but the last
+        left, tail, skipped = plan.rows - seq.start * world * bs, plan.dropped, plan.skipped
     else:
-        left, tail = (plan.num_batches - seq.start) * world * bs, plan.dropped
+        left, tail = plan.rows - rows_to(seq.start), plan.dropped
     return {"epoch": epoch + 1, "rows": total, "before": before, "again": again, "left": left,
-            "tail": tail, "lost": total - before - left - tail}
+            "tail": tail, "skipped": skipped, "lost": total - before - left - tail - skipped}
 
 
 def certificate_line(cert: dict[str, int], world: int) -> str:
@@ -123,6 +128,8 @@ def certificate_line(cert: dict[str, int], world: int) -> str:
              f"{cert['again']:,} trained again (the stopped run trained them after the checkpoint)")
     tail = (f", {cert['tail']:,} left out by the tail policy ({world} trainers, full batches only)"
             if cert["tail"] else "")
+    if cert.get("skipped"):
+        tail += f", {cert['skipped']:,} in batches skipped (--skip-batches)"
     return (f"resume certificate, epoch {cert['epoch']}: of its {cert['rows']:,} rows, "
             f"{cert['before']:,} trained before the checkpoint, {again}, {cert['left']:,} left "
             f"to train{tail}, {cert['lost']:,} lost")

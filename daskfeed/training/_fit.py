@@ -128,8 +128,8 @@ def _start_point(run: Run, net: keras.Model, stopper: EarlyStopping | None,
     ckpt.restore(net)  # weights + optimizer state (its iteration count checked)
     cur = ckpt.cursor
     epoch, batch = cur.epoch, cur.batch
-    if cur.global_order and epoch < epochs:
-        train_seq.set_position(epoch, cur.at)
+    if cur.global_order and epoch < epochs:  # (the batches it skipped are skipped again)
+        train_seq.stream.set_state(cur, where=f"The checkpoint {ckpt.path}", cli=True)
         epoch, batch = train_seq.epoch, train_seq.start
     where = (f"batch {cur.at + 1} of the epoch's global order, this trainer's batch {batch + 1}/"
              f"{train_seq.plan.num_batches}" if cur.global_order and run.ranks.several else

@@ -306,7 +306,7 @@ class TrainOptions:
 
 DATA_KEYS = ("features", "exclude", "weight", "batch_size", "seed", "as_matrix", "blocksize",
              "vocabulary_size", "timeout", "cache", "validation_split", "encoding", "sep",
-             "na_values", "decimal", "dtype", "bad_lines", "storage_options")
+             "na_values", "decimal", "dtype", "bad_lines", "storage_options", "skip_batches")
 """The data settings ``train`` takes (of :meth:`DataSettings.resolve
 <daskfeed.batches.DataSettings.resolve>`'s; the rest are set by the run: the label, the shard,
 the budget's shares, the split's side, the shuffle)."""

@@ -301,6 +301,7 @@ def write_history(run: Run, history: list[dict[str, Any]], train_seq: DaskSequen
                           "position": ckpt.cursor.position,  # of the global order (None: blocks)
                           "world_size": ckpt.cursor.shard[1]} if ckpt else None),
         "resume_certificate": run.certificate,
+        "skip_batches": train_seq.stream.skips.text() or None,  # this run's and the resumed ones'
         "loss_spikes": _spikes(run),
     }
     write_file(os.path.join(out, "history.json"), json.dumps(record, indent=1))

@@ -21,11 +21,22 @@ import os
 import time
 from collections.abc import Iterable
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from daskfeed.batches import BucketRows, GlobalOrder, batch_positions, dealt_sizes, file_rows, unit_rows
+from daskfeed.batches import (
+    BucketRows,
+    GlobalOrder,
+    Skips,
+    batch_positions,
+    dealt_sizes,
+    file_rows,
+    is_skipped,
+    kept_batch,
+    kept_before,
+    unit_rows,
+)
 from daskfeed.cache import BlockCache
 from daskfeed.core import CheckpointError, DaskfeedError, SettingError, write_file
 from daskfeed.manifest import Encoding, Manifest, labelled
@@ -85,7 +96,7 @@ def record_order(out: str, seq: DaskSequence, *, epoch: int, position: int, worl
     record["layout"] = layout  # where the buckets and the cache are now (rebuilt: the same rows)
     record["stretches"].append({"epoch": int(epoch), "position": int(position),
                                 "world": int(world), "epochs": int(epochs),
-                                "time": round(time.time(), 3)})
+                                "time": round(time.time(), 3), "skips": stream.skips.to_json()})
     write_file(path, json.dumps(record, default=list))
 
 
@@ -111,9 +122,12 @@ def _read(path: str) -> dict[str, Any] | None:
     return record if record.get("format") == FORMAT else None
 
 
+Segment = tuple[int, int, "int | None", tuple[tuple[int, int], ...]]  # [start, end), trainers, skips
+
+
 def _segments(stretches: list[dict[str, Any]], epoch: int, batches: int,
-              mark: tuple[int, int] | None = None) -> list[tuple[int, int, int | None]]:
-    """The stretches of ``epoch`` as ``(first batch, end, trainers)``, in the order trained.
+              mark: tuple[int, int] | None = None) -> list[Segment]:
+    """The stretches of ``epoch`` as ``(first batch, end, trainers, skips)``, in the order trained.
 
     A stretch's batches stand up to where any later stretch began: a resume from a checkpoint
     taken before a kill trains those batches again, and the later training is what the model
@@ -130,19 +144,34 @@ def _segments(stretches: list[dict[str, Any]], epoch: int, batches: int,
         lo = s["position"] if s["epoch"] == epoch else 0
         hi = limit[1] if limit[0] == epoch else batches
         if begin[0] <= epoch <= limit[0] and hi > lo:
-            out.append((lo, hi, s["world"]))
+            out.append((lo, hi, s["world"], Skips.from_json(s.get("skips")).epoch(epoch)))
         limit = min(limit, begin)
     return out[::-1]
 
 
-def _lane_batches(start: int, end: int, world: int, rank: int, total_batches: int) -> list[int]:
+def _lanes(start: int, world: int, total_batches: int,
+           skips: tuple[tuple[int, int], ...]) -> tuple[int, int, int]:
+    """A stretch's lanes from the order's batch ``start``: origin, first step, steps per trainer."""
+    k = int(kept_before(skips, start))
+    kept = total_batches - Skips(tuple((0, a, b) for a, b in skips)).count(0, 0, total_batches)
+    origin = k % world
+    return origin, k // world, max((kept - origin) // world, 0)
+
+
+def _lane_batches(start: int, end: int, world: int, rank: int, total_batches: int,
+                  skips: tuple[tuple[int, int], ...] = ()) -> list[int]:
     """The order's batches trainer ``rank`` of ``world`` trained in a stretch ``[start, end)``."""
     if world == 1:
-        return list(range(start, end)) if rank == 0 else []
-    origin, first = start % world, start // world
-    per_rank = max((total_batches - origin) // world, 0)  # full batches, the same on every rank
-    return [origin + rank + j * world for j in range(first, per_rank)
-            if origin + rank + j * world < end]
+        g = np.arange(start, end, dtype=np.int64)
+        return g[~is_skipped(skips, g)].tolist() if rank == 0 else []
+    origin, first, per_rank = _lanes(start, world, total_batches, skips)
+    out = []
+    for j in range(first, per_rank):
+        b = kept_batch(skips, origin + rank + j * world)
+        if b >= end:
+            break
+        out.append(b)
+    return out
 
 
 def batch_rows(output: str | os.PathLike[str], *, epoch: int, step: int | Iterable[int],
@@ -179,8 +208,10 @@ def batch_rows(output: str | os.PathLike[str], *, epoch: int, step: int | Iterab
         One row per row of the batch: ``file``, ``line`` (as an editor counts; ``<NA>`` where the
         scan kept no line), ``block`` and ``block_row`` (the row's block of the manifest and its
         row there, in file order), and with ``show`` the row's columns (one named like those
-        four as ``"<name> (value)"``). ``attrs`` holds the epoch, step, rank, the order's batch
-        and the trainers that trained it (of the last step asked).
+        four as ``"<name> (value)"``). ``attrs`` holds the epoch, step, rank, the order's batch,
+        the trainers that trained it and whether it was ``skipped`` (``--skip-batches``: its
+        rows listed, never trained), of the last step asked; with several steps
+        ``skipped_steps`` lists those skipped.
 
     Raises
     ------
@@ -202,7 +233,19 @@ def batch_rows(output: str | os.PathLike[str], *, epoch: int, step: int | Iterab
     frame = pd.concat(frames, ignore_index=True)
     frame = frame[["step", *[c for c in frame.columns if c != "step"]]]
     frame.attrs.update(frames[-1].attrs if frames else {"epoch": epoch, "rank": rank})
+    frame.attrs["skipped_steps"] = [s for s, f in zip(steps, frames, strict=True) if f.attrs["skipped"]]
     return frame
+
+
+class Traced(NamedTuple):
+    """One step traced (:meth:`RunOrder.batch`)."""
+
+    batch: int  # of the epoch's order, from 0
+    world: int | None  # the trainers that trained it (None: not on record)
+    skipped: bool  # left out by --skip-batches (not trained)
+    blocks: np.ndarray  # each row's block ...
+    rows: np.ndarray  # ... its row there in file order ...
+    stored: np.ndarray  # ... and in the cache's stored order
 
 
 class RunOrder:
@@ -255,9 +298,8 @@ class RunOrder:
         self._started = _started(out)
         self._mark = read_mark(out)  # how far its last run trained
 
-    def batch(self, epoch: int, step: int, rank: int | None) -> tuple[int, int | None, np.ndarray,
-                                                                     np.ndarray, np.ndarray]:
-        """``(order's batch, trainers, blocks, rows in file order, rows in stored order)``."""
+    def batch(self, epoch: int, step: int, rank: int | None) -> Traced:
+        """The order's batch of ``step`` (of ``rank``), and where its rows are."""
         if epoch < 1 or step < 1:
             raise SettingError(f"Expected --epoch and --step from 1 (as the progress bar counts). "
                                f"Received: epoch={epoch}, step={step}.\nHint: e.g. --epoch 1 --step 1.")
@@ -292,7 +334,7 @@ class RunOrder:
             path = str(block["path"])  # (a plain CSV file's block is one table: one piece)
             rows[mine] = file_rows(self.cache, j, stored[mine], rows=raw,
                                    one_piece=compression_of(path) is None and not is_parquet(path))
-        return g, world, blocks, rows, stored
+        return Traced(g, world, _skipped(segments, g), blocks, rows, stored)
 
     def frame(self, epoch: int, step: int, rank: int | None, show: bool) -> pd.DataFrame:
         """One step's rows as :func:`batch_rows` returns them."""
@@ -300,7 +342,7 @@ class RunOrder:
 
         from daskfeed.manifest import row_lines
 
-        g, world, blocks, rows, stored = self.batch(epoch, step, rank)
+        g, world, skipped, blocks, rows, stored = self.batch(epoch, step, rank)
         paths = [self.manifest.blocks[j]["path"] for j in blocks]
         self._refuse_changed(sorted(set(paths)))  # (before a line of a file that moved is read)
         lines = np.zeros(len(blocks), dtype=np.int64)
@@ -317,7 +359,8 @@ class RunOrder:
             values = _values(self.cache, blocks, stored)
             values.columns = [f"{c} (value)" if c in frame.columns else c for c in values.columns]
             frame = pd.concat([frame, values], axis=1)
-        frame.attrs.update(epoch=epoch, step=step, rank=rank, batch=g + 1, world=world)
+        frame.attrs.update(epoch=epoch, step=step, rank=rank, batch=g + 1, world=world,
+                           skipped=skipped)
         return frame
 
     def _with_label(self, index: int) -> np.ndarray:
@@ -381,14 +424,16 @@ def _manifest(out: str, fingerprint: str) -> Manifest:
                         f"{' or '.join(_MANIFESTS)}.\nHint: name a `daskfeed train` --output.")
 
 
-def _order_batch(segments: list[tuple[int, int, int | None]], step: int, rank: int | None,
+def _order_batch(segments: list[Segment], step: int, rank: int | None,
                  full: int, batches: int) -> tuple[int, int | None]:
     """The order's batch (from 0) of ``step`` (and ``rank``), and the trainers that trained it."""
     if rank is None:
         g, trained = step - 1, 0
-        for start, end, world in segments:
-            origin = start % world if world else 0  # (the lanes of a stretch start there)
-            last = end if not world or world == 1 else min(end, origin + (full - origin) // world * world)
+        for start, end, world, skips in segments:
+            last = end
+            if world and world > 1:  # (the lanes of a stretch start there; full batches only)
+                origin, _, per_rank = _lanes(start, world, full, skips)
+                last = min(end, kept_batch(skips, origin + per_rank * world))
             trained = max(trained, last)
             if start <= g < last:
                 return g, world
@@ -396,21 +441,28 @@ def _order_batch(segments: list[tuple[int, int, int | None]], step: int, rank: i
             f"Expected a step the run trained in this epoch (1..{trained}). Received: "
             f"step={step}.\nHint: with several trainers the epoch's last few batches are left "
             "out to keep their counts equal; a run stopped early trained fewer.")
-    if any(world is None for _, _, world in segments):
+    if any(world is None for _, _, world, _ in segments):
         raise DaskfeedError(
             "Expected the run's record of which trainers trained this epoch. Received: none for "
             "its part before a resume (resumed from a checkpoint of an older daskfeed).\nHint: "
             "ask without --rank: --step then counts the epoch order's batches.")
     mine: list[tuple[int, int | None]] = []
-    for start, end, world in segments:
+    for start, end, world, skips in segments:
         if world is None or rank >= world:
             continue
-        mine += [(b, world) for b in _lane_batches(start, end, world, rank, full if world > 1 else batches)]
+        mine += [(b, world) for b in _lane_batches(start, end, world, rank,
+                                                   full if world > 1 else batches, skips)]
     if not 1 <= step <= len(mine):
         raise SettingError(
             f"Expected a step trainer {rank} trained in this epoch (1..{len(mine)}). Received: "
             f"step={step}.\nHint: without --rank, --step counts the epoch order's batches.")
     return mine[step - 1]
+
+
+def _skipped(segments: list[Segment], g: int) -> bool:
+    """Whether the order's batch ``g`` was left out (``--skip-batches``) where it came."""
+    return any(lo <= g < hi and bool(is_skipped(skips, np.array([g]))[0])
+               for lo, hi, _, skips in segments)
 
 
 def _started(out: str) -> dict[str, list[Any]] | None:

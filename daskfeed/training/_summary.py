@@ -19,7 +19,7 @@ _NOT_METRICS = {"epoch", "rows", "epoch_rows", "batches", "seconds", "val_second
                 "data_wait", "data_wait_seconds", "data_wait_fraction", "first_batch_wait_seconds",
                 "feed_wait_seconds", "feed_seconds", "feed_wait_fraction", "windows_computed",
                 "peak_rss_bytes", "resumed_at_batch", "ended_at", "learning_rate", "label_spread",
-                "inside_iid"}
+                "inside_iid", "skipped_batches", "skipped_rows"}
 
 
 def _as_records(history: Any) -> list[dict[str, Any]]:
@@ -150,6 +150,12 @@ def summary_lines(history: Sequence[Mapping[str, Any]], *, seconds: float,
         lines.append(f"final: {_figures(last)}")
     lines += _wait_lines(list(mine.values()))
     lines += _spread_lines(list(mine.values()))
+    skipped = [r for r in records if r.get("skipped_batches")]
+    if skipped:  # (every epoch that skipped some: their rows were never trained)
+        each = ", ".join(f"{int(r['skipped_batches']):,} batch{'es' if r['skipped_batches'] > 1 else ''} "
+                         f"({int(r['skipped_rows']):,} rows) of epoch {int(r['epoch']) + 1}"
+                         for r in skipped)
+        lines.append(f"skipped (--skip-batches): {each}")
     if peak_rss_bytes:
         of = (f" of the {format_bytes(budget_bytes)} budget ({100 * peak_rss_bytes / budget_bytes:.0f}%)"
               if budget_bytes else "")

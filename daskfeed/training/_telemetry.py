@@ -36,6 +36,9 @@ class EpochTelemetry(HandoffAware):
         ``rows / seconds``: only rows trained in that time.
     ``windows_computed``, ``peak_rss_bytes``
         Windows the epoch computed; the process tree's peak RSS during the epoch.
+    ``skipped_batches``, ``skipped_rows``
+        Batches of the epoch's order left out by ``--skip-batches`` (all trainers'), and their
+        rows; only in an epoch that skipped some.
     ``ended_at``
         When the epoch ended, in Unix seconds (``time.time()``): a resumed run's history holds
         the records of earlier runs too, and :func:`~daskfeed.training._summary.summary_lines`
@@ -167,6 +170,9 @@ class EpochTelemetry(HandoffAware):
                        feed_wait_seconds=_rounded(waited), feed_seconds=_rounded(served),
                        feed_wait_fraction=(round(waited / served, 4)
                                            if waited is not None and served else None))
+        if stats.get("skipped_batches"):  # left out by --skip-batches (all trainers')
+            rec.update(skipped_batches=int(stats["skipped_batches"]),
+                       skipped_rows=int(stats["skipped_rows"]))
         if self.rss is not None:
             rec["peak_rss_bytes"] = int(self.rss.peak)
         self.epochs.append(rec)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from daskfeed.batches import (
     DataSettings,
     Prepared,
+    Skips,
     blocksize_for,
     largest_block,
     planned_window_bytes,
@@ -403,7 +404,8 @@ def _validation_sequence(run: Run, train_seq: DaskSequence,
 
     train = train_seq.stream.data.settings
     same = replace(train, features=tuple(train_seq.features), exclude=(), shuffle=False,
-                   shard=(0, 1), prefetch_bytes=run.budget.validation_share())
+                   shard=(0, 1), prefetch_bytes=run.budget.validation_share(),
+                   skip_batches=Skips())
 
     def serve(data: DataSpec | Listing, settings: DataSettings, m: Manifest | None) -> DaskSequence:
         prepared = Prepared(data, settings, client=run.client, manifest=m,

@@ -24,6 +24,7 @@ from daskfeed.batches._order import (
     window_index,
 )
 from daskfeed.batches._plan import make_order_plan
+from daskfeed.batches._skips import Skips, kept_batch, kept_before
 
 COUNTS = st.lists(st.integers(0, 400), min_size=1, max_size=12).filter(lambda c: sum(c) > 0)
 
@@ -40,12 +41,13 @@ def _buckets(counts, k=None):
     return ids, sizes
 
 
-def _batches(counts, *, batch_size, seed, epoch, window_rows, shard=(0, 1), origin=0, k=None):
+def _batches(counts, *, batch_size, seed, epoch, window_rows, shard=(0, 1), origin=0, k=None,
+             skips=()):
     """Every batch of one trainer's plan, as lists of row ids (read window by window)."""
     ids, sizes = _buckets(counts, k)
     order = GlobalOrder.of(sizes, seed, epoch)
     plan = make_order_plan(order, batch_size=batch_size, window_rows=window_rows, shard=shard,
-                           origin=origin)
+                           origin=origin, skips=skips)
     windows = []
     for w in plan.windows:
         units = order.window(*w.units)
@@ -162,3 +164,46 @@ def test_planning_an_epoch_of_1_4_million_blocks_costs_its_buckets_not_its_block
     np.sort(np.random.default_rng(0).integers(0, k, blocks))
     touch = max(time.process_time() - t0, 1e-3)
     assert sized < 20 * touch and planned < 40 * touch
+
+
+SKIPS = st.lists(st.tuples(st.integers(0, 40), st.integers(0, 5)), max_size=4)
+
+
+@settings(max_examples=80, deadline=None)
+@given(counts=COUNTS, batch_size=st.integers(1, 30), seed=st.integers(0, 99), cuts=SKIPS,
+       layouts=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 1500), st.integers(0, 6)),
+                        min_size=1, max_size=5))
+def test_skipped_batches_are_left_out_alike_under_any_layout_and_resume(counts, batch_size, seed,
+                                                                       cuts, layouts):
+    """Skipped batches are never trained, the others each once, in order, whatever the world
+    sizes and windows a position is carried across (as a resume state carries it: a batch of
+    the order), every trainer of a layout taking the same number of steps; the epoch's rows are
+    trained, skipped or left out by the tail policy, and counted so."""
+    skips = Skips.of((0, a, a + n) for a, n in cuts)
+    ranges = skips.epoch(0)
+    _, alone = _batches(counts, batch_size=batch_size, seed=seed, epoch=0, window_rows=10**6, k=4)
+    cut = [g for g in range(len(alone)) if any(a <= g <= b for a, b in ranges)]
+    total = sum(counts)
+    for world in (1, 3):  # one layout's counts: trained + skipped + tail = the epoch's rows
+        plans = [_batches(counts, batch_size=batch_size, seed=seed, epoch=0, k=4, window_rows=50,
+                          shard=(r, world), skips=ranges)[0] for r in range(world)]
+        assert sum(p.rows for p in plans) + plans[0].dropped + plans[0].skipped == total
+        full = len(alone) if world == 1 else total // batch_size
+        assert plans[0].skipped_batches == len([g for g in cut if g < full])
+    position, trained = 0, []
+    for world, window_rows, steps in [*layouts, (1, 10**6, 10**9)]:  # a last trainer finishes
+        kept = int(kept_before(ranges, position))
+        ranks = [_batches(counts, batch_size=batch_size, seed=seed, epoch=0, k=4, skips=ranges,
+                          window_rows=window_rows, shard=(r, world), origin=kept % world)
+                 for r in range(world)]
+        start = kept // world
+        assert len({p.num_batches for p, _ in ranks}) == 1  # every trainer the same steps
+        taken = max(min(steps, ranks[0][0].num_batches - start), 0)
+        for j in range(start, start + taken):
+            for plan, batches in ranks:
+                g = plan.lanes.global_batch(j)
+                assert g not in cut and batches[j] == alone[g]
+                trained.append(g)
+        position = kept_batch(ranges, kept % world + (start + taken) * world)
+    assert sorted(trained) == trained  # in the order's order
+    assert trained == [g for g in range(len(alone)) if g not in cut]  # the rest, each once

@@ -137,9 +137,20 @@ def test_a_state_handed_over_in_python_hints_at_keywords_not_flags():
     assert isinstance(err.value, ValueError)  # also a builtin
 
 
-def test_every_field_but_where_training_stands_and_the_blocksize_is_checked():
+def test_every_field_but_where_training_stands_the_blocksize_and_the_skips_is_checked():
+    """The batches skipped are not checked: a resume adds its own to them (BatchStream.set_state)."""
     checked = {name for name, _, _ in DIFFERENCES} | {"fingerprint", "units", "order"}
-    assert {f.name for f in fields(StreamState)} - checked == {"epoch", "batch", "blocksize", "position"}
+    assert {f.name for f in fields(StreamState)} - checked == {"epoch", "batch", "blocksize", "position",
+                                                               "skips"}
+
+
+def test_the_batches_skipped_go_through_json_and_a_state_before_them_has_none():
+    state = replace(BASE, units=64, position=51, skips=((0, 2, 4), (3, 16, 16)))
+    back = StreamState.from_dict(json.loads(json.dumps(state.to_dict())))
+    assert back == state and back.skips == ((0, 2, 4), (3, 16, 16))
+    older = {k: v for k, v in state.to_dict().items() if k != "skips"}
+    assert StreamState.from_dict(older).skips == ()
+    state.check(replace(state, skips=()), WHERE)  # not refused: the resume adds its own
 
 
 ORDERED = replace(BASE, units=64, position=51)  # a state in the global order

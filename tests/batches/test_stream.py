@@ -93,6 +93,44 @@ def test_a_state_of_other_settings_is_refused_before_anything_is_served(id_data,
         with_ids.close()
 
 
+def test_skipped_batches_leave_the_order_as_it_is_and_a_state_carries_them(id_data, client):
+    """Skipping batches 2-3 of epoch 1 (from 1) serves the same order without them; the order's
+    numbering stands (order_batch); a state taken after some batches, given to a stream that
+    skips nothing, goes on skipping them; a later skip set adds to them."""
+    def stream(skips=None):
+        settings = DataSettings.resolve(label="cleared", batch_size=BATCH, seed=6,
+                                        features=["row_id"], skip_batches=skips)
+        return BatchStream(Prepared(id_data.train_glob, client=client, settings=settings),
+                           window_rows=WINDOW_ROWS)
+
+    plain, skipping, later = stream(), stream("1:2-3,2:1"), stream("1:30")
+    try:
+        whole = [x["row_id"].copy() for x, _ in plain]
+        n = len(whole)
+        assert len(skipping) == n - 2
+        assert [skipping.order_batch(j) for j in range(4)] == [0, 3, 4, 5]
+        it = iter(skipping)
+        first = [next(it)[0]["row_id"].copy() for _ in range(4)]
+        state = json.loads(json.dumps(skipping.get_state()))
+        assert (state["position"], state["skips"]) == (6, [[0, 1, 2], [1, 0, 0]])
+        later.set_state(state)  # its own skip: batch 30 of epoch 1, after the state's place
+        assert later.skips.text() == "1:2-3,1:30,2:1"
+        rest = [x["row_id"].copy() for x, _ in later]
+        got = first + rest
+        expected = [whole[g] for g in range(n) if g not in (1, 2, 29)]
+        assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in
+                                                 zip(got, expected, strict=True))
+        assert later.last_epoch_stats["skipped_batches"] == 3
+        assert len(later) == n - 1 and later.order_batch(0) == 1  # epoch 2: its batch 1 skipped
+        early = stream("1:1")
+        with pytest.warns(UserWarning, match="1:1: trained before the checkpoint"):
+            early.set_state(state)
+        early.close()
+    finally:
+        for s in (plain, skipping, later):
+            s.close()
+
+
 def test_a_stream_owns_the_client_it_was_handed(id_data, client):
     prepared = Prepared(id_data.train_glob, client=client, settings=DataSettings.resolve(
         label="cleared", batch_size=BATCH, features=["level"]))

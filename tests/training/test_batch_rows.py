@@ -19,10 +19,11 @@ from helpers import RECORDED_FEATURES as FEATURES
 from killresume import KillResume
 
 import daskfeed
-from daskfeed.batches import GlobalOrder
+from daskfeed.batches import GlobalOrder, kept_before
 from daskfeed.batches._order import Lanes
+from daskfeed.batches._plan import make_order_plan
 from daskfeed.core import DaskfeedError, SettingError
-from daskfeed.training._rows import _lane_batches, _order_batch, _segments
+from daskfeed.training._rows import _lane_batches, _order_batch, _segments, _skipped
 
 BATCH = 200  # id_data: 13,300 rows -> 67 batches per epoch, the last one of 100 rows
 
@@ -115,12 +116,62 @@ def test_a_run_killed_and_resumed_on_another_budget_is_certified_and_every_step_
     # (the log writes a step before its update: the last one may not have been trained)
     assert cert["again"] in (sum(len(s.ids) for s in again), sum(len(s.ids) for s in again[:-1]))
     assert cert == {"epoch": 2, "rows": rows, "before": k * batch, "again": cert["again"],
-                    "left": rows - k * batch, "tail": 0, "lost": 0}
+                    "left": rows - k * batch, "tail": 0, "skipped": 0, "lost": 0}
     assert (f"resume certificate, epoch 2: of its {rows:,} rows, {k * batch:,} trained before the "
             f"checkpoint, {cert['again']:,} trained again") in text
     assert run.audit() == len(run.committed()) == 2 * -(-rows // batch)
     record = json.loads((run.output / "order.json").read_text())
     assert [(s["epoch"], s["position"], s["world"]) for s in record["stretches"]] == [(0, 0, 1), (1, k, 1)]
+
+
+def test_skipped_batches_are_left_out_on_every_run_kept_across_a_kill_and_counted(tmp_path, id_data):
+    """``--skip-batches`` (real processes): the batches named are never trained, every other row
+    once per epoch; a SIGKILLed run resumed on another budget keeps skipping them and adds the
+    resume's own (one before its checkpoint: trained already, said, not skipped); every committed
+    step is what ``batch_rows`` recomputes; history, summary and certificate count them."""
+    batch = 50  # 266 batches per epoch, the last one of 50 rows
+    args = ["train", id_data.train_glob, "--label", "cleared", "--epochs", "2", "--batch-size",
+            str(batch), "--seed", "5", "--checkpoint-every", "25", "--memory-limit", "3GB",
+            "--nworkers", "1", "--dashboard-address", "", "--verbose", "0",
+            "--skip-batches", "1:3-5"]
+    run = KillResume(tmp_path, args, features=FEATURES, ids={"row_id": 1}, delay=0.01)
+    run.start()
+    ckpt = run.kill_at(0, 50)
+    assert ckpt.cursor.skips == ((0, 2, 4),)  # the resume state keeps them
+    later = run.relayout(memory_limit="2GB", skip_batches="1:40,1:200-201,2:100")
+    text = run.resume(later, timeout=600)
+    assert "--skip-batches 1:40: trained before the checkpoint" in text
+    rows = id_data.train_rows
+    assert run.audit() == len(run.committed()) == (266 - 5) + (266 - 1)
+    assert run.by_epoch(rows, 2) == [(5 * batch, 0, 1), (batch, 0, 1)]  # the skipped rows only
+    for epoch, steps in ((1, (3, 4, 5, 200, 201)), (2, (100,))):
+        trained = {int(i) for s in run.committed() if s.epoch == epoch - 1 for i in s.ids}
+        left_out = daskfeed.batch_rows(run.output, epoch=epoch, step=steps, show=True)
+        assert left_out.attrs["skipped_steps"] == list(steps)
+        assert not trained & set(left_out["row_id"].astype("int64"))
+    history = json.loads((run.output / "history.json").read_text())
+    assert history["skip_batches"] == "1:3-5,1:200-201,2:100"
+    assert [(e.get("skipped_batches"), e.get("skipped_rows")) for e in history["epochs"]] == \
+        [(5, 5 * batch), (1, batch)]
+    cert = history["resume_certificate"]
+    assert (cert["skipped"], cert["lost"], cert["tail"]) == (5 * batch, 0, 0)
+    assert cert["before"] + cert["left"] + cert["skipped"] == rows
+    assert (f"skipped (--skip-batches): 5 batches ({5 * batch:,} rows) of epoch 1, 1 batch "
+            f"({batch} rows) of epoch 2") in text
+    shown = subprocess.run([*KillResume.command(), "rows", str(run.output), "--epoch", "1", "--step",
+                            "4"], capture_output=True, text=True, check=True).stdout
+    assert "skipped (--skip-batches), never trained: step 4" in shown
+
+
+def test_skipping_batches_needs_the_global_order(tmp_path, id_data):
+    cmd = [*KillResume.command(), "train", id_data.train_glob, "--label", "cleared", "--epochs", "1",
+           "--memory-limit", "2GB", "--nworkers", "1", "--dashboard-address", "",
+           "--output", str(tmp_path / "out")]
+    bad = subprocess.run([*cmd, "--skip-batches", "1:0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "Expected epochs and steps from 1" in bad.stderr, bad.stderr
+    off = subprocess.run([*cmd, "--skip-batches", "1:2", "--no-cache"], capture_output=True, text=True)
+    assert off.returncode == 1 and "Expected batches to skip in the global order" in off.stderr
+    assert "the parse cache is off" in off.stderr and "Traceback" not in off.stderr
 
 
 def test_a_run_on_data_that_grew_and_the_run_before_it_stay_traceable(tmp_path, id_data):
@@ -236,10 +287,10 @@ def test_stretches_of_an_epoch_end_where_the_next_began():
     stretches = [{"epoch": 0, "position": 0, "world": 1}, {"epoch": 1, "position": 30, "world": 2},
                  {"epoch": 1, "position": 20, "world": 3}, {"epoch": 3, "position": 0, "world": 1,
                                                              "epochs": 4}]
-    assert _segments(stretches, 0, 67) == [(0, 67, 1)]
-    assert _segments(stretches, 1, 67) == [(0, 20, 1), (20, 67, 3)]  # 20..29 trained again
-    assert _segments(stretches, 2, 67) == [(0, 67, 3)]
-    assert _segments(stretches, 3, 67) == [(0, 67, 1)]
+    assert _segments(stretches, 0, 67) == [(0, 67, 1, ())]
+    assert _segments(stretches, 1, 67) == [(0, 20, 1, ()), (20, 67, 3, ())]  # 20..29 trained again
+    assert _segments(stretches, 2, 67) == [(0, 67, 3, ())]
+    assert _segments(stretches, 3, 67) == [(0, 67, 1, ())]
     assert _segments(stretches, 4, 67) == []  # the run trained 4 epochs
 
 
@@ -249,21 +300,44 @@ def test_a_resume_whose_checkpoint_is_in_the_new_layouts_tail_leaves_those_batch
     stretches = [{"epoch": 0, "position": 0, "world": 1}, {"epoch": 0, "position": 101, "world": 4,
                                                            "epochs": 2}]
     segments = _segments(stretches, 0, 103)
-    assert segments == [(0, 101, 1), (101, 103, 4)]
+    assert segments == [(0, 101, 1, ()), (101, 103, 4, ())]
     assert _order_batch(segments, 101, None, 103, 103) == (100, 1)
     with pytest.raises(SettingError, match=r"\(1\.\.101\)\. Received: step=102"):
         _order_batch(segments, 102, None, 103, 103)
-    assert _segments(stretches, 1, 103) == [(0, 103, 4)]
+    assert _segments(stretches, 1, 103) == [(0, 103, 4, ())]
     assert _order_batch(_segments(stretches, 1, 103), 4, 3, 103, 103) == (15, 4)  # lane 3: 3, 7, 11, 15
 
 
 def test_the_last_stretch_ends_where_its_run_trained_to():
     """Early stopping, a kill never resumed, a run still training: its mark, not --epochs."""
     stretches = [{"epoch": 0, "position": 0, "world": 1, "epochs": 10}]
-    assert _segments(stretches, 2, 67, mark=(2, 50)) == [(0, 50, 1)]
+    assert _segments(stretches, 2, 67, mark=(2, 50)) == [(0, 50, 1, ())]
     assert _segments(stretches, 3, 67, mark=(2, 50)) == []
-    assert _segments(stretches, 9, 67) == [(0, 67, 1)]
+    assert _segments(stretches, 9, 67) == [(0, 67, 1, ())]
     resumed = [{"epoch": 0, "position": 0, "world": 1}, {"epoch": 1, "position": 20, "world": 2,
                                                          "epochs": 10}]
-    assert _segments(resumed, 1, 67, mark=(1, 10)) == [(0, 20, 1), (20, 67, 2)]  # a mark before
-    assert _segments(resumed, 5, 67, mark=(1, 10)) == [(0, 67, 2)]  # the last stretch: not its
+    assert _segments(resumed, 1, 67, mark=(1, 10)) == [(0, 20, 1, ()), (20, 67, 2, ())]  # a mark before
+    assert _segments(resumed, 5, 67, mark=(1, 10)) == [(0, 67, 2, ())]  # the last stretch: not its
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("position", [0, 4, 9])
+def test_a_trainers_batches_leave_the_skipped_out_as_its_lanes_do(world, position):
+    """``daskfeed rows --rank``'s lanes are the feed's (Lanes) with batches skipped too."""
+    order = GlobalOrder.of([37, 41, 29, 33], seed=1, epoch=0)  # 140 rows: 28 batches of 5
+    full, skips = order.rows // 5, ((3, 5), (11, 11), (26, 30))
+    plans = [make_order_plan(order, batch_size=5, window_rows=10, shard=(r, world),
+                             origin=int(kept_before(skips, position)) % world, skips=skips)
+             for r in range(world)]
+    first = int(kept_before(skips, position)) // world
+    for rank, plan in enumerate(plans):
+        expected = [plan.lanes.global_batch(j) for j in range(first, plan.num_batches)]
+        assert _lane_batches(position, full, world, rank, full, skips) == expected
+        assert not {3, 4, 5, 11, 26, 27} & set(expected)
+    segments = [(position, full, world, skips)]
+    for g in (3, 11):  # a skipped batch is listed (no --rank), and said skipped
+        if position <= g:
+            assert _order_batch(segments, g + 1, None, full, full) == (g, world)
+            assert _skipped(segments, g) and not _skipped(segments, g + 3)
+    assert _segments([{"epoch": 0, "position": 0, "world": world, "epochs": 1,
+                       "skips": [[0, 3, 5], [1, 7, 7]]}], 0, full) == [(0, full, world, ((3, 5),))]
