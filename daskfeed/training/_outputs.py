@@ -307,7 +307,6 @@ def write_history(run: Run, history: list[dict[str, Any]], train_seq: DaskSequen
     write_file(os.path.join(out, "history.json"), json.dumps(record, indent=1))
 
 
-def _numbered(stopping: dict[str, Any] | None) -> dict[str, Any] | None:
 def _spikes(run: Run) -> dict[str, Any] | None:
     """The flagged steps (the first 100; all of them in spikes.json) and the rule that flagged them."""
     if run.spikes is None:
@@ -317,6 +316,7 @@ def _spikes(run: Run) -> dict[str, Any] | None:
     return {**report, "count": len(flagged), "flagged": flagged[:100], "spikes_file": "spikes.json"}
 
 
+def _numbered(stopping: dict[str, Any] | None) -> dict[str, Any] | None:
     """Early stopping's epochs numbered from 1 (Keras counts them from 0; 0: did not stop)."""
     if not stopping:
         return stopping
