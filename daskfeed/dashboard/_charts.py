@@ -8,7 +8,9 @@ The page carries the document with the series so far (``templates/charts.html``)
 before the websocket has pulled the live document, which then takes its place. Each series has a
 source of its own and a point only where a sample has its figure: one unbroken line.
 
-- loss per batch (Keras' running mean of the epoch) and, per epoch, loss and validation loss;
+- loss per batch (Keras' running mean of the epoch) and, per epoch, loss and validation loss; the
+  loss spikes the trainer flagged, marked at their step's own loss, the ``daskfeed rows`` command
+  that lists the step's rows in their tooltip (the command only: no row is on the page);
 - rows/s and the share of training time spent waiting for data, over the run's time;
 - the trainer's process tree's memory against the budget, over the run's time.
 
@@ -35,6 +37,7 @@ WAIT_FLOOR_PCT = 3  # the data-wait axis starts this far below 0 %
 # each series of Status.chart_data in the unit drawn: a source of its own, ``daskfeed-series-<name>``
 _SCALES = {"loss": 1.0, "rows_per_s": 1.0, "data_wait": 100.0, "rss_bytes": 1 / GIB, "budget_bytes": 1 / GIB}
 _EPOCHS = ("step", "epoch", "loss", "val_loss")
+_SPIKES = ("x", "loss", "epoch", "step", "command")  # the marks' source, ``daskfeed-spikes``
 
 
 def add_charts(scheduler: Scheduler, figures: Any) -> bool:
@@ -89,7 +92,7 @@ def charts_document(figures: Any, doc: Document) -> None:
         The Bokeh document of one browser session.
     """
     from bokeh.layouts import column
-    from bokeh.models import ColumnDataSource, DataRange1d, LinearAxis, Range1d
+    from bokeh.models import ColumnDataSource, DataRange1d, HoverTool, LinearAxis, Range1d
     from bokeh.models.widgets import Div
     from bokeh.plotting import figure
 
@@ -104,6 +107,11 @@ def charts_document(figures: Any, doc: Document) -> None:
     loss.scatter("step", "loss", source=epochs, size=8, legend_label="loss (epoch)")
     loss.scatter("step", "val_loss", source=epochs, size=8, marker="square", color="orange",
                  legend_label="validation loss (epoch)")
+    spikes = ColumnDataSource({k: [] for k in _SPIKES}, name="daskfeed-spikes")
+    marked = loss.scatter("x", "loss", source=spikes, size=11, marker="triangle", color="crimson",
+                          legend_label="loss spike (the step's own loss)", name="daskfeed-spike-marks")
+    loss.add_tools(HoverTool(renderers=[marked], tooltips=[
+        ("epoch, step", "@epoch, @step"), ("loss", "@loss{0.0000}"), ("its rows", "@command")]))
     loss.add_layout(loss.legend[0], "right")  # beside the plot: never over the latest points
 
     speed = figure(title="Rows per second and waiting for data", x_axis_label="seconds since the run started",
@@ -127,7 +135,7 @@ def charts_document(figures: Any, doc: Document) -> None:
     memory.y_range = DataRange1d(start=0)
     memory.add_layout(memory.legend[0], "right")
 
-    held = {"version": -1, "seen": 0}
+    held: dict[str, Any] = {"version": -1, "seen": 0, "spikes": None}
 
     def update() -> None:
         version, whole, seen, points, records = figures.status.chart_data(held["version"], held["seen"])
@@ -143,6 +151,14 @@ def charts_document(figures: Any, doc: Document) -> None:
             epochs.data = {"step": [r.get("step") for r in records], "epoch": [r["epoch"] for r in records],
                            "loss": [_nan(r.get("loss")) for r in records],
                            "val_loss": [_nan(r.get("val_loss")) for r in records]}
+        marks_version, marks = figures.status.spike_marks()
+        if marks_version != held["spikes"]:
+            held["spikes"] = marks_version
+            shown = [m for m in marks if m.get("x") is not None and m.get("loss") is not None]
+            spikes.data = {"x": [m["x"] for m in shown], "loss": [m["loss"] for m in shown],
+                           "epoch": [m["epoch"] for m in shown], "step": [m["step"] for m in shown],
+                           "command": [m.get("command") or "no daskfeed rows command: no global order"
+                                       for m in shown]}
 
     update()
     doc.title = "daskfeed: charts"

@@ -19,6 +19,8 @@ SCAN_TOPIC_PREFIX = "daskfeed-scan-"  # scan tasks -> scheduler (daskfeed.scanni
 CACHE_TOPIC = "daskfeed-cache"  # window tasks -> scheduler (report_cache)
 HISTORY_LIMIT = 10_000  # epoch records kept on the scheduler
 SERIES_LIMIT = 4_000  # progress samples kept for the charts (halved, oldest thinned, when full)
+SPIKES_LIMIT = 200  # loss spikes kept (the latest), each with its `daskfeed rows` command
+SPIKE_FIELDS = ("epoch", "step", "batch", "loss", "median", "command")  # what a spike keeps
 # the charts' series: name -> (x, figure) of a sample; each series has a point where its sample
 # has the figure, none where it lacks it (an epoch's start has no rate nor loss yet; the tf.data
 # hand-off no data wait): a line of points only, never a gap
@@ -43,6 +45,8 @@ class Status:
         self.history: list[Event] = []
         self.series: list[Event] = []  # one sample per progress event (see chart_data)
         self.series_version = 0  # changes when samples are thinned or a new run starts
+        self.spikes: list[Event] = []  # loss spikes flagged by the trainer (the latest SPIKES_LIMIT)
+        self.spikes_seen = 0  # spikes received in this run, kept or not
         self.scans: dict[str, Event] = {}
         self._scanning = "scan"  # the data set whose scan started last (scan_span's name)
         self.cache = {"hits": 0, "misses": 0}
@@ -97,17 +101,54 @@ class Status:
                 self.progress, self.history, started = {}, [], now
                 self.series, self.series_version = [], self.series_version + 1
                 self.cache = {"hits": 0, "misses": 0}
+                self.spikes, self.spikes_seen = [], 0
             self.run = {**body, "started": started}
             self._settle_scans(body.get("data") or {})
         elif kind == "progress":
+            self._keep_spikes(body.pop("spikes", None))
             self.progress.update(body)
             self._sample(body, now)
+        elif kind == "spikes":
+            self._keep_spikes(body.get("spikes"))
         elif kind == "epoch":
             self.history = [r for r in self.history if r.get("epoch") != body.get("epoch")]
             self.history.append(body)
             del self.history[:-HISTORY_LIMIT]
         elif kind == "scan":
             self._apply_scan(body, now)
+
+    def _keep_spikes(self, marks: object) -> None:
+        """Keep the loss spikes of an event: their figures and command, no more.
+
+        A step trained again after a resume replaces its earlier mark; the latest
+        :data:`SPIKES_LIMIT` are kept.
+        """
+        if not isinstance(marks, (list, tuple)):  # (msgpack over TCP gives a tuple)
+            return
+        for m in marks:
+            if not isinstance(m, dict) or not _number(m.get("epoch")) or not _number(m.get("step")):
+                continue
+            mark = {k: m.get(k) for k in SPIKE_FIELDS}
+            mark["command"] = str(mark["command"])[:500] if mark["command"] is not None else None
+            key = (mark["epoch"], mark["step"])
+            self.spikes = [s for s in self.spikes if (s["epoch"], s["step"]) != key] + [mark]
+            self.spikes_seen += 1
+        del self.spikes[:-SPIKES_LIMIT]
+
+    def spike_marks(self) -> tuple[tuple[int, int], list[Event]]:
+        """The loss spikes as the loss chart marks them: each at its batch on the chart's axis.
+
+        Returns
+        -------
+        tuple
+            ``(version, marks)``: the version changes when the marks do (a spike received, a new
+            run); each kept spike with ``x``, the batch of all epochs it was trained at.
+        """
+        with self._lock:
+            batches = self.progress.get("batches") or self.run.get("batches")
+            marks = [{**m, "x": (int(m["epoch"]) - 1) * int(batches) + int(m["batch"])
+                      if batches and _number(m.get("batch")) else None} for m in self.spikes]
+            return (self.series_version, self.spikes_seen), _finite(marks)
 
     def _sample(self, body: Event, now: float) -> None:
         """One point of the charts from a progress event (only while batches are trained).
@@ -226,6 +267,7 @@ class Status:
                 "cache": self._cache(),
                 "bad_rows": self.run.get("bad_rows", {}),
                 "history": [dict(r) for r in self.history],
+                "spikes": [dict(m) for m in self.spikes], "spikes_seen": self.spikes_seen,
             }
         return _finite(out)
 
