@@ -77,7 +77,7 @@ def trained(tmp_path_factory, demo):
                          and re.search(rf"--output {re.escape(run)}(\s|$)", c)]
             root = tmp_path_factory.mktemp(f"readme-{run}")
             (root / "data").symlink_to(demo, target_is_directory=True)
-            _run(_fit_machine(command), root)
+            _run(_fit_machine(_prepared(command)), root)
             made[run] = str(root / run)
         return made[run]
 
@@ -140,13 +140,28 @@ def test_the_readme_example_prints_no_expected_noise(workdir):
 
 def _commands() -> list[str]:
     """The ```sh blocks' commands, ``make`` lines left out (continuation lines joined)."""
+    return [command for _, command in _block_commands()]
+
+
+def _block_commands() -> list[tuple[int, str]]:
+    """Each ```sh block's commands with the block's index."""
     found = []
-    for body in blocks("sh"):
+    for i, body in enumerate(blocks("sh")):
         for command in body.replace("\\\n", " ").splitlines():
             command = command.split("#", 1)[0].strip()
             if command and not command.startswith("make "):
-                found.append(command)
+                found.append((i, command))
     return found
+
+
+def _prepared(command: str) -> str:
+    """``command`` after what prepares its files: the commands before it in its block that are
+    not daskfeed's (``mkdir``, ``awk``: a guide that makes its own data), joined with ``&&``."""
+    listed = _block_commands()
+    at = next(k for k, (_, c) in enumerate(listed) if c == command)
+    block = listed[at][0]
+    before = [c for b, c in listed[:at] if b == block and not c.startswith("daskfeed ")]
+    return " && ".join([*before, command])
 
 
 def _fit_machine(command: str) -> str:
@@ -180,7 +195,7 @@ def test_shell_command_runs(index, workdir, trained):
     if command.startswith(("daskfeed predict ", "daskfeed rows ")):  # its run, prepared here
         run = command.split()[2]
         shutil.copytree(trained(run), workdir / run)
-    out = _run(command, workdir)
+    out = _run(_fit_machine(_prepared(_commands()[index])), workdir)
     if command.startswith("daskfeed train "):
         assert re.search(r"^final: loss \d", out.stdout, re.M) and "wrote " in out.stdout, out.stdout
         if "--validation" in command:  # --validation DATA or --validation-split F: its figure
