@@ -220,20 +220,12 @@ def batch_rows(output: str | os.PathLike[str], *, epoch: int, step: int | Iterab
     DaskfeedError
         A run with no order record, not in the global order, or whose files changed since.
     """
-    import pandas as pd
-
     run = RunOrder(os.fspath(output), storage_options)
     one = isinstance(step, numbers.Integral)
     steps = [int(step)] if one else [int(s) for s in step]  # type: ignore[arg-type, union-attr]
-    frames = [run.frame(epoch, s, rank, show) for s in steps]
+    frame = run.frame(epoch, steps, rank, show, several=not one)
     if one:
-        return frames[0]
-    frames = [f.rename(columns={"step": "step (value)"}).assign(step=s)
-              for s, f in zip(steps, frames, strict=True)]
-    frame = pd.concat(frames, ignore_index=True)
-    frame = frame[["step", *[c for c in frame.columns if c != "step"]]]
-    frame.attrs.update(frames[-1].attrs if frames else {"epoch": epoch, "rank": rank})
-    frame.attrs["skipped_steps"] = [s for s, f in zip(steps, frames, strict=True) if f.attrs["skipped"]]
+        del frame.attrs["skipped_steps"]
     return frame
 
 
@@ -293,6 +285,8 @@ class RunOrder:
         self.buckets = BucketRows(self.manifest.counts, ids, k)
         self.batch_size = int(layout["batch_size"])
         self._units: dict[tuple[int, int], np.ndarray] = {}
+        self._epochs: dict[int, tuple[GlobalOrder, int, list[Segment]]] = {}
+        self._lanes: dict[tuple[int, int], list[tuple[int, int | None]]] = {}
         self._labelled: dict[int, np.ndarray] = {}
         self._checked: set[str] = set()  # files found unchanged
         self._started = _started(out)
@@ -303,16 +297,14 @@ class RunOrder:
         if epoch < 1 or step < 1:
             raise SettingError(f"Expected --epoch and --step from 1 (as the progress bar counts). "
                                f"Received: epoch={epoch}, step={step}.\nHint: e.g. --epoch 1 --step 1.")
-        layout, bs = self.layout, self.batch_size
-        order = GlobalOrder.of(layout["sizes"], layout["seed"], epoch - 1)
-        batches = (order.rows // bs if layout["drop_remainder"] else -(-order.rows // bs))
-        stretches = self.record["stretches"]
-        segments = _segments(stretches, epoch - 1, batches, self._mark)
-        if not segments:
-            first, last = stretches[0]["epoch"] + 1, stretches[-1].get("epochs", "?")
-            raise SettingError(f"Expected an epoch the run trained. Received: epoch={epoch}.\n"
-                               f"Hint: the run trains epochs {first} to {last}.")
-        g, world = _order_batch(segments, step, rank, order.rows // bs, batches)
+        bs = self.batch_size
+        order, batches, segments = self._epoch(epoch)
+        lanes = None
+        if rank is not None:  # (a trainer's steps: its lanes, once per epoch)
+            if (epoch, rank) not in self._lanes:
+                self._lanes[(epoch, rank)] = _rank_batches(segments, rank, order.rows // bs, batches)
+            lanes = self._lanes[(epoch, rank)]
+        g, world = _order_batch(segments, step, rank, order.rows // bs, batches, lanes)
 
         def units(u: int) -> np.ndarray:
             key = (epoch, u)
@@ -336,31 +328,65 @@ class RunOrder:
                                    one_piece=compression_of(path) is None and not is_parquet(path))
         return Traced(g, world, _skipped(segments, g), blocks, rows, stored)
 
-    def frame(self, epoch: int, step: int, rank: int | None, show: bool) -> pd.DataFrame:
-        """One step's rows as :func:`batch_rows` returns them."""
-        import pandas as pd
+    def _epoch(self, epoch: int) -> tuple[GlobalOrder, int, list[Segment]]:
+        """The epoch's order, its batches and the stretches that trained it (kept)."""
+        if epoch not in self._epochs:
+            layout, bs = self.layout, self.batch_size
+            order = GlobalOrder.of(layout["sizes"], layout["seed"], epoch - 1)
+            batches = (order.rows // bs if layout["drop_remainder"] else -(-order.rows // bs))
+            stretches = self.record["stretches"]
+            segments = _segments(stretches, epoch - 1, batches, self._mark)
+            if not segments:
+                first, last = stretches[0]["epoch"] + 1, stretches[-1].get("epochs", "?")
+                raise SettingError(f"Expected an epoch the run trained. Received: epoch={epoch}.\n"
+                                   f"Hint: the run trains epochs {first} to {last}.")
+            self._epochs[epoch] = (order, batches, segments)
+        return self._epochs[epoch]
 
+    def place(self, epoch: int, step: int, rank: int | None) -> tuple[Traced, list[str], np.ndarray]:
+        """One step traced, each row's file, and its line (-1: not known)."""
         from daskfeed.manifest import row_lines
 
-        g, world, skipped, blocks, rows, stored = self.batch(epoch, step, rank)
+        traced = self.batch(epoch, step, rank)
+        blocks, rows = traced.blocks, traced.rows
         paths = [self.manifest.blocks[j]["path"] for j in blocks]
         self._refuse_changed(sorted(set(paths)))  # (before a line of a file that moved is read)
-        lines = np.zeros(len(blocks), dtype=np.int64)
-        known = np.ones(len(blocks), dtype=bool)
+        lines = np.full(len(blocks), -1, dtype=np.int64)
         for j, mine in _groups(blocks):
             found = row_lines(self.manifest.blocks[j], rows[mine])
-            if found is None:
-                known[mine] = False
-            else:
+            if found is not None:
                 lines[mine] = found
-        frame = pd.DataFrame({"file": paths, "line": pd.arrays.IntegerArray(lines, ~known),
-                              "block": blocks, "block_row": rows})
+        return traced, paths, lines
+
+    def frame(self, epoch: int, steps: list[int], rank: int | None, show: bool,
+              several: bool = True) -> pd.DataFrame:
+        """Steps' rows as :func:`batch_rows` returns them (one DataFrame, built once).
+
+        ``several``: a ``step`` column first (else ``steps`` is one step).
+        """
+        import pandas as pd
+
+        placed = [self.place(epoch, s, rank) for s in steps]
+        lines = np.concatenate([p[2] for p in placed]) if placed else np.zeros(0, np.int64)
+        frame = pd.DataFrame({
+            "file": [f for p in placed for f in p[1]],
+            "line": pd.arrays.IntegerArray(np.maximum(lines, 0), lines < 0),
+            "block": np.concatenate([p[0].blocks for p in placed]) if placed else [],
+            "block_row": np.concatenate([p[0].rows for p in placed]) if placed else []})
         if show:  # (a column named like one of the row's place is shown as "<name> (value)")
-            values = _values(self.cache, blocks, stored)
+            values = pd.concat([_values(self.cache, t.blocks, t.stored) for t, _, _ in placed],
+                               ignore_index=True)
             values.columns = [f"{c} (value)" if c in frame.columns else c for c in values.columns]
             frame = pd.concat([frame, values], axis=1)
-        frame.attrs.update(epoch=epoch, step=step, rank=rank, batch=g + 1, world=world,
-                           skipped=skipped)
+        last = placed[-1][0] if placed else None
+        frame.attrs.update(epoch=epoch, step=steps[-1] if steps else None, rank=rank,
+                           batch=last.batch + 1 if last else None, world=last.world if last else None,
+                           skipped=bool(last and last.skipped),
+                           skipped_steps=[s for s, p in zip(steps, placed, strict=True) if p[0].skipped])
+        if several:
+            counts = [len(p[1]) for p in placed]
+            frame = frame.rename(columns={"step": "step (value)"})
+            frame.insert(0, "step", np.repeat(np.asarray(steps, dtype=np.int64), counts))
         return frame
 
     def _with_label(self, index: int) -> np.ndarray:
@@ -424,9 +450,29 @@ def _manifest(out: str, fingerprint: str) -> Manifest:
                         f"{' or '.join(_MANIFESTS)}.\nHint: name a `daskfeed train` --output.")
 
 
-def _order_batch(segments: list[Segment], step: int, rank: int | None,
-                 full: int, batches: int) -> tuple[int, int | None]:
-    """The order's batch (from 0) of ``step`` (and ``rank``), and the trainers that trained it."""
+def _rank_batches(segments: list[Segment], rank: int, full: int,
+                  batches: int) -> list[tuple[int, int | None]]:
+    """Trainer ``rank``'s batches of an epoch, in the order it trained them: ``(batch, trainers)``."""
+    if any(world is None for _, _, world, _ in segments):
+        raise DaskfeedError(
+            "Expected the run's record of which trainers trained this epoch. Received: none for "
+            "its part before a resume (resumed from a checkpoint of an older daskfeed).\nHint: "
+            "ask without --rank: --step then counts the epoch order's batches.")
+    mine: list[tuple[int, int | None]] = []
+    for start, end, world, skips in segments:
+        if world is None or rank >= world:
+            continue
+        mine += [(b, world) for b in _lane_batches(start, end, world, rank,
+                                                   full if world > 1 else batches, skips)]
+    return mine
+
+
+def _order_batch(segments: list[Segment], step: int, rank: int | None, full: int, batches: int,
+                 lanes: list[tuple[int, int | None]] | None = None) -> tuple[int, int | None]:
+    """The order's batch (from 0) of ``step`` (and ``rank``), and the trainers that trained it.
+
+    ``lanes``: :func:`_rank_batches` of ``rank``, if known (a caller tracing many steps).
+    """
     if rank is None:
         g, trained = step - 1, 0
         for start, end, world, skips in segments:
@@ -441,17 +487,7 @@ def _order_batch(segments: list[Segment], step: int, rank: int | None,
             f"Expected a step the run trained in this epoch (1..{trained}). Received: "
             f"step={step}.\nHint: with several trainers the epoch's last few batches are left "
             "out to keep their counts equal; a run stopped early trained fewer.")
-    if any(world is None for _, _, world, _ in segments):
-        raise DaskfeedError(
-            "Expected the run's record of which trainers trained this epoch. Received: none for "
-            "its part before a resume (resumed from a checkpoint of an older daskfeed).\nHint: "
-            "ask without --rank: --step then counts the epoch order's batches.")
-    mine: list[tuple[int, int | None]] = []
-    for start, end, world, skips in segments:
-        if world is None or rank >= world:
-            continue
-        mine += [(b, world) for b in _lane_batches(start, end, world, rank,
-                                                   full if world > 1 else batches, skips)]
+    mine = _rank_batches(segments, rank, full, batches) if lanes is None else lanes
     if not 1 <= step <= len(mine):
         raise SettingError(
             f"Expected a step trainer {rank} trained in this epoch (1..{len(mine)}). Received: "

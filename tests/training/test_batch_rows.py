@@ -99,8 +99,8 @@ def test_every_step_of_a_run_is_the_rows_it_trained(tmp_path, id_data):
 def test_a_run_killed_and_resumed_on_another_budget_is_certified_and_every_step_traced(tmp_path, id_data):
     """SIGKILLed mid-epoch (real processes), resumed under another budget: the resume's
     certificate counts the rows trained before the checkpoint and again after it as the run's own
-    log does, none lost; every committed step (~530) is what ``batch_rows`` recomputes."""
-    batch = 50  # 266 batches per epoch
+    log does, none lost; every committed step (1,664) is what ``batch_rows`` recomputes."""
+    batch = 16  # 832 batches per epoch
     args = ["train", id_data.train_glob, "--label", "cleared", "--epochs", "2", "--batch-size",
             str(batch), "--seed", "4", "--checkpoint-every", "25", "--memory-limit", "3GB",
             "--nworkers", "1", "--dashboard-address", "", "--verbose", "0"]
