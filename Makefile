@@ -28,8 +28,7 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	sh scripts/install-browser.sh
 	DASKFEED_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q -ra -n 2 --dist loadfile --runslow \
-		-m slow tests --ignore=tests/e2e/test_soak.py --ignore=tests/e2e/test_bench.py \
-		--ignore=tests/e2e/test_audit.py
+		-m slow tests --ignore=tests/e2e/test_soak.py --ignore=tests/e2e/test_bench.py
 
 # KERAS_BACKEND=torch and daskfeed.TorchDataset: the torch extra, the CPU wheel first (TORCH_PIN, found
 # in pip's find-links; measured: 13.8 s, +762 MB) and, where it is not found, the extra as the index
@@ -61,8 +60,7 @@ bench: $(BENCH_STAMP)
 
 # memory soak: daskfeed train --memory-limit 2GB over 1x, 4x, 6.665x (13.33 GB), 8x the budget (tests/e2e/test_soak.py)
 soak: $(STAMP)
-	DASKFEED_SOAK_DIR=$${DASKFEED_SOAK_DIR:-soak-out} $(BIN)/python -m pytest -q -ra --runslow -s tests/e2e/test_soak.py \
-		tests/e2e/test_audit.py
+	DASKFEED_SOAK_DIR=$${DASKFEED_SOAK_DIR:-soak-out} $(BIN)/python -m pytest -q -ra --runslow -s tests/e2e/test_soak.py
 
 bench-quick:
 	$(MAKE) bench BENCH_ROWS=200000

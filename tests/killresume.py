@@ -67,11 +67,13 @@ class EpochMark(keras.callbacks.Callback):
         EPOCH[0] = epoch
 
 
+FD = os.open(LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # (one write a step: kept at a kill)
+
+
 def record(iteration, cols):  # one record per batch, before its update is applied
     ids = (np.rint(cols.numpy()).astype(np.int64) * SCALES).sum(axis=1)
     head = np.array([int(iteration.numpy()), os.getpid(), EPOCH[0], len(ids)], dtype=np.int64)
-    with open(LOG, "ab") as f:
-        f.write(head.tobytes() + ids.tobytes())
+    os.write(FD, head.tobytes() + ids.tobytes())
     time.sleep({delay})  # a throttled model (the kill lands mid-epoch on any machine)
     return 0
 
@@ -89,7 +91,8 @@ class Recording(keras.Model):
 def build(manifest):
     base = daskfeed.default_model(manifest, features={features!r}, as_matrix=True, hidden=(8,))
     m = Recording(base.inputs, base.outputs)
-    m.compile(optimizer=keras.optimizers.Adam(1e-2), loss="binary_crossentropy")
+    m.compile(optimizer=keras.optimizers.Adam(1e-2), loss="binary_crossentropy",
+              steps_per_execution={steps_per_execution})
     return m
 """
 
@@ -136,10 +139,12 @@ class KillResume:
         The id columns (the first of ``features``) and the scale of each.
     delay
         Seconds each step sleeps.
+    steps_per_execution
+        Keras' steps per call of its compiled train function (its callbacks see groups).
     """
 
     def __init__(self, workdir: Path, args: list[str], *, features: list[str],
-                 ids: dict[str, int], delay: float = 0.0) -> None:
+                 ids: dict[str, int], delay: float = 0.0, steps_per_execution: int = 1) -> None:
         assert list(features[:len(ids)]) == list(ids), "the id columns come first"
         self.ids = dict(ids)
         self.workdir = Path(workdir)
@@ -148,7 +153,7 @@ class KillResume:
         rec = self.workdir / "rec.py"
         rec.write_text(textwrap.dedent(RECORDER.format(
             log=str(self.log), ids=len(ids), scales=list(ids.values()), delay=delay,
-            features=list(features))))
+            features=list(features), steps_per_execution=int(steps_per_execution))))
         self.args = [*args, "--model", f"{rec}:build", "--features", ",".join(features),
                      "--as-matrix", "--output", str(self.output)]
         self.proc: subprocess.Popen | None = None  # the running trainer (rank 0)

@@ -365,7 +365,7 @@ def make_order_plan(order: GlobalOrder, *, batch_size: int, window_rows: int,
         See :class:`Lanes` (0: the epoch from its start).
     skips
         The epoch's batches left out, ``(first, last)`` ranges of the order's batches
-        (:meth:`~daskfeed.batches._skips.Skips.epoch`): the trainers deal the rest.
+        (:meth:`~daskfeed.batches.Skips.epoch`): the trainers deal the rest.
 
     Returns
     -------

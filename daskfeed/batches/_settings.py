@@ -44,7 +44,7 @@ class DataSettings:
     blocksize_given
         Whether ``read.blocksize`` was asked for (else a given manifest's blocks are used).
     skip_batches
-        Batches of the global order left out (:class:`~daskfeed.batches._skips.Skips`).
+        Batches of the global order left out (:class:`~daskfeed.batches.Skips`).
     """
 
     label: str
@@ -109,7 +109,7 @@ class DataSettings:
         skip_batches
             Batches of the global order to leave out: ``"3:48200-48260,4:17"`` (epochs and
             steps from 1, as ``daskfeed rows`` numbers them; :meth:`Skips.parse
-            <daskfeed.batches._skips.Skips.parse>`).
+            <daskfeed.batches.Skips.parse>`).
 
         Returns
         -------

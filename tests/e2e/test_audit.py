@@ -2,9 +2,9 @@
 another budget, each committed step's rows are what ``daskfeed rows`` recomputes (the
 kill/resume harness's audit: the ids read from the data files at the lines it names).
 
-Run by ``make soak``, not the slow tier: ~10 minutes of training and ~6 of audit on 2 busy
-cores (measured: 103,075 steps audited in 374 s), too long for CI's 90 minutes beside the rest.
-The slow tier's resume and elastic tests audit every committed step of theirs."""
+In the slow tier (``make test-slow``): 6 min 8 s on 2 busy cores (Keras' steps in groups of 32:
+~3 ms a step, half the time of one by one; the audit 0.8 ms a step, tracing a trainer's lanes
+once per epoch), measured with 103,075 steps audited, 0 mismatches."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def test_a_hundred_thousand_steps_killed_and_resumed_are_each_traced(id_data, tm
     args = ["train", id_data.train_glob, "--label", "cleared", "--epochs", str(EPOCHS),
             "--batch-size", str(BATCH), "--seed", "9", "--checkpoint-every", "500",
             "--memory-limit", "3GB", "--nworkers", "1", "--dashboard-address", "", "--verbose", "0"]
-    run = KillResume(tmp_path, args, features=FEATURES, ids={"row_id": 1})
+    run = KillResume(tmp_path, args, features=FEATURES, ids={"row_id": 1},
+                     steps_per_execution=32)  # (Keras' calls in groups: half the time a step)
     run.start()
     ckpt = run.kill_at(EPOCHS // 2, 1000, timeout=1800)
     first = run.steps()
@@ -34,7 +35,9 @@ def test_a_hundred_thousand_steps_killed_and_resumed_are_each_traced(id_data, tm
     assert audited == len(run.committed()) == EPOCHS * per_epoch >= 100_000
     again = [s for s in first if s.iteration >= ckpt.iterations]
     cert = json.loads((run.output / "history.json").read_text())["resume_certificate"]
-    assert cert["again"] in (sum(len(s.ids) for s in again), sum(len(s.ids) for s in again[:-1]))
+    # (the mark is rewritten as each group of 32 steps ends: the log may hold a group's steps more)
+    logged = sum(len(s.ids) for s in again)
+    assert logged - 32 * BATCH <= cert["again"] <= logged and cert["again"] % BATCH == 0
     assert cert["lost"] == 0 and cert["before"] == ckpt.cursor.batch * BATCH
     print(f"\n{audited:,} steps audited against daskfeed rows, 0 mismatches; killed in epoch "
           f"{EPOCHS // 2 + 1} at batch {len(first) - EPOCHS // 2 * per_epoch:,} (checkpoint at "
