@@ -114,8 +114,9 @@ def resume_certificate(seq: DaskSequence, epoch: int, position: int,
             again = total - skipped - before + (e - epoch - 1) * total + rows_to(p)
     if seq.epoch != epoch:  # nothing of the epoch left for these trainers: the rest is the tail
         left, tail = 0, total - before - skipped
-    elif stream.global_order:  # every trainer's batches from this one's start are full but the last
-        left, tail, skipped = plan.rows - seq.start * world * bs, plan.dropped, plan.skipped
+    elif stream.global_order:  # the trainers' batches from here are full (one trainer: but the last)
+        left = (plan.num_batches - seq.start) * world * bs if world > 1 else plan.rows - seq.start * bs
+        tail, skipped = plan.dropped, plan.skipped
     else:
         left, tail = plan.rows - rows_to(seq.start), plan.dropped
     return {"epoch": epoch + 1, "rows": total, "before": before, "again": again, "left": left,

@@ -3,6 +3,8 @@ number of trainers, every epoch still delivers every row exactly once (audited b
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from helpers import wait_for
@@ -238,6 +240,12 @@ def test_sigkilled_ranks_resumed_by_another_number_of_trainers_train_each_row_on
                 run.start(again, world=world)
         text = run.resume(again[:-1], timeout=900, world=world)
         assert f"memory limit of this trainer process {memory}" in text, text[:600]
+        # the last job's certificate: the interrupted epoch's rows, each counted once, none lost
+        cert = json.loads((run.output / "history.json").read_text())["resume_certificate"]
+        if cert is not None:  # (None: the job resumed at the run's end, nothing to train)
+            assert cert["lost"] == 0 and cert["rows"] == rows, cert
+            assert cert["before"] + cert["left"] + cert["tail"] + cert["skipped"] == rows, cert
+            assert cert["skipped"] == skipped[cert["epoch"] - 1], cert
         counts = run.by_epoch(rows, 2)
         audited = run.audit()  # each rank's steps, recomputed by `daskfeed rows --rank`
         print(f"\n{audited} committed steps audited against daskfeed rows")
