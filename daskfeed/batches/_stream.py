@@ -111,6 +111,7 @@ class BatchStream:
         ordered = self.buckets is not None
         self.units = self.buckets.count if self.buckets is not None else 0
         self._origins: dict[int, int] = {}  # an epoch resumed under another number of trainers
+        self._other_plan: tuple[int, int, PlanSettings, EpochPlan] | None = None  # order_batch's
         if st.skip_batches and not ordered:
             why = ("the data are a dask DataFrame" if data.source.frame is not None else
                    "rows are not shuffled" if not st.shuffle else "the parse cache is off")
@@ -231,7 +232,13 @@ class BatchStream:
         if not self.global_order:
             return None
         e = self.epoch if epoch is None else int(epoch)
-        plan = self.plan if e == self.epoch else self._cursor.settings.plan(e, self._origins.get(e, 0))
+        if e == self.epoch:
+            plan = self.plan
+        else:  # (a reader a little behind the stream, which fetches ahead: that epoch's plan, kept)
+            origin, settings, kept = self._origins.get(e, 0), self._cursor.settings, self._other_plan
+            if kept is None or kept[:2] != (e, origin) or kept[2] is not settings:
+                kept = self._other_plan = (e, origin, settings, settings.plan(e, origin))
+            plan = kept[3]
         assert plan.lanes is not None
         return plan.lanes.global_batch(int(batch))
 

@@ -109,6 +109,7 @@ def test_skipped_batches_leave_the_order_as_it_is_and_a_state_carries_them(id_da
         n = len(whole)
         assert len(skipping) == n - 2
         assert [skipping.order_batch(j) for j in range(4)] == [0, 3, 4, 5]
+        assert [skipping.order_batch(j, epoch=1) for j in range(2)] == [1, 2]  # (another epoch's)
         it = iter(skipping)
         first = [next(it)[0]["row_id"].copy() for _ in range(4)]
         state = json.loads(json.dumps(skipping.get_state()))
