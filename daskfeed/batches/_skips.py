@@ -88,6 +88,9 @@ class Skips:
                 items.append((e, a, int(m.group(3)) if m.group(3) else a))
             shown = repr(text)
         for e, a, b in items:
+            if max(e, b) >= 2**31:
+                refuse_setting("Expected epochs and steps below 2**31.", f"{e}:{a}-{b} in {shown}",
+                               _EXAMPLE)
             if min(e, a, b) < 1 or a > b:
                 refuse_setting("Expected epochs and steps from 1, a range's first step not after "
                                "its last.", f"{e}:{a}-{b} in {shown}", _EXAMPLE)

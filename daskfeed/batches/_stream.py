@@ -231,16 +231,56 @@ class BatchStream:
         """
         if not self.global_order:
             return None
-        e = self.epoch if epoch is None else int(epoch)
-        if e == self.epoch:
-            plan = self.plan
-        else:  # (a reader a little behind the stream, which fetches ahead: that epoch's plan, kept)
-            origin, settings, kept = self._origins.get(e, 0), self._cursor.settings, self._other_plan
-            if kept is None or kept[:2] != (e, origin) or kept[2] is not settings:
-                kept = self._other_plan = (e, origin, settings, settings.plan(e, origin))
-            plan = kept[3]
+        plan = self.plan_of(self.epoch if epoch is None else int(epoch))
         assert plan.lanes is not None
         return plan.lanes.global_batch(int(batch))
+
+    def plan_of(self, epoch: int) -> EpochPlan:
+        """The plan of ``epoch`` as this stream serves it (its origin, its skips).
+
+        The current epoch's, or another's, kept: a reader a little behind the stream (Keras
+        training the last steps of an epoch the tf.data hand-off has read to its end) asks for
+        the epoch it trains.
+        """
+        e = int(epoch)
+        if e == self.epoch:
+            return self.plan
+        origin, settings, kept = self._origins.get(e, 0), self._cursor.settings, self._other_plan
+        if kept is None or kept[:2] != (e, origin) or kept[2] is not settings:
+            kept = self._other_plan = (e, origin, settings, settings.plan(e, origin))
+        return kept[3]
+
+    def epoch_runs(self, first: int, end: int) -> list[tuple[int, int]]:
+        """Epochs ``first .. end - 1`` in runs of the same number of batches (``[(a, b), ...]``).
+
+        Keras fixes the steps per epoch when ``fit`` starts: an epoch whose skipped batches
+        (``skip_batches``) change its count is fitted apart.
+
+        Raises
+        ------
+        SettingError
+            An epoch left with no batch by the batches skipped.
+        """
+        if first >= end:
+            return []
+        if not self.skips:
+            return [(int(first), int(end))]
+        counts = [self._cursor.settings.plan(e).num_batches for e in range(first, end)]
+        empty = [first + i + 1 for i, n in enumerate(counts) if n == 0]
+        if empty:
+            raise SettingError(
+                f"Expected every epoch to keep a batch. Received: --skip-batches "
+                f"{self.skips.text()} leaves epoch{'s' if len(empty) > 1 else ''} "
+                f"{', '.join(map(str, empty))} with none ({self.data.settings.shard[1]} "
+                "trainer(s) take full batches only, the same number each).\nHint: skip fewer "
+                "batches of that epoch, or train fewer --epochs.")
+        runs: list[tuple[int, int]] = []
+        for i, n in enumerate(counts):
+            if runs and counts[runs[-1][0] - first] == n:
+                runs[-1] = (runs[-1][0], first + i + 1)
+            else:
+                runs.append((first + i, first + i + 1))
+        return runs
 
     def order_line(self) -> str:
         """How the epoch's rows are ordered, in one line (what shuffle quality the run gets, why)."""

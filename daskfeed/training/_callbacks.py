@@ -173,7 +173,7 @@ class Checkpointer(keras.callbacks.Callback):
         if not self.every:
             return  # checkpoints at epoch ends only
         end = self._group_end()
-        if end >= self.sequence.plan.num_batches or end // self.every <= self._next // self.every:
+        if end >= self._batches() or end // self.every <= self._next // self.every:
             return  # the epoch-end checkpoint follows, or no multiple crossed
         last, self._next = self._next, self._trained_to()
         if self._next // self.every > last // self.every:
@@ -192,7 +192,7 @@ class Checkpointer(keras.callbacks.Callback):
         stopped = bool(getattr(self.model, "stop_training", False))
         if stopped and self._ran:
             self._next = self._trained_to()
-        if self._next < self.sequence.plan.num_batches and stopped:
+        if self._next < self._batches() and stopped:
             if self.cursors[-1:] != [(self._epoch, self._next)]:
                 self._save(self._epoch, self._next)  # stopped mid-epoch: not a complete epoch
             return
@@ -205,10 +205,14 @@ class Checkpointer(keras.callbacks.Callback):
         self.history.append(rec)
         self._save(int(epoch) + 1, 0)
 
+    def _batches(self) -> int:
+        """Batches of the epoch being trained (the stream may be a window ahead, in the next)."""
+        return int(self.sequence.stream.plan_of(self._epoch).num_batches)
+
     def _group_end(self) -> int:
         """Where the group that just ran ends, by Keras' count: the next batch at the most."""
         group = int(getattr(self.model, "steps_per_execution", 1) or 1)
-        return min(self._start + self._begin + group, self.sequence.plan.num_batches)
+        return min(self._start + self._begin + group, self._batches())
 
     def _trained_to(self) -> int:
         """The next batch to train after the group that just ran (see the module docstring)."""
@@ -249,11 +253,12 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
 
     Keras fixes the steps per epoch when ``fit`` starts, so a resumed epoch (``batch > 0``)
     is fitted on its own, ``sequence`` serving its batches ``batch ..`` (see
-    :meth:`~daskfeed.DaskSequence.set_epoch`), its progress bar numbered out of ``epochs``
-    ("Epoch 2/6", not "Epoch 2/2"); the remaining epochs follow in a second ``fit``. Both use
-    ``initial_epoch``, so epochs keep their numbers in callbacks and logs, and the optimizer
-    state carries over. When a callback stops training
-    (``model.stop_training``) during the resumed epoch, the remaining epochs are not fitted.
+    :meth:`~daskfeed.DaskSequence.set_epoch`), and so is each run of epochs whose batches
+    skipped (``skip_batches``) give it another count; the remaining epochs follow in one
+    ``fit``. Each uses ``initial_epoch``, so epochs keep their numbers in callbacks and logs,
+    the progress bar counts them out of ``epochs`` ("Epoch 2/6", not "Epoch 2/2"), and the
+    optimizer state carries over. When a callback stops training (``model.stop_training``),
+    the epochs after it are not fitted.
 
     Parameters
     ----------
@@ -291,30 +296,27 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
     fits = []
     group = int(getattr(model, "steps_per_execution", 1) or 1)
     sequence.set_last_epoch(epochs - 1)  # nothing fetched ahead for an epoch that never comes
+    runs = sequence.stream.epoch_runs(epoch + 1 if batch else epoch, epochs)
     if batch and epoch < epochs:
-        sequence.set_epoch(epoch, batch)
-        carried = [cb for cb in kwargs.get("callbacks") or () if isinstance(cb, EarlyStopping)]
-        for cb in carried:  # one run in two fits: no restore of best weights in between
-            cb.continuing = epoch + 1 < epochs
-        # a bar that counts to ``epochs`` ("Epoch 2/6", not "Epoch 2/2") for this one-epoch fit
-        callbacks = list(kwargs.get("callbacks") or ())
-        if not any(isinstance(cb, keras.callbacks.ProgbarLogger) for cb in callbacks):
-            callbacks.append(_ProgbarTo(epochs))
+        runs.insert(0, (epoch, epoch + 1))  # the resumed epoch, from its batch
+    carried = [cb for cb in kwargs.get("callbacks") or () if isinstance(cb, EarlyStopping)]
+    # a bar that counts to ``epochs`` ("Epoch 2/6", not "Epoch 2/2") for each fit
+    callbacks = list(kwargs.get("callbacks") or ())
+    if not any(isinstance(cb, keras.callbacks.ProgbarLogger) for cb in callbacks):
+        callbacks.append(_ProgbarTo(epochs))
+    for first, end in runs:
+        sequence.set_epoch(first, batch if first == epoch else 0)
+        for cb in carried:  # one run in several fits: no restore of best weights in between
+            cb.continuing = end < epochs
         try:
             with fit_inputs(sequence, handoff, {**kwargs, "callbacks": callbacks}, group) as (x, args):
                 _tell_handoff(args, x is sequence)
-                fits.append(model.fit(x, initial_epoch=epoch, epochs=epoch + 1, **args))
+                fits.append(model.fit(x, initial_epoch=first, epochs=end, **args))
         finally:
             for cb in carried:
                 cb.continuing = False
-        epoch += 1
         if getattr(model, "stop_training", False):
             return fits
-    if epoch < epochs:
-        sequence.set_epoch(epoch)
-        with fit_inputs(sequence, handoff, kwargs, group) as (x, args):
-            _tell_handoff(args, x is sequence)
-            fits.append(model.fit(x, initial_epoch=epoch, epochs=epochs, **args))
     return fits
 
 

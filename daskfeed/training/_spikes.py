@@ -279,6 +279,9 @@ class StepLosses(keras.callbacks.Callback):
             write_file(os.path.join(self.out, SPIKES), json.dumps(self.report(), indent=1))
             self.detector = SpikeDetector(self.rule)
             return
+        whole = HEADER.size + (os.path.getsize(self.path) - HEADER.size) // RECORD.size * RECORD.size
+        if os.path.getsize(self.path) != whole:  # a record cut short (a kill mid-write): cut it off
+            os.truncate(self.path, whole)  # (else every record appended after it reads shifted)
         before = [float(loss) for _, _, loss in _records(self.path, last=self.rule.window)]
         self.detector = SpikeDetector(self.rule, before)
 
@@ -322,7 +325,7 @@ class StepLosses(keras.callbacks.Callback):
         mean = _float((logs or {}).get("loss"))
         if mean is None:
             return
-        plan = self.sequence.plan
+        plan = self.sequence.stream.plan_of(self._epoch)  # (the stream may be in the next)
         group = int(getattr(self.model, "steps_per_execution", 1) or 1)
         first = self._start + self._begin
         mine = range(first, min(first + group, plan.num_batches))

@@ -104,6 +104,7 @@ def test_skipped_batches_leave_the_order_as_it_is_and_a_state_carries_them(id_da
                            window_rows=WINDOW_ROWS)
 
     plain, skipping, later = stream(), stream("1:2-3,2:1"), stream("1:30")
+    early = None
     try:
         whole = [x["row_id"].copy() for x, _ in plain]
         n = len(whole)
@@ -126,10 +127,10 @@ def test_skipped_batches_leave_the_order_as_it_is_and_a_state_carries_them(id_da
         early = stream("1:1")
         with pytest.warns(UserWarning, match="1:1: trained before the checkpoint"):
             early.set_state(state)
-        early.close()
     finally:
-        for s in (plain, skipping, later):
-            s.close()
+        for s in (plain, skipping, later, early):
+            if s is not None:
+                s.close()
 
 
 def test_a_stream_owns_the_client_it_was_handed(id_data, client):

@@ -163,6 +163,32 @@ def test_skipped_batches_are_left_out_on_every_run_kept_across_a_kill_and_counte
     assert "skipped (--skip-batches), never trained: step 4" in shown
 
 
+def test_epochs_whose_skips_change_their_batches_each_train_all_of_theirs(tmp_path, id_data):
+    """Keras fixes the steps per epoch when a fit starts: a run of 3 epochs, the first with 3
+    batches skipped, trains 64, 67 and 67 steps (each epoch fitted with its own count), every
+    row of epochs 2 and 3 once; an epoch left with no batch is refused before training."""
+    args = ["train", id_data.train_glob, "--label", "cleared", "--epochs", "3", "--batch-size",
+            str(BATCH), "--seed", "2", "--memory-limit", "2GB", "--nworkers", "1",
+            "--dashboard-address", "", "--verbose", "0", "--skip-batches", "1:2-4"]
+    (tmp_path / "run").mkdir()
+    run = KillResume(tmp_path / "run", args, features=FEATURES, ids={"row_id": 1})
+    run.start().wait(600)
+    assert run.procs[0].returncode == 0, run.text()[-3000:]
+    per_epoch = -(-id_data.train_rows // BATCH)
+    assert [len([s for s in run.steps() if s.epoch == e]) for e in range(3)] == \
+        [per_epoch - 3, per_epoch, per_epoch]
+    assert run.by_epoch(id_data.train_rows, 3) == [(3 * BATCH, 0, 1), (0, 0, 1), (0, 0, 1)]
+    assert run.audit() == 3 * per_epoch - 3
+    series = daskfeed.loss_steps(run.output)
+    assert series.groupby("epoch").size().tolist() == [per_epoch - 3, per_epoch, per_epoch]
+    assert sorted(set(range(1, per_epoch + 1)) - set(series[series["epoch"] == 1]["step"])) == [2, 3, 4]
+
+    empty = subprocess.run([*KillResume.command(), *args[:-1], f"2:1-{per_epoch}",
+                            "--output", str(tmp_path / "empty")], capture_output=True, text=True)
+    assert empty.returncode == 1 and "Expected every epoch to keep a batch" in empty.stderr
+    assert "leaves epoch 2 with none" in empty.stderr and "Traceback" not in empty.stderr
+
+
 def test_skipping_batches_needs_the_global_order(tmp_path, id_data):
     cmd = [*KillResume.command(), "train", id_data.train_glob, "--label", "cleared", "--epochs", "1",
            "--memory-limit", "2GB", "--nworkers", "1", "--dashboard-address", "",

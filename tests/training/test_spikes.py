@@ -110,8 +110,11 @@ class _Plan:
 
 
 class _Stream:
-    def __init__(self, global_order: bool) -> None:
-        self.global_order = global_order
+    def __init__(self, global_order: bool, plan: _Plan) -> None:
+        self.global_order, self.plan = global_order, plan
+
+    def plan_of(self, epoch: int) -> _Plan:
+        return self.plan  # (every epoch the same batches)
 
     def order_batch(self, batch: int, epoch: int | None = None) -> int | None:
         return 1000 + batch if self.global_order else None  # an order unlike the trainer's own
@@ -135,7 +138,8 @@ def _batches(global_order: bool = True, start: int = 0):
             return xs[self.start + i], ys[self.start + i]
 
     seq = Batches()
-    seq.plan, seq.stream, seq.start = _Plan(sizes), _Stream(global_order), start
+    seq.plan, seq.start = _Plan(sizes), start
+    seq.stream = _Stream(global_order, seq.plan)
     return seq, xs, ys
 
 
@@ -190,7 +194,9 @@ def test_a_resume_appends_and_the_steps_trained_again_read_as_their_last_record(
     first = StepLosses(str(tmp_path), seq, fresh=True)
     _model().fit(seq, epochs=1, shuffle=False, verbose=0, callbacks=[first])
     again, _, _ = _batches(start=20)  # resumed at batch 20 of epoch 1: its running mean anew
-    second = StepLosses(str(tmp_path), again, fresh=False)
+    with open(tmp_path / "steps.bin", "ab") as f:  # a kill mid-write left a record cut short
+        f.write(RECORD.pack(0, 99, 1.0)[:5])
+    second = StepLosses(str(tmp_path), again, fresh=False)  # (cut off: the records after it read right)
     assert len(second.detector.near) == 40  # seeded with the series' last steps
     model = _model()
     model.fit(again, epochs=1, shuffle=False, verbose=0, callbacks=[second])
