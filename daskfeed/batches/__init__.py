@@ -19,7 +19,14 @@ if TYPE_CHECKING:
     from daskfeed.batches._plan import EpochPlan, make_plan
     from daskfeed.batches._prepare import Prepared
     from daskfeed.batches._settings import DataSettings
-    from daskfeed.batches._skips import Skips, is_skipped, kept_batch, kept_before, skipped_rows
+    from daskfeed.batches._skips import (
+        Skips,
+        is_skipped,
+        kept_batch,
+        kept_before,
+        skipped_count,
+        skipped_rows,
+    )
     from daskfeed.batches._state import STATE_VERSION, StreamState
     from daskfeed.batches._stream import BatchStream, Closes
     from daskfeed.batches._trace import BucketRows, batch_positions, dealt_sizes, file_rows
@@ -28,7 +35,7 @@ __all__ = ["ORDER_FORMATS", "ORDER_VERSION", "STATE_VERSION", "BatchStream", "Bu
            "DataSettings", "EpochPlan", "EpochStats", "GlobalOrder", "Prepared", "Skips",
            "StreamState", "batch_positions", "blocksize_for", "dealt_sizes", "file_rows",
            "is_skipped", "kept_batch", "kept_before", "largest_block", "make_plan",
-           "planned_window_bytes", "skipped_rows", "unit_rows"]
+           "planned_window_bytes", "skipped_count", "skipped_rows", "unit_rows"]
 
 __getattr__, __dir__ = attach(__name__, {
     "EpochStats": "_epoch",
@@ -38,7 +45,7 @@ __getattr__, __dir__ = attach(__name__, {
     "Prepared": "_prepare",
     "DataSettings": "_settings",
     "Skips": "_skips", "skipped_rows": "_skips", "is_skipped": "_skips", "kept_batch": "_skips",
-    "kept_before": "_skips",
+    "kept_before": "_skips", "skipped_count": "_skips",
     "STATE_VERSION": "_state", "StreamState": "_state",
     "BatchStream": "_stream", "Closes": "_stream",
     "batch_positions": "_trace", "BucketRows": "_trace", "dealt_sizes": "_trace", "file_rows": "_trace",

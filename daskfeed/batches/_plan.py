@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from daskfeed.batches._order import GlobalOrder, Lanes
-from daskfeed.batches._skips import Skips, kept_batch, skipped_rows
+from daskfeed.batches._skips import kept_batch, skipped_count, skipped_rows
 from daskfeed.core import refuse_setting
 
 
@@ -384,8 +384,7 @@ def make_order_plan(order: GlobalOrder, *, batch_size: int, window_rows: int,
     total = order.rows
     n = (total // batch_size if drop_remainder else -(-total // batch_size)) if world == 1 else \
         total // batch_size  # the order's batches the trainers may take (several: full ones)
-    cut = Skips(tuple((0, a, b) for a, b in skips))
-    kept = n - cut.count(0, 0, n)
+    kept = n - skipped_count(skips, 0, n)
     batches = max(kept - origin, 0) if world == 1 else max((kept - origin) // world, 0)
     lanes = Lanes(int(origin), int(world), int(rank), batches, int(batch_size), tuple(skips))
     per_unit = max(total / order.units, 1.0)
@@ -407,5 +406,5 @@ def make_order_plan(order: GlobalOrder, *, batch_size: int, window_rows: int,
         windows=tuple(windows), rows=rows, num_batches=batches,
         _starts=tuple(w.offset for w in windows),
         dropped=max(total - min(end * batch_size, total) - tail, 0),
-        order=order, lanes=lanes, skipped_batches=cut.count(0, 0, n), skipped=skipped,
+        order=order, lanes=lanes, skipped_batches=skipped_count(skips, 0, n), skipped=skipped,
     )

@@ -138,8 +138,13 @@ class Skips:
 
     def count(self, epoch: int, lo: int = 0, hi: int | None = None) -> int:
         """Skipped batches of ``epoch`` in ``[lo, hi)`` (hi None: to the end)."""
-        top = np.iinfo(np.int64).max if hi is None else int(hi)
-        return sum(max(min(b + 1, top) - max(a, int(lo)), 0) for a, b in self.epoch(epoch))
+        return skipped_count(self.epoch(epoch), lo, hi)
+
+
+def skipped_count(ranges: tuple[tuple[int, int], ...], lo: int = 0, hi: int | None = None) -> int:
+    """Skipped batches of an epoch's ``ranges`` (:meth:`Skips.epoch`) in ``[lo, hi)`` (None: on)."""
+    top = np.iinfo(np.int64).max if hi is None else int(hi)
+    return sum(max(min(b + 1, top) - max(a, int(lo)), 0) for a, b in ranges)
 
 
 def kept_before(ranges: tuple[tuple[int, int], ...], g: np.ndarray | int) -> np.ndarray | int:

@@ -35,6 +35,7 @@ from daskfeed.batches import (
     is_skipped,
     kept_batch,
     kept_before,
+    skipped_count,
     unit_rows,
 )
 from daskfeed.cache import BlockCache
@@ -153,7 +154,7 @@ def _lanes(start: int, world: int, total_batches: int,
            skips: tuple[tuple[int, int], ...]) -> tuple[int, int, int]:
     """A stretch's lanes from the order's batch ``start``: origin, first step, steps per trainer."""
     k = int(kept_before(skips, start))
-    kept = total_batches - Skips(tuple((0, a, b) for a, b in skips)).count(0, 0, total_batches)
+    kept = total_batches - skipped_count(skips, 0, total_batches)
     origin = k % world
     return origin, k // world, max((kept - origin) // world, 0)
 

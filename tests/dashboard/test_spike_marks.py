@@ -9,6 +9,7 @@ import time
 
 from bokeh.document import Document
 from bokeh.models import HoverTool
+from helpers import wait_for
 from live_probe import get
 
 from daskfeed.dashboard._charts import charts_document
@@ -109,10 +110,8 @@ def test_a_scheduler_serves_the_spikes_in_status_json_the_page_and_the_charts(cl
 
         return len(dask_scheduler.plugins[PLUGIN_NAME].status.spikes)
 
-    deadline = time.monotonic() + 30
-    while client.run_on_scheduler(arrived) < 1:  # events travel on the client's batched stream
-        assert time.monotonic() < deadline, "the spike never reached the scheduler"
-        time.sleep(0.05)  # polling interval
+    # events travel on the client's batched stream
+    wait_for(lambda: client.run_on_scheduler(arrived) >= 1, 30, "the spike reaching the scheduler")
     status = json.loads(get(links.status))
     assert status["run"] == run and status["spikes"][0]["command"] == "daskfeed rows run --epoch 1 --step 4"
     assert "<code>daskfeed rows run --epoch 1 --step 4</code>" in get(links.page)
