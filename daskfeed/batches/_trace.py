@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from daskfeed.batches._order import GlobalOrder, block_offsets, bucket_sizes, unit_rows
-from daskfeed.cache import BlockCache, block_order
+from daskfeed.cache import block_order
 from daskfeed.core import DataError
 
 
@@ -136,50 +136,47 @@ def _stored_order(block_id: int, rows: int, piece: int) -> np.ndarray:
     return order
 
 
-def file_rows(cache: BlockCache, index: int, stored: Sequence[int] | np.ndarray, *,
-              rows: int, one_piece: bool) -> np.ndarray:
-    """Rows of block ``index`` in file order, of its rows ``stored`` in its stored order.
+def file_rows(block_id: int, stored: Sequence[int] | np.ndarray, pieces: Sequence[int], *,
+              index: int) -> np.ndarray:
+    """Rows of a block in file order, of its rows ``stored`` in its stored order.
 
     A block is kept as one or more *pieces* (one table of it each), each in its own seeded
-    order (:func:`daskfeed.cache.block_order`), one after another; this undoes that. The
-    pieces are the cache's ranges of the block; a block parsed as one table (a byte range of
-    a plain CSV file: ``one_piece``) needs no cache.
+    order (:func:`daskfeed.cache.block_order`), one after another; this undoes that. A block
+    parsed as one table (a byte range of a plain CSV file, the usual case) is one piece of all
+    its rows; a compressed file's, parsed in pieces, has the cache's ranges of the block
+    (:meth:`daskfeed.cache.BlockCache.lookup`).
 
     Parameters
     ----------
-    cache
-        The run's parse cache (its layout: which ids its blocks have, where they are kept).
-    index, stored
-        The block and its rows in stored order (rows without a label counted).
-    rows, one_piece
-        The block's rows, and whether it was parsed as one table.
+    block_id
+        The id that seeds the block's stored order (:meth:`daskfeed.cache.CacheLayout.block_id`).
+    stored
+        The block's rows in stored order (rows without a label counted).
+    pieces
+        The rows of each of its pieces, in order.
+    index
+        The block's number in the manifest (named in an error).
 
     Raises
     ------
     DataError
-        A block of several pieces not in the cache any more.
+        A row past the block's pieces (a cache rebuilt on other files).
     """
-    ranges = None if one_piece else cache.lookup(int(index))
-    if ranges is None and not one_piece:
-        directory = cache.place(int(index))[0]
-        raise DataError(
-            f"Expected block {index} of the run (a compressed file, parsed in pieces) in its "
-            f"parse cache ({directory}). Received: not there (the cache was cleared or evicted)."
-            "\nHint: scan the same files with the same cache (daskfeed scan ... --cache DIR), "
-            "then ask again: the order is the same.")
-    counts = [int(rows)] if ranges is None else [count for _, _, count, _ in ranges]
-    block_id = cache.block_id(int(index))
     stored = np.asarray(stored, dtype=np.int64)
+    total = int(sum(int(c) for c in pieces))
+    if len(stored) and (int(stored.max()) >= total or int(stored.min()) < 0):
+        raise DataError(
+            f"Expected rows 0 to {total - 1} of block {index}. Received: row "
+            f"{int(stored.max()) if int(stored.max()) >= total else int(stored.min())}.\nHint: the "
+            "cache was rebuilt on other files; train again to trace this run's batches.")
+    if len(pieces) == 1:  # (the usual case: one permutation, indexed)
+        out: np.ndarray = _stored_order(int(block_id), total, 0)[stored]
+        return out
     out = np.empty(len(stored), dtype=np.int64)
     start = 0
-    for piece, count in enumerate(counts):
-        mine = (stored >= start) & (stored < start + count)
+    for piece, count in enumerate(pieces):
+        mine = (stored >= start) & (stored < start + int(count))
         if mine.any():
-            out[mine] = start + _stored_order(block_id, count, piece)[stored[mine] - start]
-        start += count
-    if len(stored) and int(stored.max()) >= start:
-        raise DataError(
-            f"Expected rows below {start} of block {index}. Received: row {int(stored.max())}."
-            "\nHint: the cache was rebuilt on other files; train again to trace this run's "
-            "batches.")
+            out[mine] = start + _stored_order(int(block_id), int(count), piece)[stored[mine] - start]
+        start += int(count)
     return out

@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING
 from daskfeed.core import attach
 
 if TYPE_CHECKING:
-    from daskfeed.cache._blocks import BlockCache, block_tables, default_root, stored_table
+    from daskfeed.cache._blocks import BlockCache, block_tables, stored_table
     from daskfeed.cache._buckets import TRACE_COLUMNS, BucketSet, digest, generation_name
     from daskfeed.cache._entries import clear, gone_entries, list_entries
+    from daskfeed.cache._layout import CacheLayout, default_root
     from daskfeed.cache._open import CacheChoice, estimate_bytes, open_cache
     from daskfeed.cache._root import own_dir, own_root
     from daskfeed.cache._scatter import block_order
@@ -20,6 +21,7 @@ __all__ = [
     "BlockCache",
     "BucketSet",
     "CacheChoice",
+    "CacheLayout",
     "PartWriters",
     "block_order",
     "block_tables",
@@ -38,7 +40,8 @@ __all__ = [
 ]
 
 __getattr__, __dir__ = attach(__name__, {
-    "BlockCache": "_blocks", "block_tables": "_blocks", "default_root": "_blocks",
+    "BlockCache": "_blocks", "block_tables": "_blocks", "CacheLayout": "_layout",
+    "default_root": "_layout",
     "stored_table": "_blocks", "BucketSet": "_buckets", "TRACE_COLUMNS": "_buckets",
     "generation_name": "_buckets",
     "digest": "_buckets",

@@ -58,7 +58,7 @@ MARKER = "set.json"
 
 
 def _root(root: str | None) -> str:
-    from daskfeed.cache._blocks import default_root
+    from daskfeed.cache._layout import default_root
 
     return default_root() if root is None else root
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from daskfeed.cache._arrow import forget_entry
-from daskfeed.cache._blocks import default_root
 from daskfeed.cache._buckets import remove_generations
 from daskfeed.cache._evict import REMOVING, leased, root_lock
+from daskfeed.cache._layout import default_root
 from daskfeed.cache._root import entry_meta, own_dir, own_root
 from daskfeed.core import config
 from daskfeed.reading import FileInfo, stat_file

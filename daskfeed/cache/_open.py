@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 from dask.utils import parse_bytes
 
 from daskfeed.cache._arrow import forget_entry
-from daskfeed.cache._blocks import BlockCache, default_root, part_salt, start_heartbeat
+from daskfeed.cache._blocks import BlockCache, part_salt, start_heartbeat
 from daskfeed.cache._evict import REMOVING, evict, lease, root_lock, trainer_tag
+from daskfeed.cache._layout import default_root
 from daskfeed.cache._lineage import Layout, layouts, remember
 from daskfeed.cache._root import entry_meta, is_entry_name, own_dir, own_root
 from daskfeed.cache._writer import CACHE_VERSION

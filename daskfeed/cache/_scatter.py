@@ -19,8 +19,12 @@ the file's order (:func:`daskfeed.cache._blocks.block_tables`) undo the permutat
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pyarrow as pa
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 _TAG = 0x5CA7  # the stored order's own stream of random numbers
 

@@ -22,10 +22,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import click
-import dask.config
-from dask.utils import format_bytes
 
-from daskfeed.cli._demo import write_demo_data
 from daskfeed.cli._flag_types import (
     column_list,
     data_urls,
@@ -41,14 +38,27 @@ from daskfeed.cli._flags import (
     scheduler_and_security,
     train_options,
 )
-from daskfeed.cluster import ClusterSpec, close_client
-from daskfeed.core import Aborted, DaskfeedError, SettingError, Stop, config, raise_outside, redact_text
-from daskfeed.training import TrainOptions
+from daskfeed.core import (
+    Aborted,
+    DaskfeedError,
+    SettingError,
+    Stop,
+    one_line_warnings,
+    raise_outside,
+    redact_text,
+)
 
 if TYPE_CHECKING:
     from distributed import Client, Security
 
     from daskfeed.cluster import Budget
+
+
+def format_bytes(n: int) -> str:
+    """``1.95 GiB``: dask's spelling of a size (dask loaded when a command prints one)."""
+    from dask.utils import format_bytes as spelled
+
+    return str(spelled(n))
 
 
 class Terminated(KeyboardInterrupt):
@@ -115,16 +125,25 @@ def _warnings_as_lines() -> Callable[[], None]:
     env = "DASK_DASKFEED__WARNINGS"
     before = os.environ.get(env)
     os.environ[env] = "line"
-    setting = dask.config.set({"daskfeed.warnings": "line"})
-    config.one_line_warnings(True)
+    loaded = "dask.config" in sys.modules  # (a command that never loads dask leaves it unloaded:
+    if loaded:                               # loaded later, it reads the environment)
+        import dask.config
+
+        setting = dask.config.set({"daskfeed.warnings": "line"})
+    one_line_warnings(True)
 
     def undo() -> None:
-        config.one_line_warnings(False)
-        setting.__exit__(None, None, None)
+        one_line_warnings(False)
         if before is None:
             os.environ.pop(env, None)
         else:
             os.environ[env] = before
+        if loaded:
+            setting.__exit__(None, None, None)
+        elif "dask.config" in sys.modules:  # loaded by the command: as the environment says now
+            import dask.config
+
+            dask.config.refresh()
 
     return undo
 
@@ -207,6 +226,8 @@ def _start_cluster(memory_limit: str | None, *, nworkers: int | None, nthreads: 
                    dashboard_address: str | None,
                    storage_options: dict[str, Any] | None = None) -> tuple[Client, Budget]:
     """A client and its budget, as ``train`` makes them (a LocalCluster or a running scheduler)."""
+    from daskfeed.cluster import ClusterSpec
+
     spec = ClusterSpec.resolve(memory_limit=memory_limit, nworkers=nworkers, nthreads=nthreads,
                                scheduler=scheduler, security=security,
                                dashboard_address=dashboard_address)
@@ -225,6 +246,8 @@ def _run_train(data: list[str], label: str, validation: list[str], output: str,
     if quiet and verbose:
         raise click.UsageError("--quiet and --verbose exclude each other")
     try:  # flags that exclude each other: a usage error, before any work
+        from daskfeed.training import TrainOptions
+
         opts = TrainOptions.resolve(
             label=label, validation=validation or None, output=output, scheduler=scheduler, security=security,
             cache=cache, exclude=tuple(kw.pop("exclude") or ()),
@@ -271,6 +294,8 @@ def train(data: tuple[str, ...], label: str, validation: tuple[str, ...], output
 @_friendly
 def demo(data_dir: str, rows: int, validate_rows: int, output: str, **kw: Any) -> None:
     """Write quest-log demo data (the old 1000-row split layout) and train on it."""
+    from daskfeed.cli._demo import write_demo_data
+
     demo_data = write_demo_data(data_dir, rows=rows, validate_rows=validate_rows, seed=kw["seed"])
     click.echo(f"demo data: {demo_data.train_rows:,} train rows, {demo_data.validate_rows:,} "
                f"validation rows in {os.path.abspath(data_dir)} (1000-row files)")
@@ -308,6 +333,7 @@ def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> No
                                     storage_options=kw["storage_options"])
     try:
         from daskfeed.cache import CacheChoice
+        from daskfeed.core import config
 
         source = Source(listing, blocksize=config.resolve_blocksize(kw.pop("blocksize"),
                                                                        budget.blocksize),
@@ -323,6 +349,8 @@ def scan(data: tuple[str, ...], label: str, output: str | None, **kw: Any) -> No
         m = run_scan(source, label=label, client=client, timeout=kw.pop("timeout"),
                      parse_cache=part_cache, vocabulary_size=kw.pop("vocabulary_size"))
     finally:
+        from daskfeed.cluster import close_client
+
         close_client(client)
     if m.scan_line:
         click.echo(m.scan_line)
@@ -354,6 +382,7 @@ def cache_list(root: str | None) -> None:
         gone_entries,
         list_entries,
     )
+    from daskfeed.core import config
 
     root = config.cache_dir(root or None)
     entries = list_entries(root)
@@ -403,6 +432,7 @@ def cache_clear(entries: tuple[str, ...], root: str | None, everything: bool, ye
         gone_entries,
         list_entries,
     )
+    from daskfeed.core import config
 
     root = config.cache_dir(root or None)
     if gone:
@@ -508,29 +538,42 @@ def rows(run_dir: str, epoch: int, steps: range, rank: int | None, show: bool, f
     Recomputed from the run's order (no per-step log), right across resumes with another
     budget or number of trainers.
     """
-    from daskfeed.training import batch_rows  # no keras: the order and the manifest only
+    several = len(steps) > 1
+    if show:  # the rows' values, read from the parse cache: pandas and pyarrow
+        from daskfeed.training import batch_rows
 
-    frame = batch_rows(run_dir, epoch=epoch, step=steps[0] if len(steps) == 1 else steps, rank=rank,
-                       show=show, storage_options=storage_options)
-    a = frame.attrs
-    if fmt == "csv":
-        click.echo(frame.to_csv(index=False), nl=False)
-    elif fmt == "json":
-        click.echo(frame.to_json(orient="records", lines=True, default_handler=str), nl=False)
-    else:
-        if len(steps) == 1:
-            who = f", trainer {a['rank']}'s step {a['step']}" if a["rank"] is not None else ""
-            by = f"{a['world']} trainer(s)" if a["world"] else "trainers not on record"
-            click.echo(f"epoch {a['epoch']}, batch {a['batch']:,} of the epoch's order{who} "
-                       f"({len(frame):,} rows; trained by {by}):")
+        frame = batch_rows(run_dir, epoch=epoch, step=steps if several else steps[0], rank=rank,
+                           show=True, storage_options=storage_options)
+        a, count = dict(frame.attrs), len(frame)
+        if fmt == "csv":
+            text = frame.to_csv(index=False)
+        elif fmt == "json":
+            text = frame.to_json(orient="records", lines=True, default_handler=str)
         else:
-            who = f"trainer {a['rank']}'s steps" if a["rank"] is not None else "steps"
-            click.echo(f"epoch {a['epoch']}, {who} {steps[0]:,} to {steps[-1]:,} ({len(frame):,} rows):")
-        click.echo(frame.to_string(index=False))
-        left_out = [steps[0]] if len(steps) == 1 and a["skipped"] else a.get("skipped_steps", [])
-        if left_out:
-            click.echo(f"skipped (--skip-batches), never trained: step{'s' if len(left_out) > 1 else ''} "
-                       f"{', '.join(f'{s:,}' for s in left_out[:20])}{' ...' if len(left_out) > 20 else ''}")
+            text = frame.to_string(index=False) + "\n"
+    else:  # the order and the manifest only: numpy (see daskfeed/cli/_row_table.py)
+        from daskfeed.cli._row_table import render
+        from daskfeed.training import trace_steps
+
+        found = trace_steps(run_dir, epoch=epoch, steps=steps, rank=rank,
+                            storage_options=storage_options)
+        a, count, text = found.attrs, len(found.files), render(found, fmt, several)
+    if fmt != "table":
+        click.echo(text, nl=False)
+        return
+    if not several:
+        who = f", trainer {a['rank']}'s step {a['step']}" if a["rank"] is not None else ""
+        by = f"{a['world']} trainer(s)" if a["world"] else "trainers not on record"
+        click.echo(f"epoch {a['epoch']}, batch {a['batch']:,} of the epoch's order{who} "
+                   f"({count:,} rows; trained by {by}):")
+    else:
+        who = f"trainer {a['rank']}'s steps" if a["rank"] is not None else "steps"
+        click.echo(f"epoch {a['epoch']}, {who} {steps[0]:,} to {steps[-1]:,} ({count:,} rows):")
+    click.echo(text, nl=False)
+    left_out = a.get("skipped_steps") or ([steps[0]] if a["skipped"] else [])
+    if left_out:
+        click.echo(f"skipped (--skip-batches), never trained: step{'s' if len(left_out) > 1 else ''} "
+                   f"{', '.join(f'{s:,}' for s in left_out[:20])}{' ...' if len(left_out) > 20 else ''}")
 
 
 @cli.command(name="export")

@@ -14,10 +14,8 @@ import os
 from typing import Any
 
 import click
-from dask.utils import parse_bytes, parse_timedelta
 
-from daskfeed.cluster import parse_memory_limit
-from daskfeed.core import DaskfeedError, config, redact_url, secret_options
+from daskfeed.core import DaskfeedError, redact_url, secret_options
 
 
 class ByteSize(click.ParamType):
@@ -51,6 +49,8 @@ class ByteSize(click.ParamType):
         if isinstance(value, int):
             n = value
         else:
+            from dask.utils import parse_bytes
+
             text = str(value).strip()
             try:
                 n = int(parse_bytes(text)) if text else 0
@@ -86,6 +86,8 @@ class MemorySize(click.ParamType):
         click.BadParameter
             When ``value`` is not one (exit 2 with click's usage line).
         """
+        from daskfeed.cluster import parse_memory_limit
+
         try:
             parse_memory_limit(value)
         except DaskfeedError as err:
@@ -119,6 +121,8 @@ class Duration(click.ParamType):
             When ``value`` is not one (exit 2 with click's usage line).
         """
         try:
+            from dask.utils import parse_timedelta
+
             seconds = float(parse_timedelta(value, default="seconds"))
         except (ValueError, TypeError, KeyError):
             self.fail(f"expected a duration such as 300, 300s or 5min. Received: {value!r}", param, ctx)
@@ -195,6 +199,8 @@ class ConfigOption(click.Option):
         click.types.OptionHelpExtra
             Click's extras, ``default`` showing the value in effect and its config key.
         """
+        from daskfeed.core import config  # (dask.config: loaded for --help, not for every command)
+
         extra = super().get_help_extra(ctx)
         value = config.get(self.config_key)
         shown = '""' if value == "" else "none" if value is None else str(value)

@@ -24,7 +24,6 @@ from daskfeed.cli._flag_types import (
     parse_storage_options,
     separator,
 )
-from daskfeed.cluster import make_security
 
 if TYPE_CHECKING:
     from distributed.security import Security
@@ -266,6 +265,8 @@ def scheduler_and_security(kw: dict[str, Any]) -> tuple[str | None, Security | N
     """
     scheduler_file = kw.pop("scheduler_file")
     scheduler = kw.pop("scheduler") or scheduler_file
+    from daskfeed.cluster import make_security
+
     security = make_security(kw.pop("tls_ca_file"), kw.pop("tls_cert"), kw.pop("tls_key"))
     # a lost scheduler makes the client log each reconnect attempt with a traceback, and its
     # batched stream the write it was doing when the connection broke ("Batched Comm Closed", at

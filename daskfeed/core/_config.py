@@ -16,8 +16,7 @@ from typing import Any
 import dask.config
 import yaml
 
-from daskfeed.core._exceptions import refuse_setting
-from daskfeed.core._secrets import redact_text
+from daskfeed.core._exceptions import one_line_warnings, refuse_setting
 
 _fn = os.path.join(os.path.dirname(__file__), "daskfeed.yaml")
 with open(_fn, encoding="utf-8") as _f:
@@ -281,38 +280,6 @@ def dashboard_address(value: str | None = None) -> str | None:
 def local_tls(value: bool | None = None) -> bool:
     """``daskfeed.local-tls``: whether a local cluster speaks TLS with credentials of its own."""
     return get_flag("local-tls", value)
-
-
-def _one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-              line: str | None = None) -> str:
-    text = redact_text(" ".join(str(message).split()))
-    kind = "" if issubclass(category, UserWarning) else f"{category.__name__}: "
-    return f"warning: {kind}{text}\n"
-
-
-_python_format = None
-
-
-def one_line_warnings(enable: bool = True) -> None:
-    """Print warnings as ``warning: <message>``, one line, no source line; or undo that.
-
-    The CLI turns this on (``daskfeed.warnings: line``); a process that imports daskfeed with
-    that setting (a local cluster's worker processes inherit it) does the same.
-
-    Parameters
-    ----------
-    enable
-        True: one line per warning; False: Python's format again.
-    """
-    import warnings
-
-    global _python_format
-    if enable:
-        if warnings.formatwarning is not _one_line:
-            _python_format = warnings.formatwarning
-            warnings.formatwarning = _one_line
-    elif warnings.formatwarning is _one_line and _python_format is not None:
-        warnings.formatwarning = _python_format
 
 
 if get("warnings") == "line":  # a worker process started by the CLI

@@ -113,3 +113,33 @@ def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
     while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "daskfeed":
         frame, level = frame.f_back, level + 1
     warnings.warn(redact_text(message), category, stacklevel=level)
+
+
+def _one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+              line: str | None = None) -> str:
+    text = redact_text(" ".join(str(message).split()))
+    kind = "" if issubclass(category, UserWarning) else f"{category.__name__}: "
+    return f"warning: {kind}{text}\n"
+
+
+_python_format = None
+
+
+def one_line_warnings(enable: bool = True) -> None:
+    """Print warnings as ``warning: <message>``, one line, no source line; or undo that.
+
+    The CLI turns this on (``daskfeed.warnings: line``); a process that imports daskfeed with
+    that setting (a local cluster's worker processes inherit it) does the same.
+
+    Parameters
+    ----------
+    enable
+        True: one line per warning; False: Python's format again.
+    """
+    global _python_format
+    if enable:
+        if warnings.formatwarning is not _one_line:
+            _python_format = warnings.formatwarning
+            warnings.formatwarning = _one_line
+    elif warnings.formatwarning is _one_line and _python_format is not None:
+        warnings.formatwarning = _python_format

@@ -12,9 +12,7 @@ if TYPE_CHECKING:
     from daskfeed.reading._files import (
         Block,
         FileInfo,
-        compression_of,
         expand_paths,
-        is_parquet,
         protocol,
         refuse_missing_local,
         relist,
@@ -30,6 +28,7 @@ if TYPE_CHECKING:
     from daskfeed.reading._source import Source, first_header, read_options
     from daskfeed.reading._splits import SplitError
     from daskfeed.reading._streams import open_file
+    from daskfeed.reading._suffixes import compression_of, is_parquet
     from daskfeed.reading._tables import FieldText, ReadOptions, iter_tables, record_range
 
 __all__ = ["ISO_DATE", "NA_MARKERS", "SPACES", "Block", "FieldText", "FileInfo", "Listing", "Part",
@@ -43,8 +42,8 @@ __all__ = ["ISO_DATE", "NA_MARKERS", "SPACES", "Block", "FieldText", "FileInfo",
 __getattr__, __dir__ = attach(__name__, {
     "url_credentials": "_credentials", "with_credentials": "_credentials",
     "ISO_DATE": "_dates", "SPACES": "_dates", "iso_seconds": "_dates",
-    "Block": "_files", "FileInfo": "_files", "compression_of": "_files", "expand_paths": "_files",
-    "is_parquet": "_files", "protocol": "_files", "refuse_missing_local": "_files",
+    "Block": "_files", "FileInfo": "_files", "compression_of": "_suffixes", "expand_paths": "_files",
+    "is_parquet": "_suffixes", "protocol": "_files", "refuse_missing_local": "_files",
     "relist": "_files", "stat_file": "_files",
     "Listing": "_listing", "PathsLike": "_listing",
     "RowLines": "_lines",

@@ -20,13 +20,14 @@ import fsspec
 
 from daskfeed.core import DataNotFoundError, redact_text, redact_url, warn_user
 from daskfeed.reading._credentials import fsspec_target
+from daskfeed.reading._suffixes import (
+    COMPRESSIONS,
+    CSV_SUFFIXES,
+    PARQUET_SUFFIXES,
+    compression_of,
+    is_parquet,
+)
 
-# compressions read by daskfeed.reading._streams, by suffix: each a stream of members / frames, all read
-COMPRESSIONS = {".gz": "gzip", ".gzip": "gzip", ".bz2": "bz2", ".xz": "xz",
-                ".zst": "zstd", ".zstd": "zstd"}
-CSV_SUFFIXES = tuple(base + packed for base in (".csv", ".tsv", ".txt")
-                     for packed in ("", *COMPRESSIONS))
-PARQUET_SUFFIXES = (".parquet", ".pq")
 _DATA_SUFFIXES = CSV_SUFFIXES + PARQUET_SUFFIXES
 
 
@@ -92,46 +93,6 @@ def protocol(path: str) -> str:
         ``"s3"``, ``"gs"``, ... (``"file"`` for a local path).
     """
     return path.split("://", 1)[0] if "://" in path else "file"
-
-
-def compression_of(path: str) -> str | None:
-    """Name the compression of ``path`` from its suffix; None when it is not compressed.
-
-    Parameters
-    ----------
-    path
-        A file's path or URL.
-
-    Returns
-    -------
-    str or None
-        ``"gzip"``, ``"bz2"``, ``"xz"`` or ``"zstd"`` (decompressed by
-        :func:`daskfeed.reading.open_file`); for another suffix fsspec knows (``.zip``,
-        ``.lz4``, ...) fsspec's name, read by fsspec.
-    """
-    lower = path.lower()
-    if lower.endswith((".csv", ".tsv", ".txt")):  # the usual case, told at once
-        return None
-    for suffix, name in COMPRESSIONS.items():
-        if lower.endswith(suffix):
-            return name
-    return fsspec.utils.infer_compression(path)
-
-
-def is_parquet(path: str) -> bool:
-    """Whether ``path`` is a Parquet file.
-
-    Parameters
-    ----------
-    path
-        A file's path or URL.
-
-    Returns
-    -------
-    bool
-        True for ``.parquet`` and ``.pq`` (any case).
-    """
-    return path.lower().endswith(PARQUET_SUFFIXES)
 
 
 def expand_paths(

@@ -12,13 +12,15 @@ if TYPE_CHECKING:
     from daskfeed.training._early_stopping import EarlyStopping
     from daskfeed.training._model import default_model
     from daskfeed.training._options import ClusterOptions, FitOptions, TrainOptions
-    from daskfeed.training._rows import batch_rows
+    from daskfeed.training._rows import StepRows, batch_rows, trace_steps
     from daskfeed.training._spikes import loss_steps
     from daskfeed.training._train import train
     from daskfeed.training._watch import WatchCallback
 
-__all__ = ["Checkpointer", "ClusterOptions", "DataOptions", "EarlyStopping", "FitOptions", "TrainOptions",
-           "WatchCallback", "batch_rows", "default_model", "fit_from", "loss_steps", "train"]
+__all__ = ["Checkpointer", "ClusterOptions", "DataOptions", "EarlyStopping", "FitOptions", "StepRows",
+           "TrainOptions",
+           "WatchCallback", "batch_rows", "default_model", "fit_from", "loss_steps", "trace_steps",
+           "train"]
 
 __getattr__, __dir__ = attach(__name__, {
     "Checkpointer": "_callbacks", "fit_from": "_callbacks",
@@ -26,7 +28,7 @@ __getattr__, __dir__ = attach(__name__, {
     "default_model": "_model",
     "ClusterOptions": "_options", "DataOptions": "_options", "FitOptions": "_options", "TrainOptions":
     "_options",
-    "batch_rows": "_rows",
+    "StepRows": "_rows", "batch_rows": "_rows", "trace_steps": "_rows",
     "loss_steps": "_spikes",
     "train": "_train",
     "WatchCallback": "_watch",

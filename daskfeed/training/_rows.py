@@ -38,9 +38,9 @@ from daskfeed.batches import (
     skipped_count,
     unit_rows,
 )
-from daskfeed.cache import BlockCache
+from daskfeed.cache import CacheLayout
 from daskfeed.core import CheckpointError, DaskfeedError, SettingError, write_file
-from daskfeed.manifest import Encoding, Manifest, labelled
+from daskfeed.manifest import Manifest
 from daskfeed.reading import compression_of, is_parquet
 from daskfeed.training._certificate import MARK, read_mark
 from daskfeed.training._started import NAME as STARTED
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from daskfeed.adapters import DaskSequence
+    from daskfeed.cache import BlockCache
 
 NAME = "order.json"
 FORMAT = "daskfeed order record"
@@ -224,10 +225,17 @@ def batch_rows(output: str | os.PathLike[str], *, epoch: int, step: int | Iterab
     run = RunOrder(os.fspath(output), storage_options)
     one = isinstance(step, numbers.Integral)
     steps = [int(step)] if one else [int(s) for s in step]  # type: ignore[arg-type, union-attr]
-    frame = run.frame(epoch, steps, rank, show, several=not one)
+    frame = run.frame(run.found(epoch, steps, rank), show, several=not one)
     if one:
         del frame.attrs["skipped_steps"]
     return frame
+
+
+def trace_steps(output: str | os.PathLike[str], *, epoch: int, steps: Iterable[int],
+                rank: int | None = None,
+                storage_options: dict[str, Any] | None = None) -> StepRows:
+    """:func:`batch_rows` as plain columns, without pandas (what ``daskfeed rows`` prints)."""
+    return RunOrder(os.fspath(output), storage_options).found(epoch, [int(s) for s in steps], rank)
 
 
 class Traced(NamedTuple):
@@ -239,6 +247,18 @@ class Traced(NamedTuple):
     blocks: np.ndarray  # each row's block ...
     rows: np.ndarray  # ... its row there in file order ...
     stored: np.ndarray  # ... and in the cache's stored order
+
+
+class StepRows(NamedTuple):
+    """Steps' rows as columns, in the batches' order (:func:`trace_steps`)."""
+
+    steps: np.ndarray  # each row's step (int64)
+    files: list[str]  # its file ...
+    lines: np.ndarray  # ... its line there (-1: not known) ...
+    blocks: np.ndarray  # ... its block of the manifest ...
+    block_rows: np.ndarray  # ... and its row there, in file order
+    traced: list[Traced]  # each step's
+    attrs: dict[str, Any]  # epoch, step (the last), rank, batch, world, skipped, skipped_steps
 
 
 class RunOrder:
@@ -274,8 +294,9 @@ class RunOrder:
                 "batches.")
         self.out, self.record, self.layout = out, record, layout
         self.manifest = _manifest(out, layout["fingerprint"])
-        self.cache = _cache_of(layout["cache"])
-        ids = self.cache.block_ids(len(self.manifest.blocks))
+        self.where = _cache_of(layout["cache"])  # (its layout: no Arrow loaded to trace)
+        self._cache: BlockCache | None = None
+        ids = self.where.block_ids(len(self.manifest.blocks))
         k = len(layout["sizes"])
         if dealt_sizes(self.manifest.counts, ids, k) != layout["sizes"]:
             raise CheckpointError(
@@ -324,10 +345,31 @@ class RunOrder:
             raw = int(block.get("raw_rows", block["rows"]))
             stored[mine] = (labelled_rows[mine] if raw == block["rows"] else
                             self._with_label(j)[labelled_rows[mine]])
-            path = str(block["path"])  # (a plain CSV file's block is one table: one piece)
-            rows[mine] = file_rows(self.cache, j, stored[mine], rows=raw,
-                                   one_piece=compression_of(path) is None and not is_parquet(path))
+            rows[mine] = file_rows(self.where.block_id(j), stored[mine], self._pieces(j, raw), index=j)
         return Traced(g, world, _skipped(segments, g), blocks, rows, stored)
+
+    @property
+    def cache(self) -> BlockCache:
+        """The run's parse cache, to read what its layout does not say (opened when first asked)."""
+        if self._cache is None:
+            from daskfeed.cache import BlockCache
+
+            self._cache = BlockCache(**{k: getattr(self.where, k) for k in _LAYOUT})
+        return self._cache
+
+    def _pieces(self, index: int, rows: int) -> list[int]:
+        """The rows of each piece block ``index`` was parsed as (see :func:`file_rows`)."""
+        path = str(self.manifest.blocks[index]["path"])
+        if compression_of(path) is None and not is_parquet(path):
+            return [rows]  # a plain CSV file's block is parsed as one table
+        ranges = self.cache.lookup(index)
+        if ranges is None:
+            raise DaskfeedError(
+                f"Expected block {index} of the run (a compressed file, parsed in pieces) in its "
+                f"parse cache ({self.where.place(index)[0]}). Received: not there (the cache was "
+                "cleared or evicted).\nHint: scan the same files with the same cache (daskfeed "
+                "scan ... --cache DIR), then ask again: the order is the same.")
+        return [count for _, _, count, _ in ranges]
 
     def _epoch(self, epoch: int) -> tuple[GlobalOrder, int, list[Segment]]:
         """The epoch's order, its batches and the stretches that trained it (kept)."""
@@ -350,44 +392,56 @@ class RunOrder:
 
         traced = self.batch(epoch, step, rank)
         blocks, rows = traced.blocks, traced.rows
-        paths = [self.manifest.blocks[j]["path"] for j in blocks]
+        paths = [self.manifest.blocks[j]["path"] for j in blocks.tolist()]
         self._refuse_changed(sorted(set(paths)))  # (before a line of a file that moved is read)
         lines = np.full(len(blocks), -1, dtype=np.int64)
         for j, mine in _groups(blocks):
-            found = row_lines(self.manifest.blocks[j], rows[mine])
+            block = self.manifest.blocks[j]
+            if block.get("line") and block.get("row_lines") is None:  # (no line breaks in fields)
+                lines[mine] = rows[mine] + int(block["line"])
+                continue
+            found = row_lines(block, rows[mine])
             if found is not None:
                 lines[mine] = found
         return traced, paths, lines
 
-    def frame(self, epoch: int, steps: list[int], rank: int | None, show: bool,
-              several: bool = True) -> pd.DataFrame:
-        """Steps' rows as :func:`batch_rows` returns them (one DataFrame, built once).
+    def found(self, epoch: int, steps: list[int], rank: int | None) -> StepRows:
+        """Steps' rows as columns (see :func:`batch_rows`)."""
+        placed = [self.place(epoch, s, rank) for s in steps]
+        traced = [p[0] for p in placed]
+        last = traced[-1] if traced else None
 
-        ``several``: a ``step`` column first (else ``steps`` is one step).
+        def joined(arrays: list[np.ndarray]) -> np.ndarray:
+            return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+
+        attrs = dict(epoch=epoch, step=steps[-1] if steps else None, rank=rank,
+                     batch=last.batch + 1 if last else None, world=last.world if last else None,
+                     skipped=bool(last and last.skipped),
+                     skipped_steps=[s for s, t in zip(steps, traced, strict=True) if t.skipped])
+        return StepRows(np.repeat(np.asarray(steps, dtype=np.int64), [len(t.blocks) for t in traced]),
+                     [f for p in placed for f in p[1]], joined([p[2] for p in placed]),
+                     joined([t.blocks for t in traced]), joined([t.rows for t in traced]), traced, attrs)
+
+    def frame(self, found: StepRows, show: bool, several: bool = True) -> pd.DataFrame:
+        """:meth:`found`'s columns as the DataFrame :func:`batch_rows` returns.
+
+        ``several``: a ``step`` column first (else one step was asked).
         """
         import pandas as pd
 
-        placed = [self.place(epoch, s, rank) for s in steps]
-        lines = np.concatenate([p[2] for p in placed]) if placed else np.zeros(0, np.int64)
+        lines = found.lines
         frame = pd.DataFrame({
-            "file": [f for p in placed for f in p[1]],
-            "line": pd.arrays.IntegerArray(np.maximum(lines, 0), lines < 0),
-            "block": np.concatenate([p[0].blocks for p in placed]) if placed else [],
-            "block_row": np.concatenate([p[0].rows for p in placed]) if placed else []})
+            "file": found.files, "line": pd.arrays.IntegerArray(np.maximum(lines, 0), lines < 0),
+            "block": found.blocks, "block_row": found.block_rows})
         if show:  # (a column named like one of the row's place is shown as "<name> (value)")
-            values = pd.concat([_values(self.cache, t.blocks, t.stored) for t, _, _ in placed],
+            values = pd.concat([_values(self.cache, t.blocks, t.stored) for t in found.traced],
                                ignore_index=True)
             values.columns = [f"{c} (value)" if c in frame.columns else c for c in values.columns]
             frame = pd.concat([frame, values], axis=1)
-        last = placed[-1][0] if placed else None
-        frame.attrs.update(epoch=epoch, step=steps[-1] if steps else None, rank=rank,
-                           batch=last.batch + 1 if last else None, world=last.world if last else None,
-                           skipped=bool(last and last.skipped),
-                           skipped_steps=[s for s, p in zip(steps, placed, strict=True) if p[0].skipped])
+        frame.attrs.update(found.attrs)
         if several:
-            counts = [len(p[1]) for p in placed]
             frame = frame.rename(columns={"step": "step (value)"})
-            frame.insert(0, "step", np.repeat(np.asarray(steps, dtype=np.int64), counts))
+            frame.insert(0, "step", found.steps)
         return frame
 
     def _with_label(self, index: int) -> np.ndarray:
@@ -409,15 +463,20 @@ def _groups(blocks: np.ndarray) -> list[tuple[int, np.ndarray]]:
     return [(int(blocks[at[0]]), at) for at in np.split(order, cuts) if len(at)]
 
 
-def _cache_of(d: dict[str, Any]) -> BlockCache:
-    """The run's parse cache, as the record keeps it (no lease: it only reads)."""
-    return BlockCache(root=d["root"], entries=tuple(d["entries"]), starts=tuple(d["starts"]),
-                      ids=tuple(d["ids"]), compression=d["compression"],
-                      grown=tuple((int(a), str(b), int(c), int(e)) for a, b, c, e in d["grown"]))
+_LAYOUT = ("root", "entries", "starts", "ids", "compression", "grown")
+
+
+def _cache_of(d: dict[str, Any]) -> CacheLayout:
+    """The run's parse cache's layout, as the record keeps it (no lease: it only reads)."""
+    return CacheLayout(root=d["root"], entries=tuple(d["entries"]), starts=tuple(d["starts"]),
+                       ids=tuple(d["ids"]), compression=d["compression"],
+                       grown=tuple((int(a), str(b), int(c), int(e)) for a, b, c, e in d["grown"]))
 
 
 def _with_label(cache: BlockCache, index: int, manifest: Manifest) -> np.ndarray:
     """The stored places of block ``index``'s rows that have a label (from the parse cache)."""
+    from daskfeed.manifest import Encoding, labelled  # (pyarrow: a block with unlabelled rows)
+
     table = cache.stored_view(index, [manifest.label], {})
     if table is None:
         raise DaskfeedError(
@@ -514,8 +573,6 @@ def _started(out: str) -> dict[str, list[Any]] | None:
 def _refuse_changed(paths: list[str], started: dict[str, list[Any]],
                     storage_options: dict[str, Any]) -> None:
     """Refuse when a file of the batch changed since the run started (size, time or etag)."""
-    from daskfeed.reading import expand_paths
-
     now: dict[str, list[Any]] = {}
     remote = [p for p in paths if "://" in p]
     for p in paths:  # a local file: one stat (as the listing read it), no fsspec
@@ -524,6 +581,8 @@ def _refuse_changed(paths: list[str], started: dict[str, list[Any]],
                 st = os.stat(p)
                 now[p] = [st.st_size, float(st.st_mtime), ""]  # (no ETag on a local disk)
     if remote:
+        from daskfeed.reading import expand_paths  # (fsspec: files on object storage only)
+
         try:
             now.update({f.path: [f.size, f.mtime, f.etag] for f in expand_paths(remote, storage_options)})
         except DaskfeedError as err:

@@ -15,7 +15,6 @@ import os
 from typing import TYPE_CHECKING
 
 from daskfeed.core import CheckpointError, write_file
-from daskfeed.reading import expand_paths, url_credentials, with_credentials
 
 if TYPE_CHECKING:
     from daskfeed.reading import Source
@@ -52,6 +51,8 @@ def resume_data(run: Run) -> DataSpec:
     CheckpointError
         When a file the run started with changed or went, naming them.
     """
+    from daskfeed.reading import expand_paths, url_credentials, with_credentials  # (fsspec)
+
     try:
         with open(os.path.join(run.opts.output, NAME), encoding="utf-8") as f:
             started = json.load(f)

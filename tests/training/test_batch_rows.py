@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -70,8 +71,18 @@ def test_every_step_of_a_run_is_the_rows_it_trained(tmp_path, id_data):
     cmd = [*KillResume.command(), "rows", str(run.output), "--epoch", "2", "--step", "5"]
     frame = daskfeed.batch_rows(run.output, epoch=2, step=5)
     as_csv = subprocess.run([*cmd, "--format", "csv"], capture_output=True, text=True, check=True)
+    assert as_csv.stdout == frame.to_csv(index=False)  # (printed without pandas: the same text)
     rows = list(csv.DictReader(as_csv.stdout.splitlines()))
     assert [(r["file"], int(r["line"])) for r in rows] == list(zip(frame["file"], frame["line"], strict=True))
+    plain = subprocess.run([*cmd, "--format", "json"], capture_output=True, text=True, check=True)
+    assert [json.loads(line) for line in plain.stdout.splitlines()] == \
+        [json.loads(line) for line in frame.to_json(orient="records", lines=True).splitlines()]
+    loaded = subprocess.run(  # from the shell it loads numpy, not pandas, pyarrow, fsspec or dask
+        [sys.executable, "-c", "import sys\nfrom daskfeed.cli import main\nsys.argv = ['daskfeed', "
+         f"'rows', {str(run.output)!r}, '--epoch', '2', '--step', '5']\ntry:\n    main()\nexcept "
+         "SystemExit:\n    pass\nprint([m for m in ('pandas', 'pyarrow', 'fsspec', 'dask', 'keras') "
+         "if m in sys.modules])"], capture_output=True, text=True, check=True)
+    assert loaded.stdout.splitlines()[-1] == "[]", loaded.stdout[-2000:] + loaded.stderr[-2000:]
     as_json = subprocess.run([*cmd, "--format", "json", "--show"], capture_output=True, text=True, check=True)
     ids = [json.loads(line)["row_id"] for line in as_json.stdout.splitlines()]
     assert ids == steps[per_epoch + 4].ids.tolist()
