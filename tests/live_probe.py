@@ -83,8 +83,11 @@ def check_probe(probe: LiveProbe) -> dict[str, Any]:
 
 
 def fit_watched(client: Any, data: Any, *, seen: Any, epochs: int, spans: bool = False,
-                also: Any = None, **seq_kwargs: Any) -> tuple[LiveProbe, Any, Any, Any]:
-    """A real fit with WatchCallback, read live by a LiveProbe; stopped once the probe is done."""
+                also: Any = None, marks: Any = None,
+                **seq_kwargs: Any) -> tuple[LiveProbe, Any, Any, Any]:
+    """A real fit with WatchCallback, read live by a LiveProbe; stopped once the probe is done.
+
+    ``marks``: WatchCallback's (the loss spikes it sends, as ``daskfeed train``'s callback)."""
     from daskfeed.adapters._sequence import DaskSequence
     from daskfeed.core._rss import RSSSampler
     from daskfeed.dashboard._plugin import EpochSpans, install, scan_span
@@ -106,7 +109,7 @@ def fit_watched(client: Any, data: Any, *, seen: Any, epochs: int, spans: bool =
     model = default_model(seq.manifest, features=seq.features)
     with seq, val, RSSSampler() as rss:
         watch = WatchCallback(client, seq, validation=val, budget_bytes=4_000_000_000, rss_sampler=rss,
-                              every_seconds=0.2)
+                              every_seconds=0.2, marks=marks)
         probe.start()
         history = model.fit(seq, validation_data=val, epochs=epochs, shuffle=False, verbose=0,
                             callbacks=[watch, stop_when_done(probe, fitting)])

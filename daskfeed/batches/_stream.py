@@ -113,8 +113,7 @@ class BatchStream:
         self._origins: dict[int, int] = {}  # an epoch resumed under another number of trainers
         self._other_plan: tuple[int, int, PlanSettings, EpochPlan] | None = None  # order_batch's
         if st.skip_batches and not ordered:
-            why = ("the data are a dask DataFrame" if data.source.frame is not None else
-                   "rows are not shuffled" if not st.shuffle else "the parse cache is off")
+            why = self._why_no_order()
             raise SettingError(
                 "Expected batches to skip in the global order (batches numbered as daskfeed rows "
                 f"numbers them). Received: --skip-batches {st.skip_batches.text()} in a run "
@@ -282,12 +281,24 @@ class BatchStream:
                 runs.append((first + i, first + i + 1))
         return runs
 
+    def _why_no_order(self) -> str:
+        """Why the run reads windows of blocks rather than one global order."""
+        data = self.data
+        if data.source.frame is not None:
+            return "the data are a dask DataFrame"
+        if not data.settings.shuffle:
+            return "rows are not shuffled"
+        if data.cache is None:
+            return "the parse cache is off"
+        if not any(data.manifest.counts):
+            return "the data have no rows"
+        return ("the global order's buckets could not be dealt: no disk room, or workers that "
+                "cannot read one another's files (the warning above says which)")
+
     def order_line(self) -> str:
         """How the epoch's rows are ordered, in one line (what shuffle quality the run gets, why)."""
-        frame = self.data.source.frame is not None
         line = order_line(self.plan, units=self.units, blocks=len(self.data.manifest.counts),
-                          shuffle=self.data.settings.shuffle,
-                          why="the data are a dask DataFrame" if frame else "the parse cache is off")
+                          shuffle=self.data.settings.shuffle, why=self._why_no_order())
         if self.buckets is None or self.buckets.seconds is None:
             return line
         work = f": {self.buckets.work}" if self.buckets.work else ""

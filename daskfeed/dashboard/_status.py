@@ -47,6 +47,7 @@ class Status:
         self.series_version = 0  # changes when samples are thinned or a new run starts
         self.spikes: list[Event] = []  # loss spikes flagged by the trainer (the latest SPIKES_LIMIT)
         self.spikes_seen = 0  # spikes received in this run, kept or not
+        self.epoch_batches: dict[int, int] = {}  # each epoch's batches (skipped ones change them)
         self.scans: dict[str, Event] = {}
         self._scanning = "scan"  # the data set whose scan started last (scan_span's name)
         self.cache = {"hits": 0, "misses": 0}
@@ -101,7 +102,7 @@ class Status:
                 self.progress, self.history, started = {}, [], now
                 self.series, self.series_version = [], self.series_version + 1
                 self.cache = {"hits": 0, "misses": 0}
-                self.spikes, self.spikes_seen = [], 0
+                self.spikes, self.spikes_seen, self.epoch_batches = [], 0, {}
             self.run = {**body, "started": started}
             self._settle_scans(body.get("data") or {})
         elif kind == "progress":
@@ -145,10 +146,20 @@ class Status:
             run); each kept spike with ``x``, the batch of all epochs it was trained at.
         """
         with self._lock:
-            batches = self.progress.get("batches") or self.run.get("batches")
-            marks = [{**m, "x": (int(m["epoch"]) - 1) * int(batches) + int(m["batch"])
-                      if batches and _number(m.get("batch")) else None} for m in self.spikes]
+            marks = [{**m, "x": self._step(int(m["epoch"]), int(m["batch"]))
+                      if _number(m.get("batch")) else None} for m in self.spikes]
             return (self.series_version, self.spikes_seen), _finite(marks)
+
+    def _step(self, epoch: int, batch: int) -> int | None:
+        """Batch ``batch`` of ``epoch`` on the charts' axis: the batches of the epochs before it, plus it.
+
+        Each epoch counts its own batches (``--skip-batches`` can leave epochs with different
+        counts); one not seen (the page opened after it, a resumed run) counts as the latest.
+        """
+        latest = self.progress.get("batches") or self.run.get("batches")
+        if not latest:
+            return None
+        return sum(int(self.epoch_batches.get(e, latest)) for e in range(1, epoch)) + batch
 
     def _sample(self, body: Event, now: float) -> None:
         """One point of the charts from a progress event (only while batches are trained).
@@ -161,7 +172,10 @@ class Status:
         if body.get("state") not in ("training", "epoch-end") or p.get("batch") is None:
             return
         batches, epoch = p.get("batches"), int(p.get("epoch") or 1)
-        step = (epoch - 1) * int(batches) + int(p["batch"]) if batches else len(self.series)
+        if batches:
+            self.epoch_batches[epoch] = int(batches)
+        step = self._step(epoch, int(p["batch"]))
+        step = len(self.series) if step is None else step
         self.series.append({
             "t": now - self.run.get("started", now), "step": step, "epoch": epoch,
             "loss": (body.get("logs") or {}).get("loss"), "rows_per_s": body.get("rows_per_s"),

@@ -89,16 +89,15 @@ def resume_certificate(seq: DaskSequence, epoch: int, position: int,
     if stream.global_order and stream.buckets is not None:
         total = int(sum(int(n) for n in stream.buckets.sizes))
         world = stream.data.settings.shard[1]
-        cut = stream.skips.epoch(epoch)
-        skipped = skipped_rows(cut, 0, -(-total // bs), bs, total)
+        skipped = skipped_rows(stream.skips.epoch(epoch), 0, -(-total // bs), bs, total)
 
-        def rows_to(p: int) -> int:  # rows of the batches before p that train (not skipped)
-            return min(int(p) * bs, total) - skipped_rows(cut, 0, int(p), bs, total)
+        def rows_to(p: int, e: int = epoch) -> int:  # rows of epoch e's batches before p that train
+            return min(int(p) * bs, total) - skipped_rows(stream.skips.epoch(e), 0, int(p), bs, total)
     else:
         total, world = plan.rows + plan.dropped, 1
         starts = np.concatenate([[0], np.cumsum([plan.batch_rows(i) for i in range(plan.num_batches)])])
 
-        def rows_to(p: int) -> int:
+        def rows_to(p: int, e: int = epoch) -> int:
             return int(starts[min(int(p), plan.num_batches)])
     before = rows_to(position)
     again = -1
@@ -110,8 +109,9 @@ def resume_certificate(seq: DaskSequence, epoch: int, position: int,
             again = -1  # a mark behind the checkpoint was lost (a machine's crash): not known
         elif e == epoch:
             again = rows_to(p) - before
-        else:
-            again = total - skipped - before + (e - epoch - 1) * total + rows_to(p)
+        else:  # the rest of the epoch, the epochs between (each less its skipped batches), e's start
+            again = (total - skipped - before + rows_to(p, e)
+                     + sum(rows_to(-(-total // bs), k) for k in range(epoch + 1, e)))
     if seq.epoch != epoch:  # nothing of the epoch left for these trainers: the rest is the tail
         left, tail = 0, total - before - skipped
     elif stream.global_order:  # the trainers' batches from here are full (one trainer: but the last)

@@ -128,9 +128,10 @@ def _start_point(run: Run, net: keras.Model, stopper: EarlyStopping | None,
     ckpt.restore(net)  # weights + optimizer state (its iteration count checked)
     cur = ckpt.cursor
     epoch, batch = cur.epoch, cur.batch
-    if cur.global_order and epoch < epochs:  # (the batches it skipped are skipped again)
+    if cur.global_order:  # (the batches it skipped are skipped again, and stay on record)
         train_seq.stream.set_state(cur, where=f"The checkpoint {ckpt.path}", cli=True)
-        epoch, batch = train_seq.epoch, train_seq.start
+        if epoch < epochs:
+            epoch, batch = train_seq.epoch, train_seq.start
     where = (f"batch {cur.at + 1} of the epoch's global order, this trainer's batch {batch + 1}/"
              f"{train_seq.plan.num_batches}" if cur.global_order and run.ranks.several else
              f"batch {batch + 1}/{train_seq.plan.num_batches}")

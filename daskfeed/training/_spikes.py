@@ -223,8 +223,8 @@ def rows_command(out: str, epoch: int, steps: Sequence[int]) -> str:
     return f"daskfeed rows {shlex.quote(out)} --epoch {epoch + 1} --step {step}"
 
 
-NO_ORDER = ("no command: the run has no global order (the parse cache is off or the data are a "
-            "dask DataFrame), so daskfeed rows cannot recompute a batch")
+NO_ORDER = ("no command: the run has no global order (the parse cache is off, its buckets had no "
+            "disk room, or the data are a dask DataFrame), so daskfeed rows cannot recompute a batch")
 
 
 class StepLosses(keras.callbacks.Callback):

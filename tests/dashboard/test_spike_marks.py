@@ -46,6 +46,18 @@ def test_spikes_come_with_progress_events_and_are_kept_as_marks_on_the_batch_axi
     assert status.spike_marks()[0] != version
 
 
+def test_epochs_of_different_counts_put_the_marks_and_the_loss_on_one_axis():
+    """Batches skipped in epoch 1 (7 left of 10): epoch 2's batch 4 is step 11, for the loss
+    series and for a mark alike."""
+    status = _status()
+    for epoch, batch, batches in ((1, 7, 7), (2, 4, 10)):
+        status.apply(TOPIC, {"kind": "progress", "state": "training", "epoch": epoch, "batch": batch,
+                             "batches": batches, "logs": {"loss": 0.5}}, now=float(epoch))
+    status.apply(TOPIC, {"kind": "spikes", "spikes": [_mark(1, 7, 7), _mark(2, 5, 4)]}, now=3.0)
+    assert [p["step"] for p in status.series] == [7, 11]
+    assert [m["x"] for m in status.spike_marks()[1]] == [7, 11]
+
+
 def test_the_marks_are_bounded_and_a_new_run_starts_without_them():
     status = _status()
     for i in range(SPIKES_LIMIT + 50):

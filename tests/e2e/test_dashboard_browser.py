@@ -41,6 +41,8 @@ pytestmark = [
 ]
 
 
+SPIKE = {"epoch": 1, "step": 7, "batch": 7, "loss": 9.5, "median": 0.6, "threshold": 1.2, "steps": 1,
+         "command": "daskfeed rows daskfeed-out --epoch 1 --step 7"}
 TEXT = "document.body ? document.body.innerText : ''"  # the page's text as rendered
 # the charts' series as BokehJS holds them in the browser (the live document, filled over Bokeh's
 # websocket; the page's first drawing, from the document it carries, is gone by then): each
@@ -61,8 +63,13 @@ CHART_DATA = """(() => {
                                        && m.glyph.y.field == "y");
     series[name] = {x: col(s, "x"), y: col(s, "y"), lines: lines.length};
   }
+  const spikes = d.get_model_by_name("daskfeed-spikes"), marked = d.get_model_by_name("daskfeed-spike-marks");
+  const hover = models.filter((m) => m.type == "HoverTool" && m.renderers.includes(marked));
   return JSON.stringify({series, epochs: col(e, "epoch").length, epoch_steps: col(e, "step"),
-                         val_loss: col(e, "val_loss").filter(Number.isFinite).length});
+                         val_loss: col(e, "val_loss").filter(Number.isFinite).length,
+                         spikes: {x: col(spikes, "x"), loss: col(spikes, "loss"),
+                                  command: col(spikes, "command")},
+                         tooltips: hover.map((h) => JSON.stringify(h.tooltips))});
 })()""".replace("SERIES", json.dumps(list(SERIES)))
 
 
@@ -221,7 +228,16 @@ def test_chromium_renders_the_daskfeed_page_and_dask_status_during_fit(client, d
         steps = got.get("epoch_steps") or [math.inf]  # the batch step each epoch ended at
         return (plots_drawn(png, "") and got.get("val_loss", 0) >= 1 and len(series) == len(SERIES)
                 and all(unbroken(points) for points in series.values())
-                and max(series["loss"]["x"]) > steps[0])  # the loss line goes on past epoch 1's end
+                and max(series["loss"]["x"]) > steps[0]  # the loss line goes on past epoch 1's end
+                and len(got.get("spikes", {}).get("x", [])) == 1)  # the spike sent, marked
+
+    sent = []
+
+    def marks(most: int) -> list[dict]:  # one loss spike, as train's per-step loss callback flags it
+        if sent:
+            return []
+        sent.append(SPIKE)
+        return [SPIKE]
 
     def take(links):
         shots["charts at load"] = (screenshot_at_load(links.charts, tmp_path / "charts-at-load.png",
@@ -236,7 +252,7 @@ def test_chromium_renders_the_daskfeed_page_and_dask_status_during_fit(client, d
             browser.close()
 
     probe, _, history, _ = fit_watched(client, demo_data, seen=live(2, history=1), epochs=EPOCHS,
-                                       also=take)
+                                       also=take, marks=marks)
     s = check_probe(probe)  # the screenshots were taken while fit ran, at epoch >= 2
     assert s["epoch"] >= 2 and len(history.epoch) < EPOCHS
     (page, text), (status, _) = shots["daskfeed"], shots["status"]
@@ -256,6 +272,9 @@ def test_chromium_renders_the_daskfeed_page_and_dask_status_during_fit(client, d
     assert all(unbroken(series[name]) for name in SERIES), series
     assert got["epochs"] >= 1 and max(series["loss"]["x"]) > got["epoch_steps"][0], got
     assert red_line(charts) > 300, red_line(charts)  # the data-wait line, even at 0 %: above the axis
+    # the spike: marked at its batch (epoch 1's batch 7) and its loss, its command in the tooltip
+    assert got["spikes"] == {"x": [7], "loss": [SPIKE["loss"]], "command": [SPIKE["command"]]}, got
+    assert any("@command" in t for t in got["tooltips"]), got["tooltips"]
     keep = os.environ.get("DASKFEED_SCREENSHOT_DIR")
     if keep:
         os.makedirs(keep, exist_ok=True)

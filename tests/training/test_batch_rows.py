@@ -193,6 +193,9 @@ def test_epochs_whose_skips_change_their_batches_each_train_all_of_theirs(tmp_pa
     series = daskfeed.loss_steps(run.output)
     assert series.groupby("epoch").size().tolist() == [per_epoch - 3, per_epoch, per_epoch]
     assert sorted(set(range(1, per_epoch + 1)) - set(series[series["epoch"] == 1]["step"])) == [2, 3, 4]
+    done = run.resume()  # at the end already: nothing trains, the skipped batches stay on record
+    assert "nothing left to train" in done, done[-3000:]
+    assert json.loads((run.output / "history.json").read_text())["skip_batches"] == "1:2-4"
 
     empty = subprocess.run([*KillResume.command(), *args[:-1], f"2:1-{per_epoch}",
                             "--output", str(tmp_path / "empty")], capture_output=True, text=True)
