@@ -156,10 +156,10 @@ class Status:
         Each epoch counts its own batches (``--skip-batches`` can leave epochs with different
         counts); one not seen (the page opened after it, a resumed run) counts as the latest.
         """
-        latest = self.progress.get("batches") or self.run.get("batches")
+        latest = int(self.progress.get("batches") or self.run.get("batches") or 0)
         if not latest:
             return None
-        return sum(int(self.epoch_batches.get(e, latest)) for e in range(1, epoch)) + batch
+        return sum(self.epoch_batches.get(e, latest) for e in range(1, epoch)) + batch
 
     def _sample(self, body: Event, now: float) -> None:
         """One point of the charts from a progress event (only while batches are trained).

@@ -22,6 +22,7 @@ from daskfeed.training._early_stopping import (
     resume_early_stopping,
 )
 from daskfeed.training._model import model_for
+from daskfeed.training._order_record import record_order
 from daskfeed.training._outputs import (
     bad_lines_report,
     class_weights,
@@ -29,7 +30,6 @@ from daskfeed.training._outputs import (
     split_report,
     write_history,
 )
-from daskfeed.training._rows import record_order
 from daskfeed.training._spikes import StepLosses
 from daskfeed.training._summary import summary_lines
 from daskfeed.training._telemetry import EpochTelemetry

@@ -1,12 +1,9 @@
 """Which rows trained at a step: recomputed from the run's order, with no per-step log.
 
-A run in the global order (the parse cache on) keeps, in ``OUTPUT/order.json``, what fixes its
-epochs' orders — the buckets' sizes, the parse cache's layout (its blocks' ids), seed and batch
-size — and one *stretch* per entry into training (a fresh start, each ``--resume``): the epoch
-and the position in its order where it began, the number of trainers and the epochs it trains
-to. That is a few hundred bytes whatever the run's length. :func:`batch_rows` recomputes a
-step's batch from it and the run's manifest (:mod:`daskfeed.batches._trace`: no bucket file is
-read), each row's block and place in the block's stored order turned into its file and line
+The order's batch of a step comes from the run's order record
+(:mod:`daskfeed.training._order_record`); :func:`batch_rows` recomputes its rows from the record
+and the run's manifest (:mod:`daskfeed.batches._trace`: no bucket file is read), each row's block
+and place in the block's stored order turned into its file and line
 (:func:`daskfeed.manifest.row_line`, from what the scan kept); the parse cache is read only for
 a block some of whose rows have no label, a compressed file's block (parsed in pieces), and the
 rows' values (``show``).
@@ -18,9 +15,7 @@ import contextlib
 import json
 import numbers
 import os
-import time
 from collections.abc import Iterable
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -28,152 +23,33 @@ import numpy as np
 from daskfeed.batches import (
     BucketRows,
     GlobalOrder,
-    Skips,
     batch_positions,
     dealt_sizes,
     file_rows,
-    is_skipped,
-    kept_batch,
-    kept_before,
-    skipped_count,
     unit_rows,
 )
 from daskfeed.cache import CacheLayout
-from daskfeed.core import CheckpointError, DaskfeedError, SettingError, write_file
+from daskfeed.core import CheckpointError, DaskfeedError, SettingError
 from daskfeed.manifest import Manifest
 from daskfeed.reading import compression_of, is_parquet
-from daskfeed.training._certificate import MARK, read_mark
+from daskfeed.training._certificate import read_mark
+from daskfeed.training._order_record import (
+    NAME,
+    Segment,
+    epoch_segments,
+    order_batch,
+    rank_batches,
+    read_record,
+    was_skipped,
+)
 from daskfeed.training._started import NAME as STARTED
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from daskfeed.adapters import DaskSequence
     from daskfeed.cache import BlockCache
 
-NAME = "order.json"
-FORMAT = "daskfeed order record"
-VERSION = 1
 _MANIFESTS = ("manifest.running.json", "manifest.json")  # a running (or stopped) run's, a finished one's
-
-
-def record_order(out: str, seq: DaskSequence, *, epoch: int, position: int, world: int,
-                 epochs: int, fresh: bool) -> None:
-    """Keep what fixes the run's order, and where this entry into training begins.
-
-    A fresh run writes ``OUTPUT/order.json`` anew; a resumed one adds a stretch to it (a record
-    of another layout — other data, another seed — is started again, and says so by its layout).
-
-    Parameters
-    ----------
-    out
-        The run's output directory.
-    seq
-        The training sequence.
-    epoch, position
-        Where training begins: the epoch, and the batches of its order trained before.
-    world
-        Trainers of this entry.
-    epochs
-        The epochs it trains to (``--epochs``).
-    fresh
-        Whether the run starts from scratch (no checkpoint).
-    """
-    stream = seq.stream
-    st = stream.data.settings
-    layout: dict[str, Any] = {"fingerprint": stream.data.manifest.fingerprint, "seed": st.seed,
-                              "batch_size": st.batch_size, "drop_remainder": st.drop_remainder,
-                              "global_order": stream.global_order}
-    if stream.buckets is not None and stream.data.cache is not None:
-        cache = {k: v for k, v in asdict(stream.data.cache).items() if k != "lease"}
-        layout.update(sizes=[int(n) for n in stream.buckets.sizes], cache=cache)
-    layout = json.loads(json.dumps(layout, default=list))  # as it reads back
-    path = os.path.join(out, NAME)
-    record = None if fresh else _read(path)
-    if record is None or _identity(record["layout"]) != _identity(layout):
-        record = {"format": FORMAT, "version": VERSION, "layout": layout, "stretches": []}
-        if not fresh:  # resumed, but what trained before is not on record (an older daskfeed's)
-            record["stretches"].append({"epoch": 0, "position": 0, "world": None,
-                                        "epochs": int(epochs), "time": None})
-    record["layout"] = layout  # where the buckets and the cache are now (rebuilt: the same rows)
-    record["stretches"].append({"epoch": int(epoch), "position": int(position),
-                                "world": int(world), "epochs": int(epochs),
-                                "time": round(time.time(), 3), "skips": stream.skips.to_json()})
-    write_file(path, json.dumps(record, default=list))
-
-
-def forget_order(out: str) -> None:
-    """A fresh run in ``out``: the order record and mark of the run before it go."""
-    for name in (NAME, MARK):
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(os.path.join(out, name))
-
-
-def _identity(layout: dict[str, Any]) -> tuple[Any, ...]:
-    """What fixes the order's batches (not where its files are)."""
-    return tuple(layout.get(k) for k in ("fingerprint", "seed", "batch_size", "drop_remainder",
-                                         "global_order", "sizes"))
-
-
-def _read(path: str) -> dict[str, Any] | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            record: dict[str, Any] = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return record if record.get("format") == FORMAT else None
-
-
-Segment = tuple[int, int, "int | None", tuple[tuple[int, int], ...]]  # [start, end), trainers, skips
-
-
-def _segments(stretches: list[dict[str, Any]], epoch: int, batches: int,
-              mark: tuple[int, int] | None = None) -> list[Segment]:
-    """The stretches of ``epoch`` as ``(first batch, end, trainers, skips)``, in the order trained.
-
-    A stretch's batches stand up to where any later stretch began: a resume from a checkpoint
-    taken before a kill trains those batches again, and the later training is what the model
-    kept. The last stretch ends where its run said it trained to (``mark``: the run stopped,
-    early stopping, still running), else at its ``--epochs``. Trainers None: not on record.
-    """
-    out = []
-    last = stretches[-1] if stretches else {}
-    limit = (last.get("epochs", float("inf")), 0)  # where the earliest later stretch began
-    if mark is not None and last and tuple(mark) >= (last["epoch"], last["position"]):
-        limit = min(limit, (int(mark[0]), int(mark[1])))
-    for s in reversed(stretches):
-        begin = (s["epoch"], s["position"])
-        lo = s["position"] if s["epoch"] == epoch else 0
-        hi = limit[1] if limit[0] == epoch else batches
-        if begin[0] <= epoch <= limit[0] and hi > lo:
-            out.append((lo, hi, s["world"], Skips.from_json(s.get("skips")).epoch(epoch)))
-        limit = min(limit, begin)
-    return out[::-1]
-
-
-def _lanes(start: int, world: int, total_batches: int,
-           skips: tuple[tuple[int, int], ...]) -> tuple[int, int, int]:
-    """A stretch's lanes from the order's batch ``start``: origin, first step, steps per trainer."""
-    k = int(kept_before(skips, start))
-    kept = total_batches - skipped_count(skips, 0, total_batches)
-    origin = k % world
-    return origin, k // world, max((kept - origin) // world, 0)
-
-
-def _lane_batches(start: int, end: int, world: int, rank: int, total_batches: int,
-                  skips: tuple[tuple[int, int], ...] = ()) -> list[int]:
-    """The order's batches trainer ``rank`` of ``world`` trained in a stretch ``[start, end)``."""
-    if world == 1:
-        g = np.arange(start, end, dtype=np.int64)
-        return g[~is_skipped(skips, g)].tolist() if rank == 0 else []
-    origin, first, per_rank = _lanes(start, world, total_batches, skips)
-    out = []
-    for j in range(first, per_rank):
-        b = kept_batch(skips, origin + rank + j * world)
-        if b >= end:
-            break
-        out.append(b)
-    return out
 
 
 def batch_rows(output: str | os.PathLike[str], *, epoch: int, step: int | Iterable[int],
@@ -279,7 +155,7 @@ class RunOrder:
 
     def __init__(self, out: str, storage_options: dict[str, Any] | None = None) -> None:
         self.storage_options = dict(storage_options or {})
-        record = _read(os.path.join(out, NAME))
+        record = read_record(os.path.join(out, NAME))
         if record is None:
             raise DaskfeedError(
                 f"Expected a run's order record ({os.path.join(out, NAME)}). Received: none "
@@ -324,9 +200,9 @@ class RunOrder:
         lanes = None
         if rank is not None:  # (a trainer's steps: its lanes, once per epoch)
             if (epoch, rank) not in self._lanes:
-                self._lanes[(epoch, rank)] = _rank_batches(segments, rank, order.rows // bs, batches)
+                self._lanes[(epoch, rank)] = rank_batches(segments, rank, order.rows // bs, batches)
             lanes = self._lanes[(epoch, rank)]
-        g, world = _order_batch(segments, step, rank, order.rows // bs, batches, lanes)
+        g, world = order_batch(segments, step, rank, order.rows // bs, batches, lanes)
 
         def units(u: int) -> np.ndarray:
             key = (epoch, u)
@@ -346,7 +222,7 @@ class RunOrder:
             stored[mine] = (labelled_rows[mine] if raw == block["rows"] else
                             self._with_label(j)[labelled_rows[mine]])
             rows[mine] = file_rows(self.where.block_id(j), stored[mine], self._pieces(j, raw), index=j)
-        return Traced(g, world, _skipped(segments, g), blocks, rows, stored)
+        return Traced(g, world, was_skipped(segments, g), blocks, rows, stored)
 
     @property
     def cache(self) -> BlockCache:
@@ -378,7 +254,7 @@ class RunOrder:
             order = GlobalOrder.of(layout["sizes"], layout["seed"], epoch - 1)
             batches = (order.rows // bs if layout["drop_remainder"] else -(-order.rows // bs))
             stretches = self.record["stretches"]
-            segments = _segments(stretches, epoch - 1, batches, self._mark)
+            segments = epoch_segments(stretches, epoch - 1, batches, self._mark)
             if not segments:
                 first, last = stretches[0]["epoch"] + 1, stretches[-1].get("epochs", "?")
                 raise SettingError(f"Expected an epoch the run trained. Received: epoch={epoch}.\n"
@@ -508,57 +384,6 @@ def _manifest(out: str, fingerprint: str) -> Manifest:
             return manifest
     raise DaskfeedError(f"Expected the run's manifest in {out}. Received: no "
                         f"{' or '.join(_MANIFESTS)}.\nHint: name a `daskfeed train` --output.")
-
-
-def _rank_batches(segments: list[Segment], rank: int, full: int,
-                  batches: int) -> list[tuple[int, int | None]]:
-    """Trainer ``rank``'s batches of an epoch, in the order it trained them: ``(batch, trainers)``."""
-    if any(world is None for _, _, world, _ in segments):
-        raise DaskfeedError(
-            "Expected the run's record of which trainers trained this epoch. Received: none for "
-            "its part before a resume (resumed from a checkpoint of an older daskfeed).\nHint: "
-            "ask without --rank: --step then counts the epoch order's batches.")
-    mine: list[tuple[int, int | None]] = []
-    for start, end, world, skips in segments:
-        if world is None or rank >= world:
-            continue
-        mine += [(b, world) for b in _lane_batches(start, end, world, rank,
-                                                   full if world > 1 else batches, skips)]
-    return mine
-
-
-def _order_batch(segments: list[Segment], step: int, rank: int | None, full: int, batches: int,
-                 lanes: list[tuple[int, int | None]] | None = None) -> tuple[int, int | None]:
-    """The order's batch (from 0) of ``step`` (and ``rank``), and the trainers that trained it.
-
-    ``lanes``: :func:`_rank_batches` of ``rank``, if known (a caller tracing many steps).
-    """
-    if rank is None:
-        g, trained = step - 1, 0
-        for start, end, world, skips in segments:
-            last = end
-            if world and world > 1:  # (the lanes of a stretch start there; full batches only)
-                origin, _, per_rank = _lanes(start, world, full, skips)
-                last = min(end, kept_batch(skips, origin + per_rank * world))
-            trained = max(trained, last)
-            if start <= g < last:
-                return g, world
-        raise SettingError(
-            f"Expected a step the run trained in this epoch (1..{trained}). Received: "
-            f"step={step}.\nHint: with several trainers the epoch's last few batches are left "
-            "out to keep their counts equal; a run stopped early trained fewer.")
-    mine = _rank_batches(segments, rank, full, batches) if lanes is None else lanes
-    if not 1 <= step <= len(mine):
-        raise SettingError(
-            f"Expected a step trainer {rank} trained in this epoch (1..{len(mine)}). Received: "
-            f"step={step}.\nHint: without --rank, --step counts the epoch order's batches.")
-    return mine[step - 1]
-
-
-def _skipped(segments: list[Segment], g: int) -> bool:
-    """Whether the order's batch ``g`` was left out (``--skip-batches``) where it came."""
-    return any(lo <= g < hi and bool(is_skipped(skips, np.array([g]))[0])
-               for lo, hi, _, skips in segments)
 
 
 def _started(out: str) -> dict[str, list[Any]] | None:

@@ -43,6 +43,7 @@ from daskfeed.manifest import (
 from daskfeed.reading import Listing, Source, refuse_missing_local
 from daskfeed.training._keras_load import KerasLoad
 from daskfeed.training._options import DataSpec, TrainOptions
+from daskfeed.training._order_record import forget_order
 from daskfeed.training._outputs import OutputLock, numbered, require_tensorboard, scan_bar
 from daskfeed.training._ranks import (
     Rank,
@@ -53,7 +54,6 @@ from daskfeed.training._ranks import (
     scan_key,
     shard_line,
 )
-from daskfeed.training._rows import forget_order
 from daskfeed.training._run import Echo, Run
 from daskfeed.training._started import keep_started, resume_data
 

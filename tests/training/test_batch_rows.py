@@ -24,7 +24,7 @@ from daskfeed.batches import GlobalOrder, kept_before
 from daskfeed.batches._order import Lanes
 from daskfeed.batches._plan import make_order_plan
 from daskfeed.core import DaskfeedError, SettingError
-from daskfeed.training._rows import _lane_batches, _order_batch, _segments, _skipped
+from daskfeed.training._order_record import epoch_segments, lane_batches, order_batch, was_skipped
 
 BATCH = 200  # id_data: 13,300 rows -> 67 batches per epoch, the last one of 100 rows
 
@@ -319,7 +319,7 @@ def test_a_trainers_batches_of_a_stretch_are_its_lanes(world, position):
                       else full, 5)
         first = position // world
         expected = [lanes.global_batch(j) for j in range(first, lanes.batches)]
-        assert _lane_batches(position, full, world, rank, full) == expected
+        assert lane_batches(position, full, world, rank, full) == expected
         assert len(expected) == batches
 
 
@@ -327,11 +327,11 @@ def test_stretches_of_an_epoch_end_where_the_next_began():
     stretches = [{"epoch": 0, "position": 0, "world": 1}, {"epoch": 1, "position": 30, "world": 2},
                  {"epoch": 1, "position": 20, "world": 3}, {"epoch": 3, "position": 0, "world": 1,
                                                              "epochs": 4}]
-    assert _segments(stretches, 0, 67) == [(0, 67, 1, ())]
-    assert _segments(stretches, 1, 67) == [(0, 20, 1, ()), (20, 67, 3, ())]  # 20..29 trained again
-    assert _segments(stretches, 2, 67) == [(0, 67, 3, ())]
-    assert _segments(stretches, 3, 67) == [(0, 67, 1, ())]
-    assert _segments(stretches, 4, 67) == []  # the run trained 4 epochs
+    assert epoch_segments(stretches, 0, 67) == [(0, 67, 1, ())]
+    assert epoch_segments(stretches, 1, 67) == [(0, 20, 1, ()), (20, 67, 3, ())]  # 20..29 trained again
+    assert epoch_segments(stretches, 2, 67) == [(0, 67, 3, ())]
+    assert epoch_segments(stretches, 3, 67) == [(0, 67, 1, ())]
+    assert epoch_segments(stretches, 4, 67) == []  # the run trained 4 epochs
 
 
 def test_a_resume_whose_checkpoint_is_in_the_new_layouts_tail_leaves_those_batches_untrained():
@@ -339,25 +339,25 @@ def test_a_resume_whose_checkpoint_is_in_the_new_layouts_tail_leaves_those_batch
     4 trainers' tail (left out), not batches the first trainer trained."""
     stretches = [{"epoch": 0, "position": 0, "world": 1}, {"epoch": 0, "position": 101, "world": 4,
                                                            "epochs": 2}]
-    segments = _segments(stretches, 0, 103)
+    segments = epoch_segments(stretches, 0, 103)
     assert segments == [(0, 101, 1, ()), (101, 103, 4, ())]
-    assert _order_batch(segments, 101, None, 103, 103) == (100, 1)
+    assert order_batch(segments, 101, None, 103, 103) == (100, 1)
     with pytest.raises(SettingError, match=r"\(1\.\.101\)\. Received: step=102"):
-        _order_batch(segments, 102, None, 103, 103)
-    assert _segments(stretches, 1, 103) == [(0, 103, 4, ())]
-    assert _order_batch(_segments(stretches, 1, 103), 4, 3, 103, 103) == (15, 4)  # lane 3: 3, 7, 11, 15
+        order_batch(segments, 102, None, 103, 103)
+    assert epoch_segments(stretches, 1, 103) == [(0, 103, 4, ())]
+    assert order_batch(epoch_segments(stretches, 1, 103), 4, 3, 103, 103) == (15, 4)  # lane 3: 3, 7, 11, 15
 
 
 def test_the_last_stretch_ends_where_its_run_trained_to():
     """Early stopping, a kill never resumed, a run still training: its mark, not --epochs."""
     stretches = [{"epoch": 0, "position": 0, "world": 1, "epochs": 10}]
-    assert _segments(stretches, 2, 67, mark=(2, 50)) == [(0, 50, 1, ())]
-    assert _segments(stretches, 3, 67, mark=(2, 50)) == []
-    assert _segments(stretches, 9, 67) == [(0, 67, 1, ())]
+    assert epoch_segments(stretches, 2, 67, mark=(2, 50)) == [(0, 50, 1, ())]
+    assert epoch_segments(stretches, 3, 67, mark=(2, 50)) == []
+    assert epoch_segments(stretches, 9, 67) == [(0, 67, 1, ())]
     resumed = [{"epoch": 0, "position": 0, "world": 1}, {"epoch": 1, "position": 20, "world": 2,
                                                          "epochs": 10}]
-    assert _segments(resumed, 1, 67, mark=(1, 10)) == [(0, 20, 1, ()), (20, 67, 2, ())]  # a mark before
-    assert _segments(resumed, 5, 67, mark=(1, 10)) == [(0, 67, 2, ())]  # the last stretch: not its
+    assert epoch_segments(resumed, 1, 67, mark=(1, 10)) == [(0, 20, 1, ()), (20, 67, 2, ())]  # a mark before
+    assert epoch_segments(resumed, 5, 67, mark=(1, 10)) == [(0, 67, 2, ())]  # the last stretch: not its
 
 
 @pytest.mark.parametrize("world", [1, 2, 3])
@@ -372,12 +372,12 @@ def test_a_trainers_batches_leave_the_skipped_out_as_its_lanes_do(world, positio
     first = int(kept_before(skips, position)) // world
     for rank, plan in enumerate(plans):
         expected = [plan.lanes.global_batch(j) for j in range(first, plan.num_batches)]
-        assert _lane_batches(position, full, world, rank, full, skips) == expected
+        assert lane_batches(position, full, world, rank, full, skips) == expected
         assert not {3, 4, 5, 11, 26, 27} & set(expected)
     segments = [(position, full, world, skips)]
     for g in (3, 11):  # a skipped batch is listed (no --rank), and said skipped
         if position <= g:
-            assert _order_batch(segments, g + 1, None, full, full) == (g, world)
-            assert _skipped(segments, g) and not _skipped(segments, g + 3)
-    assert _segments([{"epoch": 0, "position": 0, "world": world, "epochs": 1,
+            assert order_batch(segments, g + 1, None, full, full) == (g, world)
+            assert was_skipped(segments, g) and not was_skipped(segments, g + 3)
+    assert epoch_segments([{"epoch": 0, "position": 0, "world": world, "epochs": 1,
                        "skips": [[0, 3, 5], [1, 7, 7]]}], 0, full) == [(0, full, world, ((3, 5),))]
