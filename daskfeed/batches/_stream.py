@@ -409,6 +409,15 @@ class BatchStream:
         else:
             self.set_epoch(theirs.epoch, theirs.batch)
 
+    def keep_skips(self, state: StreamState) -> None:
+        """Keep on record the batches ``state`` left out, with this run's (nothing left to train).
+
+        A resume at the end of its run trains nothing and positions nothing (its settings are
+        not checked against the state's); what the run skipped is still said in its outputs.
+        """
+        if self.global_order and state.skips:
+            self._cursor.use_skips(Skips.from_json(state.skips).union(self.data.settings.skip_batches))
+
     @property
     def skips(self) -> Skips:
         """The batches of the global order left out: the run's, and a resume state's."""

@@ -4,8 +4,8 @@ The rows come as plain columns (:func:`daskfeed.training.trace_steps`); printing
 the command to numpy and the run's JSON (pandas alone takes longer to import than the trace:
 ``--show``, which reads the rows' values, is the one form that loads it). The CSV is what
 :func:`daskfeed.batch_rows`' DataFrame writes with ``to_csv``, the JSON lines the objects its
-``to_json(orient="records", lines=True)`` writes, the table aligned as its ``to_string``; a line
-not known is empty, ``null``, ``<NA>``.
+``to_json(orient="records", lines=True)`` writes (``/`` not escaped), the table aligned as its
+``to_string(index=False)`` aligns it; a line not known is empty, ``null``, ``<NA>``.
 """
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ def render(found: StepRows, fmt: str, several: bool) -> str:
         writer.writerows([["" if v is None else v for v in row] for row in rows])
         return out.getvalue()
     cells = [[str(v) if v is not None else "<NA>" for v in col] for col in columns]
-    widths = [max([len(n), *map(len, col)]) for n, col in zip(names, cells, strict=True)]
-    lines = ["  ".join(n.rjust(w) for n, w in zip(names, widths, strict=True))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True))
+    # (as pandas aligns them: a column one wider than its name at least, one space apart)
+    widths = [max([len(n) + 1, *map(len, col)]) for n, col in zip(names, cells, strict=True)]
+    lines = [" ".join(n.rjust(w) for n, w in zip(names, widths, strict=True))]
+    lines += [" ".join(c.rjust(w) for c, w in zip(row, widths, strict=True))
               for row in zip(*cells, strict=True)]
     return "\n".join(lines) + "\n"

@@ -207,8 +207,9 @@ class Status:
         with self._lock:
             whole = version != self.series_version or seen > len(self.series)
             points = _points(self.series if whole else self.series[seen:])
-            batches = self.progress.get("batches") or self.run.get("batches")
-            epochs = [{**r, "step": int(r["epoch"]) * int(batches) if batches else None}
+            latest = int(self.progress.get("batches") or self.run.get("batches") or 0)
+            epochs = [{**r, "step": self._step(int(r["epoch"]),
+                                               self.epoch_batches.get(int(r["epoch"]), latest))}
                       for r in self.history if r.get("epoch") is not None]
             return self.series_version, whole, len(self.series), points, _finite(epochs)
 

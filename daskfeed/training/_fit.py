@@ -128,10 +128,14 @@ def _start_point(run: Run, net: keras.Model, stopper: EarlyStopping | None,
     ckpt.restore(net)  # weights + optimizer state (its iteration count checked)
     cur = ckpt.cursor
     epoch, batch = cur.epoch, cur.batch
-    if cur.global_order:  # (the batches it skipped are skipped again, and stay on record)
-        train_seq.stream.set_state(cur, where=f"The checkpoint {ckpt.path}", cli=True)
-        if epoch < epochs:
-            epoch, batch = train_seq.epoch, train_seq.start
+    stream = train_seq.stream
+    if cur.global_order and epoch < epochs:  # (the batches it skipped are skipped again)
+        stream.set_state(cur, where=f"The checkpoint {ckpt.path}", cli=True)
+        epoch, batch = train_seq.epoch, train_seq.start
+    elif cur.global_order:  # nothing left to train: its skipped batches stay on record
+        stream.keep_skips(cur)
+    if stream.skips and (cur.skips or stream.data.settings.skip_batches):
+        run.echo(f"skipping (--skip-batches, the checkpoint's and this run's): {stream.skips.text()}")
     where = (f"batch {cur.at + 1} of the epoch's global order, this trainer's batch {batch + 1}/"
              f"{train_seq.plan.num_batches}" if cur.global_order and run.ranks.several else
              f"batch {batch + 1}/{train_seq.plan.num_batches}")

@@ -103,7 +103,7 @@ Segment = tuple[int, int, "int | None", tuple[tuple[int, int], ...]]  # [start, 
 
 
 def epoch_segments(stretches: list[dict[str, Any]], epoch: int, batches: int,
-              mark: tuple[int, int] | None = None) -> list[Segment]:
+                   mark: tuple[int, int] | None = None) -> list[Segment]:
     """The stretches of ``epoch`` as ``(first batch, end, trainers, skips)``, in the order trained.
 
     A stretch's batches stand up to where any later stretch began: a resume from a checkpoint
@@ -136,7 +136,7 @@ def _lanes(start: int, world: int, total_batches: int,
 
 
 def lane_batches(start: int, end: int, world: int, rank: int, total_batches: int,
-                  skips: tuple[tuple[int, int], ...] = ()) -> list[int]:
+                 skips: tuple[tuple[int, int], ...] = ()) -> list[int]:
     """The order's batches trainer ``rank`` of ``world`` trained in a stretch ``[start, end)``."""
     if world == 1:
         g = np.arange(start, end, dtype=np.int64)
@@ -152,7 +152,7 @@ def lane_batches(start: int, end: int, world: int, rank: int, total_batches: int
 
 
 def rank_batches(segments: list[Segment], rank: int, full: int,
-                  batches: int) -> list[tuple[int, int | None]]:
+                 batches: int) -> list[tuple[int, int | None]]:
     """Trainer ``rank``'s batches of an epoch, in the order it trained them: ``(batch, trainers)``."""
     if any(world is None for _, _, world, _ in segments):
         raise DaskfeedError(
@@ -169,10 +169,10 @@ def rank_batches(segments: list[Segment], rank: int, full: int,
 
 
 def order_batch(segments: list[Segment], step: int, rank: int | None, full: int, batches: int,
-                 lanes: list[tuple[int, int | None]] | None = None) -> tuple[int, int | None]:
+                lanes: list[tuple[int, int | None]] | None = None) -> tuple[int, int | None]:
     """The order's batch (from 0) of ``step`` (and ``rank``), and the trainers that trained it.
 
-    ``lanes``: :func:`_rank_batches` of ``rank``, if known (a caller tracing many steps).
+    ``lanes``: :func:`rank_batches` of ``rank``, if known (a caller tracing many steps).
     """
     if rank is None:
         g, trained = step - 1, 0

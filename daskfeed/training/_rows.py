@@ -29,7 +29,7 @@ from daskfeed.batches import (
     unit_rows,
 )
 from daskfeed.cache import CacheLayout
-from daskfeed.core import CheckpointError, DaskfeedError, SettingError
+from daskfeed.core import CheckpointError, DaskfeedError, DataError, SettingError
 from daskfeed.manifest import Manifest
 from daskfeed.reading import compression_of, is_parquet
 from daskfeed.training._certificate import read_mark
@@ -240,7 +240,7 @@ class RunOrder:
             return [rows]  # a plain CSV file's block is parsed as one table
         ranges = self.cache.lookup(index)
         if ranges is None:
-            raise DaskfeedError(
+            raise DataError(
                 f"Expected block {index} of the run (a compressed file, parsed in pieces) in its "
                 f"parse cache ({self.where.place(index)[0]}). Received: not there (the cache was "
                 "cleared or evicted).\nHint: scan the same files with the same cache (daskfeed "

@@ -303,10 +303,10 @@ def _open_data(run: Run) -> tuple[DaskSequence, DaskSequence | None, bool]:
     echo(f"train data: {manifest.summary()} ({how})")
     echo(train_seq.cache_status)
     echo(f"features ({len(train_seq.features)}): {', '.join(train_seq.features)}")
-    skips = train_seq.stream.skips
-    echo(f"{len(train_seq)} batches of {train_seq.batch_size} per epoch"
-         + (f" (epoch {train_seq.epoch + 1}'s: --skip-batches {skips.text()} leaves out "
-            f"{train_seq.plan.skipped_batches} of its order's, all trainers')" if skips else "")
+    skips = train_seq.stream.skips  # (this run's: a resume adds its checkpoint's when it starts)
+    echo(f"{len(train_seq)} batches of {train_seq.batch_size} "
+         + (f"in epoch {train_seq.epoch + 1} (--skip-batches {skips.text()}: an epoch with skipped "
+            "batches has fewer)" if skips else "per epoch")
          + f"; {train_seq.stream.order_line()}")
     if run.ranks.several:
         echo(shard_line(run.ranks, train_seq))

@@ -54,8 +54,10 @@ def test_epochs_of_different_counts_put_the_marks_and_the_loss_on_one_axis():
         status.apply(TOPIC, {"kind": "progress", "state": "training", "epoch": epoch, "batch": batch,
                              "batches": batches, "logs": {"loss": 0.5}}, now=float(epoch))
     status.apply(TOPIC, {"kind": "spikes", "spikes": [_mark(1, 7, 7), _mark(2, 5, 4)]}, now=3.0)
+    status.apply(TOPIC, {"kind": "epoch", "epoch": 1, "loss": 0.4, "val_loss": 0.5}, now=4.0)
     assert [p["step"] for p in status.series] == [7, 11]
     assert [m["x"] for m in status.spike_marks()[1]] == [7, 11]
+    assert [r["step"] for r in status.chart_data(-1, 0)[4]] == [7]  # epoch 1 ends at its 7th batch
 
 
 def test_the_marks_are_bounded_and_a_new_run_starts_without_them():

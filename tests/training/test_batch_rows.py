@@ -195,6 +195,7 @@ def test_epochs_whose_skips_change_their_batches_each_train_all_of_theirs(tmp_pa
     assert sorted(set(range(1, per_epoch + 1)) - set(series[series["epoch"] == 1]["step"])) == [2, 3, 4]
     done = run.resume()  # at the end already: nothing trains, the skipped batches stay on record
     assert "nothing left to train" in done, done[-3000:]
+    assert "skipping (--skip-batches, the checkpoint's and this run's): 1:2-4" in done, done[-3000:]
     assert json.loads((run.output / "history.json").read_text())["skip_batches"] == "1:2-4"
 
     empty = subprocess.run([*KillResume.command(), *args[:-1], f"2:1-{per_epoch}",
