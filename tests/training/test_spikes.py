@@ -21,14 +21,8 @@ from killresume import KillResume
 
 import daskfeed
 from daskfeed.core import DataNotFoundError
-from daskfeed.training._spikes import (
-    RECORD,
-    SpikeDetector,
-    SpikeRule,
-    StepLosses,
-    rows_command,
-    step_losses,
-)
+from daskfeed.training._loss_series import RECORD, SpikeDetector, SpikeRule, rows_command, step_losses
+from daskfeed.training._spikes import StepLosses
 
 
 def keras_running_means(losses, rows) -> list[float]:
