@@ -14,7 +14,8 @@ logged while training.
 
 from __future__ import annotations
 
-import functools
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -128,12 +129,40 @@ class BucketRows:
         return np.concatenate(blocks).astype(np.int64), np.concatenate(rows).astype(np.int64)
 
 
-@functools.lru_cache(maxsize=4096)
-def _stored_order(block_id: int, rows: int, piece: int) -> np.ndarray:
-    """A piece's stored order, kept for the next batch of the same blocks (read-only)."""
-    order = block_order(block_id, rows, piece)
-    order.flags.writeable = False
-    return order
+_KEPT_BYTES = 256 * 2**20  # stored orders kept for the next steps of the same blocks, at most
+
+
+class _StoredOrders:
+    """Pieces' stored orders, the latest kept up to :data:`_KEPT_BYTES` (thread-safe).
+
+    A step of the global order touches up to ``batch_size`` blocks; the next steps touch the same
+    ones. Each order is kept as int32 (a piece has fewer than 2**31 rows), read-only.
+    """
+
+    def __init__(self, limit: int = _KEPT_BYTES) -> None:
+        self.limit = limit
+        self._kept: OrderedDict[tuple[int, int, int], np.ndarray] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, block_id: int, rows: int, piece: int) -> np.ndarray:
+        key = (block_id, rows, piece)
+        with self._lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                return self._kept[key]
+        order = block_order(block_id, rows, piece).astype(np.int32)  # (numpy lets the GIL go)
+        order.flags.writeable = False
+        with self._lock:
+            if key not in self._kept:
+                self._kept[key] = order
+                self._bytes += order.nbytes
+            while self._bytes > self.limit and len(self._kept) > 1:
+                self._bytes -= self._kept.popitem(last=False)[1].nbytes
+        return order
+
+
+_stored_order = _StoredOrders()
 
 
 def file_rows(block_id: int, stored: Sequence[int] | np.ndarray, pieces: Sequence[int], *,
@@ -170,7 +199,7 @@ def file_rows(block_id: int, stored: Sequence[int] | np.ndarray, pieces: Sequenc
             f"{int(stored.max()) if int(stored.max()) >= total else int(stored.min())}.\nHint: the "
             "cache was rebuilt on other files; train again to trace this run's batches.")
     if len(pieces) == 1:  # (the usual case: one permutation, indexed)
-        out: np.ndarray = _stored_order(int(block_id), total, 0)[stored]
+        out: np.ndarray = _stored_order(int(block_id), total, 0)[stored].astype(np.int64)
         return out
     out = np.empty(len(stored), dtype=np.int64)
     start = 0

@@ -16,6 +16,7 @@ import json
 import numbers
 import os
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -121,7 +122,7 @@ class Traced(NamedTuple):
     world: int | None  # the trainers that trained it (None: not on record)
     skipped: bool  # left out by --skip-batches (not trained)
     blocks: np.ndarray  # each row's block ...
-    rows: np.ndarray  # ... its row there in file order ...
+    rows: np.ndarray  # ... its row there in file order (filled by RunOrder.found) ...
     stored: np.ndarray  # ... and in the cache's stored order
 
 
@@ -191,7 +192,7 @@ class RunOrder:
         self._mark = read_mark(out)  # how far its last run trained
 
     def batch(self, epoch: int, step: int, rank: int | None) -> Traced:
-        """The order's batch of ``step`` (of ``rank``), and where its rows are."""
+        """The order's batch of ``step`` (of ``rank``), and its rows' blocks and stored places."""
         if epoch < 1 or step < 1:
             raise SettingError(f"Expected --epoch and --step from 1 (as the progress bar counts). "
                                f"Received: epoch={epoch}, step={step}.\nHint: e.g. --epoch 1 --step 1.")
@@ -214,15 +215,39 @@ class RunOrder:
             return self._units[key]
 
         blocks, labelled_rows = self.buckets.rows(batch_positions(order, bs, g, units))
-        rows = np.empty(len(blocks), dtype=np.int64)
         stored = np.empty(len(blocks), dtype=np.int64)
         for j, mine in _groups(blocks):
             block = self.manifest.blocks[j]
+            stored[mine] = (labelled_rows[mine] if block.get("raw_rows", block["rows"]) == block["rows"]
+                            else self._with_label(j)[labelled_rows[mine]])
+        return Traced(g, world, was_skipped(segments, g), blocks, np.zeros(0, np.int64), stored)
+
+    def _file_rows(self, blocks: np.ndarray, stored: np.ndarray) -> np.ndarray:
+        """Each row's place in its block in file order, of its place in the stored order.
+
+        Each block's stored order is made once for all the rows asked (a range of steps touches
+        the same blocks again); big blocks' orders are made in threads (numpy lets the GIL go
+        while it permutes), one per core.
+        """
+        rows = np.empty(len(blocks), dtype=np.int64)
+        groups = _groups(blocks)
+
+        def undo(group: tuple[int, np.ndarray]) -> None:
+            j, mine = group
+            block = self.manifest.blocks[j]
             raw = int(block.get("raw_rows", block["rows"]))
-            stored[mine] = (labelled_rows[mine] if raw == block["rows"] else
-                            self._with_label(j)[labelled_rows[mine]])
             rows[mine] = file_rows(self.where.block_id(j), stored[mine], self._pieces(j, raw), index=j)
-        return Traced(g, world, was_skipped(segments, g), blocks, rows, stored)
+
+        work = sum(int(self.manifest.blocks[j].get("raw_rows", self.manifest.blocks[j]["rows"]))
+                   for j, _ in groups)
+        threads = min(os.cpu_count() or 1, len(groups))
+        if threads > 1 and work > 2**20:  # (small blocks: a thread's hand-off costs more)
+            with ThreadPoolExecutor(threads, thread_name_prefix="daskfeed-rows") as pool:
+                list(pool.map(undo, groups))
+        else:
+            for group in groups:
+                undo(group)
+        return rows
 
     @property
     def cache(self) -> BlockCache:
@@ -262,14 +287,10 @@ class RunOrder:
             self._epochs[epoch] = (order, batches, segments)
         return self._epochs[epoch]
 
-    def place(self, epoch: int, step: int, rank: int | None) -> tuple[Traced, list[str], np.ndarray]:
-        """One step traced, each row's file, and its line (-1: not known)."""
+    def _lines(self, blocks: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Each row's line in its file (-1: not known), of its place in its block in file order."""
         from daskfeed.manifest import row_lines
 
-        traced = self.batch(epoch, step, rank)
-        blocks, rows = traced.blocks, traced.rows
-        paths = [self.manifest.blocks[j]["path"] for j in blocks.tolist()]
-        self._refuse_changed(sorted(set(paths)))  # (before a line of a file that moved is read)
         lines = np.full(len(blocks), -1, dtype=np.int64)
         for j, mine in _groups(blocks):
             block = self.manifest.blocks[j]
@@ -279,24 +300,25 @@ class RunOrder:
             found = row_lines(block, rows[mine])
             if found is not None:
                 lines[mine] = found
-        return traced, paths, lines
+        return lines
 
     def found(self, epoch: int, steps: list[int], rank: int | None) -> StepRows:
         """Steps' rows as columns (see :func:`batch_rows`)."""
-        placed = [self.place(epoch, s, rank) for s in steps]
-        traced = [p[0] for p in placed]
+        traced = [self.batch(epoch, s, rank) for s in steps]
+        counts = [len(t.blocks) for t in traced]
+        blocks = np.concatenate([t.blocks for t in traced]) if traced else np.zeros(0, np.int64)
+        paths = [self.manifest.blocks[j]["path"] for j in blocks.tolist()]
+        self._refuse_changed(sorted(set(paths)))  # (before a line of a file that moved is read)
+        rows = self._file_rows(blocks, np.concatenate([t.stored for t in traced]) if traced else blocks)
+        traced = [t._replace(rows=r) for t, r in zip(traced, np.split(rows, np.cumsum(counts)[:-1]),
+                                                      strict=True)]
         last = traced[-1] if traced else None
-
-        def joined(arrays: list[np.ndarray]) -> np.ndarray:
-            return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
-
         attrs = dict(epoch=epoch, step=steps[-1] if steps else None, rank=rank,
                      batch=last.batch + 1 if last else None, world=last.world if last else None,
                      skipped=bool(last and last.skipped),
                      skipped_steps=[s for s, t in zip(steps, traced, strict=True) if t.skipped])
-        return StepRows(np.repeat(np.asarray(steps, dtype=np.int64), [len(t.blocks) for t in traced]),
-                     [f for p in placed for f in p[1]], joined([p[2] for p in placed]),
-                     joined([t.blocks for t in traced]), joined([t.rows for t in traced]), traced, attrs)
+        return StepRows(np.repeat(np.asarray(steps, dtype=np.int64), counts), paths,
+                        self._lines(blocks, rows), blocks, rows, traced, attrs)
 
     def frame(self, found: StepRows, show: bool, several: bool = True) -> pd.DataFrame:
         """:meth:`found`'s columns as the DataFrame :func:`batch_rows` returns.
