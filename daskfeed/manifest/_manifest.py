@@ -428,6 +428,13 @@ def read_reusable(path: str | os.PathLike[str]) -> Manifest | None:
                           f"(this daskfeed reads {MANIFEST_VERSION}): the data are scanned again.",
                           stacklevel=2)
             return None
-        return Manifest.from_dict(d)
+        manifest = Manifest.from_dict(d)
     except (OSError, ValueError, TypeError, KeyError, AttributeError, ManifestMismatchError):
         return None
+    files = [b for b in manifest.blocks if not str(b["path"]).startswith("partition ")]
+    if files and not any("line" in b for b in files):  # (a scan gives each file's block a line)
+        warnings.warn(f"{os.fspath(path)} is a manifest of a daskfeed that kept no line of its rows "
+                      "(before 2026-11-30): the data are scanned again, so that daskfeed rows can "
+                      "name each row's line.", stacklevel=2)
+        return None
+    return manifest

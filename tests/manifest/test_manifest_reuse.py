@@ -104,6 +104,28 @@ def test_scan_with_a_json_cache_rescans_on_another_setting(demo_data, client, tm
     assert other.vocabulary_size == 2 and other.created != first.created
 
 
+def test_a_manifest_that_kept_no_lines_is_scanned_again(demo_data, client, tmp_path):
+    """A manifest written before daskfeed kept its blocks' lines (its packed blocks without a
+    ``line`` array, the format version unchanged) is not reused: daskfeed rows would have no
+    line to name."""
+    import json
+
+    path = tmp_path / "m.json"
+    first = daskfeed.scan(demo_data.train_glob, label="cleared", client=client, manifest_path=path)
+    assert all(b.get("line") for b in first.blocks)
+    old = json.loads(path.read_text())
+    for key in ("line", "row_lines"):
+        old["blocks"].pop(key, None)
+    path.write_text(json.dumps(old))
+    with pytest.warns(UserWarning, match=r"kept no line of its rows .* scanned again"):
+        again = daskfeed.scan(demo_data.train_glob, label="cleared", client=client, manifest_path=path)
+    assert again.created != first.created and all(b.get("line") for b in again.blocks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the rescanned one is reused, without a word
+        assert daskfeed.scan(demo_data.train_glob, label="cleared", client=client,
+                             manifest_path=path).created == again.created
+
+
 def test_cache_list_and_clear_show_and_remove_entries(demo_data, tmp_path, client):
     from click.testing import CliRunner
 
