@@ -134,7 +134,7 @@ def _start_point(run: Run, net: keras.Model, stopper: EarlyStopping | None,
         epoch, batch = train_seq.epoch, train_seq.start
     elif cur.global_order:  # nothing left to train: its skipped batches stay on record
         stream.keep_skips(cur)
-    if stream.skips and (cur.skips or stream.data.settings.skip_batches):
+    if stream.skips:
         run.echo(f"skipping (--skip-batches, the checkpoint's and this run's): {stream.skips.text()}")
     where = (f"batch {cur.at + 1} of the epoch's global order, this trainer's batch {batch + 1}/"
              f"{train_seq.plan.num_batches}" if cur.global_order and run.ranks.several else

@@ -17,6 +17,7 @@ import numbers
 import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -122,8 +123,7 @@ class Traced(NamedTuple):
     world: int | None  # the trainers that trained it (None: not on record)
     skipped: bool  # left out by --skip-batches (not trained)
     blocks: np.ndarray  # each row's block ...
-    rows: np.ndarray  # ... its row there in file order (filled by RunOrder.found) ...
-    stored: np.ndarray  # ... and in the cache's stored order
+    stored: np.ndarray  # ... and its place in the block's stored order
 
 
 class StepRows(NamedTuple):
@@ -133,8 +133,8 @@ class StepRows(NamedTuple):
     files: list[str]  # its file ...
     lines: np.ndarray  # ... its line there (-1: not known) ...
     blocks: np.ndarray  # ... its block of the manifest ...
-    block_rows: np.ndarray  # ... and its row there, in file order
-    traced: list[Traced]  # each step's
+    block_rows: np.ndarray  # ... its row there, in file order ...
+    stored: np.ndarray  # ... and its place in the block's stored order (for its values)
     attrs: dict[str, Any]  # epoch, step (the last), rank, batch, world, skipped, skipped_steps
 
 
@@ -220,9 +220,10 @@ class RunOrder:
             block = self.manifest.blocks[j]
             stored[mine] = (labelled_rows[mine] if block.get("raw_rows", block["rows"]) == block["rows"]
                             else self._with_label(j)[labelled_rows[mine]])
-        return Traced(g, world, was_skipped(segments, g), blocks, np.zeros(0, np.int64), stored)
+        return Traced(g, world, was_skipped(segments, g), blocks, stored)
 
-    def _file_rows(self, blocks: np.ndarray, stored: np.ndarray) -> np.ndarray:
+    def _file_rows(self, blocks: np.ndarray, stored: np.ndarray,
+                   groups: list[tuple[int, np.ndarray]]) -> np.ndarray:
         """Each row's place in its block in file order, of its place in the stored order.
 
         Each block's stored order is made once for all the rows asked (a range of steps touches
@@ -230,7 +231,6 @@ class RunOrder:
         while it permutes), one per core.
         """
         rows = np.empty(len(blocks), dtype=np.int64)
-        groups = _groups(blocks)
 
         def undo(group: tuple[int, np.ndarray]) -> None:
             j, mine = group
@@ -255,7 +255,7 @@ class RunOrder:
         if self._cache is None:
             from daskfeed.cache import BlockCache
 
-            self._cache = BlockCache(**{k: getattr(self.where, k) for k in _LAYOUT})
+            self._cache = BlockCache(**asdict(self.where))
         return self._cache
 
     def _pieces(self, index: int, rows: int) -> list[int]:
@@ -287,17 +287,13 @@ class RunOrder:
             self._epochs[epoch] = (order, batches, segments)
         return self._epochs[epoch]
 
-    def _lines(self, blocks: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def _lines(self, rows: np.ndarray, groups: list[tuple[int, np.ndarray]]) -> np.ndarray:
         """Each row's line in its file (-1: not known), of its place in its block in file order."""
         from daskfeed.manifest import row_lines
 
-        lines = np.full(len(blocks), -1, dtype=np.int64)
-        for j, mine in _groups(blocks):
-            block = self.manifest.blocks[j]
-            if block.get("line") and block.get("row_lines") is None:  # (no line breaks in fields)
-                lines[mine] = rows[mine] + int(block["line"])
-                continue
-            found = row_lines(block, rows[mine])
+        lines = np.full(len(rows), -1, dtype=np.int64)
+        for j, mine in groups:
+            found = row_lines(self.manifest.blocks[j], rows[mine])
             if found is not None:
                 lines[mine] = found
         return lines
@@ -307,18 +303,18 @@ class RunOrder:
         traced = [self.batch(epoch, s, rank) for s in steps]
         counts = [len(t.blocks) for t in traced]
         blocks = np.concatenate([t.blocks for t in traced]) if traced else np.zeros(0, np.int64)
+        stored = np.concatenate([t.stored for t in traced]) if traced else blocks
         paths = [self.manifest.blocks[j]["path"] for j in blocks.tolist()]
         self._refuse_changed(sorted(set(paths)))  # (before a line of a file that moved is read)
-        rows = self._file_rows(blocks, np.concatenate([t.stored for t in traced]) if traced else blocks)
-        traced = [t._replace(rows=r) for t, r in zip(traced, np.split(rows, np.cumsum(counts)[:-1]),
-                                                      strict=True)]
+        groups = _groups(blocks)  # (all the steps' rows of a block at once)
+        rows = self._file_rows(blocks, stored, groups)
         last = traced[-1] if traced else None
         attrs = dict(epoch=epoch, step=steps[-1] if steps else None, rank=rank,
                      batch=last.batch + 1 if last else None, world=last.world if last else None,
                      skipped=bool(last and last.skipped),
                      skipped_steps=[s for s, t in zip(steps, traced, strict=True) if t.skipped])
         return StepRows(np.repeat(np.asarray(steps, dtype=np.int64), counts), paths,
-                        self._lines(blocks, rows), blocks, rows, traced, attrs)
+                        self._lines(rows, groups), blocks, rows, stored, attrs)
 
     def frame(self, found: StepRows, show: bool, several: bool = True) -> pd.DataFrame:
         """:meth:`found`'s columns as the DataFrame :func:`batch_rows` returns.
@@ -332,8 +328,7 @@ class RunOrder:
             "file": found.files, "line": pd.arrays.IntegerArray(np.maximum(lines, 0), lines < 0),
             "block": found.blocks, "block_row": found.block_rows})
         if show:  # (a column named like one of the row's place is shown as "<name> (value)")
-            values = pd.concat([_values(self.cache, t.blocks, t.stored) for t in found.traced],
-                               ignore_index=True)
+            values = _values(self.cache, found.blocks, found.stored)
             values.columns = [f"{c} (value)" if c in frame.columns else c for c in values.columns]
             frame = pd.concat([frame, values], axis=1)
         frame.attrs.update(found.attrs)
@@ -359,9 +354,6 @@ def _groups(blocks: np.ndarray) -> list[tuple[int, np.ndarray]]:
     order = np.argsort(blocks, kind="stable")
     cuts = np.flatnonzero(np.diff(blocks[order])) + 1
     return [(int(blocks[at[0]]), at) for at in np.split(order, cuts) if len(at)]
-
-
-_LAYOUT = ("root", "entries", "starts", "ids", "compression", "grown")
 
 
 def _cache_of(d: dict[str, Any]) -> CacheLayout:
@@ -453,9 +445,8 @@ def _values(cache: BlockCache, blocks: np.ndarray, stored: np.ndarray) -> pd.Dat
     parts = []
     at = np.empty(len(blocks), dtype=np.int64)
     base = 0
-    for j in np.unique(blocks):
-        mine = np.flatnonzero(blocks == j)
-        table = cache.stored_view(int(j), None, {})
+    for j, mine in _groups(blocks):
+        table = cache.stored_view(j, None, {})
         if table is None:
             raise DaskfeedError(f"Expected block {j} of the run in its parse cache. Received: not "
                                 "there.\nHint: run `daskfeed scan` on the same files, then ask again.")
