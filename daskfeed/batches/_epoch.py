@@ -370,20 +370,27 @@ class EpochState:
 
         They are computed within the room this epoch's prefetcher does not use (it lends it:
         together they stay within the budget), so the next epoch's first batches do not wait for
-        a window started only when it begins. Not when the next epoch has the same windows (no
+        a window started only when it begins. Read in order, the loan grows as this epoch's
+        windows are served (each served window is let go and its room lent on), so the cluster
+        reads the next epoch while this one's last windows are trained. Not when the next epoch has the same windows (no
         shuffle: they are kept), nor for a prefetcher that was never started (an unpickled
         sequence's), nor when no room is left (tried again at the next batch).
         """
         pf = self.prefetcher
-        if self._ahead is not None or pf is None or not pf.started_all or (
-                self._last is not None and self.epoch >= self._last):
+        if pf is None or not pf.started_all or (self._last is not None and self.epoch >= self._last):
+            return
+        in_order = not self._jumps  # windows served are read no more: their room is lent too
+        if self._ahead is not None:
+            more = pf.lend(let_go=in_order)
+            if more > 0:
+                self._ahead.grow(more)
             return
         if self._next is None or self._next.epoch != self.epoch + 1:
             self._next = self.settings.plan(self.epoch + 1)
         nxt = self._next
         if nxt.num_batches == 0 or nxt.same_batches(self.plan):
             return
-        room = pf.lend()
+        room = pf.lend(let_go=in_order)
         if room <= 0:
             return
         self._ahead = self._new_prefetcher(nxt, [w.index for w in nxt.windows], room)

@@ -164,11 +164,21 @@ class Prefetcher:
                 self._start(w)
             self._fill_ahead(w)
 
-    def lend(self) -> int:
+    def lend(self, let_go: bool = False) -> int:
         """Lend the room not used now to another prefetcher, if every window was started.
 
         From then on this prefetcher counts the lent bytes as used: the windows it holds and
-        the other's stay within one budget. :meth:`reset` ends the loan.
+        the other's stay within one budget. Called again as windows are served, each call
+        lends what was freed since. :meth:`reset` ends the loan.
+
+        Parameters
+        ----------
+        let_go
+            Drop the windows whose batches were all served first, and lend their room too: for
+            a reader in order, which reads none of them again. Kept, their room would be lent
+            only at the epoch's end, and the cluster would sit idle while this epoch's last
+            windows are trained. A reader out of order keeps them (a batch read again would
+            compute its window again).
 
         Returns
         -------
@@ -178,9 +188,24 @@ class Prefetcher:
         with self._lock:
             if self._closed or not self.started_all:
                 return 0
+            if let_go:
+                for w in [w for w, e in self._entries.items() if e.done_serving and e.ready.is_set()]:
+                    del self._entries[w]
             room = max(self.budget - self._used(), 0)
             self.lent += room
             return room
+
+    def grow(self, room: int) -> None:
+        """``room`` more bytes lent (:meth:`lend`): start the next windows of the order within them.
+
+        Parameters
+        ----------
+        room
+            Bytes added to the budget.
+        """
+        with self._lock:
+            self.budget += int(room)
+        self.start(within_budget=True)
 
     def end_loan(self) -> None:
         """The room lent (:meth:`lend`) is this prefetcher's again."""

@@ -33,6 +33,8 @@ class FakePrefetcher:
         self.wait_seconds = 0.0
         self.done: list[int] = []
         self.starts: list[int | None] = []
+        self.grown: list[int] = []  # room added by grow()
+        self.let_go: list[bool] = []  # each lend's let_go
         self.resets = self.loans = self.loans_ended = self.closes = 0
 
     def start(self, first: int | None = None, within_budget: bool = False) -> None:
@@ -44,9 +46,13 @@ class FakePrefetcher:
     def reset(self) -> None:
         self.resets += 1
 
-    def lend(self) -> int:
+    def lend(self, let_go: bool = False) -> int:
         self.loans += 1
+        self.let_go.append(let_go)
         return self.room
+
+    def grow(self, room: int) -> None:
+        self.grown.append(room)
 
     def end_loan(self) -> None:
         self.loans_ended += 1
@@ -342,6 +348,19 @@ def test_the_next_epoch_is_fetched_ahead_in_lent_room_and_served_from_it():
     assert ahead.budget == this.budget  # the sequence's budget again
     assert ahead.starts == [ahead.order[0]] and this.resets == 1
     assert len(f.made) == 3 and f.made[2].plan.epoch == 2  # and the epoch after it, ahead
+
+
+def test_the_loan_grows_as_the_epochs_windows_are_served():
+    cur, f = cursor_of(started_all=True, room=100)  # each lend frees 100 bytes more
+    cur.set(0)
+    this, ahead = f.made
+    serve(cur, range(5))
+    assert this.loans == 6 and ahead.grown == [100] * 5  # the first lend made it; each batch after
+    assert all(this.let_go)  # read in order: served windows are let go
+    cur2, f2 = cursor_of(started_all=True, room=0)
+    cur2.set(0)
+    serve(cur2, range(3))
+    assert len(f2.made) == 1 and f2.made[0].loans == 4  # nothing freed: asked again each batch
 
 
 def test_nothing_is_fetched_ahead_without_room_or_before_every_window_started():

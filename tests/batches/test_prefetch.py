@@ -161,6 +161,27 @@ def test_the_next_epoch_starts_within_the_loan_and_both_stay_within_one_budget(c
     nxt.close()
 
 
+def test_served_windows_are_let_go_and_their_room_lent_on_as_the_epoch_is_served(client):
+    pf, _ = make(client, [0, 1, 2], budget=300)
+    pf.start()
+    assert pf.started_all and pf.lend(let_go=True) == 0  # all three held: no room yet
+    pf.get(0)
+    pf.done_serving(0)
+    assert pf.lend() == 0 and pf.held_bytes == 300  # kept for a reader out of order
+    assert pf.lend(let_go=True) == 100 and pf.held_bytes == 200  # let go, its room lent
+    nxt, taken = make(client, [7, 8, 9], budget=100)
+    nxt.start(within_budget=True)
+    assert taken == [7]
+    pf.get(1)
+    pf.done_serving(1)
+    nxt.grow(pf.lend(let_go=True))  # window 1's room too
+    assert taken == [7, 8] and nxt.budget == 200
+    assert pf.held_bytes + pf.lent <= 300 and nxt.held_bytes <= pf.lent
+    assert [nxt.get(w)[0] for w in (7, 8)] == [7, 8]
+    pf.close()
+    nxt.close()
+
+
 def test_a_start_within_budget_starts_nothing_that_does_not_fit(client):
     pf, submitted = make(client, [0, 1], budget=50)  # 100-byte windows
     pf.start(within_budget=True)
