@@ -372,9 +372,10 @@ class EpochState:
         together they stay within the budget), so the next epoch's first batches do not wait for
         a window started only when it begins. Read in order, the loan grows as this epoch's
         windows are served (each served window is let go and its room lent on), so the cluster
-        reads the next epoch while this one's last windows are trained. Not when the next epoch has the same windows (no
-        shuffle: they are kept), nor for a prefetcher that was never started (an unpickled
-        sequence's), nor when no room is left (tried again at the next batch).
+        reads the next epoch while this one's last windows are trained. Not when the next epoch
+        has the same windows (no shuffle: they are kept), nor for a prefetcher that was never
+        started (an unpickled sequence's), nor when no room is left (tried again at the next
+        batch).
         """
         pf = self.prefetcher
         if pf is None or not pf.started_all or (self._last is not None and self.epoch >= self._last):
