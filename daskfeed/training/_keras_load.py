@@ -6,7 +6,9 @@ import threading
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from daskfeed.core import choose
 from daskfeed.reading import Listing, first_header
+from daskfeed.training._deferred import keras_imported
 
 if TYPE_CHECKING:
     from daskfeed.checkpoint import Checkpoint
@@ -24,8 +26,9 @@ class KerasLoad:
     other they were most of a rerun's start. The thread starts as soon as the data are known to
     have what the settings name, so that a mistake there is still said with no keras loaded:
 
-    - a new run: once the first file's header (read in a thread of its own as soon as the files
-      are listed, :meth:`ahead`) names the label, the features and the weight asked for;
+    - a new run: once a file's header (read in a thread of its own, of the first file a local
+      glob meets while the listing goes on, :meth:`ahead`) names the label, the features and
+      the weight asked for;
     - a resumed run: at once when its label and features are its checkpoint's (checked by the
       run that wrote it);
     - otherwise (a header that does not name them, one that cannot be read, a DataFrame): at
@@ -35,20 +38,22 @@ class KerasLoad:
     load-time lines (:func:`daskfeed.core.native_logs_filtered`); a cluster process started
     meanwhile keeps the pipe as its stderr, its lines forwarded for as long as it lives. The
     main thread's own import of keras waits for this one (Python's lock on a module being
-    imported) instead of loading keras again; if this one failed, that import fails the same way
+    imported) instead of loading keras again; the optional packages keras would import for
+    functions ``train`` never calls are put off until something calls them
+    (:func:`~daskfeed.training._deferred.keras_imported`); if this one failed, that import fails the same way
     and says why. ``train`` joins the thread on its way out (and no load starts after), so that
     an error found meanwhile is said on the process's own stderr.
     """
 
     def __init__(self) -> None:
         self.thread: threading.Thread | None = None
-        self.peeking: threading.Thread | None = None  # reading the first file's header
+        self.peeking: threading.Thread | None = None  # reading a file's header
         self._lock = threading.Lock()
         self._closed = False
 
     def ahead(self, label: str, opts: TrainOptions, listing: Listing | None,
               ckpt: Checkpoint | None) -> None:
-        """Start loading now, or once the first file's header names what the settings name."""
+        """Start loading now, or once a file's header names what the settings name."""
         named = {label, *(opts.data.features or ()), *([opts.data.weight] if opts.data.weight else [])}
         if ckpt is not None:
             cur = ckpt.cursor
@@ -61,7 +66,7 @@ class KerasLoad:
 
         def peek() -> None:
             try:
-                header = first_header(listing.listed(), read)
+                header = first_header(listing.glimpse(), read)
             except Exception:  # (said by the scan, before keras loads)
                 return
             if named <= set(header):
@@ -97,6 +102,10 @@ class KerasLoad:
     @staticmethod
     def _load() -> None:
         try:
-            from daskfeed.adapters import keras  # noqa: F401
+            keras_imported(_import_keras, choose())
         except Exception:  # (said by the main thread's import, which fails the same way)
             pass
+
+
+def _import_keras() -> None:
+    from daskfeed.adapters import keras  # noqa: F401

@@ -75,3 +75,68 @@ def test_a_resumed_run_with_its_checkpoints_label_starts_at_once():
         assert other.thread is None
     finally:
         same.join()
+
+
+_FIRST_USE = r"""
+import importlib.util, json, sys
+from daskfeed.training._keras_load import KerasLoad
+k = KerasLoad(); k.start(); k.join()
+out = {"loaded": "keras" in sys.modules,
+       "put_off": [p for p in ("matplotlib", "jax") if p not in sys.modules and importlib.util.find_spec(p)]}
+from keras.src.visualization import plot_bounding_box_gallery, plot_image_gallery
+fig = plot_image_gallery.plt.figure()  # the stand-in imports pyplot now
+out["pyplot"] = type(fig).__name__ == "Figure" and "matplotlib.pyplot" in sys.modules
+out["patches"] = plot_bounding_box_gallery.patches.Patch.__module__ == "matplotlib.patches"
+if importlib.util.find_spec("jax"):
+    lite = sys.modules["tensorflow.lite.python.lite"]
+    out["jit"] = float(lite._jit(lambda v: v * 2)(3.0))  # TF Lite's jax.jit, imported now
+print(json.dumps(out))
+"""
+
+
+def test_keras_loads_without_the_optional_packages_train_never_uses_and_they_work_at_first_use():
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run([sys.executable, "-c", _FIRST_USE], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["loaded"] and "matplotlib" in out["put_off"]  # matplotlib: a dependency
+    assert out["pyplot"] and out["patches"]
+    if "jit" in out:
+        assert "jax" in out["put_off"] and out["jit"] == 6.0
+
+
+def test_an_import_put_off_is_refused_to_the_loading_thread_only(tmp_path, monkeypatch):
+    import importlib
+    import sys
+    import threading
+
+    from daskfeed.training._deferred import _Refuse
+
+    (tmp_path / "dfdeferred_pkg").mkdir()
+    (tmp_path / "dfdeferred_pkg" / "__init__.py").write_text("VALUE = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen: list[BaseException | int] = []
+
+    def load() -> None:
+        try:
+            importlib.import_module("dfdeferred_pkg")
+        except ModuleNotFoundError as err:
+            seen.append(err)
+
+    loader = threading.Thread(target=load)
+    finder = _Refuse({"dfdeferred_pkg"}, loader)
+    sys.meta_path.insert(0, finder)
+    try:
+        loader.start()
+        loader.join()
+        seen.append(importlib.import_module("dfdeferred_pkg").VALUE)  # another thread: imported
+    finally:
+        sys.meta_path.remove(finder)
+        sys.modules.pop("dfdeferred_pkg", None)
+    assert isinstance(seen[0], ModuleNotFoundError) and seen[1] == 3
