@@ -168,6 +168,25 @@ def refuse_missing_local(data: str | os.PathLike[str] | Sequence[str | os.PathLi
             _listing(pattern, {})  # lists afresh: raises its error when nothing is there
 
 
+def a_local_file(data: object, looks: int = 64) -> str | None:
+    """A file that local ``data`` (a path or glob, or the first of a list) names, found at once.
+
+    The first a glob's walk meets, not the first of the sorted listing: for a look at a header
+    while the full listing goes on (thousands of files take seconds). None for URLs, other
+    data, or when no file is among the first ``looks`` matches.
+    """
+    item = data[0] if isinstance(data, (list, tuple)) and data else data
+    if not isinstance(item, (str, os.PathLike)) or protocol(os.fspath(item)) != "file":
+        return None
+    stripped = fsspec.filesystem("file")._strip_protocol(os.fspath(item))
+    if not fsspec.core.has_magic(stripped):
+        return stripped if os.path.isfile(stripped) else None
+    for _, found in zip(range(looks), glob.iglob(stripped, recursive=True), strict=False):
+        if os.path.isfile(found):
+            return found
+    return None
+
+
 def _listing(pattern: str, storage_options: dict[str, Any],
              said: list[str] | None = None) -> dict[str, dict[str, Any]]:
     """The files ``pattern`` names, each with fsspec's details (size, mtime, ETag).

@@ -62,3 +62,21 @@ def test_what_the_listing_says_is_warned_once_at_the_callers_line(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a second Source of the same listing says nothing again
         assert Source(listing).files == source.files
+
+
+def test_a_glimpse_is_one_file_the_pattern_names_found_by_its_walk(tmp_path):
+    from daskfeed.reading._files import a_local_file
+
+    _write(tmp_path, 30)
+    wanted = {str(p) for p in tmp_path.glob("*/*.csv")}
+    for pattern in (str(tmp_path / "**" / "*.csv"), str(tmp_path / "*" / "*")):
+        found = a_local_file(pattern)  # the second pattern meets folders first: a file is taken
+        assert found in wanted
+    one = str(tmp_path / "day=1" / "part-001.csv")
+    assert a_local_file([one]) == one
+    assert a_local_file(str(tmp_path / "day=1")) is None  # a folder: the listing lists it
+    assert a_local_file("s3://bucket/logs/*.csv") is None  # not local: the listing's
+    listing = Listing(str(tmp_path / "**" / "*.csv"))
+    glimpsed = listing.glimpse()  # during the listing (one file) or after it (all)
+    assert glimpsed and {f.path for f in glimpsed} <= wanted
+    assert len(listing.listed()) == 30 and listing.glimpse() == listing.listed()  # once listed: all
