@@ -40,9 +40,9 @@ class KerasLoad:
     main thread's own import of keras waits for this one (Python's lock on a module being
     imported) instead of loading keras again; the optional packages keras would import for
     functions ``train`` never calls are put off until something calls them
-    (:func:`~daskfeed.training._deferred.keras_imported`); if this one failed, that import fails the same way
-    and says why. ``train`` joins the thread on its way out (and no load starts after), so that
-    an error found meanwhile is said on the process's own stderr.
+    (:func:`~daskfeed.training._deferred.keras_imported`); if this one failed, that import
+    fails the same way and says why. ``train`` joins the thread on its way out (and no load
+    starts after), so that an error found meanwhile is said on the process's own stderr.
     """
 
     def __init__(self) -> None:
