@@ -12,7 +12,7 @@ import glob
 import os
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,18 +154,19 @@ def refuse_missing_local(data: str | os.PathLike[str] | Sequence[str | os.PathLi
     if not items:
         expand_paths(items)  # the empty list's error
     for item in items:
-        if not isinstance(item, (str, os.PathLike)):
-            continue  # not a path: the reader says what it expects
-        pattern = os.fspath(item)
-        if protocol(pattern) != "file":
-            continue
-        stripped = fsspec.filesystem("file")._strip_protocol(pattern)
-        if fsspec.core.has_magic(stripped):
-            found = next(glob.iglob(stripped, recursive=True, include_hidden=True), None)
-        else:
-            found = stripped if os.path.exists(stripped) else None
-        if found is None:
-            _listing(pattern, {})  # lists afresh: raises its error when nothing is there
+        matches = _local_matches(item)
+        if matches is not None and next(matches, None) is None:
+            _listing(os.fspath(item), {})  # lists afresh: raises its error when nothing is there
+
+
+def _local_matches(item: object) -> Iterator[str] | None:
+    """What a local path or glob names, as a glob's walk meets it (None: not a local path)."""
+    if not isinstance(item, (str, os.PathLike)) or protocol(os.fspath(item)) != "file":
+        return None  # a URL, or not a path: the listing (or the reader) says what it expects
+    stripped = fsspec.filesystem("file")._strip_protocol(os.fspath(item))
+    if fsspec.core.has_magic(stripped):
+        return glob.iglob(stripped, recursive=True, include_hidden=True)
+    return iter([stripped] if os.path.exists(stripped) else [])
 
 
 def a_local_file(data: object, looks: int = 64) -> str | None:
@@ -176,12 +177,10 @@ def a_local_file(data: object, looks: int = 64) -> str | None:
     data, or when no file is among the first ``looks`` matches.
     """
     item = data[0] if isinstance(data, (list, tuple)) and data else data
-    if not isinstance(item, (str, os.PathLike)) or protocol(os.fspath(item)) != "file":
+    matches = _local_matches(item)
+    if matches is None:
         return None
-    stripped = fsspec.filesystem("file")._strip_protocol(os.fspath(item))
-    if not fsspec.core.has_magic(stripped):
-        return stripped if os.path.isfile(stripped) else None
-    for _, found in zip(range(looks), glob.iglob(stripped, recursive=True), strict=False):
+    for _, found in zip(range(looks), matches, strict=False):
         if os.path.isfile(found):
             return found
     return None
