@@ -20,14 +20,14 @@ demo: $(STAMP)
 # two test files at a time (pytest-xdist): most tests wait on processes they start, and each
 # file's fixtures (clusters, trained runs) are built once per file
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -ra -n 2 --dist loadfile tests
+	$(BIN)/python -m pytest -q -ra -n 2 --dist loadfile --durations=15 tests
 
 # the slow tier: README commands, resume, faults, S3, ranks, deploy, TLS, signals and the dashboard
 # in headless Chromium (Debian's package, installed here; missing, the browser test fails). The
 # memory soak and the benchmarks stay in make soak / make bench. CI runs it after make test.
 test-slow: $(STAMP)
 	sh scripts/install-browser.sh
-	DASKFEED_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q -ra -n 2 --dist loadfile --runslow \
+	DASKFEED_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q -ra -n 2 --dist loadfile --runslow --durations=15 \
 		-m slow tests --ignore=tests/e2e/test_soak.py --ignore=tests/e2e/test_bench.py
 
 # KERAS_BACKEND=torch and daskfeed.TorchDataset: the torch extra, the CPU wheel first (TORCH_PIN, found
@@ -35,6 +35,8 @@ test-slow: $(STAMP)
 # has it (CUDA wheels: several GB); then the torch tests and the backend matrix's torch runs, which
 # fail rather than skip without torch (DASKFEED_REQUIRE_TORCH=1). CI runs it after make test.
 TORCH_PIN   ?= torch==2.13.0+cpu
+# CI sets TORCH_SLOW empty: its slow tier, run after this with torch installed, runs the slow ones
+TORCH_SLOW  ?= --runslow
 TORCH_STAMP := $(VENV)/.torch-installed
 $(TORCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[torch]" "$(TORCH_PIN)" \
@@ -42,8 +44,8 @@ $(TORCH_STAMP): $(STAMP)
 	touch $(TORCH_STAMP)
 
 test-torch: $(TORCH_STAMP)
-	DASKFEED_REQUIRE_TORCH=1 $(BIN)/python -m pytest -q -ra -n 2 --dist loadfile --runslow \
-		tests/adapters/test_torch.py tests/backends -k torch
+	DASKFEED_REQUIRE_TORCH=1 $(BIN)/python -m pytest -q -ra -n 2 --dist loadfile $(TORCH_SLOW) \
+		--durations=15 tests/adapters/test_torch.py tests/backends -k torch
 
 # One run, same data and model: in-memory fit before and after daskfeed (A-B-A), tf.data (no cache,
 # .cache(file), .cache()), the old recipe, daskfeed, feed-only vs pyarrow parse (benchmarks/bench.py).

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import daskfeed
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # ~1.5 min on 2 cores
 
 _NUMBER = st.one_of(st.integers(-10**6, 10**6).map(str),
                     st.floats(allow_nan=True, allow_infinity=True).map(repr),
