@@ -89,8 +89,9 @@ def test_data_wait_counts_only_training_time_and_the_first_batches_wait_apart(ti
     lines = summary_lines(epochs, seconds=60.0)
     assert 0.0 <= _share(lines) <= 100.0  # was 180 % and more: the first batches' wait counted
     first, second = epochs
-    # the first batches were read (and waited for) before training began: longer than training
-    assert first["first_batch_wait_seconds"] > first["seconds"]
+    # the first batches were read (and waited for) before training began, counted apart (how it
+    # compares with the epoch's training time depends on the machine's load: not asserted)
+    assert first["first_batch_wait_seconds"] > 0.0
     assert second["first_batch_wait_seconds"] == 0.0  # fit's reads of epoch 2 begin with it
     for rec, waited in zip(epochs, waits, strict=True):
         # the epoch's waits, split at on_epoch_begin: nothing lost, nothing counted twice
