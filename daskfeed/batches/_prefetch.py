@@ -44,7 +44,7 @@ from daskfeed.cluster import (
 from daskfeed.core import PROCESS_STOP, SETTLE, ClusterError, FeedTimeoutError, Stop, close_at_exit
 
 if TYPE_CHECKING:
-    from distributed import Future
+    from daskfeed.cluster import Pending
 
 _POLL = 0.25  # seconds between checks of the stop request while waiting for another thread's gather
 _CLOSE_LOCK_WAIT = 2.0  # close(): longest wait for a busy lock (the client's close frees the rest)
@@ -53,7 +53,7 @@ _CLOSE_LOCK_WAIT = 2.0  # close(): longest wait for a busy lock (the client's cl
 
 @dataclass
 class _Entry:
-    future: Future[Any] | None = None
+    future: Pending[Any] | None = None
     data: Any = None
     nbytes: int = 0
     done_serving: bool = False
@@ -69,7 +69,8 @@ class Prefetcher:
     Parameters
     ----------
     submit
-        ``submit(w) -> Future`` starts computing window ``w`` on the cluster.
+        ``submit(w) -> Future`` starts computing window ``w`` (on the cluster, or in the
+        trainer's own threads: a ``concurrent.futures.Future``).
     estimate
         ``estimate(w) -> int``: expected encoded bytes of window ``w``.
     order
@@ -95,7 +96,7 @@ class Prefetcher:
 
     def __init__(
         self,
-        submit: Callable[[int], Future[Any]],
+        submit: Callable[[int], Pending[Any]],
         estimate: Callable[[int], int],
         order: list[int],
         *,
@@ -338,7 +339,7 @@ class Prefetcher:
                     finished.append((w, e))
         return finished
 
-    def _stopped(self, w: int, entry: _Entry, future: Future[Any] | None) -> BaseException | None:
+    def _stopped(self, w: int, entry: _Entry, future: Pending[Any] | None) -> BaseException | None:
         """Why waiting for window ``w`` is pointless now, or None."""
         if entry.cancelled or self._closed:
             why = "the prefetcher was closed" if self._closed else "an epoch change"
@@ -382,7 +383,7 @@ class Prefetcher:
                          self._process_stop):
             raise self._timeout_error(w, TimeoutError())
 
-    def _gather(self, w: int, entry: _Entry, future: Future[Any] | None,
+    def _gather(self, w: int, entry: _Entry, future: Pending[Any] | None,
                 stop: Callable[[], BaseException | None]) -> None:
         """Gather window ``w``'s future into ``entry``: its data, or the error to raise."""
         try:

@@ -45,6 +45,9 @@ class DataSettings:
         Whether ``read.blocksize`` was asked for (else a given manifest's blocks are used).
     skip_batches
         Batches of the global order left out (:class:`~daskfeed.batches.Skips`).
+    window_reads
+        Who reads a window of the global order: ``"auto"`` (the trainer where its cluster is
+        this machine) or ``"workers"`` (``daskfeed.window-reads``).
     """
 
     label: str
@@ -67,6 +70,7 @@ class DataSettings:
     subset: str | None = None
     blocksize_given: bool = False
     skip_batches: Skips = field(default_factory=Skips)
+    window_reads: str = "auto"
 
     @property
     def asked_blocksize(self) -> int | None:
@@ -118,7 +122,8 @@ class DataSettings:
         Raises
         ------
         SettingError
-            ``batch_size < 1``, a read setting out of its range (an unknown ``bad_lines``:
+            ``batch_size < 1``, a ``daskfeed.window-reads`` neither auto nor workers, a read
+            setting out of its range (an unknown ``bad_lines``:
             :func:`~daskfeed.reading.read_options`), or a split that is not one (see
             :func:`~daskfeed.manifest.split_settings`).
         """
@@ -143,4 +148,5 @@ class DataSettings:
                               na_values=na_values, decimal=decimal),
             blocksize_given=blocksize is not None,
             skip_batches=Skips.parse(skip_batches),
+            window_reads=config.window_reads(),
         )

@@ -22,6 +22,7 @@ import numpy as np
 
 from daskfeed.batches._buckets import bucket_set
 from daskfeed.batches._epoch import EpochState, EpochStats, PlanSettings
+from daskfeed.batches._here import reads_here
 from daskfeed.batches._layout import window_rows_for
 from daskfeed.batches._order import ORDER_VERSION, order_line
 from daskfeed.batches._plan import EpochPlan, Slice
@@ -44,7 +45,9 @@ from daskfeed.manifest import WindowData, concat
 
 if TYPE_CHECKING:
     import numpy.typing as npt
-    from distributed import Client, Future
+    from distributed import Client
+
+    from daskfeed.cluster import Pending
 
 #: a batch: ``(x, y)`` or ``(x, y, w)``; ``x`` a dict of arrays by column, or one matrix
 Batch = tuple["dict[str, npt.NDArray[Any]] | npt.NDArray[Any]", ...]
@@ -108,6 +111,7 @@ class BatchStream:
         ordered = data.cache is not None and data.source.frame is None and st.shuffle
         self.buckets = bucket_set(data) if ordered and any(data.manifest.counts) else None
         self._windows.buckets = None if self.buckets is None else self.buckets.files
+        self._windows.here = reads_here(self._owner.client, self._windows.buckets, st.window_reads)
         ordered = self.buckets is not None
         self.units = self.buckets.count if self.buckets is not None else 0
         self._origins: dict[int, int] = {}  # an epoch resumed under another number of trainers
@@ -616,7 +620,7 @@ class BatchStream:
             )
         return self._owner.client
 
-    def _submit(self, plan: EpochPlan, w: int) -> Future[Any]:
+    def _submit(self, plan: EpochPlan, w: int) -> Pending[Any]:
         return self._windows.submit(self._client_or_connect(), plan, w)
 
     def _new_prefetcher(self, plan: EpochPlan, order: list[int], budget: int | None) -> Prefetcher:
@@ -669,6 +673,7 @@ class BatchStream:
         for dependent in list(self._dependents):
             dependent.close()
         self._cursor.close()
+        self._windows.close()
         self._owner.close()
 
     def check_usable(self) -> None:

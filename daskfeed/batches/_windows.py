@@ -2,7 +2,8 @@
 
 A window's task reads its blocks (or computes its dask partitions), encodes and shuffles the
 rows on a worker (:func:`~daskfeed.batches._read.read_window`, :func:`~daskfeed.batches._read.encode_window`),
-and sends back a :class:`~daskfeed.manifest._encoding.WindowData`.
+and sends back a :class:`~daskfeed.manifest._encoding.WindowData`. A window of the global order
+is read by the trainer itself where its cluster is this machine (:mod:`daskfeed.batches._here`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ if TYPE_CHECKING:
     from dask.delayed import Delayed
     from distributed import Client, Future
 
+    from daskfeed.batches._here import HereReads
     from daskfeed.cache import BlockCache, BucketSet
+    from daskfeed.cluster import Pending
 
 
 class WindowTasks:
@@ -49,9 +52,15 @@ class WindowTasks:
         self.cache = cache
         self.spans = spans
         self.buckets: BucketSet | None = None  # the global order's bucket files, once built
+        self.here: HereReads | None = None  # the trainer's own threads reading bucket windows
         self._frames: list[Delayed] | None = None  # a dask DataFrame's partitions, made once
 
-    def submit(self, client: Client, plan: EpochPlan, w: int) -> Future[Any]:
+    def close(self) -> None:
+        """Stop the trainer's own reading threads, if any (windows waiting for one are dropped)."""
+        if self.here is not None:
+            self.here.close()
+
+    def submit(self, client: Client, plan: EpochPlan, w: int) -> Pending[Any]:
         """Start computing window ``w`` of ``plan`` (inside its epoch's span).
 
         Parameters
@@ -63,8 +72,9 @@ class WindowTasks:
 
         Returns
         -------
-        distributed.Future
-            Of the window's :class:`~daskfeed.manifest._encoding.WindowData`.
+        distributed.Future or concurrent.futures.Future
+            Of the window's :class:`~daskfeed.manifest._encoding.WindowData` (the latter when
+            the trainer reads it itself).
         """
         win = plan.windows[w]
         seed = (plan.seed_of(w) if plan.order is None or win.units is None else
@@ -78,11 +88,13 @@ class WindowTasks:
         return self._submit(client, plan, w, key, seed)
 
     def _submit(self, client: Client, plan: EpochPlan, w: int, key: tuple[str, int],
-                seed: Any) -> Future[Any]:
+                seed: Any) -> Pending[Any]:
         win = plan.windows[w]
         blocks = win.blocks
         if plan.order is not None and win.units is not None:  # whole buckets of the global order
             units, span, lanes = seed
+            if self.here is not None and self.buckets is not None:
+                return self.here.submit(self.buckets, units, span, lanes, self.encoding)
             return client.submit(read_buckets, self.buckets, units, span, lanes, self.encoding,
                                  key=key, retries=1)
         if self.source.frame is None:
@@ -140,4 +152,5 @@ class WindowTasks:
         return f"epoch {plan.epoch}, blocks {', '.join(names)}{more}"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_frames": None}
+        # a copy in another process: its workers read (the reading threads are this process's)
+        return {**self.__dict__, "_frames": None, "here": None}

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     )
     from daskfeed.cluster._futures import (
         POLL_SECONDS,
+        Pending,
         WindowCancelled,
         client_status,
         drop,
@@ -53,6 +54,7 @@ __all__ = [
     "Budget",
     "ClusterSpec",
     "Owner",
+    "Pending",
     "WindowCancelled",
     "acquire_client",
     "check_worker_memory",
@@ -80,8 +82,8 @@ __getattr__, __dir__ = attach(__name__, {
     "Budget": "_budget", "MAX_BLOCKSIZE": "_budget", "MIN_WORKER": "_budget", "TRAINER_RESERVE":
     "_budget", "WINDOW_BYTES": "_budget", "check_worker_memory": "_budget", "default_memory_limit":
     "_budget", "default_nworkers": "_budget", "parse_memory_limit": "_budget",
-    "POLL_SECONDS": "_futures", "WindowCancelled": "_futures", "client_status": "_futures",
-    "drop": "_futures",
+    "POLL_SECONDS": "_futures", "Pending": "_futures", "WindowCancelled": "_futures",
+    "client_status": "_futures", "drop": "_futures",
     "explain": "_futures", "gathered_map": "_futures", "result": "_futures",
     "result_unless_paused": "_futures",
     "settle": "_futures", "wait_for": "_futures",

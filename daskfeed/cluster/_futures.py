@@ -39,13 +39,22 @@ T_co = TypeVar("T_co", covariant=True)
 
 
 class Pending(Protocol[T_co]):
-    """A result to come: a ``distributed.Future``, or a stand-in with ``result(timeout=)``.
+    """A result to come: a ``distributed.Future`` or a ``concurrent.futures.Future``.
 
-    ``done``, ``cancel``, ``release``, ``client`` and ``key`` are used where present.
+    ``release``, ``client``, ``key`` and ``status`` (a ``distributed.Future``'s) are used where
+    present.
     """
 
     def result(self, timeout: float | None = None) -> T_co:
         """The result, waiting at most ``timeout`` seconds (None: no limit)."""
+        ...
+
+    def done(self) -> bool:
+        """Whether it finished (a result or an error)."""
+        ...
+
+    def cancel(self) -> bool:
+        """Drop it if it can be."""
         ...
 
 
@@ -192,7 +201,7 @@ def client_status(future: object) -> str:
     return str(getattr(getattr(future, "client", None), "status", "running"))
 
 
-def drop(future: Future[Any], *, cancel: bool) -> None:
+def drop(future: Pending[Any], *, cancel: bool) -> None:
     """Cancel ``future`` (a round trip to the scheduler), or release it (no wait); never raises.
 
     Cancelling is only tried while its client runs: a closed or reconnecting client could make
@@ -205,7 +214,7 @@ def drop(future: Future[Any], *, cancel: bool) -> None:
             future.release()
 
 
-def settle(futures: Iterable[Future[Any]], timeout: float) -> None:
+def settle(futures: Iterable[Pending[Any]], timeout: float) -> None:
     """Wait (at most ``timeout`` s) until the scheduler knows the keys of ``futures``.
 
     A task submitted just before the process exits may still be queued in the scheduler's

@@ -277,6 +277,24 @@ def dashboard_address(value: str | None = None) -> str | None:
     return None if v is None else str(v) if v else ""  # (false, 0, "": no dashboard)
 
 
+def window_reads(value: str | None = None) -> str:
+    """``daskfeed.window-reads``: who reads a window of the global order, ``auto`` or ``workers``.
+
+    Raises
+    ------
+    SettingError
+        Another value.
+    """
+    choice = str(get("window-reads", value)).strip().lower()
+    if choice not in ("auto", "workers"):
+        refuse_setting("Expected daskfeed.window-reads to be auto or workers (who reads a window "
+                       "of the global order).", repr(choice),
+                       "DASK_DASKFEED__WINDOW_READS=workers (or dask.config.set) has the cluster's "
+                       "workers read every window; auto lets the trainer read them itself when "
+                       "its cluster is this machine.")
+    return choice
+
+
 def local_tls(value: bool | None = None) -> bool:
     """``daskfeed.local-tls``: whether a local cluster speaks TLS with credentials of its own."""
     return get_flag("local-tls", value)

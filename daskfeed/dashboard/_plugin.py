@@ -24,6 +24,7 @@ run (``import daskfeed`` stays light), the scheduler when it unpickles the plugi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -237,11 +238,12 @@ def report(client: Client | None, msg: Event) -> bool:
         return False
 
 
-def report_cache(hits: int = 0, misses: int = 0) -> None:
-    """On a worker: count blocks read from the parse cache (hits) or parsed again (misses).
+def report_cache(hits: int = 0, misses: int = 0, client: Client | None = None) -> None:
+    """Count blocks read from the parse cache (hits) or parsed again (misses), for the page.
 
-    One event per call (call it once per window task); the page shows the hit rate. A no-op
-    outside a Dask worker.
+    One event per call (call it once per window); the page shows the hit rate. On a Dask worker
+    it goes through the worker; elsewhere through ``client`` (a trainer reading windows itself),
+    and without one it is a no-op.
 
     Parameters
     ----------
@@ -249,14 +251,20 @@ def report_cache(hits: int = 0, misses: int = 0) -> None:
         Blocks read from the cache.
     misses
         Blocks parsed again.
+    client
+        The client to send it through outside a worker.
     """
     from distributed import get_worker
 
+    event = {"hits": int(hits), "misses": int(misses)}
     try:
         worker = get_worker()
     except ValueError:
+        if client is not None:
+            with contextlib.suppress(Exception):  # (a chart's count: never a window's failure)
+                client.log_event(CACHE_TOPIC, event)
         return
-    worker.log_event(CACHE_TOPIC, {"hits": int(hits), "misses": int(misses)})
+    worker.log_event(CACHE_TOPIC, event)
 
 
 def _current_client(client: Client | None) -> Client | None:

@@ -45,6 +45,55 @@ def test_every_row_once_an_epoch_and_a_new_order_the_next(id_data, client):
         stream.batch(0)
 
 
+@pytest.mark.parametrize("seed", [5, 12])
+def test_the_trainer_reading_windows_itself_serves_the_workers_batches(id_data, client, seed):
+    """``daskfeed.window-reads``: on this machine's cluster the trainer reads the global order's
+    windows itself (no task on the cluster), and serves exactly the batches the workers' reads
+    give, in every epoch."""
+    import dask.config
+    from distributed import get_task_stream
+
+    def epochs(reads: str) -> tuple[list[np.ndarray], BatchStream, list[str]]:
+        with dask.config.set({"daskfeed.window-reads": reads}):
+            settings = DataSettings.resolve(label="cleared", batch_size=BATCH, seed=seed,
+                                            features=["row_id", "level"])
+        assert settings.window_reads == reads
+        stream = BatchStream(Prepared(id_data.train_glob, client=client, settings=settings),
+                             window_rows=WINDOW_ROWS)
+        try:
+            assert stream.global_order
+            with get_task_stream(client) as tasks:  # the tasks the cluster ran meanwhile
+                got = [np.concatenate([x["row_id"] for x, _ in stream]) for _ in range(2)]
+        finally:
+            stream.close()
+        return got, stream, [str(t["key"]) for t in tasks.data]
+
+    here, stream_here, ran_here = epochs("auto")
+    assert stream_here._windows.here is not None
+    assert not [k for k in ran_here if "daskfeed-window" in k]  # none on the cluster
+    there, stream_there, ran_there = epochs("workers")
+    assert stream_there._windows.here is None
+    assert [k for k in ran_there if "daskfeed-window" in k]
+    for a, b in zip(here, there, strict=True):
+        assert np.array_equal(a, b)  # the same rows in the same order
+        assert np.array_equal(np.sort(a), np.arange(id_data.train_rows))  # each row once
+    assert not np.array_equal(here[0], here[1])
+
+
+def test_window_reads_takes_auto_or_workers_only():
+    import dask.config
+
+    from daskfeed.batches._here import _this_machine
+    from daskfeed.core import SettingError
+
+    with dask.config.set({"daskfeed.window-reads": "trainer"}), \
+            pytest.raises(SettingError, match="auto or workers"):
+        DataSettings.resolve(label="y")
+    assert DataSettings.resolve(label="y").window_reads == "auto"
+    assert _this_machine("127.0.0.1") and _this_machine("::1") and _this_machine("localhost")
+    assert not _this_machine("192.0.2.7")  # TEST-NET-1: never an address of this machine
+
+
 def test_state_after_any_batch_resumes_exactly(id_data, client):
     """Grain's convention: get_state between two batches; a new stream set to it goes on."""
     prepared = Prepared(id_data.train_glob, client=client, settings=DataSettings.resolve(

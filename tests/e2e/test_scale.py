@@ -7,8 +7,11 @@ read without a model step (:class:`daskfeed.DaskSequence`, batch by batch, as ``
 them). Before the buckets, every window read a run of every block: the worker's file-backed
 pages grew with the number of blocks and the nanny killed it on window 0.
 
+Run twice on the same files: the worker reads the windows (as on a cluster of other machines),
+then the trainer reads them itself (``daskfeed.window-reads: auto`` on this machine's cluster).
 What must hold: every row once (by its id), the worker never restarted and its RSS (sampled
-from outside every 0.05 s) under its limit, batches iid-grade on the sorted data (label-mean
+from outside every 0.05 s) under its limit, the trainer's growth within its prefetch and one
+window's reading, batches iid-grade on the sorted data (label-mean
 spread <= 1.1x an iid shuffle's), and a window costing its own rows: the window tasks' RSS
 does not depend on the number of blocks.
 """
@@ -80,16 +83,29 @@ class _Peak:
         return self.peak
 
 
-@pytest.mark.timeout(900)  # ~5 min on 2 cores: a hang fails here, within CI's hour
-def test_one_epoch_over_10000_files_at_a_sixth_of_the_data_reads_each_row_once(tmp_path):
-    from distributed import Client, LocalCluster
-
-    data = str(tmp_path / "logs")
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory):
+    """The 10,000 files (written once for both readers) and a parse cache beside them."""
+    root = tmp_path_factory.mktemp("scale")
+    data = str(root / "logs")
     nbytes = _write(data)
     assert nbytes > 6 * WORKER_LIMIT
-    cache = str(tmp_path / "cache")
-    with LocalCluster(n_workers=1, threads_per_worker=1, memory_limit=WORKER_LIMIT,
-                      dashboard_address=":0", processes=True) as cluster, Client(cluster) as client:
+    yield data, str(root / "cache")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.timeout(900)  # ~5 min on 2 cores: a hang fails here, within CI's hour
+@pytest.mark.parametrize("reads", ["workers", "auto"])
+def test_one_epoch_over_10000_files_at_a_sixth_of_the_data_reads_each_row_once(logs, reads):
+    """``workers``: the worker reads every window (a cluster of other machines does); ``auto``:
+    the trainer reads them itself (this machine's cluster): its growth is bounded alike."""
+    import dask.config
+    from distributed import Client, LocalCluster
+
+    data, cache = logs
+    with dask.config.set({"daskfeed.window-reads": reads}), \
+            LocalCluster(n_workers=1, threads_per_worker=1, memory_limit=WORKER_LIMIT,
+                         dashboard_address=":0", processes=True) as cluster, Client(cluster) as client:
         pids = list(client.run(os.getpid).values())
         peak = _Peak(pids)
         try:
@@ -98,25 +114,36 @@ def test_one_epoch_over_10000_files_at_a_sixth_of_the_data_reads_each_row_once(t
                                        blocksize="64MiB", features=["file", "row", "v0"],
                                        window_rows=4 * 65_536, seed=0) as seq:
                 assert len(seq.source.blocks) >= FILES
+                assert (seq.stream._windows.here is not None) == (reads == "auto")
                 seen = np.zeros(FILES * ROWS, dtype=np.uint8)
                 means = []
-                for i in range(len(seq)):
-                    x, y = seq[i][:2]
-                    ids = x["file"].astype(np.int64) * ROWS + x["row"].astype(np.int64)
-                    np.add.at(seen, ids, 1)
-                    if len(y) == 1024:
-                        means.append(float(np.mean(y)))
+                trainer = psutil.Process()
+                base = trainer.memory_info().rss
+                grew = _Peak([os.getpid()])
+                try:
+                    for i in range(len(seq)):
+                        x, y = seq[i][:2]
+                        ids = x["file"].astype(np.int64) * ROWS + x["row"].astype(np.int64)
+                        np.add.at(seen, ids, 1)
+                        if len(y) == 1024:
+                            means.append(float(np.mean(y)))
+                finally:
+                    trainer_growth = grew.stop() - base
                 seq.on_epoch_end()
                 stats = seq.stream.last_epoch_stats
         finally:
             worker_peak = peak.stop()
         assert list(client.run(os.getpid).values()) == pids  # no worker was killed and restarted
-    shutil.rmtree(data, ignore_errors=True)
     assert int(seen.min()) == 1 and int(seen.max()) == 1  # every row once
     spread = float(np.std(means)) / np.sqrt(0.25 / 1024)
     assert spread <= 1.1, spread
     assert stats["label_spread"] is not None and stats["label_spread"] <= 1.1
     assert worker_peak <= WORKER_LIMIT, f"worker RSS {worker_peak / 2**20:.0f} MiB"
-    print(f"scale: {FILES:,} files, worker peak RSS {worker_peak / 2**20:.0f} MiB of "
-          f"{WORKER_LIMIT / 2**20:.0f} MiB, label spread {spread:.3f} (iid 1.0); with no model "
+    # what the trainer holds beyond its start: the prefetched windows (the sequence's prefetch
+    # bytes) and, reading them itself, one window's tables at a time (what a worker would hold)
+    assert trainer_growth <= seq.stream.data.settings.prefetch_bytes + WORKER_LIMIT, (
+        f"trainer grew {trainer_growth / 2**20:.0f} MiB")
+    print(f"scale ({reads} read the windows): {FILES:,} files, worker peak RSS "
+          f"{worker_peak / 2**20:.0f} MiB of {WORKER_LIMIT / 2**20:.0f} MiB, the trainer grew "
+          f"{trainer_growth / 2**20:.0f} MiB, label spread {spread:.3f} (iid 1.0); with no model "
           f"step, the reader waited {stats['wait_seconds']:.0f} s of {stats['seconds']:.0f} s")

@@ -93,11 +93,16 @@ def test_status_from_events_rates_eta_hit_rate_and_runs():
 
 
 def test_page_status_and_metrics_live_during_fit_on_a_local_cluster(client, demo_data, tmp_path):
+    import dask.config
+
     # a cache of its own: the scan runs here (another test's scan of the same demo files in this
-    # process would be reused from the session's cache, and the page would say "reused")
-    probe, watch, history, manifest = fit_watched(client, demo_data, seen=live(2, history=1),
-                                                  epochs=EPOCHS, spans=True,
-                                                  cache=str(tmp_path / "cache"))
+    # process would be reused from the session's cache, and the page would say "reused"); the
+    # workers read the windows, as on a cluster of other machines (on this machine's cluster the
+    # trainer reads them itself, and no window task shows in the spans)
+    with dask.config.set({"daskfeed.window-reads": "workers"}):
+        probe, watch, history, manifest = fit_watched(client, demo_data, seen=live(2, history=1),
+                                                      epochs=EPOCHS, spans=True,
+                                                      cache=str(tmp_path / "cache"))
     assert manifest.rows == demo_data.train_rows
     s = check_probe(probe)
     # status.json: live figures of epoch 2 while it trains
@@ -191,6 +196,29 @@ def test_cache_hits_reported_from_the_workers(demo_data, tmp_path):
             time.sleep(POLL)  # polling interval: the event travels on the worker's batched stream
     assert (cache["hits"], cache["misses"]) == (parts, 0)
     assert cache["hit_rate"] == 1.0
+
+
+def test_cache_hits_reported_by_a_trainer_reading_its_windows_itself(demo_data, tmp_path):
+    from distributed import Client, LocalCluster
+
+    from daskfeed.dashboard._plugin import install
+
+    # a cluster of this machine: the trainer reads the global order's bucket files itself and
+    # sends the counts through its client (a cluster of its own: other tests' windows report too)
+    with LocalCluster(n_workers=1, threads_per_worker=1, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
+        links = install(client)
+        with DaskSequence(demo_data.train_glob, label="cleared", batch_size=4096, client=client,
+                          cache=tmp_path / "c") as seq:
+            assert seq.stream.global_order and seq.stream._windows.here is not None
+            for i in range(len(seq)):  # every window of the epoch: each bucket read once
+                seq[i]
+            buckets = seq.stream.units
+        deadline = time.monotonic() + 30
+        while (cache := json.loads(get(links.status))["cache"])["hits"] < buckets:
+            assert time.monotonic() < deadline, f"cache counts never reached the page: {cache}"
+            time.sleep(POLL)  # polling interval: the event travels on the client's batched stream
+    assert (cache["hits"], cache["misses"]) == (buckets, 0)
 
 
 def test_page_and_metrics_with_a_separate_dask_scheduler(demo_data, tmp_path, stop_process_groups):
