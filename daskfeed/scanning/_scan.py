@@ -427,9 +427,11 @@ def _run_tasks(src: Source, label: str, client: Client, token: str,
                              key=keys.scan(t[0][1][0]), retries=1)
                for t in tasks]
     try:
-        await_scan(client, futures, [[i for _, b in t for i in b] for t in tasks], src, timeout,
-                   topic, progress)
+        watched = await_scan(client, futures, [[i for _, b in t for i in b] for t in tasks], src,
+                             timeout, topic, progress)
         results = client.gather(futures)
+        watched.finished(sum(int(f.get("rows", 0)) for r in results for facts in r["facts"]
+                             for f in facts), progress)
     except Exception as err:
         new = explain(err, "the scan's statistics")
         if new is err:

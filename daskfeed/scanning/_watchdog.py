@@ -32,8 +32,10 @@ class ScanProgress:
 
     def __init__(self, tasks: list[list[int]]) -> None:
         self.last = time.monotonic()
+        self.t0 = self.last
         self.rows = 0
         self.nbytes = 0
+        self.total = 0  # bytes the tasks read in all
         self.at: dict[int, int] = {}  # scan task (its first block) -> block being read
         self._first = {t[0] for t in tasks}
 
@@ -46,6 +48,11 @@ class ScanProgress:
         self.rows += int(msg.get("rows", 0))
         self.nbytes += int(msg.get("bytes", 0))
         self.at[int(msg["task"])] = int(msg.get("block", msg["task"]))
+
+    def finished(self, rows: int, on_progress: ProgressCallback | None) -> None:
+        """The last progress call: every task finished, ``rows`` (their results') read in all."""
+        if on_progress is not None:
+            on_progress(int(rows), self.total, self.total, time.monotonic() - self.t0, True)
 
 
 def _describe(src: Source, blocks: list[int], at: int | None = None) -> str:
@@ -88,12 +95,14 @@ def await_scan(client: Client, futures: list[Future], tasks: list[list[int]], sr
     the scan is stuck only when no task reported progress or finished for ``timeout`` seconds
     (a read that blocks: hung storage, a FIFO), however slow the disk. A task that fails for
     good (after its retry) ends the scan with a clear error. ``on_progress`` is called once as
-    the tasks are submitted (nothing done yet), then about every second and at the end.
+    the tasks are submitted (nothing done yet), then about every second while they run; the
+    caller makes the last call once it has the tasks' results (:meth:`ScanProgress.finished`:
+    their events may reach this process after the tasks are seen finished).
     """
     progress = ScanProgress(tasks)
     sizes = block_sizes(src)
-    total = sum(sizes[i] for t in tasks for i in t)
-    t0 = time.monotonic()
+    total = progress.total = sum(sizes[i] for t in tasks for i in t)
+    t0 = progress.t0 = time.monotonic()
     blocks_of = {f.key: t for f, t in zip(futures, tasks, strict=True)}
     client.subscribe_topic(topic, progress)
     if on_progress is not None:  # the tasks run: nothing done yet
@@ -103,9 +112,8 @@ def await_scan(client: Client, futures: list[Future], tasks: list[list[int]], sr
         while pending:
             done = finishing.some(min(LOOK, timeout))
             pending.difference_update(done)
-            if on_progress is not None:
-                on_progress(progress.rows, progress.nbytes, total, time.monotonic() - t0,
-                            not pending)
+            if on_progress is not None and pending:
+                on_progress(progress.rows, progress.nbytes, total, time.monotonic() - t0, False)
             for f in done:
                 progress.last = time.monotonic()
                 if f.status != "finished":
