@@ -218,7 +218,8 @@ def test_cache_hits_reported_by_a_trainer_reading_its_windows_itself(demo_data, 
         while (cache := json.loads(get(links.status))["cache"])["hits"] < buckets:
             assert time.monotonic() < deadline, f"cache counts never reached the page: {cache}"
             time.sleep(POLL)  # polling interval: the event travels on the client's batched stream
-    assert (cache["hits"], cache["misses"]) == (buckets, 0)
+    # every bucket once, and the next epoch's first windows, read ahead while this one ends
+    assert cache["misses"] == 0 and buckets <= cache["hits"] < 2 * buckets, cache
 
 
 def test_page_and_metrics_with_a_separate_dask_scheduler(demo_data, tmp_path, stop_process_groups):
