@@ -18,13 +18,13 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from daskfeed.adapters._budget import InBudget
 from daskfeed.batches import BatchStream, DataSettings, Prepared
 from daskfeed.cluster import close_client
 from daskfeed.core import BackendError, refuse_setting
 from daskfeed.manifest import Manifest
+
+RUN_BYTES = 8 * 2**20  # encoded bytes of the batches read at once (at most a sixteenth of prefetch)
 
 if TYPE_CHECKING:
     import dask.dataframe as dd
@@ -200,7 +200,10 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
                 "a DataLoader worker process (num_workers > 0), where each copy would serve the "
                 "whole epoch and its position would be lost",
                 "DataLoader(dataset, batch_size=None, num_workers=0), or iterate the dataset itself.")
-        for batch in self.stream:
+        data = self.stream.data
+        run = min(RUN_BYTES, max(data.settings.prefetch_bytes // 16, 1))
+        per_batch = max(data.settings.batch_size * data.encoding.bytes_per_row, 1)
+        for batch in self.stream.runs(max(1, int(run // per_batch))):
             yield tuple(_tensors(part) for part in batch)
 
     # -- resume (torchdata's Stateful convention) ---------------------------------------
@@ -259,13 +262,15 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
 
 
 def _tensors(part: Any) -> Any:
-    """A batch's arrays as tensors (a dict stays a dict); an array sharing memory is copied first."""
+    """A batch's arrays as tensors sharing their memory (a dict stays a dict).
+
+    The arrays are views of a run of batches the stream copied for this iteration
+    (:meth:`BatchStream.runs <daskfeed.batches.BatchStream.runs>`): no other batch shares
+    their rows, so a loop may change a batch in place.
+    """
     if isinstance(part, dict):
-        return {k: _tensors(v) for k, v in part.items()}
-    array = np.asarray(part)
-    if array.base is not None or not array.flags.writeable or not array.flags.c_contiguous:
-        array = np.array(array)  # (a view of a window other batches still read)
-    return torch.from_numpy(array)
+        return {k: torch.from_numpy(v) for k, v in part.items()}
+    return torch.from_numpy(part)
 
 
 def _distributed_shard() -> tuple[int, int]:

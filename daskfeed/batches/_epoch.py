@@ -310,13 +310,15 @@ class EpochState:
                 self._record()
             self.set(self.epoch + 1)
 
-    def reserve(self, index: int) -> tuple[EpochPlan, Prefetcher, int]:
+    def reserve(self, index: int, run: int = 1) -> tuple[EpochPlan, Prefetcher, int]:
         """The plan, prefetcher and plan batch index of batch ``index`` of this epoch.
 
         Parameters
         ----------
         index
             ``seq[index]``'s index: from 0 (the epoch's ``start``), negative from the end.
+        run
+            Batches read from ``index`` on at once (all of them in range): a reader in order.
 
         Returns
         -------
@@ -335,9 +337,10 @@ class EpochState:
             n = plan.num_batches - start
             if i < 0:
                 i += n
-            if not 0 <= i < n:
+            if not 0 <= i or not i + run <= n:
                 raise IndexError(f"Batch index {index} out of range for {n} batches.")
             self._note_access(i)
+            self._last_index = i + run - 1
         assert pf is not None
         return plan, pf, i + start
 

@@ -458,6 +458,53 @@ class BatchStream:
         if self._cursor.finish(plan):  # every batch served: move on
             self._position = 0
 
+    def runs(self, batches: int) -> Iterator[Batch]:
+        """What ``iter()`` gives, read ``batches`` batches at a time into arrays of their own.
+
+        Each run's rows are taken from their windows at once into new arrays (one copy,
+        writable, contiguous) and its batches are views of them: per batch a slice, not a
+        window's lookup and a copy (what a torch loop pays at every step). As with ``iter()``:
+        the rest of the current epoch, then the stream moves on, and :meth:`get_state` between
+        two batches resumes exactly after the last one yielded. A run's arrays are the
+        caller's while it holds a batch of them.
+
+        Parameters
+        ----------
+        batches
+            Batches per run (at least 1).
+        """
+        batches = max(int(batches), 1)
+        while self._position < len(self):
+            count = min(batches, len(self) - self._position)
+            plan, first, data = self._run(self._position, count)
+            at = 0
+            for b in range(first, first + count):
+                n = plan.batch_rows(b)
+                self._position += 1
+                yield data.take(at, at + n).batch()
+                at += n
+        plan = self.plan
+        if self._cursor.finish(plan):  # every batch served: move on
+            self._position = 0
+
+    def _run(self, index: int, count: int) -> tuple[EpochPlan, int, WindowData]:
+        """Batches ``index .. index + count - 1`` of the current epoch: plan, plan index, rows owned."""
+        self.check_usable()
+        try:
+            for attempt in range(4):
+                plan, pf, first = self._cursor.reserve(index, count)
+                try:
+                    data = self.take(plan, pf, first, first + count)
+                except WindowCancelled:  # the epoch changed while we waited: from the current plan
+                    if attempt == 3:
+                        raise
+                    continue
+                return plan, first, WindowData(_owned(data.x), np.array(data.y), _owned(data.w))
+            raise AssertionError("unreachable")
+        except DaskfeedError as err:
+            self.failure = err
+            raise
+
     @property
     def last_epoch_stats(self) -> EpochStats | dict[str, Any]:
         """:meth:`epoch_stats` of the last epoch that ended (empty before the first)."""
@@ -703,6 +750,15 @@ class BatchStream:
         self._cursor = self._new_cursor(0, 0)
         self._position = 0
         self.set_state(resume)
+
+
+def _owned(x: Any) -> Any:
+    """Arrays (a dict of them, or None) copied into new ones: writable, contiguous, not a window's."""
+    if x is None:
+        return None
+    if isinstance(x, dict):
+        return {k: np.array(v) for k, v in x.items()}
+    return np.array(x)
 
 
 def _merged(per_batch: list[list[Slice]]) -> list[Slice]:

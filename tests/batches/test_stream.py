@@ -94,6 +94,41 @@ def test_window_reads_takes_auto_or_workers_only():
     assert not _this_machine("192.0.2.7")  # TEST-NET-1: never an address of this machine
 
 
+def test_runs_of_batches_are_the_batches_iter_gives_and_resume_exactly(id_data, client):
+    """``runs(k)`` (what TorchDataset reads): the same batches, epoch after epoch, as views of
+    arrays of their own; a state taken inside a run resumes after the last batch yielded."""
+    def stream() -> BatchStream:
+        return BatchStream(Prepared(id_data.train_glob, client=client, settings=DataSettings.resolve(
+            label="cleared", batch_size=BATCH, seed=4, features=["row_id", "level"])),
+            window_rows=WINDOW_ROWS)
+
+    plain, runs = stream(), stream()
+    try:
+        for _ in range(2):  # two epochs: the stream moves on after each, either way
+            want = [(x["row_id"].copy(), y.copy()) for x, y in plain]
+            got = list(runs.runs(7))
+            assert len(got) == len(want)
+            for (x, y), (wx, wy) in zip(got, want, strict=True):
+                assert np.array_equal(x["row_id"], wx) and np.array_equal(y, wy)
+                assert x["row_id"].flags.writeable and y.flags.writeable
+        assert runs.epoch == plain.epoch == 2
+        whole = [x["row_id"].copy() for x, _ in plain]  # epoch 2
+        it = runs.runs(5)
+        first = [next(it)[0]["row_id"].copy() for _ in range(8)]  # inside the second run
+        state = json.loads(json.dumps(runs.get_state()))
+        assert (state["epoch"], state["batch"]) == (2, 8)
+    finally:
+        plain.close()
+        runs.close()
+    again = stream()
+    try:
+        again.set_state(state)
+        rest = [x["row_id"].copy() for x, _ in again.runs(3)]
+    finally:
+        again.close()
+    assert all(np.array_equal(a, b) for a, b in zip(first + rest, whole, strict=True))
+
+
 def test_state_after_any_batch_resumes_exactly(id_data, client):
     """Grain's convention: get_state between two batches; a new stream set to it goes on."""
     prepared = Prepared(id_data.train_glob, client=client, settings=DataSettings.resolve(
