@@ -660,10 +660,12 @@ class BatchStream:
             self._owner.client = connect(self.data.scheduler_address, security=self.data.security)
             self._owner.owns = True
         if self._owner.client.status in ("closing", "closed"):
-            raise ClusterError(
-                f"The Dask client of this DaskSequence ({self.data.scheduler_address}) was "
-                "closed. Expected a running client.\nHint: close the DaskSequence before its "
-                "client, or create it again with a running client."
+            raise ClusterError(  # (a client that lost its scheduler closes itself too)
+                f"Lost the connection to the Dask scheduler ({self.data.scheduler_address}), or "
+                "the client of this DaskSequence was closed. Expected a running client.\nHint: "
+                "check that the scheduler is still running (or restart it and its workers), then "
+                "run again; in a script, close the DaskSequence before its client, or create it "
+                "again with a running client."
             )
         return self._owner.client
 
