@@ -491,19 +491,20 @@ class BatchStream:
         """Batches ``index .. index + count - 1`` of the current epoch: plan, plan index, rows owned."""
         self.check_usable()
         try:
-            for attempt in range(4):
-                plan, pf, first = self._cursor.reserve(index, count)
+            for _ in range(3):
                 try:
-                    data = self.take(plan, pf, first, first + count)
-                except WindowCancelled:  # the epoch changed while we waited: from the current plan
-                    if attempt == 3:
-                        raise
-                    continue
-                return plan, first, WindowData(_owned(data.x), np.array(data.y), _owned(data.w))
-            raise AssertionError("unreachable")
+                    return self._take_run(index, count)
+                except WindowCancelled:
+                    continue  # the epoch changed while we waited: take from the current plan
+            return self._take_run(index, count)
         except DaskfeedError as err:
             self.failure = err
             raise
+
+    def _take_run(self, index: int, count: int) -> tuple[EpochPlan, int, WindowData]:
+        plan, pf, first = self._cursor.reserve(index, count)
+        data = self.take(plan, pf, first, first + count)
+        return plan, first, WindowData(_owned(data.x), np.array(data.y), _owned(data.w))
 
     @property
     def last_epoch_stats(self) -> EpochStats | dict[str, Any]:
