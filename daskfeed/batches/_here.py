@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from daskfeed.cache import BucketSet
     from daskfeed.manifest import Encoding, WindowData
 
+
 class HereReads:
     """Threads of the trainer that read windows of the global order (see the module's text).
 
