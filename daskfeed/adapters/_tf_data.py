@@ -53,7 +53,6 @@ from daskfeed.cluster import WindowCancelled
 from daskfeed.core import Aborted, DaskfeedError, SettingError, handoff_name
 from daskfeed.manifest import WindowData
 
-CHUNK_BYTES = 8 * 2**20  # encoded bytes per chunk, at most
 QUEUED = 2  # chunks waiting in TensorFlow's queue, at most
 _TAGS = 4  # each queued chunk: pass, epoch, index, error text; then its arrays
 _ROOM_LOOK = 0.01  # seconds between looks at the queue's room for a stop's error chunk
@@ -103,7 +102,7 @@ class TFDataHandoff:
         stands now (its ``epoch`` and ``start``: a feed of a resumed epoch serves that epoch
         only).
     chunk_bytes
-        Encoded bytes per chunk at most (default: :data:`CHUNK_BYTES`, or a sixteenth of the
+        Encoded bytes per chunk at most (default: ``RUN_BYTES``, 8 MiB, or a sixteenth of the
         sequence's ``prefetch_bytes`` when less); at least one batch.
 
     Notes
@@ -121,10 +120,8 @@ class TFDataHandoff:
         import tensorflow as tf
 
         self.stream = stream
-        data = stream.data
         self.epoch, self.start = stream.epoch, stream.start  # where the first pass begins
-        cap = chunk_bytes or min(CHUNK_BYTES, max(data.settings.prefetch_bytes // 16, 1))
-        self.chunk = max(1, int(cap) // (data.settings.batch_size * data.encoding.bytes_per_row))
+        self.chunk = stream.batches_per_run(chunk_bytes)
         self._arrays = _array_specs(stream)  # (dtype, inner shape) of each array of a chunk
         self._len = len(stream)  # batches per pass
         self._chunks = len(self._bounds(stream.plan, self.start))  # per pass

@@ -24,8 +24,6 @@ from daskfeed.cluster import close_client
 from daskfeed.core import BackendError, refuse_setting
 from daskfeed.manifest import Manifest
 
-RUN_BYTES = 8 * 2**20  # encoded bytes of the batches read at once (at most a sixteenth of prefetch)
-
 if TYPE_CHECKING:
     import dask.dataframe as dd
     from distributed import Client
@@ -200,10 +198,7 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
                 "a DataLoader worker process (num_workers > 0), where each copy would serve the "
                 "whole epoch and its position would be lost",
                 "DataLoader(dataset, batch_size=None, num_workers=0), or iterate the dataset itself.")
-        data = self.stream.data
-        run = min(RUN_BYTES, max(data.settings.prefetch_bytes // 16, 1))
-        per_batch = max(data.settings.batch_size * data.encoding.bytes_per_row, 1)
-        for batch in self.stream.runs(max(1, int(run // per_batch))):
+        for batch in self.stream.runs():
             yield tuple(_tensors(part) for part in batch)
 
     # -- resume (torchdata's Stateful convention) ---------------------------------------

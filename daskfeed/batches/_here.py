@@ -25,7 +25,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from daskfeed.batches._read import read_buckets
-from daskfeed.dashboard import report_cache
 
 if TYPE_CHECKING:
     from daskfeed.batches._order import Lanes
@@ -62,13 +61,8 @@ class HereReads:
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="daskfeed-window")
-            return self._pool.submit(self._read, files, window, span, lanes, encoding)
-
-    def _read(self, files: BucketSet, window: list[tuple[int, int, tuple[int, ...]]],
-              span: tuple[int, int], lanes: Lanes, encoding: Encoding) -> WindowData:
-        data = read_buckets(files, window, span, lanes, encoding)
-        report_cache(len(window), 0, client=self._client)  # (read_buckets' own: on workers only)
-        return data
+            return self._pool.submit(read_buckets, files, window, span, lanes, encoding,
+                                     client=self._client)
 
     def close(self) -> None:
         """Stop the threads once the windows being read end (windows waiting are dropped)."""

@@ -90,8 +90,12 @@ def _encode_tables(tables: list[pa.Table], encoding: Encoding) -> list[WindowDat
 
 
 def read_buckets(files: BucketSet, window: list[tuple[int, int, tuple[int, ...]]],
-                 span: tuple[int, int], lanes: Lanes, encoding: Encoding) -> WindowData:
+                 span: tuple[int, int], lanes: Lanes, encoding: Encoding,
+                 client: Any = None) -> WindowData:
     """Read, encode and order a window of the global order in one task (on a worker).
+
+    Or in the trainer's own threads (:mod:`daskfeed.batches._here`), which pass their
+    ``client``: the dashboard's cache counts go through it there.
 
     The window's units are whole buckets (:meth:`~daskfeed.batches._order.GlobalOrder.window`),
     each read whole from its Arrow file (only the columns the encoding needs) and put in the
@@ -123,7 +127,7 @@ def read_buckets(files: BucketSet, window: list[tuple[int, int, tuple[int, ...]]
                 f"Expected {rows} rows in bucket {b} ({files.bucket_path(b)}). Received: "
                 f"{table.num_rows}.\nHint: run again (the buckets are built again).")
         tables.append(table)
-    report_cache(len(tables), 0)  # the dashboard's cache hit rate: buckets are the cache's
+    report_cache(len(tables), 0, client=client)  # the cache hit rate: buckets are the cache's
     index = window_index(window, span, lanes)
     try:
         return _encode_buckets(tables, index, encoding)

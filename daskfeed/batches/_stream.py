@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 
     from daskfeed.cluster import Pending
 
+RUN_BYTES = 8 * 2**20  #: encoded bytes of batches read at once, at most (a run, a tf.data chunk)
+
 #: a batch: ``(x, y)`` or ``(x, y, w)``; ``x`` a dict of arrays by column, or one matrix
 Batch = tuple["dict[str, npt.NDArray[Any]] | npt.NDArray[Any]", ...]
 
@@ -458,7 +460,17 @@ class BatchStream:
         if self._cursor.finish(plan):  # every batch served: move on
             self._position = 0
 
-    def runs(self, batches: int) -> Iterator[Batch]:
+    def batches_per_run(self, nbytes: int | None = None) -> int:
+        """Batches of at most ``nbytes`` encoded bytes, at least one (a run, a tf.data chunk).
+
+        Default: :data:`RUN_BYTES`, or a sixteenth of the prefetch where that is less (a run is
+        held beside the windows the prefetch bounds).
+        """
+        st = self.data.settings
+        cap = nbytes or min(RUN_BYTES, max(st.prefetch_bytes // 16, 1))
+        return max(1, int(cap) // max(st.batch_size * self.data.encoding.bytes_per_row, 1))
+
+    def runs(self, batches: int | None = None) -> Iterator[Batch]:
         """What ``iter()`` gives, read ``batches`` batches at a time into arrays of their own.
 
         Each run's rows are taken from their windows at once into new arrays (one copy,
@@ -471,9 +483,9 @@ class BatchStream:
         Parameters
         ----------
         batches
-            Batches per run (at least 1).
+            Batches per run (at least 1; default: :meth:`batches_per_run`).
         """
-        batches = max(int(batches), 1)
+        batches = self.batches_per_run() if batches is None else max(int(batches), 1)
         while self._position < len(self):
             count = min(batches, len(self) - self._position)
             plan, first, data = self._run(self._position, count)
