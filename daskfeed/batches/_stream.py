@@ -463,7 +463,7 @@ class BatchStream:
     def batches_per_run(self, nbytes: int | None = None) -> int:
         """Batches of at most ``nbytes`` encoded bytes, at least one (a run, a tf.data chunk).
 
-        Default: :data:`RUN_BYTES`, or a sixteenth of the prefetch where that is less (a run is
+        Default: ``RUN_BYTES`` (8 MiB), or a sixteenth of the prefetch where that is less (a run is
         held beside the windows the prefetch bounds).
         """
         st = self.data.settings
