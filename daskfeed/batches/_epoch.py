@@ -188,6 +188,9 @@ class EpochState:
             self._left = {w.index: sum(1 for b in plan.batches_of(w.index) if b >= start)
                           for w in plan.windows}
             self._jumps, self._last_index = 0, -1
+            # reading in order: nothing asked for beyond the batches served from ``start`` on
+            # (``_prefix``: the first not served) and the readers' lookahead (``tolerance``)
+            self._prefix, self._furthest = start, start - 1
             self._t0 = time.perf_counter()
             if old is not None and old_pf is not None and (plan == old or plan.same_batches(old)):
                 self._keep_windows(old_pf)  # the next epoch's windows fetched ahead stay too
@@ -341,6 +344,7 @@ class EpochState:
                 raise IndexError(f"Batch index {index} out of range for {n} batches.")
             self._note_access(i)
             self._last_index = i + run - 1
+            self._furthest = max(self._furthest, i + start + run - 1)
         assert pf is not None
         return plan, pf, i + start
 
@@ -360,6 +364,8 @@ class EpochState:
             if plan is not self._plan or i in self._served:
                 return
             self._served.add(i)
+            while self._prefix in self._served:
+                self._prefix += 1
             if y is not None:
                 self._spread.add(y)
             for s in slices:
@@ -383,7 +389,10 @@ class EpochState:
         pf = self.prefetcher
         if pf is None or not pf.started_all or (self._last is not None and self.epoch >= self._last):
             return
-        in_order = not self._jumps  # windows served are read no more: their room is lent too
+        # windows served are read no more by a reader in order: their room is lent too. Not in
+        # order: a jump, or a batch asked for far ahead of those served (another thread reading
+        # from the end: it would read the served windows again)
+        in_order = not self._jumps and self._furthest < self._prefix + self._tolerance
         if self._ahead is not None:
             more = pf.lend(let_go=in_order)
             if more > 0:

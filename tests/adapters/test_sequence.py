@@ -124,6 +124,23 @@ def test_concurrent_threads_get_correct_batches(id_data, client):
         assert seq.epoch_stats()["windows_computed"] == len(seq.plan.windows)
 
 
+def test_a_reader_asking_far_ahead_first_is_not_read_in_order(id_data, client):
+    """The last batch asked for first, then the first half in order, then the first ones again.
+
+    What three threads reading evens, odds and backwards can do while the backward one waits
+    for its window: the served windows must stay (the backward reader will ask for them
+    again), not be let go as for a reader in order.
+    """
+    with make(id_data, client) as seq:
+        expected = epoch_ids(seq)
+    with make(id_data, client) as seq:
+        n = len(seq)
+        order = [n - 1, *range(n // 2), *range(8), *range(n // 2, n - 1)]
+        got = [(i, seq[i][0]["row_id"].astype(np.int64)) for i in order]
+        assert all(np.array_equal(ids, expected[i]) for i, ids in got)
+        assert seq.epoch_stats()["windows_computed"] == len(seq.plan.windows)
+
+
 def test_only_compact_arrays_with_manifest_encoding(id_data, client):
     with make(id_data, client, exclude=["row_id"]) as seq:
         x, y = seq[0]
