@@ -276,9 +276,22 @@ class KillResume:
                 self.screens()
             return ready()
 
+        def stopped_and_ready() -> bool:
+            """Ready, and still ready with rank 0 stopped (SIGSTOP): the job is killed in the
+            state that was checked, not after the checkpoints written while it was read (a
+            check reads the whole step log: on a busy machine the trainer ran on past the
+            epoch meanwhile)."""
+            if not alive_and_ready():
+                return False
+            os.kill(procs[0].pid, signal.SIGSTOP)
+            if ready():
+                return True
+            os.kill(procs[0].pid, signal.SIGCONT)
+            return False
+
         tree = []
         try:
-            wait_for(alive_and_ready, timeout, describe, interval=0.05)
+            wait_for(stopped_and_ready, timeout, describe, interval=0.05)
             if len(procs) > 1:
                 self._others_reach_rank_0(procs, timeout)
             running = [p for p in procs if p.poll() is None]  # (a rank but 0 may be done)
