@@ -448,17 +448,20 @@ class BatchStream:
         """The current epoch's batches in order from where the stream stands; then the next epoch.
 
         One epoch per iteration (as a ``torch`` ``IterableDataset`` or a plain loop reads it):
-        when its last batch was yielded the stream moves to the next epoch, so the next
-        ``iter()`` serves that one. :meth:`get_state` at any point between two batches resumes
-        exactly after the last one yielded.
+        as its last batch is yielded the stream moves to the next epoch, so the next ``iter()``
+        serves that one, also when this iterator is not read to its end (Keras' epochs over a
+        ``DataLoader`` of known length take its ``len`` batches and start a new iterator).
+        :meth:`get_state` at any point between two batches resumes exactly after the last one
+        yielded.
         """
         while self._position < len(self):
             batch = self.batch(self._position)
             self._position += 1
+            if self._moved_on():
+                yield batch
+                return
             yield batch
-        plan = self.plan
-        if self._cursor.finish(plan):  # every batch served: move on
-            self._position = 0
+        self._moved_on()
 
     def batches_per_run(self, nbytes: int | None = None) -> int:
         """Batches of at most ``nbytes`` encoded bytes, at least one (a run, a tf.data chunk).
@@ -493,11 +496,25 @@ class BatchStream:
             for b in range(first, first + count):
                 n = plan.batch_rows(b)
                 self._position += 1
-                yield data.take(at, at + n).batch()
+                batch = data.take(at, at + n).batch()
                 at += n
-        plan = self.plan
-        if self._cursor.finish(plan):  # every batch served: move on
-            self._position = 0
+                if self._moved_on():
+                    yield batch
+                    return
+                yield batch
+        self._moved_on()
+
+    def _moved_on(self) -> bool:
+        """After the epoch's last batch (every batch served): the next epoch, from its start.
+
+        Done as the last batch is handed out, not when the iterator is asked for one more: a
+        reader that takes exactly ``len`` batches (Keras) would otherwise find the epoch it
+        read still there, at its end, and get an empty epoch from its next iterator.
+        """
+        if self._position < len(self) or not self._cursor.finish(self.plan):
+            return False
+        self._position = 0
+        return True
 
     def _run(self, index: int, count: int) -> tuple[EpochPlan, int, WindowData]:
         """Batches ``index .. index + count - 1`` of the current epoch: plan, plan index, rows owned."""

@@ -63,6 +63,25 @@ def test_every_row_once_per_epoch_as_tensors_then_the_next_epoch(id_data, client
         assert _ids(next(cut)) and ds.state_dict()["batch"] == 1 and ds.epoch == 2
 
 
+def test_a_reader_taking_exactly_len_batches_gets_the_next_epoch_from_a_new_iterator(id_data, client):
+    """Keras' epochs over a DataLoader of known length: ``len`` batches, never the end of the
+    iterator, then a new iterator. Each gets a whole epoch (an empty one came every other)."""
+    with _ds(id_data, client) as ds:
+        loader = torch.utils.data.DataLoader(ds, batch_size=None)
+        epochs = []
+        for _ in range(3):
+            it = iter(loader)
+            epochs.append([r for _ in range(len(loader)) for r in _ids(next(it))])
+            assert ds.epoch == len(epochs) and ds.state_dict()["batch"] == 0
+        assert all(sorted(e) == sorted(epochs[0]) for e in epochs)
+        assert len(set(epochs[0])) == id_data.train_rows and epochs[0] != epochs[1]
+    with _ds(id_data, client) as ds:  # the stream's own iterator, batch by batch, alike
+        stream = ds.stream
+        it = iter(stream)
+        first = [next(it) for _ in range(len(stream))]
+        assert ds.epoch == 1 and len(list(iter(stream))) == len(first)
+
+
 def test_state_dict_resumes_mid_epoch_exactly_in_a_new_dataset(id_data, client):
     k = 23
     with _ds(id_data, client) as ds:
