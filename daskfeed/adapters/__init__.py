@@ -1,7 +1,8 @@
 """Adapters: a BatchStream's batches handed to Keras (a PyDataset, a tf.data pipeline) or PyTorch.
 
 ``DaskSequence`` is the ``PyDataset``; the tf.data hand-off (``DaskSequence.to_tf_dataset``, and
-``fit_inputs`` for ``fit``) hands a window's batches to a tf.data pipeline; ``TorchDataset`` is a
+``fit_inputs`` for ``fit``) hands a window's batches to a tf.data pipeline, the dataloader
+hand-off (``fit_inputs`` on PyTorch) runs of batches to a torch ``DataLoader``; ``TorchDataset`` is a
 ``torch.utils.data.IterableDataset`` for a plain PyTorch loop (no keras); all stand on a
 :class:`~daskfeed.batches.BatchStream`.
 
@@ -15,16 +16,17 @@ from typing import TYPE_CHECKING
 from daskfeed.core import attach
 
 if TYPE_CHECKING:
-    from daskfeed.adapters._handoff import fit_inputs
+    from daskfeed.adapters._handoff import chosen_handoff, fit_inputs
     from daskfeed.adapters._keras import keras
     from daskfeed.adapters._sequence import DaskSequence
     from daskfeed.adapters._torch import TorchDataset
 
-__all__ = ["DaskSequence", "TorchDataset", "fit_inputs", "keras"]
+__all__ = ["DaskSequence", "TorchDataset", "chosen_handoff", "fit_inputs", "keras"]
 
 __getattr__, __dir__ = attach(__name__, {
     "keras": "_keras",
     "DaskSequence": "_sequence",
     "fit_inputs": "_handoff",
+    "chosen_handoff": "_handoff",
     "TorchDataset": "_torch",
 })

@@ -1,7 +1,7 @@
-"""What one ``model.fit`` is handed: the sequence itself, or its batches as the tf.data hand-off.
+"""What one ``model.fit`` is handed: the sequence, or its batches as tf.data or a DataLoader.
 
-Above both hand-offs (:mod:`daskfeed.adapters._sequence`, :mod:`daskfeed.adapters._tf_data`),
-which do not import each other's users.
+Above the hand-offs (:mod:`daskfeed.adapters._sequence`, :mod:`daskfeed.adapters._tf_data`,
+:mod:`daskfeed.adapters._torch`), which do not import each other's users.
 """
 
 from __future__ import annotations
@@ -10,14 +10,54 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from daskfeed.adapters._keras import keras
 from daskfeed.adapters._sequence import DaskSequence
 from daskfeed.adapters._tf_data import TFDataHandoff, uses_tf_data
+from daskfeed.core import SettingError, handoff_name
+
+
+def chosen_handoff(handoff: str) -> str:
+    """The hand-off ``handoff`` is on this backend: ``tf-data``, ``dataloader`` or ``pydataset``.
+
+    ``auto`` is ``tf-data`` on TensorFlow, ``dataloader`` on PyTorch and ``pydataset`` on JAX.
+
+    Parameters
+    ----------
+    handoff
+        ``auto``, ``tf-data``, ``dataloader`` or ``pydataset`` (an old name with a warning).
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    SettingError
+        Another name, or a hand-off of another backend (``tf-data`` off TensorFlow,
+        ``dataloader`` off PyTorch).
+    """
+    handoff = handoff_name(handoff)
+    if uses_tf_data(handoff):
+        return "tf-data"
+    backend = keras.backend.backend()
+    if handoff == "dataloader" and backend != "torch":
+        raise SettingError(f"Expected the PyTorch backend with the dataloader hand-off (a torch "
+                           f"DataLoader). Received: KERAS_BACKEND={backend!r}.\nHint: --handoff "
+                           "auto (or pydataset).")
+    if handoff == "dataloader" or (handoff == "auto" and backend == "torch"):
+        return "dataloader"
+    return "pydataset"
 
 
 @contextlib.contextmanager
 def fit_inputs(sequence: DaskSequence, handoff: str, kwargs: dict[str, Any],
                steps_per_execution: int = 1) -> Iterator[tuple[Any, dict[str, Any]]]:
     """What one ``model.fit`` over ``sequence`` is handed: the data and its other arguments.
+
+    With the dataloader hand-off (``dataloader``, or ``auto`` on the PyTorch backend): a torch
+    ``DataLoader`` of the sequence's batches read a run at a time (as ``TorchDataset`` reads
+    them), ``len(sequence)`` of them per epoch, a
+    ``DaskSequence`` given as ``validation_data`` as one too, and ``shuffle=False``.
 
     With the tf.data hand-off (``tf-data``, or ``auto`` on the TensorFlow backend): ``sequence`` as
     a ``tf.data`` dataset fed many batches per Python call (a stream with
@@ -33,7 +73,7 @@ def fit_inputs(sequence: DaskSequence, handoff: str, kwargs: dict[str, Any],
     sequence
         The training sequence, where its next ``fit`` starts (epoch and batch).
     handoff
-        ``auto``, ``tf-data`` or ``pydataset``.
+        ``auto``, ``tf-data``, ``dataloader`` or ``pydataset``.
     kwargs
         ``fit``'s other arguments.
     steps_per_execution
@@ -44,7 +84,16 @@ def fit_inputs(sequence: DaskSequence, handoff: str, kwargs: dict[str, Any],
     tuple
         ``(x, kwargs)`` for ``model.fit(x, **kwargs)``.
     """
-    if not uses_tf_data(handoff):
+    chosen = chosen_handoff(handoff)
+    if chosen == "dataloader":
+        from daskfeed.adapters._torch import dataloader
+
+        out = {**kwargs, "shuffle": False}
+        if isinstance(kwargs.get("validation_data"), DaskSequence):
+            out["validation_data"] = dataloader(kwargs["validation_data"].stream)
+        yield dataloader(sequence.stream), out
+        return
+    if chosen == "pydataset":
         yield sequence, kwargs
         return
     feeds = [TFDataHandoff(sequence.stream)]

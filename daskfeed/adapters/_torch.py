@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from daskfeed.adapters._budget import InBudget
-from daskfeed.batches import BatchStream, DataSettings, Prepared
+from daskfeed.batches import BatchStream, DataSettings, Prepared, StreamState
 from daskfeed.cluster import close_client
 from daskfeed.core import BackendError, refuse_setting
 from daskfeed.manifest import Manifest
@@ -191,15 +191,7 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
         DaskfeedError
             Read in a ``DataLoader`` worker process (``num_workers > 0``).
         """
-        if get_worker_info() is not None:
-            refuse_setting(
-                "Expected TorchDataset in a DataLoader with num_workers=0 (the Dask workers read "
-                "and encode the batches).",
-                "a DataLoader worker process (num_workers > 0), where each copy would serve the "
-                "whole epoch and its position would be lost",
-                "DataLoader(dataset, batch_size=None, num_workers=0), or iterate the dataset itself.")
-        for batch in self.stream.runs():
-            yield tuple(_tensors(part) for part in batch)
+        return _tensor_batches(self.stream, "TorchDataset")
 
     # -- resume (torchdata's Stateful convention) ---------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -254,6 +246,83 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
         return (f"TorchDataset({self.stream.data.source!r}, label={st.label!r}, "
                 f"features={len(self.features)}, batch_size={st.batch_size}, "
                 f"batches={len(self)}, epoch={self.epoch}, shard={tuple(st.shard)})")
+
+
+class StreamLoader(IterableDataset):  # type: ignore[type-arg,misc]
+    """A stream's batches as tensors for Keras' ``fit`` on PyTorch: the ``dataloader`` hand-off.
+
+    :func:`~daskfeed.adapters._handoff.fit_inputs` hands ``fit`` a ``DataLoader`` of it
+    (``batch_size=None``): each of Keras' epochs takes ``len`` batches from a new iterator, read
+    a run of batches at a time (:meth:`BatchStream.runs
+    <daskfeed.batches.BatchStream.runs>`), so a step costs a slice of arrays already batched
+    instead of a ``PyDataset`` call, its window lookup and copy, and Keras' conversion. The
+    batches and their order are the sequence's ``seq[0] .. seq[len(seq) - 1]``, epoch after
+    epoch (the stream moves on as an epoch's last batch is handed out).
+
+    A pass (an iterator read) cut short before its epoch's end is served again from where it
+    began by the next pass: Keras' first ``fit`` and ``evaluate`` of a model take one batch
+    from an iterator to build it, then start the epoch with a new one.
+
+    Parameters
+    ----------
+    stream
+        The sequence's stream, where ``fit`` starts: ``len`` is the batches it serves of that
+        epoch (the rest of a resumed one; ``fit_from`` fits a resumed epoch alone).
+    """
+
+    def __init__(self, stream: BatchStream) -> None:
+        super().__init__()
+        self.stream = stream
+        self._len = len(stream)
+        self._began: StreamState | None = None  # where the last pass began
+
+    def __len__(self) -> int:
+        """Batches of an epoch from where the stream stood (Keras' steps per epoch)."""
+        return self._len
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        """The stream's current epoch from where it stands, as tensors (see the class's text)."""
+        return self._pass()
+
+    def _pass(self) -> Iterator[tuple[Any, ...]]:
+        # (a generator: an iterator made and never read, as Keras makes one at an epoch's end,
+        # runs none of this)
+        began, now = self._began, self.stream.state()
+        if began is not None and now.epoch == began.epoch and now != began:
+            self.stream.set_state(began)  # the last pass was cut short within its epoch
+            now = began
+        self._began = now
+        yield from _tensor_batches(self.stream, "the dataloader hand-off")
+
+
+def dataloader(stream: BatchStream) -> torch.utils.data.DataLoader:
+    """``stream``'s batches as the ``DataLoader`` Keras' ``fit`` takes on PyTorch (see :class:`StreamLoader`).
+
+    Parameters
+    ----------
+    stream
+        The sequence's stream.
+
+    Returns
+    -------
+    torch.utils.data.DataLoader
+        Of already batched ``(x, y)`` / ``(x, y, w)`` tensors (``batch_size=None``, read in
+        the trainer's thread: ``num_workers=0``).
+    """
+    return torch.utils.data.DataLoader(StreamLoader(stream), batch_size=None, num_workers=0)
+
+
+def _tensor_batches(stream: BatchStream, what: str) -> Iterator[tuple[Any, ...]]:
+    """The rest of ``stream``'s current epoch as tuples of tensors, read a run at a time."""
+    if get_worker_info() is not None:
+        refuse_setting(
+            f"Expected {what} in a DataLoader with num_workers=0 (the Dask workers read "
+            "and encode the batches).",
+            "a DataLoader worker process (num_workers > 0), where each copy would serve the "
+            "whole epoch and its position would be lost",
+            "DataLoader(dataset, batch_size=None, num_workers=0), or iterate the dataset itself.")
+    for batch in stream.runs():
+        yield tuple(_tensors(part) for part in batch)
 
 
 def _tensors(part: Any) -> Any:

@@ -231,13 +231,14 @@ def fit_options(fn: F) -> F:
                           "builder's model comes uncompiled."),
         click.option("--dropout", type=click.FloatRange(0, 1, max_open=True), default=None,
                      help="Dropout after each hidden layer of the default model [default: 0]."),
-        click.option("--handoff", type=click.Choice(["auto", "tf-data", "pydataset"]),
+        click.option("--handoff", type=click.Choice(["auto", "tf-data", "dataloader", "pydataset"]),
                      default=None,
                      help="How batches reach Keras: tf-data (a tf.data pipeline fed a chunk of "
-                          "batches per Python call; TensorFlow only), pydataset (the PyDataset, "
-                          "one call per batch), auto: tf-data on TensorFlow, pydataset on JAX "
-                          "and PyTorch [default: daskfeed.handoff, auto]. Same batches either "
-                          "way."),
+                          "batches per Python call; TensorFlow only), dataloader (a torch "
+                          "DataLoader of batches read a run at a time; PyTorch only), pydataset "
+                          "(the PyDataset, one call per batch), auto: tf-data on TensorFlow, "
+                          "dataloader on PyTorch, pydataset on JAX [default: daskfeed.handoff, "
+                          "auto]. Same batches either way."),
         click.option("--feed", type=click.Choice(["auto", "windows", "batches"]), default=None,
                      help="Deprecated: --handoff's old name (windows = tf-data, batches = "
                           "pydataset); still taken, with a warning."),

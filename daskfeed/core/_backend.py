@@ -21,9 +21,10 @@ from daskfeed.core._exceptions import BackendError, refuse_setting, warn_user
 #: The Keras backends daskfeed is tested on (tests/core/test_backend.py).
 BACKENDS = ("tensorflow", "jax", "torch")
 #: How batches reach Keras, the *hand-off* (``--handoff`` / ``daskfeed.handoff``): ``tf-data`` (a
-#: tf.data pipeline fed a chunk of batches per call, TensorFlow only), ``pydataset`` (the
-#: ``PyDataset``, one call per batch) or ``auto`` (the first on TensorFlow, else the second).
-HANDOFFS = ("auto", "tf-data", "pydataset")
+#: tf.data pipeline fed a chunk of batches per call, TensorFlow only), ``dataloader`` (a torch
+#: ``DataLoader`` of runs of batches, PyTorch only), ``pydataset`` (the ``PyDataset``, one call
+#: per batch) or ``auto`` (``tf-data`` on TensorFlow, ``dataloader`` on PyTorch, else ``pydataset``).
+HANDOFFS = ("auto", "tf-data", "dataloader", "pydataset")
 #: The hand-offs' names before (``--feed windows|batches``), still understood.
 _OLD_HANDOFFS = {"windows": "tf-data", "batches": "pydataset"}
 #: The package each backend but TensorFlow needs, and the extra that installs it.
@@ -45,7 +46,7 @@ def handoff_name(value: str, what: str = "handoff") -> str:
     Returns
     -------
     str
-        ``auto``, ``tf-data`` or ``pydataset``.
+        ``auto``, ``tf-data``, ``dataloader`` or ``pydataset``.
 
     Raises
     ------

@@ -39,7 +39,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from daskfeed.adapters import fit_inputs, keras
+from daskfeed.adapters import chosen_handoff, fit_inputs, keras
 from daskfeed.checkpoint import CheckpointStore, json_value, optimizer_steps
 from daskfeed.core import handoff_name, warn_user
 from daskfeed.training._early_stopping import EarlyStopping
@@ -273,10 +273,12 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
     handoff
         How batches reach Keras, the hand-off: ``tf-data``, a ``tf.data`` pipeline fed a chunk
         of batches per Python call (as :meth:`~daskfeed.DaskSequence.to_tf_dataset`'s, TensorFlow
-        backend only); ``pydataset``, the sequence itself (a ``PyDataset``, one call
-        per batch); ``auto`` (default), ``tf-data`` on TensorFlow and ``pydataset`` on JAX and
-        PyTorch. The batches are the same; callbacks with a ``set_handoff`` method are told
-        which it is (the wait for data is not measured the same way, see ``docs/watching.md``).
+        backend only); ``dataloader``, a torch ``DataLoader`` of its batches read a run at a
+        time (PyTorch backend only); ``pydataset``, the sequence itself (a ``PyDataset``, one
+        call per batch); ``auto`` (default), ``tf-data`` on TensorFlow, ``dataloader`` on
+        PyTorch and ``pydataset`` on JAX. The batches are the same; callbacks with a
+        ``set_handoff`` method are told which it is (the wait for data is not measured the same
+        way, see ``docs/watching.md``).
     **kwargs
         ``fit``'s other arguments (``callbacks``, ``validation_data``, ``verbose``, ...); the
         hand-off's old keyword ``feed=`` (``windows``, ``batches``) is still taken, with a
@@ -310,7 +312,7 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
             cb.continuing = end < epochs
         try:
             with fit_inputs(sequence, handoff, {**kwargs, "callbacks": callbacks}, group) as (x, args):
-                _tell_handoff(args, x is sequence)
+                _tell_handoff(args, chosen_handoff(handoff))
                 fits.append(model.fit(x, initial_epoch=first, epochs=end, **args))
         finally:
             for cb in carried:
@@ -320,22 +322,23 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
     return fits
 
 
-def _tell_handoff(args: dict[str, Any], pydataset: bool) -> None:
+def _tell_handoff(args: dict[str, Any], handoff: str) -> None:
     """Tell the callbacks that measure the wait for data how batches reach Keras.
 
     Those with a ``set_handoff`` method (:class:`EpochTelemetry`,
-    :class:`~daskfeed.training._watch.WatchCallback`) get ``pydataset`` (the sequence itself) or
-    ``tf-data`` (the tf.data hand-off's pipeline); a user's callback written for the old name,
-    ``set_feed``, still gets ``batches`` or ``windows``.
+    :class:`~daskfeed.training._watch.WatchCallback`) get ``handoff``: ``pydataset`` (the
+    sequence itself), ``dataloader`` (a torch ``DataLoader`` of its batches) or ``tf-data`` (the
+    tf.data hand-off's pipeline); a user's callback written for the old name, ``set_feed``,
+    still gets ``windows`` for tf-data, else ``batches`` (batches read in the trainer's thread).
     """
     for cb in args.get("callbacks") or ():
         set_handoff = getattr(cb, "set_handoff", None)
         if callable(set_handoff):
-            set_handoff("pydataset" if pydataset else "tf-data")
+            set_handoff(handoff)
             continue
         set_feed = getattr(cb, "set_feed", None)
         if callable(set_feed):
-            set_feed("batches" if pydataset else "windows")
+            set_feed("windows" if handoff == "tf-data" else "batches")
 
 
 class _ProgbarTo(keras.callbacks.ProgbarLogger):

@@ -101,7 +101,7 @@ def summary_lines(history: Sequence[Mapping[str, Any]], *, seconds: float,
     earlier runs trained are said on the same line.
 
     The wait for data is what :class:`~daskfeed.training._telemetry.EpochTelemetry` measured:
-    with ``handoff="pydataset"``, Keras' wait for windows during this run's training time
+    with ``handoff="pydataset"`` or ``dataloader``, Keras' wait for windows during this run's training time
     (``data_wait_seconds`` over ``seconds``), and, on a line of its own when it is material (1 %
     of the training time, 0.01 s at least), the wait before training began
     (``first_batch_wait_seconds``); with the tf.data hand-off, where Keras' wait is not observable,

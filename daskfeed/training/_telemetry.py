@@ -47,7 +47,7 @@ class EpochTelemetry(HandoffAware):
     The wait for data depends on how batches reach Keras (:func:`fit_from` says which through
     :meth:`set_handoff`; ``pydataset`` unless told):
 
-    ``handoff="pydataset"`` (Keras reads ``seq[i]``, one thread at a time with PyDataset's ``workers=1``)
+    ``handoff="pydataset"`` (``seq[i]``, one thread at a time with ``workers=1``) or ``"dataloader"``
         ``data_wait_seconds`` is the time Keras' reads of the epoch's batches waited for windows
         during the epoch's training time, ``data_wait_fraction`` that over ``seconds``. Keras
         starts reading an epoch's batches after ``on_epoch_begin`` and has read them all before
@@ -79,7 +79,7 @@ class EpochTelemetry(HandoffAware):
     rss_sampler
         Samples the process tree's RSS (its peak per epoch is recorded); None: no memory figure.
     handoff
-        ``pydataset`` or ``tf-data``: how batches reach Keras (:func:`fit_from` sets it).
+        ``pydataset``, ``dataloader`` or ``tf-data``: how batches reach Keras (:func:`fit_from` sets it).
     """
 
     def __init__(self, sequence: DaskSequence, rss_sampler: RSSSampler | None = None, *,
@@ -159,7 +159,7 @@ class EpochTelemetry(HandoffAware):
             "ended_at": round(time.time(), 3),
         }
         waited = float(stats["wait_seconds"]) if stats else None
-        if self.handoff == "pydataset":
+        if self.handoff != "tf-data":  # (pydataset, dataloader: read in the trainer's thread)
             during = None if waited is None else waited - self._waited_before
             rec.update(data_wait_seconds=_rounded(during),
                        data_wait_fraction=None if during is None else round(during / seconds, 4),

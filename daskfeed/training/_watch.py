@@ -41,12 +41,16 @@ class HandoffAware(keras.callbacks.Callback):
     handoff = "pydataset"
 
     def set_handoff(self, handoff: str) -> None:
-        """Say how batches reach Keras: ``pydataset`` (``seq[i]``) or ``tf-data`` (a TFDataHandoff).
+        """Say how batches reach Keras: ``pydataset``, ``dataloader`` or ``tf-data``.
+
+        ``pydataset``: ``seq[i]``; ``dataloader``: a torch ``DataLoader`` of the sequence's
+        batches; ``tf-data``: a TFDataHandoff.
 
         Parameters
         ----------
         handoff
-            ``pydataset`` or ``tf-data`` (the old names ``batches``, ``windows`` with a warning).
+            ``pydataset``, ``dataloader`` or ``tf-data`` (the old names ``batches``, ``windows``
+            with a warning).
 
         Raises
         ------
@@ -55,7 +59,7 @@ class HandoffAware(keras.callbacks.Callback):
         """
         handoff = handoff_name(handoff)
         if handoff == "auto":
-            refuse_setting("Expected the hand-off fit_from chose: pydataset or tf-data.",
+            refuse_setting("Expected the hand-off fit_from chose: pydataset, dataloader or tf-data.",
                            "handoff='auto'", "let fit_from tell the callback (handoff=...).")
         self.handoff = handoff
 
@@ -95,7 +99,8 @@ class WatchCallback(HandoffAware):
     -----
     The data-wait figure (``data_wait``: the page's "waiting for data", ``/metrics``'
     ``daskfeed_data_wait_ratio``) is the share of the epoch's training time so far that Keras'
-    reads of its batches waited for windows: with ``handoff="pydataset"`` one thread reads them after
+    reads of its batches waited for windows: with ``handoff="pydataset"`` (or ``dataloader``) one
+    thread reads them after
     ``on_epoch_begin`` (what it read before, the TensorFlow backend's first batches when ``fit``
     starts, is not counted), so the share is at most 1 by construction. With the tf.data hand-off
     Keras' wait is not observable (``history.json`` has the producer thread's ``feed_wait_*``
@@ -272,7 +277,7 @@ class WatchCallback(HandoffAware):
         ``stats``: the sequence's figures of the epoch (now, or at its end). None with the
         tf.data hand-off (Keras' wait is not observable), or when ``stats`` are another epoch's.
         """
-        if self.handoff != "pydataset" or stats.get("epoch") != self._epoch:
+        if self.handoff == "tf-data" or stats.get("epoch") != self._epoch:
             return None
         return (float(stats.get("wait_seconds", 0.0)) - self._waited_before) / seconds
 

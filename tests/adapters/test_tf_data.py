@@ -198,12 +198,18 @@ def test_fit_from_trains_the_same_batches_whatever_the_feed(id_data, client):
 def test_the_handoff_setting_is_checked_and_its_old_names_still_work(tmp_path):
     import dask.config
 
+    from daskfeed.adapters import chosen_handoff
     from daskfeed.adapters._tf_data import uses_tf_data
     from daskfeed.training._options import TrainOptions
 
     assert uses_tf_data("auto") and uses_tf_data("tf-data") and not uses_tf_data("pydataset")
+    assert [chosen_handoff(h) for h in ("auto", "tf-data", "pydataset")] == \
+        ["tf-data", "tf-data", "pydataset"]
+    with pytest.raises(SettingError, match=r"Expected the PyTorch backend with the dataloader "
+                                           r"hand-off .* Received: KERAS_BACKEND='tensorflow'"):
+        chosen_handoff("dataloader")
     with pytest.raises(SettingError, match=r"Expected the hand-off to be one of auto, tf-data, "
-                                           r"pydataset\. Received: handoff='tfdata'\."):
+                                           r"dataloader, pydataset\. Received: handoff='tfdata'\."):
         TrainOptions.resolve(handoff="tfdata")
     with pytest.raises(SettingError, match="Expected the hand-off to be one of"):
         uses_tf_data("tfdata")
@@ -218,8 +224,9 @@ def test_the_handoff_setting_is_checked_and_its_old_names_still_work(tmp_path):
 
 
 def test_jax_hands_off_a_pydataset_and_refuses_tf_data():
-    code = ("from daskfeed.adapters._tf_data import uses_tf_data\n"
-            "assert not uses_tf_data('auto')\n"
+    code = ("from daskfeed.adapters import chosen_handoff\n"
+            "from daskfeed.adapters._tf_data import uses_tf_data\n"
+            "assert not uses_tf_data('auto') and chosen_handoff('auto') == 'pydataset'\n"
             "uses_tf_data('tf-data')\n")
     env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "2"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,

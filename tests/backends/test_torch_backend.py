@@ -58,3 +58,74 @@ def test_cli_trains_exports_and_predicts_on_torch(tmp_path) -> None:
     assert pred.returncode == 0, pred.stdout[-3000:] + pred.stderr[-3000:]
     frame = pd.read_csv(scored)
     assert len(frame) == 2000 and frame["probability_1"].between(0, 1).all()
+
+
+_HANDOFFS = r"""
+import json, sys
+import numpy as np
+from distributed import Client, LocalCluster
+
+import daskfeed
+from daskfeed.adapters import chosen_handoff, keras
+from daskfeed.training._callbacks import EpochTelemetry, fit_from
+
+if __name__ == "__main__":
+    data = sys.argv[1]
+    report = {"auto": chosen_handoff("auto")}
+    with LocalCluster(n_workers=1, threads_per_worker=1, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
+        kw = dict(label="y", batch_size=100, client=client, seed=3)
+        weights, initial = {}, None
+        for handoff in ("dataloader", "pydataset"):
+            with daskfeed.DaskSequence(data, **kw) as seq, \
+                    daskfeed.DaskSequence(data, shuffle=False, **kw) as val:
+                model = daskfeed.default_model(seq, hidden=(8,))
+                # the same start (a seed alone is not: the cluster's threads draw from Python's
+                # random numbers, which Keras' initializers seed from)
+                initial = model.get_weights() if initial is None else initial
+                model.set_weights(initial)
+                tel = EpochTelemetry(seq)
+                hist = fit_from(model, seq, epochs=3, handoff=handoff, validation_data=val,
+                                callbacks=[tel], shuffle=False, verbose=0)
+                report[handoff] = {
+                    "epochs": [[r["rows"], r["batches"], r["data_wait_seconds"] is not None]
+                               for r in tel.epochs],
+                    "val_loss": [v for h in hist for v in h.history["val_loss"]],
+                    "batches": len(seq), "rows": seq.rows}
+                weights[handoff] = model.get_weights()
+                # a resumed epoch: epoch 1 from its batch 5, then epoch 2, from the same weights
+                model.set_weights(initial)
+                fit_from(model, seq, epochs=3, epoch=1, batch=5, handoff=handoff, shuffle=False,
+                         verbose=0)
+                weights[handoff + "-resumed"] = model.get_weights()
+    report["same_weights"] = max(float(np.abs(a - b).max()) for a, b in
+                                 zip(weights["dataloader"], weights["pydataset"]))
+    report["same_resumed"] = max(float(np.abs(a - b).max()) for a, b in
+                                 zip(weights["dataloader-resumed"], weights["pydataset-resumed"]))
+    print("REPORT " + json.dumps(report))
+"""
+
+
+def test_the_dataloader_handoff_trains_what_the_pydataset_trains(tmp_path) -> None:
+    """``auto`` on PyTorch hands ``fit`` a DataLoader of runs of batches: each epoch every row
+    once, the same weights and validation losses as the PyDataset's (the same batches in the same
+    order), a resumed epoch too, and the wait for data measured in the trainer's thread."""
+    needs("torch")
+    from helpers import write_wide_data
+
+    (tmp_path / "data").mkdir()
+    data = write_wide_data(tmp_path / "data")
+    script = tmp_path / "handoffs.py"
+    script.write_text(_HANDOFFS)
+    proc = subprocess.run([sys.executable, str(script), data], capture_output=True, text=True,
+                          env=_env(OMP_NUM_THREADS="1"), timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(next(ln for ln in proc.stdout.splitlines()
+                             if ln.startswith("REPORT "))[len("REPORT "):])
+    assert report["auto"] == "dataloader"
+    loader, pydataset = report["dataloader"], report["pydataset"]
+    assert loader["epochs"] == [[loader["rows"], loader["batches"], True]] * 3
+    assert loader["epochs"] == pydataset["epochs"]
+    assert len(loader["val_loss"]) == 3
+    assert loader["val_loss"] == pytest.approx(pydataset["val_loss"], abs=1e-6)
+    assert report["same_weights"] < 1e-6 and report["same_resumed"] < 1e-6
