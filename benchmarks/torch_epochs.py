@@ -7,7 +7,10 @@ process of its own on the bench's demo data (``bench-out/data-ROWS``, written on
 batch (an MLP 64-64 on six numeric columns, 1000 rows a batch, ``benchmarks/common.py``):
 
 - ``keras``: Keras on its PyTorch backend (``KERAS_BACKEND=torch``), ``model.fit(x, y,
-  shuffle=False)`` from numpy arrays in memory (A) against ``model.fit(DaskSequence)`` (B);
+  shuffle=False)`` from numpy arrays in memory (A) against ``fit_from(model, DaskSequence)``
+  (B: how ``daskfeed train`` fits, the dataloader hand-off ``auto`` picks on PyTorch);
+- ``pydataset``: the same A against ``model.fit(DaskSequence)`` (B: Keras reading the
+  ``PyDataset`` itself, one call per batch);
 - ``loop``: a plain PyTorch loop (the same MLP in ``torch.nn``, Adam, BCE), a ``DataLoader`` over
   a ``TensorDataset`` in memory, ``batch_size=1000, shuffle=True`` (A) against
   ``daskfeed.TorchDataset`` (B);
@@ -23,7 +26,7 @@ default, as ``OMP_NUM_THREADS``): starting a LocalCluster sets ``OMP_NUM_THREADS
 trainer's own environment (distributed's pre-spawn environment), so torch imported after it takes
 one thread; left to torch's default, the in-memory runs alone would take both cores and, beside
 busy workers or other load, wait on their spinning threads (3-7k rows/s against 95-250k with one
-thread, seen here under load). Results: ``benchmarks/results/torch-epochs.{txt,json}``.
+thread, seen here under load). Results: ``benchmarks/results/torch-epochs[-NAME].{txt,json}``.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 LABEL = "cleared"
 METHODS = {"keras": ("keras-memory", "keras-daskfeed"),
+           "pydataset": ("keras-memory", "keras-pydataset"),
            "loop": ("loop-tensordataset", "loop-torchdataset"),
            "ceiling": ("loop-slices", "loop-torchdataset")}
 
@@ -56,7 +60,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="B runs per comparison (A runs: one more)")
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--memory-limit", default="4GB")
-    p.add_argument("--compare", default="keras,loop,ceiling")
+    p.add_argument("--compare", default="keras,pydataset,loop,ceiling")
+    p.add_argument("--name", default="", help="results as torch-epochs-NAME.{json,txt}")
     p.add_argument("--threads", default="1", help="torch's threads in every run (OMP_NUM_THREADS)")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a child: one run
     p.add_argument("--data", default=None, help=argparse.SUPPRESS)
@@ -68,7 +73,7 @@ def main() -> None:
     command = "benchmarks/torch_epochs.py " + " ".join(sys.argv[1:])
     out: dict[str, Any] = {"command": command, "rows": a.rows, "epochs": a.epochs,
                            "batch_size": a.batch_size, "cpus": os.cpu_count(),
-                           "torch_threads": a.threads, "comparisons": {}}
+                           "torch_threads": a.threads, "name": a.name, "comparisons": {}}
     for name in a.compare.split(","):
         first, second = METHODS[name]
         order = [first, *[m for _ in range(a.rounds) for m in (second, first)]]
@@ -113,7 +118,7 @@ def one_run(method: str, a: argparse.Namespace) -> dict[str, Any]:
     from common import DEFAULT_FEATURES, load_numpy, resolve_files
 
     features = list(DEFAULT_FEATURES)
-    if method.endswith("daskfeed") or method.endswith("torchdataset"):
+    if method.endswith(("daskfeed", "pydataset", "torchdataset")):
         return _daskfeed_run(method, a, features)
     x, y = load_numpy(resolve_files(a.data), features, LABEL)
     if method == "keras-memory":
@@ -146,17 +151,22 @@ def _daskfeed_run(method: str, a: argparse.Namespace, features: list[str]) -> di
                   blocksize=budget.blocksize, prefetch_bytes=budget.prefetch * 2 // 3,
                   cache=tempfile.mkdtemp(prefix="daskfeed-torch-bench-"))
     try:
-        if method == "keras-daskfeed":
+        if method in ("keras-daskfeed", "keras-pydataset"):
             from common import quest_mlp
 
             from daskfeed import DaskSequence
+            from daskfeed.training import fit_from
 
             with DaskSequence(a.data, **common) as seq:
                 m = seq.manifest
                 model = quest_mlp([m.columns[c].mean for c in features],
                                   [m.columns[c].var for c in features])
                 clock = _Clock.make()
-                model.fit(seq, epochs=a.epochs, shuffle=False, verbose=0, callbacks=[clock])
+                if method == "keras-daskfeed":
+                    fit_from(model, seq, epochs=a.epochs, shuffle=False, verbose=0,
+                             callbacks=[clock])
+                else:
+                    model.fit(seq, epochs=a.epochs, shuffle=False, verbose=0, callbacks=[clock])
                 return _record(clock.seconds, m.rows)
         import numpy as np
 
@@ -260,9 +270,10 @@ def write(out: dict[str, Any]) -> None:
     print(text)
     results = os.path.join(HERE, "results")
     os.makedirs(results, exist_ok=True)
-    with open(os.path.join(results, "torch-epochs.json"), "w", encoding="utf-8") as f:
+    stem = "torch-epochs" + (f"-{out['name']}" if out.get("name") else "")
+    with open(os.path.join(results, stem + ".json"), "w", encoding="utf-8") as f:
         json.dump(out, f, indent=1)
-    with open(os.path.join(results, "torch-epochs.txt"), "w", encoding="utf-8") as f:
+    with open(os.path.join(results, stem + ".txt"), "w", encoding="utf-8") as f:
         f.write(text + "\n")
 
 
