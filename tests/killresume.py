@@ -213,6 +213,10 @@ class KillResume:
         later and ``more`` steps were trained after it; return that checkpoint.
 
         The number of steps per epoch is read from the checkpoint (``num_batches``)."""
+        def near() -> bool:
+            ckpt = self.newest()
+            return ckpt is not None and ckpt.cursor.epoch == epoch and ckpt.cursor.batch >= batch
+
         def ready() -> bool:
             ckpt = self.newest()
             if ckpt is None or ckpt.cursor.epoch != epoch or ckpt.cursor.batch < batch:
@@ -223,7 +227,7 @@ class KillResume:
 
         self.kill_when(ready, lambda: f"a checkpoint of epoch {epoch} at batch {batch}+ and "
                        f"{more} more steps (checkpoints {store.names()}, {len(self.steps())} "
-                       "steps)", timeout)
+                       "steps)", timeout, near=near)
         assert self.checkpoint is not None and self.checkpoint.cursor.epoch == epoch
         return self.checkpoint
 
@@ -263,28 +267,35 @@ class KillResume:
         cut = self.cuts[-1] if self.cuts else 0
         return ckpt is not None and ckpt.iterations > cut and self.trained() >= steps
 
-    def kill_when(self, ready, describe, timeout: float = 600):
+    def kill_when(self, ready, describe, timeout: float = 600, near=None):
         """SIGKILL the whole running job once ``ready()`` is true (polled; ``describe()`` says
-        what was awaited if it never is); return the checkpoint the next run resumes from."""
+        what was awaited if it never is); return the checkpoint the next run resumes from.
+
+        ``ready()`` is checked with rank 0 stopped (SIGSTOP; SIGCONT when not ready), once the
+        cheaper ``near()`` holds (default: ``ready``): the job is killed in the state checked,
+        and the trainer cannot run past it while a check reads the whole step log."""
         import psutil
 
         procs = list(self.procs)
         assert procs
 
-        def alive_and_ready() -> bool:  # (a rank but 0 may be done: its last steps are not kept)
+        def running() -> None:  # (a rank but 0 may be done: its last steps are not kept)
             assert procs[0].poll() is None and all(p.poll() in (None, 0) for p in procs[1:]), \
                 self.screens()
+
+        def alive_and_ready() -> bool:
+            running()
             return ready()
 
         def stopped_and_ready() -> bool:
-            """Ready, and still ready with rank 0 stopped (SIGSTOP): the job is killed in the
-            state that was checked, not after the checkpoints written while it was read (a
-            check reads the whole step log: on a busy machine the trainer ran on past the
-            epoch meanwhile)."""
-            if not alive_and_ready():
+            """Near, then ready with rank 0 stopped (SIGSTOP): the job is killed in the state
+            that was checked, not after the checkpoints written while it was read (a check
+            reads the whole step log: on a busy machine the trainer ran on past the epoch)."""
+            running()
+            if not (near or ready)():
                 return False
             os.kill(procs[0].pid, signal.SIGSTOP)
-            if ready():
+            if alive_and_ready():
                 return True
             os.kill(procs[0].pid, signal.SIGCONT)
             return False
