@@ -16,15 +16,18 @@ from daskfeed.adapters._tf_data import TFDataHandoff, uses_tf_data
 from daskfeed.core import SettingError, handoff_name
 
 
-def chosen_handoff(handoff: str) -> str:
+def chosen_handoff(handoff: str, class_weight: Any = None) -> str:
     """The hand-off ``handoff`` is on this backend: ``tf-data``, ``dataloader`` or ``pydataset``.
 
-    ``auto`` is ``tf-data`` on TensorFlow, ``dataloader`` on PyTorch and ``pydataset`` on JAX.
+    ``auto`` is ``tf-data`` on TensorFlow, ``dataloader`` on PyTorch (``pydataset`` with a
+    ``class_weight``, which Keras refuses with a ``DataLoader``) and ``pydataset`` on JAX.
 
     Parameters
     ----------
     handoff
         ``auto``, ``tf-data``, ``dataloader`` or ``pydataset`` (an old name with a warning).
+    class_weight
+        ``fit``'s ``class_weight``, if any.
 
     Returns
     -------
@@ -33,8 +36,8 @@ def chosen_handoff(handoff: str) -> str:
     Raises
     ------
     SettingError
-        Another name, or a hand-off of another backend (``tf-data`` off TensorFlow,
-        ``dataloader`` off PyTorch).
+        Another name, a hand-off of another backend (``tf-data`` off TensorFlow,
+        ``dataloader`` off PyTorch), or ``dataloader`` with a ``class_weight``.
     """
     handoff = handoff_name(handoff)
     if uses_tf_data(handoff):
@@ -44,7 +47,12 @@ def chosen_handoff(handoff: str) -> str:
         raise SettingError(f"Expected the PyTorch backend with the dataloader hand-off (a torch "
                            f"DataLoader). Received: KERAS_BACKEND={backend!r}.\nHint: --handoff "
                            "auto (or pydataset).")
-    if handoff == "dataloader" or (handoff == "auto" and backend == "torch"):
+    if handoff == "dataloader" and class_weight is not None:
+        raise SettingError("Expected no class_weight with the dataloader hand-off (Keras takes "
+                           "none with a torch DataLoader). Received: class_weight="
+                           f"{class_weight!r}.\nHint: --handoff auto (or pydataset), or a weight "
+                           "column (--weight).")
+    if handoff == "dataloader" or (handoff == "auto" and backend == "torch" and class_weight is None):
         return "dataloader"
     return "pydataset"
 
@@ -56,8 +64,9 @@ def fit_inputs(sequence: DaskSequence, handoff: str, kwargs: dict[str, Any],
 
     With the dataloader hand-off (``dataloader``, or ``auto`` on the PyTorch backend): a torch
     ``DataLoader`` of the sequence's batches read a run at a time (as ``TorchDataset`` reads
-    them), ``len(sequence)`` of them per epoch, a
-    ``DaskSequence`` given as ``validation_data`` as one too, and ``shuffle=False``.
+    them), ``len(sequence)`` of them per epoch, a ``DaskSequence`` given as ``validation_data``
+    as one too, a callback first in ``callbacks`` that serves again the batch Keras reads to
+    build the model, and ``shuffle=False``.
 
     With the tf.data hand-off (``tf-data``, or ``auto`` on the TensorFlow backend): ``sequence`` as
     a ``tf.data`` dataset fed many batches per Python call (a stream with
@@ -84,14 +93,16 @@ def fit_inputs(sequence: DaskSequence, handoff: str, kwargs: dict[str, Any],
     tuple
         ``(x, kwargs)`` for ``model.fit(x, **kwargs)``.
     """
-    chosen = chosen_handoff(handoff)
+    chosen = chosen_handoff(handoff, kwargs.get("class_weight"))
     if chosen == "dataloader":
         from daskfeed.adapters._torch import dataloader
 
+        loader = dataloader(sequence.stream)
         out = {**kwargs, "shuffle": False}
+        out["callbacks"] = [_UndoPeek(loader.dataset), *(kwargs.get("callbacks") or ())]
         if isinstance(kwargs.get("validation_data"), DaskSequence):
             out["validation_data"] = dataloader(kwargs["validation_data"].stream)
-        yield dataloader(sequence.stream), out
+        yield loader, out
         return
     if chosen == "pydataset":
         yield sequence, kwargs
@@ -113,3 +124,21 @@ def fit_inputs(sequence: DaskSequence, handoff: str, kwargs: dict[str, Any],
     finally:
         for f in feeds:
             f.close()
+
+
+class _UndoPeek(keras.callbacks.Callback):
+    """At ``on_train_begin``: serve again what Keras read to build the model before training."""
+
+    def __init__(self, loader: Any) -> None:
+        super().__init__()
+        self.loader = loader
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        """``fit`` begins training: the batch its model build read is served again.
+
+        Parameters
+        ----------
+        logs
+            Keras' logs (unused).
+        """
+        self.loader.undo_passes()

@@ -63,10 +63,10 @@ class _Closed(Exception):
 
 
 def uses_tf_data(handoff: str) -> bool:
-    """Whether the hand-off ``handoff`` (``auto``, ``tf-data``, ``pydataset``) is a :class:`TFDataHandoff`.
+    """Whether the hand-off ``handoff`` (a name of ``HANDOFFS``) is a :class:`TFDataHandoff`.
 
-    ``auto`` is ``tf-data`` on the TensorFlow backend and ``pydataset`` on JAX and PyTorch,
-    whose trainers read a ``PyDataset`` without ``tf.data``.
+    ``auto`` is ``tf-data`` on the TensorFlow backend only (JAX's and PyTorch's trainers read
+    without ``tf.data``; :func:`~daskfeed.adapters._handoff.chosen_handoff` says what instead).
 
     Parameters
     ----------
@@ -81,7 +81,7 @@ def uses_tf_data(handoff: str) -> bool:
     Raises
     ------
     SettingError
-        ``handoff`` is none of the three, or ``tf-data`` on a backend other than TensorFlow.
+        ``handoff`` is no hand-off's name, or ``tf-data`` on a backend other than TensorFlow.
     """
     handoff = handoff_name(handoff)
     backend = keras.backend.backend()

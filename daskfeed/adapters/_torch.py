@@ -259,9 +259,10 @@ class StreamLoader(IterableDataset):  # type: ignore[type-arg,misc]
     batches and their order are the sequence's ``seq[0] .. seq[len(seq) - 1]``, epoch after
     epoch (the stream moves on as an epoch's last batch is handed out).
 
-    A pass (an iterator read) cut short before its epoch's end is served again from where it
-    began by the next pass: Keras' first ``fit`` and ``evaluate`` of a model take one batch
-    from an iterator to build it, then start the epoch with a new one.
+    Keras' first ``fit`` of a model takes one batch from an iterator to build it, then starts
+    the epoch with a new one: :meth:`undo_passes` (called at ``on_train_begin``) serves that
+    batch again, also when it was its epoch's only one. A pass (an iterator read) cut short
+    before its epoch's end is likewise served again from where it began by the next pass.
 
     Parameters
     ----------
@@ -274,7 +275,7 @@ class StreamLoader(IterableDataset):  # type: ignore[type-arg,misc]
         super().__init__()
         self.stream = stream
         self._len = len(stream)
-        self._began: StreamState | None = None  # where the last pass began
+        self._began: tuple[StreamState, int] | None = None  # where the last pass began
 
     def __len__(self) -> int:
         """Batches of an epoch from where the stream stood (Keras' steps per epoch)."""
@@ -284,14 +285,24 @@ class StreamLoader(IterableDataset):  # type: ignore[type-arg,misc]
         """The stream's current epoch from where it stands, as tensors (see the class's text)."""
         return self._pass()
 
+    def undo_passes(self) -> None:
+        """Serve again from where the last pass began (Keras' look at a batch before training)."""
+        if self._began is not None:
+            self._back(*self._began)
+            self._began = None
+
+    def _back(self, state: StreamState, iterated: int) -> None:
+        if self.stream.epoch == state.epoch:
+            self.stream.rewind(iterated)  # (the windows held stay)
+        else:  # it moved on: an epoch of one batch
+            self.stream.set_state(state)
+
     def _pass(self) -> Iterator[tuple[Any, ...]]:
         # (a generator: an iterator made and never read, as Keras makes one at an epoch's end,
         # runs none of this)
-        began, now = self._began, self.stream.state()
-        if began is not None and now.epoch == began.epoch and now != began:
-            self.stream.set_state(began)  # the last pass was cut short within its epoch
-            now = began
-        self._began = now
+        if self._began is not None and self.stream.epoch == self._began[0].epoch:
+            self._back(*self._began)  # the last pass was cut short within its epoch
+        self._began = (self.stream.state(), self.stream.iterated)
         yield from _tensor_batches(self.stream, "the dataloader hand-off")
 
 

@@ -1,7 +1,8 @@
 """BatchStream: a prepared data set's batches, epoch after epoch, with no keras in it.
 
-Both Keras hand-offs stand on it: :class:`~daskfeed.DaskSequence` (a ``PyDataset``, one batch per
-call: :meth:`BatchStream.batch`) and the tf.data hand-off (chunks of batches:
+Every Keras hand-off stands on it: :class:`~daskfeed.DaskSequence` (a ``PyDataset``, one batch per
+call: :meth:`BatchStream.batch`), the dataloader hand-off and ``TorchDataset`` (runs of batches:
+:meth:`BatchStream.runs`) and the tf.data hand-off (chunks of batches:
 :meth:`BatchStream.open_pass`, :meth:`BatchStream.take`, :meth:`BatchStream.finish`). It owns the
 client it was handed, the window tasks and the epoch being served (an
 :class:`~daskfeed.batches._epoch.EpochState`). Its resume state is :meth:`BatchStream.get_state`
@@ -180,6 +181,26 @@ class BatchStream:
         if epoch != self._cursor.epoch or start != self._cursor.start:  # (else as set: its origin)
             self._cursor.set(epoch, start)
         self._position = 0
+
+    @property
+    def iterated(self) -> int:
+        """Batches of the current epoch yielded by :meth:`__iter__` / :meth:`runs` so far."""
+        return self._position
+
+    def rewind(self, iterated: int) -> None:
+        """Serve the current epoch again from its batch ``start + iterated`` (a pass cut short).
+
+        Windows still held are not read again, and batches served before are not counted twice
+        in the epoch's figures.
+
+        Raises
+        ------
+        ValueError
+            ``iterated`` is beyond what was yielded.
+        """
+        if not 0 <= int(iterated) <= self._position:
+            raise ValueError(f"Expected 0 <= iterated <= {self._position}. Received: {iterated}.")
+        self._position = int(iterated)
 
     @property
     def global_order(self) -> bool:

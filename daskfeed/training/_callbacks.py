@@ -295,6 +295,7 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
         if handoff == old:
             warn_user("fit_from(feed=) is the old name of fit_from(handoff=); it works, but will "
                       "go.", FutureWarning)
+    handoff = chosen_handoff(handoff, kwargs.get("class_weight"))  # once (an old name warns once)
     fits = []
     group = int(getattr(model, "steps_per_execution", 1) or 1)
     sequence.set_last_epoch(epochs - 1)  # nothing fetched ahead for an epoch that never comes
@@ -312,7 +313,7 @@ def fit_from(model: keras.Model, sequence: DaskSequence, *, epochs: int, epoch: 
             cb.continuing = end < epochs
         try:
             with fit_inputs(sequence, handoff, {**kwargs, "callbacks": callbacks}, group) as (x, args):
-                _tell_handoff(args, chosen_handoff(handoff))
+                _tell_handoff(args, handoff)
                 fits.append(model.fit(x, initial_epoch=first, epochs=end, **args))
         finally:
             for cb in carried:

@@ -49,8 +49,8 @@ class FitOptions:
         The default model's shape and Adam's learning rate (None: a ``--model`` builder's
         own; a learning rate is applied to a builder's model only if it comes uncompiled).
     handoff
-        How batches reach Keras (resolved: ``daskfeed.handoff``): ``auto``, ``tf-data`` or
-        ``pydataset`` (see :func:`daskfeed.fit_from`).
+        How batches reach Keras (resolved: ``daskfeed.handoff``): ``auto``, ``tf-data``,
+        ``dataloader`` or ``pydataset`` (see :func:`daskfeed.fit_from`).
     """
 
     class_weight: str | dict[int, float] | None = None
@@ -107,7 +107,8 @@ class FitOptions:
             handoff = handoff_name(str(feed), what="feed")
             if handoff == feed:
                 warn_user("feed= (--feed) is the old name of handoff= (--handoff); it works, but "
-                          "will go.\nHint: --handoff auto|tf-data|pydataset.", FutureWarning)
+                          "will go.\nHint: --handoff auto|tf-data|dataloader|pydataset.",
+                          FutureWarning)
         handoff = handoff_name(str(config.get_renamed("handoff", "feed", handoff)))
         has_validation = bool(validation or validation_split)
         patience, monitor = _early_stopping(early_stopping, monitor, has_validation)

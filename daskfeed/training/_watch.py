@@ -87,8 +87,9 @@ class WatchCallback(HandoffAware):
     epochs
         Epochs of the whole run, when ``fit`` is called in parts (``--resume``).
     handoff
-        How batches reach Keras: ``pydataset`` (the sequence itself) or ``tf-data`` (the tf.data
-        hand-off's pipeline); :func:`~daskfeed.fit_from` sets it.
+        How batches reach Keras: ``pydataset`` (the sequence itself), ``dataloader`` (a torch
+        ``DataLoader`` of its batches) or ``tf-data`` (the tf.data hand-off's pipeline);
+        :func:`~daskfeed.fit_from` sets it.
     marks
         ``marks(most)``: the loss spikes flagged since the last call, at most ``most`` (each a
         dict: ``epoch``, ``step``, ``batch``, ``loss``, ``median``, ``command``), sent with the

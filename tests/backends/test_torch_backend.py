@@ -66,8 +66,30 @@ import numpy as np
 from distributed import Client, LocalCluster
 
 import daskfeed
+import daskfeed.adapters._torch as handoff_module
 from daskfeed.adapters import chosen_handoff, keras
 from daskfeed.training._callbacks import EpochTelemetry, fit_from
+
+SEEN = []  # the first feature's sum of each batch the dataloader hand-off hands out
+_tensors = handoff_module._tensors
+
+
+def seen(part):
+    if isinstance(part, dict):
+        SEEN.append(round(float(part["x1"].astype("float64").sum()), 4))
+    return _tensors(part)
+
+
+handoff_module._tensors = seen
+
+
+class Begins(keras.callbacks.Callback):
+    started = False
+
+    def on_train_begin(self, logs=None):  # (fit_from's first fit; the model is built after it)
+        if not self.started:
+            SEEN.clear()  # what was read before (to build the model) is not trained
+        self.started = True
 
 if __name__ == "__main__":
     data = sys.argv[1]
@@ -93,14 +115,35 @@ if __name__ == "__main__":
                     "val_loss": [v for h in hist for v in h.history["val_loss"]],
                     "batches": len(seq), "rows": seq.rows}
                 weights[handoff] = model.get_weights()
-                # a resumed epoch: epoch 1 from its batch 5, then epoch 2, from the same weights
-                model.set_weights(initial)
-                fit_from(model, seq, epochs=3, epoch=1, batch=5, handoff=handoff, shuffle=False,
+                # a resumed epoch by a new model (Keras reads a batch to build it first): epoch
+                # 1 from its batch 5, then epoch 2
+                fresh = daskfeed.default_model(seq, hidden=(8,))
+                fresh.set_weights(initial)
+                fit_from(fresh, seq, epochs=3, epoch=1, batch=5, handoff=handoff, shuffle=False,
                          verbose=0)
-                weights[handoff + "-resumed"] = model.get_weights()
+                weights[handoff + "-resumed"] = fresh.get_weights()
+            if handoff == "dataloader":  # from epoch 1's last batch: the one Keras read first
+                with daskfeed.DaskSequence(data, **kw) as seq:
+                    n = len(seq)
+                    truth = []
+                    for e, batches in ((1, [n - 1]), (2, range(n))):
+                        seq.set_epoch(e)
+                        truth += [round(float(seq[i][0]["x1"].astype("float64").sum()), 4)
+                                  for i in batches]
+                    seq.set_epoch(0)
+                    fresh = daskfeed.default_model(seq, hidden=(8,))
+                    fit_from(fresh, seq, epochs=3, epoch=1, batch=n - 1, shuffle=False, verbose=0,
+                             callbacks=[Begins()])
+                    report["last"] = [SEEN == truth, len(SEEN), len(truth)]
+            if handoff == "dataloader":  # Keras takes no class_weight with a DataLoader
+                report["class_weight"] = chosen_handoff("auto", {0: 1.0, 1: 2.0})
+                try:
+                    chosen_handoff("dataloader", {0: 1.0, 1: 2.0})
+                except daskfeed.SettingError as err:
+                    report["refused"] = str(err).splitlines()[0]
     report["same_weights"] = max(float(np.abs(a - b).max()) for a, b in
                                  zip(weights["dataloader"], weights["pydataset"]))
-    report["same_resumed"] = max(float(np.abs(a - b).max()) for a, b in
+    report["same-resumed"] = max(float(np.abs(a - b).max()) for a, b in
                                  zip(weights["dataloader-resumed"], weights["pydataset-resumed"]))
     print("REPORT " + json.dumps(report))
 """
@@ -109,7 +152,9 @@ if __name__ == "__main__":
 def test_the_dataloader_handoff_trains_what_the_pydataset_trains(tmp_path) -> None:
     """``auto`` on PyTorch hands ``fit`` a DataLoader of runs of batches: each epoch every row
     once, the same weights and validation losses as the PyDataset's (the same batches in the same
-    order), a resumed epoch too, and the wait for data measured in the trainer's thread."""
+    order), resumed epochs too (from a batch, and from the last one: the batch Keras reads to
+    build a new model is served again), the wait for data measured in the trainer's thread, and
+    the PyDataset with a class_weight (Keras takes none with a DataLoader)."""
     needs("torch")
     from helpers import write_wide_data
 
@@ -128,4 +173,8 @@ def test_the_dataloader_handoff_trains_what_the_pydataset_trains(tmp_path) -> No
     assert loader["epochs"] == pydataset["epochs"]
     assert len(loader["val_loss"]) == 3
     assert loader["val_loss"] == pytest.approx(pydataset["val_loss"], abs=1e-6)
-    assert report["same_weights"] < 1e-6 and report["same_resumed"] < 1e-6
+    assert report["same_weights"] < 1e-6
+    assert report["same-resumed"] < 1e-6
+    assert report["last"][0], report["last"]  # epoch 1's last batch, then epoch 2, once each
+    assert report["class_weight"] == "pydataset"
+    assert report["refused"].startswith("Expected no class_weight with the dataloader hand-off")
