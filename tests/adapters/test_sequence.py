@@ -99,14 +99,21 @@ def test_random_index_order_gives_the_same_batches(id_data, client):
 
 
 def test_concurrent_threads_get_correct_batches(id_data, client):
+    """Three threads (evens, odds, backwards) that start together: the right batches, and no
+    window computed twice. (Started one by one, the first two could serve the first windows in
+    order before the third asked for anything; those windows are then let go as for a reader
+    in order, and the third computes them again: right batches, at a cost. That happened on a
+    busy machine.)"""
     with make(id_data, client) as seq:
         expected = epoch_ids(seq)
     with make(id_data, client) as seq:
         got: dict[int, np.ndarray] = {}
         errors: list[BaseException] = []
+        together = threading.Barrier(3)
 
         def reader(indices):
             try:
+                together.wait()
                 for i in indices:
                     got[i] = seq[i][0]["row_id"].astype(np.int64)
             except BaseException as e:
