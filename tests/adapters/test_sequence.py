@@ -99,11 +99,14 @@ def test_random_index_order_gives_the_same_batches(id_data, client):
 
 
 def test_concurrent_threads_get_correct_batches(id_data, client):
-    """Three threads (evens, odds, backwards) that start together: the right batches, and no
-    window computed twice. (Started one by one, the first two could serve the first windows in
-    order before the third asked for anything; those windows are then let go as for a reader
-    in order, and the third computes them again: right batches, at a cost. That happened on a
-    busy machine.)"""
+    """Three threads (evens, odds, backwards) that start together get the right batches.
+
+    How many windows they compute depends on how the threads are scheduled, so it is not
+    asserted here. On a busy machine the backward thread can read the whole epoch alone before
+    the other two read anything; it looks like a reader in order (steps of one batch), so
+    each window is let go once served, and the other two compute them again. The in-order rule
+    itself is tested with a fixed order
+    (``test_a_reader_asking_far_ahead_first_is_not_read_in_order``)."""
     with make(id_data, client) as seq:
         expected = epoch_ids(seq)
     with make(id_data, client) as seq:
@@ -128,7 +131,7 @@ def test_concurrent_threads_get_correct_batches(id_data, client):
             t.join()
         assert not errors
         assert all(np.array_equal(got[i], expected[i]) for i in expected)
-        assert seq.epoch_stats()["windows_computed"] == len(seq.plan.windows)
+        assert len(got) == len(expected) and seq.epoch_stats()["batches"] == len(seq)
 
 
 def test_a_reader_asking_far_ahead_first_is_not_read_in_order(id_data, client):
