@@ -22,7 +22,7 @@ Dyadic = list[int]  # [numerator, exponent]: numerator * 2**exponent (JSON-able)
 _ZERO: Dyadic = [0, 0]
 
 
-def segment_moments(values: np.ndarray, present: np.ndarray,
+def segment_moments(values: np.ndarray, present: np.ndarray | None,
                     bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Count, mean and sum of squared deviations of each segment's present values.
 
@@ -31,7 +31,8 @@ def segment_moments(values: np.ndarray, present: np.ndarray,
     values
         The present values of the whole table, in row order (float64, no NaN).
     present
-        Per row of the table, whether its value is present (``len(values)`` are).
+        Per row of the table, whether its value is present (``len(values)`` are); None:
+        every row's is.
     bounds
         Where each segment starts in the table's rows, and where the last one ends.
 
@@ -41,8 +42,21 @@ def segment_moments(values: np.ndarray, present: np.ndarray,
         Counts (int64), means and m2 (float64) of the segments holding values, in order.
         Each is computed from that segment's values alone (``numpy.add.reduceat`` sums a
         segment the same way wherever it lies), so it does not depend on its neighbours.
+        One segment (a block parsed as one table: the usual case) gives the same numbers
+        without the arrays that place many.
     """
-    at = np.concatenate([[0], np.cumsum(present, dtype=np.int64)])
+    if len(bounds) == 2 and bounds[0] == 0:  # one segment: every value is its
+        if not len(values):
+            return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
+        counts = np.array([len(values)], dtype=np.int64)
+        means = np.add.reduceat(values, [0]) / counts
+        d = np.subtract(values, means[0])
+        return counts, means, np.add.reduceat(np.multiply(d, d, out=d), [0])
+    at = np.zeros(len(present) + 1 if present is not None else bounds[-1] + 1, dtype=np.int64)
+    if present is None:
+        at[1:] = np.arange(1, len(at), dtype=np.int64)
+    else:
+        np.cumsum(present, dtype=np.int64, out=at[1:])
     lo, hi = at[bounds[:-1]], at[bounds[1:]]
     counts = hi - lo
     some = counts > 0
@@ -51,7 +65,7 @@ def segment_moments(values: np.ndarray, present: np.ndarray,
         return counts, np.zeros(0), np.zeros(0)
     means = np.add.reduceat(values, lo) / counts
     d = values - np.repeat(means, counts)
-    return counts, means, np.add.reduceat(d * d, lo)
+    return counts, means, np.add.reduceat(np.multiply(d, d, out=d), lo)
 
 
 def exact_sums(counts: np.ndarray, means: np.ndarray, m2: np.ndarray) -> tuple[Dyadic, Dyadic]:

@@ -42,12 +42,13 @@ MAX_TRACKED = 50_000
 _NO_VALUES = {"mean": 0.0, "m2": 0.0, "min": math.inf, "max": -math.inf}
 
 
-def _moments(v: np.ndarray, present: np.ndarray, bounds: np.ndarray,
+def _moments(v: np.ndarray, present: np.ndarray | None, bounds: np.ndarray,
              minmax: bool = True) -> ColumnStats:
     """Exact sums and the moments of the present values ``v`` by segment (see :mod:`._moments`).
 
-    ``present``: per row, whether its value is in ``v``; ``bounds``: where the segments start
-    (and the last ends). With ``minmax``, the least and greatest value too. Empty: none.
+    ``present``: per row, whether its value is in ``v`` (None: every row's is); ``bounds``:
+    where the segments start (and the last ends). With ``minmax``, the least and greatest
+    value too. Empty: none.
     """
     if not len(v):
         return {}
@@ -207,8 +208,14 @@ def _numeric_stats(col: pa.ChunkedArray, kind: str, is_label: bool, st: ColumnSt
     """
     full = np.asarray(col.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False),
                       dtype=np.float64)  # (a missing value is NaN here)
-    present = ~np.isnan(full)
-    v = full[present] if col.null_count or kind == "float" else full
+    present: np.ndarray | None = None  # (every row's value, unless some are missing or NaN)
+    if col.null_count or kind == "float":
+        present = ~np.isnan(full)
+        if col.null_count or not present.all():
+            full = full[present]
+        else:
+            present = None
+    v = full
     exact = kind == "int" and len(v) > 0  # the exact bounds (float64 rounds above 2**53)
     st.update(_moments(v, present, bounds, minmax=not exact) or _NO_VALUES)
     if exact:
