@@ -302,8 +302,14 @@ class DaskSequence(keras.utils.PyDataset):
 
     # -- epochs -------------------------------------------------------------------------
     def on_epoch_begin(self) -> None:
-        """Keras starts an epoch: batches it read before (the TF backend's peek) are trained now."""
-        self.stream.begin()
+        """Keras starts an epoch: batches it read before (the TF backend's peek) are trained now.
+
+        Not when Keras reads a batch to build the model (PyTorch and JAX, and TensorFlow under a
+        distribution strategy): that pass also begins and ends an epoch, and a resumed epoch
+        with one batch left would end there, its batch never trained.
+        """
+        if not _building_the_model():
+            self.stream.begin()
 
     def on_epoch_end(self) -> None:
         """Move to the next epoch's order once every batch of this epoch was delivered.
@@ -550,3 +556,24 @@ def _keras_arguments(kwargs: dict[str, Any]) -> None:
         (f"did you mean {', '.join(guesses)}?" if guesses else
          f"leave {'it' if len(unknown) == 1 else 'them'} out, or set what it means through the "
          "arguments above."))
+
+
+# Keras' trainers reading one batch of a fit's data to build the model before training
+_BUILDS = frozenset({"_symbolic_build", "_maybe_symbolic_build"})
+
+
+def _building_the_model(depth: int = 16) -> bool:
+    """Whether Keras called this while reading a batch to build the model (not an epoch).
+
+    Its trainer's ``_symbolic_build`` (``_maybe_symbolic_build`` on TensorFlow) iterates the
+    epoch iterator, whose first step calls the adapter's ``on_epoch_begin``; nothing else of
+    Keras' says so. Looked for among the few frames above (``depth``).
+    """
+    frame = inspect.currentframe()
+    for _ in range(depth):
+        if frame is None:
+            return False
+        if frame.f_code.co_name in _BUILDS and "keras" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False

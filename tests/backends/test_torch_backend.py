@@ -122,18 +122,22 @@ if __name__ == "__main__":
                 fit_from(fresh, seq, epochs=3, epoch=1, batch=5, handoff=handoff, shuffle=False,
                          verbose=0)
                 weights[handoff + "-resumed"] = fresh.get_weights()
-            if handoff == "dataloader":  # from epoch 1's last batch: the one Keras read first
-                with daskfeed.DaskSequence(data, **kw) as seq:
-                    n = len(seq)
-                    truth = []
-                    for e, batches in ((1, [n - 1]), (2, range(n))):
-                        seq.set_epoch(e)
-                        truth += [round(float(seq[i][0]["x1"].astype("float64").sum()), 4)
-                                  for i in batches]
-                    seq.set_epoch(0)
-                    fresh = daskfeed.default_model(seq, hidden=(8,))
-                    fit_from(fresh, seq, epochs=3, epoch=1, batch=n - 1, shuffle=False, verbose=0,
-                             callbacks=[Begins()])
+            # from epoch 1's last batch: the one Keras read first to build a new model (the
+            # PyDataset's epoch of that one batch begins and ends around that read)
+            with daskfeed.DaskSequence(data, **kw) as seq:
+                n = len(seq)
+                truth = []
+                for e, batches in ((1, [n - 1]), (2, range(n))):
+                    seq.set_epoch(e)
+                    truth += [round(float(seq[i][0]["x1"].astype("float64").sum()), 4)
+                              for i in batches]
+                seq.set_epoch(0)
+                fresh = daskfeed.default_model(seq, hidden=(8,))
+                fresh.set_weights(initial)
+                fit_from(fresh, seq, epochs=3, epoch=1, batch=n - 1, handoff=handoff,
+                         shuffle=False, verbose=0, callbacks=[Begins()])
+                weights[handoff + "-last"] = fresh.get_weights()
+                if handoff == "dataloader":
                     report["last"] = [SEEN == truth, len(SEEN), len(truth)]
             if handoff == "dataloader":  # Keras takes no class_weight with a DataLoader
                 report["class_weight"] = chosen_handoff("auto", {0: 1.0, 1: 2.0})
@@ -145,6 +149,8 @@ if __name__ == "__main__":
                                  zip(weights["dataloader"], weights["pydataset"]))
     report["same-resumed"] = max(float(np.abs(a - b).max()) for a, b in
                                  zip(weights["dataloader-resumed"], weights["pydataset-resumed"]))
+    report["same-last"] = max(float(np.abs(a - b).max()) for a, b in
+                              zip(weights["dataloader-last"], weights["pydataset-last"]))
     print("REPORT " + json.dumps(report))
 """
 
@@ -153,7 +159,7 @@ def test_the_dataloader_handoff_trains_what_the_pydataset_trains(tmp_path) -> No
     """``auto`` on PyTorch hands ``fit`` a DataLoader of runs of batches: each epoch every row
     once, the same weights and validation losses as the PyDataset's (the same batches in the same
     order), resumed epochs too (from a batch, and from the last one: the batch Keras reads to
-    build a new model is served again), the wait for data measured in the trainer's thread, and
+    build a new model is served again, by either hand-off), the wait for data measured in the trainer's thread, and
     the PyDataset with a class_weight (Keras takes none with a DataLoader)."""
     needs("torch")
     from helpers import write_wide_data
@@ -176,5 +182,6 @@ def test_the_dataloader_handoff_trains_what_the_pydataset_trains(tmp_path) -> No
     assert report["same_weights"] < 1e-6
     assert report["same-resumed"] < 1e-6
     assert report["last"][0], report["last"]  # epoch 1's last batch, then epoch 2, once each
+    assert report["same-last"] < 1e-6  # the PyDataset trains that batch too, then epoch 2
     assert report["class_weight"] == "pydataset"
     assert report["refused"].startswith("Expected no class_weight with the dataloader hand-off")
