@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 # Runs in a fresh interpreter so that no other cluster of the test session shares the process.
 AUDIT = r'''
 import json, os, stat, psutil
@@ -197,3 +199,25 @@ def test_a_spec_parses_its_memory_limit_once_as_it_is_made():
     assert TrainOptions.resolve(label="y", memory_limit="3GB").cluster.total == 3_000_000_000
     with pytest.raises(TypeError, match="total"):
         TrainOptions.resolve(label="y", total=5)
+
+
+
+def _heap_setting() -> tuple[bool, int]:
+    """(whether the worker's preload set malloc's mmap threshold, to what) — a task."""
+    from daskfeed.cluster import _start
+
+    return _start.HEAP_SET, _start.MMAP_THRESHOLD
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_the_local_workers_serve_big_buffers_from_the_heap():
+    """The workers' preload sets glibc's mmap threshold (the nanny's MALLOC_TRIM_THRESHOLD_
+    alone fixes it at 128 KiB: every column of a parsed block mapped and faulted in anew)."""
+    from daskfeed.cluster._budget import Budget
+    from daskfeed.cluster._start import close_client, start_local_cluster
+
+    client = start_local_cluster(Budget.split("3GB", nworkers=1), dashboard_address="")
+    try:
+        assert client.submit(_heap_setting, pure=False).result() == (True, 32 * 2**20)
+    finally:
+        close_client(client)
