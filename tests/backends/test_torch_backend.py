@@ -159,8 +159,9 @@ def test_the_dataloader_handoff_trains_what_the_pydataset_trains(tmp_path) -> No
     """``auto`` on PyTorch hands ``fit`` a DataLoader of runs of batches: each epoch every row
     once, the same weights and validation losses as the PyDataset's (the same batches in the same
     order), resumed epochs too (from a batch, and from the last one: the batch Keras reads to
-    build a new model is served again, by either hand-off), the wait for data measured in the trainer's thread, and
-    the PyDataset with a class_weight (Keras takes none with a DataLoader)."""
+    build a new model is served again, by either hand-off), the wait for data measured in the
+    trainer's thread, and the PyDataset with a class_weight (Keras takes none with a
+    DataLoader)."""
     needs("torch")
     from helpers import write_wide_data
 
