@@ -62,6 +62,8 @@ def main() -> None:
     p.add_argument("--memory-limit", default="4GB")
     p.add_argument("--compare", default="keras,pydataset,loop,ceiling")
     p.add_argument("--name", default="", help="results as torch-epochs-NAME.{json,txt}")
+    p.add_argument("--files", type=int, default=0, help="the rows in this many files "
+                   "(bench-out/data-ROWS-fFILES); 0: files of 1000 rows")
     p.add_argument("--threads", default="1", help="torch's threads in every run (OMP_NUM_THREADS)")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a child: one run
     p.add_argument("--data", default=None, help=argparse.SUPPRESS)
@@ -69,9 +71,10 @@ def main() -> None:
     if a.one:
         print("RESULT " + json.dumps(one_run(a.one, a)), flush=True)
         return
-    data = demo_data(a.rows)
+    data = demo_data(a.rows, a.files)
     command = "benchmarks/torch_epochs.py " + " ".join(sys.argv[1:])
-    out: dict[str, Any] = {"command": command, "rows": a.rows, "epochs": a.epochs,
+    out: dict[str, Any] = {"command": command, "rows": a.rows, "files": a.files or a.rows // 1000,
+                           "epochs": a.epochs,
                            "batch_size": a.batch_size, "cpus": os.cpu_count(),
                            "torch_threads": a.threads, "name": a.name, "comparisons": {}}
     for name in a.compare.split(","):
@@ -87,14 +90,18 @@ def main() -> None:
     write(out)
 
 
-def demo_data(rows: int) -> str:
-    """The bench's demo data at ``bench-out/data-ROWS`` (written once), as a glob."""
+def demo_data(rows: int, files: int = 0) -> str:
+    """The bench's demo data at ``bench-out/data-ROWS`` (written once), as a glob.
+
+    ``files``: the rows in that many files instead, at ``bench-out/data-ROWS-fFILES``.
+    """
     from daskfeed import write_demo_data
 
-    root = os.path.join(ROOT, "bench-out", f"data-{rows}")
+    root = os.path.join(ROOT, "bench-out", f"data-{rows}" + (f"-f{files}" if files else ""))
     glob = os.path.join(root, "log_quest", "**", "*.csv")
     if not os.path.isdir(os.path.join(root, "log_quest")):
-        write_demo_data(root, rows=rows, validate_rows=1000)
+        write_demo_data(root, rows=rows, validate_rows=1000,
+                        **({"rows_per_file": max(1, rows // files)} if files else {}))
     return glob
 
 
@@ -259,9 +266,9 @@ def summary(runs: list[dict[str, Any]], first: str, second: str) -> dict[str, An
 
 def write(out: dict[str, Any]) -> None:
     """``benchmarks/results/torch-epochs.{json,txt}``, and the text on stdout."""
-    lines = [f"{out['command']}", f"{out['rows']:,} rows, {out['epochs']} epochs (steady: 2.."
-             f"{out['epochs']}), batch {out['batch_size']}, {out['cpus']} CPUs, torch threads "
-             f"{out['torch_threads']}"]
+    lines = [f"{out['command']}", f"{out['rows']:,} rows in {out['files']:,} files, "
+             f"{out['epochs']} epochs (steady: 2..{out['epochs']}), batch {out['batch_size']}, "
+             f"{out['cpus']} CPUs, torch threads {out['torch_threads']}"]
     for name, c in out["comparisons"].items():
         lines.append(f"{name}: {c['b']} {c['b_median']:,.0f} rows/s against {c['a']} "
                      f"{c['a_median']:,.0f} rows/s (medians); ratio {c['ratio_median']:.2f}x "
