@@ -308,7 +308,9 @@ class DaskSequence(keras.utils.PyDataset):
         distribution strategy): that pass also begins and ends an epoch, and a resumed epoch
         with one batch left would end there, its batch never trained.
         """
-        if not _building_the_model():
+        if _building_the_model():
+            self.stream.peek()
+        else:
             self.stream.begin()
 
     def on_epoch_end(self) -> None:

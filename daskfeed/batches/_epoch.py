@@ -229,6 +229,15 @@ class EpochState:
         with self.lock:
             self._begun, self._ended = True, False
 
+    def peek(self) -> None:
+        """Keras begins a pass only to read a batch (to build a model): no epoch begins.
+
+        The ``on_epoch_end`` after it then ends no epoch of at most :data:`PEEKED` batches left,
+        whatever an earlier fit left (one stopped mid-epoch never called ``on_epoch_end``).
+        """
+        with self.lock:
+            self._begun = False
+
     def end(self) -> bool:
         """``on_epoch_end``: move to the next epoch once every batch of this one was served.
 

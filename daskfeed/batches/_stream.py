@@ -161,6 +161,10 @@ class BatchStream:
         """A reader starts an epoch: batches it read before (a peek) are trained now."""
         self._cursor.begin()
 
+    def peek(self) -> None:
+        """A reader begins a pass only to read a batch (Keras building a model): no epoch begins."""
+        self._cursor.peek()
+
     def end(self) -> None:
         """Keras ends an epoch: move to the next epoch's order once every batch was delivered.
 
