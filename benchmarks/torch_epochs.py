@@ -73,7 +73,8 @@ def main() -> None:
         return
     data = demo_data(a.rows, a.files)
     command = "benchmarks/torch_epochs.py " + " ".join(sys.argv[1:])
-    out: dict[str, Any] = {"command": command, "rows": a.rows, "files": a.files or a.rows // 1000,
+    per_file = max(1, a.rows // a.files) if a.files else 1000  # (as demo_data writes them)
+    out: dict[str, Any] = {"command": command, "rows": a.rows, "files": -(-a.rows // per_file),
                            "epochs": a.epochs,
                            "batch_size": a.batch_size, "cpus": os.cpu_count(),
                            "torch_threads": a.threads, "name": a.name, "comparisons": {}}

@@ -45,7 +45,8 @@ def segment_moments(values: np.ndarray, present: np.ndarray | None,
         One segment (a block parsed as one table: the usual case) gives the same numbers
         without the arrays that place many.
     """
-    if len(bounds) == 2 and bounds[0] == 0:  # one segment: every value is its
+    rows = len(present) if present is not None else len(values)
+    if len(bounds) == 2 and bounds[0] == 0 and bounds[1] == rows:  # one segment
         if not len(values):
             return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
         counts = np.array([len(values)], dtype=np.int64)
