@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         settle,
         wait_for,
     )
+    from daskfeed.cluster._heap import trim_heap
     from daskfeed.cluster._owner import Owner, refuse_multiprocessing
     from daskfeed.cluster._remote import connect, make_security
     from daskfeed.cluster._start import (
@@ -75,6 +76,7 @@ __all__ = [
     "result_unless_paused",
     "settle",
     "start_local_cluster",
+    "trim_heap",
     "wait_for",
 ]
 
@@ -87,6 +89,7 @@ __getattr__, __dir__ = attach(__name__, {
     "explain": "_futures", "gathered_map": "_futures", "result": "_futures",
     "result_unless_paused": "_futures",
     "settle": "_futures", "wait_for": "_futures",
+    "trim_heap": "_heap",
     "Owner": "_owner", "refuse_multiprocessing": "_owner",
     "connect": "_remote", "make_security": "_remote",
     "ClusterSpec": "_start", "acquire_client": "_start", "client_context": "_start",

@@ -309,43 +309,13 @@ def dask_setup(worker: Worker) -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     lower_priority(worker_nice())
-    global HEAP_SET
-    HEAP_SET = heap_below(MMAP_THRESHOLD)
-    from daskfeed.cluster import _quiet
+    from daskfeed.cluster import _heap, _quiet
+
+    _heap.serve_from_heap()
 
     _quiet.install()  # no traceback for a heartbeat the worker's own close cut off
     # what the first scan task imports (pyarrow.csv, pandas, ...), while the trainer lists files
     threading.Thread(target=_warm_imports, daemon=True, name="daskfeed-imports").start()
-
-
-# glibc's malloc serves allocations below this from its heap, above it by mmap (Linux workers)
-MMAP_THRESHOLD = 32 * 2**20
-_M_MMAP_THRESHOLD = -3  # mallopt's parameter (glibc's malloc.h)
-HEAP_SET = False  # whether this worker's preload set it (dask_setup)
-
-
-def heap_below(nbytes: int) -> bool:
-    """Let glibc's malloc serve allocations below ``nbytes`` from its heap (this process).
-
-    The nanny sets ``MALLOC_TRIM_THRESHOLD_`` (free memory goes back to the system), which
-    fixes malloc's mmap threshold at 128 KiB: every Arrow buffer of a parsed block (a column of
-    a million rows) was mapped, faulted in page by page and unmapped when freed, again for the
-    next. Served from the heap, they reuse its pages. Whole-process ``daskfeed scan`` of 0.9 GB
-    in four files on 2 cores: wall 0.77x, system time 6.4 s -> 2.9 s, the largest process's peak
-    RSS 436 -> 518-545 MiB (32 MiB; 128 MiB gave 621 MiB for no more speed); freed heap at the
-    top still goes back at the trim threshold.
-
-    Returns
-    -------
-    bool
-        Whether it was set (False where the C library has no ``mallopt``: not glibc).
-    """
-    import ctypes
-
-    try:
-        return bool(ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, int(nbytes)))
-    except (OSError, AttributeError):
-        return False
 
 
 def _warm_imports() -> None:

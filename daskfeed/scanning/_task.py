@@ -15,6 +15,7 @@ import numpy as np
 from distributed import get_worker
 
 from daskfeed.cache import BlockCache, compact
+from daskfeed.cluster import trim_heap
 from daskfeed.core import DataError
 from daskfeed.manifest import pack_row_lines
 from daskfeed.reading import (
@@ -136,6 +137,7 @@ def scan_stretches(stretches: list[list[tuple[int, Block]]], options: ReadOption
         writer.commit()
     report(topic, task, items[-1][0], flush=True)
     _pending.pop((topic or "", task), None)
+    trim_heap()  # what the task freed in the heap's middle, back to the system (a local worker)
     return {"facts": facts, "stats": stats}
 
 

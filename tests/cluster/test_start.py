@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 import subprocess
 import sys
 
@@ -204,12 +205,12 @@ def test_a_spec_parses_its_memory_limit_once_as_it_is_made():
 
 def _heap_setting() -> tuple[bool, int]:
     """(whether the worker's preload set malloc's mmap threshold, to what) — a task."""
-    from daskfeed.cluster import _start
+    from daskfeed.cluster import _heap
 
-    return _start.HEAP_SET, _start.MMAP_THRESHOLD
+    return _heap.HEAP_SET, _heap.MMAP_THRESHOLD
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc")
 def test_the_local_workers_serve_big_buffers_from_the_heap():
     """The workers' preload sets glibc's mmap threshold (the nanny's MALLOC_TRIM_THRESHOLD_
     alone fixes it at 128 KiB: every column of a parsed block mapped and faulted in anew)."""
