@@ -101,8 +101,10 @@ def demo_data(rows: int, files: int = 0) -> str:
     root = os.path.join(ROOT, "bench-out", f"data-{rows}" + (f"-f{files}" if files else ""))
     glob = os.path.join(root, "log_quest", "**", "*.csv")
     if not os.path.isdir(os.path.join(root, "log_quest")):
-        write_demo_data(root, rows=rows, validate_rows=1000,
-                        **({"rows_per_file": max(1, rows // files)} if files else {}))
+        if files:
+            write_demo_data(root, rows=rows, validate_rows=1000, rows_per_file=max(1, rows // files))
+        else:
+            write_demo_data(root, rows=rows, validate_rows=1000)
     return glob
 
 
