@@ -1,0 +1,73 @@
+"""Keras reads a batch to build a new model (JAX, PyTorch): a resume at an epoch's last batch
+still trains that batch, then the next epoch, every batch once (the PyDataset on JAX)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from test_backend_matrix import _env, needs
+
+_SCRIPT = r"""
+import json, sys
+from distributed import Client, LocalCluster
+
+import daskfeed
+from daskfeed.adapters import keras
+from daskfeed.training._callbacks import fit_from
+
+TRAINED, STARTED = [], [False]
+
+
+def key(batch):
+    return round(float(batch[0]["x1"].astype("float64").sum()), 4)
+
+
+class Recorded(daskfeed.DaskSequence):
+    def __getitem__(self, index):
+        batch = super().__getitem__(index)
+        if STARTED[0]:
+            TRAINED.append(key(batch))
+        return batch
+
+
+class Begins(keras.callbacks.Callback):
+    def on_train_begin(self, logs=None):  # (what was read before, to build the model, is not)
+        STARTED[0] = True
+
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=1, threads_per_worker=1, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
+        with Recorded(sys.argv[1], label="y", batch_size=100, client=client, seed=3) as seq:
+            n = len(seq)
+            truth = []
+            for epoch, batches in ((1, [n - 1]), (2, range(n))):
+                seq.set_epoch(epoch)
+                truth += [key(seq[i]) for i in batches]
+            seq.set_epoch(0)
+            model = daskfeed.default_model(seq, hidden=(8,))
+            fit_from(model, seq, epochs=3, epoch=1, batch=n - 1, handoff="pydataset",
+                     shuffle=False, verbose=0, callbacks=[Begins()])
+            print("REPORT " + json.dumps({"backend": keras.backend.backend(), "trained": TRAINED,
+                                          "truth": truth}))
+"""
+
+
+def test_a_new_model_resumed_at_an_epochs_last_batch_trains_it_on_jax(tmp_path) -> None:
+    needs("jax")
+    from helpers import write_wide_data
+
+    (tmp_path / "data").mkdir()
+    data = write_wide_data(tmp_path / "data")
+    script = tmp_path / "peek.py"
+    script.write_text(_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script), data], capture_output=True, text=True,
+                          env=_env("jax"), timeout=600, cwd=tmp_path)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(lines[-1][len("REPORT "):])
+    assert report["backend"] == "jax"
+    # epoch 1's last batch, then epoch 2's batches, each once and in order
+    assert report["trained"] == report["truth"], (len(report["trained"]), len(report["truth"]))
