@@ -33,6 +33,8 @@ time per task are bounded by ``run_rows``, whatever the number of blocks, files 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import time
 import uuid
 import warnings
@@ -179,8 +181,10 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None) -> Buckets | None
         run_rows = task_rows(client, data.manifest.nbytes, int(counts.sum()))
     t0 = time.perf_counter()
     work = []
+    building: list[_Generation] = []  # (removed if the disk fills up)
     try:
         if new is not None:
+            building.append(new)
             new.build = _deal_generation(data, files.generation(new.name), new, ids, offsets,
                                          run_rows)
             work.append(f"{new.rows:,} rows of {len(new.parts)} part(s) dealt"
@@ -189,6 +193,7 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None) -> Buckets | None
         if plan:
             young = kept[-plan:]
             merged = planner.generation(frozenset().union(*(g.parts for g in young)))
+            building.append(merged)
             merged.build = _merge_generations(client, files, young, merged, run_rows)
             work.append(f"the {plan} youngest generations merged ({merged.rows:,} rows)")
             kept = [*kept[:-plan], merged]
@@ -206,10 +211,33 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None) -> Buckets | None
             "one global order.\nHint: give every worker the same cache directory (--cache DIR "
             "on a shared volume).", stacklevel=2)
         return None
+    except OSError as err:  # the disk filled up while the buckets were written
+        if err.errno != errno.ENOSPC:
+            raise
+        _out_of_room(client, [files.generation(g.name) for g in building], need, free, err)
+        return None
     view = files.view([g.name for g in kept], [g.build for g in kept])
     client.submit(_use_and_sweep, view, sorted(parts),
                   key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
     return Buckets(view, sizes, time.perf_counter() - t0, "; ".join(work))
+
+
+def _out_of_room(client: Client, built: list[BucketSet], need: int, free: int,
+                 err: OSError) -> None:
+    """The disk filled up while buckets were written: their files removed, windows of blocks.
+
+    The room was checked before (``need`` against ``free``), but the disk is shared with
+    whatever else writes to it. Returns None (the caller's fallback), with a warning.
+    """
+    for gen in built:  # on every worker: a run is written where its task ran
+        with contextlib.suppress(Exception):
+            client.run(gen.drop_unsealed)
+    warnings.warn(
+        f"daskfeed: the disk filled up while the global order's buckets were written beside the "
+        f"parse cache ({err}; about {format_bytes(need)} needed, {format_bytes(free)} free when "
+        "it began). Their files are removed; rows are shuffled within windows of blocks instead, "
+        "not in one global order.\nHint: free disk room there, or give the cache another place "
+        "(--cache DIR).", stacklevel=3)
 
 
 def merge_plan(rows: list[int]) -> int:
@@ -396,6 +424,13 @@ def _gather_all(client: Client, futures: list[Future[Any]], what: str) -> None:
             result_unless_paused(f, what=what)
     except FileNotFoundError:
         raise
+    except OSError as err:
+        if err.errno == errno.ENOSPC:  # (the caller falls back to windows of blocks)
+            raise
+        new = explain(err, what, client)
+        if new is err:
+            raise
+        raise new from err
     except Exception as err:
         new = explain(err, what, client)
         if new is err:

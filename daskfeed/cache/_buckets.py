@@ -191,6 +191,18 @@ class BucketSet:
             with contextlib.suppress(OSError):
                 os.remove(os.path.join(g.path, MARKER))
 
+    def drop_unsealed(self) -> bool:
+        """Remove this generation's files if it has no marker (a build cut short); whether it did.
+
+        A sealed generation is left alone, and so is a link (never followed).
+        """
+        path = self.path
+        if os.path.islink(path) or not os.path.isdir(path) \
+                or os.path.exists(os.path.join(path, MARKER)):
+            return False
+        shutil.rmtree(path, ignore_errors=True)
+        return True
+
     def seal(self, sizes_digest: str, parts: dict[str, int], rows: int, tag: str, build: str) -> None:
         """Write this generation's marker (it is complete) and remove its build's runs.
 

@@ -125,6 +125,46 @@ def test_a_bucket_reads_only_the_columns_asked_for(data, client, tmp_path):
     assert table.column_names == ["level"] and isinstance(table, pa.Table)
 
 
+def _disk_full(full: bool) -> None:
+    """On a worker: each bucket run is written, then fails as on a full disk (ENOSPC); or not."""
+    import errno
+
+    from daskfeed.cache import BucketSet
+
+    if full:
+        BucketSet._written = BucketSet.write_run  # type: ignore[attr-defined]
+
+        def write_run(self, *args, **kwargs):  # the run written, then the disk full
+            BucketSet._written(self, *args, **kwargs)  # type: ignore[attr-defined]
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        BucketSet.write_run = write_run  # type: ignore[method-assign]
+    elif hasattr(BucketSet, "_written"):
+        BucketSet.write_run = BucketSet._written  # type: ignore[method-assign]
+        del BucketSet._written
+
+
+def test_a_disk_that_fills_up_while_the_buckets_are_written_falls_back_to_windows_of_blocks(
+        data, client, tmp_path):
+    """The room was there when the deal began; the disk filled up meanwhile (others write to
+    it): what was written is removed, the run says so and reads windows of blocks, every row."""
+    client.run(_disk_full, True)
+    try:
+        with pytest.warns(UserWarning, match=r"the disk filled up while the global order's "
+                                             r"buckets were written .*No space left on device.*"
+                                             r"Their files are removed; rows are shuffled within "
+                                             r"windows of blocks") as caught:
+            with _sequence(data, client, tmp_path / "c") as seq:
+                assert seq.stream.buckets is None and not seq.stream.global_order
+                rows = sum(len(seq[i][1]) for i in range(len(seq)))
+    finally:
+        client.run(_disk_full, False)
+    assert rows == sum(seq.manifest.counts)
+    assert any("Hint: free disk room there" in str(w.message) for w in caught)
+    left = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path / "c") if "buckets" in d for f in fs]
+    assert not left, left  # (no run nor bucket file of the build cut short)
+
+
 def test_without_disk_room_for_the_buckets_the_run_says_so_and_uses_windows_of_blocks(
         data, client, tmp_path, monkeypatch):
     import daskfeed.batches._buckets as build
