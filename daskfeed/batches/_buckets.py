@@ -227,7 +227,7 @@ def _out_of_room(client: Client, built: list[BucketSet], need: int, free: int,
     """The disk filled up while buckets were written: their files removed, windows of blocks.
 
     The room was checked before (``need`` against ``free``), but the disk is shared with
-    whatever else writes to it. Returns None (the caller's fallback), with a warning.
+    whatever else writes to it; the caller falls back to windows of blocks.
     """
     for gen in built:  # on every worker: a run is written where its task ran
         with contextlib.suppress(Exception):
@@ -422,16 +422,10 @@ def _gather_all(client: Client, futures: list[Future[Any]], what: str) -> None:
     try:
         for f in futures:  # a worker paused for good is a BudgetError, not a wait without end
             result_unless_paused(f, what=what)
-    except FileNotFoundError:
-        raise
-    except OSError as err:
-        if err.errno == errno.ENOSPC:  # (the caller falls back to windows of blocks)
-            raise
-        new = explain(err, what, client)
-        if new is err:
-            raise
-        raise new from err
     except Exception as err:
+        # a run looked for on another machine, or a full disk: the caller falls back to windows
+        if isinstance(err, FileNotFoundError) or getattr(err, "errno", None) == errno.ENOSPC:
+            raise
         new = explain(err, what, client)
         if new is err:
             raise
