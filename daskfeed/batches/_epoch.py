@@ -138,6 +138,7 @@ class EpochState:
         self.ended: dict[int, EpochStats] = {}  # stats of the last epochs that ended, by epoch
         self._warned_random = False
         self._begun = False  # Keras called on_epoch_begin since the last on_epoch_end
+        self._peeking = False  # Keras is reading batches only to build a model (see peek)
         self._ended = False  # the epoch was complete at an on_epoch_end that could be Keras' reset
         self._next: EpochPlan | None = None  # the next epoch's plan, once looked at
         self._ahead: Prefetcher | None = None  # its windows fetched ahead
@@ -227,16 +228,19 @@ class EpochState:
     def begin(self) -> None:
         """Keras starts an epoch (``on_epoch_begin``): the batches it peeked are trained now."""
         with self.lock:
-            self._begun, self._ended = True, False
+            self._begun, self._ended, self._peeking = True, False, False
 
     def peek(self) -> None:
         """Keras begins a pass only to read a batch (to build a model): no epoch begins.
 
-        The ``on_epoch_end`` after it then ends no epoch of at most :data:`PEEKED` batches left,
-        whatever an earlier fit left (one stopped mid-epoch never called ``on_epoch_end``).
+        The ``on_epoch_end`` after it ends no epoch, whatever the pass read: Keras' threads
+        (``workers > 1``) read ahead, up to the whole of a short epoch, and the epoch that
+        begins then trains those batches (from Keras' queue, or read again: the same rows).
+        Nor does it end one an earlier fit left (stopped mid-epoch, it never called
+        ``on_epoch_end``).
         """
         with self.lock:
-            self._begun = False
+            self._begun, self._peeking = False, True
 
     def end(self) -> bool:
         """``on_epoch_end``: move to the next epoch once every batch of this one was served.
@@ -255,6 +259,9 @@ class EpochState:
         """
         with self.lock:
             begun, self._begun = self._begun, False
+            if self._peeking:  # the end of a model's build: no epoch ends
+                self._peeking = False
+                return False
             complete = len(self._served) == self.plan.num_batches - self.start
             if not complete:
                 return False

@@ -1,5 +1,6 @@
 """Keras reads a batch to build a new model (JAX, PyTorch): a resume at an epoch's last batch
-still trains that batch, then the next epoch, every batch once (the PyDataset on JAX)."""
+still trains that batch, then the next epoch, every batch once (the PyDataset on JAX); Keras'
+threads reading ahead through a whole short epoch while it builds end no epoch."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from test_backend_matrix import _env, needs
 
 _SCRIPT = r"""
@@ -71,3 +73,45 @@ def test_a_new_model_resumed_at_an_epochs_last_batch_trains_it_on_jax(tmp_path) 
     assert report["backend"] == "jax"
     # epoch 1's last batch, then epoch 2's batches, each once and in order
     assert report["trained"] == report["truth"], (len(report["trained"]), len(report["truth"]))
+
+
+_READ_AHEAD = r"""
+import json, sys
+from distributed import Client, LocalCluster
+
+import daskfeed
+from daskfeed.adapters import keras
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=1, threads_per_worker=1, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
+        with daskfeed.DaskSequence(sys.argv[1], label="y", batch_size=1000, client=client, seed=3,
+                                   workers=4, max_queue_size=10) as seq:
+            model = daskfeed.default_model(seq, hidden=(8,))
+            model.fit(seq, epochs=2, verbose=0)
+            print("REPORT " + json.dumps({"backend": keras.backend.backend(), "batches": len(seq),
+                                          "epoch": seq.epoch,
+                                          "served": [seq.stats_of(e).get("batches") for e in (0, 1)]}))
+"""
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_keras_threads_reading_ahead_while_it_builds_end_no_epoch(tmp_path, backend) -> None:
+    # 6 batches an epoch, 4 threads and a queue of 10: the build's pass reads all of epoch 0
+    needs(backend)
+    from helpers import write_wide_data
+
+    (tmp_path / "data").mkdir()
+    data = write_wide_data(tmp_path / "data")
+    script = tmp_path / "read_ahead.py"
+    script.write_text(_READ_AHEAD)
+    proc = subprocess.run([sys.executable, str(script), data], capture_output=True, text=True,
+                          env=_env(backend), timeout=600, cwd=tmp_path)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(lines[-1][len("REPORT "):])
+    assert report["backend"] == backend and report["batches"] == 6
+    # fit's two epochs were the order's epochs 0 and 1, each served whole (the build's pass
+    # ending epoch 0 made fit train epochs 1 and 2: the sequence stood at epoch 3)
+    assert report["epoch"] == 2
+    assert report["served"] == [6, 6]
