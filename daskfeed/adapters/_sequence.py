@@ -568,14 +568,26 @@ def _building_the_model(depth: int = 16) -> bool:
     """Whether Keras called this while reading a batch to build the model (not an epoch).
 
     Its trainer's ``_symbolic_build`` (``_maybe_symbolic_build`` on TensorFlow) iterates the
-    epoch iterator, whose first step calls the adapter's ``on_epoch_begin``; nothing else of
-    Keras' says so. Looked for among the few frames above (``depth``).
+    epoch iterator, whose first step calls the adapter's ``on_epoch_begin``; so does JAX's
+    ``predict`` itself, for a model not built yet. Nothing else of Keras' says so. Looked for
+    among the few frames above (``depth``).
     """
     frame = inspect.currentframe()
     for _ in range(depth):
         if frame is None:
             return False
-        if frame.f_code.co_name in _BUILDS and "keras" in frame.f_code.co_filename:
+        code = frame.f_code
+        if "keras" in code.co_filename and (
+                code.co_name in _BUILDS or (code.co_name == "predict" and _jax_unbuilt(frame))):
             return True
         frame = frame.f_back
     return False
+
+
+def _jax_unbuilt(frame: Any) -> bool:
+    """Whether ``frame`` is JAX's ``predict`` of a model not built yet (it reads a batch first)."""
+    if not frame.f_code.co_filename.replace("\\", "/").endswith("jax/trainer.py"):
+        return False
+    model = frame.f_locals.get("self")
+    layers = getattr(model, "_flatten_layers", None)
+    return layers is not None and not all(layer.built for layer in layers())

@@ -115,3 +115,45 @@ def test_keras_threads_reading_ahead_while_it_builds_end_no_epoch(tmp_path, back
     # ending epoch 0 made fit train epochs 1 and 2: the sequence stood at epoch 3)
     assert report["epoch"] == 2
     assert report["served"] == [6, 6]
+
+
+_PREDICT = r"""
+import json, sys
+from distributed import Client, LocalCluster
+
+import daskfeed
+from daskfeed.adapters import keras
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=1, threads_per_worker=1, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
+        with daskfeed.DaskSequence(sys.argv[1], label="y", batch_size=1000, client=client, seed=3,
+                                   features=["x1", "ts"], as_matrix=True, workers=4,
+                                   max_queue_size=10) as seq:
+            model = keras.Sequential([keras.layers.Dense(4), keras.layers.Dense(1)])  # not built
+            first = model.predict(seq, verbose=0)
+            unbuilt = seq.epoch
+            model.predict(seq, verbose=0)
+            print("REPORT " + json.dumps({"backend": keras.backend.backend(), "rows": len(first),
+                                          "unbuilt": unbuilt, "built": seq.epoch - unbuilt}))
+"""
+
+
+def test_jax_predict_of_a_model_not_built_yet_is_one_pass(tmp_path) -> None:
+    # JAX's predict reads a batch itself to build the model (no _symbolic_build among its frames)
+    needs("jax")
+    from helpers import write_wide_data
+
+    (tmp_path / "data").mkdir()
+    data = write_wide_data(tmp_path / "data")
+    script = tmp_path / "predict.py"
+    script.write_text(_PREDICT)
+    proc = subprocess.run([sys.executable, str(script), data], capture_output=True, text=True,
+                          env=_env("jax"), timeout=600, cwd=tmp_path)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(lines[-1][len("REPORT "):])
+    assert report["backend"] == "jax" and report["rows"] == 6000
+    # each predict one pass over one epoch of the order, the build's read included (it made
+    # the first predict two: the sequence stood at epoch 2 after it)
+    assert report["unbuilt"] == report["built"] == 1
