@@ -175,12 +175,13 @@ class TFDataHandoff:
                 self._thread = threading.Thread(target=self._produce, daemon=True,
                                                 name="daskfeed-tf-feed")
                 self._thread.start()
-        if stream:
+        take = tf.autograph.experimental.do_not_convert(self._take)  # graph ops only: no
+        if stream:                                                     # AutoGraph rewrite
             self._stream = True
-            ds = tf.data.Dataset.range(2**62).map(self._take).unbatch()
+            ds = tf.data.Dataset.range(2**62).map(take).unbatch()
             ds = ds.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
         else:
-            ds = tf.data.Dataset.range(self._chunks).map(self._take).unbatch()
+            ds = tf.data.Dataset.range(self._chunks).map(take).unbatch()
             ds = ds.apply(tf.data.experimental.assert_cardinality(self._len))
         return ds.prefetch(self.chunk)
 
