@@ -8,6 +8,7 @@ again after it, left, left out by the tail policy and lost (:func:`resume_certif
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 from typing import TYPE_CHECKING
@@ -20,44 +21,52 @@ if TYPE_CHECKING:
     from daskfeed.adapters import DaskSequence
 
 MARK = "trained.bin"  # (epoch, position) trained to, 16 bytes rewritten in place
+_MARK = struct.Struct("<qq")
 
 
 class TrainedMark:
     """How far training went: ``(epoch, position)`` rewritten in place as each group of steps ends.
 
-    16 bytes at the start of ``OUTPUT/trained.bin`` (no fsync: the page cache outlives a killed
-    process, which is what the certificate of the next resume needs); a few microseconds a step.
+    16 bytes at the start of ``OUTPUT/trained.bin``, written through a shared memory map of the
+    file: a store into the page cache, no system call a step (no fsync: the page cache outlives
+    a killed process, which is what the certificate of the next resume needs); about a
+    microsecond a step.
     """
 
     def __init__(self, out: str) -> None:
         self.path = os.path.join(out, MARK)
-        self._fd: int | None = None
+        self._map: mmap.mmap | None = None
         self._last: tuple[int, int] | None = None
 
     def __call__(self, epoch: int, position: int) -> None:
         now = (int(epoch), int(position))
         if now == self._last:
             return
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
-        os.pwrite(self._fd, struct.pack("<qq", *now), 0)
+        if self._map is None:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                os.ftruncate(fd, _MARK.size)  # (a mark of another size, if any, is cut to this one)
+                self._map = mmap.mmap(fd, _MARK.size)
+            finally:
+                os.close(fd)  # (the map keeps the file)
+        _MARK.pack_into(self._map, 0, *now)
         self._last = now
 
     def close(self) -> None:
-        """Close the file (the mark stays)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        """Unmap the file (the mark stays)."""
+        if self._map is not None:
+            self._map.close()
+            self._map = None
 
 
 def read_mark(out: str) -> tuple[int, int] | None:
     """The ``(epoch, position)`` the last run of ``out`` trained to (None: no mark)."""
     try:
         with open(os.path.join(out, MARK), "rb") as f:
-            raw = f.read(16)
+            raw = f.read(_MARK.size)
     except OSError:
         return None
-    return struct.unpack("<qq", raw) if len(raw) == 16 else None  # type: ignore[return-value]
+    return _MARK.unpack(raw) if len(raw) == _MARK.size else None  # type: ignore[return-value]
 
 
 def resume_certificate(seq: DaskSequence, epoch: int, position: int,
