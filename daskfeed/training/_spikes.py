@@ -45,6 +45,8 @@ from daskfeed.training._loss_series import (
 if TYPE_CHECKING:
     from daskfeed.adapters import DaskSequence
 
+RUN = 512  # steps kept before their losses are worked out and checked together
+
 
 class StepLosses(keras.callbacks.Callback):
     """Keep every step's loss in ``OUTPUT/steps.bin``; flag steps far above their neighbourhood.
@@ -84,6 +86,8 @@ class StepLosses(keras.callbacks.Callback):
         self._pending: list[dict[str, Any]] = []  # flagged, not yet reported to the dashboard
         self._checkpoints = len(saved)
         self._written = time.monotonic()
+        self._raw: list[tuple[int, int, float]] = []  # (first batch, group, running mean) of
+        # the steps not yet worked out (see _digest)
         self._open(fresh)
         self._epoch = self._start = self._begin = 0
         self._rows = 0  # rows trained in this fit's epoch so far
@@ -115,6 +119,7 @@ class StepLosses(keras.callbacks.Callback):
         logs
             Keras' logs (may be None).
         """
+        self._digest()  # (the steps of the epoch before, with its numbers)
         self._epoch, self._start = int(epoch), int(self.sequence.start)
         self._rows, self._sum = 0, 0.0
 
@@ -131,7 +136,11 @@ class StepLosses(keras.callbacks.Callback):
         self._begin = int(batch)
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        """Recover the step's loss, keep it, flag it if it is far above its neighbourhood.
+        """Note the step's running mean; every :data:`RUN` steps, work out and check the run.
+
+        Keeping a step costs a few microseconds here: its loss, record and check are made for a
+        run of steps at once (:meth:`_digest`), and before anything reads them (a checkpoint,
+        the dashboard's marks, a flush, an epoch's end).
 
         Parameters
         ----------
@@ -144,19 +153,34 @@ class StepLosses(keras.callbacks.Callback):
         mean = finite_float((logs or {}).get("loss"))
         if mean is None:
             return
+        self._raw.append((self._start + self._begin,
+                          int(getattr(self.model, "steps_per_execution", 1) or 1), mean))
+        checkpointed = len(self.saved) != self._checkpoints
+        if checkpointed or len(self._raw) >= RUN or (
+                len(self._raw) % 64 == 0 and time.monotonic() - self._written >= self.flush_seconds):
+            self._digest()
+            if checkpointed or len(self._buffer) >= self.chunk * RECORD.size \
+                    or time.monotonic() - self._written >= self.flush_seconds:
+                self._checkpoints = len(self.saved)
+                self.flush()
+
+    def _digest(self) -> None:
+        """The waiting steps' losses from their running means, their records, their checks."""
+        raw, self._raw = self._raw, []
+        if not raw:
+            return
         plan = self.sequence.stream.plan_of(self._epoch)  # (the stream may be in the next)
-        group = int(getattr(self.model, "steps_per_execution", 1) or 1)
-        first = self._start + self._begin
-        mine = range(first, min(first + group, plan.num_batches))
-        rows = sum(plan.batch_rows(b) for b in mine) or 1
-        self._rows += rows
-        total = mean * self._rows
-        loss, self._sum = (total - self._sum) / rows, total
-        self._keep(first, mine, loss)
-        if len(self.saved) != self._checkpoints or len(self._buffer) >= self.chunk * RECORD.size \
-                or time.monotonic() - self._written >= self.flush_seconds:
-            self._checkpoints = len(self.saved)
-            self.flush()
+        steps = []
+        for first, group, mean in raw:
+            mine = range(first, min(first + group, plan.num_batches))
+            rows = sum(plan.batch_rows(b) for b in mine) or 1
+            self._rows += rows
+            total = mean * self._rows
+            loss, self._sum = (total - self._sum) / rows, total
+            steps.append((first, mine, loss))
+        hits = self.detector.check_many([loss for _, _, loss in steps])
+        for (first, mine, loss), hit in zip(steps, hits, strict=True):
+            self._keep(first, mine, loss, hit)
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         """Write what is waiting.
@@ -181,13 +205,13 @@ class StepLosses(keras.callbacks.Callback):
         self.flush()
 
     # -- the series ---------------------------------------------------------------------
-    def _keep(self, first: int, mine: range, loss: float) -> None:
+    def _keep(self, first: int, mine: range, loss: float,
+              hit: tuple[float | None, float | None] | None) -> None:
         stream, epoch = self.sequence.stream, self._epoch
         order = [stream.order_batch(b, epoch) for b in mine]
         step = first if order[0] is None else int(order[0])
         self._buffer += RECORD.pack(epoch, step, loss)
         self.steps += 1
-        hit = self.detector.check(loss)
         if hit is not None:
             self._flag({"epoch": epoch + 1, "step": step + 1, "batch": mine[-1] + 1, "loss": loss,
                         "median": hit[0], "threshold": hit[1], "steps": len(mine),
@@ -216,12 +240,14 @@ class StepLosses(keras.callbacks.Callback):
             ``epoch``, ``step`` (from 1), ``batch`` (this trainer's, from 1: the dashboard's
             axis), ``loss``, ``median``, ``threshold``, ``steps`` and ``command``.
         """
+        self._digest()
         taken, self._pending = self._pending[:most], self._pending[most:]
         return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()}
                 for m in taken]
 
     def flush(self) -> None:
         """Append the waiting records to ``steps.bin``; rewrite ``spikes.json``."""
+        self._digest()
         if self._buffer:
             with open(self.path, "ab") as f:
                 f.write(self._buffer)
@@ -242,6 +268,7 @@ class StepLosses(keras.callbacks.Callback):
             ``rule``, ``steps_file``, ``numbering`` (``order`` or ``trainer``), ``flagged``
             (the latest :data:`KEPT`) and, without the global order, why there is no command.
         """
+        self._digest()
         out: dict[str, Any] = {"rule": asdict(self.rule), "steps_file": STEPS,
                                "numbering": "trainer" if self.flags & OWN_BATCHES else "order",
                                "flagged": [mark_json(m) for m in self.flagged]}
@@ -257,6 +284,7 @@ class StepLosses(keras.callbacks.Callback):
         list of str
             The lines.
         """
+        self._digest()
         r = self.rule
         if not self.flagged:
             return [f"loss spikes: none flagged ({self.steps:,} steps kept in {self.path})"]

@@ -88,6 +88,32 @@ def test_a_detector_seeded_with_a_resumed_series_flags_at_once():
     assert med == pytest.approx(0.505, abs=0.01) and 0.5 < limit < 9.0
 
 
+_LOSS = st.one_of(st.floats(0.0, 1.0), st.floats(0.0, 60.0),
+                  st.sampled_from([float("nan"), float("inf"), float("-inf")]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_LOSS, max_size=100), st.lists(_LOSS, min_size=1, max_size=300),
+       st.lists(st.integers(1, 80), min_size=1, max_size=20),
+       st.sampled_from([(64, 16), (16, 16), (4, 16), (8, 1)]), st.integers(0, 16))
+def test_checking_a_run_of_steps_at_once_is_checking_them_one_by_one(before, losses, runs,
+                                                                     window_warmup, after):
+    # the callback checks its steps in runs (check_many): the same flags, medians and
+    # thresholds, bit for bit, and the same state after, whatever the runs
+    window, warmup = window_warmup
+    rule = SpikeRule(window=window, warmup=warmup, after=after)
+    one, many = SpikeDetector(rule, before), SpikeDetector(rule, before)
+    expected = [one.check(x) for x in losses]
+    got, at, k = [], 0, 0
+    while at < len(losses):
+        n = runs[k % len(runs)]
+        got += many.check_many(losses[at : at + n])
+        at, k = at + n, k + 1
+    assert got == expected
+    assert list(many.near) == list(one.near)
+    assert (many._since, many._finite, many._excess) == (one._since, one._finite, one._excess)
+
+
 def test_the_command_names_the_run_epoch_and_steps_from_one():
     assert rows_command("out dir", 1, [4]) == "daskfeed rows 'out dir' --epoch 2 --step 5"
     assert rows_command("run", 0, [4, 5, 6]) == "daskfeed rows run --epoch 1 --step 5-7"
