@@ -18,7 +18,7 @@ from daskfeed.adapters._keras import keras, refuse_narrowed
 from daskfeed.adapters._tf_data import TFDataHandoff, uses_tf_data
 from daskfeed.batches import BatchStream, DataSettings, EpochPlan, EpochStats, Prepared
 from daskfeed.cluster import close_client, refuse_multiprocessing
-from daskfeed.core import DaskfeedError, Stop, refuse_setting
+from daskfeed.core import DaskfeedError, Stop, refuse_setting, warn_user
 from daskfeed.dashboard import EpochSpans
 from daskfeed.manifest import Manifest
 
@@ -125,7 +125,9 @@ class DaskSequence(keras.utils.PyDataset):
         A :class:`daskfeed.dashboard.EpochSpans` (a ``distributed.span`` per epoch), a scan
         progress callback, and a :class:`daskfeed.core.Stop` whose request ends every wait.
     **kwargs
-        ``workers`` and ``max_queue_size`` for ``keras.utils.PyDataset``;
+        ``workers`` and ``max_queue_size`` for ``keras.utils.PyDataset``: ``workers > 1`` is
+        taken as 1, with a warning (Keras' threads would train some epochs' batches twice and
+        others' never; the sequence reads its windows ahead itself);
         ``use_multiprocessing=True`` is refused, and so is any other name
         (:class:`~daskfeed.SettingError`, naming it).
 
@@ -531,10 +533,10 @@ class DaskSequence(keras.utils.PyDataset):
 def _keras_arguments(kwargs: dict[str, Any]) -> None:
     """Refuse, before any work, what ``keras.utils.PyDataset`` would not take (or not run).
 
-    Keras' own arguments (``workers``, ``max_queue_size``, ...) pass; ``use_multiprocessing=True``
-    is refused (:func:`~daskfeed.cluster.refuse_multiprocessing`), and a name neither
-    ``DaskSequence`` nor Keras takes is named, with the closest ones, instead of Keras'
-    ``TypeError``.
+    Keras' own arguments (``workers``, ``max_queue_size``, ...) pass; ``workers > 1`` becomes 1
+    (warned: see :func:`_one_keras_thread`); ``use_multiprocessing=True`` is refused
+    (:func:`~daskfeed.cluster.refuse_multiprocessing`), and a name neither ``DaskSequence`` nor
+    Keras takes is named, with the closest ones, instead of Keras' ``TypeError``.
 
     Raises
     ------
@@ -542,6 +544,7 @@ def _keras_arguments(kwargs: dict[str, Any]) -> None:
         A Keras worker process asked for, or an argument no one takes.
     """
     refuse_multiprocessing(kwargs)
+    _one_keras_thread(kwargs)
     taken = [name for name, p in inspect.signature(keras.utils.PyDataset.__init__).parameters.items()
              if name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     unknown = [name for name in kwargs if name not in taken]
@@ -558,6 +561,28 @@ def _keras_arguments(kwargs: dict[str, Any]) -> None:
         (f"did you mean {', '.join(guesses)}?" if guesses else
          f"leave {'it' if len(unknown) == 1 else 'them'} out, or set what it means through the "
          "arguments above."))
+
+
+def _one_keras_thread(kwargs: dict[str, Any]) -> None:
+    """``workers=N > 1`` (Keras' threads reading batches ahead) becomes 1, with a warning.
+
+    Keras' enqueuer keeps what its threads read ahead when a pass stops, and hands it out first
+    in the next: after the pass Keras makes to build a model (PyTorch and JAX, TensorFlow under
+    a strategy) each epoch of ``fit`` trained the batches read ahead of the epoch before, some
+    of them twice and others never (measured: ``fit(epochs=3)`` trained epoch 0's batches 1-5
+    twice and epoch 2's never). The sequence reads its windows ahead on the cluster itself, so
+    the threads only sliced arrays.
+    """
+    workers = kwargs.get("workers", 1)
+    if isinstance(workers, int) and workers > 1:
+        warn_user(
+            f"daskfeed: DaskSequence takes workers={workers} as workers=1. Expected one Keras "
+            "thread reading batches: Keras' threads keep batches they read ahead when a pass "
+            "stops and hand them out in the next one, so after a model's build epochs would "
+            "train batches of the epoch before, some twice and others never.\nHint: leave "
+            "workers out; the batches' windows are read ahead on the Dask cluster "
+            "(prefetch_bytes) already.")
+        kwargs["workers"] = 1
 
 
 # Keras' trainers reading one batch of a fit's data to build the model before training
@@ -588,6 +613,8 @@ def _jax_unbuilt(frame: Any) -> bool:
     """Whether ``frame`` is JAX's ``predict`` of a model not built yet (it reads a batch first)."""
     if not frame.f_code.co_filename.replace("\\", "/").endswith("jax/trainer.py"):
         return False
-    model = frame.f_locals.get("self")
-    layers = getattr(model, "_flatten_layers", None)
+    local = frame.f_locals
+    if "outputs" in local:  # bound once the build is over: predict's own pass
+        return False
+    layers = getattr(local.get("self"), "_flatten_layers", None)
     return layers is not None and not all(layer.built for layer in layers())

@@ -85,6 +85,6 @@ def refuse_multiprocessing(kwargs: dict[str, Any]) -> None:
             "DaskSequence does not run in Keras' worker processes. Expected "
             "use_multiprocessing=False (the default). Received: use_multiprocessing=True.\n"
             "Hint: the Dask workers already compute the batches and the trainer only slices "
-            "arrays, so a process pool adds nothing: use workers=N (threads) to read batches "
-            "concurrently, or leave the default."
+            "arrays, so a process pool adds nothing: leave the default (the batches' windows "
+            "are read ahead on the cluster)."
         )

@@ -1,7 +1,7 @@
 """Keras reads a batch to build a new model (JAX, PyTorch, TensorFlow under a distribution
 strategy): a resume at an epoch's last batch still trains that batch, then the next epoch, every
-batch once; Keras' threads reading ahead through a whole short epoch while it builds end no
-epoch; JAX's predict of a model not built yet is one pass."""
+batch once; Keras' threads are one, so each epoch trains its own batches once; JAX's predict of a
+model not built yet is one pass."""
 
 from __future__ import annotations
 
@@ -77,28 +77,63 @@ def test_a_new_model_resumed_at_an_epochs_last_batch_trains_it_on_jax(tmp_path) 
 
 
 _READ_AHEAD = r"""
-import json, sys
+import json, sys, warnings
+import numpy as np
 from distributed import Client, LocalCluster
 
 import daskfeed
 from daskfeed.adapters import keras
 
+SEEN, STARTED = [], [False]
+
+
+class Record(keras.layers.Layer):  # the rows each step trains (fit runs eagerly)
+    def call(self, x):
+        if STARTED[0]:  # (not the build's call)
+            SEEN.append(keras.ops.convert_to_numpy(x)[:, 0].copy())
+        return x
+
+
+class Begins(keras.callbacks.Callback):
+    def on_train_begin(self, logs=None):
+        STARTED[0] = True
+
+
 if __name__ == "__main__":
     with LocalCluster(n_workers=1, threads_per_worker=1, host="127.0.0.1",
                       dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
-        with daskfeed.DaskSequence(sys.argv[1], label="y", batch_size=1000, client=client, seed=3,
-                                   workers=4, max_queue_size=10) as seq:
-            model = daskfeed.default_model(seq, hidden=(8,))
-            model.fit(seq, epochs=2, verbose=0)
-            print("REPORT " + json.dumps({"backend": keras.backend.backend(), "batches": len(seq),
-                                          "epoch": seq.epoch,
-                                          "served": [seq.stats_of(e).get("batches") for e in (0, 1)]}))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            seq = daskfeed.DaskSequence(sys.argv[1], label="y", batch_size=1000, client=client,
+                                        seed=3, features=["x1"], as_matrix=True, workers=4,
+                                        max_queue_size=10)
+        with seq:
+            n = len(seq)
+            want = []
+            for epoch in range(3):
+                seq.set_epoch(epoch)
+                want.append([seq[i][0][:, 0].copy() for i in range(n)])
+            seq.set_epoch(0)
+            model = keras.Sequential([keras.Input((1,)), Record(), keras.layers.Dense(1)])
+            model.compile("sgd", "mse", run_eagerly=True)
+            model.fit(seq, epochs=3, shuffle=False, verbose=0, callbacks=[Begins()])
+            trained = SEEN
+
+            def where(b):
+                return next((f"{e}:{i}" for e in range(3) for i in range(n)
+                             if np.array_equal(b, want[e][i])), "?")
+
+            print("REPORT " + json.dumps({
+                "backend": keras.backend.backend(), "batches": n, "epoch": seq.epoch,
+                "trained": [where(b) for b in trained],
+                "warned": [str(w.message) for w in caught if "workers=4" in str(w.message)]}))
 """
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
-def test_keras_threads_reading_ahead_while_it_builds_end_no_epoch(tmp_path, backend) -> None:
-    # 6 batches an epoch, 4 threads and a queue of 10: the build's pass reads all of epoch 0
+def test_keras_threads_are_one_so_each_epoch_trains_its_own_batches_once(tmp_path, backend) -> None:
+    # Keras' enqueuer hands out first what its threads read ahead before a pass stopped: after
+    # the build's pass, fit(epochs=3) trained epoch 0's batches 1-5 twice, epoch 2's never
     needs(backend)
     from helpers import write_wide_data
 
@@ -112,10 +147,9 @@ def test_keras_threads_reading_ahead_while_it_builds_end_no_epoch(tmp_path, back
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(lines[-1][len("REPORT "):])
     assert report["backend"] == backend and report["batches"] == 6
-    # fit's two epochs were the order's epochs 0 and 1, each served whole (the build's pass
-    # ending epoch 0 made fit train epochs 1 and 2: the sequence stood at epoch 3)
-    assert report["epoch"] == 2
-    assert report["served"] == [6, 6]
+    assert len(report["warned"]) == 1 and "as workers=1" in report["warned"][0]
+    assert report["trained"] == [f"{e}:{i}" for e in range(3) for i in range(6)]
+    assert report["epoch"] == 3
 
 
 _PREDICT = r"""
@@ -128,20 +162,21 @@ from daskfeed.adapters import keras
 if __name__ == "__main__":
     with LocalCluster(n_workers=1, threads_per_worker=1, host="127.0.0.1",
                       dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
-        with daskfeed.DaskSequence(sys.argv[1], label="y", batch_size=1000, client=client, seed=3,
-                                   features=["x1", "ts"], as_matrix=True, workers=4,
-                                   max_queue_size=10) as seq:
+        with daskfeed.DaskSequence(sys.argv[1], label="y", batch_size=6000, client=client, seed=3,
+                                   features=["x1", "ts"], as_matrix=True) as seq:
             model = keras.Sequential([keras.layers.Dense(4), keras.layers.Dense(1)])  # not built
             first = model.predict(seq, verbose=0)
             unbuilt = seq.epoch
             model.predict(seq, verbose=0)
             print("REPORT " + json.dumps({"backend": keras.backend.backend(), "rows": len(first),
-                                          "unbuilt": unbuilt, "built": seq.epoch - unbuilt}))
+                                          "batches": len(seq), "unbuilt": unbuilt,
+                                          "built": seq.epoch - unbuilt}))
 """
 
 
 def test_jax_predict_of_a_model_not_built_yet_is_one_pass(tmp_path) -> None:
-    # JAX's predict reads a batch itself to build the model (no _symbolic_build among its frames)
+    # JAX's predict reads a batch itself to build the model (no _symbolic_build among its
+    # frames); with one batch an epoch that read was the whole epoch, and predict served the next
     needs("jax")
     from helpers import write_wide_data
 
@@ -154,7 +189,7 @@ def test_jax_predict_of_a_model_not_built_yet_is_one_pass(tmp_path) -> None:
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(lines[-1][len("REPORT "):])
-    assert report["backend"] == "jax" and report["rows"] == 6000
+    assert report["backend"] == "jax" and report["rows"] == 6000 and report["batches"] == 1
     # each predict one pass over one epoch of the order, the build's read included (it made
     # the first predict two: the sequence stood at epoch 2 after it)
     assert report["unbuilt"] == report["built"] == 1
