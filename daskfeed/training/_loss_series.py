@@ -191,6 +191,8 @@ class SpikeDetector:
         list
             What :meth:`check` returns for each.
         """
+        if not len(losses):
+            return []
         rule = self.rule
         finite = np.isfinite(np.asarray(losses, dtype="float64"))
         series = np.concatenate([np.asarray(self.near, dtype="float64"),

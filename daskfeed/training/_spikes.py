@@ -156,13 +156,12 @@ class StepLosses(keras.callbacks.Callback):
         self._raw.append((self._start + self._begin,
                           int(getattr(self.model, "steps_per_execution", 1) or 1), mean))
         checkpointed = len(self.saved) != self._checkpoints
-        if checkpointed or len(self._raw) >= RUN or (
-                len(self._raw) % 64 == 0 and time.monotonic() - self._written >= self.flush_seconds):
+        if checkpointed or time.monotonic() - self._written >= self.flush_seconds \
+                or len(self._buffer) >= self.chunk * RECORD.size:
+            self._checkpoints = len(self.saved)
+            self.flush()  # (the waiting steps worked out first)
+        elif len(self._raw) >= RUN:
             self._digest()
-            if checkpointed or len(self._buffer) >= self.chunk * RECORD.size \
-                    or time.monotonic() - self._written >= self.flush_seconds:
-                self._checkpoints = len(self.saved)
-                self.flush()
 
     def _digest(self) -> None:
         """The waiting steps' losses from their running means, their records, their checks."""

@@ -93,7 +93,7 @@ _LOSS = st.one_of(st.floats(0.0, 1.0), st.floats(0.0, 60.0),
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(_LOSS, max_size=100), st.lists(_LOSS, min_size=1, max_size=300),
+@given(st.lists(_LOSS, max_size=100), st.lists(_LOSS, max_size=300),
        st.lists(st.integers(1, 80), min_size=1, max_size=20),
        st.sampled_from([(64, 16), (16, 16), (4, 16), (8, 1)]), st.integers(0, 16))
 def test_checking_a_run_of_steps_at_once_is_checking_them_one_by_one(before, losses, runs,
@@ -207,6 +207,24 @@ def test_every_step_is_kept_and_the_corrupted_batch_flagged_in_a_real_fit(tmp_pa
     lines = steps.summary_lines()
     assert "2 steps far above" in lines[0] and lines[1].endswith("--epoch 1 --step 1031")
     assert (tmp_path / "steps.bin").stat().st_size == 16 + 80 * RECORD.size  # 12 bytes a step
+
+
+def test_the_steps_reach_the_file_within_flush_seconds_however_slow_the_steps(tmp_path):
+    # the dashboard's reports work the waiting steps out every few seconds: a slow run's steps
+    # must still be written on time (a kill keeps them), not only at epoch ends
+    from daskfeed.adapters import keras
+
+    seq, xs, _ = _batches()
+    steps = StepLosses(str(tmp_path), seq, fresh=True, flush_seconds=0.0)
+    sizes = []
+
+    class Size(keras.callbacks.Callback):  # after StepLosses: what the file holds at each step
+        def on_train_batch_end(self, batch, logs=None):
+            sizes.append((tmp_path / "steps.bin").stat().st_size)
+            steps.take_marks()  # (as the dashboard's report does)
+
+    _model().fit(seq, epochs=1, shuffle=False, verbose=0, callbacks=[steps, Size()])
+    assert sizes == [16 + (k + 1) * RECORD.size for k in range(len(xs))]
 
 
 def test_a_resume_appends_and_the_steps_trained_again_read_as_their_last_record(tmp_path):
