@@ -30,33 +30,46 @@ class TrainedMark:
     16 bytes at the start of ``OUTPUT/trained.bin``, written through a shared memory map of the
     file: a store into the page cache, no system call a step (no fsync: the page cache outlives
     a killed process, which is what the certificate of the next resume needs); about a
-    microsecond a step.
+    microsecond a step. Where the file system gives no shared writable map, a ``pwrite``.
     """
 
     def __init__(self, out: str) -> None:
         self.path = os.path.join(out, MARK)
         self._map: mmap.mmap | None = None
+        self._fd: int | None = None  # where no map could be made: written with pwrite
         self._last: tuple[int, int] | None = None
 
     def __call__(self, epoch: int, position: int) -> None:
         now = (int(epoch), int(position))
         if now == self._last:
             return
-        if self._map is None:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                os.ftruncate(fd, _MARK.size)  # (a mark of another size, if any, is cut to this one)
-                self._map = mmap.mmap(fd, _MARK.size)
-            finally:
-                os.close(fd)  # (the map keeps the file)
-        _MARK.pack_into(self._map, 0, *now)
+        if self._map is None and self._fd is None:
+            self._open()
+        if self._map is not None:
+            _MARK.pack_into(self._map, 0, *now)
+        else:  # a file system without shared writable maps
+            assert self._fd is not None
+            os.pwrite(self._fd, _MARK.pack(*now), 0)
         self._last = now
 
+    def _open(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(fd, _MARK.size)  # (a mark of another size, if any, is cut to this one)
+            self._map = mmap.mmap(fd, _MARK.size)
+        except (OSError, ValueError):  # e.g. ENODEV on some FUSE or network mounts
+            self._fd = fd
+            return
+        os.close(fd)  # (the map keeps the file)
+
     def close(self) -> None:
-        """Unmap the file (the mark stays)."""
+        """Unmap or close the file (the mark stays)."""
         if self._map is not None:
             self._map.close()
             self._map = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def read_mark(out: str) -> tuple[int, int] | None:
