@@ -233,11 +233,10 @@ class EpochState:
     def peek(self) -> None:
         """Keras begins a pass only to read a batch (to build a model): no epoch begins.
 
-        The ``on_epoch_end`` after it ends no epoch, whatever the pass read: Keras' threads
-        (``workers > 1``) read ahead, up to the whole of a short epoch, and the epoch that
-        begins then trains those batches (from Keras' queue, or read again: the same rows).
-        Nor does it end one an earlier fit left (stopped mid-epoch, it never called
-        ``on_epoch_end``).
+        The ``on_epoch_end`` after it ends no epoch, whatever the pass read (an epoch of one
+        batch is whole after it; a reader reading ahead may have read more): the epoch that
+        begins then trains those batches. Nor does it end one an earlier fit left (stopped
+        mid-epoch, it never called ``on_epoch_end``).
         """
         with self.lock:
             self._begun, self._peeking = False, True
