@@ -174,7 +174,6 @@ class SpikeDetector:
             self._excess = loss - hit[0] if self._finite and hit[0] is not None else math.inf
         return hit
 
-
     def check_many(self, losses: Sequence[float]) -> list[tuple[float | None, float | None] | None]:
         """:meth:`check` of each loss in turn, the neighbourhoods' medians computed together.
 
