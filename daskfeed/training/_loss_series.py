@@ -157,15 +157,25 @@ class SpikeDetector:
             ``(median, threshold)`` of its neighbourhood when flagged (None each for a first
             non-finite loss before ``warmup`` steps), else None.
         """
+        hit = self._step(loss, self.rule.threshold(list(self.near)), bool(self.near))
+        if math.isfinite(loss):
+            self.near.append(loss)
+        return hit
+
+    def _step(self, loss: float, limit: tuple[float, float] | None,
+              seen: bool) -> tuple[float | None, float | None] | None:
+        """The rule applied to one step, given its neighbourhood's ``limit``.
+
+        ``seen``: whether any finite loss came before it. The state after the step is kept
+        here; its neighbourhood (``near``) is the caller's to extend.
+        """
         rule, finite_before = self.rule, self._finite
-        limit = rule.threshold(list(self.near))
         self._finite = math.isfinite(loss)
         self._since += 1
         if not self._finite:
             hit: tuple[float | None, float | None] | None = (
-                (limit or (None, None)) if finite_before and self.near else None)
+                (limit or (None, None)) if finite_before and seen else None)
         else:
-            self.near.append(loss)
             excess = loss - limit[0] if limit is not None else 0.0
             aftermath = self._since <= rule.after and excess * rule.ratio < self._excess
             hit = limit if limit is not None and loss > limit[1] and not aftermath else None
@@ -209,21 +219,8 @@ class SpikeDetector:
                 limits[i] = (m, t)
         for i in np.flatnonzero(ends < rule.window).tolist():  # (a series' first steps)
             limits[i] = rule.threshold(series[: ends[i]].tolist())
-        hits: list[tuple[float | None, float | None] | None] = []
-        for loss, limit, seen in zip(losses, limits, ends.tolist(), strict=True):
-            finite_before, self._finite = self._finite, math.isfinite(loss)
-            self._since += 1
-            if not self._finite:
-                hit: tuple[float | None, float | None] | None = (
-                    (limit or (None, None)) if finite_before and seen else None)
-            else:
-                excess = loss - limit[0] if limit is not None else 0.0
-                aftermath = self._since <= rule.after and excess * rule.ratio < self._excess
-                hit = limit if limit is not None and loss > limit[1] and not aftermath else None
-            if hit is not None:
-                self._since = 0
-                self._excess = loss - hit[0] if self._finite and hit[0] is not None else math.inf
-            hits.append(hit)
+        hits = [self._step(loss, limit, seen > 0)
+                for loss, limit, seen in zip(losses, limits, ends.tolist(), strict=True)]
         self.near.extend(float(x) for x in np.asarray(losses, dtype="float64")[finite])
         return hits
 
