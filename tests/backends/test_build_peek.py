@@ -60,17 +60,7 @@ if __name__ == "__main__":
 
 def test_a_new_model_resumed_at_an_epochs_last_batch_trains_it_on_jax(tmp_path) -> None:
     needs("jax")
-    from helpers import write_wide_data
-
-    (tmp_path / "data").mkdir()
-    data = write_wide_data(tmp_path / "data")
-    script = tmp_path / "peek.py"
-    script.write_text(_SCRIPT)
-    proc = subprocess.run([sys.executable, str(script), data], capture_output=True, text=True,
-                          env=_env("jax"), timeout=600, cwd=tmp_path)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
-    report = json.loads(lines[-1][len("REPORT "):])
+    report = _report(tmp_path, _SCRIPT, "jax")
     assert report["backend"] == "jax"
     # epoch 1's last batch, then epoch 2's batches, each once and in order
     assert report["trained"] == report["truth"], (len(report["trained"]), len(report["truth"]))
@@ -135,17 +125,7 @@ def test_keras_threads_are_one_so_each_epoch_trains_its_own_batches_once(tmp_pat
     # Keras' enqueuer hands out first what its threads read ahead before a pass stopped: after
     # the build's pass, fit(epochs=3) trained epoch 0's batches 1-5 twice, epoch 2's never
     needs(backend)
-    from helpers import write_wide_data
-
-    (tmp_path / "data").mkdir()
-    data = write_wide_data(tmp_path / "data")
-    script = tmp_path / "read_ahead.py"
-    script.write_text(_READ_AHEAD)
-    proc = subprocess.run([sys.executable, str(script), data], capture_output=True, text=True,
-                          env=_env(backend), timeout=600, cwd=tmp_path)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
-    report = json.loads(lines[-1][len("REPORT "):])
+    report = _report(tmp_path, _READ_AHEAD, backend)
     assert report["backend"] == backend and report["batches"] == 6
     assert len(report["warned"]) == 1 and "as workers=1" in report["warned"][0]
     assert report["trained"] == [f"{e}:{i}" for e in range(3) for i in range(6)]
@@ -178,17 +158,7 @@ def test_jax_predict_of_a_model_not_built_yet_is_one_pass(tmp_path) -> None:
     # JAX's predict reads a batch itself to build the model (no _symbolic_build among its
     # frames); with one batch an epoch that read was the whole epoch, and predict served the next
     needs("jax")
-    from helpers import write_wide_data
-
-    (tmp_path / "data").mkdir()
-    data = write_wide_data(tmp_path / "data")
-    script = tmp_path / "predict.py"
-    script.write_text(_PREDICT)
-    proc = subprocess.run([sys.executable, str(script), data], capture_output=True, text=True,
-                          env=_env("jax"), timeout=600, cwd=tmp_path)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
-    report = json.loads(lines[-1][len("REPORT "):])
+    report = _report(tmp_path, _PREDICT, "jax")
     assert report["backend"] == "jax" and report["rows"] == 6000 and report["batches"] == 1
     # each predict one pass over one epoch of the order, the build's read included (it made
     # the first predict two: the sequence stood at epoch 2 after it)
@@ -237,18 +207,23 @@ if __name__ == "__main__":
 
 def test_a_model_under_a_strategy_resumed_at_an_epochs_last_batch_trains_it(tmp_path) -> None:
     # TensorFlow under a distribution strategy reads a batch to build (_maybe_symbolic_build)
-    from helpers import write_wide_data
-
-    (tmp_path / "data").mkdir()
-    data = write_wide_data(tmp_path / "data")
-    script = tmp_path / "strategy.py"
-    script.write_text(_STRATEGY)
-    proc = subprocess.run([sys.executable, str(script), data], capture_output=True, text=True,
-                          env=_env("tensorflow"), timeout=600, cwd=tmp_path)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
-    report = json.loads(lines[-1][len("REPORT "):])
+    report = _report(tmp_path, _STRATEGY, "tensorflow")
     assert report["replicas"] == 1 and report["batches"] == 61
     # the same weights as the batches trained one by one (the build's pass ending the resumed
     # epoch trained epoch 2's first batch in its place: 0.0097 away), and training moved them
     assert report["gap"] < 1e-6 and report["moved"] > 1e-3
+
+
+def _report(tmp_path, script: str, backend: str) -> dict:
+    """Run ``script`` on the wide data in a fresh process on ``backend``: its ``REPORT`` JSON."""
+    from helpers import write_wide_data
+
+    (tmp_path / "data").mkdir()
+    data = write_wide_data(tmp_path / "data")
+    path = tmp_path / "script.py"
+    path.write_text(script)
+    proc = subprocess.run([sys.executable, str(path), data], capture_output=True, text=True,
+                          env=_env(backend), timeout=600, cwd=tmp_path)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(lines[-1][len("REPORT "):])
