@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from daskfeed.cluster import Pending
 
 _POLL = 0.25  # seconds between checks of the stop request while waiting for another thread's gather
+LONG_READS_SHOWN = 5  # reads a timeout's message names at most
 _CLOSE_LOCK_WAIT = 2.0  # close(): longest wait for a busy lock (the client's close frees the rest)
 
 
@@ -81,6 +82,9 @@ class Prefetcher:
         Seconds to wait for one window before :class:`FeedTimeoutError`.
     describe
         ``describe(w) -> str`` for error messages (which blocks).
+    long_reads
+        ``long_reads(seconds) -> list[str]``: the reads running that long or longer, for a
+        timeout's message (the window waited for may only queue behind a read that hangs).
     stop
         The :class:`~daskfeed.core._lifecycle.Stop` whose request ends every wait with
         :class:`~daskfeed.core._lifecycle.Aborted`; default: the process-wide one.
@@ -103,6 +107,7 @@ class Prefetcher:
         budget: int,
         timeout: float,
         describe: Callable[[int], str] = str,
+        long_reads: Callable[[float], list[str]] | None = None,
         stop: Stop | None = None,
     ) -> None:
         self._submit = submit
@@ -112,6 +117,7 @@ class Prefetcher:
         self.budget = int(budget)
         self.timeout = float(timeout)
         self._describe = describe
+        self._long_reads = long_reads
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
         self._lock = threading.RLock()
         self._fetching: dict[int, _Entry] = {}  # in flight, to gather as soon as finished
@@ -416,11 +422,18 @@ class Prefetcher:
             entry.ready.set()
 
     def _timeout_error(self, w: int, cause: BaseException) -> FeedTimeoutError:
+        since = self.timeout / 2  # a read the window waits behind began before its wait, or in it
+        reads = self._long_reads(since) if self._long_reads is not None else []
+        running = ""
+        if reads:
+            more = f"; and {len(reads) - LONG_READS_SHOWN} more" if len(reads) > LONG_READS_SHOWN else ""
+            running = (f"Reads running for {since:g}s or more: "
+                       f"{'; '.join(reads[:LONG_READS_SHOWN])}{more}.\n")
         err = FeedTimeoutError(
             f"Window {w} ({self._describe(w)}) did not arrive within {self.timeout:g}s.\n"
-            "Hint: a read that blocks (hung storage, a FIFO) never finishes: check the "
-            "workers on the dashboard; for very slow storage raise --timeout "
-            "(daskfeed.timeout)."
+            f"{running}Hint: a read that blocks (hung storage, a FIFO) never finishes: check the "
+            f"{'files named' if reads else 'workers on the dashboard'}; for very slow storage "
+            "raise --timeout (daskfeed.timeout)."
         )
         err.__cause__ = cause
         return err

@@ -8,6 +8,7 @@ permuted in the order's units (:mod:`daskfeed.batches._order`). Only what the mo
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from daskfeed.cache import block_tables
 from daskfeed.core import DataError
 from daskfeed.dashboard import report_cache
 from daskfeed.manifest import ENCODE_BYTES, Encoding, WindowData, concat, empty_window, encode_table
+from daskfeed.reading import reading
 
 if TYPE_CHECKING:
     from daskfeed.batches._order import Lanes
@@ -62,15 +64,16 @@ def read_window(blocks: list[tuple[int, Block]], options: ReadOptions, encoding:
     hits = 0
     for index, block in blocks:
         hits += cache is not None and cache.has(index)
-        for table in block_tables(index, block, options, cache, columns=columns, readers=readers):
-            if table.num_rows:
-                pending.append(table)
-                size += table.nbytes
-            del table
-            if size >= ENCODE_BYTES:
-                parts.extend(_encode_tables(pending, encoding))
-                pending, size = [], 0
-                readers.clear()  # unmap what was read: the task holds these tables, not the window
+        with reading(block.describe):  # a read that hangs is named by the timeout's message
+            for table in block_tables(index, block, options, cache, columns=columns, readers=readers):
+                if table.num_rows:
+                    pending.append(table)
+                    size += table.nbytes
+                del table
+                if size >= ENCODE_BYTES:
+                    parts.extend(_encode_tables(pending, encoding))
+                    pending, size = [], 0
+                    readers.clear()  # unmap what was read: the task holds these tables, not the window
     parts.extend(_encode_tables(pending, encoding))
     if cache is not None:
         report_cache(hits, len(blocks) - hits)  # the dashboard's cache hit rate
@@ -112,7 +115,8 @@ def read_buckets(files: BucketSet, window: list[tuple[int, int, tuple[int, ...]]
     tables = []
     for b, rows, _ in window:
         try:
-            table = files.read_bucket(b, columns)
+            with reading(functools.partial(_bucket_name, files, b)):
+                table = files.read_bucket(b, columns)
         except (OSError, pa.ArrowException) as err:
             files.forget()
             raise DataError(
@@ -134,6 +138,10 @@ def read_buckets(files: BucketSet, window: list[tuple[int, int, tuple[int, ...]]
     finally:
         del tables
         pa.default_memory_pool().release_unused()  # the Arrow it read, back to the system
+
+
+def _bucket_name(files: BucketSet, b: int) -> str:
+    return f"bucket {b} of the global order ({files.bucket_path(b)})"
 
 
 def _encode_buckets(tables: list[pa.Table], index: np.ndarray, encoding: Encoding) -> WindowData:

@@ -727,6 +727,9 @@ class BatchStream:
     def _submit(self, plan: EpochPlan, w: int) -> Pending[Any]:
         return self._windows.submit(self._client_or_connect(), plan, w)
 
+    def _long_reads(self, older_than: float) -> list[str]:
+        return self._windows.long_reads(self._owner.client, older_than)
+
     def _new_prefetcher(self, plan: EpochPlan, order: list[int], budget: int | None) -> Prefetcher:
         """A prefetcher bound to ``plan``, whatever epoch comes next (``budget``: room lent to it)."""
         pf = Prefetcher(
@@ -734,7 +737,7 @@ class BatchStream:
             functools.partial(self._windows.estimate, plan), order,
             budget=self.data.settings.prefetch_bytes if budget is None else budget,
             timeout=self.data.settings.timeout, describe=functools.partial(self._windows.describe, plan),
-            stop=self._stop,
+            long_reads=self._long_reads, stop=self._stop,
         )
         if self._owner.client is not None:  # unpickled copies start on their first batch
             pf.start(within_budget=budget is not None)
