@@ -20,7 +20,7 @@ from daskfeed.cache import block_tables
 from daskfeed.core import DataError
 from daskfeed.dashboard import report_cache
 from daskfeed.manifest import ENCODE_BYTES, Encoding, WindowData, concat, empty_window, encode_table
-from daskfeed.reading import reading
+from daskfeed.reading import named, reading
 
 if TYPE_CHECKING:
     from daskfeed.batches._order import Lanes
@@ -64,16 +64,16 @@ def read_window(blocks: list[tuple[int, Block]], options: ReadOptions, encoding:
     hits = 0
     for index, block in blocks:
         hits += cache is not None and cache.has(index)
-        with reading(block.describe):  # a read that hangs is named by the timeout's message
-            for table in block_tables(index, block, options, cache, columns=columns, readers=readers):
-                if table.num_rows:
-                    pending.append(table)
-                    size += table.nbytes
-                del table
-                if size >= ENCODE_BYTES:
-                    parts.extend(_encode_tables(pending, encoding))
-                    pending, size = [], 0
-                    readers.clear()  # unmap what was read: the task holds these tables, not the window
+        tables = block_tables(index, block, options, cache, columns=columns, readers=readers)
+        for table in named(tables, block.describe):  # a read that hangs: a timeout names it
+            if table.num_rows:
+                pending.append(table)
+                size += table.nbytes
+            del table
+            if size >= ENCODE_BYTES:
+                parts.extend(_encode_tables(pending, encoding))
+                pending, size = [], 0
+                readers.clear()  # unmap what was read: the task holds these tables, not the window
     parts.extend(_encode_tables(pending, encoding))
     if cache is not None:
         report_cache(hits, len(blocks) - hits)  # the dashboard's cache hit rate

@@ -8,7 +8,6 @@ is read by the trainer itself where its cluster is this machine (:mod:`daskfeed.
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
 
 from dask.base import tokenize
@@ -17,7 +16,7 @@ from daskfeed.batches._plan import EpochPlan
 from daskfeed.batches._read import encode_window, read_buckets, read_window
 from daskfeed.dashboard import EpochSpans
 from daskfeed.manifest import Encoding
-from daskfeed.reading import Source, reads_now
+from daskfeed.reading import Source, long_reads
 
 if TYPE_CHECKING:
     from dask.delayed import Delayed
@@ -155,49 +154,12 @@ class WindowTasks:
     def long_reads(self, client: Client | None, older_than: float) -> list[str]:
         """The window reads running for ``older_than`` seconds or more, for a timeout's message.
 
-        A read that never returns holds its worker's thread, so the window the trainer times
-        out on may only wait behind it: these name the file. Asked of every worker (an answer
-        within ``ASK_SECONDS``) and of the trainer's own reading threads.
-
-        Returns
-        -------
-        list of str
-            E.g. ``"a.csv (whole file), for 125s (worker tcp://10.0.0.5:40331)"``, the longest
-            first.
+        On the workers, and in the trainer's own reading threads if it has them
+        (:func:`~daskfeed.reading.long_reads`).
         """
-        found: dict[str, tuple[float, str]] = {}  # what -> (seconds, where)
-        asked = {"the trainer": reads_now(older_than)} if self.here is not None else {}
-        if client is not None:
-            asked.update({f"worker {w}": r for w, r in _ask_workers(client, older_than).items()})
-        for where, reads in asked.items():
-            for what, seconds in reads:
-                if seconds > found.get(what, (-1.0, ""))[0]:
-                    found[what] = (seconds, where)
-        return [f"{what}, for {seconds:.0f}s ({where})"
-                for what, (seconds, where) in sorted(found.items(), key=lambda f: -f[1][0])]
+        return long_reads(client, older_than, here=self.here is not None)
 
     def __getstate__(self) -> dict[str, Any]:
         # a copy in another process: its workers read (the reading threads are this process's)
         return {**self.__dict__, "_frames": None, "here": None}
 
-
-ASK_SECONDS = 5.0  # how long a timeout's message waits for the workers to say what they read
-
-
-def _ask_workers(client: Client, older_than: float) -> dict[str, list[tuple[str, float]]]:
-    """Each worker's reads of ``older_than`` s or more (:func:`~daskfeed.reading.reads_now`).
-
-    The workers that do not answer within ``ASK_SECONDS`` (or fail to) are left out.
-    """
-    answers: dict[str, Any] = {}
-
-    def ask() -> None:
-        try:
-            answers.update(client.run(reads_now, older_than, on_error="return"))
-        except Exception:  # a message's extra, never a second error
-            pass
-
-    asking = threading.Thread(target=ask, daemon=True, name="daskfeed-ask-reads")
-    asking.start()
-    asking.join(ASK_SECONDS)
-    return {w: r for w, r in dict(answers).items() if isinstance(r, list)}

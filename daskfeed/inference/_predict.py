@@ -47,7 +47,7 @@ from daskfeed.inference._scoring import (
     score_block,
 )
 from daskfeed.manifest import Manifest
-from daskfeed.reading import Block, PathsLike, Source, SplitError, refuse_missing_local
+from daskfeed.reading import Block, PathsLike, Source, SplitError, long_reads, refuse_missing_local
 
 if TYPE_CHECKING:
     from distributed import Client, Future, Security
@@ -123,6 +123,32 @@ def _progress(echo: Callable[[str], None], total: int) -> Callable[[int, int, fl
     return show
 
 
+def _timeout_error(client: Client, source: Source, at: int, pending: deque[Future[Scored]],
+                   timeout: float) -> FeedTimeoutError:
+    """Block ``at`` was not scored within ``timeout``.
+
+    Named: the reads that hang (asked of the workers), else the blocks not scored yet (one of
+    them holds a worker).
+    """
+    since = timeout / 2  # a read the block waits behind began before its wait, or in it
+    reads = long_reads(client, since)
+    if reads:
+        more = " ..." if len(reads) > 5 else ""
+        why = f"reads running for {since:g}s or more: {'; '.join(reads[:5])}{more}"
+        look = "the files named"
+    else:
+        late = [at] + [_block_of(f) for f in pending if not f.done()]
+        more = " ..." if len(late) > 5 else ""
+        names = "; ".join(source.blocks[i].describe() for i in late[:5])
+        why = f"blocks not scored yet, one of them holding a worker: {names}{more}"
+        look = "the workers on the dashboard"
+    return FeedTimeoutError(
+        f"Expected the scoring of block {at} ({source.blocks[at].describe()}) within "
+        f"{timeout:g}s. Received: no result; {why}.\nHint: a read that blocks (hung storage, "
+        f"a FIFO) never finishes: check {look}; for very slow storage raise --timeout "
+        "(daskfeed.timeout).")
+
+
 def _in_order(client: Client, source: Source, scorer: Scorer, keep: tuple[str, ...],
               schema: pa.Schema, in_flight: int, timeout: float,
               as_text: bool = False) -> Iterator[Scored]:
@@ -151,14 +177,7 @@ def _in_order(client: Client, source: Source, scorer: Scorer, keep: tuple[str, .
             try:
                 result = result_unless_paused(future, what="the scoring of a block", timeout=timeout)
             except TimeoutError as err:  # a hung block may hold the worker another one waits for
-                late = [at] + [_block_of(f) for f in pending if not f.done()]
-                names = "; ".join(source.blocks[i].describe() for i in late[:5])
-                raise FeedTimeoutError(
-                    f"Expected the scoring of block {at} ({source.blocks[at].describe()}) within "
-                    f"{timeout:g}s. Received: no result; blocks not scored yet, one of them "
-                    f"holding a worker: {names}{' ...' if len(late) > 5 else ''}.\nHint: a read "
-                    "that blocks (hung storage, a FIFO) never finishes: check the workers on the "
-                    "dashboard; for very slow storage raise --timeout (daskfeed.timeout).") from err
+                raise _timeout_error(client, source, at, pending, timeout) from err
             except SplitError as err:  # a speculated start failed: the rest of the file exactly
                 if err.path in source.splits:
                     raise

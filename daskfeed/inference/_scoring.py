@@ -25,7 +25,7 @@ import pyarrow as pa
 from daskfeed.core import DataError, DataNotFoundError, SchemaError, SettingError
 from daskfeed.inference._runs import check_record
 from daskfeed.manifest import Encoding, Manifest, encode_features
-from daskfeed.reading import Block, FieldText, ReadOptions, iter_tables
+from daskfeed.reading import Block, FieldText, ReadOptions, iter_tables, named
 
 if TYPE_CHECKING:
     from keras import Model
@@ -392,7 +392,8 @@ def score_block(index: int, block: Block, options: ReadOptions, scorer: Scorer, 
     rejects: list[str] = []
     unparsed: dict[str, Unparsed] = {}
     text = FieldText(keep) if as_text and keep else None
-    for i, table in enumerate(iter_tables(block, options, rejects, text)):
+    # a read that hangs: predict's timeout names it (the scoring between reads is not a read)
+    for i, table in enumerate(named(iter_tables(block, options, rejects, text), block.describe)):
         _check_columns(table, needed, block)
         where: dict[str, np.ndarray] = {}
         cols = scorer.score(table, model, where)

@@ -129,7 +129,7 @@ def test_clear_errors(trained, tmp_path) -> None:
 @pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
 def test_cli_predict_stops_at_the_timeout_naming_a_block_that_never_arrives(trained, tmp_path) -> None:
     """A file whose read blocks for good (a FIFO nobody writes) stops predict with an error
-    naming it after --timeout, instead of waiting forever."""
+    naming it (the worker's read that hangs) after --timeout, instead of waiting forever."""
     import shutil
 
     from click.testing import CliRunner
@@ -149,6 +149,9 @@ def test_cli_predict_stops_at_the_timeout_naming_a_block_that_never_arrives(trai
                                    "--output", str(tmp_path / "p.csv")])
     assert res.exit_code == 1, res.output
     assert f"within {timeout:g}s" in res.output and "z.csv" in res.output, res.output
+    # the worker says which read hangs: z.csv's, however long the wait behind it was
+    assert f"reads running for {timeout / 2:g}s or more: {data / 'z.csv'} (whole file), for " \
+        in res.output, res.output
     assert "--timeout" in res.output
     assert "Traceback" not in res.output
     assert not (tmp_path / "p.csv").exists()  # nothing half-written

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from daskfeed.reading import reading, reads_now
+from daskfeed.reading import named, reading, reads_now
 
 
 def test_reads_are_named_per_thread_while_they_run_and_forgotten_after():
@@ -30,4 +30,20 @@ def test_reads_are_named_per_thread_while_they_run_and_forgotten_after():
     finally:
         finish.set()
         other.join()
+    assert reads_now() == []
+
+
+def test_named_records_each_read_not_the_work_between():
+    seen = []
+
+    def tables():
+        for i in range(3):
+            seen.append([what for what, _ in reads_now()])  # while the reader reads item i
+            yield i
+
+    got = []
+    for item in named(tables(), lambda: "c.csv bytes 0-99"):
+        got.append(item)
+        assert reads_now() == []  # the caller's work on the item is not a read
+    assert got == [0, 1, 2] and seen == [["c.csv bytes 0-99"]] * 3
     assert reads_now() == []
