@@ -42,12 +42,12 @@ from daskfeed.cluster import (
     wait_for,
 )
 from daskfeed.core import PROCESS_STOP, SETTLE, ClusterError, FeedTimeoutError, Stop, close_at_exit
+from daskfeed.reading import ASK_SECONDS
 
 if TYPE_CHECKING:
     from daskfeed.cluster import Pending
 
 _POLL = 0.25  # seconds between checks of the stop request while waiting for another thread's gather
-LONG_READS_SHOWN = 5  # reads a timeout's message names at most
 _CLOSE_LOCK_WAIT = 2.0  # close(): longest wait for a busy lock (the client's close frees the rest)
 
 
@@ -83,8 +83,9 @@ class Prefetcher:
     describe
         ``describe(w) -> str`` for error messages (which blocks).
     long_reads
-        ``long_reads(seconds) -> list[str]``: the reads running that long or longer, for a
-        timeout's message (the window waited for may only queue behind a read that hangs).
+        ``long_reads(seconds) -> str``: the reads running that long or longer, for a timeout's
+        message (the window waited for may only queue behind a read that hangs;
+        :func:`~daskfeed.reading.long_reads`).
     stop
         The :class:`~daskfeed.core._lifecycle.Stop` whose request ends every wait with
         :class:`~daskfeed.core._lifecycle.Aborted`; default: the process-wide one.
@@ -107,7 +108,7 @@ class Prefetcher:
         budget: int,
         timeout: float,
         describe: Callable[[int], str] = str,
-        long_reads: Callable[[float], list[str]] | None = None,
+        long_reads: Callable[[float], str] | None = None,
         stop: Stop | None = None,
     ) -> None:
         self._submit = submit
@@ -385,7 +386,8 @@ class Prefetcher:
 
     def _await_other(self, w: int, entry: _Entry, stop: Callable[[], BaseException | None]) -> None:
         """Wait for another thread's gather of window ``w``; its errors reach ``get``."""
-        if not wait_for(entry.ready.is_set, self.timeout + 5, entry.ready.wait, _POLL, stop,
+        # (the gathering thread's timeout, then its ask of the workers for the message)
+        if not wait_for(entry.ready.is_set, self.timeout + ASK_SECONDS + 5, entry.ready.wait, _POLL, stop,
                          self._process_stop):
             raise self._timeout_error(w, TimeoutError())
 
@@ -423,12 +425,8 @@ class Prefetcher:
 
     def _timeout_error(self, w: int, cause: BaseException) -> FeedTimeoutError:
         since = self.timeout / 2  # a read the window waits behind began before its wait, or in it
-        reads = self._long_reads(since) if self._long_reads is not None else []
-        running = ""
-        if reads:
-            more = f"; and {len(reads) - LONG_READS_SHOWN} more" if len(reads) > LONG_READS_SHOWN else ""
-            running = (f"Reads running for {since:g}s or more: "
-                       f"{'; '.join(reads[:LONG_READS_SHOWN])}{more}.\n")
+        reads = self._long_reads(since) if self._long_reads is not None else ""
+        running = f"{reads[:1].upper()}{reads[1:]}.\n" if reads else ""
         err = FeedTimeoutError(
             f"Window {w} ({self._describe(w)}) did not arrive within {self.timeout:g}s.\n"
             f"{running}Hint: a read that blocks (hung storage, a FIFO) never finishes: check the "

@@ -64,8 +64,9 @@ def read_window(blocks: list[tuple[int, Block]], options: ReadOptions, encoding:
     hits = 0
     for index, block in blocks:
         hits += cache is not None and cache.has(index)
-        tables = block_tables(index, block, options, cache, columns=columns, readers=readers)
-        for table in named(tables, block.describe):  # a read that hangs: a timeout names it
+        # (a read that hangs: a timeout names it)
+        for table in named(block_tables(index, block, options, cache, columns=columns,
+                                        readers=readers), block.describe):
             if table.num_rows:
                 pending.append(table)
                 size += table.nbytes

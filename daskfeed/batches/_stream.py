@@ -727,7 +727,7 @@ class BatchStream:
     def _submit(self, plan: EpochPlan, w: int) -> Pending[Any]:
         return self._windows.submit(self._client_or_connect(), plan, w)
 
-    def _long_reads(self, older_than: float) -> list[str]:
+    def _long_reads(self, older_than: float) -> str:
         return self._windows.long_reads(self._owner.client, older_than)
 
     def _new_prefetcher(self, plan: EpochPlan, order: list[int], budget: int | None) -> Prefetcher:

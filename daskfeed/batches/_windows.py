@@ -151,7 +151,7 @@ class WindowTasks:
         more = f" and {len(blocks) - 3} more" if len(blocks) > 3 else ""
         return f"epoch {plan.epoch}, blocks {', '.join(names)}{more}"
 
-    def long_reads(self, client: Client | None, older_than: float) -> list[str]:
+    def long_reads(self, client: Client | None, older_than: float) -> str:
         """The window reads running for ``older_than`` seconds or more, for a timeout's message.
 
         On the workers, and in the trainer's own reading threads if it has them
@@ -162,4 +162,3 @@ class WindowTasks:
     def __getstate__(self) -> dict[str, Any]:
         # a copy in another process: its workers read (the reading threads are this process's)
         return {**self.__dict__, "_frames": None, "here": None}
-

@@ -130,13 +130,9 @@ def _timeout_error(client: Client, source: Source, at: int, pending: deque[Futur
     Named: the reads that hang (asked of the workers), else the blocks not scored yet (one of
     them holds a worker).
     """
-    since = timeout / 2  # a read the block waits behind began before its wait, or in it
-    reads = long_reads(client, since)
-    if reads:
-        more = " ..." if len(reads) > 5 else ""
-        why = f"reads running for {since:g}s or more: {'; '.join(reads[:5])}{more}"
-        look = "the files named"
-    else:
+    why = long_reads(client, timeout / 2)  # the read it waits behind began before its wait, or in it
+    look = "the files named"
+    if not why:
         late = [at] + [_block_of(f) for f in pending if not f.done()]
         more = " ..." if len(late) > 5 else ""
         names = "; ".join(source.blocks[i].describe() for i in late[:5])

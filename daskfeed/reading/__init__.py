@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from daskfeed.reading._lines import RowLines
     from daskfeed.reading._listing import Listing, PathsLike
     from daskfeed.reading._locate import Spot, locate_values
-    from daskfeed.reading._now import long_reads, named, reading, reads_now
+    from daskfeed.reading._now import ASK_SECONDS, long_reads, named, reading, reads_now
     from daskfeed.reading._nulls import NA_MARKERS, count_by_part, na_counts, naive_times
     from daskfeed.reading._parts import Part, file_key, options_salt, part_key
     from daskfeed.reading._records import line_number
@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from daskfeed.reading._suffixes import compression_of, is_parquet
     from daskfeed.reading._tables import FieldText, ReadOptions, iter_tables, record_range
 
-__all__ = ["ISO_DATE", "NA_MARKERS", "SPACES", "Block", "FieldText", "FileInfo", "Listing", "Part",
-           "PathsLike", "ReadOptions", "RowLines", "SharedParse", "SmallFiles", "Source",
+__all__ = ["ASK_SECONDS", "ISO_DATE", "NA_MARKERS", "SPACES", "Block", "FieldText", "FileInfo",
+           "Listing", "Part", "PathsLike", "ReadOptions", "RowLines", "SharedParse", "SmallFiles", "Source",
            "SplitError", "Spot", "compression_of", "count_by_part", "expand_paths", "file_key",
            "first_header", "is_parquet", "iso_seconds", "iter_tables", "line_number",
            "locate_values", "long_reads", "na_counts", "naive_times", "named", "open_file",
@@ -51,7 +51,7 @@ __getattr__, __dir__ = attach(__name__, {
     "RowLines": "_lines",
     "Spot": "_locate", "locate_values": "_locate",
     "Part": "_parts", "file_key": "_parts", "options_salt": "_parts", "part_key": "_parts",
-    "long_reads": "_now", "named": "_now", "reading": "_now", "reads_now": "_now",
+    "ASK_SECONDS": "_now", "long_reads": "_now", "named": "_now", "reading": "_now", "reads_now": "_now",
     "NA_MARKERS": "_nulls", "count_by_part": "_nulls", "na_counts": "_nulls", "naive_times": "_nulls",
     "line_number": "_records",
     "SharedParse": "_small_files", "SmallFiles": "_small_files",

@@ -20,13 +20,20 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 ASK_SECONDS = 5.0  # how long a timeout's message waits for the workers to say what they read
+SHOWN = 5  # reads a timeout's message names at most
 _NOW: dict[int, tuple[Callable[[], str], float]] = {}  # thread -> (what it reads, since when)
 _END: Any = object()  # (no more items)
 
 
 @contextlib.contextmanager
 def reading(what: Callable[[], str]) -> Iterator[None]:
-    """Record that this thread reads ``what()`` (called only when asked) until the block ends."""
+    """Record that this thread reads ``what()`` until the block ends.
+
+    Parameters
+    ----------
+    what
+        Says what is read (a block's ``describe``); called only when someone asks.
+    """
     key = threading.get_ident()
     before = _NOW.get(key)
     _NOW[key] = (what, time.monotonic())
@@ -42,6 +49,11 @@ def reading(what: Callable[[], str]) -> Iterator[None]:
 def reads_now(older_than: float = 0.0) -> list[tuple[str, float]]:
     """The reads of this process's threads that began at least ``older_than`` seconds ago.
 
+    Parameters
+    ----------
+    older_than
+        Seconds.
+
     Returns
     -------
     list of (str, float)
@@ -56,25 +68,48 @@ def reads_now(older_than: float = 0.0) -> list[tuple[str, float]]:
 def named(items: Iterator[T], what: Callable[[], str]) -> Iterator[T]:
     """``items`` (tables a reader yields), each one's read recorded as reading ``what()``.
 
-    The caller's work on an item, between reads, is not.
+    The caller's work on an item, between reads, is not. ``items`` is closed when this is
+    (a reader's file with it), also when the caller stops on an error.
+
+    Parameters
+    ----------
+    items
+        The reader's tables.
+    what
+        As for :func:`reading`.
+
+    Yields
+    ------
+    object
+        Each item of ``items``.
     """
-    while True:
-        with reading(what):
-            item = next(items, _END)
-        if item is _END:
-            return
-        yield item
+    try:
+        while True:
+            with reading(what):
+                item = next(items, _END)
+            if item is _END:
+                return
+            yield item
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
 
 
-def long_reads(client: Client | None, older_than: float, here: bool = False) -> list[str]:
-    """The reads running for ``older_than`` seconds or more, for a timeout's message.
+def long_reads(client: Client | None, older_than: float, here: bool = False) -> str:
+    """The reads running for ``older_than`` seconds or more, as a timeout's message says them.
+
+    E.g. ``"reads running for 60s or more: a.csv (whole file), for 125s (worker
+    tcp://10.0.0.5:40331); b.csv bytes 0-99, for 70s (worker ...)"``, the longest first,
+    ``SHOWN`` at most (``"; and N more"``); "" when there are none.
 
     Parameters
     ----------
     client
-        Its workers are asked (:func:`reads_now` run there; those that do not answer within
-        ``ASK_SECONDS``, or fail to, are left out: this serves an error's message, never makes
-        a second error). None: none asked.
+        Its workers are asked (:func:`reads_now` run there). They answer together: if they have
+        not all answered within ``ASK_SECONDS`` (a worker that does not answer), or the ask
+        failed, none is named; this serves an error's message, never makes a second error.
+        None: none asked.
     older_than
         Seconds.
     here
@@ -82,9 +117,8 @@ def long_reads(client: Client | None, older_than: float, here: bool = False) -> 
 
     Returns
     -------
-    list of str
-        E.g. ``"a.csv (whole file), for 125s (worker tcp://10.0.0.5:40331)"``, the longest
-        first; a read seen twice (a worker in this process) once.
+    str
+        The text (a read seen twice, by a worker in this process, named once).
     """
     asked = {"this process": reads_now(older_than)} if here else {}
     if client is not None:
@@ -94,21 +128,27 @@ def long_reads(client: Client | None, older_than: float, here: bool = False) -> 
         for what, seconds in reads:
             if seconds > found.get(what, (-1.0, ""))[0]:
                 found[what] = (seconds, where)
-    return [f"{what}, for {seconds:.0f}s ({where})"
+    said = [f"{what}, for {seconds:.0f}s ({where})"
             for what, (seconds, where) in sorted(found.items(), key=lambda f: -f[1][0])]
+    if not said:
+        return ""
+    more = f"; and {len(said) - SHOWN} more" if len(said) > SHOWN else ""
+    return f"reads running for {older_than:g}s or more: {'; '.join(said[:SHOWN])}{more}"
 
 
 def _ask_workers(client: Client, older_than: float) -> dict[str, list[tuple[str, float]]]:
     """Each worker's reads of ``older_than`` seconds or more, by worker address."""
-    answers: dict[str, Any] = {}
+    answers: list[dict[str, Any]] = []
 
     def ask() -> None:
         try:
-            answers.update(client.run(reads_now, older_than, on_error="return"))
-        except Exception:  # a message's extra: nothing to say about it
+            answers.append(client.run(reads_now, older_than, on_error="return"))
+        except BaseException:  # (a closing client's cancelled call too) a message's extra
             pass
 
     asking = threading.Thread(target=ask, daemon=True, name="daskfeed-ask-reads")
     asking.start()
     asking.join(ASK_SECONDS)
-    return {w: r for w, r in dict(answers).items() if isinstance(r, list)}
+    if asking.is_alive() or not answers:
+        return {}
+    return {w: r for w, r in answers[0].items() if isinstance(r, list)}

@@ -127,13 +127,15 @@ def test_clear_errors(trained, tmp_path) -> None:
 
 
 @pytest.mark.slow  # make test stays ~10 min on 2 cores; CI runs it (make test-slow)
-def test_cli_predict_stops_at_the_timeout_naming_a_block_that_never_arrives(trained, tmp_path) -> None:
+def test_cli_predict_stops_at_the_timeout_naming_a_block_that_never_arrives(trained, tmp_path,
+                                                                            monkeypatch) -> None:
     """A file whose read blocks for good (a FIFO nobody writes) stops predict with an error
     naming it (the worker's read that hangs) after --timeout, instead of waiting forever."""
     import shutil
 
     from click.testing import CliRunner
 
+    import daskfeed.reading._now as now
     from daskfeed.cli._commands import cli
 
     data = tmp_path / "data"
@@ -143,6 +145,7 @@ def test_cli_predict_stops_at_the_timeout_naming_a_block_that_never_arrives(trai
     os.mkfifo(data / "z.csv")  # its block's read never returns
     # a bound the machine's speed must not reach: the first block loads the model on the worker
     timeout = round(15 * load_factor(), 1)
+    monkeypatch.setattr(now, "ASK_SECONDS", 5 * load_factor())  # the worker's answer
     res = CliRunner().invoke(cli, ["predict", trained["out"], str(data / "*.csv"), "--timeout",
                                    f"{timeout:g}s",
                                    "--memory-limit", in_process_budget(), "--nworkers", "1",

@@ -1,10 +1,19 @@
-"""What a process's threads read now (daskfeed.reading._now): the timeout message's source."""
+"""What a process's threads read now (daskfeed.reading._now): the timeout messages' source."""
 
 from __future__ import annotations
 
 import threading
 
+import pytest
+
 from daskfeed.reading import named, reading, reads_now
+
+MINE = ("a.csv bytes 0-10", "b.csv (whole file)", "bucket 3", "c.csv bytes 0-99")
+
+
+def _mine(older_than: float = 0.0) -> list[str]:
+    """The reads of this process that these tests started (other tests' are not theirs)."""
+    return [what for what, _ in reads_now(older_than) if what in MINE]
 
 
 def test_reads_are_named_per_thread_while_they_run_and_forgotten_after():
@@ -21,16 +30,15 @@ def test_reads_are_named_per_thread_while_they_run_and_forgotten_after():
     try:
         with reading(lambda: "a.csv bytes 0-10"):
             with reading(lambda: "bucket 3"):  # nested: the inner read, then the outer again
-                assert sorted(what for what, _ in reads_now()) == ["b.csv (whole file)", "bucket 3"]
-            names = [what for what, _ in reads_now()]
-            assert sorted(names) == ["a.csv bytes 0-10", "b.csv (whole file)"]
-            assert names[0] == "b.csv (whole file)"  # the longest first
-        assert [what for what, _ in reads_now()] == ["b.csv (whole file)"]
-        assert reads_now(older_than=1e9) == []
+                assert sorted(_mine()) == ["b.csv (whole file)", "bucket 3"]
+            assert sorted(_mine()) == ["a.csv bytes 0-10", "b.csv (whole file)"]
+            assert _mine()[0] == "b.csv (whole file)"  # the longest first
+        assert _mine() == ["b.csv (whole file)"]
+        assert _mine(older_than=1e9) == []
     finally:
         finish.set()
         other.join()
-    assert reads_now() == []
+    assert _mine() == []
 
 
 def test_named_records_each_read_not_the_work_between():
@@ -38,12 +46,28 @@ def test_named_records_each_read_not_the_work_between():
 
     def tables():
         for i in range(3):
-            seen.append([what for what, _ in reads_now()])  # while the reader reads item i
+            seen.append(_mine())  # while the reader reads item i
             yield i
 
     got = []
     for item in named(tables(), lambda: "c.csv bytes 0-99"):
         got.append(item)
-        assert reads_now() == []  # the caller's work on the item is not a read
+        assert _mine() == []  # the caller's work on the item is not a read
     assert got == [0, 1, 2] and seen == [["c.csv bytes 0-99"]] * 3
-    assert reads_now() == []
+    assert _mine() == []
+
+
+def test_named_closes_the_reader_when_its_caller_stops_on_an_error():
+    closed = []
+
+    def tables():
+        try:
+            yield from range(3)
+        finally:
+            closed.append(True)  # (a reader's file closed here)
+
+    reader = tables()
+    with pytest.raises(ValueError):
+        for _ in named(reader, lambda: "c.csv bytes 0-99"):
+            raise ValueError("the caller's own error")
+    assert closed == [True] and _mine() == []
