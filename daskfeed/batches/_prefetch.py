@@ -387,8 +387,8 @@ class Prefetcher:
     def _await_other(self, w: int, entry: _Entry, stop: Callable[[], BaseException | None]) -> None:
         """Wait for another thread's gather of window ``w``; its errors reach ``get``."""
         # (the gathering thread's timeout, then its ask of the workers for the message)
-        if not wait_for(entry.ready.is_set, self.timeout + ASK_SECONDS + 5, entry.ready.wait, _POLL, stop,
-                         self._process_stop):
+        if not wait_for(entry.ready.is_set, self.timeout + ASK_SECONDS + 5, entry.ready.wait,
+                        _POLL, stop, self._process_stop):
             raise self._timeout_error(w, TimeoutError())
 
     def _gather(self, w: int, entry: _Entry, future: Pending[Any] | None,
