@@ -43,6 +43,7 @@ from daskfeed.core import (
 )
 from daskfeed.dashboard import EpochSpans
 from daskfeed.manifest import WindowData, concat
+from daskfeed.reading import long_reads
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -728,7 +729,8 @@ class BatchStream:
         return self._windows.submit(self._client_or_connect(), plan, w)
 
     def _long_reads(self, older_than: float) -> str:
-        return self._windows.long_reads(self._owner.client, older_than)
+        """The reads running that long, on the workers and the trainer's reading threads."""
+        return long_reads(self._owner.client, older_than, here=self._windows.here is not None)
 
     def _new_prefetcher(self, plan: EpochPlan, order: list[int], budget: int | None) -> Prefetcher:
         """A prefetcher bound to ``plan``, whatever epoch comes next (``budget``: room lent to it)."""

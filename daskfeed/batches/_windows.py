@@ -16,7 +16,7 @@ from daskfeed.batches._plan import EpochPlan
 from daskfeed.batches._read import encode_window, read_buckets, read_window
 from daskfeed.dashboard import EpochSpans
 from daskfeed.manifest import Encoding
-from daskfeed.reading import Source, long_reads
+from daskfeed.reading import Source
 
 if TYPE_CHECKING:
     from dask.delayed import Delayed
@@ -150,14 +150,6 @@ class WindowTasks:
         names = [self.source.blocks[b].describe() for b in blocks[:3]]
         more = f" and {len(blocks) - 3} more" if len(blocks) > 3 else ""
         return f"epoch {plan.epoch}, blocks {', '.join(names)}{more}"
-
-    def long_reads(self, client: Client | None, older_than: float) -> str:
-        """The window reads running for ``older_than`` seconds or more, for a timeout's message.
-
-        On the workers, and in the trainer's own reading threads if it has them
-        (:func:`~daskfeed.reading.long_reads`).
-        """
-        return long_reads(client, older_than, here=self.here is not None)
 
     def __getstate__(self) -> dict[str, Any]:
         # a copy in another process: its workers read (the reading threads are this process's)
