@@ -57,7 +57,7 @@ from daskfeed.cache import (
     digest,
     estimate_bytes,
     generation_name,
-    stored_table,
+    stored_rows,
 )
 from daskfeed.cluster import explain, result_unless_paused
 from daskfeed.core import ManifestMismatchError
@@ -483,17 +483,18 @@ def deal(files: BucketSet, tag: str, name: str, blocks: list[tuple[int, Block, i
     tables, where = [], []
     opened: dict[str, pa.Table] = {}  # whole cache files, views of their memory maps
     for index, block, offset, expected, block_id in blocks:
-        table = stored_table(index, block, options, cache, files=opened)
+        table, order = stored_rows(index, block, options, cache, files=opened)
         if len(opened) > 2:
             opened.clear()  # a group's blocks are consecutive: one or two files at a time
         mask = labelled(table, encoding) if encoding.label in table.column_names else None
-        at = np.arange(table.num_rows, dtype=np.int64) if mask is None else np.flatnonzero(mask)
+        # the stored places of the rows with a label; one take puts them in that order
+        at = np.arange(table.num_rows, dtype=np.int64) if mask is None else np.flatnonzero(mask[order])
         if len(at) != expected:
             raise ManifestMismatchError(
                 f"Block {block.describe()} has {len(at)} rows with a label; the manifest says "
                 f"{expected}. The data changed after the scan.\nHint: rescan (remove the cached "
                 "manifest) and restart.")
-        rows = table if mask is None else table.take(at)
+        rows = table.take(order if mask is None else order[at])
         traced = np.full(len(at), block_id, dtype=np.uint64).view(np.int64)
         rows = rows.append_column(TRACE_COLUMNS[0], pa.array(traced))
         rows = rows.append_column(TRACE_COLUMNS[1], pa.array(at.astype(np.int64)))

@@ -18,9 +18,9 @@ entry made for other contents of the same files, an entry of another cache forma
 temporary files of writers killed mid-write are removed when the cache is opened
 (:mod:`daskfeed.cache._open`, on the workers). Directories are created with mode 0700.
 
-Each block's rows are stored in a seeded random order (:mod:`daskfeed.cache._scatter`):
-:meth:`BlockCache.stored_view` gives them so (a window of the global order reads ranges of every
-block), :func:`block_tables` in the file's order.
+Each block's rows are kept in their file's order: :func:`block_tables` reads them so,
+:meth:`BlockCache.stored_view` in their *stored order*, a seeded random order applied as they are
+read (:mod:`daskfeed.cache._scatter`; the buckets of the global order are dealt from it).
 
 What is stored is what the feed needs, not the CSV's exact text: whole numbers exactly (int32
 when they fit, else int64), decimals as parsed (float64), string columns dictionary-encoded,
@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
 from daskfeed.cache import _evict
@@ -53,7 +54,7 @@ from daskfeed.cache._arrow import (
 )
 from daskfeed.cache._evict import lease_name, renew
 from daskfeed.cache._layout import CacheLayout, default_root
-from daskfeed.cache._scatter import scatter, unscatter
+from daskfeed.cache._scatter import scatter_order
 from daskfeed.cache._writer import PartWriters
 from daskfeed.reading import Block, ReadOptions, iter_tables
 
@@ -109,9 +110,21 @@ class BlockCache(CacheLayout):
         return self.lookup(index) is not None
 
     def stored_view(self, index: int, columns: list[str] | None, files: Files) -> pa.Table | None:
-        """Block ``index``'s rows in their stored order, sliced from whole files read once.
+        """Block ``index``'s rows in their stored order (see :meth:`file_view`).
 
-        For a reader of every block (a window of the global order): each Arrow file is read
+        Returns
+        -------
+        pyarrow.Table or None
+            None when the block is not cached, or unreadable (with a warning).
+        """
+        found = self.file_view(index, columns, files)
+        return None if found is None else found[0].take(found[1])
+
+    def file_view(self, index: int, columns: list[str] | None,
+                  files: Files) -> tuple[pa.Table, np.ndarray] | None:
+        """Block ``index``'s rows as kept (its file's order) and their stored order.
+
+        Sliced from whole files read once: for a reader of many blocks, each Arrow file is read
         once into ``files`` (views of the memory map when uncompressed), and a block is a slice
         of it, not a read of its own.
 
@@ -124,8 +137,10 @@ class BlockCache(CacheLayout):
 
         Returns
         -------
-        pyarrow.Table or None
-            None when the block is not cached, or unreadable (with a warning).
+        tuple or None
+            ``(table, order)``: ``table.take(order)`` is the block in its stored order (each
+            piece permuted on its own, :func:`~daskfeed.cache._scatter.scatter_order`). None
+            when the block is not cached, or unreadable (with a warning).
         """
         ranges = self.lookup(index)
         if ranges is None:
@@ -133,40 +148,13 @@ class BlockCache(CacheLayout):
         try:
             parts = [whole_file(path, columns, files).slice(first, count)
                      for path, first, count, _ in ranges]
-            return one_table(parts)
+            table = one_table(parts)
         except (OSError, ValueError, IndexError, KeyError, pa.ArrowException) as err:
             self._unreadable(index, err)
             return None
-
-    def locate(self, index: int, columns: list[str] | None,
-               files: Files) -> tuple[str | tuple[str, int], pa.Table, int, int] | None:
-        """Where block ``index``'s rows are, in their stored order: ``(key, table, base, rows)``.
-
-        Rows ``[base, base + rows)`` of ``table``: a whole file read once into ``files`` (key:
-        its path) when the block is one run of it, else the block alone (key: its index).
-
-        Parameters
-        ----------
-        index, columns, files
-            As :meth:`stored_view` takes them.
-
-        Returns
-        -------
-        tuple or None
-            None when the block is not cached, or unreadable (with a warning).
-        """
-        ranges = self.lookup(index)
-        if ranges is None:
-            return None
-        if len(ranges) == 1:
-            path, first, count, _ = ranges[0]
-            try:
-                return path, whole_file(path, columns, files), first, count
-            except (OSError, ValueError, IndexError, KeyError, pa.ArrowException) as err:
-                self._unreadable(index, err)
-                return None
-        view = self.stored_view(index, columns, files)
-        return None if view is None else (("block", index), view, 0, view.num_rows)
+        block_id = self.block_id(index)
+        return table, scatter_order([(block_id, count, piece)
+                                     for piece, (_, _, count, _) in enumerate(ranges)])
 
     def _unreadable(self, index: int, err: BaseException) -> None:
         """Warn that block ``index`` is damaged in the cache, and forget it (it is parsed again)."""
@@ -177,7 +165,7 @@ class BlockCache(CacheLayout):
 
     def tables(self, index: int, columns: list[str] | None = None,
                readers: Readers | None = None) -> list[pa.Table] | None:
-        """The cached tables of block ``index``, in stored order (None: not cached, or unreadable).
+        """The cached tables of block ``index``, in file order (None: not cached, or unreadable).
 
         Parameters
         ----------
@@ -368,9 +356,7 @@ def block_tables(index: int, block: Block, options: ReadOptions, cache: BlockCac
     if cache is not None and use_cache:
         cached = cache.tables(index, columns, readers)
         if cached is not None:  # one table per piece (a block's ranges are its pieces)
-            block_id = cache.block_id(index)
-            for piece, table in enumerate(cached):
-                yield unscatter(block_id, table, piece)
+            yield from cached
             return
     if cache is None:
         yield from iter_tables(block, options, rejects)
@@ -393,25 +379,47 @@ def stored_table(index: int, block: Block, options: ReadOptions, cache: BlockCac
 
     Parameters
     ----------
-    index, block, options, cache, columns
-        As :func:`block_tables` takes them.
-    files
-        Whole cache files read so far (see :meth:`BlockCache.stored_view`).
+    index, block, options, cache, columns, files
+        As :func:`stored_rows` takes them.
 
     Returns
     -------
     pyarrow.Table
-        Every row of the block, in the order the cache keeps them (the same whether it was
-        cached or parsed here).
+        Every row of the block, in its stored order (the same whether it was cached or parsed
+        here).
+    """
+    table, order = stored_rows(index, block, options, cache, columns, files)
+    return table.take(order)
+
+
+def stored_rows(index: int, block: Block, options: ReadOptions, cache: BlockCache | None,
+                columns: list[str] | None = None,
+                files: Files | None = None) -> tuple[pa.Table, np.ndarray]:
+    """Block ``index``'s rows in file order and their stored order: from the cache, else parsed.
+
+    A block parsed here is cached on the way.
+
+    Parameters
+    ----------
+    index, block, options, cache, columns
+        As :func:`block_tables` takes them.
+    files
+        Whole cache files read so far (see :meth:`BlockCache.file_view`).
+
+    Returns
+    -------
+    tuple
+        ``(table, order)``: every row of the block, and the positions that put them in their
+        stored order (``table.take(order)``; a reader that takes some of them anyway takes
+        once).
     """
     if cache is not None:
-        found = cache.stored_view(index, columns, {} if files is None else files)
+        found = cache.file_view(index, columns, {} if files is None else files)
         if found is not None:
             return found
     block_id = index if cache is None else cache.block_id(index)
-    pieces = [scatter(block_id, t, k) for k, t in enumerate(
-        block_tables(index, block, options, cache, use_cache=False))]
+    pieces = list(block_tables(index, block, options, cache, use_cache=False))
     table = one_table(pieces) if pieces else pa.table({})
     if columns is not None and table.num_columns:
         table = table.select([c for c in columns if c in table.column_names])
-    return table
+    return table, scatter_order([(block_id, t.num_rows, k) for k, t in enumerate(pieces)])

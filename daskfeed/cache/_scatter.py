@@ -1,30 +1,23 @@
-"""Stored order: each block's rows are kept in the cache in a seeded random order.
+"""Stored order: each block's rows in a seeded random order, applied as the cache is read.
 
-The scan writes every block once; while it is in memory its rows are permuted
-(:func:`block_order`, seeded by the block's id alone — its part's key and its number there,
-:meth:`daskfeed.cache.BlockCache.place`: the same files give the same cache, whatever
-the run's seed, budget or model, and whatever other files the data set has). A block parsed
-as one table (a byte range of a CSV: the usual case) is permuted as a whole; a block that comes
-as several tables (a gzip file or a file streamed in pieces, a Parquet file's row groups) has
-each *piece* permuted on its own, so that the scan never holds more than one table of it; a piece
-is written whole, as one range of rows of one file, so a block's ranges in the cache are its
-pieces.
+Every block has a *stored order* (:func:`block_order`, seeded by the block's id alone — its
+part's key and its number there, :meth:`daskfeed.cache.BlockCache.place`: the same files give the
+same order, whatever the run's seed, budget or model, and whatever other files the data set
+has). A block parsed as one table (a byte range of a CSV: the usual case) is permuted as a whole;
+a block that comes as several tables (a gzip file or a file streamed in pieces, a Parquet file's
+row groups) has each *piece* permuted on its own; a block's ranges in the cache are its pieces.
 
-A contiguous range of a block's stored rows is then a random sample of that block, so a window
-that takes a range of every block is a stratified sample of the whole data set
-(:mod:`daskfeed.batches._order`) and reads each block in runs, not row by row. Readers that want
-the file's order (:func:`daskfeed.cache._blocks.block_tables`) undo the permutation
-(:func:`unscatter`).
+The cache keeps each piece's rows in its file's order (the scan writes what it parsed, with no
+copy to permute it); a reader that wants the stored order (the buckets' deal, a row traced back
+from a step) takes its rows by :func:`scatter_order`, a reader of the file's order
+(:func:`daskfeed.cache._blocks.block_tables`) reads them as they are. A contiguous range of a
+block's stored rows is a random sample of that block: the global order
+(:mod:`daskfeed.batches._order`) deals a block's ``i``-th stored row to bucket ``i + o_j``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 _TAG = 0x5CA7  # the stored order's own stream of random numbers
 
@@ -50,13 +43,6 @@ def block_order(index: int, rows: int, piece: int = 0) -> np.ndarray:
     return np.random.default_rng([_TAG, int(index), int(piece)]).permutation(int(rows))
 
 
-def scatter(index: int, table: pa.Table, piece: int = 0) -> pa.Table:
-    """Piece ``piece`` of block ``index`` (a table, in file order) in its stored order."""
-    if table.num_rows < 2:
-        return table
-    return table.take(block_order(index, table.num_rows, piece))
-
-
 def scatter_order(parts: list[tuple[int, int, int]]) -> np.ndarray:
     """Pieces one after another (``(block index, rows, piece)`` each), each in its stored order.
 
@@ -75,13 +61,3 @@ def scatter_order(parts: list[tuple[int, int, int]]) -> np.ndarray:
         order.append(start + block_order(index, rows, piece))
         start += rows
     return np.concatenate(order) if order else np.zeros(0, dtype=np.int64)
-
-
-def unscatter(index: int, table: pa.Table, piece: int = 0) -> pa.Table:
-    """Piece ``piece`` of block ``index`` (a table, in stored order) in file order."""
-    rows = table.num_rows
-    if rows < 2:
-        return table
-    inverse = np.empty(rows, dtype=np.int64)
-    inverse[block_order(index, rows, piece)] = np.arange(rows)
-    return table.take(inverse)

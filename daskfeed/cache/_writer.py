@@ -19,7 +19,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from daskfeed.cache._scatter import scatter_order
 from daskfeed.core import create_new, fsync, temporary_name, write_file
 
 # 3: whole numbers kept exact (int32/int64), decimals float64; 4: each block's rows in their
@@ -29,8 +28,10 @@ from daskfeed.core import create_new, fsync, temporary_name, write_file
 # of the source's files, blocks numbered (and their stored order seeded) within it; 7: a text
 # column of dates that pyarrow left as text (zoned and naive times mixed, markers) stored as dates;
 # 8: a block's stored order seeded by its part's anchor (its first file), not by the part's key:
-# a part that grew keeps its blocks' orders, in its earlier entries (:mod:`daskfeed.cache._lineage`)
-CACHE_VERSION = 8
+# a part that grew keeps its blocks' orders, in its earlier entries (:mod:`daskfeed.cache._lineage`);
+# 9: each block's rows in their file's order, the stored order applied as they are read (the scan
+# no longer permutes what it writes: :mod:`daskfeed.cache._scatter`)
+CACHE_VERSION = 9
 FLUSH_BYTES = 16 << 20  # an Arrow file holds about this much data (memory: one per task)
 BATCH_ROWS = 8192  # rows per record batch (a compressed file decodes about this much per read)
 
@@ -41,8 +42,8 @@ RowRange = tuple[str, int, int, int]
 class CacheWriter:
     """Writes the blocks of one scan task as a few Arrow IPC files, then one marker.
 
-    Each table's rows are put in their stored order first
-    (:func:`~daskfeed.cache._scatter.scatter`); a block of several tables has several pieces.
+    Each table's rows are kept in their file's order (the stored order is applied as they are
+    read, :mod:`daskfeed.cache._scatter`); a block of several tables has several pieces.
     Tables are kept until about ``FLUSH_BYTES`` have accumulated (or the next table's columns
     cannot share a file with them), then written as one file (see :func:`compact` for the
     column types, decided per file; one dictionary per string column per file); uncompressed
@@ -57,18 +58,16 @@ class CacheWriter:
         Of the Arrow files (None: uncompressed).
     first
         The scan task's first block in this directory (names the files).
-    offset, salt
-        Block ``index`` is number ``index - offset`` in this directory (its part's) and its
-        stored order is seeded by ``salt + index - offset`` (see
-        :meth:`~daskfeed.cache._blocks.BlockCache.place`); 0, 0: blocks kept as numbered.
+    offset
+        Block ``index`` is number ``index - offset`` in this directory (its part's, see
+        :meth:`~daskfeed.cache._blocks.BlockCache.place`); 0: blocks kept as numbered.
     """
 
-    def __init__(self, directory: str, compression: str | None, first: int, *, offset: int = 0,
-                 salt: int = 0) -> None:
+    def __init__(self, directory: str, compression: str | None, first: int, *,
+                 offset: int = 0) -> None:
         self.directory = directory
         self.compression = compression
         self.offset = offset
-        self.salt = salt
         self.stem = f"g{first:06d}-{uuid.uuid4().hex[:8]}"
         # (blocks: (index, rows, piece) each, their rows in file order)
         self.pending: list[tuple[list[tuple[int, int, int]], pa.Table]] = []
@@ -92,7 +91,7 @@ class CacheWriter:
         self.blocks.setdefault(index, [])
 
     def add(self, index: int, table: pa.Table) -> None:
-        """One table of block ``index`` (its next piece), kept in its stored order.
+        """One table of block ``index`` (its next piece), in its file's order.
 
         Parameters
         ----------
@@ -120,10 +119,7 @@ class CacheWriter:
         self._pend([(index, rows, 0) for index, rows in parts], table)
 
     def _pend(self, parts: list[tuple[int, int, int]], table: pa.Table) -> None:
-        """Rows of whole blocks (or a piece of one) for the next file: ``(block, rows, piece)``.
-
-        They are put in their stored order when the file is written (one ``take`` a file).
-        """
+        """Rows of whole blocks (or a piece of one) for the next file: ``(block, rows, piece)``."""
         schema = table.schema
         if self.pending and not schema.equals(self.schema):
             try:
@@ -164,11 +160,8 @@ class CacheWriter:
     def _write(self, path: str, name: str) -> None:
         """The pending tables as one Arrow file at ``path``; each block's rows in it noted."""
         whole = compact(pa.concat_tables([t for _, t in self.pending], promote_options="permissive"))
-        # each piece in its stored order; the take also makes each column one chunk, with one
-        # dictionary per string column
-        whole = whole.unify_dictionaries().take(scatter_order(
-            [(self.salt + index - self.offset, rows, piece) for parts, _ in self.pending
-             for index, rows, piece in parts]))
+        # each column one chunk, with one dictionary per string column (rows as they came)
+        whole = whole.unify_dictionaries().combine_chunks()
         options = ipc.IpcWriteOptions(compression=self.compression)
         create_new(path, perms=0o600).close()  # (made here, in our own directory: no link followed)
         with pa.OSFile(path, "wb") as f, ipc.new_file(f, whole.schema, options=options) as w:
@@ -235,12 +228,11 @@ class PartWriters:
         self.writers: dict[str, CacheWriter] = {}
 
     def _writer(self, index: int) -> CacheWriter:
-        directory, local, block_id = self.cache.place(index)
+        directory, local, _ = self.cache.place(index)
         writer = self.writers.get(directory)
         if writer is None:
             writer = self.writers[directory] = CacheWriter(
-                directory, self.cache.compression, local, offset=index - local,
-                salt=block_id - local)
+                directory, self.cache.compression, local, offset=index - local)
         return writer
 
     def begin(self, index: int) -> None:

@@ -1,4 +1,4 @@
-"""The stored order: each block's rows permuted in the cache, file order given back exactly."""
+"""The stored order: each block's rows kept in file order, their seeded order applied on read."""
 
 from __future__ import annotations
 
@@ -7,18 +7,20 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daskfeed.cache._blocks import BlockCache, block_tables, stored_table
-from daskfeed.cache._scatter import block_order, scatter, unscatter
+from daskfeed.cache._blocks import BlockCache, block_tables, stored_rows, stored_table
+from daskfeed.cache._scatter import block_order, scatter_order
 from daskfeed.reading import Block, ReadOptions
 
 
 @settings(max_examples=50, deadline=None)
 @given(index=st.integers(0, 10**6), pieces=st.lists(st.integers(0, 300), min_size=1, max_size=4))
-def test_unscatter_gives_back_the_file_order_of_every_piece(index, pieces):
-    tables = [pa.table({"i": np.arange(n) + 1000 * k}) for k, n in enumerate(pieces)]
-    stored = [scatter(index, t, k) for k, t in enumerate(tables)]
-    back = [unscatter(index, t, k) for k, t in enumerate(stored)]
-    assert [t.column("i").to_pylist() for t in back] == [t.column("i").to_pylist() for t in tables]
+def test_the_stored_order_permutes_each_piece_within_itself(index, pieces):
+    order = scatter_order([(index, n, k) for k, n in enumerate(pieces)])
+    starts = np.cumsum([0, *pieces])
+    for k, n in enumerate(pieces):  # piece k's stored rows are a permutation of its own rows
+        mine = order[starts[k]:starts[k + 1]]
+        assert sorted(mine.tolist()) == list(range(starts[k], starts[k + 1]))
+        assert (mine - starts[k]).tolist() == block_order(index, n, k).tolist()
 
 
 def test_a_block_in_pieces_is_stored_piece_by_piece_and_read_back_in_file_order(tmp_path):
@@ -33,6 +35,9 @@ def test_a_block_in_pieces_is_stored_piece_by_piece_and_read_back_in_file_order(
     stored = cache.stored_view(7, None, {}).column("i").to_pylist()
     assert stored == [*block_order(7, 50, 0).tolist(), *(50 + block_order(7, 30, 1)).tolist()]
     assert stored != sorted(stored)  # really permuted
+    kept, order = cache.file_view(7, None, {})  # as the file keeps them, and the order to take
+    assert kept.column("i").to_pylist() == list(range(80))
+    assert kept.take(order).column("i").to_pylist() == stored
     dummy = Block(str(tmp_path / "absent.csv"), 0, -1, 0)  # never parsed: the cache has it
     rows = [v for t in block_tables(7, dummy, ReadOptions(), cache) for v in t.column("i").to_pylist()]
     assert rows == list(range(80))
@@ -48,6 +53,9 @@ def test_a_block_parsed_where_it_is_not_cached_has_the_stored_order_it_gets_cach
     assert sorted(parsed) == list(range(500)) and parsed == block_order(3, 500).tolist()
     assert cache.has(3)  # cached on the way
     assert cache.stored_view(3, None, {}).column("i").to_pylist() == parsed
+    table, order = stored_rows(3, block, ReadOptions(), cache, columns=["j"])  # from the cache now
+    assert table.column_names == ["j"] and table.column("j").to_pylist() == [k % 3 for k in range(500)]
+    assert order.tolist() == parsed
 
 
 def test_an_entry_of_the_older_format_is_removed_and_rebuilt_with_one_line(tmp_path):
