@@ -163,12 +163,10 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None) -> Buckets | None
         view = files.view([g.name for g in kept], [g.build for g in kept])
         client.submit(view.use, key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
         return Buckets(view, sizes)
-    # the runs and the buckets side by side at the build's peak, each with the trace columns
-    # (16 bytes a row): measured 35 GB beside a 12 GB parse cache of 13.3 GB of CSV (2.8x)
     share = max(new.rows if new is not None else 0,
                 sum(g.rows for g in [*kept, *([new] if new else [])][-plan:]) if plan else 0)
-    need = int(3 * estimate_bytes(data.source, cache.compression) * share
-               / max(int(counts.sum()), 1)) + ROOM_MARGIN
+    need = build_room(estimate_bytes(data.source, cache.compression), int(data.manifest.nbytes),
+                      int(counts.sum()), share)
     free = client.submit(files.free, key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
     if free < need:
         warnings.warn(
@@ -336,6 +334,27 @@ class Planner:
 def _use_and_sweep(view: BucketSet, parts: list[str]) -> None:
     view.use()
     view.sweep(parts)
+
+
+def build_room(cache_bytes: int, csv_bytes: int, rows: int, share: int) -> int:
+    """Disk a build of ``share`` of the data's ``rows`` rows needs at its peak (generous).
+
+    Two copies of its rows side by side: the runs beside the runs merged from them (or beside
+    the buckets gathered from those), each a copy of the parse cache's columns with the trace
+    columns (16 bytes a row). Merged runs keep text plain, not dictionary-encoded: at most
+    the CSV's bytes more. Plus ``ROOM_MARGIN``.
+
+    Parameters
+    ----------
+    cache_bytes, csv_bytes
+        The whole data's parse cache (its estimate) and CSV.
+    rows
+        The whole data's rows with a label.
+    share
+        Rows the build deals or merges.
+    """
+    copy = cache_bytes + 16 * rows
+    return int((2 * copy + csv_bytes) * share / max(rows, 1)) + ROOM_MARGIN
 
 
 def task_rows(client: Client, csv_bytes: int, rows: int) -> int:

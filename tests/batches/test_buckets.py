@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 import daskfeed
+from daskfeed.batches._buckets import ROOM_MARGIN, build_room
 from daskfeed.batches._order import block_offsets, bucket_members
 from daskfeed.cache import clear
 from daskfeed.cache._scatter import block_order
@@ -179,3 +180,15 @@ def test_without_disk_room_for_the_buckets_the_run_says_so_and_uses_windows_of_b
             rows = sum(len(seq[i][1]) for i in range(len(seq)))
     assert rows == sum(seq.manifest.counts)
     assert any("Hint: free disk room there" in str(w.message) for w in caught)
+
+
+def test_the_room_asked_for_covers_two_copies_with_trace_columns_and_plain_text():
+    """The soak that filled a disk: 13.36 GB of CSV, 237M rows, 42 GB free after the parse cache
+    (more than 41 GB were written before the disk filled). "3x the cache" let it start."""
+    csv, rows = 13_355_306_039, 237_000_000
+    need = build_room(csv, csv, rows, rows)  # an uncompressed cache: about the CSV's size
+    assert need - ROOM_MARGIN == 2 * (csv + 16 * rows) + csv
+    assert need > 42e9 and need > 3 * csv + ROOM_MARGIN
+    # a build of the new rows only (data that grew) asks for their share
+    quarter = build_room(csv, csv, rows, rows // 4) - ROOM_MARGIN
+    assert quarter == pytest.approx((2 * (csv + 16 * rows) + csv) / 4, rel=1e-9)
