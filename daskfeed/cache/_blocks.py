@@ -145,6 +145,8 @@ class BlockCache(CacheLayout):
         ranges = self.lookup(index)
         if ranges is None:
             return None
+        if not ranges:  # cached with no rows (a file with a header alone)
+            return pa.table({}), np.zeros(0, dtype=np.int64)
         try:
             parts = [whole_file(path, columns, files).slice(first, count)
                      for path, first, count, _ in ranges]

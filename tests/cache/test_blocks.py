@@ -7,6 +7,7 @@ import gzip
 import os
 import shutil
 import stat
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -215,6 +216,9 @@ def test_an_incomplete_block_is_never_read(tmp_path):
         [1, 2, 3][k] for k in block_order(0, 3)]
     assert cache.tables(1)[0].column("x").to_pylist() == ["a", "b"]
     assert cache.has(2) and sum(t.num_rows for t in cache.tables(2)) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an empty block is no damaged one
+        assert cache.stored_view(2, None, {}).num_rows == 0
     assert cache.cached_blocks() == 3
     assert not glob.glob(str(tmp_path / "*.tmp-*"))
     assert len(glob.glob(str(tmp_path / "g000000-*.arrow"))) == 2
