@@ -499,32 +499,52 @@ def deal(files: BucketSet, tag: str, name: str, blocks: list[tuple[int, Block, i
         The run's rows.
     """
     k = files.buckets
-    tables, where = [], []
+    # the whole cache files the blocks are in (a group's blocks are consecutive: a few files),
+    # or a block's own rows: views, no copy; each table's first row among them, by its key
+    tables: list[pa.Table] = []
+    starts: dict[object, int] = {}
+    picks, where, ids, places = [], [], [], []  # per row dealt: its row in the tables, ...
+    base = 0
     opened: dict[str, pa.Table] = {}  # whole cache files, views of their memory maps
     for index, block, offset, expected, block_id in blocks:
-        table, order = stored_rows(index, block, options, cache, files=opened)
-        if len(opened) > 2:
-            opened.clear()  # a group's blocks are consecutive: one or two files at a time
-        mask = labelled(table, encoding) if encoding.label in table.column_names else None
-        # the stored places of the rows with a label; one take puts them in that order
-        at = np.arange(table.num_rows, dtype=np.int64) if mask is None else np.flatnonzero(mask[order])
+        key: object
+        found = cache.locate(index, None, opened)
+        if found is None:  # not cached (or damaged): parsed here, and cached
+            table, order = stored_rows(index, block, options, cache, files=opened)
+            key, first = ("block", index), 0
+        else:
+            key, table, first, order = found
+        if key not in starts:
+            starts[key] = base
+            tables.append(table)
+            base += table.num_rows
+        mine = table.slice(first, len(order))
+        mask = labelled(mine, encoding) if encoding.label in mine.column_names else None
+        # the stored places of the rows with a label (the rows dealt, in that order)
+        at = np.arange(len(order), dtype=np.int64) if mask is None else np.flatnonzero(mask[order])
         if len(at) != expected:
             raise ManifestMismatchError(
                 f"Block {block.describe()} has {len(at)} rows with a label; the manifest says "
                 f"{expected}. The data changed after the scan.\nHint: rescan (remove the cached "
                 "manifest) and restart.")
-        rows = table.take(order if mask is None else order[at])
-        traced = np.full(len(at), block_id, dtype=np.uint64).view(np.int64)
-        rows = rows.append_column(TRACE_COLUMNS[0], pa.array(traced))
-        rows = rows.append_column(TRACE_COLUMNS[1], pa.array(at.astype(np.int64)))
-        tables.append(rows)
+        picks.append(starts[key] + first + order[at])
+        ids.append(np.full(len(at), block_id, dtype=np.uint64).view(np.int64))
+        places.append(at)
         where.append(bucket_of(offset, len(at), k))
     if not tables:
-        tables, where = [pa.table({})], [np.zeros(0, dtype=np.int64)]
-    rows = files.write_run(tag, name, tables, np.concatenate(where))
+        tables = [pa.table({})]
+    # one take: every block's rows in their stored order, sorted by bucket (the rows of a bucket
+    # in canonical order within the run), traced to their block and row
+    rows = files.write_run(tag, name, tables, _joined(picks), _joined(where),
+                           {TRACE_COLUMNS[0]: _joined(ids), TRACE_COLUMNS[1]: _joined(places)})
     del tables, opened
     pa.default_memory_pool().release_unused()  # back to the system: the worker must not pause
     return rows
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """Arrays one after another (int64; none: empty)."""
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def gather(files: BucketSet, tag: str, runs: list[str], b0: int, b1: int,

@@ -158,6 +158,41 @@ class BlockCache(CacheLayout):
         return table, scatter_order([(block_id, count, piece)
                                      for piece, (_, _, count, _) in enumerate(ranges)])
 
+    def locate(self, index: int, columns: list[str] | None,
+               files: Files) -> tuple[object, pa.Table, int, np.ndarray] | None:
+        """Where block ``index``'s rows are kept, and their stored order.
+
+        For a reader of many consecutive blocks (the buckets' deal), which then takes from a
+        few whole files once instead of from each block.
+
+        Parameters
+        ----------
+        index, columns, files
+            As :meth:`file_view` takes them.
+
+        Returns
+        -------
+        tuple or None
+            ``(key, table, first, order)``: rows ``first + order`` of ``table`` are the block
+            in its stored order. ``table`` is a whole file read once into ``files`` (key: its
+            path) when the block is one range of it, else the block's rows alone (key:
+            ``("block", index)``). None when the block is not cached, or unreadable (with a
+            warning).
+        """
+        ranges = self.lookup(index)
+        if ranges is None:
+            return None
+        if len(ranges) == 1:
+            path, first, count, _ = ranges[0]
+            try:
+                table = whole_file(path, columns, files)
+            except (OSError, ValueError, IndexError, KeyError, pa.ArrowException) as err:
+                self._unreadable(index, err)
+                return None
+            return path, table, first, scatter_order([(self.block_id(index), count, 0)])
+        found = self.file_view(index, columns, files)
+        return None if found is None else (("block", index), found[0], 0, found[1])
+
     def _unreadable(self, index: int, err: BaseException) -> None:
         """Warn that block ``index`` is damaged in the cache, and forget it (it is parsed again)."""
         directory, local, _ = self.place(index)

@@ -245,10 +245,13 @@ class BucketSet:
         remove_generations(os.path.join(_root(self.root), "buckets"), set(parts), stale)
 
     # -- runs (the build's first step) -----------------------------------------------------
-    def write_run(self, tag: str, name: str, tables: list[pa.Table], buckets: np.ndarray) -> int:
-        """Write a run: ``tables``' rows (in order) sorted by their ``buckets`` (stable).
+    def write_run(self, tag: str, name: str, tables: list[pa.Table], rows: np.ndarray,
+                  buckets: np.ndarray, trace: dict[str, np.ndarray]) -> int:
+        """Write a run: rows ``rows`` of ``tables`` (one after another) sorted by their ``buckets``.
 
-        Its offsets (``offsets[k]``: the first row of bucket ``k``) go beside it, ``<name>.npy``.
+        The sort is stable (rows of one bucket stay in the order given); ``trace``'s columns
+        (one value per row given) are appended. One ``take`` of the tables makes the run. Its
+        offsets (``offsets[k]``: the first row of bucket ``k``) go beside it, ``<name>.npy``.
 
         Returns
         -------
@@ -258,10 +261,12 @@ class BucketSet:
         directory = os.path.join(self.path, f"runs-{tag}")
         self.make_dirs()
         own_dir(directory)
-        whole = one_table(tables)
         order = np.argsort(buckets, kind="stable")
         offsets = np.searchsorted(buckets[order], np.arange(self.buckets + 1))
-        _write_arrow(os.path.join(directory, f"{name}.arrow"), whole.take(order), self.compression)
+        run = one_table(tables).take(rows[order])
+        for column, values in trace.items():
+            run = run.append_column(column, pa.array(values[order]))
+        _write_arrow(os.path.join(directory, f"{name}.arrow"), run, self.compression)
         _save_offsets(os.path.join(directory, f"{name}.npy"), offsets)
         return len(order)
 
