@@ -139,8 +139,8 @@ class BlockCache(CacheLayout):
         -------
         tuple or None
             ``(table, order)``: ``table.take(order)`` is the block in its stored order (each
-            piece permuted on its own, :func:`~daskfeed.cache._scatter.scatter_order`). None
-            when the block is not cached, or unreadable (with a warning).
+            piece permuted on its own by :func:`~daskfeed.cache.block_order`). None when the
+            block is not cached, or unreadable (with a warning).
         """
         ranges = self.lookup(index)
         if ranges is None:
