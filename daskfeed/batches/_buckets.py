@@ -165,8 +165,9 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None) -> Buckets | None
         return Buckets(view, sizes)
     share = max(new.rows if new is not None else 0,
                 sum(g.rows for g in [*kept, *([new] if new else [])][-plan:]) if plan else 0)
-    need = build_room(estimate_bytes(data.source, cache.compression), int(data.manifest.nbytes),
-                      int(counts.sum()), share)
+    # (the text's bytes, decompressed: what merged runs keep plain at most)
+    need = build_room(estimate_bytes(data.source, cache.compression),
+                      estimate_bytes(data.source, None), int(counts.sum()), share)
     free = client.submit(files.free, key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
     if free < need:
         warnings.warn(
@@ -347,7 +348,7 @@ def build_room(cache_bytes: int, csv_bytes: int, rows: int, share: int) -> int:
     Parameters
     ----------
     cache_bytes, csv_bytes
-        The whole data's parse cache (its estimate) and CSV.
+        The whole data's parse cache (its estimate) and CSV text (decompressed).
     rows
         The whole data's rows with a label.
     share
@@ -499,8 +500,9 @@ def deal(files: BucketSet, tag: str, name: str, blocks: list[tuple[int, Block, i
         The run's rows.
     """
     k = files.buckets
-    # the whole cache files the blocks are in (a group's blocks are consecutive: a few files),
-    # or a block's own rows: views, no copy; each table's first row among them, by its key
+    # the whole cache files the blocks are in (a group's blocks are consecutive: a few files;
+    # views of their memory maps when uncompressed), or a block's own rows (in pieces, or
+    # parsed here); each table's first row among them, by its key
     tables: list[pa.Table] = []
     starts: dict[object, int] = {}
     picks, where, ids, places = [], [], [], []  # per row dealt: its row in the tables, ...
@@ -519,6 +521,11 @@ def deal(files: BucketSet, tag: str, name: str, blocks: list[tuple[int, Block, i
             tables.append(table)
             base += table.num_rows
         mine = table.slice(first, len(order))
+        if mine.num_rows != len(order):  # a cache file shorter than its marker says
+            raise ManifestMismatchError(
+                f"Block {block.describe()} has {mine.num_rows} rows in its parse cache file; its "
+                f"marker says {len(order)}.\nHint: remove the parse cache (daskfeed cache clear) "
+                "and restart.")
         mask = labelled(mine, encoding) if encoding.label in mine.column_names else None
         # the stored places of the rows with a label (the rows dealt, in that order)
         at = np.arange(len(order), dtype=np.int64) if mask is None else np.flatnonzero(mask[order])

@@ -25,7 +25,7 @@ Files = dict[str, pa.Table]  # whole Arrow files read, by path
 
 
 def one_table(tables: list[pa.Table]) -> pa.Table:
-    """A block's tables as one (files may type a column differently: int32 and int64...)."""
+    """Tables as one: a block's pieces, a run's files (typed alike or not: int32 and int64...)."""
     if len(tables) == 1:
         return tables[0]
     try:

@@ -55,7 +55,7 @@ from daskfeed.cache._arrow import (
 from daskfeed.cache._evict import lease_name, renew
 from daskfeed.cache._layout import CacheLayout, default_root
 from daskfeed.cache._scatter import scatter_order
-from daskfeed.cache._writer import PartWriters
+from daskfeed.cache._writer import PartWriters, compact
 from daskfeed.reading import Block, ReadOptions, iter_tables
 
 if TYPE_CHECKING:
@@ -446,16 +446,18 @@ def stored_rows(index: int, block: Block, options: ReadOptions, cache: BlockCach
     Returns
     -------
     tuple
-        ``(table, order)``: every row of the block, and the positions that put them in their
-        stored order (``table.take(order)``; a reader that takes some of them anyway takes
-        once).
+        ``(table, order)``: every row of the block, with the types the cache keeps, and the
+        positions that put them in their stored order (``table.take(order)``; a reader that
+        takes some of them anyway takes once).
     """
     if cache is not None:
         found = cache.file_view(index, columns, {} if files is None else files)
         if found is not None:
             return found
     block_id = index if cache is None else cache.block_id(index)
-    pieces = list(block_tables(index, block, options, cache, use_cache=False))
+    # as the cache keeps them (text dictionary-encoded, whole numbers int32 where they fit): a
+    # reader of cached and parsed blocks together sees one set of types
+    pieces = [compact(t) for t in block_tables(index, block, options, cache, use_cache=False)]
     table = one_table(pieces) if pieces else pa.table({})
     if columns is not None and table.num_columns:
         table = table.select([c for c in columns if c in table.column_names])

@@ -192,3 +192,73 @@ def test_the_room_asked_for_covers_two_copies_with_trace_columns_and_plain_text(
     # a build of the new rows only (data that grew) asks for their share
     quarter = build_room(csv, csv, rows, rows // 4) - ROOM_MARGIN
     assert quarter == pytest.approx((2 * (csv + 16 * rows) + csv) / 4, rel=1e-9)
+
+
+def test_a_run_holds_each_blocks_labelled_rows_in_stored_order_sorted_by_bucket(tmp_path):
+    """The deal against the definition, with no cluster: blocks sharing a cache file, a block in
+    two pieces, a block in a file of its own and one not cached (parsed by the deal), rows
+    without a label left out. Each run row: its block's stored row (the piece's rows permuted by
+    ``block_order``), the rows with a label counted in that order, dealt to bucket
+    ``(i + offset) mod K`` (stable), traced to its block id and stored place."""
+    from daskfeed.batches._buckets import deal
+    from daskfeed.batches._order import bucket_of
+    from daskfeed.cache import BlockCache, BucketSet
+    from daskfeed.manifest import Encoding
+    from daskfeed.reading import Block, ReadOptions
+
+    rng = np.random.default_rng(5)
+
+    def piece(n, base):
+        y = rng.integers(0, 2, n).astype(float)
+        y[rng.random(n) < 0.2] = np.nan
+        return pd.DataFrame({"x": np.arange(base, base + n),
+                             "t": [f"v{v}" for v in rng.integers(0, 7, n)],
+                             "y": pd.array(y).astype("Float64")})
+
+    cache = BlockCache(str(tmp_path / "c"))
+    os.makedirs(cache.path, exist_ok=True)
+    pieces = {0: [piece(40, 0)], 1: [piece(30, 100)], 2: [piece(25, 200), piece(15, 300)],
+              3: [piece(20, 400)]}
+    w = cache.writer(0)  # blocks 0-2 in one file, block 2 in two pieces
+    for i in (0, 1, 2):
+        for p in pieces[i]:
+            w.add(i, pa.Table.from_pandas(p, preserve_index=False))
+    w.commit()
+    w = cache.writer(3)  # block 3 in a file of its own
+    w.add(3, pa.Table.from_pandas(pieces[3][0], preserve_index=False))
+    w.commit()
+    pieces[4] = [piece(33, 500)]  # block 4: a CSV the cache does not have
+    csv = tmp_path / "b4.csv"
+    pieces[4][0].to_csv(csv, index=False)
+    blocks = {i: Block(str(tmp_path / "absent.csv"), 0, -1, 0) for i in range(4)}  # never read
+    blocks[4] = Block(str(csv), 0, -1, 0)  # the whole file
+
+    k, offsets = 8, {0: 3, 1: 0, 2: 7, 3: 5, 4: 2}
+    expected, buckets = [], []
+    for i in range(5):
+        block_id = cache.block_id(i)
+        stored = pd.concat([p.iloc[block_order(block_id, len(p), n)] for n, p in enumerate(pieces[i])],
+                           ignore_index=True)
+        at = np.flatnonzero(stored["y"].notna().to_numpy())
+        rows = stored.iloc[at].assign(__block=np.int64(block_id), __row=at)
+        expected.append(rows)
+        buckets.append(bucket_of(offsets[i], len(at), k))
+    order = np.argsort(np.concatenate(buckets), kind="stable")
+    want = pd.concat(expected, ignore_index=True).iloc[order].reset_index(drop=True)
+
+    files = BucketSet(cache.root, "golden", k)
+    encoding = Encoding(label="y", label_dtype="float32", columns=())
+    dealt = [(i, blocks[i], offsets[i], int(pieces[i][0]["y"].notna().sum()
+                                            + sum(p["y"].notna().sum() for p in pieces[i][1:])),
+              cache.block_id(i)) for i in range(5)]
+    assert deal(files, "t", "r0", dealt, ReadOptions(), cache, encoding) == len(want)
+    run, starts = files.read_run("t", "r0", 0, k)
+    got = run.to_pandas()
+    got["t"] = got["t"].astype(str)
+    assert got["x"].tolist() == want["x"].tolist()
+    assert got["t"].tolist() == want["t"].tolist()
+    assert got["y"].tolist() == want["y"].astype(float).tolist()
+    assert got["__block"].tolist() == want["__block"].tolist()
+    assert got["__row"].tolist() == want["__row"].tolist()
+    assert np.diff(starts).tolist() == np.bincount(np.concatenate(buckets), minlength=k).tolist()
+    assert cache.has(4)  # the block the deal parsed is cached on the way
