@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from daskfeed.core import attach
 
 if TYPE_CHECKING:
-    from daskfeed.cache._blocks import BlockCache, block_tables, stored_rows, stored_table
+    from daskfeed.cache._blocks import BlockCache, block_tables, stored_rows
     from daskfeed.cache._buckets import TRACE_COLUMNS, BucketSet, digest, generation_name
     from daskfeed.cache._entries import clear, gone_entries, list_entries
     from daskfeed.cache._layout import CacheLayout, default_root
@@ -37,13 +37,12 @@ __all__ = [
     "own_dir",
     "own_root",
     "stored_rows",
-    "stored_table",
 ]
 
 __getattr__, __dir__ = attach(__name__, {
     "BlockCache": "_blocks", "block_tables": "_blocks", "CacheLayout": "_layout",
     "default_root": "_layout",
-    "stored_rows": "_blocks", "stored_table": "_blocks", "BucketSet": "_buckets", "TRACE_COLUMNS": "_buckets",
+    "stored_rows": "_blocks", "BucketSet": "_buckets", "TRACE_COLUMNS": "_buckets",
     "generation_name": "_buckets",
     "digest": "_buckets",
     "clear": "_entries", "gone_entries": "_entries", "list_entries": "_entries",

@@ -410,25 +410,6 @@ def block_tables(index: int, block: Block, options: ReadOptions, cache: BlockCac
     writer.commit()
 
 
-def stored_table(index: int, block: Block, options: ReadOptions, cache: BlockCache | None,
-                 columns: list[str] | None = None, files: Files | None = None) -> pa.Table:
-    """Block ``index``'s rows in their stored order: from the cache, else parsed (and cached).
-
-    Parameters
-    ----------
-    index, block, options, cache, columns, files
-        As :func:`stored_rows` takes them.
-
-    Returns
-    -------
-    pyarrow.Table
-        Every row of the block, in its stored order (the same whether it was cached or parsed
-        here).
-    """
-    table, order = stored_rows(index, block, options, cache, columns, files)
-    return table.take(order)
-
-
 def stored_rows(index: int, block: Block, options: ReadOptions, cache: BlockCache | None,
                 columns: list[str] | None = None,
                 files: Files | None = None) -> tuple[pa.Table, np.ndarray]:

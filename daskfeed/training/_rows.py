@@ -446,11 +446,12 @@ def _values(cache: BlockCache, blocks: np.ndarray, stored: np.ndarray) -> pd.Dat
     at = np.empty(len(blocks), dtype=np.int64)
     base = 0
     for j, mine in _groups(blocks):
-        table = cache.stored_view(j, None, {})
-        if table is None:
+        found = cache.file_view(j, None, {})
+        if found is None:
             raise DaskfeedError(f"Expected block {j} of the run in its parse cache. Received: not "
                                 "there.\nHint: run `daskfeed scan` on the same files, then ask again.")
-        parts.append(table.take(stored[mine]).to_pandas())
+        table, order = found  # (rows as kept: one take of the rows asked, by their stored places)
+        parts.append(table.take(order[stored[mine]]).to_pandas())
         at[mine] = base + np.arange(len(mine))
         base += len(mine)
     whole = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()

@@ -7,7 +7,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daskfeed.cache._blocks import BlockCache, block_tables, stored_rows, stored_table
+from daskfeed.cache._blocks import BlockCache, block_tables, stored_rows
 from daskfeed.cache._scatter import block_order, scatter_order
 from daskfeed.reading import Block, ReadOptions
 
@@ -49,7 +49,8 @@ def test_a_block_parsed_where_it_is_not_cached_has_the_stored_order_it_gets_cach
     block = Block(str(path), 0, -1, 0)
     (tmp_path / "c").mkdir()
     cache = BlockCache(str(tmp_path / "c"))
-    parsed = stored_table(3, block, ReadOptions(), cache).column("i").to_pylist()
+    table, order = stored_rows(3, block, ReadOptions(), cache)  # parsed here
+    parsed = table.take(order).column("i").to_pylist()
     assert sorted(parsed) == list(range(500)) and parsed == block_order(3, 500).tolist()
     assert cache.has(3)  # cached on the way
     assert cache.stored_view(3, None, {}).column("i").to_pylist() == parsed
