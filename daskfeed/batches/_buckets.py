@@ -35,9 +35,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
+import threading
 import time
 import uuid
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -59,8 +62,8 @@ from daskfeed.cache import (
     generation_name,
     stored_rows,
 )
-from daskfeed.cluster import explain, result_unless_paused
-from daskfeed.core import ManifestMismatchError
+from daskfeed.cluster import explain, result_unless_paused, wait_for
+from daskfeed.core import PROCESS_STOP, ClusterError, ManifestMismatchError, Stop
 from daskfeed.manifest import labelled
 
 if TYPE_CHECKING:
@@ -77,35 +80,108 @@ ROOM_MARGIN = 1 << 30  # disk kept free beyond the build's estimate
 FAN_IN = 32  # runs merged into one while there are more: a gather reads at most this many
 TASK_COPIES = 6  # a task's peak over its rows' CSV bytes (Arrow, its sorted copy, the file)
 MAX_GENERATIONS = 8  # generations a data set's buckets are read from, at most
+# a build goes on in the background only with this many times the room it needs free: on a
+# tighter disk it is built first, so that one filled meanwhile falls back to windows of blocks
+BACKGROUND_ROOM = 2
 
 
 class Buckets:
     """A data set's buckets as the trainer plans with them: the files and each one's rows.
 
+    The rows of each bucket are known before any file is written (from the manifest's counts),
+    so an epoch can be planned while the files are still being built: a build in the background
+    (:func:`bucket_set` with ``background``) gives its files to :meth:`wait`.
+
     Attributes
     ----------
-    files
-        The :class:`~daskfeed.cache._buckets.BucketSet` (what a window task reads: a view of
-        its generations).
     sizes
         Rows of each bucket (numpy int64, ``K`` of them).
     seconds
-        How long their build took here (None: built before, reused).
+        How long their build took here (None: built before, reused; or still building).
     work
-        What the build did, in words ("": nothing, reused).
+        What the build did, in words ("": nothing, reused; or still building).
+    background
+        Whether they are (or were) built in the background.
     """
 
-    def __init__(self, files: BucketSet, sizes: np.ndarray, seconds: float | None = None,
-                 work: str = "") -> None:
-        self.files = files
+    def __init__(self, files: BucketSet | None, sizes: np.ndarray, seconds: float | None = None,
+                 work: str = "", build: Callable[[], tuple[BucketSet, str] | None] | None = None,
+                 ) -> None:
+        self._files = files
         self.sizes = sizes
         self.seconds = seconds
         self.work = work
+        self._error: BaseException | None = None
+        self.background = build is not None  # (built in a thread of this process)
+        self._built = threading.Event()
+        if build is None:
+            self._built.set()
+        else:
+            threading.Thread(target=self._build, args=(build,), daemon=True,
+                             name="daskfeed-bucket-build").start()
 
     @property
     def count(self) -> int:
         """``K``."""
         return len(self.sizes)
+
+    @property
+    def building(self) -> bool:
+        """Whether the files are still being built in the background."""
+        return not self._built.is_set()
+
+    @property
+    def files(self) -> BucketSet:
+        """The :class:`~daskfeed.cache._buckets.BucketSet`, once built (:meth:`wait`).
+
+        What a window task reads: a view of its generations.
+        """
+        return self.wait()
+
+    def wait(self, stop: Stop = PROCESS_STOP) -> BucketSet:
+        """The files, once the build in the background ended (at once when there was none).
+
+        Raises
+        ------
+        DaskfeedError
+            Why the build failed (the same error each call).
+        Aborted
+            ``stop`` asked the process to stop first.
+        """
+        wait_for(self._built.is_set, math.inf, self._built.wait, 1.0, process=stop)
+        if self._error is not None:
+            raise self._error
+        assert self._files is not None
+        return self._files
+
+    def __getstate__(self) -> dict[str, Any]:
+        self.wait()  # (a copy holds the files)
+        state = self.__dict__.copy()
+        del state["_built"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._built = threading.Event()
+        self._built.set()
+
+    def _build(self, build: Callable[[], tuple[BucketSet, str] | None]) -> None:
+        t0 = time.perf_counter()
+        try:
+            made = build()
+            if made is None:  # (its warning says why)
+                raise ClusterError(
+                    "Expected the global order's buckets to be written beside the parse cache "
+                    "while training started. Received: they could not be (the warning above says "
+                    "why), after this run's first epoch was planned on them.\nHint: run again: "
+                    "a run that finds no room plans windows of blocks from the start; or free "
+                    "disk room there, or give the cache another place (--cache DIR).")
+            self._files, self.work = made
+            self.seconds = time.perf_counter() - t0
+        except BaseException as err:  # raised by wait(), in the thread that needs the files
+            self._error = err
+        finally:
+            self._built.set()
 
 
 @dataclass
@@ -124,7 +200,8 @@ class _Generation:
         return int(self.sizes.sum())
 
 
-def bucket_set(data: Prepared, *, run_rows: int | None = None) -> Buckets | None:
+def bucket_set(data: Prepared, *, run_rows: int | None = None,
+               background: bool = False) -> Buckets | None:
     """The buckets of ``data`` (dealt on its cluster where missing); None where they cannot be.
 
     Parameters
@@ -134,12 +211,20 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None) -> Buckets | None
     run_rows
         Rows per build task (see the module docstring); default: what a worker's memory limit
         holds (:func:`task_rows`).
+    background
+        Deal and merge in a thread of this process, the files given to
+        :meth:`Buckets.wait` once written, so that what needs only the buckets' sizes (an
+        epoch's plan, a model, ``fit`` tracing its step) goes on meanwhile. For workers that
+        share this machine's disk (the fallback for workers that do not see one another's files
+        is never needed), and only with ``BACKGROUND_ROOM`` times the room the build needs free.
 
     Returns
     -------
     Buckets or None
-        None (with a warning) when the workers cannot see one another's files or the disk has
-        no room: the global order then falls back to windows of blocks.
+        None (with a warning) when the disk has no room, or, built here and now, when the
+        workers cannot see one another's files or the disk filled up as they were written: the
+        global order then falls back to windows of blocks. Built in the background, those two
+        are an error raised by :meth:`Buckets.wait` (the epoch was planned on the buckets).
     """
     cache = data.cache
     assert cache is not None
@@ -178,47 +263,58 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None) -> Buckets | None
         return None
     if run_rows is None:
         run_rows = task_rows(client, data.manifest.nbytes, int(counts.sum()))
+    step_rows = run_rows
+
+    def build() -> tuple[BucketSet, str] | None:
+        """Deal and merge what the plan says; the view of the generations and the work, in words."""
+        nonlocal kept
+        work = []
+        building: list[_Generation] = []  # (removed if the disk fills up)
+        try:
+            if new is not None:
+                building.append(new)
+                new.build = _deal_generation(data, files.generation(new.name), new, ids, offsets,
+                                             step_rows)
+                work.append(f"{new.rows:,} rows of {len(new.parts)} part(s) dealt"
+                            + (f" into the {len(kept)} generation(s) kept" if kept else ""))
+                kept.append(new)
+            if plan:
+                young = kept[-plan:]
+                merged = planner.generation(frozenset().union(*(g.parts for g in young)))
+                building.append(merged)
+                merged.build = _merge_generations(client, files, young, merged, step_rows)
+                work.append(f"the {plan} youngest generations merged ({merged.rows:,} rows)")
+                kept = [*kept[:-plan], merged]
+        except FileNotFoundError as err:  # a run written on one machine, looked for on another ...
+            found = client.submit(files.found,
+                                  key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
+            done = planner.cover(found)
+            if frozenset().union(*(g.parts for g in done)) == frozenset(parts):
+                # ... or removed by another trainer that completed the same generation first
+                return files.view([g.name for g in done], [g.build for g in done]), "; ".join(work)
+            warnings.warn(
+                f"daskfeed: could not deal the rows into buckets ({err}): the workers do not share "
+                "the parse cache's directory, so rows are shuffled within windows of blocks, not in "
+                "one global order.\nHint: give every worker the same cache directory (--cache DIR "
+                "on a shared volume).", stacklevel=3)
+            return None
+        except OSError as err:  # the disk filled up while the buckets were written
+            if err.errno != errno.ENOSPC:
+                raise
+            _out_of_room(client, [files.generation(g.name) for g in building], need, free, err)
+            return None
+        view = files.view([g.name for g in kept], [g.build for g in kept])
+        client.submit(_use_and_sweep, view, sorted(parts),
+                      key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
+        return view, "; ".join(work)
+
+    if background and free >= BACKGROUND_ROOM * need:
+        return Buckets(None, sizes, build=build)
     t0 = time.perf_counter()
-    work = []
-    building: list[_Generation] = []  # (removed if the disk fills up)
-    try:
-        if new is not None:
-            building.append(new)
-            new.build = _deal_generation(data, files.generation(new.name), new, ids, offsets,
-                                         run_rows)
-            work.append(f"{new.rows:,} rows of {len(new.parts)} part(s) dealt"
-                        + (f" into the {len(kept)} generation(s) kept" if kept else ""))
-            kept.append(new)
-        if plan:
-            young = kept[-plan:]
-            merged = planner.generation(frozenset().union(*(g.parts for g in young)))
-            building.append(merged)
-            merged.build = _merge_generations(client, files, young, merged, run_rows)
-            work.append(f"the {plan} youngest generations merged ({merged.rows:,} rows)")
-            kept = [*kept[:-plan], merged]
-    except FileNotFoundError as err:  # a run written on one machine, looked for on another ...
-        found = client.submit(files.found,
-                              key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
-        done = planner.cover(found)
-        if frozenset().union(*(g.parts for g in done)) == frozenset(parts):
-            # ... or removed by another trainer that completed the same generation first
-            view = files.view([g.name for g in done], [g.build for g in done])
-            return Buckets(view, sizes, time.perf_counter() - t0, "; ".join(work))
-        warnings.warn(
-            f"daskfeed: could not deal the rows into buckets ({err}): the workers do not share "
-            "the parse cache's directory, so rows are shuffled within windows of blocks, not in "
-            "one global order.\nHint: give every worker the same cache directory (--cache DIR "
-            "on a shared volume).", stacklevel=2)
+    made = build()
+    if made is None:
         return None
-    except OSError as err:  # the disk filled up while the buckets were written
-        if err.errno != errno.ENOSPC:
-            raise
-        _out_of_room(client, [files.generation(g.name) for g in building], need, free, err)
-        return None
-    view = files.view([g.name for g in kept], [g.build for g in kept])
-    client.submit(_use_and_sweep, view, sorted(parts),
-                  key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
-    return Buckets(view, sizes, time.perf_counter() - t0, "; ".join(work))
+    return Buckets(made[0], sizes, time.perf_counter() - t0, made[1])
 
 
 def _out_of_room(client: Client, built: list[BucketSet], need: int, free: int,

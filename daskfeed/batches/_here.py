@@ -76,21 +76,36 @@ def reads_here(client: Any, files: BucketSet | None, choice: str) -> HereReads |
     """Threads reading windows in the trainer, where ``choice`` and the cluster allow; else None.
 
     They do with ``choice == "auto"``, a global order (``files``), every worker on this machine
-    (its address is a loopback one or one of this host's) and the bucket files on this process's
-    disk (the workers' cache directory is this one's).
+    (:func:`workers_here`) and the bucket files on this process's disk (the workers' cache
+    directory is this one's).
     """
     if choice != "auto" or files is None or client is None:
         return None
-    try:
-        workers = client.scheduler_info(n_workers=-1).get("workers", {})
-    except Exception:  # (a scheduler that does not answer: the workers read, as before)
-        return None
-    hosts = {str(w.get("host") or "") for w in workers.values()}
-    if not hosts or not all(_this_machine(h) for h in hosts):
+    workers = _workers(client)
+    if not workers or not all(_this_machine(h) for h in workers.values()):
         return None
     if not all(os.path.isfile(g.bucket_path(0)) for g in files.parts_of()):
         return None
     return HereReads(len(workers), client)
+
+
+def workers_here(client: Any) -> bool:
+    """Whether every worker of ``client``'s cluster runs on this machine.
+
+    Its address is a loopback one or one of this host's; False when there are none or the
+    scheduler does not say.
+    """
+    hosts = set(_workers(client).values()) if client is not None else set()
+    return bool(hosts) and all(_this_machine(h) for h in hosts)
+
+
+def _workers(client: Any) -> dict[str, str]:
+    """Each worker's host, by address ({} when the scheduler does not answer)."""
+    try:
+        workers = client.scheduler_info(n_workers=-1).get("workers", {})
+    except Exception:  # (a scheduler that does not answer: the workers read, as before)
+        return {}
+    return {a: str(w.get("host") or "") for a, w in workers.items()}
 
 
 def _this_machine(host: str) -> bool:

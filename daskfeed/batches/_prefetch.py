@@ -89,6 +89,11 @@ class Prefetcher:
     stop
         The :class:`~daskfeed.core._lifecycle.Stop` whose request ends every wait with
         :class:`~daskfeed.core._lifecycle.Aborted`; default: the process-wide one.
+    ready
+        ``ready(wait) -> bool``: whether what the windows read exists (the global order's
+        buckets, built in the background). :meth:`get` calls it with ``wait`` before it starts a
+        window: it blocks until they do, raising why they cannot (a wait that is not a window's:
+        no ``timeout``, no data wait counted); :meth:`start` starts nothing until they do.
 
     Notes
     -----
@@ -110,8 +115,10 @@ class Prefetcher:
         describe: Callable[[int], str] = str,
         long_reads: Callable[[float], str] | None = None,
         stop: Stop | None = None,
+        ready: Callable[[bool], bool] | None = None,
     ) -> None:
         self._submit = submit
+        self._ready = ready
         self._estimate = estimate
         self._order = list(order)
         self._pos = {w: i for i, w in enumerate(self._order)}
@@ -137,6 +144,8 @@ class Prefetcher:
     # -- public -------------------------------------------------------------------------
     def get(self, w: int) -> Any:
         """Return window ``w``'s data, fetching it (and the next ones) if needed."""
+        if self._ready is not None:
+            self._ready(True)
         with self._lock:
             if self._closed:
                 raise WindowCancelled(f"window {w} was not fetched: the prefetcher is closed")
@@ -162,7 +171,7 @@ class Prefetcher:
             Start the first window too only if it fits the budget (the next epoch's windows,
             fetched ahead in lent room); by default the first window is always started.
         """
-        if not self._order or self._closed:
+        if not self._order or self._closed or (self._ready is not None and not self._ready(False)):
             return
         with self._lock:
             w = self._order[0] if first is None else first

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import time
 import weakref
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ import numpy as np
 
 from daskfeed.batches._buckets import bucket_set
 from daskfeed.batches._epoch import EpochState, EpochStats, PlanSettings
-from daskfeed.batches._here import reads_here
+from daskfeed.batches._here import reads_here, workers_here
 from daskfeed.batches._layout import window_rows_for
 from daskfeed.batches._order import ORDER_VERSION, order_line
 from daskfeed.batches._plan import EpochPlan, Slice
@@ -34,6 +35,7 @@ from daskfeed.batches._state import StreamState
 from daskfeed.batches._windows import WindowTasks
 from daskfeed.cluster import Owner, WindowCancelled, connect
 from daskfeed.core import (
+    PROCESS_STOP,
     ClusterError,
     DaskfeedError,
     ManifestMismatchError,
@@ -111,11 +113,15 @@ class BatchStream:
         self._stop = stop
         self._windows = WindowTasks(data.source, data.manifest.fingerprint, data.encoding,
                                     data.cache, spans)
-        # the global order reads buckets dealt from the parse cache, on files
+        # the global order reads buckets dealt from the parse cache, on files: built in the
+        # background where every worker shares this disk (the epoch needs only their sizes
+        # until its first window is read: see _buckets_built)
         ordered = data.cache is not None and data.source.frame is None and st.shuffle
-        self.buckets = bucket_set(data) if ordered and any(data.manifest.counts) else None
-        self._windows.buckets = None if self.buckets is None else self.buckets.files
-        self._windows.here = reads_here(self._owner.client, self._windows.buckets, st.window_reads)
+        self.buckets = bucket_set(data, background=workers_here(self._owner.client)) \
+            if ordered and any(data.manifest.counts) else None
+        self._built = threading.Lock()  # (one thread takes the built files in, see _buckets_built)
+        if self.buckets is not None and not self.buckets.building:
+            self._buckets_built()
         ordered = self.buckets is not None
         self.units = self.buckets.count if self.buckets is not None else 0
         self._origins: dict[int, int] = {}  # an epoch resumed under another number of trainers
@@ -331,11 +337,21 @@ class BatchStream:
         """How the epoch's rows are ordered, in one line (what shuffle quality the run gets, why)."""
         line = order_line(self.plan, units=self.units, blocks=len(self.data.manifest.counts),
                           shuffle=self.data.settings.shuffle, why=self._why_no_order())
+        if self.buckets is not None and self.buckets.building:
+            return f"{line}; its buckets being dealt from the parse cache as training starts"
         if self.buckets is None or self.buckets.seconds is None:
             return line
         work = f": {self.buckets.work}" if self.buckets.work else ""
         return (f"{line}; its buckets dealt from the parse cache in {self.buckets.seconds:.1f}s"
                 f"{work} (new rows only, as the data grow)")
+
+    def built_line(self) -> str:
+        """How long the buckets took, built in the background as training started ("": not so)."""
+        b = self.buckets
+        if b is None or not b.background or b.building or b.seconds is None:
+            return ""
+        return (f"global order: its buckets dealt from the parse cache in {b.seconds:.1f}s as "
+                f"training started{': ' + b.work if b.work else ''}")
 
     def set_position(self, epoch: int, position: int) -> None:
         """Serve ``epoch`` from ``position`` (see :meth:`position`), in this stream's layout.
@@ -739,11 +755,36 @@ class BatchStream:
             functools.partial(self._windows.estimate, plan), order,
             budget=self.data.settings.prefetch_bytes if budget is None else budget,
             timeout=self.data.settings.timeout, describe=functools.partial(self._windows.describe, plan),
-            long_reads=self._long_reads, stop=self._stop,
+            long_reads=self._long_reads, stop=self._stop, ready=self._buckets_built,
         )
         if self._owner.client is not None:  # unpickled copies start on their first batch
-            pf.start(within_budget=budget is not None)
+            pf.start(within_budget=budget is not None)  # (not while the buckets are built)
         return pf
+
+    def _buckets_built(self, wait: bool = True) -> bool:
+        """Whether the buckets' files are there (or no global order); ``wait``: until they are.
+
+        Built in the background, the windows read them from the first call that finds them
+        built.
+
+        Raises
+        ------
+        DaskfeedError
+            Why the build in the background failed (``wait``).
+        Aborted
+            The process was asked to stop while waiting.
+        """
+        if self.buckets is None or self._windows.buckets is not None:
+            return True
+        if not wait and self.buckets.building:
+            return False
+        files = self.buckets.wait(self._stop if self._stop is not None else PROCESS_STOP)
+        with self._built:
+            if self._windows.buckets is None:
+                self._windows.here = reads_here(self._owner.client, files,
+                                                self.data.settings.window_reads)
+                self._windows.buckets = files
+        return True
 
     def _new_cursor(self, epoch: int, start: int) -> EpochState:
         st = self.data.settings
@@ -795,8 +836,9 @@ class BatchStream:
             )
 
     def __getstate__(self) -> dict[str, Any]:
+        self._buckets_built()  # (a copy reads the files this one waits for)
         state = self.__dict__.copy()
-        for k in ("_owner", "_finalizer", "_closed", "_cursor", "_dependents"):
+        for k in ("_owner", "_finalizer", "_closed", "_cursor", "_dependents", "_built"):
             state.pop(k, None)
         state["_resume"] = self.state()
         return state
@@ -809,6 +851,7 @@ class BatchStream:
         self._finalizer = weakref.finalize(self, self._owner.close)
         self._closed = False
         self._dependents = weakref.WeakSet()
+        self._built = threading.Lock()
         self._cursor = self._new_cursor(0, 0)
         self._position = 0
         self.set_state(resume)

@@ -149,10 +149,11 @@ def _start_point(run: Run, net: keras.Model, stopper: EarlyStopping | None,
 
 
 def summary(run: Run, history: list[dict[str, Any]], bad_report: dict[str, Any], seconds: float,
-            rss: RSSSampler, stopping: dict[str, Any] | None) -> None:
+            rss: RSSSampler, stopping: dict[str, Any] | None, built: str = "") -> None:
     """The closing lines: the validation figure, the summary, what was written.
 
     The figures are those of the weights saved: the epoch early stopping restored, if it did.
+    ``built``: a line on the global order's buckets built while training started ("": none).
     """
     saved = saved_record(history, stopping)
     metric = next((k for k in ("val_weighted_accuracy", "val_accuracy",
@@ -170,6 +171,8 @@ def summary(run: Run, history: list[dict[str, Any]], bad_report: dict[str, Any],
     if run.spikes is not None:
         for line in run.spikes.summary_lines():
             run.echo(line)
+    if built:
+        run.echo(built)
     run.echo(f"wrote {run.out}/model.keras, manifest.json, history.json, history.png, run.json")
 
 

@@ -183,7 +183,8 @@ def _run(data: DataSpec, label: str, validation: DataSpec | None, opts: TrainOpt
             from daskfeed.training import _fit as fitting  # loaded with the training sequence
 
             history, net, bad_report, stopping = fitting.fit(run, train_seq, val_seq, reused, rss)
-        fitting.summary(run, history, bad_report, time.perf_counter() - t_run, rss, stopping)
+        fitting.summary(run, history, bad_report, time.perf_counter() - t_run, rss, stopping,
+                        train_seq.stream.built_line())
         return TrainResult(run.out, numbered(history), train_seq.manifest, run.budget, run.link,
                            net)
     finally:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import threading
 
 import numpy as np
 import pandas as pd
@@ -146,9 +148,16 @@ def _disk_full(full: bool) -> None:
 
 
 def test_a_disk_that_fills_up_while_the_buckets_are_written_falls_back_to_windows_of_blocks(
-        data, client, tmp_path):
+        data, client, tmp_path, monkeypatch):
     """The room was there when the deal began; the disk filled up meanwhile (others write to
-    it): what was written is removed, the run says so and reads windows of blocks, every row."""
+    it): what was written is removed, the run says so and reads windows of blocks, every row.
+
+    With less than twice the room the build needs free, it is built before the epoch is
+    planned (not in the background), so that this fallback is still open."""
+    import daskfeed.batches._buckets as build
+
+    free = shutil.disk_usage(tmp_path).free  # (the workers' disk: this one)
+    monkeypatch.setattr(build, "ROOM_MARGIN", int(free * 0.6))  # free / need: about 1.6
     client.run(_disk_full, True)
     try:
         with pytest.warns(UserWarning, match=r"the disk filled up while the global order's "
@@ -164,6 +173,59 @@ def test_a_disk_that_fills_up_while_the_buckets_are_written_falls_back_to_window
     assert any("Hint: free disk room there" in str(w.message) for w in caught)
     left = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path / "c") if "buckets" in d for f in fs]
     assert not left, left  # (no run nor bucket file of the build cut short)
+
+
+def test_a_disk_that_fills_up_while_the_buckets_are_built_in_the_background_is_an_error(
+        data, client, tmp_path):
+    """With room to spare the epoch is planned on the buckets while they are built: a disk
+    that fills up all the same is said at the first batch, with the build's files removed."""
+    client.run(_disk_full, True)
+    try:
+        with pytest.warns(UserWarning, match=r"the disk filled up while the global order's"):
+            with _sequence(data, client, tmp_path / "c") as seq:
+                assert seq.stream.global_order  # (planned before the build ended)
+                with pytest.raises(daskfeed.ClusterError, match=r"(?s)Expected the global order's "
+                                   r"buckets to be written .*Hint: run again"):
+                    seq[0]
+                with pytest.raises(daskfeed.ClusterError):  # (the same error, each time)
+                    seq[1]
+    finally:
+        client.run(_disk_full, False)
+    left = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path / "c") if "buckets" in d for f in fs]
+    assert not left, left
+
+
+def test_the_epoch_is_planned_and_its_model_built_while_its_buckets_are_dealt(
+        data, client, tmp_path, monkeypatch):
+    """The sequence is made, its length known and its epoch planned while the deal still
+    runs; the first batch waits for the buckets (not a window's timeout), then every row."""
+    import daskfeed.batches._buckets as build
+
+    dealing, go = threading.Event(), threading.Event()
+    deal = build._deal_generation
+
+    def held(*args, **kwargs):
+        dealing.set()
+        assert go.wait(60), "the test never let the deal go on"
+        return deal(*args, **kwargs)
+
+    monkeypatch.setattr(build, "_deal_generation", held)
+    with _sequence(data, client, tmp_path / "c", timeout=1) as seq:
+        assert dealing.wait(60)
+        assert seq.stream.buckets.building and seq.stream.global_order
+        assert len(seq) == -(-sum(seq.manifest.counts) // 50)
+        assert "being dealt from the parse cache" in seq.stream.order_line()
+        got: list[object] = []
+        first = threading.Thread(target=lambda: got.append(seq[0]))
+        first.start()
+        first.join(2)  # (longer than the windows' 1 s timeout: the wait is not a window's)
+        assert first.is_alive() and not got
+        go.set()
+        first.join(60)
+        assert len(got) == 1 and not seq.stream.buckets.building
+        rows = sum(len(seq[i][1]) for i in range(len(seq)))
+    assert rows == sum(seq.manifest.counts)
+    assert "dealt from the parse cache in" in seq.stream.order_line()
 
 
 def test_without_disk_room_for_the_buckets_the_run_says_so_and_uses_windows_of_blocks(
