@@ -27,7 +27,7 @@ from daskfeed.reading._files import Block, compression_of, is_parquet
 from daskfeed.reading._lines import lone_cr
 from daskfeed.reading._nulls import na_counts, numbers_by_part, text_by_part
 from daskfeed.reading._records import parse_header
-from daskfeed.reading._streams import open_file
+from daskfeed.reading._streams import open_file, read_at_most
 from daskfeed.reading._tables import (
     ReadOptions,
     check_text,
@@ -113,7 +113,7 @@ class SmallFiles:
             if not self._shareable(block):
                 break
             with open_file(block.path, dict(self.options.storage_options)) as f:
-                data = f.read(self.options.blocksize + 1)
+                data = read_at_most(f, self.options.blocksize + 1)
             line_end = data.find(b"\n") + 1
             body = data[line_end:]
             if (not line_end or (texts and data[:line_end] != header) or not body or body.isspace()

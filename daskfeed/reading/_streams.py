@@ -10,6 +10,7 @@ import bz2
 import gzip
 import io
 import lzma
+import os
 import zlib
 from typing import IO, TYPE_CHECKING, Any, Union
 
@@ -25,6 +26,21 @@ if TYPE_CHECKING:
 
 # what _decompressor gives: the stdlib's readers, or zstandard's (an optional dependency)
 Decompressing = Union[io.BufferedIOBase, "zstandard.ZstdDecompressionReader"]
+
+
+def read_at_most(f: IO[bytes], most: int) -> bytes:
+    """``f.read(most)``, asking only for what the file holds where it can say (a local file).
+
+    ``read(n)`` sizes its buffer for ``n`` bytes before reading: for a small file read with a
+    block's bound (64 MiB), a map of that size made and unmade per file, 3x the time of the read
+    on 20,000 small files. A file that grew since it was opened reads as before: up to its new
+    size, one byte more when it can (the caller compares the length with ``most``).
+    """
+    try:
+        left = os.fstat(f.fileno()).st_size - f.tell()
+    except (OSError, AttributeError, ValueError):  # (not a file of this machine's: fsspec's)
+        return f.read(most)
+    return f.read(min(most, max(left, 0) + 1))
 
 
 def open_file(path: str, storage_options: dict[str, Any],

@@ -32,7 +32,7 @@ from daskfeed.reading._records import (
     unclosed_quote,
 )
 from daskfeed.reading._splits import SplitError, ends_inside, record_start
-from daskfeed.reading._streams import open_file
+from daskfeed.reading._streams import open_file, read_at_most
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -142,7 +142,7 @@ def iter_tables(block: Block, options: ReadOptions, rejects: list[str] | None = 
             yield _byte_range_table(f, block, header, names, options, rejects, text, lines)
             return
         if not compression:  # a whole small file: read at once (see _small_file_table)
-            body = f.read(options.blocksize + 1)
+            body = read_at_most(f, options.blocksize + 1)
             if len(body) <= options.blocksize:
                 yield _small_file_table(body, len(header), names, block, options, rejects, text,
                                         lines)

@@ -118,3 +118,27 @@ def test_zst_without_the_zstandard_module_says_how_to_install_it(tmp_path):
     assert out.returncode == 0, out.stderr
     msg = json.loads(out.stdout)
     assert "a.csv.zst" in msg and "pip install 'daskfeed[zstd]'" in msg and "Hint:" in msg
+
+
+def test_read_at_most_asks_a_local_file_for_what_it_holds(tmp_path):
+    """All of a small file within a block's bound, one byte more than the bound when larger, and
+    the bytes after the header only; a stream that cannot say its size reads as before."""
+    import io
+
+    from daskfeed.reading._streams import read_at_most
+
+    path = tmp_path / "small.csv"
+    path.write_bytes(b"a,b\n1,2\n3,4\n")
+    with open(path, "rb") as f:
+        assert read_at_most(f, 64 << 20) == b"a,b\n1,2\n3,4\n"
+    with open(path, "rb") as f:
+        assert read_at_most(f, 5) == b"a,b\n1"  # (the caller sees it is past the bound)
+    with open(path, "rb") as f:
+        f.read(4)
+        assert read_at_most(f, 64 << 20) == b"1,2\n3,4\n"
+        assert read_at_most(f, 64 << 20) == b""
+    with open(path, "rb") as f, open(path, "ab") as grow:
+        grow.write(b"5,6\n")  # (grew after it was opened: read to its new end)
+        grow.flush()
+        assert read_at_most(f, 64 << 20) == b"a,b\n1,2\n3,4\n5,6\n"
+    assert read_at_most(io.BytesIO(b"x" * 10), 4) == b"xxxx"
