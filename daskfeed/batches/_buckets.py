@@ -131,6 +131,11 @@ class Buckets:
         return not self._built.is_set()
 
     @property
+    def failed(self) -> bool:
+        """Whether the build in the background ended in an error (:meth:`wait` raises it)."""
+        return self._built.is_set() and self._error is not None
+
+    @property
     def files(self) -> BucketSet:
         """The :class:`~daskfeed.cache._buckets.BucketSet`, once built (:meth:`wait`).
 

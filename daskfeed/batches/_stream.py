@@ -776,8 +776,8 @@ class BatchStream:
         """
         if self.buckets is None or self._windows.buckets is not None:
             return True
-        if not wait and self.buckets.building:
-            return False
+        if not wait and (self.buckets.building or self.buckets.failed):
+            return False  # (the first batch waits, and raises what failed)
         files = self.buckets.wait(self._stop if self._stop is not None else PROCESS_STOP)
         with self._built:
             if self._windows.buckets is None:
