@@ -142,7 +142,8 @@ class SmallFiles:
         """
         if any(lone_cr(body) for _, _, body in texts):
             return []
-        bodies = [body if body.endswith(b"\n") or not body else body + b"\n" for _, _, body in texts]
+        ends = [not body or body.endswith(b"\n") for _, _, body in texts]  # (else one is added)
+        bodies = [body if end else body + b"\n" for (_, _, body), end in zip(texts, ends, strict=True)]
         lines = [body.count(b"\n") for body in bodies]
         forced = dtype_overrides(self.options, names)
         first = read_csv(bodies[0], names, texts[0][1], self.options, None, forced, True)
@@ -161,7 +162,8 @@ class SmallFiles:
         head = SharedParse.alone(texts[0][0], with_markers(first, forced, self.options, texts[0][1]))
         bounds = np.concatenate(([0], np.cumsum(lines[1:])))
         runs = [head, *self._rest(rest, [(i, b) for i, b, _ in texts[1:]], bounds, forced)]
-        breaks = {index: body.count(b"\n") for index, _, body in texts}
+        breaks = {index: n - (not end)  # (the file's own line breaks)
+                  for (index, _, _), n, end in zip(texts, lines, ends, strict=True)}
         for run in runs:
             run.breaks = [breaks[i] for i in run.indices]
         return runs

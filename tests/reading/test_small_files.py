@@ -182,3 +182,14 @@ def test_a_scan_task_of_small_files_gets_what_each_file_gets_alone(write_csv, tm
     for i, _ in items:
         (t,), (a,) = runs_cache.tables(i), alone_cache.tables(i)
         assert t.to_pylist() == a.to_pylist(), src.blocks[i].describe()
+
+
+def test_a_run_keeps_each_files_own_line_breaks(write_csv, tmp_path):
+    """A file without a final line break is parsed with one added, not counted among its own."""
+    for name, text in (("b0.csv", "x,y\n1,2\n3,4\n"), ("b1.csv", "x,y\n5,6\n7,8\n"),
+                       ("b2.csv", "x,y\n9,10")):  # (no final line break)
+        write_csv(f"b/{name}", text)
+    src = Source(str(tmp_path / "b" / "*.csv"))
+    runs = SmallFiles(list(enumerate(src.blocks)), src.options).runs(0)
+    assert [i for run in runs for i in run.indices] == [0, 1, 2]
+    assert [n for run in runs for n in run.breaks] == [2, 2, 0]
