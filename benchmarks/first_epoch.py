@@ -18,6 +18,7 @@ where the time of each goes: every line either prints is stamped with the second
 process started (daskfeed: its budget line, the dashboard line once the cluster is up, the
 ``train data`` line once the scan ended and keras is loaded, the ``checkpoints`` line once the
 model is built and ``fit`` begins, Keras' line at the epoch's end).
+daskfeed is byte-compiled first, as an installed wheel has it (:func:`common.byte_compile`).
 Writes ``<out>/first-epoch-<name>.json`` and ``.txt``.
 """
 
@@ -116,9 +117,11 @@ def main(argv: list[str] | None = None) -> None:
     if a.in_memory:
         in_memory(a.in_memory, a.batch_size)
         return
-    from common import code_state, write_results
+    from common import byte_compile, code_state, write_results
 
     from daskfeed import write_demo_data
+
+    byte_compile()
 
     demo = write_demo_data(os.path.join("bench-out", f"data-{a.rows}"), rows=a.rows)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")])}

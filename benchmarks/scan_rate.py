@@ -14,6 +14,7 @@ files of about 225 MB; ``small``, 20,000 files of 1000 rows (1.13 GB). Per set, 
   cluster, the types, statistics and vocabularies, and the parse cache written, as ``daskfeed
   train`` scans), a fresh cache directory each round.
 
+daskfeed is byte-compiled first, as an installed wheel has it (:func:`common.byte_compile`).
 Writes ``<out>/scan-rate-<name>.json`` and ``.txt``. The page cache is warmed by one untimed
 pyarrow read first. ``--parsers polars,duckdb`` instead times the CSV readers alone against
 pyarrow's (each as its users write it, see :func:`other_read`), in turn, whole processes.
@@ -173,7 +174,9 @@ def main(argv: list[str] | None = None) -> None:
     if a.one_thread:
         print(json.dumps(one_thread(a.one_thread, max(5, a.rounds))))
         return
-    from common import code_state, write_results
+    from common import byte_compile, code_state, write_results
+
+    byte_compile()
 
     res: dict[str, Any] = {"what": "daskfeed scan (statistics and parse cache) vs pyarrow read_csv, "
                                    "whole processes from the shell, A-B-A",

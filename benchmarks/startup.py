@@ -139,13 +139,9 @@ def main() -> None:
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     pattern = write_files(args.out, args.files, args.rows)
-    import compileall
+    from common import byte_compile
 
-    import daskfeed
-
-    # daskfeed's bytecode, as pip's install of a wheel compiles it: a source checkout run with
-    # PYTHONDONTWRITEBYTECODE=1 (these machines) compiled every module at every start (~0.7 s)
-    compileall.compile_dir(os.path.dirname(daskfeed.__file__), quiet=1)
+    byte_compile()  # (an uncompiled checkout compiled every module at every start: ~0.7 s)
     if args.cli:
         main_cli(args, pattern)
         return
