@@ -36,6 +36,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import math
+import os
+import tempfile
 import threading
 import time
 import uuid
@@ -67,6 +69,8 @@ from daskfeed.core import PROCESS_STOP, ClusterError, ManifestMismatchError, Sto
 from daskfeed.manifest import labelled
 
 if TYPE_CHECKING:
+    from types import TracebackType
+
     from distributed import Client, Future
 
     from daskfeed.batches._prepare import Prepared
@@ -105,13 +109,14 @@ class Buckets:
     """
 
     def __init__(self, files: BucketSet | None, sizes: np.ndarray, seconds: float | None = None,
-                 work: str = "", build: Callable[[], tuple[BucketSet, str] | None] | None = None,
+                 work: str = "", build: Callable[[], tuple[BucketSet, str] | _Missed] | None = None,
                  ) -> None:
         self._files = files
         self.sizes = sizes
         self.seconds = seconds
         self.work = work
         self._error: BaseException | None = None
+        self._trace: TracebackType | None = None  # (the build's: each raise starts from it)
         self.background = build is not None  # (built in a thread of this process)
         self._built = threading.Event()
         if build is None:
@@ -143,8 +148,16 @@ class Buckets:
         """
         return self.wait()
 
-    def wait(self, stop: Stop = PROCESS_STOP) -> BucketSet:
+    def wait(self, stop: Stop = PROCESS_STOP,
+             abandon: Callable[[], BaseException | None] | None = None) -> BucketSet:
         """The files, once the build in the background ended (at once when there was none).
+
+        Parameters
+        ----------
+        stop
+            The process's stop request: it ends the wait.
+        abandon
+            Returns an error to raise instead of waiting on (the reader was closed), or None.
 
         Raises
         ------
@@ -153,9 +166,9 @@ class Buckets:
         Aborted
             ``stop`` asked the process to stop first.
         """
-        wait_for(self._built.is_set, math.inf, self._built.wait, 1.0, process=stop)
+        wait_for(self._built.is_set, math.inf, self._built.wait, 1.0, abandon, stop)
         if self._error is not None:
-            raise self._error
+            raise self._error.with_traceback(self._trace)
         assert self._files is not None
         return self._files
 
@@ -170,21 +183,20 @@ class Buckets:
         self._built = threading.Event()
         self._built.set()
 
-    def _build(self, build: Callable[[], tuple[BucketSet, str] | None]) -> None:
+    def _build(self, build: Callable[[], tuple[BucketSet, str] | _Missed]) -> None:
         t0 = time.perf_counter()
         try:
             made = build()
-            if made is None:  # (its warning says why)
+            if isinstance(made, _Missed):  # (the epoch was planned on them: no fallback left)
                 raise ClusterError(
-                    "Expected the global order's buckets to be written beside the parse cache "
-                    "while training started. Received: they could not be (the warning above says "
-                    "why), after this run's first epoch was planned on them.\nHint: run again: "
-                    "a run that finds no room plans windows of blocks from the start; or free "
-                    "disk room there, or give the cache another place (--cache DIR).")
+                    f"Expected the global order's buckets written beside the parse cache while "
+                    f"training started. Received: {made.reason}, after this run's epochs were "
+                    f"planned on them.\nHint: {made.hint}; a run that cannot write them from the "
+                    "start shuffles within windows of blocks.")
             self._files, self.work = made
             self.seconds = time.perf_counter() - t0
         except BaseException as err:  # raised by wait(), in the thread that needs the files
-            self._error = err
+            self._error, self._trace = err, err.__traceback__
         finally:
             self._built.set()
 
@@ -270,8 +282,11 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None,
         run_rows = task_rows(client, data.manifest.nbytes, int(counts.sum()))
     step_rows = run_rows
 
-    def build() -> tuple[BucketSet, str] | None:
-        """Deal and merge what the plan says; the view of the generations and the work, in words."""
+    def build() -> tuple[BucketSet, str] | _Missed:
+        """Deal and merge what the plan says.
+
+        The view of the generations and the work, in words; or why they could not be written.
+        """
         nonlocal kept
         work = []
         building: list[_Generation] = []  # (removed if the disk fills up)
@@ -297,47 +312,66 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None,
             if frozenset().union(*(g.parts for g in done)) == frozenset(parts):
                 # ... or removed by another trainer that completed the same generation first
                 return files.view([g.name for g in done], [g.build for g in done]), "; ".join(work)
-            warnings.warn(
-                f"daskfeed: could not deal the rows into buckets ({err}): the workers do not share "
-                "the parse cache's directory, so rows are shuffled within windows of blocks, not in "
-                "one global order.\nHint: give every worker the same cache directory (--cache DIR "
-                "on a shared volume).", stacklevel=3)
-            return None
+            return _Missed(f"could not deal the rows into buckets ({err}): the workers do not "
+                           "share the parse cache's directory",
+                           "give every worker the same cache directory (--cache DIR on a shared "
+                           "volume)")
         except OSError as err:  # the disk filled up while the buckets were written
             if err.errno != errno.ENOSPC:
                 raise
-            _out_of_room(client, [files.generation(g.name) for g in building], need, free, err)
-            return None
+            for gen in building:  # on every worker: a run is written where its task ran
+                with contextlib.suppress(Exception):
+                    client.run(files.generation(gen.name).drop_unsealed)
+            return _Missed(f"the disk filled up while the global order's buckets were written beside "
+                           f"the parse cache ({err}; about {format_bytes(need)} needed, "
+                           f"{format_bytes(free)} free when it began). Their files are removed",
+                           "free disk room there, or give the cache another place (--cache DIR)")
         view = files.view([g.name for g in kept], [g.build for g in kept])
         client.submit(_use_and_sweep, view, sorted(parts),
                       key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
         return view, "; ".join(work)
 
-    if background and free >= BACKGROUND_ROOM * need:
+    if background and free >= BACKGROUND_ROOM * need and _disk_shared(client, cache.root):
         return Buckets(None, sizes, build=build)
     t0 = time.perf_counter()
     made = build()
-    if made is None:
+    if isinstance(made, _Missed):  # the epoch is not planned yet: windows of blocks instead
+        warnings.warn(f"daskfeed: {made.reason}; rows are shuffled within windows of blocks instead, "
+                      f"not in one global order.\nHint: {made.hint}.", stacklevel=2)
         return None
     return Buckets(made[0], sizes, time.perf_counter() - t0, made[1])
 
 
-def _out_of_room(client: Client, built: list[BucketSet], need: int, free: int,
-                 err: OSError) -> None:
-    """The disk filled up while buckets were written: their files removed, windows of blocks.
+@dataclass(frozen=True)
+class _Missed:
+    """Why a build could not write its buckets, and what to do about it."""
 
-    The room was checked before (``need`` against ``free``), but the disk is shared with
-    whatever else writes to it; the caller falls back to windows of blocks.
+    reason: str
+    hint: str
+
+
+def _disk_shared(client: Client, root: str | None) -> bool:
+    """Whether every worker sees this process's files under ``root`` (a probe written here).
+
+    Workers of this machine may still have disks of their own (containers on the host's
+    network): a build in the background, which has no fallback left, needs the same files.
     """
-    for gen in built:  # on every worker: a run is written where its task ran
-        with contextlib.suppress(Exception):
-            client.run(gen.drop_unsealed)
-    warnings.warn(
-        f"daskfeed: the disk filled up while the global order's buckets were written beside the "
-        f"parse cache ({err}; about {format_bytes(need)} needed, {format_bytes(free)} free when "
-        "it began). Their files are removed; rows are shuffled within windows of blocks instead, "
-        "not in one global order.\nHint: free disk room there, or give the cache another place "
-        "(--cache DIR).", stacklevel=3)
+    if root is None:
+        return False
+    try:
+        os.makedirs(root, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".daskfeed-probe-", dir=root)
+        os.close(fd)
+    except OSError:
+        return False
+    try:
+        seen = client.run(os.path.exists, probe)
+        return bool(seen) and all(seen.values())
+    except Exception:  # (a worker that does not answer: built first, as for remote workers)
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(probe)
 
 
 def merge_plan(rows: list[int]) -> int:

@@ -93,7 +93,7 @@ class Prefetcher:
         ``ready(wait) -> bool``: whether what the windows read exists (the global order's
         buckets, built in the background). :meth:`get` calls it with ``wait`` before it starts a
         window: it blocks until they do, raising why they cannot (a wait that is not a window's:
-        no ``timeout``, no data wait counted); :meth:`start` starts nothing until they do.
+        no ``timeout``, no data wait counted); nothing else starts a window until they do.
 
     Notes
     -----
@@ -447,8 +447,8 @@ class Prefetcher:
 
     def _fill_ahead(self, w: int) -> None:
         i = self._pos.get(w)
-        if i is None or self._closed:
-            return
+        if i is None or self._closed or (self._ready is not None and not self._ready(False)):
+            return  # (nothing started before what the windows read exists: done_serving, reset)
         for nxt in self._order[i + 1 :]:
             if nxt in self._entries:
                 continue

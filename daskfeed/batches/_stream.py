@@ -120,8 +120,7 @@ class BatchStream:
         self.buckets = bucket_set(data, background=workers_here(self._owner.client)) \
             if ordered and any(data.manifest.counts) else None
         self._built = threading.Lock()  # (one thread takes the built files in, see _buckets_built)
-        if self.buckets is not None and not self.buckets.building:
-            self._buckets_built()
+        self._buckets_built(False)  # (built here and now: the windows read them from the start)
         ordered = self.buckets is not None
         self.units = self.buckets.count if self.buckets is not None else 0
         self._origins: dict[int, int] = {}  # an epoch resumed under another number of trainers
@@ -778,13 +777,20 @@ class BatchStream:
             return True
         if not wait and (self.buckets.building or self.buckets.failed):
             return False  # (the first batch waits, and raises what failed)
-        files = self.buckets.wait(self._stop if self._stop is not None else PROCESS_STOP)
+        files = self.buckets.wait(self._stop if self._stop is not None else PROCESS_STOP,
+                                  self._closed_error)
         with self._built:
             if self._windows.buckets is None:
                 self._windows.here = reads_here(self._owner.client, files,
                                                 self.data.settings.window_reads)
                 self._windows.buckets = files
         return True
+
+    def _closed_error(self) -> BaseException | None:
+        """Why a wait for this stream's data ends now: it was closed (None: it was not)."""
+        if self._closed:
+            return WindowCancelled("no batch: the sequence was closed while its buckets were built")
+        return None
 
     def _new_cursor(self, epoch: int, start: int) -> EpochState:
         st = self.data.settings

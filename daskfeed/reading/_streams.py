@@ -11,6 +11,7 @@ import gzip
 import io
 import lzma
 import os
+import stat
 import zlib
 from typing import IO, TYPE_CHECKING, Any, Union
 
@@ -37,10 +38,13 @@ def read_at_most(f: IO[bytes], most: int) -> bytes:
     size, one byte more when it can (the caller compares the length with ``most``).
     """
     try:
-        left = os.fstat(f.fileno()).st_size - f.tell()
+        st = os.fstat(f.fileno())
+        left = st.st_size - f.tell() if stat.S_ISREG(st.st_mode) else -1
     except (OSError, AttributeError, ValueError):  # (not a file of this machine's: fsspec's)
+        left = -1
+    if left < 0:  # (no size to trust: a pipe, a device, /proc, an object store's stream)
         return f.read(most)
-    return f.read(min(most, max(left, 0) + 1))
+    return f.read(min(most, left + 1))
 
 
 def open_file(path: str, storage_options: dict[str, Any],

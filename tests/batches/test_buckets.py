@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import threading
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -178,27 +179,29 @@ def test_a_disk_that_fills_up_while_the_buckets_are_written_falls_back_to_window
 def test_a_disk_that_fills_up_while_the_buckets_are_built_in_the_background_is_an_error(
         data, client, tmp_path):
     """With room to spare the epoch is planned on the buckets while they are built: a disk
-    that fills up all the same is said at the first batch, with the build's files removed."""
+    that fills up all the same is said at the first batch (why, and what to do), with the
+    build's files removed; no warning promises windows of blocks."""
     client.run(_disk_full, True)
     try:
-        with pytest.warns(UserWarning, match=r"the disk filled up while the global order's"):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*shuffled within windows of blocks")
             with _sequence(data, client, tmp_path / "c") as seq:
                 assert seq.stream.global_order  # (planned before the build ended)
-                with pytest.raises(daskfeed.ClusterError, match=r"(?s)Expected the global order's "
-                                   r"buckets to be written .*Hint: run again"):
-                    seq[0]
-                with pytest.raises(daskfeed.ClusterError):  # (the same error, each time)
-                    seq[1]
+                for i in (0, 1):  # (the same error each time)
+                    with pytest.raises(daskfeed.ClusterError, match=r"(?s)Expected the global "
+                                       r"order's buckets written .*No space left on device.*Their "
+                                       r"files are removed, after this run's epochs were planned"
+                                       r".*Hint: free disk room there"):
+                        seq[i]
     finally:
         client.run(_disk_full, False)
     left = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path / "c") if "buckets" in d for f in fs]
     assert not left, left
 
 
-def test_the_epoch_is_planned_and_its_model_built_while_its_buckets_are_dealt(
-        data, client, tmp_path, monkeypatch):
-    """The sequence is made, its length known and its epoch planned while the deal still
-    runs; the first batch waits for the buckets (not a window's timeout), then every row."""
+@pytest.fixture
+def held_deal(monkeypatch):
+    """The deal of a build held until the test lets it go: (dealing, go) events."""
     import daskfeed.batches._buckets as build
 
     dealing, go = threading.Event(), threading.Event()
@@ -210,6 +213,15 @@ def test_the_epoch_is_planned_and_its_model_built_while_its_buckets_are_dealt(
         return deal(*args, **kwargs)
 
     monkeypatch.setattr(build, "_deal_generation", held)
+    yield dealing, go
+    go.set()
+
+
+def test_the_epoch_is_planned_and_its_model_built_while_its_buckets_are_dealt(
+        data, client, tmp_path, held_deal):
+    """The sequence is made, its length known and its epoch planned while the deal still
+    runs; the first batch waits for the buckets (not a window's timeout), then every row."""
+    dealing, go = held_deal
     with _sequence(data, client, tmp_path / "c", timeout=1) as seq:
         assert dealing.wait(60)
         assert seq.stream.buckets.building and seq.stream.global_order
@@ -226,6 +238,57 @@ def test_the_epoch_is_planned_and_its_model_built_while_its_buckets_are_dealt(
         rows = sum(len(seq[i][1]) for i in range(len(seq)))
     assert rows == sum(seq.manifest.counts)
     assert "dealt from the parse cache in" in seq.stream.order_line()
+
+
+def test_an_epoch_resumed_while_its_buckets_are_dealt_starts_no_window_before_them(
+        data, client, tmp_path, held_deal):
+    """A checkpoint's place in epoch 0 set while the build runs (the windows before it marked
+    served): no window is sent before the files exist, and the rest of the epoch is what a
+    stream whose buckets were built first serves."""
+    dealing, go = held_deal
+    go.set()  # (the first sequence builds the set; the second one's own build is held)
+    with _sequence(data, client, tmp_path / "first", window_rows=500) as built_first:
+        whole = [built_first[i][0]["uid"] for i in range(len(built_first))]
+    go.clear()
+    dealing.clear()
+    with _sequence(data, client, tmp_path / "c", window_rows=500) as seq:
+        assert dealing.wait(60)
+        first = seq.stream.plan.windows[0]
+        assert first.rows < 30 * 50  # (batch 30 is past the first window: it is served)
+        submitted: list[int] = []
+        real = seq.stream._windows.submit
+        seq.stream._windows.submit = lambda c, plan, w: submitted.append(w) or real(c, plan, w)
+        seq.set_epoch(0, 30)
+        assert not submitted and seq.stream.buckets.building
+        go.set()
+        rest = [seq[i][0]["uid"] for i in range(len(seq))]
+    assert submitted and len(rest) == len(whole) - 30
+    for a, b in zip(rest, whole[30:], strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_closing_a_sequence_ends_a_wait_for_its_buckets(data, client, tmp_path, held_deal):
+    dealing, go = held_deal
+    seq = _sequence(data, client, tmp_path / "c")
+    try:
+        assert dealing.wait(60)
+        errors: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                seq[0]
+            except BaseException as err:  # (what the reader is told)
+                errors.append(err)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        seq.close()
+        reader.join(60)
+        assert not reader.is_alive() and len(errors) == 1
+        assert "closed" in str(errors[0])
+    finally:
+        go.set()
+        seq.close()
 
 
 def test_without_disk_room_for_the_buckets_the_run_says_so_and_uses_windows_of_blocks(

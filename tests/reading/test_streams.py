@@ -142,3 +142,30 @@ def test_read_at_most_asks_a_local_file_for_what_it_holds(tmp_path):
         grow.flush()
         assert read_at_most(f, 64 << 20) == b"a,b\n1,2\n3,4\n5,6\n"
     assert read_at_most(io.BytesIO(b"x" * 10), 4) == b"xxxx"
+
+    class Asked(io.BufferedReader):  # what each read asked for
+        asked: list[int] = []
+
+        def read(self, size=-1):
+            self.asked.append(size)
+            return super().read(size)
+
+    with Asked(io.FileIO(path, "rb")) as f:
+        read_at_most(f, 64 << 20)
+    assert Asked.asked == [len(b"a,b\n1,2\n3,4\n5,6\n") + 1]  # not 64 MiB
+
+
+def test_read_at_most_reads_a_pipe_to_the_bound(tmp_path):
+    """A FIFO (no size to trust): read as before, up to the bound."""
+    import os
+    import threading
+
+    from daskfeed.reading._streams import read_at_most
+
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(b"a,b\n1,2\n"))
+    writer.start()
+    with open(fifo, "rb") as f:
+        assert read_at_most(f, 1 << 20) == b"a,b\n1,2\n"
+    writer.join()
