@@ -35,14 +35,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import math
-import os
-import tempfile
-import threading
 import time
 import uuid
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +45,7 @@ import numpy as np
 import pyarrow as pa
 from dask.utils import format_bytes
 
+from daskfeed.batches._bucket_files import Buckets, Missed, disk_shared
 from daskfeed.batches._order import (
     block_offsets,
     bucket_count,
@@ -64,13 +60,11 @@ from daskfeed.cache import (
     generation_name,
     stored_rows,
 )
-from daskfeed.cluster import explain, result_unless_paused, wait_for
-from daskfeed.core import PROCESS_STOP, ClusterError, ManifestMismatchError, Stop
+from daskfeed.cluster import explain, result_unless_paused
+from daskfeed.core import ManifestMismatchError
 from daskfeed.manifest import labelled
 
 if TYPE_CHECKING:
-    from types import TracebackType
-
     from distributed import Client, Future
 
     from daskfeed.batches._prepare import Prepared
@@ -87,118 +81,6 @@ MAX_GENERATIONS = 8  # generations a data set's buckets are read from, at most
 # a build goes on in the background only with this many times the room it needs free: on a
 # tighter disk it is built first, so that one filled meanwhile falls back to windows of blocks
 BACKGROUND_ROOM = 2
-
-
-class Buckets:
-    """A data set's buckets as the trainer plans with them: the files and each one's rows.
-
-    The rows of each bucket are known before any file is written (from the manifest's counts),
-    so an epoch can be planned while the files are still being built: a build in the background
-    (:func:`bucket_set` with ``background``) gives its files to :meth:`wait`.
-
-    Attributes
-    ----------
-    sizes
-        Rows of each bucket (numpy int64, ``K`` of them).
-    seconds
-        How long their build took here (None: built before, reused; or still building).
-    work
-        What the build did, in words ("": nothing, reused; or still building).
-    background
-        Whether they are (or were) built in the background.
-    """
-
-    def __init__(self, files: BucketSet | None, sizes: np.ndarray, seconds: float | None = None,
-                 work: str = "", build: Callable[[], tuple[BucketSet, str] | _Missed] | None = None,
-                 ) -> None:
-        self._files = files
-        self.sizes = sizes
-        self.seconds = seconds
-        self.work = work
-        self._error: BaseException | None = None
-        self._trace: TracebackType | None = None  # (the build's: each raise starts from it)
-        self.background = build is not None  # (built in a thread of this process)
-        self._built = threading.Event()
-        if build is None:
-            self._built.set()
-        else:
-            threading.Thread(target=self._build, args=(build,), daemon=True,
-                             name="daskfeed-bucket-build").start()
-
-    @property
-    def count(self) -> int:
-        """``K``."""
-        return len(self.sizes)
-
-    @property
-    def building(self) -> bool:
-        """Whether the files are still being built in the background."""
-        return not self._built.is_set()
-
-    @property
-    def failed(self) -> bool:
-        """Whether the build in the background ended in an error (:meth:`wait` raises it)."""
-        return self._built.is_set() and self._error is not None
-
-    @property
-    def files(self) -> BucketSet:
-        """The :class:`~daskfeed.cache._buckets.BucketSet`, once built (:meth:`wait`).
-
-        What a window task reads: a view of its generations.
-        """
-        return self.wait()
-
-    def wait(self, stop: Stop = PROCESS_STOP,
-             abandon: Callable[[], BaseException | None] | None = None) -> BucketSet:
-        """The files, once the build in the background ended (at once when there was none).
-
-        Parameters
-        ----------
-        stop
-            The process's stop request: it ends the wait.
-        abandon
-            Returns an error to raise instead of waiting on (the reader was closed), or None.
-
-        Raises
-        ------
-        DaskfeedError
-            Why the build failed (the same error each call).
-        Aborted
-            ``stop`` asked the process to stop first.
-        """
-        wait_for(self._built.is_set, math.inf, self._built.wait, 1.0, abandon, stop)
-        if self._error is not None:
-            raise self._error.with_traceback(self._trace)
-        assert self._files is not None
-        return self._files
-
-    def __getstate__(self) -> dict[str, Any]:
-        self.wait()  # (a copy holds the files)
-        state = self.__dict__.copy()
-        del state["_built"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._built = threading.Event()
-        self._built.set()
-
-    def _build(self, build: Callable[[], tuple[BucketSet, str] | _Missed]) -> None:
-        t0 = time.perf_counter()
-        try:
-            made = build()
-            if isinstance(made, _Missed):  # (the epoch was planned on them: no fallback left)
-                raise ClusterError(
-                    f"Expected the global order's buckets written beside the parse cache while "
-                    f"training started. Received: {made.reason}, after this run's epochs were "
-                    f"planned on them.\nHint: {made.hint}; a run that cannot write them from the "
-                    "start shuffles within windows of blocks.")
-            self._files, self.work = made
-            self.seconds = time.perf_counter() - t0
-        except BaseException as err:  # raised by wait(), in the thread that needs the files
-            self._error, self._trace = err, err.__traceback__
-        finally:
-            self._built.set()
 
 
 @dataclass
@@ -282,7 +164,7 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None,
         run_rows = task_rows(client, data.manifest.nbytes, int(counts.sum()))
     step_rows = run_rows
 
-    def build() -> tuple[BucketSet, str] | _Missed:
+    def build() -> tuple[BucketSet, str] | Missed:
         """Deal and merge what the plan says.
 
         The view of the generations and the work, in words; or why they could not be written.
@@ -312,7 +194,7 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None,
             if frozenset().union(*(g.parts for g in done)) == frozenset(parts):
                 # ... or removed by another trainer that completed the same generation first
                 return files.view([g.name for g in done], [g.build for g in done]), "; ".join(work)
-            return _Missed(f"could not deal the rows into buckets ({err}): the workers do not "
+            return Missed(f"could not deal the rows into buckets ({err}): the workers do not "
                            "share the parse cache's directory",
                            "give every worker the same cache directory (--cache DIR on a shared "
                            "volume)")
@@ -322,7 +204,7 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None,
             for gen in building:  # on every worker: a run is written where its task ran
                 with contextlib.suppress(Exception):
                     client.run(files.generation(gen.name).drop_unsealed)
-            return _Missed(f"the disk filled up while the global order's buckets were written beside "
+            return Missed(f"the disk filled up while the global order's buckets were written beside "
                            f"the parse cache ({err}; about {format_bytes(need)} needed, "
                            f"{format_bytes(free)} free when it began). Their files are removed",
                            "free disk room there, or give the cache another place (--cache DIR)")
@@ -331,47 +213,15 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None,
                       key=f"daskfeed-buckets-check-{uuid.uuid4().hex}").result()
         return view, "; ".join(work)
 
-    if background and free >= BACKGROUND_ROOM * need and _disk_shared(client, cache.root):
+    if background and free >= BACKGROUND_ROOM * need and disk_shared(client, cache.root):
         return Buckets(None, sizes, build=build)
     t0 = time.perf_counter()
     made = build()
-    if isinstance(made, _Missed):  # the epoch is not planned yet: windows of blocks instead
+    if isinstance(made, Missed):  # the epoch is not planned yet: windows of blocks instead
         warnings.warn(f"daskfeed: {made.reason}; rows are shuffled within windows of blocks instead, "
                       f"not in one global order.\nHint: {made.hint}.", stacklevel=2)
         return None
     return Buckets(made[0], sizes, time.perf_counter() - t0, made[1])
-
-
-@dataclass(frozen=True)
-class _Missed:
-    """Why a build could not write its buckets, and what to do about it."""
-
-    reason: str
-    hint: str
-
-
-def _disk_shared(client: Client, root: str | None) -> bool:
-    """Whether every worker sees this process's files under ``root`` (a probe written here).
-
-    Workers of this machine may still have disks of their own (containers on the host's
-    network): a build in the background, which has no fallback left, needs the same files.
-    """
-    if root is None:
-        return False
-    try:
-        os.makedirs(root, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".daskfeed-probe-", dir=root)
-        os.close(fd)
-    except OSError:
-        return False
-    try:
-        seen = client.run(os.path.exists, probe)
-        return bool(seen) and all(seen.values())
-    except Exception:  # (a worker that does not answer: built first, as for remote workers)
-        return False
-    finally:
-        with contextlib.suppress(OSError):
-            os.remove(probe)
 
 
 def merge_plan(rows: list[int]) -> int:
