@@ -19,14 +19,15 @@ if TYPE_CHECKING:
     from daskfeed.adapters._handoff import chosen_handoff, fit_inputs
     from daskfeed.adapters._keras import keras
     from daskfeed.adapters._sequence import DaskSequence
-    from daskfeed.adapters._torch import TorchDataset
+    from daskfeed.adapters._torch import TorchDataset, set_torch_threads
 
-__all__ = ["DaskSequence", "TorchDataset", "chosen_handoff", "fit_inputs", "keras"]
+__all__ = ["DaskSequence", "TorchDataset", "chosen_handoff", "fit_inputs", "keras",
+           "set_torch_threads"]
 
 __getattr__, __dir__ = attach(__name__, {
     "keras": "_keras",
     "DaskSequence": "_sequence",
     "fit_inputs": "_handoff",
     "chosen_handoff": "_handoff",
-    "TorchDataset": "_torch",
+    "TorchDataset": "_torch", "set_torch_threads": "_torch",
 })

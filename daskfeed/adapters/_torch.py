@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from daskfeed.adapters._budget import InBudget
 from daskfeed.batches import BatchStream, DataSettings, Prepared, StreamState
-from daskfeed.cluster import close_client
+from daskfeed.cluster import close_client, trainer_threads
 from daskfeed.core import BackendError, refuse_setting
 from daskfeed.manifest import Manifest
 
@@ -81,6 +81,13 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
     blocksize, encoding, dtype, storage_options, vocabulary_size, bad_lines, sep, na_values, decimal
         How the files are read, likewise.
 
+    Beside a LocalCluster daskfeed starts (``memory_limit``, or no client), torch's threads are
+    set for the budget (``torch.set_num_threads``): ``OMP_NUM_THREADS`` where this process has
+    it, else the cores the cluster's workers leave, at least one (``threads`` says which). Its
+    threads spin while they wait, and slow to a crawl on cores the workers use; and distributed
+    sets ``OMP_NUM_THREADS=1`` in the process that starts its workers, so torch's own default
+    depended on when it was imported. With a ``client`` of your own, torch is left as it is.
+
     Raises
     ------
     DaskfeedError
@@ -98,6 +105,7 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
     """
 
     stream: BatchStream  # the batches, epoch after epoch
+    threads: str | None  # torch's threads as set for the budget, in a line (None: left alone)
 
     def __init__(self, data: PathsLike | Listing | dd.DataFrame, *, label: str,
                  memory_limit: int | str | None = None,
@@ -151,6 +159,7 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg,misc]
         except BaseException:
             self._close_owned()
             raise
+        self.threads = set_torch_threads(prepared.client)
 
     def _own(self, client: Client) -> None:
         """Close ``client`` (and its LocalCluster) with the dataset, or when it is collected."""
@@ -354,3 +363,28 @@ def _distributed_shard() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def set_torch_threads(client: Client) -> str | None:
+    """Set torch's threads for the cores ``client``'s workers leave this process, and say so.
+
+    Only beside a LocalCluster daskfeed started here (:func:`~daskfeed.cluster.trainer_threads`:
+    ``OMP_NUM_THREADS`` as this process had it, else the cores less the workers' threads, at
+    least one); torch is left as it is beside a cluster given as a client or an address.
+
+    Parameters
+    ----------
+    client
+        The client the data are read by.
+
+    Returns
+    -------
+    str or None
+        What was set and why, in a line; None when torch was left alone.
+    """
+    found = trainer_threads(client)
+    if found is None:
+        return None
+    threads, why = found
+    torch.set_num_threads(threads)
+    return f"torch: {threads} thread(s) for the model ({why})"

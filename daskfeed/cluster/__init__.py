@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         open_in_budget,
         start_local_cluster,
     )
+    from daskfeed.cluster._threads import trainer_threads
 
 __all__ = [
     "MAX_BLOCKSIZE",
@@ -76,6 +77,7 @@ __all__ = [
     "result_unless_paused",
     "settle",
     "start_local_cluster",
+    "trainer_threads",
     "trim_heap",
     "wait_for",
 ]
@@ -94,4 +96,5 @@ __getattr__, __dir__ = attach(__name__, {
     "connect": "_remote", "make_security": "_remote",
     "ClusterSpec": "_start", "acquire_client": "_start", "client_context": "_start",
     "close_client": "_start", "open_in_budget": "_start", "start_local_cluster": "_start",
+    "trainer_threads": "_threads",
 })

@@ -111,12 +111,40 @@ def start_local_cluster(
         # budget; a worker's share of it paused them for good under a caller holding more
         kwargs.update(n_workers=budget.nworkers, threads_per_worker=budget.nthreads,
                       memory_limit=budget.worker if processes else budget.total)
+    environ = _spawn_environ()
     with warnings.catch_warnings():  # "Port 8787 is already in use": the new port is printed
         warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
-        cluster = LocalCluster(**kwargs)
+        try:
+            cluster = LocalCluster(**kwargs)
+        finally:
+            _restore_environ(environ)
     client = Client(cluster, set_as_default=False)
-    _OWNED[client] = _Owned(cluster, spill)
+    _OWNED[client] = _Owned(cluster, spill, environ)
     return client
+
+
+def _spawn_environ() -> dict[str, str | None]:
+    """The values, in this process, of what distributed's nannies set in it before they spawn.
+
+    A nanny sets ``distributed.nanny.pre-spawn-environ`` (``OMP_NUM_THREADS=1``,
+    ``MKL_NUM_THREADS=1``, ``MALLOC_TRIM_THRESHOLD_``, ...) and ``PYTHONHASHSEED`` in the
+    ``os.environ`` of the process that starts it, for its worker process to inherit: torch
+    imported afterwards here (a model on the torch backend) would take one thread.
+    """
+    import dask
+
+    names = {*(dask.config.get("distributed.nanny.pre-spawn-environ", None) or {}),
+             "PYTHONHASHSEED"}
+    return {name: os.environ.get(name) for name in names}
+
+
+def _restore_environ(environ: Mapping[str, str | None]) -> None:
+    """Put back this process's values (:func:`_spawn_environ`): the workers keep theirs."""
+    for name, value in environ.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def local_security() -> Security:
@@ -156,11 +184,22 @@ class _Owned:
 
     cluster: LocalCluster
     spill: str
+    environ: Mapping[str, str | None] = field(default_factory=dict)  # this process's, before
 
 
 # the clients start_local_cluster made, and what close_client closes with them (weak: a client
 # collected without close leaves its cluster to distributed's own finalizers)
 _OWNED: weakref.WeakKeyDictionary[Client, _Owned] = weakref.WeakKeyDictionary()
+
+
+def owned_environ(client: Client) -> Mapping[str, str | None] | None:
+    """The environment :func:`start_local_cluster` found here before it made ``client``'s cluster.
+
+    The values of what its nannies set here (:func:`_spawn_environ`); None for a client it did
+    not make.
+    """
+    owned = _OWNED.get(client)
+    return owned.environ if owned else None
 
 
 def spill_directory(client: Client) -> str | None:

@@ -49,6 +49,12 @@ def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused:
     without it).
     """
     opts, echo, ckpt = run.opts, run.echo, run.ckpt
+    if keras.backend.backend() == "torch":  # (its own threads beside daskfeed's LocalCluster)
+        from daskfeed.adapters import set_torch_threads
+
+        threads = set_torch_threads(run.client)
+        if threads:
+            echo(threads)
     keras.utils.set_random_seed(opts.data.seed)  # the model's initial weights, dropout
     if opts.data.weight:
         echo(f"sample weights: column {opts.data.weight!r} (not a feature); loss and weighted_ "

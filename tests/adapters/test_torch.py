@@ -160,17 +160,28 @@ def test_dataloader_matrix_and_a_plain_torch_loop_learns(id_data, client):
             next(iter(DataLoader(ds, batch_size=None, num_workers=1)))
 
 
-def test_one_memory_budget_starts_and_closes_its_own_cluster(id_data):
-    ds = daskfeed.TorchDataset(id_data.train_glob, label="cleared", memory_limit="3GB",
-                               nworkers=1, batch_size=512)
-    client = ds.stream.client
-    info = client.scheduler_info()
-    (worker,) = info["workers"].values()
-    assert worker["memory_limit"] < 3e9  # a share of the one budget
-    assert 0 < ds.stream.data.settings.prefetch_bytes < 3e9 * 0.2
-    assert sum(len(b[1]) for b in ds) == id_data.train_rows
-    ds.close()
-    assert client.status == "closed"
+def test_one_memory_budget_starts_and_closes_its_own_cluster(id_data, monkeypatch):
+    from dask.system import CPU_COUNT
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    try:
+        ds = daskfeed.TorchDataset(id_data.train_glob, label="cleared", memory_limit="3GB",
+                                   nworkers=1, batch_size=512)
+        # torch's threads for the budget: the cores its one worker thread leaves
+        assert torch.get_num_threads() == max(1, CPU_COUNT - 1), ds.threads
+        assert ds.threads.startswith(f"torch: {max(1, CPU_COUNT - 1)} thread(s) for the model")
+        assert "OMP_NUM_THREADS" not in os.environ  # distributed's 1 is the worker's, not ours
+        client = ds.stream.client
+        info = client.scheduler_info()
+        (worker,) = info["workers"].values()
+        assert worker["memory_limit"] < 3e9  # a share of the one budget
+        assert 0 < ds.stream.data.settings.prefetch_bytes < 3e9 * 0.2
+        assert sum(len(b[1]) for b in ds) == id_data.train_rows
+        ds.close()
+        assert client.status == "closed"
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_a_budget_beside_a_running_cluster_is_this_process_own(id_data, client):
@@ -179,6 +190,7 @@ def test_a_budget_beside_a_running_cluster_is_this_process_own(id_data, client):
                                client=client.scheduler.address, batch_size=512) as ds:
         own = ds.stream.client
         assert own is not client
+        assert ds.threads is None  # a cluster of the caller's: torch left as it is
         assert ds.stream.data.settings.prefetch_bytes == int(0.25 * 1e9) * 2 // 3
         assert sum(len(b[1]) for b in ds) == id_data.train_rows
     assert own.status == "closed" and client.status == "running"

@@ -43,8 +43,14 @@ def test_cli_trains_exports_and_predicts_on_torch(tmp_path) -> None:
                           "--batch-size", "64",
                           "--memory-limit", "3GB", "--nworkers", "1", "--no-cache",
                           "--dashboard-address", "127.0.0.1:0", "--output", str(out)],
-                         capture_output=True, text=True, env=_env(), timeout=500)
+                         capture_output=True, text=True,
+                         env={k: v for k, v in _env().items() if k != "OMP_NUM_THREADS"},
+                         timeout=500)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    from dask.system import CPU_COUNT  # torch computes on the cores its one worker leaves
+
+    assert f"torch: {max(1, CPU_COUNT - 1)} thread(s) for the model (the {CPU_COUNT} core(s) " \
+        in run.stdout, run.stdout
     assert f"wrote {out}/serving (SavedModel" in run.stdout and "by a TensorFlow process" in run.stdout
     assert (out / "serving" / "saved_model.pb").is_file() and (out / "model.keras").is_file()
     assert not list(out.glob(".export-*"))  # the model saved for the child is removed
