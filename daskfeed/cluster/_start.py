@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -111,9 +112,11 @@ def start_local_cluster(
         # budget; a worker's share of it paused them for good under a caller holding more
         kwargs.update(n_workers=budget.nworkers, threads_per_worker=budget.nthreads,
                       memory_limit=budget.worker if processes else budget.total)
-    environ = _spawn_environ()
-    with warnings.catch_warnings():  # "Port 8787 is already in use": the new port is printed
+    # one start at a time: another's restore must not unset what this one's nannies just set;
+    # "Port 8787 is already in use" is not warned: the new port is printed
+    with _STARTING, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
+        environ = _spawn_environ()
         try:
             cluster = LocalCluster(**kwargs)
         finally:
@@ -121,6 +124,9 @@ def start_local_cluster(
     client = Client(cluster, set_as_default=False)
     _OWNED[client] = _Owned(cluster, spill, environ)
     return client
+
+
+_STARTING = threading.Lock()
 
 
 def _spawn_environ() -> dict[str, str | None]:
