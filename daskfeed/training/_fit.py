@@ -105,6 +105,7 @@ def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused:
     except Exception as err:
         reraise_feed_error(err, train_seq, val_seq)
         raise
+    run.trained(train_seq, val_seq)  # (the cluster closes while the outputs are written)
     history = checkpointer.history
     stopping = report_early_stopping(stopper, opts.epochs, echo)
     save_model(net, run.out)

@@ -6,11 +6,13 @@ close at the end.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from daskfeed.cluster import close_client
 from daskfeed.dashboard import EpochSpans
 
 if TYPE_CHECKING:
@@ -54,3 +56,27 @@ class Run:
     progress: ProgressCallback | None = None  # one progress bar for the run's scans
     certificate: dict[str, int] | None = None  # a resume's count of its epoch's rows (history.json)
     spikes: StepLosses | None = None  # every step's loss and the steps flagged (steps.bin, spikes.json)
+    closer: threading.Thread | None = None  # closing the cluster while the outputs are written
+
+    def trained(self, *sequences: Closes | None) -> None:
+        """Training is over: the sequences closed, the cluster closing in a thread meanwhile.
+
+        The outputs (``model.keras``, ``serving/``, the chart) are written in this process and
+        need no cluster: a LocalCluster the run started closes beside them (its workers exit,
+        its scheduler stops) instead of after them. A cluster given by address stays up.
+        """
+        for seq in sequences:
+            if seq is not None:
+                seq.close()
+        if self.opts.cluster.scheduler is None and self.closer is None:
+            self.closer = threading.Thread(target=close_client, args=(self.client,), daemon=True,
+                                           name="daskfeed-close-cluster")
+            self.closer.start()
+
+    def close(self) -> None:
+        """What the run holds closed: its sequences and marks, then its cluster (once closed)."""
+        for held in self.closing:
+            held.close()
+        if self.closer is not None:
+            self.closer.join()
+        close_client(self.client)

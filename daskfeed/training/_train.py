@@ -27,7 +27,7 @@ from daskfeed.batches import (
     planned_window_bytes,
 )
 from daskfeed.checkpoint import Checkpoint, CheckpointStore, open_store
-from daskfeed.cluster import Budget, check_worker_memory, close_client
+from daskfeed.cluster import Budget, check_worker_memory
 from daskfeed.core import ManifestMismatchError, RSSSampler, SettingError, Stop, warn_user
 from daskfeed.core import choose as choose_backend
 from daskfeed.dashboard import install, scan_span
@@ -188,9 +188,7 @@ def _run(data: DataSpec, label: str, validation: DataSpec | None, opts: TrainOpt
         return TrainResult(run.out, numbered(history), train_seq.manifest, run.budget, run.link,
                            net)
     finally:
-        for s in run.closing:
-            s.close()
-        close_client(run.client)
+        run.close()
         loading.join()  # an error said before keras loaded: stderr is the process's own again
 
 

@@ -54,12 +54,20 @@ def test_train_writes_model_manifest_history(demo_data, tmp_path):
     from daskfeed.adapters._keras import keras
     from daskfeed.training._train import train
 
+    import psutil
+
     lines: list[str] = []
     out = tmp_path / "out"
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
     result = train(demo_data.train_glob, label="cleared", validation=demo_data.validate_glob,
                    epochs=2, batch_size=1024, memory_limit="3GB", nworkers=2,
                    dashboard_address="127.0.0.1:0", output=out, verbose=0, echo=lines.append,
                    tensorboard=tmp_path / "tb")
+    # its cluster closed while the outputs were written, and gone when train returns
+    left = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)
+            if p.pid not in before and p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+            and "resource_tracker" not in " ".join(p.cmdline())]
+    assert not left, left
     text = "\n".join(lines)
     assert "3GB = 3.00 GB (2.79 GiB): trainer" in text and "2 workers ×" in text
     assert "dashboard: http://127.0.0.1:" in text
