@@ -51,10 +51,10 @@ def test_fit_matches_in_memory_accuracy(demo_data, client):
 
 
 def test_train_writes_model_manifest_history(demo_data, tmp_path):
+    import psutil
+
     from daskfeed.adapters._keras import keras
     from daskfeed.training._train import train
-
-    import psutil
 
     lines: list[str] = []
     out = tmp_path / "out"
