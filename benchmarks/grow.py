@@ -114,10 +114,17 @@ def buckets(work: str, client, rounds: int) -> dict:
     root = os.path.join(work, "buckets-store")
 
     def dealt() -> tuple[float, str, int]:
-        with daskfeed.DaskSequence(data.train_glob, label="cleared", client=client, cache=root,
-                                   batch_size=1024) as seq:
+        import dask.config
+
+        from daskfeed.cache import BucketSet
+
+        # the buckets dealt to files (what grows), not held by the trainer: 2M rows would be
+        with dask.config.set({"daskfeed.buckets-in-memory": False}), \
+                daskfeed.DaskSequence(data.train_glob, label="cleared", client=client, cache=root,
+                                      batch_size=1024) as seq:
             b = seq.stream.buckets
             assert b is not None, seq.stream.order_line()
+            assert isinstance(b.files, BucketSet)
             return b.seconds or 0.0, b.work, len(b.files.generations)
 
     grown_s, full_s, lines = [], [], []

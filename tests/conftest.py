@@ -34,6 +34,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def buckets_on_disk():
+    """The suite's own data are small: the trainer would hold their buckets in memory. In this
+    process they are dealt to bucket files, as a data set larger than the trainer's share is;
+    tests/batches/test_memory_buckets.py sets it back, and the CLI's tests (subprocesses) run
+    the default."""
+    import dask.config
+
+    with dask.config.set({"daskfeed.buckets-in-memory": False}):
+        yield
+
+
 @pytest.fixture(scope="session")
 def demo_data(tmp_path_factory: pytest.TempPathFactory):
     """Quest logs in the old 1000-row layout (late blanks in gold_spent)."""

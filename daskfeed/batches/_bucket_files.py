@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from distributed import Client
 
+    from daskfeed.batches._memory_buckets import BucketFiles
     from daskfeed.cache import BucketSet
 
 
@@ -47,15 +48,19 @@ class Buckets:
         What the build did, in words ("": nothing, reused; or still building).
     background
         Whether they are (or were) built in the background.
+    held
+        Bytes of them the trainer holds, about (0: they are files), see
+        :class:`~daskfeed.batches._memory_buckets.MemoryBuckets`.
     """
 
-    def __init__(self, files: BucketSet | None, sizes: np.ndarray, seconds: float | None = None,
+    def __init__(self, files: BucketFiles | None, sizes: np.ndarray, seconds: float | None = None,
                  work: str = "", build: Callable[[], tuple[BucketSet, str] | Missed] | None = None,
-                 ) -> None:
+                 held: int = 0) -> None:
         self._files = files
         self.sizes = sizes
         self.seconds = seconds
         self.work = work
+        self.held = held
         self._error: BaseException | None = None
         self._trace: TracebackType | None = None  # (the build's: each raise starts from it)
         self.background = build is not None  # (built in a thread of this process)
@@ -82,7 +87,7 @@ class Buckets:
         return self._built.is_set() and self._error is not None
 
     @property
-    def files(self) -> BucketSet:
+    def files(self) -> BucketFiles:
         """The :class:`~daskfeed.cache._buckets.BucketSet`, once built (:meth:`wait`).
 
         What a window task reads: a view of its generations.
@@ -90,7 +95,7 @@ class Buckets:
         return self.wait()
 
     def wait(self, stop: Stop = PROCESS_STOP,
-             abandon: Callable[[], BaseException | None] | None = None) -> BucketSet:
+             abandon: Callable[[], BaseException | None] | None = None) -> BucketFiles:
         """The files, once the build in the background ended (at once when there was none).
 
         Parameters

@@ -46,6 +46,7 @@ import pyarrow as pa
 from dask.utils import format_bytes
 
 from daskfeed.batches._bucket_files import Buckets, Missed, disk_shared
+from daskfeed.batches._memory_buckets import MEMORY_SHARE, MemoryBuckets
 from daskfeed.batches._order import (
     block_offsets,
     bucket_count,
@@ -100,7 +101,7 @@ class _Generation:
 
 
 def bucket_set(data: Prepared, *, run_rows: int | None = None,
-               background: bool = False) -> Buckets | None:
+               background: bool = False, in_memory: bool = False) -> Buckets | None:
     """The buckets of ``data`` (dealt on its cluster where missing); None where they cannot be.
 
     Parameters
@@ -116,6 +117,10 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None,
         epoch's plan, a model, ``fit`` tracing its step) goes on meanwhile. For workers that
         share this machine's disk (the fallback for workers that do not see one another's files
         is never needed), and only with ``BACKGROUND_ROOM`` times the room the build needs free.
+    in_memory
+        The trainer may hold the buckets (it reads the parse cache's files): where the columns
+        read fit in ``1 / MEMORY_SHARE`` of its prefetch bytes and every block is cached, none
+        is written (:class:`~daskfeed.batches._memory_buckets.MemoryBuckets`).
 
     Returns
     -------
@@ -133,8 +138,16 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None,
     ids = cache.block_ids(n)
     offsets = block_offsets(ids, k)
     sizes = bucket_sizes(counts, offsets, k)
-    parts = _part_ranges(cache, n, data.manifest.fingerprint)
     enc = data.encoding
+    # at most 8 bytes a value in the cache's columns (int32 where whole numbers fit, text as
+    # dictionary codes), the label and a weight, and 8 a row for its place
+    held = int(counts.sum()) * (8 * (len(enc.columns) + 1 + bool(enc.weight)) + 8)
+    if in_memory and held <= data.settings.prefetch_bytes // MEMORY_SHARE \
+            and all(cache.has(i) for i in range(n)):
+        memory = MemoryBuckets(cache, counts, ids, offsets, k, enc)
+        memory.start()  # (taken while the model is built: no window reads before it is)
+        return Buckets(memory, sizes, held=held)
+    parts = _part_ranges(cache, n, data.manifest.fingerprint)
     key = BucketSet.key_of(root=cache.root if not cache.entries else None, buckets=k,
                            label=enc.label, classes=list(enc.label_classes))
     files = BucketSet(cache.root, key, k, compression=cache.compression)

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 from daskfeed.batches._read import read_buckets
 
 if TYPE_CHECKING:
+    from daskfeed.batches._memory_buckets import BucketFiles
     from daskfeed.batches._order import Lanes
-    from daskfeed.cache import BucketSet
     from daskfeed.manifest import Encoding, WindowData
 
 
@@ -49,7 +49,7 @@ class HereReads:
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
-    def submit(self, files: BucketSet, window: list[tuple[int, int, tuple[int, ...]]],
+    def submit(self, files: BucketFiles, window: list[tuple[int, int, tuple[int, ...]]],
                span: tuple[int, int], lanes: Lanes, encoding: Encoding) -> Future[WindowData]:
         """Start reading a window (:func:`~daskfeed.batches._read.read_buckets`'s arguments).
 
@@ -72,7 +72,7 @@ class HereReads:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-def reads_here(client: Any, files: BucketSet | None, choice: str) -> HereReads | None:
+def reads_here(client: Any, files: BucketFiles | None, choice: str) -> HereReads | None:
     """Threads reading windows in the trainer, where ``choice`` and the cluster allow; else None.
 
     They do with ``choice == "auto"``, a global order (``files``), every worker on this machine

@@ -23,8 +23,9 @@ from daskfeed.manifest import ENCODE_BYTES, Encoding, WindowData, concat, empty_
 from daskfeed.reading import named, reading
 
 if TYPE_CHECKING:
+    from daskfeed.batches._memory_buckets import BucketFiles
     from daskfeed.batches._order import Lanes
-    from daskfeed.cache import BlockCache, BucketSet
+    from daskfeed.cache import BlockCache
     from daskfeed.reading import Block, ReadOptions
 
 
@@ -93,7 +94,7 @@ def _encode_tables(tables: list[pa.Table], encoding: Encoding) -> list[WindowDat
     return [encode_table(t, encoding) for t in tables]
 
 
-def read_buckets(files: BucketSet, window: list[tuple[int, int, tuple[int, ...]]],
+def read_buckets(files: BucketFiles, window: list[tuple[int, int, tuple[int, ...]]],
                  span: tuple[int, int], lanes: Lanes, encoding: Encoding,
                  client: Any = None) -> WindowData:
     """Read, encode and order a window of the global order in one task (on a worker).
@@ -141,7 +142,7 @@ def read_buckets(files: BucketSet, window: list[tuple[int, int, tuple[int, ...]]
         pa.default_memory_pool().release_unused()  # the Arrow it read, back to the system
 
 
-def _bucket_name(files: BucketSet, b: int) -> str:
+def _bucket_name(files: BucketFiles, b: int) -> str:
     return f"bucket {b} of the global order ({files.bucket_path(b)})"
 
 

@@ -48,6 +48,9 @@ class DataSettings:
     window_reads
         Who reads a window of the global order: ``"auto"`` (the trainer where its cluster is
         this machine) or ``"workers"`` (``daskfeed.window-reads``).
+    buckets_in_memory
+        Whether the trainer may hold a small data set's buckets (``daskfeed.buckets-in-memory``,
+        :class:`~daskfeed.batches._memory_buckets.MemoryBuckets`).
     """
 
     label: str
@@ -71,6 +74,7 @@ class DataSettings:
     blocksize_given: bool = False
     skip_batches: Skips = field(default_factory=Skips)
     window_reads: str = "auto"
+    buckets_in_memory: bool = True
 
     @property
     def asked_blocksize(self) -> int | None:
@@ -149,4 +153,5 @@ class DataSettings:
             blocksize_given=blocksize is not None,
             skip_batches=Skips.parse(skip_batches),
             window_reads=config.window_reads(),
+            buckets_in_memory=config.buckets_in_memory(),
         )

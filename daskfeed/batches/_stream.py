@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+from dask.utils import format_bytes
 
 from daskfeed.batches._buckets import bucket_set
 from daskfeed.batches._epoch import EpochState, EpochStats, PlanSettings
@@ -117,7 +118,10 @@ class BatchStream:
         # background where every worker shares this disk (the epoch needs only their sizes
         # until its first window is read: see _buckets_built)
         ordered = data.cache is not None and data.source.frame is None and st.shuffle
-        self.buckets = bucket_set(data, background=workers_here(self._owner.client)) \
+        here = workers_here(self._owner.client)  # (the trainer reads the cache's files)
+        self.buckets = bucket_set(data, background=here,
+                                  in_memory=here and st.window_reads == "auto"
+                                  and st.buckets_in_memory) \
             if ordered and any(data.manifest.counts) else None
         self._built = threading.Lock()  # (one thread takes the built files in, see _buckets_built)
         self._buckets_built(False)  # (built here and now: the windows read them from the start)
@@ -338,6 +342,9 @@ class BatchStream:
                           shuffle=self.data.settings.shuffle, why=self._why_no_order())
         if self.buckets is not None and self.buckets.building:
             return f"{line}; its buckets being dealt from the parse cache as training starts"
+        if self.buckets is not None and self.buckets.held:
+            return (f"{line}; its buckets held in the trainer's memory, taken from the parse cache "
+                    f"(~{format_bytes(self.buckets.held)}: none written)")
         if self.buckets is None or self.buckets.seconds is None:
             return line
         work = f": {self.buckets.work}" if self.buckets.work else ""
@@ -752,13 +759,18 @@ class BatchStream:
         pf = Prefetcher(
             functools.partial(self._submit, plan),
             functools.partial(self._windows.estimate, plan), order,
-            budget=self.data.settings.prefetch_bytes if budget is None else budget,
+            budget=self._prefetch_room() if budget is None else budget,
             timeout=self.data.settings.timeout, describe=functools.partial(self._windows.describe, plan),
             long_reads=self._long_reads, stop=self._stop, ready=self._buckets_built,
         )
         if self._owner.client is not None:  # unpickled copies start on their first batch
             pf.start(within_budget=budget is not None)  # (not while the buckets are built)
         return pf
+
+    def _prefetch_room(self) -> int:
+        """The prefetch bytes the windows may hold: less the buckets the trainer holds, if any."""
+        held = self.buckets.held if self.buckets is not None else 0
+        return max(self.data.settings.prefetch_bytes - held, self.data.settings.prefetch_bytes // 2)
 
     def _buckets_built(self, wait: bool = True) -> bool:
         """Whether the buckets' files are there (or no global order); ``wait``: until they are.

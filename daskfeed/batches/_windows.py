@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from distributed import Client, Future
 
     from daskfeed.batches._here import HereReads
-    from daskfeed.cache import BlockCache, BucketSet
+    from daskfeed.batches._memory_buckets import BucketFiles
+    from daskfeed.cache import BlockCache
     from daskfeed.cluster import Pending
 
 
@@ -51,7 +52,7 @@ class WindowTasks:
         self.encoding = encoding
         self.cache = cache
         self.spans = spans
-        self.buckets: BucketSet | None = None  # the global order's bucket files, once built
+        self.buckets: BucketFiles | None = None  # the global order's bucket files, once built
         self.here: HereReads | None = None  # the trainer's own threads reading bucket windows
         self._frames: list[Delayed] | None = None  # a dask DataFrame's partitions, made once
 

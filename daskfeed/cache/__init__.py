@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from daskfeed.core import attach
 
 if TYPE_CHECKING:
+    from daskfeed.cache._arrow import one_table
     from daskfeed.cache._blocks import BlockCache, block_tables, stored_rows
     from daskfeed.cache._buckets import TRACE_COLUMNS, BucketSet, digest, generation_name
     from daskfeed.cache._entries import clear, gone_entries, list_entries
@@ -33,6 +34,7 @@ __all__ = [
     "generation_name",
     "gone_entries",
     "list_entries",
+    "one_table",
     "open_cache",
     "own_dir",
     "own_root",
@@ -49,5 +51,5 @@ __getattr__, __dir__ = attach(__name__, {
     "CacheChoice": "_open", "estimate_bytes": "_open", "open_cache": "_open", "compact": "_writer",
     "PartWriters": "_writer",
     "own_dir": "_root", "own_root": "_root",
-    "block_order": "_scatter",
+    "block_order": "_scatter", "one_table": "_arrow",
 })

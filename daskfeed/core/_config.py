@@ -277,6 +277,25 @@ def dashboard_address(value: str | None = None) -> str | None:
     return None if v is None else str(v) if v else ""  # (false, 0, "": no dashboard)
 
 
+def buckets_in_memory() -> bool:
+    """``daskfeed.buckets-in-memory``: whether the trainer may hold a small data set's buckets.
+
+    Raises
+    ------
+    SettingError
+        A value that is no yes or no.
+    """
+    value = get("buckets-in-memory")
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in ("true", "false", "yes", "no", "1", "0"):
+        refuse_setting("Expected daskfeed.buckets-in-memory to be true or false.", repr(value),
+                       "DASK_DASKFEED__BUCKETS_IN_MEMORY=false has every global order dealt to "
+                       "bucket files beside the parse cache.")
+    return text in ("true", "yes", "1")
+
+
 def window_reads(value: str | None = None) -> str:
     """``daskfeed.window-reads``: who reads a window of the global order, ``auto`` or ``workers``.
 

@@ -1,0 +1,181 @@
+"""The global order's buckets held in the trainer: a data set small enough is not dealt to disk.
+
+Bucket ``k`` is, by definition (:mod:`daskfeed.batches._buckets`), the rows with a label of
+every block ``j`` whose place ``i`` in the block's stored order has ``(i + o_j) mod K == k``,
+in canonical order (block id, then row). The build writes that to bucket files (deal, merge,
+gather: every row written twice, then read by each window). Where the columns the model
+reads fit in half the trainer's prefetch share, the trainer holds them instead, taken
+once from the parse cache's files (views of their memory maps, then one copy of those columns),
+with each bucket's rows as positions in that copy; a window takes its buckets from it. The
+same rows in the same order as the files: an epoch, a resume or a trainer of several reads
+exactly what it would read from the bucket files; only where the rows come from differs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from daskfeed.cache import one_table
+from daskfeed.core import DataError, ManifestMismatchError
+from daskfeed.manifest import labelled
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from daskfeed.cache import BlockCache, BucketSet
+    from daskfeed.manifest import Encoding
+
+    # what a window of the global order reads its buckets from: files, or rows held here
+    BucketFiles: TypeAlias = "BucketSet | MemoryBuckets"
+
+MEMORY_SHARE = 2  # held in memory: at most 1/MEMORY_SHARE of the trainer's prefetch bytes
+
+
+class MemoryBuckets:
+    """A data set's buckets as positions in its rows, held in the trainer (see the module's text).
+
+    Read as a :class:`~daskfeed.cache.BucketSet` is by a window
+    (:func:`~daskfeed.batches._read.read_buckets`): :meth:`read_bucket`, :meth:`forget`,
+    :meth:`bucket_path`. The rows are taken on the first read (a copy pickled for another
+    process takes them there on its first read).
+
+    Parameters
+    ----------
+    cache
+        The parse cache holding every block.
+    counts
+        Rows with a label per block (the manifest's).
+    ids, offsets
+        Each block's id (:meth:`~daskfeed.cache.BlockCache.block_ids`) and
+        :func:`~daskfeed.batches._order.block_offsets` offset.
+    buckets
+        ``K``.
+    encoding
+        The columns read (``encoding.names``) and how the label is read.
+    """
+
+    def __init__(self, cache: BlockCache, counts: np.ndarray, ids: np.ndarray,
+                 offsets: np.ndarray, buckets: int, encoding: Encoding) -> None:
+        self.cache, self.counts, self.ids, self.offsets = cache, counts, ids, offsets
+        self.buckets, self.encoding = int(buckets), encoding
+        self._rows: pa.Table | None = None
+        self._positions = np.zeros(0, dtype=np.int64)  # each bucket's rows, bucket after bucket
+        self._starts = np.zeros(0, dtype=np.int64)  # where bucket k's begin in _positions
+        self._lock = threading.Lock()
+
+    def __dask_tokenize__(self) -> object:
+        """The same rows, the same token (a window's task key)."""
+        from dask.base import tokenize
+
+        return ("daskfeed-memory-buckets", str(self.cache.root), self.buckets,
+                tokenize(self.counts, self.ids, self.offsets, self.encoding))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (MemoryBuckets, (self.cache, self.counts, self.ids, self.offsets, self.buckets,
+                                self.encoding))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held (0 before the first read)."""
+        rows = self._rows
+        return 0 if rows is None else rows.nbytes + self._positions.nbytes
+
+    def start(self) -> None:
+        """Take the rows in a thread now (while the model is built); a read waits for it.
+
+        A failure is raised by the read that takes them again.
+        """
+        def taking() -> None:
+            with contextlib.suppress(Exception):
+                self.take()
+
+        threading.Thread(target=taking, daemon=True, name="daskfeed-memory-buckets").start()
+
+    def take(self) -> None:
+        """Take the rows from the parse cache and place each bucket's (done once).
+
+        Raises
+        ------
+        DataError
+            A block the cache no longer holds (removed or damaged since the stream began).
+        ManifestMismatchError
+            A block whose rows with a label are not the manifest's count.
+        """
+        with self._lock:
+            if self._rows is not None:
+                return
+            self._rows, self._positions, self._starts = self._take()
+
+    def _take(self) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+        columns = list(self.encoding.names)
+        files: dict[str, pa.Table] = {}  # whole cache files, views of their memory maps
+        tables: list[pa.Table] = []
+        bases: dict[object, int] = {}
+        positions, dealt, blocks = [], [], []
+        total = 0
+        # blocks by id (as the trace column sorts them), each one's rows by place: a stable sort
+        # by bucket then leaves every bucket in canonical order
+        for j in np.argsort(self.ids.view(np.int64), kind="stable"):
+            found = self.cache.locate(int(j), columns, files)
+            if found is None:
+                raise DataError(
+                    f"Expected block {int(j)} in the parse cache {self.cache.root}, whose rows "
+                    "the trainer holds for the global order. Received: not there (removed or "
+                    "damaged since the sequence was made).\nHint: run again (it is parsed again).")
+            key, table, first, order = found
+            if key not in bases:
+                bases[key] = total
+                tables.append(table)
+                total += table.num_rows
+            expected = int(self.counts[j])
+            if expected == len(order):
+                at = np.arange(len(order), dtype=np.int64)
+            else:
+                mask = labelled(table.slice(first, len(order)), self.encoding)
+                at = (np.arange(len(order), dtype=np.int64) if mask is None
+                      else np.flatnonzero(mask[order]))
+            if len(at) != expected:
+                raise ManifestMismatchError(
+                    f"Block {int(j)} has {len(at)} rows with a label in the parse cache; the "
+                    f"manifest says {expected}. The data changed after the scan.\nHint: rescan "
+                    "(remove the cached manifest) and restart.")
+            positions.append(bases[key] + first + (order if len(at) == len(order) else order[at]))
+            dealt.append(len(at))
+            blocks.append(j)
+        # each row's bucket, (i + o_j) mod K as bucket_of gives it, for every block at once
+        n = np.asarray(dealt, dtype=np.int64)
+        firsts = np.cumsum(n) - n
+        bucket = ((np.arange(int(n.sum()), dtype=np.int64) - np.repeat(firsts, n)
+                   + np.repeat(self.offsets[np.asarray(blocks, dtype=np.int64)].astype(np.int64), n))
+                  % self.buckets)
+        by_bucket = np.argsort(bucket, kind="stable")
+        starts = np.searchsorted(bucket[by_bucket], np.arange(self.buckets + 1))
+        rows = one_table(tables) if tables else pa.table({})
+        rows = rows.select([c for c in columns if c in rows.column_names]).combine_chunks()
+        del files, tables
+        joined = np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64)
+        return rows, joined[by_bucket], starts.astype(np.int64)
+
+    def read_bucket(self, b: int, columns: list[str] | None = None) -> pa.Table:
+        """Bucket ``b``'s rows in canonical order (``columns``; None: those held)."""
+        self.take()
+        assert self._rows is not None
+        rows = self._rows.take(self._positions[self._starts[b]:self._starts[b + 1]])
+        return rows if columns is None else rows.select([c for c in columns
+                                                         if c in rows.column_names])
+
+    def bucket_path(self, b: int) -> str:
+        """Where bucket ``b`` is (for messages): in the trainer's memory."""
+        return f"in memory, from the parse cache {self.cache.root}"
+
+    def forget(self) -> None:
+        """Nothing to mark: no file was written (a bad read is raised as it is)."""
+
+    def parts_of(self) -> list[BucketSet]:
+        """No generations on disk (the check of :func:`~daskfeed.batches._here.reads_here`)."""
+        return []

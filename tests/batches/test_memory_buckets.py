@@ -1,0 +1,104 @@
+"""The global order's buckets held in the trainer (a small data set): the rows the files hold.
+
+On a real LocalCluster of this machine, data with missing labels in some rows and text
+columns (a dictionary per file): every bucket, every batch of two epochs and a resumed epoch
+are the same whether the buckets are held in memory or dealt to files.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import dask.config
+import numpy as np
+import pandas as pd
+import pytest
+
+import daskfeed
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """3,000 rows in 12 files; every 7th row has no label."""
+    root = tmp_path_factory.mktemp("held")
+    rng = np.random.default_rng(6)
+    for f in range(12):
+        n = 250
+        label = rng.integers(0, 2, n).astype(float)
+        label[np.arange(n) % 7 == 3] = np.nan
+        pd.DataFrame({"uid": np.arange(n) + f * 1000, "level": rng.integers(1, 60, n),
+                      "region": rng.choice(["north", "south", "Île", "東"], n),
+                      "cleared": label}).to_csv(root / f"part-{f:02d}.csv", index=False)
+    return str(root / "*.csv")
+
+
+def _sequence(data, client, cache, in_memory, **kw):
+    with dask.config.set({"daskfeed.buckets-in-memory": in_memory}):
+        return daskfeed.DaskSequence(data, label="cleared", client=client, cache=cache,
+                                     batch_size=50, features=["uid", "level", "region"], seed=3,
+                                     window_rows=600, **kw)
+
+
+def _epoch(seq):
+    return [(x["uid"].tolist(), x["region"].tolist(), y.tolist())
+            for x, y in (seq[i] for i in range(len(seq)))]
+
+
+def test_held_buckets_serve_every_batch_the_bucket_files_serve(data, client, tmp_path):
+    cache = tmp_path / "c"
+    with _sequence(data, client, cache, True) as held:
+        buckets = held.stream.buckets
+        assert buckets.held > 0 and buckets.count > 1
+        assert "its buckets held in the trainer's memory" in held.stream.order_line()
+        memory = [_epoch(held)]
+        held.on_epoch_end()
+        memory.append(_epoch(held))
+    assert not os.path.exists(os.path.join(str(cache), "buckets"))  # none written
+    with _sequence(data, client, cache, False) as dealt:
+        assert dealt.stream.buckets.held == 0
+        files = [_epoch(dealt)]
+        dealt.on_epoch_end()
+        files.append(_epoch(dealt))
+    assert memory == files and memory[0] != memory[1]  # two epochs, two orders, the same rows
+    rows = sorted(u for b in memory[0] for u in b[0])
+    assert len(rows) == len(set(rows)) == 12 * 214  # every labelled row once (36 of 250 not)
+
+
+def test_each_held_bucket_is_its_file(data, client, tmp_path):
+    """Row for row, in canonical order, with the text as it reads, also in a pickled copy."""
+    cache = tmp_path / "c"
+    with _sequence(data, client, cache, False) as dealt:
+        files = dealt.stream.buckets.files
+        k = dealt.stream.buckets.count
+        on_disk = [files.read_bucket(b, ["uid", "region", "cleared"]) for b in range(k)]
+    with _sequence(data, client, cache, True) as held:
+        memory = held.stream.buckets.files
+        copy = pickle.loads(pickle.dumps(memory))
+        for b in range(k):
+            for source in (memory, copy):
+                table = source.read_bucket(b, ["uid", "region", "cleared"])
+                assert table.column_names == ["uid", "region", "cleared"]
+                for name in table.column_names:
+                    assert table.column(name).to_pylist() == on_disk[b].column(name).to_pylist()
+
+
+def test_a_resumed_epoch_continues_as_the_files_would(data, client, tmp_path):
+    cache = tmp_path / "c"
+    with _sequence(data, client, cache, False) as dealt:
+        whole = _epoch(dealt)
+    with _sequence(data, client, cache, True) as held:
+        state = held.stream.state(0, 7)
+    with _sequence(data, client, cache, True) as resumed:
+        resumed.stream.set_position(0, state.position)
+        rest = [(x["uid"].tolist(), x["region"].tolist(), y.tolist())
+                for x, y in (resumed[i] for i in range(len(whole) - 7))]
+    assert rest == whole[7:]
+
+
+def test_data_beyond_half_the_prefetch_bytes_are_dealt_to_files(data, client, tmp_path):
+    # 2,568 rows of 3 features, a label and a place: ~100 KiB held against 64 KiB of prefetch
+    with _sequence(data, client, tmp_path / "c", True, prefetch_bytes="64KiB") as seq:
+        assert seq.stream.buckets.held == 0
+        assert os.path.isfile(seq.stream.buckets.files.bucket_path(0))
+        assert "held in the trainer's memory" not in seq.stream.order_line()
