@@ -133,12 +133,10 @@ class MemoryBuckets:
                 tables.append(table)
                 total += table.num_rows
             expected = int(self.counts[j])
-            if expected == len(order):
-                at = np.arange(len(order), dtype=np.int64)
-            else:
-                mask = labelled(table.slice(first, len(order)), self.encoding)
-                at = (np.arange(len(order), dtype=np.int64) if mask is None
-                      else np.flatnonzero(mask[order]))
+            # the stored places of the rows with a label, as the deal takes them
+            mask = labelled(table.slice(first, len(order)), self.encoding)
+            at = (np.arange(len(order), dtype=np.int64) if mask is None
+                  else np.flatnonzero(mask[order]))
             if len(at) != expected:
                 raise ManifestMismatchError(
                     f"Block {int(j)} has {len(at)} rows with a label in the parse cache; the "

@@ -49,8 +49,8 @@ class DataSettings:
         Who reads a window of the global order: ``"auto"`` (the trainer where its cluster is
         this machine) or ``"workers"`` (``daskfeed.window-reads``).
     buckets_in_memory
-        Whether the trainer may hold a small data set's buckets (``daskfeed.buckets-in-memory``,
-        :class:`~daskfeed.batches._memory_buckets.MemoryBuckets`).
+        Whether the trainer may hold a small data set's buckets instead of dealing them to
+        files (``daskfeed.buckets-in-memory``).
     """
 
     label: str

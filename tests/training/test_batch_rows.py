@@ -215,10 +215,18 @@ def test_skipping_batches_needs_the_global_order(tmp_path, id_data):
     assert "the parse cache is off" in off.stderr and "Traceback" not in off.stderr
 
 
-def test_a_run_on_data_that_grew_and_the_run_before_it_stay_traceable(tmp_path, id_data):
+@pytest.mark.parametrize("held", [False, True], ids=["bucket-files", "held-in-memory"])
+def test_a_run_on_data_that_grew_and_the_run_before_it_stay_traceable(tmp_path, id_data,
+                                                                      monkeypatch, held):
     """A run on 12 files, then the folder grows by 2 and a fresh run deals the new rows into the
-    same 8 buckets (a new generation in the same cache): every step of both runs is traced."""
+    same 8 buckets (a new generation in the same cache): every step of both runs is traced.
+    Also with the buckets held by the trainer (the default for data this small): the rows
+    trained are the ones the order names."""
     import shutil
+
+    import killresume
+
+    monkeypatch.setitem(killresume.ENV, "DASK_DASKFEED__BUCKETS_IN_MEMORY", str(held).lower())
 
     files = sorted(Path(id_data.root).glob("log_quest/**/*.csv"))
     data = tmp_path / "data"
@@ -239,7 +247,10 @@ def test_a_run_on_data_that_grew_and_the_run_before_it_stay_traceable(tmp_path, 
     for f in files[12:14]:  # 9,800 rows: the same number of buckets
         shutil.copy(f, data / f.name)
     after = train("after")
-    assert "dealt into the 1 generation(s) kept" in after.text(), after.text()[-2000:]
+    if held:
+        assert "its buckets held in the trainer's memory" in after.text(), after.text()[-2000:]
+    else:
+        assert "dealt into the 1 generation(s) kept" in after.text(), after.text()[-2000:]
     assert after.audit() == len(after.steps()) == 98
     assert before.audit() == len(before.steps()) == 84
 
