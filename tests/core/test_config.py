@@ -29,7 +29,8 @@ SHIPPED = yaml.safe_load((Path(daskfeed.__file__).parent / "core" / "daskfeed.ya
 # is set (an environment variable's text is read by dask as a Python literal, else as text)
 VALUES = {
     "batch-size": 777, "blocksize": "33MiB", "window-bytes": "77MiB", "prefetch-bytes": "99MiB",
-    "window-reads": "workers", "buckets-in-memory": False, "handoff": "pydataset", "checkpoint-every": 55, "timeout": "123s",
+    "window-reads": "workers", "buckets-in-memory": False, "handoff": "pydataset",
+    "checkpoint-every": 55, "timeout": "123s",
     "rank-wait": "3h",
     "cache-dir": "/tmp/daskfeed-config-test", "cache-compression": "zstd", "cache-max-size": "5GB",
     "cache-lock-timeout": "7minutes", "vocabulary-size": 321, "max-columns": 4321,
