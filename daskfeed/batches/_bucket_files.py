@@ -90,7 +90,8 @@ class Buckets:
     def files(self) -> BucketFiles:
         """The :class:`~daskfeed.cache._buckets.BucketSet`, once built (:meth:`wait`).
 
-        What a window task reads: a view of its generations.
+        What a window task reads: a view of its generations; or the rows the trainer holds
+        (:class:`~daskfeed.batches._memory_buckets.MemoryBuckets`, ``held``).
         """
         return self.wait()
 
