@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from distributed import Client
 
     from daskfeed.batches._memory_buckets import BucketFiles
-    from daskfeed.cache import BucketSet
 
 
 class Buckets:
@@ -54,7 +53,8 @@ class Buckets:
     """
 
     def __init__(self, files: BucketFiles | None, sizes: np.ndarray, seconds: float | None = None,
-                 work: str = "", build: Callable[[], tuple[BucketSet, str] | Missed] | None = None,
+                 work: str = "",
+                 build: Callable[[], tuple[BucketFiles, str] | Missed] | None = None,
                  held: int = 0) -> None:
         self._files = files
         self.sizes = sizes
@@ -130,7 +130,7 @@ class Buckets:
         self._built = threading.Event()
         self._built.set()
 
-    def _build(self, build: Callable[[], tuple[BucketSet, str] | Missed]) -> None:
+    def _build(self, build: Callable[[], tuple[BucketFiles, str] | Missed]) -> None:
         t0 = time.perf_counter()
         try:
             made = build()

@@ -145,8 +145,14 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None,
     if in_memory and held <= data.settings.prefetch_bytes // MEMORY_SHARE \
             and all(cache.has(i) for i in range(n)):
         memory = MemoryBuckets(cache, counts, ids, offsets, k, enc)
-        memory.start()  # (taken while the model is built: no window reads before it is)
-        return Buckets(memory, sizes, held=held)
+
+        def take() -> tuple[MemoryBuckets, str]:
+            memory.take()
+            return memory, f"{int(counts.sum()):,} rows held (~{format_bytes(memory.nbytes)})"
+
+        # taken in a thread while the model is built; the first batch waits for them as for
+        # files dealt in the background (not a window's wait)
+        return Buckets(None, sizes, build=take, held=held)
     parts = _part_ranges(cache, n, data.manifest.fingerprint)
     key = BucketSet.key_of(root=cache.root if not cache.entries else None, buckets=k,
                            label=enc.label, classes=list(enc.label_classes))

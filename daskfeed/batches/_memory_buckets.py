@@ -6,14 +6,15 @@ in canonical order (block id, then row). The build writes that to bucket files (
 gather: every row written twice, then read by each window). Where the columns the model
 reads fit in half the trainer's prefetch share, the trainer holds them instead, taken
 once from the parse cache's files (views of their memory maps, then one copy of those columns),
-with each bucket's rows as positions in that copy; a window takes its buckets from it. The
+with each bucket's rows as positions in that copy (taken in a thread while the model is
+built: :class:`~daskfeed.batches._bucket_files.Buckets` with a build, whose wait the first
+batch does, as for files dealt in the background); a window takes its buckets from it. The
 same rows in the same order as the files: an epoch, a resume or a trainer of several reads
 exactly what it would read from the bucket files; only where the rows come from differs.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -41,8 +42,8 @@ class MemoryBuckets:
 
     Read as a :class:`~daskfeed.cache.BucketSet` is by a window
     (:func:`~daskfeed.batches._read.read_buckets`): :meth:`read_bucket`, :meth:`forget`,
-    :meth:`bucket_path`. The rows are taken on the first read (a copy pickled for another
-    process takes them there on its first read).
+    :meth:`bucket_path`. The rows are taken by :meth:`take` (or on the first read: a copy
+    pickled for another process takes them there).
 
     Parameters
     ----------
@@ -84,17 +85,6 @@ class MemoryBuckets:
         """Bytes held (0 before the first read)."""
         rows = self._rows
         return 0 if rows is None else rows.nbytes + self._positions.nbytes
-
-    def start(self) -> None:
-        """Take the rows in a thread now (while the model is built); a read waits for it.
-
-        A failure is raised by the read that takes them again.
-        """
-        def taking() -> None:
-            with contextlib.suppress(Exception):
-                self.take()
-
-        threading.Thread(target=taking, daemon=True, name="daskfeed-memory-buckets").start()
 
     def take(self) -> None:
         """Take the rows from the parse cache and place each bucket's (done once).

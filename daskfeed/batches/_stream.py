@@ -340,11 +340,11 @@ class BatchStream:
         """How the epoch's rows are ordered, in one line (what shuffle quality the run gets, why)."""
         line = order_line(self.plan, units=self.units, blocks=len(self.data.manifest.counts),
                           shuffle=self.data.settings.shuffle, why=self._why_no_order())
-        if self.buckets is not None and self.buckets.building:
-            return f"{line}; its buckets being dealt from the parse cache as training starts"
         if self.buckets is not None and self.buckets.held:
             return (f"{line}; its buckets held in the trainer's memory, taken from the parse cache "
-                    f"(~{format_bytes(self.buckets.held)}: none written)")
+                    f"(~{format_bytes(self.buckets.held)} at most: none written)")
+        if self.buckets is not None and self.buckets.building:
+            return f"{line}; its buckets being dealt from the parse cache as training starts"
         if self.buckets is None or self.buckets.seconds is None:
             return line
         work = f": {self.buckets.work}" if self.buckets.work else ""
@@ -356,6 +356,9 @@ class BatchStream:
         b = self.buckets
         if b is None or not b.background or b.building or b.seconds is None:
             return ""
+        if b.held:
+            return (f"global order: its buckets held in the trainer's memory, taken from the "
+                    f"parse cache in {b.seconds:.1f}s as training started: {b.work}")
         return (f"global order: its buckets dealt from the parse cache in {b.seconds:.1f}s as "
                 f"training started{': ' + b.work if b.work else ''}")
 
