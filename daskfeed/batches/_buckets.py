@@ -140,8 +140,10 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None,
     sizes = bucket_sizes(counts, offsets, k)
     enc = data.encoding
     # at most 8 bytes a value in the cache's columns (int32 where whole numbers fit, text as
-    # dictionary codes), the label and a weight, and 8 a row for its place
-    held = int(counts.sum()) * (8 * (len(enc.columns) + 1 + bool(enc.weight)) + 8)
+    # dictionary codes), the label and a weight, and 8 a row for its place; or the whole parse
+    # cache of these files, uncompressed, if more (the rows without a label, long text)
+    held = max(int(counts.sum()) * (8 * (len(enc.columns) + 1 + bool(enc.weight)) + 8),
+               estimate_bytes(data.source, None))
     if in_memory and held <= data.settings.prefetch_bytes // MEMORY_SHARE \
             and all(cache.has(i) for i in range(n)):
         memory = MemoryBuckets(cache, counts, ids, offsets, k, enc)

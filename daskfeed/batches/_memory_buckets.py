@@ -118,13 +118,20 @@ class MemoryBuckets:
                     "the trainer holds for the global order. Received: not there (removed or "
                     "damaged since the sequence was made).\nHint: run again (it is parsed again).")
             key, table, first, order = found
+            if table.num_rows < first + len(order):  # a cache file shorter than its marker
+                raise ManifestMismatchError(
+                    f"Block {int(j)} has {max(table.num_rows - first, 0)} rows in its parse cache "
+                    f"file; its marker says {len(order)}.\nHint: remove the parse cache "
+                    "(daskfeed cache clear) and restart.")
             if key not in bases:
                 bases[key] = total
                 tables.append(table)
                 total += table.num_rows
             expected = int(self.counts[j])
             # the stored places of the rows with a label, as the deal takes them
-            mask = labelled(table.slice(first, len(order)), self.encoding)
+            mine = table.slice(first, len(order))
+            mask = labelled(mine, self.encoding) if self.encoding.label in mine.column_names \
+                else None
             at = (np.arange(len(order), dtype=np.int64) if mask is None
                   else np.flatnonzero(mask[order]))
             if len(at) != expected:

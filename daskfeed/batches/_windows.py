@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from dask.base import tokenize
 
+from daskfeed.batches._here import HereReads
+from daskfeed.batches._memory_buckets import MemoryBuckets
 from daskfeed.batches._plan import EpochPlan
 from daskfeed.batches._read import encode_window, read_buckets, read_window
 from daskfeed.dashboard import EpochSpans
@@ -94,6 +96,10 @@ class WindowTasks:
         blocks = win.blocks
         if plan.order is not None and win.units is not None:  # whole buckets of the global order
             units, span, lanes = seed
+            if self.here is None and isinstance(self.buckets, MemoryBuckets):
+                # rows held in this process (a copy unpickled here, a scheduler that did not
+                # answer): read here, never sent to a worker, which would take them all again
+                self.here = HereReads(1, client)
             if self.here is not None and self.buckets is not None:
                 return self.here.submit(self.buckets, units, span, lanes, self.encoding)
             return client.submit(read_buckets, self.buckets, units, span, lanes, self.encoding,

@@ -86,6 +86,19 @@ def test_each_held_bucket_is_its_file(data, client, tmp_path):
                     assert table.column(name).to_pylist() == on_disk[b].column(name).to_pylist()
 
 
+def test_a_copy_of_a_held_sequence_reads_its_windows_itself(data, client, tmp_path):
+    """Unpickled (a process of its own would), it takes the rows again and reads here: a window
+    sent to a worker would take them all for a few buckets."""
+    with _sequence(data, client, tmp_path / "c", True) as held:
+        first = _epoch(held)
+        copy = pickle.loads(pickle.dumps(held))
+        try:
+            assert _epoch(copy) == first
+            assert copy.stream._windows.here is not None
+        finally:
+            copy.close()
+
+
 def test_a_resumed_epoch_continues_as_the_files_would(data, client, tmp_path):
     cache = tmp_path / "c"
     with _sequence(data, client, cache, False) as dealt:
