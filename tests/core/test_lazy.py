@@ -11,7 +11,7 @@ from daskfeed.core import BackendError
 from daskfeed.core._lazy import attach
 
 # Names behind an optional extra: without it they are a BackendError naming the extra, not a crash.
-NEEDS_TORCH = {("adapters", "TorchDataset")}
+NEEDS_TORCH = {("adapters", "TorchDataset"), ("adapters", "set_torch_threads")}
 
 
 def _has_torch() -> bool:
