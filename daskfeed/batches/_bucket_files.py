@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from daskfeed.cluster import wait_for
-from daskfeed.core import PROCESS_STOP, ClusterError, Stop
+from daskfeed.core import PROCESS_STOP, Aborted, ClusterError, Stop
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -28,6 +28,11 @@ if TYPE_CHECKING:
     from distributed import Client
 
     from daskfeed.batches._memory_buckets import BucketFiles
+
+    Abandon = Callable[[], BaseException | None]  # what a build asks between its waits
+    Build = Callable[[Abandon], tuple[BucketFiles, str] | "Missed"]
+
+CLOSE_WAIT = 30.0  # seconds close() waits for a build's thread to release its tasks and end
 
 
 class Buckets:
@@ -54,8 +59,7 @@ class Buckets:
 
     def __init__(self, files: BucketFiles | None, sizes: np.ndarray, seconds: float | None = None,
                  work: str = "",
-                 build: Callable[[], tuple[BucketFiles, str] | Missed] | None = None,
-                 held: int = 0) -> None:
+                 build: Build | None = None, held: int = 0) -> None:
         self._files = files
         self.sizes = sizes
         self.seconds = seconds
@@ -65,11 +69,14 @@ class Buckets:
         self._trace: TracebackType | None = None  # (the build's: each raise starts from it)
         self.background = build is not None  # (built in a thread of this process)
         self._built = threading.Event()
+        self._closing = threading.Event()
+        self._thread: threading.Thread | None = None
         if build is None:
             self._built.set()
         else:
-            threading.Thread(target=self._build, args=(build,), daemon=True,
-                             name="daskfeed-bucket-build").start()
+            self._thread = threading.Thread(target=self._build, args=(build,), daemon=True,
+                                            name="daskfeed-bucket-build")
+            self._thread.start()
 
     @property
     def count(self) -> int:
@@ -119,21 +126,42 @@ class Buckets:
         assert self._files is not None
         return self._files
 
+    def close(self, timeout: float = CLOSE_WAIT) -> None:
+        """Stop a build in the background and wait (at most ``timeout`` s) for its thread to end.
+
+        The build stops at its next wait for the workers' tasks and releases them (the scheduler
+        drops those no one else wants); a build cut short is written again by the next run that
+        needs it. Nothing of the build's runs on after its reader is closed: not its tasks on a
+        cluster the caller goes on using, not its thread. Idempotent.
+        """
+        self._closing.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def _abandoned(self) -> BaseException | None:
+        if not self._closing.is_set():
+            return None
+        return Aborted("the reader was closed: its buckets' build stops")
+
     def __getstate__(self) -> dict[str, Any]:
         self.wait()  # (a copy holds the files)
         state = self.__dict__.copy()
-        del state["_built"]
+        for k in ("_built", "_closing", "_thread"):
+            del state[k]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._built = threading.Event()
         self._built.set()
+        self._closing = threading.Event()
+        self._thread = None
 
-    def _build(self, build: Callable[[], tuple[BucketFiles, str] | Missed]) -> None:
+    def _build(self, build: Build) -> None:
         t0 = time.perf_counter()
         try:
-            made = build()
+            made = build(self._abandoned)
             if isinstance(made, Missed):  # (the epoch was planned on them: no fallback left)
                 raise ClusterError(
                     f"Expected the global order's buckets written beside the parse cache while "

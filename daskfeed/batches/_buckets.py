@@ -68,6 +68,7 @@ from daskfeed.manifest import labelled
 if TYPE_CHECKING:
     from distributed import Client, Future
 
+    from daskfeed.batches._bucket_files import Abandon
     from daskfeed.batches._prepare import Prepared
     from daskfeed.cache import BlockCache
     from daskfeed.manifest import Encoding
@@ -148,8 +149,8 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None,
             and all(cache.has(i) for i in range(n)):
         memory = MemoryBuckets(cache, counts, ids, offsets, k, enc)
 
-        def take() -> tuple[MemoryBuckets, str]:
-            memory.take()
+        def take(abandon: Abandon) -> tuple[MemoryBuckets, str]:
+            memory.take()  # (local work, a bounded size: close() waits for its end)
             return memory, f"{int(counts.sum()):,} rows held (~{format_bytes(memory.nbytes)})"
 
         # taken in a thread while the model is built; the first batch waits for them as for
@@ -185,8 +186,8 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None,
         run_rows = task_rows(client, data.manifest.nbytes, int(counts.sum()))
     step_rows = run_rows
 
-    def build() -> tuple[BucketSet, str] | Missed:
-        """Deal and merge what the plan says.
+    def build(abandon: Abandon) -> tuple[BucketSet, str] | Missed:
+        """Deal and merge what the plan says (until ``abandon()`` says to stop).
 
         The view of the generations and the work, in words; or why they could not be written.
         """
@@ -197,7 +198,7 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None,
             if new is not None:
                 building.append(new)
                 new.build = _deal_generation(data, files.generation(new.name), new, ids, offsets,
-                                             step_rows)
+                                             step_rows, abandon)
                 work.append(f"{new.rows:,} rows of {len(new.parts)} part(s) dealt"
                             + (f" into the {len(kept)} generation(s) kept" if kept else ""))
                 kept.append(new)
@@ -205,7 +206,8 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None,
                 young = kept[-plan:]
                 merged = planner.generation(frozenset().union(*(g.parts for g in young)))
                 building.append(merged)
-                merged.build = _merge_generations(client, files, young, merged, step_rows)
+                merged.build = _merge_generations(client, files, young, merged, step_rows,
+                                                  abandon)
                 work.append(f"the {plan} youngest generations merged ({merged.rows:,} rows)")
                 kept = [*kept[:-plan], merged]
         except FileNotFoundError as err:  # a run written on one machine, looked for on another ...
@@ -237,7 +239,7 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None,
     if background and free >= BACKGROUND_ROOM * need and disk_shared(client, cache.root):
         return Buckets(None, sizes, build=build)
     t0 = time.perf_counter()
-    made = build()
+    made = build(lambda: None)
     if isinstance(made, Missed):  # the epoch is not planned yet: windows of blocks instead
         warnings.warn(f"daskfeed: {made.reason}; rows are shuffled within windows of blocks instead, "
                       f"not in one global order.\nHint: {made.hint}.", stacklevel=2)
@@ -385,7 +387,7 @@ def task_rows(client: Client, csv_bytes: int, rows: int) -> int:
 
 
 def _deal_generation(data: Prepared, files: BucketSet, gen: _Generation, ids: np.ndarray,
-                     offsets: np.ndarray, run_rows: int) -> str:
+                     offsets: np.ndarray, run_rows: int, abandon: Abandon | None = None) -> str:
     """Deal ``gen``'s blocks into its files (deal, merge the runs, gather); its build's tag."""
     client, source, cache = data.client, data.source, data.cache
     counts = np.where(gen.mask, np.asarray(data.manifest.counts, dtype=np.int64), 0)
@@ -400,7 +402,7 @@ def _deal_generation(data: Prepared, files: BucketSet, gen: _Generation, ids: np
                            source.options, cache, data.encoding,
                            key=f"daskfeed-buckets-deal-{files.key}-{n}", retries=1)
              for n, (name, g) in enumerate(zip(runs, groups, strict=True))]
-    _gather_all(client, deals, "the rows dealt into buckets")
+    _gather_all(client, deals, "the rows dealt into buckets", abandon)
     level = 0
     while len(runs) > FAN_IN:  # fewer, longer runs: every gather reads a range of each run
         groups_of = [runs[i:i + FAN_IN] for i in range(0, len(runs), FAN_IN)]
@@ -408,12 +410,12 @@ def _deal_generation(data: Prepared, files: BucketSet, gen: _Generation, ids: np
         merges = [client.submit(_merge, files, tag, group, name, run_rows,
                                 key=f"daskfeed-buckets-merge-{files.key}-{level}-{n}", retries=1)
                   for n, (group, name) in enumerate(zip(groups_of, merged, strict=True))]
-        _gather_all(client, merges, "the runs of buckets merged")
+        _gather_all(client, merges, "the runs of buckets merged", abandon)
         runs, level = merged, level + 1
     gathers = [client.submit(gather, files, tag, runs, b0, b1, [int(x) for x in gen.sizes[b0:b1]],
                              key=f"daskfeed-buckets-gather-{files.key}-{b0}", retries=1)
                for b0, b1 in _ranges(gen.sizes, run_rows)]
-    _gather_all(client, gathers, "the buckets gathered from their runs")
+    _gather_all(client, gathers, "the buckets gathered from their runs", abandon)
     build = uuid.uuid4().hex[:12]  # this build's files (window task keys change with it)
     client.submit(files.seal, digest(gen.sizes), gen.blocks, gen.rows, tag, build,
                   key=f"daskfeed-buckets-seal-{build}").result()
@@ -421,7 +423,7 @@ def _deal_generation(data: Prepared, files: BucketSet, gen: _Generation, ids: np
 
 
 def _merge_generations(client: Client, files: BucketSet, young: list[_Generation],
-                       merged: _Generation, run_rows: int) -> str:
+                       merged: _Generation, run_rows: int, abandon: Abandon | None = None) -> str:
     """Write ``merged`` from the generations ``young``, bucket range by bucket range."""
     source = files.view([g.name for g in young], [g.build for g in young])
     target = files.generation(merged.name)
@@ -429,7 +431,7 @@ def _merge_generations(client: Client, files: BucketSet, young: list[_Generation
                            [int(x) for x in merged.sizes[b0:b1]],
                            key=f"daskfeed-buckets-join-{target.key}-{b0}", retries=1)
              for b0, b1 in _ranges(merged.sizes, run_rows)]
-    _gather_all(client, tasks, "the youngest generations of buckets merged")
+    _gather_all(client, tasks, "the youngest generations of buckets merged", abandon)
     build = uuid.uuid4().hex[:12]
     client.submit(target.seal, digest(merged.sizes), merged.blocks, merged.rows, "", build,
                   key=f"daskfeed-buckets-seal-{build}").result()
@@ -443,11 +445,15 @@ def _ranges(sizes: np.ndarray, run_rows: int) -> list[tuple[int, int]]:
     return [(b, min(b + per, k)) for b in range(0, k, per)]
 
 
-def _gather_all(client: Client, futures: list[Future[Any]], what: str) -> None:
-    """Wait for every future (its error raised, explained); released whatever happened."""
+def _gather_all(client: Client, futures: list[Future[Any]], what: str,
+                abandon: Abandon | None = None) -> None:
+    """Wait for every future (its error raised, explained); released whatever happened.
+
+    ``abandon()`` returns an error to stop with (the reader was closed), or None.
+    """
     try:
         for f in futures:  # a worker paused for good is a BudgetError, not a wait without end
-            result_unless_paused(f, what=what)
+            result_unless_paused(f, what=what, abandon=abandon)
     except Exception as err:
         # a run looked for on another machine, or a full disk: the caller falls back to windows
         if isinstance(err, FileNotFoundError) or getattr(err, "errno", None) == errno.ENOSPC:

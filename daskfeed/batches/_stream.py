@@ -833,8 +833,9 @@ class BatchStream:
         return self._closed
 
     def close(self) -> None:
-        """Stop prefetching, release windows in flight, close the client if the stream owns it.
+        """Stop prefetching and building, release windows in flight, close the client if owned.
 
+        A build of the buckets in the background stops too, at its next look at its tasks.
         Idempotent and quick. In a forked child it does nothing (the parent's connection is not
         the child's to close).
         """
@@ -845,6 +846,8 @@ class BatchStream:
             dependent.close()
         self._cursor.close()
         self._windows.close()
+        if self.buckets is not None:  # a build still running stops (before the client closes)
+            self.buckets.close()
         self._owner.close()
 
     def check_usable(self) -> None:

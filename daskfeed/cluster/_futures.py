@@ -134,7 +134,8 @@ def result(future: Pending[T], timeout: float,
 
 def result_unless_paused(future: Future[T], *, patience: float = PAUSED_PATIENCE,
                          what: str = "a task", process: Stop = PROCESS_STOP,
-                         timeout: float = math.inf) -> T:
+                         timeout: float = math.inf,
+                         abandon: Callable[[], BaseException | None] | None = None) -> T:
     """:func:`result` with no timeout, or a :class:`BudgetError` once every worker stays paused.
 
     A worker pauses at ``distributed.worker.memory.pause`` (80 %) of its memory limit and runs
@@ -154,6 +155,8 @@ def result_unless_paused(future: Future[T], *, patience: float = PAUSED_PATIENCE
         The stop request that ends the wait.
     timeout
         Seconds to wait in all (default: no limit).
+    abandon
+        Returns an error to raise instead of waiting on (its caller gave up), or None.
 
     Returns
     -------
@@ -171,6 +174,9 @@ def result_unless_paused(future: Future[T], *, patience: float = PAUSED_PATIENCE
     looked, since = [0.0], [math.inf]  # the last look at the workers; since when all paused
 
     def paused() -> BaseException | None:
+        given_up = abandon() if abandon is not None else None
+        if given_up is not None:
+            return given_up
         now = time.monotonic()
         if future.done() or now - looked[0] < PAUSED_LOOK:  # done: gathered whatever happened
             return None

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -209,7 +210,12 @@ def held_deal(monkeypatch):
 
     def held(*args, **kwargs):
         dealing.set()
-        assert go.wait(60), "the test never let the deal go on"
+        abandon = args[-1]  # (a closed reader's build stops here as at its tasks)
+        deadline = time.monotonic() + 60
+        while not go.wait(0.01):
+            if abandon() is not None:
+                raise abandon()
+            assert time.monotonic() < deadline, "the test never let the deal go on"
         return deal(*args, **kwargs)
 
     monkeypatch.setattr(build, "_deal_generation", held)
@@ -289,6 +295,49 @@ def test_closing_a_sequence_ends_a_wait_for_its_buckets(data, client, tmp_path, 
     finally:
         go.set()
         seq.close()
+
+
+def test_closing_a_sequence_stops_its_build_its_tasks_and_its_thread(data, client, tmp_path,
+                                                                    monkeypatch):
+    """The deal's tasks held on the workers (a distributed Event): closing the sequence ends
+    the build's thread and releases its tasks, so nothing of it runs on in a cluster the
+    caller goes on using."""
+    import uuid
+
+    from distributed import Event
+
+    import daskfeed.batches._buckets as build
+
+    gate = Event(f"test-deal-{uuid.uuid4().hex}", client=client)
+    name, real = gate.name, build.deal
+
+    def held_on_worker(*args, **kwargs):  # (pickled by value: runs on the workers)
+        from distributed import Event
+
+        Event(name).wait()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(build, "deal", held_on_worker)
+
+    def build_tasks(dask_scheduler=None):
+        return [str(k) for k in dask_scheduler.tasks if "daskfeed-buckets-deal" in str(k)]
+
+    try:
+        seq = _sequence(data, client, tmp_path / "c")
+        buckets = seq.stream.buckets
+        assert buckets.building
+        deadline = time.monotonic() + 60
+        while not client.run_on_scheduler(build_tasks):  # (the deal submitted, held)
+            assert time.monotonic() < deadline, "the build never submitted its deal"
+        seq.close()
+        assert not buckets._thread.is_alive() and not buckets.building
+        with pytest.raises(BaseException, match="closed"):
+            buckets.wait()
+        deadline = time.monotonic() + 60
+        while left := client.run_on_scheduler(build_tasks):  # (released: forgotten)
+            assert time.monotonic() < deadline, left
+    finally:
+        gate.set()
 
 
 def test_without_disk_room_for_the_buckets_the_run_says_so_and_uses_windows_of_blocks(
