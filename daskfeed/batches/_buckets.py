@@ -46,7 +46,7 @@ import pyarrow as pa
 from dask.utils import format_bytes
 
 from daskfeed.batches._bucket_files import Buckets, Missed, disk_shared
-from daskfeed.batches._memory_buckets import MEMORY_SHARE, MemoryBuckets
+from daskfeed.batches._memory_buckets import memory_buckets
 from daskfeed.batches._order import (
     block_offsets,
     bucket_count,
@@ -119,9 +119,8 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None,
         share this machine's disk (the fallback for workers that do not see one another's files
         is never needed), and only with ``BACKGROUND_ROOM`` times the room the build needs free.
     in_memory
-        The trainer may hold the buckets (it reads the parse cache's files): where the columns
-        read fit in ``1 / MEMORY_SHARE`` of its prefetch bytes and every block is cached, none
-        is written (:class:`~daskfeed.batches._memory_buckets.MemoryBuckets`).
+        The trainer may hold the buckets (it reads the parse cache's files): where they fit
+        (:func:`~daskfeed.batches._memory_buckets.memory_buckets`), none is written.
 
     Returns
     -------
@@ -139,23 +138,11 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None,
     ids = cache.block_ids(n)
     offsets = block_offsets(ids, k)
     sizes = bucket_sizes(counts, offsets, k)
+    if in_memory:  # taken in a thread while the model is built; the first batch waits for them
+        memory = memory_buckets(data, counts, ids, offsets, k)  # as for files dealt meanwhile
+        if memory is not None:
+            return Buckets(None, sizes, build=memory.taken, held=memory.estimate)
     enc = data.encoding
-    # at most 8 bytes a value in the cache's columns (int32 where whole numbers fit, text as
-    # dictionary codes), the label and a weight, and 8 a row for its place; or the whole parse
-    # cache of these files, uncompressed, if more (the rows without a label, long text)
-    held = max(int(counts.sum()) * (8 * (len(enc.columns) + 1 + bool(enc.weight)) + 8),
-               estimate_bytes(data.source, None))
-    if in_memory and held <= data.settings.prefetch_bytes // MEMORY_SHARE \
-            and all(cache.has(i) for i in range(n)):
-        memory = MemoryBuckets(cache, counts, ids, offsets, k, enc)
-
-        def take(abandon: Abandon) -> tuple[MemoryBuckets, str]:
-            memory.take()  # (local work, a bounded size: close() waits for its end)
-            return memory, f"{int(counts.sum()):,} rows held (~{format_bytes(memory.nbytes)})"
-
-        # taken in a thread while the model is built; the first batch waits for them as for
-        # files dealt in the background (not a window's wait)
-        return Buckets(None, sizes, build=take, held=held)
     parts = _part_ranges(cache, n, data.manifest.fingerprint)
     key = BucketSet.key_of(root=cache.root if not cache.entries else None, buckets=k,
                            label=enc.label, classes=list(enc.label_classes))
@@ -517,7 +504,8 @@ def deal(files: BucketSet, tag: str, name: str, blocks: list[tuple[int, Block, i
     # parsed here); each table's first row among them, by its key
     tables: list[pa.Table] = []
     starts: dict[object, int] = {}
-    picks, where, ids, places = [], [], [], []  # per row dealt: its row in the tables, ...
+    picks, ids, places = [], [], []  # per row dealt: its row in the tables, its block, its place
+    dealt_at, dealt = [], []  # per block: its offset, its rows dealt
     base = 0
     opened: dict[str, pa.Table] = {}  # whole cache files, views of their memory maps
     for index, block, offset, expected, block_id in blocks:
@@ -549,12 +537,14 @@ def deal(files: BucketSet, tag: str, name: str, blocks: list[tuple[int, Block, i
         picks.append(starts[key] + first + order[at])
         ids.append(np.full(len(at), block_id, dtype=np.uint64).view(np.int64))
         places.append(at)
-        where.append(bucket_of(offset, len(at), k))
+        dealt_at.append(offset)
+        dealt.append(len(at))
     if not tables:
         tables = [pa.table({})]
     # one take: every block's rows in their stored order, sorted by bucket (the rows of a bucket
     # in canonical order within the run), traced to their block and row
-    rows = files.write_run(tag, name, tables, _joined(picks), _joined(where),
+    where = bucket_of(np.asarray(dealt_at, dtype=np.int64), np.asarray(dealt, dtype=np.int64), k)
+    rows = files.write_run(tag, name, tables, _joined(picks), where,
                            {TRACE_COLUMNS[0]: _joined(ids), TRACE_COLUMNS[1]: _joined(places)})
     del tables, opened
     pa.default_memory_pool().release_unused()  # back to the system: the worker must not pause

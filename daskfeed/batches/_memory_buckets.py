@@ -20,14 +20,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+from dask.utils import format_bytes
 
-from daskfeed.cache import one_table
+from daskfeed.batches._order import bucket_of
+from daskfeed.cache import estimate_bytes, one_table
 from daskfeed.core import DataError, ManifestMismatchError
 from daskfeed.manifest import labelled
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import TypeAlias
 
+    from daskfeed.batches._prepare import Prepared
     from daskfeed.cache import BlockCache, BucketSet
     from daskfeed.manifest import Encoding
 
@@ -58,12 +62,14 @@ class MemoryBuckets:
         ``K``.
     encoding
         The columns read (``encoding.names``) and how the label is read.
+    estimate
+        Bytes they will hold, at most (what the trainer's prefetch room leaves aside).
     """
 
     def __init__(self, cache: BlockCache, counts: np.ndarray, ids: np.ndarray,
-                 offsets: np.ndarray, buckets: int, encoding: Encoding) -> None:
+                 offsets: np.ndarray, buckets: int, encoding: Encoding, estimate: int) -> None:
         self.cache, self.counts, self.ids, self.offsets = cache, counts, ids, offsets
-        self.buckets, self.encoding = int(buckets), encoding
+        self.buckets, self.encoding, self.estimate = int(buckets), encoding, int(estimate)
         self._rows: pa.Table | None = None
         self._positions = np.zeros(0, dtype=np.int64)  # each bucket's rows, bucket after bucket
         self._starts = np.zeros(0, dtype=np.int64)  # where bucket k's begin in _positions
@@ -78,7 +84,7 @@ class MemoryBuckets:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (MemoryBuckets, (self.cache, self.counts, self.ids, self.offsets, self.buckets,
-                                self.encoding))
+                                self.encoding, self.estimate))
 
     @property
     def nbytes(self) -> int:
@@ -100,6 +106,14 @@ class MemoryBuckets:
             if self._rows is not None:
                 return
             self._rows, self._positions, self._starts = self._take()
+
+    def taken(self, abandon: Callable[[], BaseException | None]) -> tuple[MemoryBuckets, str]:
+        """:meth:`take` as a build of :class:`~daskfeed.batches._bucket_files.Buckets` does it.
+
+        Local work of a bounded size: a closed reader waits for its end (``abandon`` unused).
+        """
+        self.take()
+        return self, f"{int(self.counts.sum()):,} rows held (~{format_bytes(self.nbytes)})"
 
     def _take(self) -> tuple[pa.Table, np.ndarray, np.ndarray]:
         columns = list(self.encoding.names)
@@ -142,12 +156,8 @@ class MemoryBuckets:
             positions.append(bases[key] + first + (order if len(at) == len(order) else order[at]))
             dealt.append(len(at))
             blocks.append(j)
-        # each row's bucket, (i + o_j) mod K as bucket_of gives it, for every block at once
-        n = np.asarray(dealt, dtype=np.int64)
-        firsts = np.cumsum(n) - n
-        bucket = ((np.arange(int(n.sum()), dtype=np.int64) - np.repeat(firsts, n)
-                   + np.repeat(self.offsets[np.asarray(blocks, dtype=np.int64)].astype(np.int64), n))
-                  % self.buckets)
+        bucket = bucket_of(self.offsets[np.asarray(blocks, dtype=np.int64)], np.asarray(dealt),
+                           self.buckets)
         by_bucket = np.argsort(bucket, kind="stable")
         starts = np.searchsorted(bucket[by_bucket], np.arange(self.buckets + 1))
         rows = one_table(tables) if tables else pa.table({})
@@ -174,3 +184,30 @@ class MemoryBuckets:
     def parts_of(self) -> list[BucketSet]:
         """No generations on disk (the check of :func:`~daskfeed.batches._here.reads_here`)."""
         return []
+
+
+def memory_buckets(data: Prepared, counts: np.ndarray, ids: np.ndarray, offsets: np.ndarray,
+                   buckets: int) -> MemoryBuckets | None:
+    """The buckets of ``data`` held in the trainer, where they fit; else None (dealt to files).
+
+    They fit where every block is cached and what they hold is at most ``1 / MEMORY_SHARE`` of
+    the trainer's prefetch bytes: at most 8 bytes a value in the cache's columns (int32 where
+    whole numbers fit, text as dictionary codes), the label and a weight, and 8 a row for its
+    place; or the whole parse cache of these files, uncompressed, if more (the rows without a
+    label, long text). Not taken yet (:meth:`MemoryBuckets.taken`).
+
+    Parameters
+    ----------
+    data
+        Prepared data with a parse cache.
+    counts, ids, offsets, buckets
+        As :class:`MemoryBuckets` takes them.
+    """
+    cache, enc = data.cache, data.encoding
+    assert cache is not None
+    estimate = max(int(counts.sum()) * (8 * (len(enc.columns) + 1 + bool(enc.weight)) + 8),
+                   estimate_bytes(data.source, None))
+    if estimate > data.settings.prefetch_bytes // MEMORY_SHARE \
+            or not all(cache.has(i) for i in range(len(counts))):
+        return None
+    return MemoryBuckets(cache, counts, ids, offsets, buckets, enc, estimate)

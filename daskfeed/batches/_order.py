@@ -112,9 +112,28 @@ def block_offsets(ids: Sequence[int] | np.ndarray, buckets: int) -> np.ndarray:
     return (_mix(raw) % np.uint64(max(int(buckets), 1))).astype(np.int64)
 
 
-def bucket_of(offset: int, rows: int, buckets: int) -> np.ndarray:
-    """The bucket of each of a block's ``rows`` rows (in its stored order) at offset ``offset``."""
-    return (np.arange(int(rows), dtype=np.int64) + int(offset)) % int(buckets)
+def bucket_of(offsets: np.ndarray, rows: np.ndarray, buckets: int) -> np.ndarray:
+    """The bucket of each row of blocks, ``(i + o_j) mod K``, block after block.
+
+    Parameters
+    ----------
+    offsets
+        Each block's :func:`block_offsets` offset ``o_j``.
+    rows
+        Each block's rows dealt (its rows with a label, in its stored order: ``i = 0, 1, ...``).
+    buckets
+        ``K``.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, ``rows.sum()`` of them: block 0's rows' buckets, then block 1's, ...
+    """
+    n = np.asarray(rows, dtype=np.int64)
+    firsts = np.cumsum(n) - n  # (each block's first row among all of them)
+    shift = np.asarray(offsets).astype(np.int64) - firsts
+    out: np.ndarray = (np.arange(int(n.sum()), dtype=np.int64) + np.repeat(shift, n)) % int(buckets)
+    return out
 
 
 def bucket_sizes(counts: Sequence[int] | np.ndarray, offsets: np.ndarray, buckets: int) -> np.ndarray:

@@ -26,22 +26,6 @@ from daskfeed.cache._scatter import block_order
 from daskfeed.core import DataError
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    """3,000 rows in 12 files; every 7th row has no label."""
-    root = tmp_path_factory.mktemp("dealt")
-    rng = np.random.default_rng(5)
-    for f in range(12):
-        n = 250
-        label = rng.integers(0, 2, n).astype(float)
-        label[np.arange(n) % 7 == 3] = np.nan
-        region = rng.choice(["north", "south", "Île", "東"], n)  # text: a dictionary per file
-        pd.DataFrame({"uid": np.arange(n) + f * 1000, "level": rng.integers(1, 60, n),
-                      "region": region, "cleared": label}).to_csv(root / f"part-{f:02d}.csv",
-                                                                 index=False)
-    return str(root / "*.csv")
-
-
 def _sequence(data, client, cache, **kw):
     return daskfeed.DaskSequence(data, label="cleared", client=client, cache=cache, batch_size=50,
                                  features=["uid", "level"], seed=3, **kw)
@@ -375,7 +359,6 @@ def test_a_run_holds_each_blocks_labelled_rows_in_stored_order_sorted_by_bucket(
     ``block_order``), the rows with a label counted in that order, dealt to bucket
     ``(i + offset) mod K`` (stable), traced to its block id and stored place."""
     from daskfeed.batches._buckets import deal
-    from daskfeed.batches._order import bucket_of
     from daskfeed.cache import BlockCache, BucketSet
     from daskfeed.manifest import Encoding
     from daskfeed.reading import Block, ReadOptions
@@ -416,7 +399,7 @@ def test_a_run_holds_each_blocks_labelled_rows_in_stored_order_sorted_by_bucket(
         at = np.flatnonzero(stored["y"].notna().to_numpy())
         rows = stored.iloc[at].assign(__block=np.int64(block_id), __row=at)
         expected.append(rows)
-        buckets.append(bucket_of(offsets[i], len(at), k))
+        buckets.append((np.arange(len(at)) + offsets[i]) % k)  # the definition
     order = np.argsort(np.concatenate(buckets), kind="stable")
     want = pd.concat(expected, ignore_index=True).iloc[order].reset_index(drop=True)
 

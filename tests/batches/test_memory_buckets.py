@@ -11,26 +11,8 @@ import os
 import pickle
 
 import dask.config
-import numpy as np
-import pandas as pd
-import pytest
 
 import daskfeed
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    """3,000 rows in 12 files; every 7th row has no label."""
-    root = tmp_path_factory.mktemp("held")
-    rng = np.random.default_rng(6)
-    for f in range(12):
-        n = 250
-        label = rng.integers(0, 2, n).astype(float)
-        label[np.arange(n) % 7 == 3] = np.nan
-        pd.DataFrame({"uid": np.arange(n) + f * 1000, "level": rng.integers(1, 60, n),
-                      "region": rng.choice(["north", "south", "Île", "東"], n),
-                      "cleared": label}).to_csv(root / f"part-{f:02d}.csv", index=False)
-    return str(root / "*.csv")
 
 
 def _sequence(data, client, cache, in_memory, **kw):

@@ -20,6 +20,7 @@ from daskfeed.batches._order import (
     block_offsets,
     bucket_count,
     bucket_members,
+    bucket_of,
     bucket_sizes,
     window_index,
 )
@@ -68,6 +69,21 @@ def test_buckets_deal_every_row_once_in_sizes_known_from_the_counts(counts, k):
     every = np.sort(np.concatenate(ids))
     assert every.tolist() == sorted(b * 10_000 + i for b, n in enumerate(counts) for i in range(n))
     assert sizes.max() - sizes.min() <= len(counts)  # each block gives each bucket n // K, +1
+
+
+@settings(max_examples=60, deadline=None)
+@given(counts=COUNTS, k=st.integers(1, 40))
+def test_each_rows_bucket_over_blocks_at_once_is_the_definitions_and_the_members(counts, k):
+    """``bucket_of`` over every block at once: row ``i`` of block ``j`` in ``(i + o_j) mod K``,
+    and bucket ``b``'s rows are what :func:`bucket_members` lists for it."""
+    offsets = block_offsets(np.arange(len(counts)) * 7919 + 3, k)
+    got = bucket_of(offsets, np.asarray(counts), k)
+    assert got.tolist() == [(i + int(o)) % k for o, n in zip(offsets, counts, strict=True)
+                            for i in range(n)]
+    firsts = np.cumsum(counts) - np.asarray(counts)
+    for b in range(k):
+        js, rows = bucket_members(counts, offsets, k, b)
+        assert sorted((firsts[js] + rows).tolist()) == np.flatnonzero(got == b).tolist()
 
 
 @settings(max_examples=60, deadline=None)
