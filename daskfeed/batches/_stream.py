@@ -123,6 +123,8 @@ class BatchStream:
                                   in_memory=here and st.window_reads == "auto"
                                   and st.buckets_in_memory) \
             if ordered and any(data.manifest.counts) else None
+        if self.buckets is not None:  # (collected unclosed: a build in the background stops)
+            weakref.finalize(self, self.buckets.close, 0.0)
         self._built = threading.Lock()  # (one thread takes the built files in, see _buckets_built)
         self._buckets_built(False)  # (built here and now: the windows read them from the start)
         ordered = self.buckets is not None

@@ -324,6 +324,24 @@ def test_closing_a_sequence_stops_its_build_its_tasks_and_its_thread(data, clien
         gate.set()
 
 
+def test_a_sequence_collected_unclosed_stops_its_build_too(data, client, tmp_path, held_deal):
+    import gc
+
+    dealing, go = held_deal
+    seq = _sequence(data, client, tmp_path / "c")
+    buckets = seq.stream.buckets
+    try:
+        assert dealing.wait(60) and buckets.building
+        del seq
+        gc.collect()
+        buckets._thread.join(60)
+        assert not buckets._thread.is_alive() and not buckets.building
+        with pytest.raises(BaseException, match="closed"):
+            buckets.wait()
+    finally:
+        go.set()
+
+
 def test_without_disk_room_for_the_buckets_the_run_says_so_and_uses_windows_of_blocks(
         data, client, tmp_path, monkeypatch):
     import daskfeed.batches._buckets as build
