@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from daskfeed.cluster import wait_for
+from daskfeed.cluster import WindowCancelled, wait_for
 from daskfeed.core import PROCESS_STOP, Aborted, ClusterError, Stop
 
 if TYPE_CHECKING:
@@ -122,6 +122,9 @@ class Buckets:
         """
         wait_for(self._built.is_set, math.inf, self._built.wait, 1.0, abandon, stop)
         if self._error is not None:
+            given_up = abandon() if abandon is not None else None
+            if given_up is not None:  # (the reader's own reason first: it was closed)
+                raise given_up
             raise self._error.with_traceback(self._trace)
         assert self._files is not None
         return self._files
@@ -129,10 +132,12 @@ class Buckets:
     def close(self, timeout: float = CLOSE_WAIT) -> None:
         """Stop a build in the background and wait (at most ``timeout`` s) for its thread to end.
 
-        The build stops at its next wait for the workers' tasks and releases them (the scheduler
-        drops those no one else wants); a build cut short is written again by the next run that
-        needs it. Nothing of the build's runs on after its reader is closed: not its tasks on a
-        cluster the caller goes on using, not its thread. Idempotent.
+        The build stops at its next wait for the workers' tasks and releases them: the
+        scheduler drops those not started that no one else wants; a task already running on a
+        worker finishes there (its result unused). A build cut short is written again by the
+        next run that needs it; its files, unsealed, are removed once stale
+        (:meth:`~daskfeed.cache.BucketSet.sweep`). A reader waiting for the files gets
+        ``WindowCancelled`` (the sequence was closed), not the stop. Idempotent.
         """
         self._closing.set()
         thread = self._thread
@@ -171,6 +176,8 @@ class Buckets:
             self._files, self.work = made
             self.seconds = time.perf_counter() - t0
         except BaseException as err:  # raised by wait(), in the thread that needs the files
+            if isinstance(err, Aborted) and self._closing.is_set():  # (not a stop of the process)
+                err = WindowCancelled("no buckets: the sequence was closed while they were built")
             self._error, self._trace = err, err.__traceback__
         finally:
             self._built.set()

@@ -92,8 +92,10 @@ class MemoryBuckets:
         rows = self._rows
         return 0 if rows is None else rows.nbytes + self._positions.nbytes
 
-    def take(self) -> None:
+    def take(self, abandon: Callable[[], BaseException | None] | None = None) -> None:
         """Take the rows from the parse cache and place each bucket's (done once).
+
+        ``abandon()`` (looked at between blocks) returns an error to stop with, or None.
 
         Raises
         ------
@@ -105,17 +107,15 @@ class MemoryBuckets:
         with self._lock:
             if self._rows is not None:
                 return
-            self._rows, self._positions, self._starts = self._take()
+            self._rows, self._positions, self._starts = self._take(abandon)
 
     def taken(self, abandon: Callable[[], BaseException | None]) -> tuple[MemoryBuckets, str]:
-        """:meth:`take` as a build of :class:`~daskfeed.batches._bucket_files.Buckets` does it.
-
-        Local work of a bounded size: a closed reader waits for its end (``abandon`` unused).
-        """
-        self.take()
+        """:meth:`take` as a build of :class:`~daskfeed.batches._bucket_files.Buckets` does it."""
+        self.take(abandon)
         return self, f"{int(self.counts.sum()):,} rows held (~{format_bytes(self.nbytes)})"
 
-    def _take(self) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    def _take(self, abandon: Callable[[], BaseException | None] | None
+              ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
         columns = list(self.encoding.names)
         files: dict[str, pa.Table] = {}  # whole cache files, views of their memory maps
         tables: list[pa.Table] = []
@@ -125,6 +125,9 @@ class MemoryBuckets:
         # blocks by id (as the trace column sorts them), each one's rows by place: a stable sort
         # by bucket then leaves every bucket in canonical order
         for j in np.argsort(self.ids.view(np.int64), kind="stable"):
+            stop = abandon() if abandon is not None else None
+            if stop is not None:  # (the reader was closed)
+                raise stop
             found = self.cache.locate(int(j), columns, files)
             if found is None:
                 raise DataError(

@@ -231,7 +231,9 @@ class BucketSet:
     def sweep(self, parts: list[str]) -> None:
         """Remove generations of ``parts`` that no data set used for ``STALE_SECONDS``.
 
-        Of any set directory, this view's own excepted; then set directories left empty.
+        Of any set directory, this view's own excepted; then set directories left empty; and
+        any generation left unsealed (a build cut short) untouched that long
+        (:func:`remove_unsealed`).
         """
         mine = {g.path for g in self.parts_of()}
         now = time.time()
@@ -242,7 +244,9 @@ class BucketSet:
                         and now - os.stat(os.path.join(path, MARKER)).st_mtime > STALE_SECONDS)
             return False
 
-        remove_generations(os.path.join(_root(self.root), "buckets"), set(parts), stale)
+        base = os.path.join(_root(self.root), "buckets")
+        remove_generations(base, set(parts), stale)
+        remove_unsealed(base, now - STALE_SECONDS)
 
     # -- runs (the build's first step) -----------------------------------------------------
     def write_run(self, tag: str, name: str, tables: list[pa.Table], rows: np.ndarray,
@@ -410,6 +414,35 @@ def remove_generations(base: str, parts: set[str],
         with contextlib.suppress(OSError):
             if os.path.isdir(top) and not os.listdir(top):
                 os.rmdir(top)
+
+
+def remove_unsealed(base: str, before: float) -> int:
+    """Remove the generations under ``base`` never sealed and untouched since ``before``.
+
+    A build cut short (a reader closed, a process killed) leaves a generation's directory with
+    no marker: its runs and some buckets. The next build of the same generation writes it
+    again; a generation no build comes back to would stay for good. One whose directory and
+    whose subdirectories (its runs) were last changed before ``before`` (``time.time()``) is
+    no build's any more. Links are never followed. Returns how many were removed.
+    """
+    removed = 0
+    for name in _listdir(base):
+        top = os.path.join(base, name)
+        if os.path.islink(top) or not os.path.isdir(top) or os.path.exists(os.path.join(top, MARKER)):
+            continue  # (not a set directory, or a set of daskfeed <= 1: a generation itself)
+        for g in (os.path.join(top, n) for n in _listdir(top)):
+            if os.path.islink(g) or not os.path.isdir(g) or ".removing-" in g \
+                    or os.path.exists(os.path.join(g, MARKER)):
+                continue
+            try:
+                changed = max([os.stat(g).st_mtime, *(os.stat(os.path.join(g, n)).st_mtime
+                                                      for n in _listdir(g))])
+            except OSError:
+                continue
+            if changed < before:
+                _remove(g)
+                removed += 1
+    return removed
 
 
 def _read_file(path: str, columns: list[str] | None) -> pa.Table:
