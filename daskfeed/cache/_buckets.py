@@ -233,7 +233,7 @@ class BucketSet:
 
         Of any set directory, this view's own excepted; then set directories left empty; and
         any generation left unsealed (a build cut short) untouched that long
-        (:func:`remove_unsealed`).
+        (``remove_unsealed``).
         """
         mine = {g.path for g in self.parts_of()}
         now = time.time()
