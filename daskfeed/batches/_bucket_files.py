@@ -122,9 +122,6 @@ class Buckets:
         """
         wait_for(self._built.is_set, math.inf, self._built.wait, 1.0, abandon, stop)
         if self._error is not None:
-            given_up = abandon() if abandon is not None else None
-            if given_up is not None:  # (the reader's own reason first: it was closed)
-                raise given_up
             raise self._error.with_traceback(self._trace)
         assert self._files is not None
         return self._files
