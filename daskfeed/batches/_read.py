@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from daskfeed.batches._order import window_index
 from daskfeed.cache import block_tables
+from daskfeed.cluster import release_after_task
 from daskfeed.core import DataError
 from daskfeed.dashboard import report_cache
 from daskfeed.manifest import ENCODE_BYTES, Encoding, WindowData, concat, empty_window, encode_table
@@ -139,7 +140,7 @@ def read_buckets(files: BucketFiles, window: list[tuple[int, int, tuple[int, ...
         return _encode_buckets(tables, index, encoding)
     finally:
         del tables
-        pa.default_memory_pool().release_unused()  # the Arrow it read, back to the system
+        release_after_task()  # the Arrow it read: kept for the next window, or given back
 
 
 def _bucket_name(files: BucketFiles, b: int) -> str:

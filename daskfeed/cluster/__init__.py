@@ -34,7 +34,7 @@ if TYPE_CHECKING:
         settle,
         wait_for,
     )
-    from daskfeed.cluster._heap import trim_heap
+    from daskfeed.cluster._heap import release_after_task, trim_heap
     from daskfeed.cluster._owner import Owner, refuse_multiprocessing
     from daskfeed.cluster._remote import connect, make_security
     from daskfeed.cluster._start import (
@@ -73,6 +73,7 @@ __all__ = [
     "open_in_budget",
     "parse_memory_limit",
     "refuse_multiprocessing",
+    "release_after_task",
     "result",
     "result_unless_paused",
     "settle",
@@ -91,6 +92,7 @@ __getattr__, __dir__ = attach(__name__, {
     "explain": "_futures", "gathered_map": "_futures", "result": "_futures",
     "result_unless_paused": "_futures",
     "settle": "_futures", "wait_for": "_futures",
+    "release_after_task": "_heap",
     "trim_heap": "_heap",
     "Owner": "_owner", "refuse_multiprocessing": "_owner",
     "connect": "_remote", "make_security": "_remote",

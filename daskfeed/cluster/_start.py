@@ -356,7 +356,7 @@ def dask_setup(worker: Worker) -> None:
     lower_priority(worker_nice())
     from daskfeed.cluster import _heap, _quiet
 
-    _heap.serve_from_heap()
+    _heap.serve_from_heap(worker.memory_manager.memory_limit)
 
     _quiet.install()  # no traceback for a heartbeat the worker's own close cut off
     # what the first scan task imports (pyarrow.csv, pandas, ...), while the trainer lists files

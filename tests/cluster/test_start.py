@@ -203,22 +203,69 @@ def test_a_spec_parses_its_memory_limit_once_as_it_is_made():
 
 
 
-def _heap_setting() -> tuple[bool, int]:
-    """(whether the worker's preload set malloc's mmap threshold, to what) — a task."""
+def _heap_setting() -> tuple[bool, int, int]:
+    """(whether the worker's preload set malloc's mmap threshold, to what, the limit it keeps
+    the heap under) — a task."""
     from daskfeed.cluster import _heap
 
-    return _heap.HEAP_SET, _heap.MMAP_THRESHOLD
+    return _heap.HEAP_SET, _heap.MMAP_THRESHOLD, _heap._LIMIT
 
 
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc")
-def test_the_local_workers_serve_big_buffers_from_the_heap():
+def _touch_and_free(nbytes: int) -> int:
+    """Fill ``nbytes`` and free them, ending as a scan task ends; the page faults it took."""
+    import resource
+
+    from daskfeed.cluster import trim_heap
+
+    before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+    filled = b"\x01" * nbytes  # (malloc, then every page written; numpy asks for huge pages)
+    del filled
+    trim_heap()
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before
+
+
+def _trim_above_half() -> bool:
+    """Whether a task's end trims the heap where the worker is above half its limit (a task)."""
+    from daskfeed.cluster import _heap
+
+    limit = _heap._LIMIT
+    _heap._LIMIT = 1  # (every worker is above half of one byte)
+    try:
+        return _heap.trim_heap()
+    finally:
+        _heap._LIMIT = limit
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc" or not hasattr(__import__("resource"),
+                                                                     "RUSAGE_THREAD"),
+                    reason="glibc's malloc; a thread's page faults (Linux)")
+def test_the_local_workers_keep_a_tasks_heap_for_the_next_task():
     """The workers' preload sets glibc's mmap threshold (the nanny's MALLOC_TRIM_THRESHOLD_
-    alone fixes it at 128 KiB: every column of a parsed block mapped and faulted in anew)."""
+    alone fixes it at 128 KiB: every column of a parsed block mapped and faulted in anew) and
+    keeps what a task freed for the next one while the worker is below half its limit: the
+    second task of the same size takes its pages without faulting them in again. Above half
+    its limit, a task's end gives the heap back."""
     from daskfeed.cluster._budget import Budget
     from daskfeed.cluster._start import close_client, start_local_cluster
 
     client = start_local_cluster(Budget.split("3GB", nworkers=1), dashboard_address="")
     try:
-        assert client.submit(_heap_setting, pure=False).result() == (True, 32 * 2**20)
+        limit = next(iter(client.run(lambda dask_worker: dask_worker.memory_manager.memory_limit)
+                          .values()))
+        assert client.submit(_heap_setting, pure=False).result() == (True, 256 * 2**20, limit)
+        pages = 64 * 2**20 // resource_page()
+        client.submit(_touch_and_free, 64 * 2**20, pure=False).result()
+        again = client.submit(_touch_and_free, 64 * 2**20, pure=False).result()
+        assert again < pages // 4, f"{again} page faults for {pages} pages kept from the last task"
+        assert client.submit(_trim_above_half, pure=False).result() is True
+        trimmed = client.submit(_touch_and_free, 64 * 2**20, pure=False).result()
+        assert trimmed > pages // 2, f"{trimmed} page faults for {pages} pages given back"
     finally:
         close_client(client)
+
+
+def resource_page() -> int:
+    """The size of a memory page."""
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE")
