@@ -1,6 +1,6 @@
 """Polars as a fast path of daskfeed's parse: exactly pyarrow's table, or nothing (issue 46, item 1).
 
-    .venv/bin/python -m pip install polars
+    .venv/bin/python -m pip install -e '.[bench]'   # (Polars)
     .venv/bin/python benchmarks/polars_path.py speed [--file CSV]   # one block, in turn, medians of 9
     .venv/bin/python benchmarks/polars_path.py task [--file CSV]    # + null markers, compact, statistics
     .venv/bin/python benchmarks/polars_path.py fuzz [--seed S] [--texts N]
