@@ -75,7 +75,8 @@ def serve_from_heap(memory_limit: int | None = None) -> None:
     _LIMIT = 0
     if HEAP_SET and memory_limit:
         libc = _libc()
-        if libc is not None and libc.mallopt(_M_TRIM_THRESHOLD, int(memory_limit * KEEP_SHARE)):
+        keep = min(int(memory_limit * KEEP_SHARE), 2**31 - 1)  # (mallopt takes a C int)
+        if libc is not None and libc.mallopt(_M_TRIM_THRESHOLD, keep):
             libc.mallopt(_M_ARENA_MAX, 1)  # (threads started after this share the main arena)
             _LIMIT = int(memory_limit)
 
@@ -83,8 +84,8 @@ def serve_from_heap(memory_limit: int | None = None) -> None:
 def trim_heap() -> bool:
     """Give the heap's free pages back to the system (``malloc_trim``; after a task).
 
-    Only where the worker's memory is above :data:`TRIM_ABOVE` of its limit (or no limit is
-    known): below it, the pages are the next task's, not faulted in again.
+    Only where the worker's memory is above half its limit (``TRIM_ABOVE``), or no limit is
+    known: below it, the pages are the next task's, not faulted in again.
 
     Returns
     -------
