@@ -211,6 +211,7 @@ def _encode_series(s: pd.Series, code: ColumnCode) -> tuple[np.ndarray, np.ndarr
         arr = num.to_numpy(dtype=np.int64, na_value=0)
     else:
         arr = num.to_numpy(dtype=np.float64, na_value=0.0)  # missing: the fill, below
+        missing |= np.isinf(arr)  # (as the read rule has it: inf is missing)
     arr = arr.astype(code.dtype)
     if missing.any():
         arr[missing] = code.fill_value
@@ -350,7 +351,7 @@ def _label_array(col: pa.Array | pa.ChunkedArray, encoding: Encoding) -> tuple[n
         v = pd.to_numeric(col.to_pandas(), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     else:
         v = col.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
-    keep = ~np.isnan(v)
+    keep = np.isfinite(v)  # (NaN and inf: no label, as the read rule has them)
     return v, (None if keep.all() else keep)
 
 
@@ -412,9 +413,11 @@ def _arrow_column(col: pa.Array | pa.ChunkedArray, code: ColumnCode) -> np.ndarr
             arr: np.ndarray = pc.fill_null(col, 0).cast(pa.int64()).to_numpy(zero_copy_only=False)
             arr = arr.astype(code.dtype, copy=False)
         else:
-            arr = col.to_numpy(zero_copy_only=False).astype(code.dtype)
-            nan = np.isnan(arr)
-            valid = ~nan if nan.any() else valid
+            raw = col.to_numpy(zero_copy_only=False)
+            bad = ~np.isfinite(raw)  # NaN and inf: missing, as the read rule has them
+            with np.errstate(invalid="ignore"):  # (NaN or inf to int64: filled below)
+                arr = raw.astype(code.dtype)
+            valid = ~bad if bad.any() else valid
         if valid is not None:
             arr = arr if arr.flags.writeable else arr.copy()
             arr[~valid] = code.fill_value

@@ -24,8 +24,8 @@ def text_numbers(s: pd.Series, dtype: str, fill: float | np.generic) -> tuple[np
 
     Decimal numbers (``inf``, ``nan`` too), ``0x`` hexadecimals (int64 bits), ``true`` /
     ``false`` (1, 0); spaces around ignored — what ``serving/`` reads (its ``NUMBER``, ``HEX``,
-    ``WHOLE``). The rest gets ``fill`` (the training mean): missing when blank, a null marker or
-    NaN, otherwise counted as unparsed.
+    ``WHOLE``). The rest gets ``fill`` (the training mean): missing when blank, a null marker,
+    NaN or infinite, otherwise counted as unparsed.
 
     Parameters
     ----------
@@ -55,7 +55,7 @@ def text_numbers(s: pd.Series, dtype: str, fill: float | np.generic) -> tuple[np
     value[hexa] = ints[hexa]
     value[true], value[false] = 1.0, 0.0
     read = decimal | hexa | true | false
-    missing = ~read | np.isnan(value)
+    missing = ~read | ~np.isfinite(value)  # NaN and inf: missing, as the read rule has them
     if dtype == "int64":  # whole numbers exactly, the rest as a cast would make them
         whole = text.str.fullmatch(WHOLE).to_numpy(dtype=bool, na_value=False)
         ints[whole] = [int(v) for v in text[whole]]

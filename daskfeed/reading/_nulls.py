@@ -24,6 +24,9 @@ from daskfeed.reading._files import Block
 NA_MARKERS = ("NA", "N/A", "n/a", "#N/A", "#N/A N/A", "#NA", "<NA>", "NULL", "null", "None",
               "NaN", "nan", "-NaN", "-nan", "1.#IND", "-1.#IND", "1.#QNAN", "-1.#QNAN")
 NULL_VALUES = ("", *NA_MARKERS)  # "" (an empty field) is missing in every column
+# values of a float column made missing, and the marker each is counted under: a number that
+# is no number, or one no model can take (inf, -inf, Infinity: no mean, no scale)
+NOT_FINITE = (("NaN", pc.is_nan), ("inf", pc.is_inf))
 # schema metadata of each parsed table: JSON {column: {marker: count of values it made missing}}
 NA_COUNTS_KEY = b"daskfeed.na_counts"
 # ... and JSON {column: times without a zone among zoned ones, taken as UTC}, where there were any
@@ -90,7 +93,7 @@ def column_markers(name: str, column: pa.ChunkedArray, forced: pa.DataType | Non
     else:
         made = {}
     if pa.types.is_floating(column.type):
-        column, nans = _nan_to_null(column)
+        column, nans = _not_finite_to_null(column)
         made.update(nans)
     counts.update(made)
     return column, counts
@@ -101,7 +104,7 @@ def numbers_by_part(column: pa.ChunkedArray, na_values: tuple[str, ...],
     """:func:`column_markers` of a column that is not text, for all its parts at once.
 
     What the rule does to such a column is value by value (empty fields, the user's markers
-    that are numbers, NaN), so one pass over the whole column gives each part (the rows from
+    that are numbers, NaN, infinities), so one pass over the whole column gives each part (the rows from
     ``bounds[i]`` to ``bounds[i + 1]``) the values and counts it gets on its own; the counts
     come from the masks of the whole column, summed per part.
 
@@ -130,7 +133,8 @@ def numbers_by_part(column: pa.ChunkedArray, na_values: tuple[str, ...],
                 continue
             column = _null_masked(column, pc.fill_null(pc.equal(column, value), False), marker, masks)
     if pa.types.is_floating(column.type):
-        column = _null_masked(column, pc.fill_null(pc.is_nan(column), False), "NaN", masks)
+        for marker, test in NOT_FINITE:
+            column = _null_masked(column, pc.fill_null(test(column), False), marker, masks)
     return normalize_column(column), _by_part(masks, bounds)
 
 
@@ -393,12 +397,15 @@ def _null_numbers(column: pa.ChunkedArray,
     return column, made
 
 
-def _nan_to_null(column: pa.ChunkedArray) -> tuple[pa.ChunkedArray, dict[str, int]]:
-    """Float column: NaN (however it was spelled: NaN, nan, -nan) becomes missing, as "NaN"."""
-    n = pc.sum(pc.is_nan(column)).as_py() or 0  # (a missing value is no NaN: sum skips it)
-    if not n:
-        return column, {}
-    return _null(column, pc.fill_null(pc.is_nan(column), False)), {"NaN": n}
+def _not_finite_to_null(column: pa.ChunkedArray) -> tuple[pa.ChunkedArray, dict[str, int]]:
+    """Float column: NaN and infinities (however spelled) become missing, as "NaN" and "inf"."""
+    made = {}
+    for marker, test in NOT_FINITE:
+        n = pc.sum(test(column)).as_py() or 0  # (a missing value is neither: sum skips it)
+        if n:
+            made[marker] = n
+            column = _null(column, pc.fill_null(test(column), False))
+    return column, made
 
 
 def na_counts(table: pa.Table) -> dict[str, dict[str, int]]:

@@ -322,8 +322,8 @@ def test_each_number_reads_as_pyarrow_reads_it_and_markers_are_missing(tmp_path,
     from daskfeed.manifest import ColumnCode
 
     code = ColumnCode("a", "numeric", FILL, (), dtype)
-    read = NUMBERS_READ + (NUMBERS_INFINITE if dtype != "int64" else [])  # inf: no int64
-    missing = [*NUMBERS_MISSING, "-999", "-999.0"]
+    read = NUMBERS_READ
+    missing = [*NUMBERS_MISSING, *NUMBERS_INFINITE, "-999", "-999.0"]  # inf: missing, as NaN
     values, unparsed = _serve_reads(read + missing + NUMBERS_NOT, code, ("missing", "-999"))
     # the reader fails on a block of integers beyond 2**53 when a null marker is a number
     # (pyarrow compares them as float64), so the values are read without the marker -999
@@ -344,8 +344,7 @@ def test_numbers_in_a_block_pyarrow_leaves_as_text_read_as_serving_reads_them(tm
     from daskfeed.reading import Block, ReadOptions, iter_tables
 
     code = ColumnCode("a", "numeric", FILL, (), dtype)
-    values = NUMBERS_READ + (NUMBERS_INFINITE if dtype != "int64" else []) + NUMBERS_MISSING[2:] \
-        + NUMBERS_NOT
+    values = NUMBERS_READ + NUMBERS_INFINITE + NUMBERS_MISSING[2:] + NUMBERS_NOT
     path = tmp_path / "mixed.csv"
     path.write_text("a,y\n" + "".join(f'"{v}",1\n' for v in values), encoding="utf-8")
     (table,) = iter_tables(Block(str(path), 0, -1, 0), ReadOptions())
@@ -355,3 +354,6 @@ def test_numbers_in_a_block_pyarrow_leaves_as_text_read_as_serving_reads_them(tm
     served, served_unparsed = _serve_reads(values, code, ())
     assert predicted.tolist() == served.tolist()
     assert unparsed["a"].tolist() == served_unparsed.tolist()
+    at = len(NUMBERS_READ)  # infinities: missing (the fill), not unparsed
+    assert served[at:at + len(NUMBERS_INFINITE)].tolist() == [np.dtype(dtype).type(FILL)] * len(NUMBERS_INFINITE)
+    assert not served_unparsed[at:at + len(NUMBERS_INFINITE)].any()

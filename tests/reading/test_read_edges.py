@@ -283,6 +283,26 @@ def test_nan_that_pyarrow_reads_as_a_float_is_missing_and_counted_as_nan(write_c
     assert _na_counts(table) == {"score": {"NaN": 2}}  # however spelled: one key
 
 
+def test_infinities_are_missing_and_counted_as_inf_alone_and_among_small_files(write_csv, tmp_path):
+    """inf, -inf and Infinity in a float column: no model takes them and no mean holds them; they are
+    missing, counted under "inf" (beside NaN), read alone and read with other small files, and the
+    scan's statistics are those of the finite values."""
+    from daskfeed.scanning._task import scan_blocks
+
+    path = write_csv("i/a.csv", "score,y\n1.5,1\ninf,0\n-Infinity,1\nnan,0\n2.5,1\n")
+    (table,) = _tables(path)
+    assert table.column("score").to_pylist() == [1.5, None, None, None, 2.5]
+    assert _na_counts(table) == {"score": {"inf": 2, "NaN": 1}}
+    write_csv("i/b.csv", "score,y\n4.0,1\n-inf,0\n")
+    src = Source(str(tmp_path / "i" / "*.csv"))
+    out = scan_blocks(list(enumerate(src.blocks)), src.options, "y")
+    assert [f["na_counts"] for f in out["facts"]] == [{"score": {"inf": 2, "NaN": 1}},
+                                                      {"score": {"inf": 1}}]
+    assert out["stats"]["score"]["count"] == 3
+    assert out["stats"]["score"]["mean"] == pytest.approx(8.0 / 3)
+    assert (out["stats"]["score"]["min"], out["stats"]["score"]["max"]) == (1.5, 4.0)
+
+
 def test_markers_the_user_lists_are_missing_in_every_column(write_csv):
     path = write_csv("u.csv", "region,gold,y\nNA,-999,1\nEU,5,0\nJP,NA,1\n")
     (plain,) = _tables(path)
