@@ -13,7 +13,6 @@ The mean and ``m2`` shown are rounded once from the exact sums (:func:`settle`).
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 
 import numpy as np
@@ -77,12 +76,15 @@ def exact_sums(counts: np.ndarray, means: np.ndarray, m2: np.ndarray) -> tuple[D
     tuple
         ``(S1, S2)`` as :data:`Dyadic` values.
     """
-    terms1, terms2 = [], []
-    for n, mean, sq in zip(counts.tolist(), means.tolist(), m2.tolist(), strict=True):
-        num, exp = _dyadic(mean)
-        terms1.append((n * num, exp))
-        terms2.append((n * num * num, 2 * exp))
-        terms2.append(_dyadic(sq))
+    # each float as numerator * 2**exponent, exactly (frexp's mantissa times 2**53 is whole)
+    mantissas, exponents = np.frexp(np.concatenate([means, m2]))
+    nums = (mantissas * float(1 << 53)).astype(np.int64).tolist()
+    exps = (exponents.astype(np.int64) - 53).tolist()
+    k = len(means)
+    ns = counts.tolist()
+    terms1 = [(n * a, e) for n, a, e in zip(ns, nums[:k], exps[:k], strict=True)]
+    terms2 = [(n * a * a, 2 * e) for n, a, e in zip(ns, nums[:k], exps[:k], strict=True)]
+    terms2 += zip(nums[k:], exps[k:], strict=True)
     return _sum(terms1), _sum(terms2)
 
 
@@ -100,14 +102,6 @@ def settle(count: int, s1: Dyadic, s2: Dyadic) -> tuple[float, float]:
         return 0.0, 0.0
     f1, f2 = _fraction(s1), _fraction(s2)
     return float(f1 / count), float(max(f2 - f1 * f1 / count, Fraction(0)))
-
-
-def _dyadic(x: float) -> tuple[int, int]:
-    """``x`` as ``numerator * 2**exponent`` exactly (a finite float64)."""
-    if x == 0.0:
-        return 0, 0
-    m, e = math.frexp(x)
-    return int(m * (1 << 53)), e - 53
 
 
 def _sum(terms: list[tuple[int, int]]) -> Dyadic:
