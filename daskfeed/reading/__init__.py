@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from daskfeed.reading._listing import Listing, PathsLike
     from daskfeed.reading._locate import Spot, locate_values
     from daskfeed.reading._now import ASK_SECONDS, long_reads, named, reading, reads_now
-    from daskfeed.reading._nulls import NA_MARKERS, count_by_part, na_counts, naive_times
+    from daskfeed.reading._nulls import NA_MARKERS, count_by_part, first_values, na_counts, naive_times
     from daskfeed.reading._parts import Part, file_key, options_salt, part_key
     from daskfeed.reading._records import line_number
     from daskfeed.reading._small_files import SharedParse, SmallFiles
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["ASK_SECONDS", "ISO_DATE", "NA_MARKERS", "SPACES", "Block", "FieldText", "FileInfo",
            "Listing", "Part", "PathsLike", "ReadOptions", "RowLines", "SharedParse", "SmallFiles", "Source",
            "SplitError", "Spot", "compression_of", "count_by_part", "expand_paths", "file_key",
-           "first_header", "is_parquet", "iso_seconds", "iter_tables", "line_number",
+           "first_header", "first_values", "is_parquet", "iso_seconds", "iter_tables", "line_number",
            "locate_values", "long_reads", "na_counts", "naive_times", "named", "open_file",
            "options_salt", "part_key", "protocol", "read_options", "reading", "reads_now",
            "record_range", "refuse_missing_local", "relist", "stat_file", "url_credentials",
@@ -52,7 +52,8 @@ __getattr__, __dir__ = attach(__name__, {
     "Spot": "_locate", "locate_values": "_locate",
     "Part": "_parts", "file_key": "_parts", "options_salt": "_parts", "part_key": "_parts",
     "ASK_SECONDS": "_now", "long_reads": "_now", "named": "_now", "reading": "_now", "reads_now": "_now",
-    "NA_MARKERS": "_nulls", "count_by_part": "_nulls", "na_counts": "_nulls", "naive_times": "_nulls",
+    "NA_MARKERS": "_nulls", "count_by_part": "_nulls", "first_values": "_nulls", "na_counts": "_nulls",
+    "naive_times": "_nulls",
     "line_number": "_records",
     "SharedParse": "_small_files", "SmallFiles": "_small_files",
     "Source": "_source", "first_header": "_source", "read_options": "_source",

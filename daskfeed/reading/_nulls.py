@@ -8,7 +8,6 @@ made missing is counted in the table's schema metadata under :data:`NA_COUNTS_KE
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 from collections.abc import Sequence
 
@@ -165,8 +164,7 @@ def text_by_part(column: pa.ChunkedArray, na_values: tuple[str, ...], bounds: np
         marker made missing.
     """
     markers = tuple(dict.fromkeys(NA_MARKERS + na_values))
-    for start, stop in itertools.pairwise(bounds):
-        first = _first_value(column.slice(start, stop - start), markers)
+    for first in set(first_values(column, bounds, markers)):
         if first is None or _looks_like_a_number(first, decimal) or DATE_START.match(first):
             return None
     masks = [("", _mask(column.is_null()))] if column.null_count else []
@@ -280,6 +278,44 @@ def _as_numbers(column: pa.ChunkedArray, markers: Sequence[str],
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             continue
     return None
+
+
+def first_values(column: pa.ChunkedArray, bounds: np.ndarray, skip: Sequence[str] = (),
+                 most: int = 256) -> list[str | None]:
+    """Each part's first value among its first ``most`` that is neither missing nor in ``skip``.
+
+    What :func:`_first_value` gives each part's slice alone (blanks count as values), for all
+    parts of a text column at once: one ``take`` of every part's first value, which is usually
+    it; a part whose first value is missing or skipped is looked at on its own.
+
+    Parameters
+    ----------
+    column
+        A text column.
+    bounds
+        Where each part starts, and where the last one ends (see :func:`numbers_by_part`).
+    skip
+        Values passed over (null markers).
+    most
+        How many of a part's first values are looked at.
+
+    Returns
+    -------
+    list
+        One value (or None: none there) per part.
+    """
+    cuts = np.asarray(bounds, dtype=np.int64)
+    full = np.flatnonzero(np.diff(cuts) > 0)
+    out: list[str | None] = [None] * (len(cuts) - 1)
+    skipped = set(skip)
+    heads = column.take(cuts[full]).to_pylist() if len(full) else []
+    for k, head in zip(full.tolist(), heads, strict=True):
+        if head is not None and head not in skipped:
+            out[k] = str(head)
+        else:
+            lo = int(cuts[k])
+            out[k] = _first_value(column.slice(lo, int(cuts[k + 1]) - lo), skip, most)
+    return out
 
 
 def _first_value(column: pa.ChunkedArray, markers: Sequence[str], most: int = 256,

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from daskfeed.core import SchemaError
 from daskfeed.manifest import Column
-from daskfeed.reading import NA_MARKERS, Source, Spot
+from daskfeed.reading import NA_MARKERS, Source, Spot, first_values
 from daskfeed.scanning._refusals import refuse_numbers_as_text, refuse_strays_among, text_of, where
 
 NUMERIC_KINDS = {"int", "float"}
@@ -98,6 +98,22 @@ def markers_only(col: pa.ChunkedArray) -> dict[str, int] | None:
         return None
     vc = pc.value_counts(values)
     return dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist(), strict=True))
+
+
+def markers_by_part(col: pa.ChunkedArray, bounds: Any) -> list[dict[str, int] | None]:
+    """:func:`markers_only` of each part of a column (rows ``bounds[k]:bounds[k + 1]``).
+
+    Told for all parts at once by each one's first value (usually text: None); a part whose
+    first value is a marker, or has none, is looked at whole.
+    """
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        return [None] * (len(bounds) - 1)
+    out: list[dict[str, int] | None] = []
+    for k, head in enumerate(first_values(col, bounds)):
+        lo, hi = int(bounds[k]), int(bounds[k + 1])
+        out.append(None if head is not None and head not in _MARKERS
+                   else markers_only(col.slice(lo, hi - lo)))
+    return out
 
 
 def merge_kind(a: str | None, b: str) -> str:

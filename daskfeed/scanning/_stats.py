@@ -31,6 +31,7 @@ from daskfeed.scanning._schema import (
     Stats,
     add_counts,
     arrow_kind,
+    markers_by_part,
     markers_only,
     merge_kind,
     type_kind,
@@ -122,31 +123,45 @@ def parts_facts(table: pa.Table, bounds: np.ndarray, label: str,
     for name, col in zip(names, table.columns, strict=True):
         missing = count_by_part(col.is_null(), bounds) if col.null_count else np.zeros(len(rows), int)
         base = type_kind(col.type)
-        for k, facts in enumerate(out):
-            kind = "null" if rows[k] and missing[k] == rows[k] else base
-            lo, n = int(bounds[k]), int(rows[k])
+        markers = markers_by_part(col, bounds) if base == "string" else None
+        moments = label_moments(col, bounds) if name == label and base in NUMERIC_KINDS else None
+        for k, (facts, n, gone) in enumerate(zip(out, rows.tolist(), missing.tolist(), strict=True)):
+            kind = "null" if n and gone == n else base
             if kind == "string":
-                markers = markers_only(col.slice(lo, n))  # (told by its first value, usually)
-                if markers is not None:
+                if markers is not None and markers[k] is not None:
                     kind = "markers"
-                    facts["marker_values"][name] = markers
+                    facts["marker_values"][name] = markers[k]
                 if sampled is None or name not in sampled:
-                    facts["samples"][name] = _samples(col.slice(lo, n))
+                    facts["samples"][name] = _samples(col.slice(int(bounds[k]), n))
                     if sampled is not None and kind == "string":
                         sampled.add(name)
             if name == label and kind in (*NUMERIC_KINDS, "string"):
-                facts["label_rows"] = n - int(missing[k])
-            if name == label and kind in NUMERIC_KINDS and n:
-                v = pc.cast(col.slice(lo, n), pa.float64(), safe=False)
-                facts["label_moments"] = [_as_float(pc.sum(v)), _as_float(pc.sum(pc.multiply(v, v)))]
+                facts["label_rows"] = n - gone
+            if moments is not None and kind in NUMERIC_KINDS and n:
+                facts["label_moments"] = moments[k]
             facts["kinds"][name] = kind
-            facts["missing"][name] = int(missing[k])
+            facts["missing"][name] = gone
     return out
 
 
-def _as_float(scalar: pa.Scalar) -> float:
-    value = scalar.as_py()
-    return float(value) if value is not None else 0.0
+def label_moments(col: pa.ChunkedArray, bounds: np.ndarray) -> list[list[float]]:
+    """Each part's sum of the label's values and of their squares (missing values count 0).
+
+    One cast and one ``numpy.add.reduceat`` for all parts; a part's sums are those of its own
+    rows alone (:func:`daskfeed.scanning._moments.segment_moments` says why), so a file's facts
+    are the same read alone or in a run. An empty part: ``[0.0, 0.0]``.
+    """
+    v = np.asarray(pc.fill_null(col.cast(pa.float64(), safe=False), 0.0).to_numpy(zero_copy_only=False),
+                   dtype=np.float64)
+    cuts = np.asarray(bounds, dtype=np.int64)
+    full = np.flatnonzero(np.diff(cuts) > 0)
+    out = [[0.0, 0.0] for _ in range(len(cuts) - 1)]
+    if len(full):
+        s1 = np.add.reduceat(v, cuts[full]).tolist()
+        s2 = np.add.reduceat(v * v, cuts[full]).tolist()
+        for k, a, b in zip(full.tolist(), s1, s2, strict=True):
+            out[k] = [a, b]
+    return out
 
 
 def order_ratio(facts: list[BlockFacts]) -> float | None:

@@ -4,6 +4,8 @@ same types, values, null-marker counts; anything unusual falls back to one file 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from daskfeed import DataError
 from daskfeed.reading._nulls import na_counts
@@ -193,3 +195,28 @@ def test_a_run_keeps_each_files_own_line_breaks(write_csv, tmp_path):
     runs = SmallFiles(list(enumerate(src.blocks)), src.options).runs(0)
     assert [i for run in runs for i in run.indices] == [0, 1, 2]
     assert [n for run in runs for n in run.breaks] == [2, 2, 0]
+
+
+_VALUES = st.one_of(st.none(), st.sampled_from(["", " ", "NA", "null", "x", "EU", "12", "2024-01-01"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(_VALUES, max_size=40), cuts=st.lists(st.integers(0, 40), max_size=6),
+       skip=st.sampled_from([(), ("NA", "null"), ("NA", "x", "")]), most=st.integers(1, 6),
+       chunk=st.integers(1, 40))
+def test_each_parts_first_value_is_the_one_it_has_alone(values, cuts, skip, most, chunk):
+    """``first_values`` of a column cut in parts (the runs of small files): each part's first value
+    among its first ``most`` neither missing nor skipped, as ``_first_value`` of its slice alone."""
+    import numpy as np
+    import pyarrow as pa
+
+    from daskfeed.reading._nulls import _first_value, first_values
+
+    column = pa.chunked_array([pa.array(values[i:i + chunk], pa.string())
+                               for i in range(0, len(values), chunk)] or [pa.array([], pa.string())])
+    bounds = np.array(sorted({0, len(values), *(c for c in cuts if c <= len(values))}))
+    if len(bounds) < 2:
+        bounds = np.array([0, 0])
+    got = first_values(column, bounds, skip, most)
+    assert got == [_first_value(column.slice(a, b - a), skip, most)
+                   for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
