@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -237,15 +238,54 @@ def markers_of(name: str, kind: str, facts: list[BlockFacts]) -> dict[str, int]:
     dict of str to int
         ``{marker: values made missing}``.
     """
-    counts: Counter[str] = Counter()
-    for f in facts:
-        made = f.get("na_counts", {}).get(name)
-        if made:
-            counts.update(made)
-        markers = f.get("marker_values", {}).get(name) if kind != "categorical" else None
-        if markers:
-            counts.update(markers)
-    return {k: n for k, n in sorted(counts.items(), key=lambda kv: -kv[1]) if n}
+    return tally_columns([name], facts)[name].markers(kind)
+
+
+@dataclass
+class Tally:
+    """One column over every block's facts (:func:`tally_columns`)."""
+
+    first: dict[str, int] = field(default_factory=dict)  # kind -> first block with rows showing it
+    missing: int = 0  # missing values the blocks counted
+    parsed: Counter[str] = field(default_factory=Counter)  # what the parser's markers made missing
+    # ... and, block after block, the blocks holding nothing but markers (text there)
+    with_markers: Counter[str] = field(default_factory=Counter)
+    marker_rows: int = 0  # values of those blocks
+
+    def markers(self, kind: str) -> dict[str, int]:
+        """:func:`markers_of` the column, were it of ``kind``: most first (ties in block order)."""
+        counts = self.parsed if kind == "categorical" else self.with_markers
+        return {k: n for k, n in sorted(counts.items(), key=lambda kv: -kv[1]) if n}
+
+
+def tally_columns(names: list[str], facts: list[BlockFacts]) -> dict[str, Tally]:
+    """Each column's kinds, missing values and null markers over all blocks, in one pass.
+
+    Blocks of one run share their ``kinds`` dict (:func:`daskfeed.scanning._task.shared_facts`):
+    it is looked at once.
+    """
+    out = {name: Tally() for name in names}
+    looked: set[int] = set()
+    for i, f in enumerate(facts):
+        kinds = f.get("kinds") or {}
+        if f.get("rows") and kinds and id(kinds) not in looked:
+            looked.add(id(kinds))
+            for name, k in kinds.items():
+                t = out.get(name)
+                if t is not None and k is not None and k not in t.first:
+                    t.first[k] = i
+        for name, n in (f.get("missing") or {}).items():
+            if name in out:
+                out[name].missing += n
+        for name, made in (f.get("na_counts") or {}).items():
+            if made and name in out:
+                out[name].parsed.update(made)
+                out[name].with_markers.update(made)
+        for name, made in (f.get("marker_values") or {}).items():
+            if made and name in out:
+                out[name].with_markers.update(made)
+                out[name].marker_rows += sum(made.values())
+    return out
 
 
 def _finite(x: float | int | None) -> float | None:
@@ -415,17 +455,11 @@ def resolve_columns(src: Source, names: list[str], facts: list[BlockFacts], stat
         Every column, by name, in order.
     """
     columns: dict[str, Column] = {}
-    for name in names:
-        kinds: dict[str, int] = {}  # kind -> first block showing it
-        for i, f in enumerate(facts):
-            k = f["kinds"].get(name)
-            if k is not None and f["rows"] and k not in kinds:
-                kinds[k] = i
-        missing = sum(f["missing"].get(name, 0) for f in facts)
-        col = resolve_column(src, name, kinds, missing, stats.get(name, {}), facts, vocabulary_size)
-        col.missing_markers = markers_of(name, col.kind, facts)
+    for name, t in tally_columns(names, facts).items():
+        col = resolve_column(src, name, t.first, t.missing, stats.get(name, {}), facts, vocabulary_size)
+        col.missing_markers = t.markers(col.kind)
         if col.kind != "categorical":  # blocks of nothing but markers: missing values too
-            col.missing += sum(n for f in facts for n in f.get("marker_values", {}).get(name, {}).values())
+            col.missing += t.marker_rows
         columns[name] = col
     return columns
 
