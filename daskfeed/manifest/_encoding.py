@@ -211,8 +211,9 @@ def _encode_series(s: pd.Series, code: ColumnCode) -> tuple[np.ndarray, np.ndarr
         arr = num.to_numpy(dtype=np.int64, na_value=0)
     else:
         arr = num.to_numpy(dtype=np.float64, na_value=0.0)  # missing: the fill, below
-        missing |= np.isinf(arr)  # (as the read rule has it: inf is missing)
-    arr = arr.astype(code.dtype)
+        missing = missing | np.isinf(arr)  # (as the read rule has it: inf is missing)
+    with np.errstate(invalid="ignore"):  # (inf to int64: filled below)
+        arr = arr.astype(code.dtype)
     if missing.any():
         arr[missing] = code.fill_value
     return arr, None

@@ -284,7 +284,7 @@ def first_values(column: pa.ChunkedArray, bounds: np.ndarray, skip: Sequence[str
                  most: int = 256) -> list[str | None]:
     """Each part's first value among its first ``most`` that is neither missing nor in ``skip``.
 
-    What :func:`_first_value` gives each part's slice alone (blanks count as values), for all
+    What each part's slice gives alone (blanks count as values), for all
     parts of a text column at once: one ``take`` of every part's first value, which is usually
     it; a part whose first value is missing or skipped is looked at on its own.
 
@@ -293,7 +293,8 @@ def first_values(column: pa.ChunkedArray, bounds: np.ndarray, skip: Sequence[str
     column
         A text column.
     bounds
-        Where each part starts, and where the last one ends (see :func:`numbers_by_part`).
+        Where each part starts, and where the last one ends: ascending, from 0 to the
+        column's length.
     skip
         Values passed over (null markers).
     most
