@@ -429,7 +429,7 @@ def _run_tasks(src: Source, label: str, client: Client, token: str,
     try:
         watched = await_scan(client, futures, [[i for _, b in t for i in b] for t in tasks], src,
                              timeout, topic, progress)
-        results = client.gather(futures)
+        results = [watched.results[f.key] for f in futures]  # (fetched as each finished)
         watched.finished(sum(int(f.get("rows", 0)) for r in results for facts in r["facts"]
                              for f in facts), progress)
     except Exception as err:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from distributed import Client, Future, as_completed
 
@@ -37,6 +38,7 @@ class ScanProgress:
         self.nbytes = 0
         self.total = 0  # bytes the tasks read in all
         self.at: dict[int, int] = {}  # scan task (its first block) -> block being read
+        self.results: dict[str, Any] = {}  # each finished task's result, by its key
         self._first = {t[0] for t in tasks}
 
     def __call__(self, event: tuple[float, dict[str, int]]) -> None:
@@ -65,7 +67,10 @@ def _describe(src: Source, blocks: list[int], at: int | None = None) -> str:
 
 
 class _Finishing:
-    """The scan's futures as they finish, with one waiter per future for the whole scan.
+    """The scan's futures as they finish, with their results: one waiter per future for the scan.
+
+    Each result is fetched from its worker as its task finishes, while the others run (a
+    gather of them all at the end took 0.5–0.7 s of 20,000 small files' facts after the last).
 
     ``distributed.wait(pending, timeout, return_when="FIRST_COMPLETED")`` in a loop starts a
     waiter on *every* pending future at each call and leaves them behind when it returns: a
@@ -75,10 +80,13 @@ class _Finishing:
     """
 
     def __init__(self, client: Client, futures: list[Future]) -> None:
-        self._done = as_completed(futures, loop=client.loop)
+        self._done = as_completed(futures, loop=client.loop, with_results=True, raise_errors=False)
 
-    def some(self, timeout: float) -> list[Future]:
-        """The futures finished since the last call, waiting up to ``timeout`` s for one."""
+    def some(self, timeout: float) -> list[tuple[Future, Any]]:
+        """The futures finished since the last call and their results, waiting up to ``timeout`` s for one.
+
+        A failed future's result is its error (its status says so).
+        """
         ready = self._done.thread_condition  # notified (under it) as each future finishes
         with ready:
             if not self._done.has_ready():
@@ -97,7 +105,8 @@ def await_scan(client: Client, futures: list[Future], tasks: list[list[int]], sr
     good (after its retry) ends the scan with a clear error. ``on_progress`` is called once as
     the tasks are submitted (nothing done yet), then about every second while they run; the
     caller makes the last call once it has the tasks' results (:meth:`ScanProgress.finished`:
-    their events may reach this process after the tasks are seen finished).
+    their events may reach this process after the tasks are seen finished). The results are
+    the returned progress's ``results``, by future key, each fetched as its task finished.
     """
     progress = ScanProgress(tasks)
     sizes = block_sizes(src)
@@ -111,13 +120,14 @@ def await_scan(client: Client, futures: list[Future], tasks: list[list[int]], sr
         finishing, pending = _Finishing(client, futures), set(futures)
         while pending:
             done = finishing.some(min(LOOK, timeout))
-            pending.difference_update(done)
+            pending.difference_update(f for f, _ in done)
             if on_progress is not None and pending:
                 on_progress(progress.rows, progress.nbytes, total, time.monotonic() - t0, False)
-            for f in done:
+            for f, result in done:
                 progress.last = time.monotonic()
                 if f.status != "finished":
                     _raise_failed(f, _describe(src, blocks_of[f.key]))
+                progress.results[f.key] = result
             if pending and time.monotonic() - progress.last > timeout:
                 raise _stuck(src, [blocks_of[f.key] for f in pending], progress, timeout)
     finally:
