@@ -172,7 +172,8 @@ def _number(raw: tf.Tensor, code: ColumnCode, markers: tf.Tensor,
         missing = tf.equal(text, "") | _is_in(text, markers)
         unparsed = ~missing & ~ok
         missing |= ~ok
-    missing |= tf.math.is_nan(value) | tf.math.is_inf(value) | tf.reduce_any(tf.equal(value[:, None], numbers[None, :]), axis=1)
+    missing |= tf.math.is_nan(value) | tf.math.is_inf(value)  # (inf: missing, as the read rule has it)
+    missing |= tf.reduce_any(tf.equal(value[:, None], numbers[None, :]), axis=1)
     return tf.where(missing, _fill(code), exact), unparsed
 
 

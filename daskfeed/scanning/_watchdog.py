@@ -38,7 +38,7 @@ class ScanProgress:
         self.nbytes = 0
         self.total = 0  # bytes the tasks read in all
         self.at: dict[int, int] = {}  # scan task (its first block) -> block being read
-        self.results: dict[str, Any] = {}  # each finished task's result, by its key
+        self.results: dict[Any, Any] = {}  # each finished task's result, by its future's key
         self._first = {t[0] for t in tasks}
 
     def __call__(self, event: tuple[float, dict[str, int]]) -> None:

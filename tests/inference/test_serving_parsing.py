@@ -355,5 +355,6 @@ def test_numbers_in_a_block_pyarrow_leaves_as_text_read_as_serving_reads_them(tm
     assert predicted.tolist() == served.tolist()
     assert unparsed["a"].tolist() == served_unparsed.tolist()
     at = len(NUMBERS_READ)  # infinities: missing (the fill), not unparsed
-    assert served[at:at + len(NUMBERS_INFINITE)].tolist() == [np.dtype(dtype).type(FILL)] * len(NUMBERS_INFINITE)
+    fill = np.dtype(dtype).type(FILL)
+    assert served[at:at + len(NUMBERS_INFINITE)].tolist() == [fill] * len(NUMBERS_INFINITE)
     assert not served_unparsed[at:at + len(NUMBERS_INFINITE)].any()

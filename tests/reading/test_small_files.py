@@ -3,9 +3,11 @@ same types, values, null-marker counts; anything unusual falls back to one file 
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import strategies as hs
 
 from daskfeed import DataError
 from daskfeed.reading._nulls import na_counts
@@ -197,13 +199,13 @@ def test_a_run_keeps_each_files_own_line_breaks(write_csv, tmp_path):
     assert [n for run in runs for n in run.breaks] == [2, 2, 0]
 
 
-_VALUES = st.one_of(st.none(), st.sampled_from(["", " ", "NA", "null", "x", "EU", "12", "2024-01-01"]))
+_VALUES = hs.one_of(hs.none(), hs.sampled_from(["", " ", "NA", "null", "x", "EU", "12", "2024-01-01"]))
 
 
 @settings(max_examples=300, deadline=None)
-@given(values=st.lists(_VALUES, max_size=40), cuts=st.lists(st.integers(0, 40), max_size=6),
-       skip=st.sampled_from([(), ("NA", "null"), ("NA", "x", "")]), most=st.integers(1, 6),
-       chunk=st.integers(1, 40))
+@given(values=hs.lists(_VALUES, max_size=40), cuts=hs.lists(hs.integers(0, 40), max_size=6),
+       skip=hs.sampled_from([(), ("NA", "null"), ("NA", "x", "")]), most=hs.integers(1, 6),
+       chunk=hs.integers(1, 40))
 def test_each_parts_first_value_is_the_one_it_has_alone(values, cuts, skip, most, chunk):
     """``first_values`` of a column cut in parts (the runs of small files): each part's first value
     among its first ``most`` neither missing nor skipped, as ``_first_value`` of its slice alone."""
@@ -219,4 +221,4 @@ def test_each_parts_first_value_is_the_one_it_has_alone(values, cuts, skip, most
         bounds = np.array([0, 0])
     got = first_values(column, bounds, skip, most)
     assert got == [_first_value(column.slice(a, b - a), skip, most)
-                   for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+                   for a, b in itertools.pairwise(bounds)]
