@@ -93,9 +93,8 @@ def column_markers(name: str, column: pa.ChunkedArray, forced: pa.DataType | Non
         made = {}
     if pa.types.is_floating(column.type):
         column, nans = _not_finite_to_null(column)
-        made.update(nans)
-    counts.update(made)
-    return column, counts
+        made = _added(made, nans)
+    return column, _added(counts, made)
 
 
 def numbers_by_part(column: pa.ChunkedArray, na_values: tuple[str, ...],
@@ -178,13 +177,24 @@ def text_by_part(column: pa.ChunkedArray, na_values: tuple[str, ...], bounds: np
 
 
 def _by_part(masks: list[tuple[str, np.ndarray]], bounds: np.ndarray) -> list[dict[str, int]]:
-    """For each part (see :func:`numbers_by_part`), how many values each marker's mask hit."""
+    """For each part (see :func:`numbers_by_part`), how many values each marker's mask hit.
+
+    Two masks of one marker (the user's ``inf`` and the rule's) add up.
+    """
     counts: list[dict[str, int]] = [{} for _ in range(len(bounds) - 1)]
     for marker, mask in masks:
         for part, n in enumerate(_part_sums(mask, bounds)):
             if n:
-                counts[part][marker] = int(n)
+                counts[part][marker] = counts[part].get(marker, 0) + int(n)
     return counts
+
+
+def _added(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    """Counts by marker, ``b``'s added to ``a``'s (one marker counted twice adds up)."""
+    out = dict(a)
+    for marker, n in b.items():
+        out[marker] = out.get(marker, 0) + n
+    return out
 
 
 def count_by_part(where: pa.ChunkedArray, bounds: np.ndarray) -> np.ndarray:
@@ -477,6 +487,32 @@ def naive_times(table: pa.Table) -> dict[str, int]:
     """
     raw = (table.schema.metadata or {}).get(NAIVE_TIMES_KEY)
     return json.loads(raw) if raw else {}
+
+
+def finite_floats(table: pa.Table) -> pa.Table:
+    """A typed table's (Parquet's) float columns with NaN and infinities missing, counted as CSV's are.
+
+    Parameters
+    ----------
+    table
+        A table read with its types (no null-marker rule).
+
+    Returns
+    -------
+    pyarrow.Table
+        The same columns; what became missing in its schema metadata (see :func:`na_counts`).
+    """
+    counts: dict[str, dict[str, int]] = {}
+    columns = []
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if pa.types.is_floating(column.type):
+            column, made = _not_finite_to_null(column)
+            if made:
+                counts[name] = made
+        columns.append(column)
+    if not counts:
+        return table
+    return with_na_counts(pa.Table.from_arrays(columns, names=table.column_names), counts)
 
 
 def with_na_counts(table: pa.Table, counts: dict[str, dict[str, int]],

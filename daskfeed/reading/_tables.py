@@ -20,7 +20,13 @@ import pyarrow.csv as pacsv
 from daskfeed.core import DataError
 from daskfeed.reading._files import Block, compression_of, is_parquet
 from daskfeed.reading._lines import RowLines
-from daskfeed.reading._nulls import column_markers, normalize, normalize_column, with_na_counts
+from daskfeed.reading._nulls import (
+    column_markers,
+    finite_floats,
+    normalize,
+    normalize_column,
+    with_na_counts,
+)
 from daskfeed.reading._records import (
     Quotes,
     line_number,
@@ -256,7 +262,7 @@ def _parquet_tables(block: Block, storage_options: dict[str, Any]) -> Iterator[p
     with open_file(block.path, storage_options) as f:
         pf = pq.ParquetFile(f)
         for i in range(pf.num_row_groups):
-            yield normalize(pf.read_row_group(i))
+            yield finite_floats(normalize(pf.read_row_group(i)))  # (NaN, inf: missing)
 
 
 # where a speculated start fails (SplitError): what the scan does about it, and what a user can

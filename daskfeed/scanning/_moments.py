@@ -75,7 +75,14 @@ def exact_sums(counts: np.ndarray, means: np.ndarray, m2: np.ndarray) -> tuple[D
     -------
     tuple
         ``(S1, S2)`` as :data:`Dyadic` values.
+
+    Raises
+    ------
+    OverflowError
+        When a mean or ``m2`` is not finite (values whose squares pass float64's range).
     """
+    if not (np.isfinite(means).all() and np.isfinite(m2).all()):
+        raise OverflowError("a segment's mean or sum of squared deviations is beyond float64")
     # each float as numerator * 2**exponent, exactly (frexp's mantissa times 2**53 is whole)
     mantissas, exponents = np.frexp(np.concatenate([means, m2]))
     nums = (mantissas * float(1 << 53)).astype(np.int64).tolist()

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from daskfeed.core import DataError
 from daskfeed.manifest import ENCODE_BYTES, epoch_seconds
 from daskfeed.reading import count_by_part, na_counts, naive_times
 from daskfeed.scanning._counts import (
@@ -53,7 +54,8 @@ def _moments(v: np.ndarray, present: np.ndarray | None, bounds: np.ndarray,
     """
     if not len(v):
         return {}
-    s1, s2 = exact_sums(*segment_moments(v, present, bounds))
+    with np.errstate(over="ignore", invalid="ignore"):  # (beyond float64: exact_sums refuses it)
+        s1, s2 = exact_sums(*segment_moments(v, present, bounds))
     mean, m2 = settle(len(v), s1, s2)
     out: ColumnStats = {"mean": mean, "m2": m2, "s1": s1, "s2": s2}
     if minmax:
@@ -154,6 +156,7 @@ def label_moments(col: pa.ChunkedArray, bounds: np.ndarray) -> list[list[float]]
     v = np.asarray(pc.fill_null(col.cast(pa.float64(), safe=False), 0.0).to_numpy(zero_copy_only=False),
                    dtype=np.float64)
     cuts = np.asarray(bounds, dtype=np.int64)
+    v = v[:cuts[-1]]  # (reduceat's last part runs to the array's end)
     full = np.flatnonzero(np.diff(cuts) > 0)
     out = [[0.0, 0.0] for _ in range(len(cuts) - 1)]
     if len(full):
@@ -297,7 +300,14 @@ def table_stats(table: pa.Table, label: str, coded: pa.Table | None = None,
         kind = arrow_kind(col)
         st: ColumnStats = {}
         if kind in NUMERIC_KINDS:
-            missing = _numeric_stats(col, kind, name == label, st, cuts)
+            try:
+                missing = _numeric_stats(col, kind, name == label, st, cuts)
+            except OverflowError as err:
+                raise DataError(
+                    f"Expected numbers whose squares fit in float64 in column {name!r}. Received: "
+                    f"values too large for its variance ({err}; |x| above about 1e154).\nHint: "
+                    "scale the column when writing it, or read it as text (--dtype "
+                    f"{name}=string) to use it as a category.") from err
         elif kind == "string":
             missing = _text_stats(col, st, None if coded is None else coded.column(name))
         else:

@@ -85,7 +85,7 @@ class _Finishing:
     def some(self, timeout: float) -> list[tuple[Future, Any]]:
         """The futures finished since the last call and their results, waiting up to ``timeout`` s for one.
 
-        A failed future's result is its error (its status says so).
+        A failed future's result is not used (its status says it failed).
         """
         ready = self._done.thread_condition  # notified (under it) as each future finishes
         with ready:
@@ -128,6 +128,8 @@ def await_scan(client: Client, futures: list[Future], tasks: list[list[int]], sr
                 if f.status != "finished":
                     _raise_failed(f, _describe(src, blocks_of[f.key]))
                 progress.results[f.key] = result
+            for f in [f for f in pending if f.status in ("error", "cancelled")]:
+                _raise_failed(f, _describe(src, blocks_of[f.key]))  # (its result never came)
             if pending and time.monotonic() - progress.last > timeout:
                 raise _stuck(src, [blocks_of[f.key] for f in pending], progress, timeout)
     finally:

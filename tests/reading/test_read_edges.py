@@ -303,6 +303,50 @@ def test_infinities_are_missing_and_counted_as_inf_alone_and_among_small_files(w
     assert (out["stats"]["score"]["min"], out["stats"]["score"]["max"]) == (1.5, 4.0)
 
 
+def test_one_marker_counted_twice_adds_up_alone_and_among_small_files(write_csv, tmp_path):
+    """The user's marker "inf" and the rule's infinities are one count, not the last of two; NaN
+    spelt two ways too (a file alone, and a run of small files)."""
+    from daskfeed.scanning._task import scan_blocks
+
+    path = write_csv("u/a.csv", "score,y\n1,0\ninf,1\ninf,0\n-inf,1\n,0\n")
+    (table,) = _tables(path, na_values=["inf"])
+    assert table.column("score").null_count == 4
+    assert _na_counts(table) == {"score": {"": 1, "inf": 3}}
+    write_csv("u/b.csv", "score,y\n-inf,1\ninf,0\n2.5,1\n")
+    src = Source(str(tmp_path / "u" / "*.csv"), na_values=["inf"])
+    out = scan_blocks(list(enumerate(src.blocks)), src.options, "y")
+    assert [f["na_counts"] for f in out["facts"]] == [{"score": {"": 1, "inf": 3}},
+                                                      {"score": {"inf": 2}}]
+
+
+def test_parquet_floats_lose_nan_and_infinities_counted_as_csv_does(tmp_path):
+    """A Parquet float column's NaN and infinities are missing and counted (its types are its
+    own: no other rule applies), so the scan's statistics hold only finite values."""
+    import pyarrow.parquet as pq
+
+    from daskfeed.scanning._task import scan_blocks
+
+    pq.write_table(pa.table({"score": [1.5, float("inf"), float("nan"), 2.5, -float("inf")],
+                             "y": [1, 0, 1, 0, 1]}), tmp_path / "p.parquet")
+    src = Source(str(tmp_path / "p.parquet"))
+    (table,) = list(iter_tables(src.blocks[0], src.options))
+    assert table.column("score").to_pylist() == [1.5, None, None, 2.5, None]
+    assert _na_counts(table) == {"score": {"NaN": 1, "inf": 2}}
+    out = scan_blocks(list(enumerate(src.blocks)), src.options, "y")
+    assert out["stats"]["score"]["count"] == 2 and out["stats"]["score"]["mean"] == 2.0
+
+
+def test_numbers_whose_squares_pass_float64_are_refused_with_the_column_named(write_csv, tmp_path):
+    """1e200 and -1e200 have a variance float64 cannot hold: the scan says so, naming the column,
+    instead of statistics of an overflowed sum."""
+    from daskfeed.scanning._task import scan_blocks
+
+    write_csv("o/a.csv", "big,y\n1e200,1\n-1e200,0\n3,1\n")
+    src = Source(str(tmp_path / "o" / "*.csv"))
+    with pytest.raises(DataError, match=r"(?s)column 'big'.*float64.*Hint"):
+        scan_blocks(list(enumerate(src.blocks)), src.options, "y")
+
+
 def test_markers_the_user_lists_are_missing_in_every_column(write_csv):
     path = write_csv("u.csv", "region,gold,y\nNA,-999,1\nEU,5,0\nJP,NA,1\n")
     (plain,) = _tables(path)
