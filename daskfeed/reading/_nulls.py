@@ -294,9 +294,9 @@ def first_values(column: pa.ChunkedArray, bounds: np.ndarray, skip: Sequence[str
                  most: int = 256) -> list[str | None]:
     """Each part's first value among its first ``most`` that is neither missing nor in ``skip``.
 
-    What each part's slice gives alone (blanks count as values), for all
-    parts of a text column at once: one ``take`` of every part's first value, which is usually
-    it; a part whose first value is missing or skipped is looked at on its own.
+    The value a look at each part's slice alone finds (blanks count as values), for all parts
+    of a text column at once: one ``take`` of every part's first value, which is usually it; a
+    part whose first value is missing or skipped is looked at on its own.
 
     Parameters
     ----------
@@ -448,10 +448,11 @@ def _not_finite_to_null(column: pa.ChunkedArray) -> tuple[pa.ChunkedArray, dict[
     """Float column: NaN and infinities (however spelled) become missing, as "NaN" and "inf"."""
     made = {}
     for marker, test in NOT_FINITE:
-        n = pc.sum(test(column)).as_py() or 0  # (a missing value is neither: sum skips it)
+        hit = pc.fill_null(test(column), False)  # (a missing value is neither)
+        n = pc.sum(hit).as_py() or 0
         if n:
             made[marker] = n
-            column = _null(column, pc.fill_null(test(column), False))
+            column = _null(column, hit)
     return column, made
 
 
