@@ -118,9 +118,10 @@ class MemoryBuckets:
               ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
         columns = list(self.encoding.names)
         files: dict[str, pa.Table] = {}  # whole cache files, views of their memory maps
-        tables: list[pa.Table] = []
+        tables: dict[object, pa.Table] = {}
         bases: dict[object, int] = {}
-        positions, dealt, blocks = [], [], []
+        spans: dict[object, tuple[int, int]] = {}  # the rows of each table the blocks cover
+        located = []
         total = 0
         # blocks by id (as the trace column sorts them), each one's rows by place: a stable sort
         # by bucket then leaves every bucket in canonical order
@@ -141,33 +142,41 @@ class MemoryBuckets:
                     f"file; its marker says {len(order)}.\nHint: remove the parse cache "
                     "(daskfeed cache clear) and restart.")
             if key not in bases:
-                bases[key] = total
-                tables.append(table)
+                bases[key], tables[key] = total, table
                 total += table.num_rows
-            expected = int(self.counts[j])
+            lo, hi = spans.get(key, (first, first + len(order)))
+            spans[key] = (min(lo, first), max(hi, first + len(order)))
+            located.append((int(j), key, first, order))
+        # which rows have a label: once per file over the rows its blocks cover (not per block)
+        masks = {key: (lo, self._labelled(tables[key].slice(lo, hi - lo)))
+                 for key, (lo, hi) in spans.items()}
+        positions, dealt = [], []
+        for j, key, first, order in located:
+            lo, mask = masks[key]
             # the stored places of the rows with a label, as the deal takes them
-            mine = table.slice(first, len(order))
-            mask = labelled(mine, self.encoding) if self.encoding.label in mine.column_names \
-                else None
-            at = (np.arange(len(order), dtype=np.int64) if mask is None
-                  else np.flatnonzero(mask[order]))
-            if len(at) != expected:
+            mine = order if mask is None else order[mask[first - lo + order]]
+            if len(mine) != int(self.counts[j]):
                 raise ManifestMismatchError(
-                    f"Block {int(j)} has {len(at)} rows with a label in the parse cache; the "
-                    f"manifest says {expected}. The data changed after the scan.\nHint: rescan "
-                    "(remove the cached manifest) and restart.")
-            positions.append(bases[key] + first + (order if len(at) == len(order) else order[at]))
-            dealt.append(len(at))
-            blocks.append(j)
-        bucket = bucket_of(self.offsets[np.asarray(blocks, dtype=np.int64)], np.asarray(dealt),
-                           self.buckets)
-        by_bucket = np.argsort(bucket, kind="stable")
+                    f"Block {j} has {len(mine)} rows with a label in the parse cache; the "
+                    f"manifest says {int(self.counts[j])}. The data changed after the scan.\n"
+                    "Hint: rescan (remove the cached manifest) and restart.")
+            positions.append(bases[key] + first + mine)
+            dealt.append(len(mine))
+        blocks = np.asarray([j for j, *_ in located], dtype=np.int64)
+        bucket = bucket_of(self.offsets[blocks], np.asarray(dealt, dtype=np.int64), self.buckets)
+        # (a stable sort of small whole numbers is a radix sort: ~9x faster than of int64)
+        by_bucket = np.argsort(bucket.astype(np.min_scalar_type(max(self.buckets - 1, 0))),
+                               kind="stable")
         starts = np.searchsorted(bucket[by_bucket], np.arange(self.buckets + 1))
-        rows = one_table(tables) if tables else pa.table({})
+        rows = one_table(list(tables.values())) if tables else pa.table({})
         rows = rows.select([c for c in columns if c in rows.column_names]).combine_chunks()
         del files, tables
         joined = np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64)
         return rows, joined[by_bucket], starts.astype(np.int64)
+
+    def _labelled(self, rows: pa.Table) -> np.ndarray | None:
+        """Which of ``rows`` have a label (None: all, or no label column is cached)."""
+        return labelled(rows, self.encoding) if self.encoding.label in rows.column_names else None
 
     def read_bucket(self, b: int, columns: list[str] | None = None) -> pa.Table:
         """Bucket ``b``'s rows in canonical order (``columns``; None: those held)."""

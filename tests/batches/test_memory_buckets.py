@@ -100,3 +100,45 @@ def test_data_beyond_half_the_prefetch_bytes_are_dealt_to_files(data, client, tm
         assert seq.stream.buckets.held == 0
         assert os.path.isfile(seq.stream.buckets.files.bucket_path(0))
         assert "held in the trainer's memory" not in seq.stream.order_line()
+
+
+def test_blocks_of_one_file_and_blocks_in_pieces_are_held_as_the_files_deal_them(
+        client, tmp_path):
+    """Small files (one cache file holds their blocks, its labels read once), a file split into
+    several blocks and a gzip file (a block in pieces, a table of its own), rows without a
+    label at random: the same rows in every bucket."""
+    import gzip
+
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(11)
+    src = tmp_path / "src"
+    src.mkdir()
+    for f, n in enumerate((3000, 2200, 2500, *[120] * 10)):
+        label = rng.integers(0, 2, n).astype(float)
+        label[rng.random(n) < 0.2] = np.nan  # rows without a label, in every block
+        text = pd.DataFrame({"uid": np.arange(n) + f * 10_000, "level": rng.integers(1, 60, n),
+                             "region": rng.choice(["north", "south", "東"], n),
+                             "cleared": label}).to_csv(index=False)
+        if f == 2:
+            with gzip.open(src / "part-2.csv.gz", "wt") as out:
+                out.write(text)
+        else:
+            (src / f"part-{f}.csv").write_text(text)
+    kw = {"blocksize": "16KiB"}
+    with _sequence(str(src / "*.csv*"), client, tmp_path / "c", False, **kw) as dealt:
+        blocks = len(dealt.stream.data.manifest.counts)
+        assert blocks > 6  # (several blocks a file)
+        cache = dealt.stream.data.cache
+        assert any(len(cache.lookup(i)) > 1 for i in range(blocks))  # (a block in pieces)
+        k = dealt.stream.buckets.count
+        on_disk = [dealt.stream.buckets.files.read_bucket(b, ["uid", "cleared"]) for b in range(k)]
+    with _sequence(str(src / "*.csv*"), client, tmp_path / "c", True, **kw) as held:
+        assert held.stream.buckets.held > 0
+        memory = held.stream.buckets.files
+        for b in range(k):
+            table = memory.read_bucket(b, ["uid", "cleared"])
+            assert table.column("uid").to_pylist() == on_disk[b].column("uid").to_pylist()
+    uids = [u for t in on_disk for u in t.column("uid").to_pylist()]
+    assert len(uids) == len(set(uids)) > 0.7 * 8900  # each labelled row once
