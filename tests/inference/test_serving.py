@@ -83,3 +83,30 @@ def test_text_classes_by_name_and_regression_in_label_units(tmp_path, label) -> 
     else:
         assert abs(scored["prediction"].mean() - 3000) < 1500  # the label's units
         assert np.abs(served["prediction"].numpy() - scored["prediction"].to_numpy()).max() <= 1e-2
+
+
+def test_a_model_with_a_lookup_table_of_its_own_is_exported_with_it(tmp_path) -> None:
+    """A user's model may hold resources beside its variables (an IntegerLookup's table)."""
+    import keras
+    import tensorflow as tf
+
+    from daskfeed.inference._serving import export
+    from daskfeed.training._train import train
+
+    write_rows(str(tmp_path / "train"), n=600, files=1, seed=0)
+    out = str(tmp_path / "out")
+    train(str(tmp_path / "train" / "*.csv"), label="cleared", exclude=["row_id"], epochs=1,
+          memory_limit="3GB", nworkers=1, output=out, cache=False, verbose=0,
+          echo=lambda _line: None)
+    net = keras.saving.load_model(os.path.join(out, "model.keras"), compile=False)
+    color = net.input["color"]
+    seen = keras.layers.IntegerLookup(vocabulary=[2, 3, 4, 5, 6], output_mode="int")(color)  # seen: 2..
+    known = keras.layers.Reshape((1,))(keras.ops.cast(keras.ops.greater(seen, 0), "float32"))
+    mine = keras.Model(net.input, keras.layers.Multiply()([net.output, known]))
+    export(out, model=mine, echo=lambda _line: None)
+    loaded = tf.saved_model.load(os.path.join(out, "serving"))
+    served = loaded.serve_text({"color": tf.constant(["red", "mauve"]),
+                                "size": tf.constant(["1.5", "2"]), "count": tf.constant(["3", "4"]),
+                                "day": tf.constant(["2024-01-01", "2024-01-02"])})
+    probs = served["probabilities"].numpy()
+    assert probs[1, 1] == 0.0 and probs[0, 1] > 0.0  # an unseen colour: out of the lookup's table
