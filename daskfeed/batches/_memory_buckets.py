@@ -5,12 +5,14 @@ every block ``j`` whose place ``i`` in the block's stored order has ``(i + o_j) 
 in canonical order (block id, then row). The build writes that to bucket files (deal, merge,
 gather: every row written twice, then read by each window). Where the columns the model
 reads fit in half the trainer's prefetch share, the trainer holds them instead, taken
-once from the parse cache's files (views of their memory maps, then one copy of those columns),
-with each bucket's rows as positions in that copy (taken in a thread while the model is
-built: :class:`~daskfeed.batches._bucket_files.Buckets` with a build, whose wait the first
-batch does, as for files dealt in the background); a window takes its buckets from it. The
-same rows in the same order as the files: an epoch, a resume or a trainer of several reads
-exactly what it would read from the bucket files; only where the rows come from differs.
+once from the parse cache's files (views of their memory maps; each file's labels read once)
+and *encoded once*, bucket after bucket, as the model takes them (taken in a thread while the
+model is built: :class:`~daskfeed.batches._bucket_files.Buckets` with a build, whose wait the
+first batch does, as for files dealt in the background). A window is then one gather of its
+rows from those arrays (:meth:`MemoryBuckets.window`), not a read, a take and an encoding of
+Arrow rows each epoch. The same rows in the same order as the files, encoded as the files'
+rows are: an epoch, a resume or a trainer of several reads exactly what it would read from the
+bucket files; only where the rows come from differs.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from dask.utils import format_bytes
 from daskfeed.batches._order import bucket_of
 from daskfeed.cache import estimate_bytes, one_table
 from daskfeed.core import DataError, ManifestMismatchError
-from daskfeed.manifest import labelled
+from daskfeed.manifest import WindowData, empty_window, encode_table, labelled
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -44,10 +46,10 @@ MEMORY_SHARE = 2  # held in memory: at most 1/MEMORY_SHARE of the trainer's pref
 class MemoryBuckets:
     """A data set's buckets as positions in its rows, held in the trainer (see the module's text).
 
-    Read as a :class:`~daskfeed.cache.BucketSet` is by a window
-    (:func:`~daskfeed.batches._read.read_buckets`): :meth:`read_bucket`, :meth:`forget`,
-    :meth:`bucket_path`. The rows are taken by :meth:`take` (or on the first read: a copy
-    pickled for another process takes them there).
+    A window (:func:`~daskfeed.batches._read.read_buckets`) reads :meth:`window`, encoded;
+    :meth:`read_bucket` gives a bucket's rows as Arrow, as a :class:`~daskfeed.cache.BucketSet`
+    does (:meth:`forget`, :meth:`bucket_path` too). The rows are taken by :meth:`take` (or on
+    the first read: a copy pickled for another process takes them there).
 
     Parameters
     ----------
@@ -70,9 +72,9 @@ class MemoryBuckets:
                  offsets: np.ndarray, buckets: int, encoding: Encoding, estimate: int) -> None:
         self.cache, self.counts, self.ids, self.offsets = cache, counts, ids, offsets
         self.buckets, self.encoding, self.estimate = int(buckets), encoding, int(estimate)
-        self._rows: pa.Table | None = None
-        self._positions = np.zeros(0, dtype=np.int64)  # each bucket's rows, bucket after bucket
-        self._starts = np.zeros(0, dtype=np.int64)  # where bucket k's begin in _positions
+        self._held: WindowData | None = None  # the rows encoded, bucket after bucket
+        self._starts = np.zeros(0, dtype=np.int64)  # where bucket k's begin in _held
+        self._arrow: tuple[pa.Table, np.ndarray] | None = None  # read_bucket's (tests, tools)
         self._lock = threading.Lock()
 
     def __dask_tokenize__(self) -> object:
@@ -89,11 +91,11 @@ class MemoryBuckets:
     @property
     def nbytes(self) -> int:
         """Bytes held (0 before the first read)."""
-        rows = self._rows
-        return 0 if rows is None else rows.nbytes + self._positions.nbytes
+        held = self._held
+        return 0 if held is None else held.nbytes + self._starts.nbytes
 
     def take(self, abandon: Callable[[], BaseException | None] | None = None) -> None:
-        """Take the rows from the parse cache and place each bucket's (done once).
+        """Take the rows from the parse cache and encode them, bucket after bucket (done once).
 
         ``abandon()`` (looked at between blocks) returns an error to stop with, or None.
 
@@ -105,9 +107,14 @@ class MemoryBuckets:
             A block whose rows with a label are not the manifest's count.
         """
         with self._lock:
-            if self._rows is not None:
+            if self._held is not None:
                 return
-            self._rows, self._positions, self._starts = self._take(abandon)
+            rows, positions, starts = self._take(abandon)
+            # encoded once, in bucket order: a window is then one gather of its rows' places
+            # (Arrow's take of the rows the places name, every one with a label: none dropped)
+            held = encode_table(rows.take(positions), self.encoding)
+            del rows
+            self._held, self._starts = held, starts
 
     def taken(self, abandon: Callable[[], BaseException | None]) -> tuple[MemoryBuckets, str]:
         """:meth:`take` as a build of :class:`~daskfeed.batches._bucket_files.Buckets` does it."""
@@ -169,20 +176,53 @@ class MemoryBuckets:
                                kind="stable")
         starts = np.searchsorted(bucket[by_bucket], np.arange(self.buckets + 1))
         rows = one_table(list(tables.values())) if tables else pa.table({})
-        rows = rows.select([c for c in columns if c in rows.column_names]).combine_chunks()
+        rows = rows.select([c for c in columns if c in rows.column_names])
         del files, tables
         joined = np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64)
-        return rows, joined[by_bucket], starts.astype(np.int64)
+        return rows, joined[by_bucket], starts.astype(np.int64)  # (positions bucket after bucket)
 
     def _labelled(self, rows: pa.Table) -> np.ndarray | None:
         """Which of ``rows`` have a label (None: all, or no label column is cached)."""
         return labelled(rows, self.encoding) if self.encoding.label in rows.column_names else None
 
-    def read_bucket(self, b: int, columns: list[str] | None = None) -> pa.Table:
-        """Bucket ``b``'s rows in canonical order (``columns``; None: those held)."""
+    def window(self, window: list[tuple[int, int, tuple[int, ...]]],
+               index: np.ndarray) -> WindowData:
+        """The rows ``index`` of the window's buckets (concatenated in its order), encoded.
+
+        What :func:`~daskfeed.batches._read.read_buckets` makes of the same buckets' rows read
+        as Arrow and encoded: one gather from the rows encoded when they were taken.
+
+        Raises
+        ------
+        DataError
+            A bucket whose rows are not the number the window expects.
+        """
         self.take()
-        assert self._rows is not None
-        rows = self._rows.take(self._positions[self._starts[b]:self._starts[b + 1]])
+        held, starts = self._held, self._starts
+        assert held is not None
+        places = []
+        for b, rows, _ in window:
+            if int(starts[b + 1] - starts[b]) != rows:
+                raise DataError(
+                    f"Expected {rows} rows in bucket {b} ({self.bucket_path(b)}). Received: "
+                    f"{int(starts[b + 1] - starts[b])}.\nHint: run again.")
+            places.append(np.arange(starts[b], starts[b + 1], dtype=np.int64))
+        if not places or not len(index):
+            return empty_window(self.encoding)
+        return held.rows(np.concatenate(places)[index])
+
+    def read_bucket(self, b: int, columns: list[str] | None = None) -> pa.Table:
+        """Bucket ``b``'s rows in canonical order, as Arrow (``columns``; None: those read).
+
+        Read again from the parse cache on the first call (and kept: for tests and tools; a
+        window reads the encoded rows, :meth:`window`).
+        """
+        with self._lock:
+            if self._arrow is None:
+                rows, positions, starts = self._take(None)
+                self._arrow = (rows.take(positions), starts)
+        rows, starts = self._arrow
+        rows = rows.slice(int(starts[b]), int(starts[b + 1] - starts[b]))
         return rows if columns is None else rows.select([c for c in columns
                                                          if c in rows.column_names])
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from daskfeed.batches._memory_buckets import MemoryBuckets
 from daskfeed.batches._order import window_index
 from daskfeed.cache import block_tables
 from daskfeed.cluster import release_after_task
@@ -114,6 +115,9 @@ def read_buckets(files: BucketFiles, window: list[tuple[int, int, tuple[int, ...
         A bucket file is missing or holds other rows (the set is then marked incomplete, so the
         next run builds it again).
     """
+    if isinstance(files, MemoryBuckets):  # held in the trainer, encoded: one gather
+        report_cache(len(window), 0, client=client)
+        return files.window(window, window_index(window, span, lanes))
     columns = encoding.names
     tables = []
     for b, rows, _ in window:
