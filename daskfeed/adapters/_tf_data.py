@@ -183,7 +183,13 @@ class TFDataHandoff:
         else:
             ds = tf.data.Dataset.range(self._chunks).map(take).unbatch()
             ds = ds.apply(tf.data.experimental.assert_cardinality(self._len))
-        return ds.prefetch(self.chunk)
+        # no autotuning: nothing here is tuned (one map, a fixed prefetch), and its model
+        # thread holds an iterator's destruction until its next look, which comes later and
+        # later (fit returned 4-5 s late in about one run of three: the iterator's destructor
+        # waiting for Model::OptimizeLoop, seen with gdb)
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        return ds.prefetch(self.chunk).with_options(options)
 
     def callback(self) -> keras.callbacks.Callback:
         """The callback telling the feed which epoch Keras begins (see the module docstring).
