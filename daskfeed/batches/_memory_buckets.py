@@ -26,6 +26,7 @@ from dask.utils import format_bytes
 
 from daskfeed.batches._order import bucket_of
 from daskfeed.cache import estimate_bytes, one_table
+from daskfeed.cluster import release_after_task
 from daskfeed.core import DataError, ManifestMismatchError
 from daskfeed.manifest import WindowData, empty_window, encode_table, labelled
 
@@ -74,7 +75,6 @@ class MemoryBuckets:
         self.buckets, self.encoding, self.estimate = int(buckets), encoding, int(estimate)
         self._held: WindowData | None = None  # the rows encoded, bucket after bucket
         self._starts = np.zeros(0, dtype=np.int64)  # where bucket k's begin in _held
-        self._arrow: tuple[pa.Table, np.ndarray] | None = None  # read_bucket's (tests, tools)
         self._lock = threading.Lock()
 
     def __dask_tokenize__(self) -> object:
@@ -112,8 +112,16 @@ class MemoryBuckets:
             rows, positions, starts = self._take(abandon)
             # encoded once, in bucket order: a window is then one gather of its rows' places
             # (Arrow's take of the rows the places name, every one with a label: none dropped)
-            held = encode_table(rows.take(positions), self.encoding)
+            ordered = rows.take(positions)
             del rows
+            held = encode_table(ordered, self.encoding)
+            del ordered
+            release_after_task()  # (the Arrow copy, given back)
+            if len(held) != len(positions):  # a label the encoding reads otherwise than the take
+                raise ManifestMismatchError(
+                    f"Expected {len(positions):,} rows with a label in the parse cache's rows the "
+                    f"trainer holds. Received: {len(held):,} once encoded.\nHint: remove the "
+                    "parse cache (daskfeed cache clear) and restart, and report this.")
             self._held, self._starts = held, starts
 
     def taken(self, abandon: Callable[[], BaseException | None]) -> tuple[MemoryBuckets, str]:
@@ -197,7 +205,8 @@ class MemoryBuckets:
         DataError
             A bucket whose rows are not the number the window expects.
         """
-        self.take()
+        if self._held is None:  # (taken: no lock, the arrays are only read)
+            self.take()
         held, starts = self._held, self._starts
         assert held is not None
         places = []
@@ -214,15 +223,11 @@ class MemoryBuckets:
     def read_bucket(self, b: int, columns: list[str] | None = None) -> pa.Table:
         """Bucket ``b``'s rows in canonical order, as Arrow (``columns``; None: those read).
 
-        Read again from the parse cache on the first call (and kept: for tests and tools; a
-        window reads the encoded rows, :meth:`window`).
+        Read again from the parse cache at each call (for tests and tools: a window reads the
+        encoded rows, :meth:`window`).
         """
-        with self._lock:
-            if self._arrow is None:
-                rows, positions, starts = self._take(None)
-                self._arrow = (rows.take(positions), starts)
-        rows, starts = self._arrow
-        rows = rows.slice(int(starts[b]), int(starts[b + 1] - starts[b]))
+        rows, positions, starts = self._take(None)
+        rows = rows.take(positions[starts[b]:starts[b + 1]])
         return rows if columns is None else rows.select([c for c in columns
                                                          if c in rows.column_names])
 
@@ -242,11 +247,12 @@ def memory_buckets(data: Prepared, counts: np.ndarray, ids: np.ndarray, offsets:
                    buckets: int) -> MemoryBuckets | None:
     """The buckets of ``data`` held in the trainer, where they fit; else None (dealt to files).
 
-    They fit where every block is cached and what they hold is at most ``1 / MEMORY_SHARE`` of
-    the trainer's prefetch bytes: at most 8 bytes a value in the cache's columns (int32 where
-    whole numbers fit, text as dictionary codes), the label and a weight, and 8 a row for its
-    place; or the whole parse cache of these files, uncompressed, if more (the rows without a
-    label, long text). Not taken yet (:meth:`MemoryBuckets.taken`).
+    They fit where every block is cached and the estimate is at most ``1 / MEMORY_SHARE`` of
+    the trainer's prefetch bytes: 8 bytes a value of the model's columns, the label and a
+    weight, and 8 a row (what is held, encoded, is at most that; while it is taken, the rows'
+    Arrow copy in bucket order and their places are beside it); or the whole parse cache of
+    these files, uncompressed, if more (what the take maps: the rows without a label, long
+    text). Not taken yet (:meth:`MemoryBuckets.taken`).
 
     Parameters
     ----------

@@ -134,11 +134,72 @@ def test_blocks_of_one_file_and_blocks_in_pieces_are_held_as_the_files_deal_them
         assert any(len(cache.lookup(i)) > 1 for i in range(blocks))  # (a block in pieces)
         k = dealt.stream.buckets.count
         on_disk = [dealt.stream.buckets.files.read_bucket(b, ["uid", "cleared"]) for b in range(k)]
+        dealt_epoch = _epoch(dealt)
     with _sequence(str(src / "*.csv*"), client, tmp_path / "c", True, **kw) as held:
         assert held.stream.buckets.held > 0
+        assert _epoch(held) == dealt_epoch  # (the windows: the encoded rows gathered)
         memory = held.stream.buckets.files
         for b in range(k):
             table = memory.read_bucket(b, ["uid", "cleared"])
             assert table.column("uid").to_pylist() == on_disk[b].column("uid").to_pylist()
     uids = [u for t in on_disk for u in t.column("uid").to_pylist()]
     assert len(uids) == len(set(uids)) > 0.7 * 8900  # each labelled row once
+
+
+def test_a_held_window_is_the_files_buckets_encoded_with_weights_class_names_and_a_share(
+        client, tmp_path):
+    """``MemoryBuckets.window`` against the bucket files' rows encoded as ``read_buckets``
+    encodes them: a text label (rows without one), a weight column, buckets in another order,
+    every row, a trainer's share of them (several trainers) and none."""
+    import dask.config
+    import numpy as np
+    import pandas as pd
+
+    from daskfeed.batches._read import _encode_buckets
+
+    rng = np.random.default_rng(4)
+    src = tmp_path / "src"
+    src.mkdir()
+    for f in range(6):
+        n = 900
+        pd.DataFrame({"uid": np.arange(n) + f * 1000, "level": rng.integers(1, 60, n),
+                      "region": rng.choice(["north", "south", "東"], n),
+                      "w": rng.random(n) + 0.5,
+                      "medal": rng.choice(["gold", "silver", "bronze", ""], n)}
+                     ).to_csv(src / f"part-{f}.csv", index=False)
+
+    def sequence(in_memory):
+        with dask.config.set({"daskfeed.buckets-in-memory": in_memory}):
+            return daskfeed.DaskSequence(str(src / "*.csv"), label="medal", weight="w",
+                                         client=client, cache=tmp_path / "c", batch_size=50,
+                                         features=["uid", "level", "region"], seed=3,
+                                         window_rows=600)
+
+    def batches(seq):
+        return [(b[0]["uid"].tolist(), b[1].tolist(), b[2].tolist())
+                for b in (seq[i] for i in range(len(seq)))]
+
+    with sequence(False) as dealt:
+        assert dealt.stream.buckets.held == 0
+        files, enc = dealt.stream.buckets.files, dealt.stream.data.encoding
+        k = dealt.stream.buckets.count
+        tables = [files.read_bucket(b, list(enc.names)) for b in range(k)]
+        dealt_epoch = batches(dealt)
+    with sequence(True) as held:
+        memory = held.stream.buckets.files
+        assert held.stream.buckets.held > 0 and k > 1
+        assert batches(held) == dealt_epoch
+        window = [(b, tables[b].num_rows, ()) for b in reversed(range(k))]
+        total = sum(rows for _, rows, _ in window)
+        pick = np.random.default_rng(0)
+        for index in (pick.permutation(total), np.sort(pick.choice(total, total // 3, replace=False)),
+                      np.zeros(0, dtype=np.int64)):
+            got = memory.window(window, index)
+            want = _encode_buckets([tables[b] for b, _, _ in window], index, enc)
+            assert len(got) == len(index) == len(want)
+            assert got.y.dtype == want.y.dtype and np.array_equal(got.y, want.y)
+            assert got.w is not None and np.array_equal(got.w, want.w)
+            assert sorted(got.x) == sorted(want.x)
+            for name in got.x:
+                assert got.x[name].dtype == want.x[name].dtype
+                assert np.array_equal(got.x[name], want.x[name]), name
