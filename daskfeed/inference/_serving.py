@@ -326,6 +326,22 @@ def _is_float(text: str) -> bool:
     return True
 
 
+def _resources(*objects: object) -> list[object]:
+    """The TensorFlow resources (lookup tables) ``objects`` hold, as Keras' export finds them."""
+    from tensorflow.saved_model.experimental import TrackableResource
+
+    found: dict[int, object] = {}
+    for obj in objects:
+        try:
+            descendants = tf.train.TrackableView(obj).descendants()
+        except TypeError:  # (as Keras: an object it cannot walk; a table of it is then refused)
+            continue
+        for item in descendants:
+            if isinstance(item, TrackableResource):
+                found.setdefault(id(item), item)
+    return list(found.values())
+
+
 def export(output_dir: str | os.PathLike[str], *, model: keras.Model | None = None,
            features: list[str] | None = None, echo: Callable[[str], None] = print) -> str | None:
     """Write ``output_dir/serving/``: the trained model behind the training encoding, raw inputs in.
@@ -360,13 +376,17 @@ def export(output_dir: str | os.PathLike[str], *, model: keras.Model | None = No
     net = model if model is not None else keras.saving.load_model(run.model_path, compile=False)
     read = run.manifest.read_options or {}
     serve = _Serve(net, run.scorer, list(read.get("na_values") or []), read.get("decimal", "."))
-    # what the SavedModel holds: the model's variables and layers (a lookup layer's table),
-    # the serving lookups' tables; written by TensorFlow, each endpoint traced once (Keras'
-    # ExportArchive traces each a second time to list their variables: ~0.4 s a trace)
-    root = tf.Module()
-    root.variables_ = list(net.variables)
-    root.layers_ = list(net.layers)
-    root.lookups = list(serve.lookups.values())
+    # what the SavedModel holds, as Keras' ExportArchive keeps it: the model's variables and
+    # the resources it holds (a lookup layer's table, one of the model itself), the serving
+    # lookups' tables; written by TensorFlow, each endpoint traced once (the archive traces
+    # each a second time to list their variables: ~0.4 s a trace)
+    lookups = list(serve.lookups.values())
+    root = tf.__internal__.tracking.AutoTrackable()
+    root.variables = [*net.variables, *(v for layer in lookups for v in layer.variables)]
+    root.trainable_variables = list(net.trainable_variables)
+    trainable = {id(v) for v in net.trainable_variables}
+    root.non_trainable_variables = [v for v in root.variables if id(v) not in trainable]
+    root.resources = _resources(net, *lookups)
     signatures = {}
     for name, text in (("serve", False), ("serve_text", True)):
         signatures[name] = tf.function(serve, input_signature=[serve.specs(text=text)],

@@ -86,7 +86,8 @@ def test_text_classes_by_name_and_regression_in_label_units(tmp_path, label) -> 
 
 
 def test_a_model_with_a_lookup_table_of_its_own_is_exported_with_it(tmp_path) -> None:
-    """A user's model may hold resources beside its variables (an IntegerLookup's table)."""
+    """A user's model may hold resources beside its variables: an IntegerLookup's table, a table
+    of the model itself."""
     import keras
     import tensorflow as tf
 
@@ -110,3 +111,22 @@ def test_a_model_with_a_lookup_table_of_its_own_is_exported_with_it(tmp_path) ->
                                 "day": tf.constant(["2024-01-01", "2024-01-02"])})
     probs = served["probabilities"].numpy()
     assert probs[1, 1] == 0.0 and probs[0, 1] > 0.0  # an unseen colour: out of the lookup's table
+
+    class Halved(keras.Model):  # a table held by the model itself, not by one of its layers
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+            self.table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+                tf.constant([1], tf.int64), tf.constant([0.5])), 0.0)
+
+        def call(self, x):
+            return self.inner(x) * self.table.lookup(tf.constant(1, tf.int64))
+
+    rows = {"color": tf.constant(["red", "blue"]), "size": tf.constant(["1.5", "2"]),
+            "count": tf.constant(["3", "4"]), "day": tf.constant(["2024-01-01", "2024-01-02"])}
+    scores = []
+    for model in (net, Halved(net)):
+        export(out, model=model, echo=lambda _line: None)
+        loaded = tf.saved_model.load(os.path.join(out, "serving"))  # (kept while it serves)
+        scores.append(loaded.serve_text(rows)["probabilities"].numpy()[:, 1])
+    assert np.allclose(scores[1], 0.5 * scores[0], atol=1e-6) and scores[0].min() > 0
