@@ -18,7 +18,8 @@ import importlib.abc
 import importlib.util
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
@@ -51,14 +52,42 @@ def _jit(*args: Any, **kwargs: Any) -> Any:
 
 
 class _Refuse(importlib.abc.MetaPathFinder):
-    """Refuses ``packages`` (and their modules) to one thread: its imports of them fail."""
+    """Refuses packages to the threads that name them: their imports of them fail.
 
-    def __init__(self, packages: set[str], thread: threading.Thread) -> None:
-        self.packages, self.thread = packages, thread
+    One finder, put first in ``sys.meta_path`` once and never taken out: importlib walks that
+    list itself while it imports, so a finder taken out while another thread's import walks it
+    shifts the rest and that import skips one finder — the path finder, say, and a module that is
+    installed is reported missing (the likeliest cause of a trainer's ``import matplotlib``
+    failing on ``No module named 'cycler'`` in CI). Put in, a finder is at worst asked twice.
+    With no thread refusing anything it returns at once.
+    """
+
+    def __init__(self) -> None:
+        self._refused: dict[threading.Thread, frozenset[str]] = {}
 
     def find_spec(self, name: str, path: Any = None, target: ModuleType | None = None) -> None:
-        if threading.current_thread() is self.thread and name.split(".")[0] in self.packages:
-            raise ModuleNotFoundError(f"{name} is imported at its first use", name=name)
+        if self._refused:
+            refused = self._refused.get(threading.current_thread())
+            if refused is not None and name.partition(".")[0] in refused:
+                raise ModuleNotFoundError(f"{name} is imported at its first use", name=name)
+        return None
+
+    @contextmanager
+    def refusing(self, packages: set[str]) -> Iterator[None]:
+        """Refuse ``packages`` (and their modules) to the calling thread while in the block."""
+        thread = threading.current_thread()
+        with _INSTALL:
+            if not any(f is self for f in sys.meta_path):
+                sys.meta_path.insert(0, self)
+        self._refused[thread] = frozenset(packages)
+        try:
+            yield
+        finally:
+            del self._refused[thread]
+
+
+_INSTALL = threading.Lock()
+REFUSE = _Refuse()
 
 
 def keras_imported(load: Callable[[], object], backend: str) -> None:
@@ -76,12 +105,10 @@ def keras_imported(load: Callable[[], object], backend: str) -> None:
     if not packages or "keras" in sys.modules:
         load()
         return
-    finder = _Refuse(packages, threading.current_thread())
-    sys.meta_path.insert(0, finder)
     try:
-        load()
+        with REFUSE.refusing(packages):
+            load()
     finally:
-        sys.meta_path.remove(finder)
         _stand_ins(packages)
 
 

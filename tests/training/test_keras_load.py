@@ -116,7 +116,7 @@ def test_an_import_put_off_is_refused_to_the_loading_thread_only(tmp_path, monke
     import sys
     import threading
 
-    from daskfeed.training._deferred import _Refuse
+    from daskfeed.training._deferred import REFUSE
 
     (tmp_path / "dfdeferred_pkg").mkdir()
     (tmp_path / "dfdeferred_pkg" / "__init__.py").write_text("VALUE = 3\n")
@@ -124,19 +124,68 @@ def test_an_import_put_off_is_refused_to_the_loading_thread_only(tmp_path, monke
     seen: list[BaseException | int] = []
 
     def load() -> None:
-        try:
-            importlib.import_module("dfdeferred_pkg")
-        except ModuleNotFoundError as err:
-            seen.append(err)
+        with REFUSE.refusing({"dfdeferred_pkg"}):
+            try:
+                importlib.import_module("dfdeferred_pkg")
+            except ModuleNotFoundError as err:
+                seen.append(err)
 
     loader = threading.Thread(target=load)
-    finder = _Refuse({"dfdeferred_pkg"}, loader)
-    sys.meta_path.insert(0, finder)
     try:
         loader.start()
         loader.join()
         seen.append(importlib.import_module("dfdeferred_pkg").VALUE)  # another thread: imported
     finally:
-        sys.meta_path.remove(finder)
         sys.modules.pop("dfdeferred_pkg", None)
     assert isinstance(seen[0], ModuleNotFoundError) and seen[1] == 3
+    assert sys.meta_path[0] is REFUSE  # (kept: see the next test)
+
+
+def test_an_import_walking_the_finders_as_a_refusal_ends_skips_none(tmp_path):
+    """importlib walks ``sys.meta_path`` itself as it imports. A refusal that ends in another
+    thread while this thread's import is between two finders leaves the walk whole: the finder
+    after is still asked and the module is found (a finder taken out of the list there made the
+    walk skip one, and an installed module was reported missing)."""
+    import importlib
+    import importlib.abc
+    import importlib.util
+    import sys
+    import threading
+
+    from daskfeed.training._deferred import REFUSE
+
+    path = tmp_path / "dfdeferred_late.py"
+    path.write_text("VALUE = 5\n")
+    entered, ending = threading.Event(), threading.Event()
+
+    def load() -> None:
+        with REFUSE.refusing({"dfdeferred_other"}):
+            entered.set()
+            ending.wait()
+
+    class EndsTheRefusal(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "dfdeferred_late" and not ending.is_set():
+                ending.set()
+                loader.join()  # the refusal ends between this finder and the next
+            return None
+
+    class Finds(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path_=None, target=None):
+            return importlib.util.spec_from_file_location(name, path) if name == "dfdeferred_late" \
+                else None
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    assert entered.wait(60)
+    at = sys.meta_path.index(REFUSE)
+    probe, finds = EndsTheRefusal(), Finds()
+    sys.meta_path[at + 1:at + 1] = [probe, finds]
+    try:
+        assert importlib.import_module("dfdeferred_late").VALUE == 5
+        assert ending.is_set() and not loader.is_alive()
+    finally:
+        ending.set()
+        loader.join()
+        sys.meta_path[:] = [f for f in sys.meta_path if f is not probe and f is not finds]
+        sys.modules.pop("dfdeferred_late", None)
