@@ -173,6 +173,34 @@ class WindowData:
         """Rows ``[start, stop)`` as views (no copy)."""
         return self.rows(slice(start, stop))
 
+    def allocate(self, n: int) -> WindowData:
+        """Arrays for ``n`` rows of this one's dtypes and shapes, not filled (:meth:`put`)."""
+        def like(a: np.ndarray) -> np.ndarray:
+            return np.empty((n, *a.shape[1:]), dtype=a.dtype)
+
+        x = {k: like(v) for k, v in self.x.items()} if isinstance(self.x, dict) else like(self.x)
+        return WindowData(x, like(self.y), None if self.w is None else like(self.w))
+
+    def put(self, at: int, rows: WindowData) -> None:
+        """Copy ``rows`` (of the same dtypes: else ``TypeError``) to rows ``[at, at + len(rows))``."""
+        pairs = [(self.y, rows.y)]
+        if isinstance(self.x, dict) and isinstance(rows.x, dict):
+            pairs += [(v, rows.x[k]) for k, v in self.x.items()]
+        elif isinstance(self.x, np.ndarray) and isinstance(rows.x, np.ndarray):
+            pairs.append((self.x, rows.x))
+        else:
+            raise TypeError("Expected rows encoded alike (a dict of columns or one matrix each).")
+        if (self.w is None) != (rows.w is None):
+            raise TypeError("Expected rows encoded alike (sample weights in both or neither).")
+        if self.w is not None and rows.w is not None:
+            pairs.append((self.w, rows.w))
+        end = at + len(rows)
+        for dest, src in pairs:
+            if dest.dtype != src.dtype or dest.shape[1:] != src.shape[1:]:
+                raise TypeError(f"Expected rows encoded alike. Received {src.dtype} {src.shape[1:]} "
+                                f"for {dest.dtype} {dest.shape[1:]}.")
+            dest[at:end] = src
+
     def batch(self) -> tuple[dict[str, np.ndarray] | np.ndarray, ...]:
         """``(x, y)``, or ``(x, y, w)`` with a weight column: what ``fit`` takes."""
         return (self.x, self.y) if self.w is None else (self.x, self.y, self.w)

@@ -11,8 +11,13 @@ import os
 import pickle
 
 import dask.config
+import pytest
 
 import daskfeed
+from daskfeed.batches import _memory_buckets
+
+# the held rows taken and encoded whole (the data are smaller than a run) and in runs of 1,024
+RUNS = pytest.mark.parametrize("take_bytes", [_memory_buckets.TAKE_BYTES, 1], ids=["whole", "runs"])
 
 
 def _sequence(data, client, cache, in_memory, **kw):
@@ -102,16 +107,18 @@ def test_data_beyond_half_the_prefetch_bytes_are_dealt_to_files(data, client, tm
         assert "held in the trainer's memory" not in seq.stream.order_line()
 
 
+@RUNS
 def test_blocks_of_one_file_and_blocks_in_pieces_are_held_as_the_files_deal_them(
-        client, tmp_path):
+        client, tmp_path, monkeypatch, take_bytes):
     """Small files (one cache file holds their blocks, its labels read once), a file split into
     several blocks and a gzip file (a block in pieces, a table of its own), rows without a
-    label at random: the same rows in every bucket."""
+    label at random: the same rows in every bucket, and the same batches, as a matrix too."""
     import gzip
 
     import numpy as np
     import pandas as pd
 
+    monkeypatch.setattr(_memory_buckets, "TAKE_BYTES", take_bytes)
     rng = np.random.default_rng(11)
     src = tmp_path / "src"
     src.mkdir()
@@ -144,10 +151,21 @@ def test_blocks_of_one_file_and_blocks_in_pieces_are_held_as_the_files_deal_them
             assert table.column("uid").to_pylist() == on_disk[b].column("uid").to_pylist()
     uids = [u for t in on_disk for u in t.column("uid").to_pylist()]
     assert len(uids) == len(set(uids)) > 0.7 * 8900  # each labelled row once
+    epochs = []
+    for in_memory in (False, True):
+        with dask.config.set({"daskfeed.buckets-in-memory": in_memory}), daskfeed.DaskSequence(
+                str(src / "*.csv*"), label="cleared", client=client, cache=tmp_path / "c",
+                batch_size=50, features=["uid", "level"], as_matrix=True, seed=3,
+                window_rows=600, **kw) as seq:
+            assert (seq.stream.buckets.held > 0) == in_memory
+            epochs.append([(x.dtype.str, x.tolist(), y.tolist())
+                           for x, y in (seq[i] for i in range(len(seq)))])
+    assert epochs[0] == epochs[1]
 
 
+@RUNS
 def test_a_held_window_is_the_files_buckets_encoded_with_weights_class_names_and_a_share(
-        client, tmp_path):
+        client, tmp_path, monkeypatch, take_bytes):
     """``MemoryBuckets.window`` against the bucket files' rows encoded as ``read_buckets``
     encodes them: a text label (rows without one), a weight column, buckets in another order,
     every row, a trainer's share of them (several trainers) and none."""
@@ -185,6 +203,7 @@ def test_a_held_window_is_the_files_buckets_encoded_with_weights_class_names_and
         k = dealt.stream.buckets.count
         tables = [files.read_bucket(b, list(enc.names)) for b in range(k)]
         dealt_epoch = batches(dealt)
+    monkeypatch.setattr(_memory_buckets, "TAKE_BYTES", take_bytes)
     with sequence(True) as held:
         memory = held.stream.buckets.files
         assert held.stream.buckets.held > 0 and k > 1
