@@ -140,10 +140,11 @@ def text_by_part(column: pa.ChunkedArray, na_values: tuple[str, ...], bounds: np
                  decimal: str = ".") -> tuple[pa.ChunkedArray, list[dict[str, int]]] | None:
     """:func:`column_markers` of a text column (no dtype override), for all its parts at once.
 
-    A part whose first value (neither missing nor a marker) is text stays text on its own,
-    and only the user's markers become missing in it, value by value: when every part reads
-    so, one pass over the whole column does. None when some part may be numbers or dates (its
-    first value looks like one, or it has none): :func:`column_markers` decides part by part.
+    A part whose first value (neither missing nor a marker) is text, not blank, stays text on
+    its own, and only the user's markers become missing in it, value by value: when every part
+    reads so, one pass over the whole column does. None when some part may be numbers or dates (its
+    first value looks like one, is blank, or it has none): :func:`column_markers` decides part
+    by part.
 
     Parameters
     ----------
@@ -164,7 +165,9 @@ def text_by_part(column: pa.ChunkedArray, na_values: tuple[str, ...], bounds: np
     """
     markers = tuple(dict.fromkeys(NA_MARKERS + na_values))
     for first in set(first_values(column, bounds, markers)):
-        if first is None or _looks_like_a_number(first, decimal) or DATE_START.match(first):
+        # (blank: the date rule looks past it, at the first value that is not)
+        if first is None or not first.strip(SPACES) or _looks_like_a_number(first, decimal) \
+                or DATE_START.match(first):
             return None
     masks = [("", _mask(column.is_null()))] if column.null_count else []
     hit = _is_in(column, na_values) if na_values else None

@@ -222,3 +222,26 @@ def test_each_parts_first_value_is_the_one_it_has_alone(values, cuts, skip, most
     got = first_values(column, bounds, skip, most)
     assert got == [_first_value(column.slice(a, b - a), skip, most)
                    for a, b in itertools.pairwise(bounds)]
+
+
+@pytest.mark.parametrize("first", [" ", "   ", "\t"])
+def test_a_blank_first_value_gets_a_file_the_same_kind_alone_and_in_a_run(write_csv, tmp_path, first):
+    """The date rule passes over blank values: a file whose column reads ``[blank, a date]`` is
+    a date column (the blank missing) scanned alone, and so among small files whose column is
+    text (a run's look at each file's first value used to take the blank for text)."""
+    from daskfeed.cache._open import open_cache
+
+    write_csv("d/a0.csv", "y,when\n1,north\n0,south\n")
+    write_csv("d/a1.csv", f'y,when\n1,"{first}"\n0,2024-01-01\n1,2024-02-03\n')
+    write_csv("d/a2.csv", "y,when\n0,east\n1,west\n")
+    src = Source(str(tmp_path / "d" / "*.csv"))
+    items = list(enumerate(src.blocks))
+    together = scan_blocks(items, src.options, "y",
+                           open_cache(src, str(tmp_path / "c1"), compression="none")[0])
+    alone_cache = open_cache(src, str(tmp_path / "c2"), compression="none")[0]
+    alone = [scan_blocks([item], src.options, "y", alone_cache)["facts"][0] for item in items]
+    assert [f["kinds"]["when"] for f in together["facts"]] == [a["kinds"]["when"] for a in alone]
+    assert alone[1]["kinds"]["when"] != alone[0]["kinds"]["when"]  # (a date, beside text)
+    for i, fact in enumerate(together["facts"]):
+        assert {k: v for k, v in fact.items() if k != "samples"} == \
+            {k: v for k, v in alone[i].items() if k != "samples"}
