@@ -6,6 +6,7 @@ imports this module; the run's settings, place and cluster come in a :class:`~da
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -180,7 +181,8 @@ def summary(run: Run, history: list[dict[str, Any]], bad_report: dict[str, Any],
             run.echo(line)
     if built:
         run.echo(built)
-    run.echo(f"wrote {run.out}/model.keras, manifest.json, history.json, history.png, run.json")
+    chart = ", history.png" if os.path.exists(os.path.join(run.out, "history.png")) else ""
+    run.echo(f"wrote {run.out}/model.keras, manifest.json, history.json{chart}, run.json")
 
 
 def saved_record(history: list[dict[str, Any]],

@@ -15,6 +15,7 @@ import os
 import secrets
 import socket
 import time
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -268,7 +269,9 @@ def write_history(run: Run, history: list[dict[str, Any]], train_seq: DaskSequen
                   peak_rss: int, bad_lines: dict[str, Any],
                   class_weights: dict[int, float] | None, split: dict[str, Any] | None,
                   early_stopping: dict[str, Any] | None) -> None:
-    """Write ``history.png`` and ``history.json``: the epochs and what the run was.
+    """Write ``history.json`` and ``history.png``: the epochs and what the run was.
+
+    A chart that cannot be drawn is warned about, not raised: the run's records stand.
 
     Parameters
     ----------
@@ -287,7 +290,6 @@ def write_history(run: Run, history: list[dict[str, Any]], train_seq: DaskSequen
         :func:`daskfeed.training._callbacks.report_early_stopping`).
     """
     out, budget, ckpt = run.out, run.budget, run.ckpt
-    history_plot(history, os.path.join(out, "history.png"))
     record = {  # epochs numbered from 1, as the screen and Keras' progress bar show them
         "run_id": run.run_id, "epochs": numbered(history),
         "memory_limit_bytes": budget.total, "budget": budget.__dict__,
@@ -305,6 +307,16 @@ def write_history(run: Run, history: list[dict[str, Any]], train_seq: DaskSequen
         "loss_spikes": _spikes(run),
     }
     write_file(os.path.join(out, "history.json"), json.dumps(record, indent=1))
+    chart = os.path.join(out, "history.png")
+    try:
+        history_plot(history, chart)
+    except Exception as err:  # the chart alone: the trained model and the records stand
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(chart)  # (not an earlier run's chart beside this run's records)
+        warnings.warn(f"daskfeed: history.png not written ({type(err).__name__}: {err}). The "
+                      "model and history.json are: history.json holds the figures the chart "
+                      "shows.\nHint: the chart is drawn with matplotlib, a dependency of "
+                      "daskfeed; reinstall it if it does not import.", stacklevel=2)
 
 
 def _spikes(run: Run) -> dict[str, Any] | None:

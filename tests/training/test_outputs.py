@@ -92,3 +92,33 @@ def test_run_json_ties_the_model_to_its_manifest_and_readers_refuse_another(tmp_
     (tmp_path / "run.json").write_text("not json")
     with pytest.raises(ManifestMismatchError, match="Received: a file that is not one"):
         check_record(out)
+
+
+def test_a_chart_that_cannot_be_drawn_leaves_the_runs_records_and_is_said(tmp_path, monkeypatch):
+    """history.png is the one output a failing import or draw may cost: the model, history.json
+    and run.json are written, the warning says why, and the closing line does not list it."""
+    import json
+
+    import daskfeed
+    import daskfeed.training._outputs as outputs
+
+    def fails(history, path):
+        raise ModuleNotFoundError("No module named 'cycler'")
+
+    monkeypatch.setattr(outputs, "history_plot", fails)
+    rng = np.random.default_rng(0)
+    (tmp_path / "d.csv").write_text("x,z,y\n" + "".join(
+        f"{a:.3f},{b:.3f},{int(a > 0)}\n" for a, b in rng.normal(size=(400, 2))))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "history.png").write_bytes(b"an earlier run's chart")
+    lines: list[str] = []
+    with pytest.warns(UserWarning, match=r"history\.png not written \(ModuleNotFoundError: No "
+                      r"module named 'cycler'\)\. The model and history\.json are"):
+        daskfeed.train(str(tmp_path / "d.csv"), label="y", output=str(out), epochs=1,
+                       batch_size=100, memory_limit="2GB", nworkers=1, dashboard_address="",
+                       echo=lines.append)
+    assert (out / "model.keras").is_file() and (out / "run.json").is_file()
+    assert len(json.loads((out / "history.json").read_text())["epochs"]) == 1
+    assert not (out / "history.png").exists()  # (not the earlier run's)
+    assert f"wrote {out}/model.keras, manifest.json, history.json, run.json" in lines
