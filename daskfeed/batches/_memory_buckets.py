@@ -274,8 +274,8 @@ def memory_buckets(data: Prepared, counts: np.ndarray, ids: np.ndarray, offsets:
 
     They fit where every block is cached and the estimate is at most ``1 / MEMORY_SHARE`` of
     the trainer's prefetch bytes: 8 bytes a value of the model's columns, the label and a
-    weight, and 8 a row (what is held, encoded, is at most that; while it is taken, the rows'
-    Arrow copy in bucket order and their places are beside it); or the whole parse cache of
+    weight, and 8 a row (what is held, encoded, is at most that; while it is taken, their
+    places and one run's Arrow copy, :data:`TAKE_BYTES`, are beside it); or the whole parse cache of
     these files, uncompressed, if more (what the take maps: the rows without a label, long
     text). Not taken yet (:meth:`MemoryBuckets.taken`).
 
