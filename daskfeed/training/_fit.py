@@ -16,6 +16,7 @@ from daskfeed.inference import export as export_serving
 from daskfeed.inference import publish_manifest, write_record
 from daskfeed.training._callbacks import Checkpointer, fit_from
 from daskfeed.training._certificate import TrainedMark, certificate_line, read_mark, resume_certificate
+from daskfeed.training._chart import ChartProcess
 from daskfeed.training._early_stopping import (
     EarlyStopping,
     make_early_stopping,
@@ -106,19 +107,23 @@ def fit(run: Run, train_seq: DaskSequence, val_seq: DaskSequence | None, reused:
     except Exception as err:
         reraise_feed_error(err, train_seq, val_seq)
         raise
-    run.trained(train_seq, val_seq)  # (the cluster closes while the outputs are written)
     history = checkpointer.history
-    stopping = report_early_stopping(stopper, opts.epochs, echo)
-    save_model(net, run.out)
-    publish_manifest(run.out)  # manifest.json beside the model it trained, ...
-    write_record(run.out, run.run_id)  # ... tied to it in run.json (readers check them)
-    try:  # serving/: the same model taking raw column values
-        export_serving(run.out, model=net, features=list(train_seq.features), echo=echo)
-    except (DaskfeedError, ValueError, TypeError) as err:  # model.keras stands; say why not
-        warnings.warn(f"serving/ not written: {err}", stacklevel=2)
-    write_history(run, history, train_seq, peak_rss=rss.overall_peak, bad_lines=bad_report,
-                  class_weights=weights, split=split_report(train_seq, val_seq),
-                  early_stopping=stopping)
+    chart = ChartProcess(history, os.path.join(run.out, "history.png"))  # drawn meanwhile
+    try:
+        run.trained(train_seq, val_seq)  # (the cluster closes while the outputs are written)
+        stopping = report_early_stopping(stopper, opts.epochs, echo)
+        save_model(net, run.out)
+        publish_manifest(run.out)  # manifest.json beside the model it trained, ...
+        write_record(run.out, run.run_id)  # ... tied to it in run.json (readers check them)
+        try:  # serving/: the same model taking raw column values
+            export_serving(run.out, model=net, features=list(train_seq.features), echo=echo)
+        except (DaskfeedError, ValueError, TypeError) as err:  # model.keras stands; say why not
+            warnings.warn(f"serving/ not written: {err}", stacklevel=2)
+        write_history(run, history, train_seq, chart, peak_rss=rss.overall_peak,
+                      bad_lines=bad_report, class_weights=weights,
+                      split=split_report(train_seq, val_seq), early_stopping=stopping)
+    finally:
+        chart.close()  # (a run that failed before the chart was put in place leaves none)
     write_record(run.out, run.run_id)  # last: serving/ and history.json tied in too
     return history, net, bad_report, stopping
 

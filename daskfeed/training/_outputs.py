@@ -23,13 +23,14 @@ from dask.utils import format_bytes
 
 from daskfeed.core import DaskfeedError, SettingError, eta_seconds, fsync, replace, write_file
 from daskfeed.manifest import Manifest
+from daskfeed.training._chart import ChartError
 from daskfeed.training._ranks import shard_report
-from daskfeed.training._summary import history_plot
 
 if TYPE_CHECKING:
     from keras import Model
 
     from daskfeed.adapters import DaskSequence
+    from daskfeed.training._chart import ChartProcess
     from daskfeed.training._run import Run
 
 Echo = Callable[[str], None]
@@ -265,13 +266,15 @@ def numbered(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**r, "epoch": int(r["epoch"]) + 1} for r in history]
 
 
-def write_history(run: Run, history: list[dict[str, Any]], train_seq: DaskSequence, *,
-                  peak_rss: int, bad_lines: dict[str, Any],
+def write_history(run: Run, history: list[dict[str, Any]], train_seq: DaskSequence,
+                  chart: ChartProcess, *, peak_rss: int, bad_lines: dict[str, Any],
                   class_weights: dict[int, float] | None, split: dict[str, Any] | None,
                   early_stopping: dict[str, Any] | None) -> None:
     """Write ``history.json`` and ``history.png``: the epochs and what the run was.
 
-    A chart that cannot be drawn is warned about, not raised: the run's records stand.
+    The chart is drawn aside while the run's other outputs were written (``chart``, started as
+    training ended) and put in place here, after ``history.json``. A chart that cannot be drawn
+    is warned about, not raised: the run's records stand.
 
     Parameters
     ----------
@@ -283,6 +286,8 @@ def write_history(run: Run, history: list[dict[str, Any]], train_seq: DaskSequen
         The epoch records.
     train_seq
         This trainer's training sequence (its shard; its rows per epoch).
+    chart
+        ``history.png`` of ``history``, being drawn.
     peak_rss
         The process tree's peak RSS.
     bad_lines, class_weights, split, early_stopping
@@ -307,13 +312,12 @@ def write_history(run: Run, history: list[dict[str, Any]], train_seq: DaskSequen
         "loss_spikes": _spikes(run),
     }
     write_file(os.path.join(out, "history.json"), json.dumps(record, indent=1))
-    chart = os.path.join(out, "history.png")
     try:
-        history_plot(history, chart)
-    except Exception as err:  # the chart alone: the trained model and the records stand
+        chart.finish()
+    except ChartError as err:  # the chart alone: the trained model and the records stand
         with contextlib.suppress(FileNotFoundError):
-            os.remove(chart)  # (not an earlier run's chart beside this run's records)
-        warnings.warn(f"daskfeed: history.png not written ({type(err).__name__}: {err}). The "
+            os.remove(chart.path)  # (not an earlier run's chart beside this run's records)
+        warnings.warn(f"daskfeed: history.png not written ({err}). The "
                       "model and history.json are: history.json holds the figures the chart "
                       "shows.\nHint: the chart is drawn with matplotlib, a dependency of "
                       "daskfeed; reinstall it if it does not import.", stacklevel=2)

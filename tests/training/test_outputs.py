@@ -96,16 +96,15 @@ def test_run_json_ties_the_model_to_its_manifest_and_readers_refuse_another(tmp_
 
 def test_a_chart_that_cannot_be_drawn_leaves_the_runs_records_and_is_said(tmp_path, monkeypatch):
     """history.png is the one output a failing import or draw may cost: the model, history.json
-    and run.json are written, the warning says why, and the closing line does not list it."""
+    and run.json are written, the warning says why, and the closing line does not list it.
+
+    The chart's process finds a matplotlib whose import fails (stop 64's CI: a dependency
+    missing), first on the path the trainer gives it."""
     import json
 
     import daskfeed
-    import daskfeed.training._outputs as outputs
 
-    def fails(history, path):
-        raise ModuleNotFoundError("No module named 'cycler'")
-
-    monkeypatch.setattr(outputs, "history_plot", fails)
+    _broken_matplotlib(tmp_path / "site", monkeypatch)
     rng = np.random.default_rng(0)
     (tmp_path / "d.csv").write_text("x,z,y\n" + "".join(
         f"{a:.3f},{b:.3f},{int(a > 0)}\n" for a, b in rng.normal(size=(400, 2))))
@@ -122,3 +121,58 @@ def test_a_chart_that_cannot_be_drawn_leaves_the_runs_records_and_is_said(tmp_pa
     assert len(json.loads((out / "history.json").read_text())["epochs"]) == 1
     assert not (out / "history.png").exists()  # (not the earlier run's)
     assert f"wrote {out}/model.keras, manifest.json, history.json, run.json" in lines
+
+
+def _broken_matplotlib(site, monkeypatch) -> None:
+    """A ``matplotlib`` whose import fails, first on the path a chart's process is given."""
+    (site / "matplotlib").mkdir(parents=True)
+    (site / "matplotlib" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'cycler'\")\n")
+    monkeypatch.syspath_prepend(str(site))  # (this process has its matplotlib, or none loaded)
+
+
+RECORDS = [{"epoch": 0, "loss": 0.7, "accuracy": 0.5, "val_loss": 0.72, "rows": 100},
+           {"epoch": 1, "loss": 0.5, "accuracy": 0.75, "val_loss": float("nan"), "rows": 100}]
+
+
+def test_a_chart_drawn_aside_is_put_in_place_by_finish_alone(tmp_path):
+    """The process draws to a name of its own; the chart is at its path only once finished."""
+    from daskfeed.training._chart import ChartProcess
+
+    path = str(tmp_path / "history.png")
+    chart = ChartProcess(RECORDS, path)
+    assert chart.finish() == path
+    assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    chart.close()  # (after finish: nothing to remove, the chart stays)
+    assert os.listdir(tmp_path) == ["history.png"]
+
+
+def test_a_chart_not_finished_leaves_nothing(tmp_path):
+    """A run that fails after training closes its chart unfinished: no chart of its epochs."""
+    from daskfeed.training._chart import ChartProcess
+
+    chart = ChartProcess(RECORDS, str(tmp_path / "history.png"))
+    chart.close()
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_chart_whose_process_fails_says_why(tmp_path, monkeypatch):
+    from daskfeed.training._chart import ChartError, ChartProcess
+
+    _broken_matplotlib(tmp_path / "site", monkeypatch)
+    chart = ChartProcess(RECORDS, str(tmp_path / "history.png"))
+    with pytest.raises(ChartError, match=r"^ModuleNotFoundError: No module named 'cycler'$"):
+        chart.finish()
+    assert sorted(os.listdir(tmp_path)) == ["site"]
+
+
+def test_a_chart_without_an_interpreter_to_start_is_drawn_here(tmp_path, monkeypatch):
+    """No process can be started (``sys.executable`` is not there): drawn by finish() itself."""
+    import sys
+
+    from daskfeed.training._chart import ChartProcess
+
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+    path = str(tmp_path / "history.png")
+    assert ChartProcess(RECORDS, path).finish() == path
+    assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
