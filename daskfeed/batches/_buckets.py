@@ -46,6 +46,7 @@ import pyarrow as pa
 from dask.utils import format_bytes
 
 from daskfeed.batches._bucket_files import Buckets, Missed, disk_shared
+from daskfeed.batches._here import can_take_aside
 from daskfeed.batches._memory_buckets import memory_buckets
 from daskfeed.batches._order import (
     block_offsets,
@@ -140,6 +141,8 @@ def bucket_set(data: Prepared, *, run_rows: int | None = None,
     sizes = bucket_sizes(counts, offsets, k)
     if in_memory:  # taken in a thread while the model is built; the first batch waits for them
         memory = memory_buckets(data, counts, ids, offsets, k)  # as for files dealt meanwhile
+        if memory is not None and can_take_aside(data.client, memory.estimate):
+            memory.aside = data.client  # (by an idle worker: see _held_aside)
         if memory is not None:
             return Buckets(None, sizes, build=memory.taken, held=memory.estimate)
     enc = data.encoding

@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from daskfeed.manifest import Encoding, WindowData
 
 
+WORKER_SHARE = 4  # rows taken aside: at most a quarter of a worker's memory limit
+
+
 class HereReads:
     """Threads of the trainer that read windows of the global order (see the module's text).
 
@@ -87,6 +90,18 @@ def reads_here(client: Any, files: BucketFiles | None, choice: str) -> HereReads
     if not all(os.path.isfile(g.bucket_path(0)) for g in files.parts_of()):
         return None
     return HereReads(len(workers), client)
+
+
+def can_take_aside(client: Any, estimate: int) -> bool:
+    """Whether a worker of ``client`` can take rows of ``estimate`` bytes for this trainer."""
+    if client is None or not workers_here(client):
+        return False
+    try:
+        workers = client.scheduler_info(n_workers=-1).get("workers", {}).values()
+    except Exception:  # (a scheduler that does not answer: taken here)
+        return False
+    limits = [int(w.get("memory_limit") or 0) for w in workers]
+    return bool(limits) and all(limit == 0 or estimate * WORKER_SHARE <= limit for limit in limits)
 
 
 def workers_here(client: Any) -> bool:

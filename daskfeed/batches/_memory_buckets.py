@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 from dask.utils import format_bytes
 
+from daskfeed.batches._held_aside import take_aside
 from daskfeed.batches._order import bucket_of
 from daskfeed.cache import estimate_bytes, one_table
 from daskfeed.cluster import release_after_task
@@ -34,9 +35,13 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import TypeAlias
 
+    from distributed import Client
+
     from daskfeed.batches._prepare import Prepared
     from daskfeed.cache import BlockCache, BucketSet
     from daskfeed.manifest import Encoding
+
+    Make: TypeAlias = Callable[[np.ndarray, int, str], np.ndarray]  # WindowData.allocate's make
 
     # what a window of the global order reads its buckets from: files, or rows held here
     BucketFiles: TypeAlias = "BucketSet | MemoryBuckets"
@@ -77,6 +82,7 @@ class MemoryBuckets:
         self._held: WindowData | None = None  # the rows encoded, bucket after bucket
         self._starts = np.zeros(0, dtype=np.int64)  # where bucket k's begin in _held
         self._lock = threading.Lock()
+        self.aside: Client | None = None  # (not pickled) a client whose workers take the rows
 
     def __dask_tokenize__(self) -> object:
         """The same rows, the same token (a window's task key)."""
@@ -108,19 +114,39 @@ class MemoryBuckets:
             A block whose rows with a label are not the manifest's count.
         """
         with self._lock:
-            if self._held is not None:
-                return
-            rows, positions, starts = self._take(abandon)
-            # encoded once, in bucket order: a window is then one gather of its rows' places
-            held = encoded(rows, positions, self.encoding, abandon)
-            del rows
-            release_after_task()  # (Arrow's copies, given back)
-            self._held, self._starts = held, starts
+            if self._held is None:
+                self._held, self._starts = self.take_rows(abandon)
+
+    def take_rows(self, abandon: Callable[[], BaseException | None] | None = None,
+                  allocate: Make | None = None) -> tuple[WindowData, np.ndarray]:
+        """The rows taken and encoded in bucket order, and where each bucket begins in them.
+
+        ``allocate``: what :func:`encoded` makes the arrays with (default: memory). Raises
+        what :meth:`take` raises.
+        """
+        rows, positions, starts = self._take(abandon)
+        # encoded once, in bucket order: a window is then one gather of its rows' places
+        held = encoded(rows, positions, self.encoding, abandon, allocate)
+        del rows
+        release_after_task()  # (Arrow's copies, given back)
+        return held, starts
 
     def taken(self, abandon: Callable[[], BaseException | None]) -> tuple[MemoryBuckets, str]:
-        """:meth:`take` as a build of :class:`~daskfeed.batches._bucket_files.Buckets` does it."""
+        """:meth:`take` as a build of :class:`~daskfeed.batches._bucket_files.Buckets` does it.
+
+        By an idle worker where :attr:`aside` is a client whose workers can
+        (:mod:`daskfeed.batches._held_aside`), else here.
+        """
+        where = ""
+        if self.aside is not None:
+            with self._lock:
+                if self._held is None:
+                    got = take_aside(self, self.aside, abandon)
+                    if got is not None:
+                        self._held, self._starts = got
+                        where = ", taken by a worker"
         self.take(abandon)
-        return self, f"{int(self.counts.sum()):,} rows held (~{format_bytes(self.nbytes)})"
+        return self, f"{int(self.counts.sum()):,} rows held (~{format_bytes(self.nbytes)}{where})"
 
     def _take(self, abandon: Callable[[], BaseException | None] | None
               ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
@@ -237,7 +263,8 @@ class MemoryBuckets:
 
 
 def encoded(rows: pa.Table, positions: np.ndarray, encoding: Encoding,
-            abandon: Callable[[], BaseException | None] | None = None) -> WindowData:
+            abandon: Callable[[], BaseException | None] | None = None,
+            allocate: Make | None = None) -> WindowData:
     """``encode_table(rows.take(positions), encoding)``, taken and encoded a run at a time.
 
     Every row ``positions`` names has a label (none is dropped: a run that encodes to another
@@ -247,7 +274,8 @@ def encoded(rows: pa.Table, positions: np.ndarray, encoding: Encoding,
     as the rows, and on these machines the first touch of fresh memory costs more than the
     take itself (2M rows of the bench's 7 columns in a fresh process: 0.83–1.63 s whole, with
     0.5–1.3 s of it the kernel's, against 0.22–0.36 s a run at a time).
-    ``abandon()`` (looked at between runs) returns an error to stop with, or None.
+    ``abandon()`` (looked at between runs) returns an error to stop with, or None;
+    ``allocate`` makes the arrays (:meth:`~daskfeed.manifest.WindowData.allocate`'s ``make``).
     """
     n = len(positions)
     step = max(1024, TAKE_BYTES // max(1, rows.nbytes // max(rows.num_rows, 1)))
@@ -263,7 +291,7 @@ def encoded(rows: pa.Table, positions: np.ndarray, encoding: Encoding,
                 f"cache's rows the trainer holds. Received: {len(part):,} once encoded.\nHint: "
                 "remove the parse cache (daskfeed cache clear) and restart, and report this.")
         if held is None:
-            held = part.allocate(n)
+            held = part.allocate(n, allocate)
         held.put(at, part)
     return held if held is not None else encode_table(rows.take(positions), encoding)
 

@@ -42,8 +42,13 @@ from daskfeed.manifest._weights import checked_weights, number_array
 from daskfeed.reading import iso_seconds
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeAlias
+
     import pandas as pd
     import pyarrow as pa
+
+    Make: TypeAlias = Callable[[np.ndarray, int, str], np.ndarray]  # see WindowData.allocate
 
 MISSING_CODE = 0
 OOV_CODE = 1
@@ -173,13 +178,20 @@ class WindowData:
         """Rows ``[start, stop)`` as views (no copy)."""
         return self.rows(slice(start, stop))
 
-    def allocate(self, n: int) -> WindowData:
-        """Arrays for ``n`` rows of this one's dtypes and shapes, not filled (:meth:`put`)."""
-        def like(a: np.ndarray) -> np.ndarray:
+    def allocate(self, n: int, make: Make | None = None) -> WindowData:
+        """Arrays for ``n`` rows of this one's dtypes and shapes, not filled (:meth:`put`).
+
+        ``make(like, n, name)`` makes each (default: ``numpy.empty``); ``name`` is ``"x"``,
+        ``"x-<i>"`` (the ``i``-th column of a dict), ``"y"`` or ``"w"``.
+        """
+        def like(a: np.ndarray, name: str) -> np.ndarray:
+            if make is not None:
+                return make(a, n, name)
             return np.empty((n, *a.shape[1:]), dtype=a.dtype)
 
-        x = {k: like(v) for k, v in self.x.items()} if isinstance(self.x, dict) else like(self.x)
-        return WindowData(x, like(self.y), None if self.w is None else like(self.w))
+        x = ({k: like(v, f"x-{i}") for i, (k, v) in enumerate(self.x.items())}
+             if isinstance(self.x, dict) else like(self.x, "x"))
+        return WindowData(x, like(self.y, "y"), None if self.w is None else like(self.w, "w"))
 
     def put(self, at: int, rows: WindowData) -> None:
         """Copy ``rows`` (of the same dtypes: else ``TypeError``) to rows ``[at, at + len(rows))``."""

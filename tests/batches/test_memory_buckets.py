@@ -14,9 +14,10 @@ import dask.config
 import pytest
 
 import daskfeed
-from daskfeed.batches import _memory_buckets
+from daskfeed.batches import _buckets, _memory_buckets
 
-# the held rows taken and encoded whole (the data are smaller than a run) and in runs of 1,024
+# the held rows taken and encoded whole (the data are smaller than a run) and in runs of 1,024,
+# by the trainer itself (taken by a worker: tests/batches/test_held_aside.py)
 RUNS = pytest.mark.parametrize("take_bytes", [_memory_buckets.TAKE_BYTES, 1], ids=["whole", "runs"])
 
 
@@ -119,6 +120,7 @@ def test_blocks_of_one_file_and_blocks_in_pieces_are_held_as_the_files_deal_them
     import pandas as pd
 
     monkeypatch.setattr(_memory_buckets, "TAKE_BYTES", take_bytes)
+    monkeypatch.setattr(_buckets, "can_take_aside", lambda client, estimate: False)  # (here)
     rng = np.random.default_rng(11)
     src = tmp_path / "src"
     src.mkdir()
@@ -204,6 +206,7 @@ def test_a_held_window_is_the_files_buckets_encoded_with_weights_class_names_and
         tables = [files.read_bucket(b, list(enc.names)) for b in range(k)]
         dealt_epoch = batches(dealt)
     monkeypatch.setattr(_memory_buckets, "TAKE_BYTES", take_bytes)
+    monkeypatch.setattr(_buckets, "can_take_aside", lambda client, estimate: False)  # (here)
     with sequence(True) as held:
         memory = held.stream.buckets.files
         assert held.stream.buckets.held > 0 and k > 1
