@@ -23,6 +23,7 @@ import contextlib
 import math
 import os
 import shutil
+import socket
 import tempfile
 import uuid
 from typing import TYPE_CHECKING, Any, Protocol
@@ -50,6 +51,39 @@ class Held(Protocol):
 
 
 PREFIX = ".daskfeed-held-"  # the directory the worker writes in, under the parse cache's root
+_OWNER = f"{socket.gethostname()}-{os.getpid()}"  # (its name says whose it is: see sweep())
+
+
+def sweep(root: str) -> list[str]:
+    """Remove the directories under ``root`` left by trainers of this host that are gone.
+
+    A trainer killed while a worker takes its rows (a second or so) leaves its directory; the
+    next take on this host removes it. Another host's, or a live process's, are left.
+
+    Returns
+    -------
+    list of str
+        The directories removed.
+    """
+    host = f"{PREFIX}{socket.gethostname()}-"
+    gone = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(root):
+            pid = name[len(host):].split("-", 1)[0] if name.startswith(host) else ""
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+                gone.append(name)
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # (another user's: alive)
+        return True
+    return True
 
 
 def take_aside(buckets: Held, client: Client,
@@ -65,7 +99,8 @@ def take_aside(buckets: Held, client: Client,
     if root is None:
         return None
     try:
-        directory = tempfile.mkdtemp(prefix=PREFIX, dir=os.fspath(root))
+        sweep(os.fspath(root))
+        directory = tempfile.mkdtemp(prefix=f"{PREFIX}{_OWNER}-", dir=os.fspath(root))
     except OSError:
         return None
     try:

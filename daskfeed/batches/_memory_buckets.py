@@ -11,9 +11,9 @@ model is built: :class:`~daskfeed.batches._bucket_files.Buckets` with a build, w
 first batch does, as for files dealt in the background; on a cluster of this machine an idle
 worker takes them into files the trainer maps, :mod:`daskfeed.batches._held_aside`). A window
 is then one gather of its rows from those arrays (:meth:`MemoryBuckets.window`), not a read, a
-take and an encoding of Arrow rows each epoch. The same rows in the same order as the files, encoded as the files'
-rows are: an epoch, a resume or a trainer of several reads exactly what it would read from the
-bucket files; only where the rows come from differs.
+take and an encoding of Arrow rows each epoch. The same rows in the same order as the files,
+encoded as the files' rows are: an epoch, a resume or a trainer of several reads exactly what
+it would read from the bucket files; only where the rows come from differs.
 """
 
 from __future__ import annotations

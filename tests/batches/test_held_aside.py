@@ -104,3 +104,23 @@ def test_a_take_abandoned_while_a_worker_takes_stops_with_its_error(data, client
     with pytest.raises(Closed):
         _held_aside.take_aside(memory, client, lambda: Closed("the reader was closed"))
     assert _leftovers(tmp_path / "c") == []
+
+
+def test_a_directory_left_by_a_trainer_that_is_gone_is_swept_by_the_next_take(tmp_path):
+    """This host's, of a process that no longer runs: removed; a live one's and another
+    host's: left."""
+    import socket
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    host = socket.gethostname()
+    names = {"gone": f"{_held_aside.PREFIX}{host}-{dead}-abc",
+             "live": f"{_held_aside.PREFIX}{host}-{os.getpid()}-abc",
+             "other": f"{_held_aside.PREFIX}elsewhere.example-{dead}-abc"}
+    for name in names.values():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "y.npy").write_bytes(b"")
+    assert _held_aside.sweep(str(tmp_path)) == [names["gone"]]
+    assert sorted(os.listdir(tmp_path)) == sorted([names["live"], names["other"]])
