@@ -1,18 +1,19 @@
 """glibc's malloc in the local workers: Arrow's buffers served from the heap, kept for the next task.
 
-distributed's nanny sets ``MALLOC_TRIM_THRESHOLD_`` (64 KiB) so that freed memory goes back to
-the system; any such variable also fixes malloc's mmap threshold at 128 KiB, so every column of
-a parsed block was mapped, faulted in page by page and unmapped when freed, again for the next
-block. Page faults are dear on these machines (a virtual machine's memory): a scan task of one
-64 MiB block faulted in ~80,000 fresh pages (~320 MB) and spent a third of its time in the
-kernel. The workers' preload (:func:`daskfeed.cluster._start.dask_setup`) raises the mmap
-threshold, keeps up to :data:`KEEP_SHARE` of the worker's memory limit free in the heap for the
-next task, and serves every thread from malloc's main arena (:func:`serve_from_heap`; a task
-thread's own arena is made of 64 MiB heaps that cannot hold a block's buffers). That is
-``mallopt``, not ``MALLOC_ARENA_MAX``: the nanny sets its environment in the worker after the C
-library read it. A task's end gives the free heap back to the system only where the worker's
-memory is above :data:`TRIM_ABOVE` of its limit (:func:`trim_heap`; the budget keeps a task's
-peak under 60 %). Where the C library is not glibc, all of this does nothing.
+distributed's nanny sets ``MALLOC_TRIM_THRESHOLD_`` (64 KiB) so that freed memory goes back to the
+system; any such variable also fixes malloc's mmap threshold at 128 KiB, so every column of a
+parsed block was mapped, faulted in page by page and unmapped when freed, again for the next block.
+Page faults are dear on these machines (a virtual machine's memory): a scan task of one 64 MiB
+block faulted in ~80,000 fresh pages (~320 MB) and spent a third of its time in the kernel. The
+workers' preload (:func:`daskfeed.cluster._start.dask_setup`) raises the mmap threshold, keeps up
+to :data:`KEEP_SHARE` of the worker's memory limit free in the heap for the next task, and serves
+every thread from malloc's main arena (:func:`serve_from_heap`; a task thread's own arena is made
+of 64 MiB heaps that cannot hold a block's buffers). The nanny's pre-spawn environment also starts
+them with ``MALLOC_ARENA_MAX=1`` (:func:`daskfeed.cluster._start.start_local_cluster`): ``mallopt``
+alone came after the arenas a worker's threads made before the preload, and glibc handed those to
+task threads. A task's end gives the free heap back to the system only where the worker's memory is
+above :data:`TRIM_ABOVE` of its limit (:func:`trim_heap`; the budget keeps a task's peak under
+60%). Where the C library is not glibc, all of this does nothing.
 
 One scan task of a 64 MiB block in a thread, the workers' settings, per block (``getrusage``):
 0.95-0.99 s, 80,000 page faults and 0.27-0.30 s in the kernel before; 0.65-0.75 s, 5,000 faults

@@ -33,25 +33,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def start_local_cluster(
     budget: Budget | None = None,
     *,
@@ -114,7 +95,7 @@ def start_local_cluster(
                       memory_limit=budget.worker if processes else budget.total)
     # one start at a time: another's restore must not unset what this one's nannies just set;
     # "Port 8787 is already in use" is not warned: the new port is printed
-    with _STARTING, warnings.catch_warnings():
+    with _STARTING, warnings.catch_warnings(), _one_arena(processes):
         warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
         environ = _spawn_environ()
         try:
@@ -129,6 +110,29 @@ def start_local_cluster(
 _STARTING = threading.Lock()
 
 
+@contextlib.contextmanager
+def _one_arena(processes: bool) -> Iterator[None]:
+    """The worker processes started here begin with one malloc arena (``MALLOC_ARENA_MAX=1``).
+
+    Their preload sets it too (:func:`daskfeed.cluster._heap.serve_from_heap`), but too late
+    for an arena that a thread of the worker made before it: glibc hands such an arena to the
+    next task thread, and a thread's own arena is made of 64 MiB heaps, so a block's buffers
+    were mapped and faulted in anew for every task (a CI run: 16,385 faults of 16,384 pages
+    for a second 64 MiB task). The C library reads the variable when the process starts, so it
+    goes in the nanny's ``pre-spawn-environ``; a value the user's config gives there stays.
+    """
+    import dask
+
+    if not processes or dask.config.get(f"{_PRE_SPAWN}.MALLOC_ARENA_MAX", None) is not None:
+        yield
+        return
+    with dask.config.set({f"{_PRE_SPAWN}.MALLOC_ARENA_MAX": 1}):
+        yield
+
+
+_PRE_SPAWN = "distributed.nanny.pre-spawn-environ"
+
+
 def _spawn_environ() -> dict[str, str | None]:
     """The values, in this process, of what distributed's nannies set in it before they spawn.
 
@@ -139,7 +143,7 @@ def _spawn_environ() -> dict[str, str | None]:
     """
     import dask
 
-    names = {*(dask.config.get("distributed.nanny.pre-spawn-environ", None) or {}),
+    names = {*(dask.config.get(_PRE_SPAWN, None) or {}),
              "PYTHONHASHSEED"}
     return {name: os.environ.get(name) for name in names}
 

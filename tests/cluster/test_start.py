@@ -264,6 +264,57 @@ def test_the_local_workers_keep_a_tasks_heap_for_the_next_task():
         close_client(client)
 
 
+def _arenas_after_threads() -> tuple[str | None, int]:
+    """(the worker's MALLOC_ARENA_MAX, how many malloc arenas it has once four threads have
+    each allocated and ended) — a task. glibc's ``malloc_info`` writes one ``<heap>`` per arena."""
+    import ctypes
+    import os
+    import tempfile
+    import threading
+
+    def allocate() -> None:
+        held = [bytes(200_000) for _ in range(20)]
+        del held
+
+    threads = [threading.Thread(target=allocate) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    libc = ctypes.CDLL(None)
+    libc.fopen.restype = ctypes.c_void_p
+    libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    libc.fclose.argtypes = [ctypes.c_void_p]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "info.xml")
+        stream = libc.fopen(path.encode(), b"w")
+        libc.malloc_info(0, stream)
+        libc.fclose(stream)
+        with open(path) as f:
+            info = f.read()
+    return os.environ.get("MALLOC_ARENA_MAX"), info.count("<heap nr=")
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc_info")
+def test_the_local_workers_start_with_one_malloc_arena():
+    """The nanny's pre-spawn environment gives the workers one arena from their start (the
+    preload's mallopt came after a worker thread's own arena, which a task thread then took:
+    every 64 MiB task mapped anew; CI's flake). The trainer's environment stays its own."""
+    import os
+
+    from daskfeed.cluster._budget import Budget
+    from daskfeed.cluster._start import close_client, start_local_cluster
+
+    before = os.environ.get("MALLOC_ARENA_MAX")
+    client = start_local_cluster(Budget.split("2GB", nworkers=1), dashboard_address="")
+    try:
+        assert os.environ.get("MALLOC_ARENA_MAX") == before
+        assert client.submit(_arenas_after_threads, pure=False).result() == ("1", 1)
+    finally:
+        close_client(client)
+
+
 def resource_page() -> int:
     """The size of a memory page."""
     import os
