@@ -123,14 +123,12 @@ def _one_arena(processes: bool) -> Iterator[None]:
     """
     import dask
 
-    if not processes or dask.config.get(f"{_PRE_SPAWN}.MALLOC_ARENA_MAX", None) is not None:
+    spawn = dask.config.get("distributed.nanny.pre-spawn-environ", None) or {}
+    if not processes or spawn.get("MALLOC_ARENA_MAX") is not None:
         yield
         return
-    with dask.config.set({f"{_PRE_SPAWN}.MALLOC_ARENA_MAX": 1}):
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_ARENA_MAX": 1}):
         yield
-
-
-_PRE_SPAWN = "distributed.nanny.pre-spawn-environ"
 
 
 def _spawn_environ() -> dict[str, str | None]:
@@ -143,7 +141,7 @@ def _spawn_environ() -> dict[str, str | None]:
     """
     import dask
 
-    names = {*(dask.config.get(_PRE_SPAWN, None) or {}),
+    names = {*(dask.config.get("distributed.nanny.pre-spawn-environ", None) or {}),
              "PYTHONHASHSEED"}
     return {name: os.environ.get(name) for name in names}
 
