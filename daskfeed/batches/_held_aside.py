@@ -24,6 +24,7 @@ import math
 import os
 import shutil
 import socket
+import stat
 import tempfile
 import uuid
 from typing import TYPE_CHECKING, Any, Protocol
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from distributed import Client
 
     from daskfeed.cache import BlockCache
+
 
 class Held(Protocol):
     """What is taken aside: :class:`~daskfeed.batches._memory_buckets.MemoryBuckets`."""
@@ -58,7 +60,8 @@ def sweep(root: str) -> list[str]:
     """Remove the directories under ``root`` left by trainers of this host that are gone.
 
     A trainer killed while a worker takes its rows (a second or so) leaves its directory; the
-    next take on this host removes it. Another host's, or a live process's, are left.
+    next take on this host removes it. Another host's, a live process's, another user's (a
+    shared cache) and anything not a directory of ours (a link) are left.
 
     Returns
     -------
@@ -70,10 +73,19 @@ def sweep(root: str) -> list[str]:
     with contextlib.suppress(OSError):
         for name in os.listdir(root):
             pid = name[len(host):].split("-", 1)[0] if name.startswith(host) else ""
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and not _alive(int(pid)) and _ours(os.path.join(root, name)):
                 shutil.rmtree(os.path.join(root, name), ignore_errors=True)
                 gone.append(name)
     return gone
+
+
+def _ours(path: str) -> bool:
+    """Whether ``path`` is a directory (not a link) of this user: only those are swept."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == getattr(os, "getuid", lambda: st.st_uid)()
 
 
 def _alive(pid: int) -> bool:

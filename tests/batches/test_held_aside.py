@@ -107,8 +107,8 @@ def test_a_take_abandoned_while_a_worker_takes_stops_with_its_error(data, client
 
 
 def test_a_directory_left_by_a_trainer_that_is_gone_is_swept_by_the_next_take(tmp_path):
-    """This host's, of a process that no longer runs: removed; a live one's and another
-    host's: left."""
+    """This host's, of a process that no longer runs: removed; a live one's, another host's
+    and a link named like a gone one's (and what it points at): left."""
     import socket
     import subprocess
     import sys
@@ -122,5 +122,12 @@ def test_a_directory_left_by_a_trainer_that_is_gone_is_swept_by_the_next_take(tm
     for name in names.values():
         (tmp_path / name).mkdir()
         (tmp_path / name / "y.npy").write_bytes(b"")
+    # a link named as a dead trainer's directory: the link is not ours to follow
+    kept = tmp_path.parent / f"{tmp_path.name}-kept"
+    kept.mkdir()
+    (kept / "y.npy").write_bytes(b"keep")
+    link = f"{_held_aside.PREFIX}{host}-{dead}-link"
+    os.symlink(kept, tmp_path / link)
     assert _held_aside.sweep(str(tmp_path)) == [names["gone"]]
-    assert sorted(os.listdir(tmp_path)) == sorted([names["live"], names["other"]])
+    assert sorted(os.listdir(tmp_path)) == sorted([names["live"], names["other"], link])
+    assert (kept / "y.npy").read_bytes() == b"keep"
