@@ -315,6 +315,30 @@ def test_the_local_workers_start_with_one_malloc_arena():
         close_client(client)
 
 
+def _profile_every(dask_worker) -> float:
+    """The worker's profile sampling interval, in ms (``client.run``)."""
+    return dask_worker.periodic_callbacks["profile"].callback_time
+
+
+@pytest.mark.parametrize("configured, expected", [(None, 100.0), ("50ms", 50.0)])
+def test_the_local_workers_sample_their_profile_every_100ms_unless_configured(configured, expected):
+    """distributed samples each worker's stacks every 10 ms (an idle worker's CPU halved at
+    100 ms); the dashboard's Profile page keeps its data. A user's interval stays."""
+    import dask
+
+    from daskfeed.cluster._budget import Budget
+    from daskfeed.cluster._start import close_client, start_local_cluster
+
+    settings = {} if configured is None else {"distributed.worker.profile.interval": configured}
+    with dask.config.set(settings):
+        client = start_local_cluster(Budget.split("2GB", nworkers=1), dashboard_address="")
+        try:
+            assert set(client.run(_profile_every).values()) == {expected}
+        finally:
+            close_client(client)
+        assert dask.config.get("distributed.worker.profile.interval") == (configured or "10ms")
+
+
 def resource_page() -> int:
     """The size of a memory page."""
     import os
