@@ -100,7 +100,9 @@ def test_the_order_is_the_same_whatever_the_window_and_every_row_comes_once(coun
     assert all(len(b) == batch_size for b in first[:-1]) and 0 < len(first[-1]) <= batch_size
     other = _batches(counts, batch_size=batch_size, seed=seed, epoch=2, window_rows=windows[0],
                      k=5)[1]
-    assert len(first) < 2 or len(every) < 3 or other != first  # another epoch, another order
+    # another epoch, another order: where the rows have so many orders that two epochs' drawing
+    # the same one is out of reach (3 rows have 6: seed 1 drew the same order twice)
+    assert len(first) < 2 or len(every) < 20 or other != first
 
 
 @settings(max_examples=60, deadline=None)
