@@ -6,14 +6,15 @@ parsed block was mapped, faulted in page by page and unmapped when freed, again 
 Page faults are dear on these machines (a virtual machine's memory): a scan task of one 64 MiB
 block faulted in ~80,000 fresh pages (~320 MB) and spent a third of its time in the kernel. The
 workers' preload (:func:`daskfeed.cluster._start.dask_setup`) raises the mmap threshold, keeps up
-to :data:`KEEP_SHARE` of the worker's memory limit free in the heap for the next task, and serves
-every thread from malloc's main arena (:func:`serve_from_heap`; a task thread's own arena is made
-of 64 MiB heaps that cannot hold a block's buffers). The nanny's pre-spawn environment also starts
-them with ``MALLOC_ARENA_MAX=1`` (:func:`daskfeed.cluster._start.start_local_cluster`): ``mallopt``
-alone came after the arenas a worker's threads made before the preload, and glibc handed those to
-task threads. A task's end gives the free heap back to the system only where the worker's memory is
-above :data:`TRIM_ABOVE` of its limit (:func:`trim_heap`; the budget keeps a task's peak under
-60%). Where the C library is not glibc, all of this does nothing.
+to :data:`KEEP_SHARE` of the worker's memory limit free in the heap for the next task
+(:func:`serve_from_heap`). Every thread is served from malloc's main arena: the workers start with
+``MALLOC_ARENA_MAX=1`` (the nanny's pre-spawn environment,
+:func:`daskfeed.cluster._start.start_local_cluster`), as a task thread's own arena is made of
+64-MiB heaps that cannot hold a block's buffers; set by ``mallopt`` in the preload, it came after
+the arenas a worker's threads had made, which glibc then handed to task threads. A task's end gives
+the free heap back to the system only where the worker's memory is above :data:`TRIM_ABOVE` of its
+limit (:func:`trim_heap`; the budget keeps a task's peak under 60%). Where the C library is not
+glibc, all of this does nothing.
 
 One scan task of a 64 MiB block in a thread, the workers' settings, per block (``getrusage``):
 0.95-0.99 s, 80,000 page faults and 0.27-0.30 s in the kernel before; 0.65-0.75 s, 5,000 faults
@@ -30,7 +31,6 @@ KEEP_SHARE = 0.25  # of a worker's memory limit: free heap kept for its next tas
 TRIM_ABOVE = 0.5  # of a worker's memory limit: above it, a task's end gives the free heap back
 _M_TRIM_THRESHOLD = -1  # mallopt's parameters (glibc's malloc.h)
 _M_MMAP_THRESHOLD = -3
-_M_ARENA_MAX = -8
 HEAP_SET = False  # whether this process's threshold was set (a worker's preload)
 _LIMIT = 0  # the worker's memory limit (0: none known: every task's end trims)
 
@@ -78,7 +78,6 @@ def serve_from_heap(memory_limit: int | None = None) -> None:
         libc = _libc()
         keep = min(int(memory_limit * KEEP_SHARE), 2**31 - 1)  # (mallopt takes a C int)
         if libc is not None and libc.mallopt(_M_TRIM_THRESHOLD, keep):
-            libc.mallopt(_M_ARENA_MAX, 1)  # (threads started after this share the main arena)
             _LIMIT = int(memory_limit)
 
 

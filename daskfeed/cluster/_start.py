@@ -114,9 +114,9 @@ _STARTING = threading.Lock()
 def _worker_settings(processes: bool) -> Iterator[None]:
     """Distributed's settings for the workers started here, where the user's config leaves them.
 
-    - **One malloc arena from the start** (``MALLOC_ARENA_MAX=1``, worker processes). Their
-      preload sets it too (:func:`daskfeed.cluster._heap.serve_from_heap`), but too late for an
-      arena that a thread of the worker made before it: glibc hands such an arena to the next
+    - **One malloc arena from the start** (``MALLOC_ARENA_MAX=1``, worker processes; see
+      :mod:`daskfeed.cluster._heap`). Set by ``mallopt`` in their preload it came too late for
+      an arena that a thread of the worker made before it: glibc hands such an arena to the next
       task thread, and a thread's own arena is made of 64 MiB heaps, so a block's buffers were
       mapped and faulted in anew for every task (a CI run: 16,385 faults of 16,384 pages for a
       second 64 MiB task). The C library reads the variable when the process starts, so it

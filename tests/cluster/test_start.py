@@ -297,20 +297,27 @@ def _arenas_after_threads() -> tuple[str | None, int]:
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc_info")
-def test_the_local_workers_start_with_one_malloc_arena():
+@pytest.mark.parametrize("configured, expected", [(None, ("1", 1)), ("2", ("2", 2))])
+def test_the_local_workers_start_with_one_malloc_arena(configured, expected):
     """The nanny's pre-spawn environment gives the workers one arena from their start (the
     preload's mallopt came after a worker thread's own arena, which a task thread then took:
-    every 64 MiB task mapped anew; CI's flake). The trainer's environment stays its own."""
+    every 64 MiB task mapped anew; CI's flake). The trainer's environment stays its own; a
+    value the user's config gives stays too (the preload does not set one of its own)."""
     import os
+
+    import dask
 
     from daskfeed.cluster._budget import Budget
     from daskfeed.cluster._start import close_client, start_local_cluster
 
     before = os.environ.get("MALLOC_ARENA_MAX")
-    client = start_local_cluster(Budget.split("2GB", nworkers=1), dashboard_address="")
+    settings = {} if configured is None else {
+        "distributed.nanny.pre-spawn-environ.MALLOC_ARENA_MAX": configured}
+    with dask.config.set(settings):
+        client = start_local_cluster(Budget.split("2GB", nworkers=1), dashboard_address="")
     try:
         assert os.environ.get("MALLOC_ARENA_MAX") == before
-        assert client.submit(_arenas_after_threads, pure=False).result() == ("1", 1)
+        assert client.submit(_arenas_after_threads, pure=False).result() == expected
     finally:
         close_client(client)
 
