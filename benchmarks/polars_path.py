@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/polars_path.py speed [--file CSV]   # one block, in turn, medians of 9
     .venv/bin/python benchmarks/polars_path.py task [--file CSV]    # + null markers, compact, statistics
     .venv/bin/python benchmarks/polars_path.py fuzz [--seed S] [--texts N]
+    .venv/bin/python benchmarks/polars_path.py native [--file CSV] [--rounds N]   # a whole task
 
 The prototype measured in ``docs/development.md`` ("Polars inside the pipeline, again"), kept
 here so its figures can be made again; it is not daskfeed's parse. :func:`fast_read` parses a
@@ -23,6 +24,16 @@ the same arguments, or None where it cannot be sure (the caller would parse with
 
 ``fuzz`` compares it with ``read_csv`` on random texts and prints every difference; the two it
 found (a field of spaces in a numeric column, a quote inside an unquoted field) are not handled.
+
+``native`` asks whether a scan task written in Polars from end to end would pay (item 2: "Polars
+pays only if the task after the parse is Polars' too"): one block's task as a scan task does it
+(pyarrow's parse, the null-marker rule, the cache's form, the statistics and facts, the Arrow
+file), against the same block parsed by Polars on one thread, its statistics in Polars'
+expressions (missing values, bounds, mean, variance), whole numbers as ``Int32``, text as
+``Categorical`` with its counts, written with ``write_ipc``: less than the task does (no marker
+rule, no facts, no line count), so it bounds what such a task could gain. Each side in processes
+of its own (Polars' threads fixed at its import; the workers' allocator settings for daskfeed's),
+in turn A-B-A, ``--rounds`` processes of 5 runs each; the medians and their ratio.
 """
 
 from __future__ import annotations
@@ -323,10 +334,113 @@ def fuzz(seed: int, texts: int, junk: float, short: float) -> int:
     return diffs
 
 
+def _task_daskfeed(body: bytes, names: list[str], path: str, out: str) -> dict[str, float]:
+    """A scan task's work on one block (see ``native``): seconds of each phase."""
+    import pyarrow.ipc as ipc
+
+    from daskfeed.cache import compact
+    from daskfeed.reading._files import Block
+    from daskfeed.reading._tables import read_csv, with_markers
+    from daskfeed.scanning._stats import StatsAccumulator, table_facts
+
+    options, block = ReadOptions(), Block(path, 0, len(body), 0)
+    t0 = time.perf_counter()
+    table = with_markers(read_csv(body, names, block, options, None, {}, True), {}, options, block)
+    t1 = time.perf_counter()
+    coded = compact(table)
+    t2 = time.perf_counter()
+    acc = StatsAccumulator(names[-1])
+    acc.add(table, coded)
+    acc.flush()
+    table_facts(table, names[-1])
+    t3 = time.perf_counter()
+    whole = coded.unify_dictionaries().combine_chunks()
+    with pa.OSFile(out, "wb") as f, ipc.new_file(f, whole.schema) as w:
+        for batch in whole.to_batches(max_chunksize=65536):
+            w.write_batch(batch)
+    t4 = time.perf_counter()
+    return {"parse": t1 - t0, "form": t2 - t1, "statistics": t3 - t2, "file": t4 - t3}
+
+
+def _task_polars(body: bytes, names: list[str], path: str, out: str) -> dict[str, float]:
+    """The same block's task in Polars from end to end (see ``native``): seconds of each phase."""
+    import polars as pl
+
+    t0 = time.perf_counter()
+    df = pl.read_csv(body, has_header=False, new_columns=names)
+    t1 = time.perf_counter()
+    numbers = [c for c, t in df.schema.items() if t.is_numeric()]
+    texts = [c for c, t in df.schema.items() if t == pl.String]
+    stats = df.select([e for c in numbers for e in (
+        pl.col(c).null_count().alias(f"{c}:missing"), pl.col(c).min().alias(f"{c}:min"),
+        pl.col(c).max().alias(f"{c}:max"), pl.col(c).mean().alias(f"{c}:mean"),
+        pl.col(c).var().alias(f"{c}:var"))])
+    t2 = time.perf_counter()
+
+    def narrow(c: str) -> pl.Expr:
+        lo, hi = stats[f"{c}:min"][0], stats[f"{c}:max"][0]
+        fits = df.schema[c] == pl.Int64 and lo is not None and -(2**31) <= lo and hi < 2**31
+        return pl.col(c).cast(pl.Int32) if fits else pl.col(c)
+
+    coded = df.select([narrow(c) for c in numbers] + [pl.col(c).cast(pl.Categorical) for c in texts])
+    for c in texts:
+        coded[c].value_counts()
+    t3 = time.perf_counter()
+    coded.write_ipc(out, compression="uncompressed")
+    t4 = time.perf_counter()
+    return {"parse": t1 - t0, "form": t3 - t2, "statistics": t2 - t1, "file": t4 - t3}
+
+
+def native_one(side: str, path: str) -> None:
+    """(A child process of ``native``.) One side's task on the block, 5 runs: JSON of medians."""
+    import json
+    import os
+    import tempfile
+
+    if side == "daskfeed":  # as a local worker's preload sets its heap (a worker of 1.26 GB)
+        from daskfeed.cluster._heap import serve_from_heap
+
+        serve_from_heap(1_260_000_000)
+    body, names = _block(path)
+    task = _task_daskfeed if side == "daskfeed" else _task_polars
+    runs: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(5):
+            t = time.perf_counter()
+            phases = task(body, names, path, os.path.join(tmp, "block.arrow"))
+            runs.append({**phases, "task": time.perf_counter() - t})
+    print(json.dumps({k: statistics.median(r[k] for r in runs) for k in runs[0]}))
+
+
+def native(path: str, rounds: int) -> None:
+    """``native``: each side in processes of its own, in turn A-B-A; medians and the ratio."""
+    import json
+    import os
+    import subprocess
+
+    env = {"daskfeed": {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "1",
+                        "MALLOC_TRIM_THRESHOLD_": "65536"},
+           "polars": {"POLARS_MAX_THREADS": "1"}}
+    found: dict[str, list[dict[str, float]]] = {"daskfeed": [], "polars": []}
+    order = ["daskfeed", *(["polars", "daskfeed"] * rounds)]
+    for side in order:
+        out = subprocess.run([sys.executable, __file__, "native-one", side, "--file", path],
+                             env={**os.environ, **env[side]}, capture_output=True, text=True, check=True)
+        found[side].append(json.loads(out.stdout.strip().splitlines()[-1]))
+        print(side, {k: round(v, 3) for k, v in found[side][-1].items()}, flush=True)
+    med = {side: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for side, runs in found.items()}
+    for side, m in med.items():
+        print(f"{side:9s} " + "  ".join(f"{k} {v:.3f} s" for k, v in m.items()))
+    print(f"Polars task's speed / daskfeed task's: {med['daskfeed']['task'] / med['polars']['task']:.3f} "
+          f"(the parse alone {med['daskfeed']['parse'] / med['polars']['parse']:.3f})")
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Run ``speed``, ``task`` or ``fuzz``."""
+    """Run ``speed``, ``task``, ``fuzz`` or ``native``."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("what", choices=["speed", "task", "fuzz"])
+    p.add_argument("what", choices=["speed", "task", "fuzz", "native", "native-one"])
+    p.add_argument("side", nargs="?", choices=["daskfeed", "polars"])
+    p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--file", default=DEFAULT_FILE)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--texts", type=int, default=1500)
@@ -335,6 +449,12 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     if a.what == "fuzz":
         sys.exit(1 if fuzz(a.seed, a.texts, a.junk, a.short) else 0)
+    if a.what == "native-one":
+        native_one(a.side, a.file)
+        return
+    if a.what == "native":
+        native(a.file, a.rounds)
+        return
     speed(a.file, a.what == "task")
 
 
