@@ -40,6 +40,7 @@ def start_local_cluster(
     processes: bool = True,
     host: str = "127.0.0.1",
     tls: bool | None = None,
+    spawning: Callable[[], None] | None = None,
 ) -> Client:
     """Start a LocalCluster on loopback inside ``budget`` and return a Client owning it.
 
@@ -47,7 +48,8 @@ def start_local_cluster(
     ``daskfeed.local-tls``, true as shipped) the scheduler, nannies and workers speak TLS with
     credentials made here, in memory (see ``docs/security.md``, "The local cluster"): a client
     that does not hold them is refused. The dashboard (and ``/metrics``, daskfeed's page) stays
-    HTTP on loopback.
+    HTTP on loopback. ``spawning`` is called once this process's own share of the start is done
+    (:func:`_scheduler_imports`), as the workers' processes start.
     """
     from distributed import Client, LocalCluster
 
@@ -87,6 +89,9 @@ def start_local_cluster(
         _quiet.install()
     if tls:
         kwargs["security"] = local_security()
+    _scheduler_imports(bool(dashboard_address))
+    if spawning is not None:
+        spawning()
     if budget is not None:
         # workers in this process measure this process's memory, the caller's (Python, Keras,
         # a model) with theirs: the tree is this one process, so each one's limit is the whole
@@ -108,6 +113,24 @@ def start_local_cluster(
 
 
 _STARTING = threading.Lock()
+
+
+def _scheduler_imports(dashboard: bool) -> None:
+    """Import here what the scheduler imports as it starts: its dashboard's modules.
+
+    The scheduler is made in this process's event loop before a worker's process is started,
+    and its dashboard's import (bokeh's models: about a second of this interpreter) ran there
+    while another thread of this process ran Python too: keras' import, 4-5 s of the
+    interpreter's lock, which ``daskfeed train`` starts meanwhile. The two shared one core,
+    and the workers waited for both: on 2 cores the second core idled until ~5 s into
+    ``daskfeed train`` (a run whose cluster was up at ~2 s alone). Imported here first, the
+    scheduler finds them loaded and starts the workers at once; the caller's ``spawning`` runs
+    after this. A dashboard that cannot be imported is left to the scheduler, which then serves
+    without it, as it would.
+    """
+    if dashboard:
+        with contextlib.suppress(ImportError):
+            import distributed.dashboard.scheduler  # noqa: F401
 
 
 @contextlib.contextmanager
@@ -305,7 +328,8 @@ class ClusterSpec:
 
     def open(self, echo: Callable[[str], None] = print, *, trainer_reserve: int | None = None,
              worker_reserve: int = 0, nworkers: int | None = None,
-             storage_options: Mapping[str, Any] | None = None) -> tuple[Client, Budget]:
+             storage_options: Mapping[str, Any] | None = None,
+             spawning: Callable[[], None] | None = None) -> tuple[Client, Budget]:
         """A client and the budget it works in: a LocalCluster inside ``memory_limit``, or ``scheduler``.
 
         ``memory_limit`` (default 75 % of RAM) is the whole process tree's budget for a local
@@ -313,7 +337,9 @@ class ClusterSpec:
         spec's) and ``worker_reserve`` as for :meth:`Budget.split`, ``nworkers`` the caller's
         own (default: the spec's); ``storage_options``: what the work will carry to the workers
         (credentials in it are refused for a scheduler on another host over plain ``tcp://``,
-        :func:`connect`). Says what it made through ``echo``.
+        :func:`connect`). Says what it made through ``echo``. ``spawning``: called once this
+        process's share of a local cluster's start is done, as its workers start
+        (:func:`start_local_cluster`); before connecting to a ``scheduler``.
 
         Returns
         -------
@@ -331,7 +357,10 @@ class ClusterSpec:
                 max_blocksize=self.max_blocksize)
             echo(f"memory limit: {budget.describe(shown)}")
             return start_local_cluster(budget, dashboard_address=self.dashboard_address,
-                                       processes=self.processes, tls=self.local_tls), budget
+                                       processes=self.processes, tls=self.local_tls,
+                                       spawning=spawning), budget
+        if spawning is not None:
+            spawning()
         client = connect(self.scheduler, security=self.security, storage_options=storage_options)
         quiet_close(client)
         try:

@@ -170,7 +170,7 @@ def _run(data: DataSpec, label: str, validation: DataSpec | None, opts: TrainOpt
     loading = KerasLoad()
     try:
         loading.ahead(label, opts, listing, ckpt)  # (while the cluster starts)
-        client, budget, link = _connect(opts, echo)
+        client, budget, link = _connect(opts, echo, loading.allow)
         run = Run(data, label, validation, opts, echo, stop, ranks, out, store, ckpt, client,
                   budget, link, listing=listing, val_listing=val_listing)
     except BaseException:
@@ -250,12 +250,15 @@ def _elastic(ranks: Rank, output: str, store: CheckpointStore, ckpt: Checkpoint 
     return chief
 
 
-def _connect(opts: TrainOptions, echo: Echo) -> tuple[Client, Budget, str | None]:
+def _connect(opts: TrainOptions, echo: Echo,
+             spawning: Callable[[], None]) -> tuple[Client, Budget, str | None]:
     """Start or reach the cluster, install daskfeed's page and metrics, say where to watch.
 
-    Returns the client, the budget it works in and the dashboard's address.
+    ``spawning``: called as the cluster's workers start (keras' load may then begin). Returns
+    the client, the budget it works in and the dashboard's address.
     """
-    client, budget = opts.cluster.open(echo, storage_options=dict(opts.data.read.storage_options))
+    client, budget = opts.cluster.open(echo, storage_options=dict(opts.data.read.storage_options),
+                                       spawning=spawning)
     links = install(client)
     link = links.dashboard if links else getattr(client, "dashboard_link", None) or None
     if link:

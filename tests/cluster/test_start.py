@@ -51,6 +51,47 @@ def test_every_listening_socket_is_on_loopback_and_spill_is_private(tmp_path):
     assert not report["alive"], report["alive"]
 
 
+# Runs in a fresh interpreter: the dashboard's modules are not imported by another test yet.
+SPAWNING = r'''
+import json, multiprocessing, sys
+from daskfeed.cluster._budget import Budget
+from daskfeed.cluster._start import close_client, start_local_cluster
+
+seen = []
+
+def spawning():
+    seen.append({"dashboard": "distributed.dashboard.scheduler" in sys.modules,
+                 "workers": len(multiprocessing.active_children())})
+
+def main():
+    before = "distributed.dashboard.scheduler" in sys.modules
+    client = start_local_cluster(Budget.split("3GB", nworkers=2), dashboard_address="127.0.0.1:0",
+                                 spawning=spawning)
+    try:
+        ok = client.submit(sum, [1, 2]).result() == 3
+        workers = len(client.scheduler_info()["workers"])
+    finally:
+        close_client(client)
+    print(json.dumps({"before": before, "seen": seen, "ok": ok, "workers": workers}))
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_spawning_is_called_once_the_dashboard_is_imported_before_any_worker_starts(tmp_path):
+    # keras' import (daskfeed train's thread) waits for it: the scheduler's own imports no longer
+    # share the interpreter's lock with it while the workers wait for the scheduler
+    script = tmp_path / "spawning.py"
+    script.write_text(SPAWNING, encoding="utf-8")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["before"] is False  # (a fresh interpreter: imported by the start, not before it)
+    assert report["seen"] == [{"dashboard": True, "workers": 0}]
+    assert report["ok"] and report["workers"] == 2
+
+
 def test_a_taken_dashboard_port_moves_to_one_the_os_picks_without_a_warning():
     import socket
     import warnings

@@ -65,6 +65,31 @@ def test_no_load_starts_once_the_run_is_over(tmp_path):
     assert loading.thread is None
 
 
+def test_a_started_load_imports_only_once_the_clusters_start_allows_it(monkeypatch):
+    import daskfeed.training._keras_load as keras_load
+
+    calls: list[bool] = []
+    loading = KerasLoad()
+    monkeypatch.setattr(keras_load, "_import_keras", lambda: calls.append(loading._allowed))
+    loading.start()
+    assert loading.thread is not None and loading.thread.is_alive()  # (waiting for allow)
+    loading.allow()
+    loading.join()  # (allowed before: join waits for the load)
+    assert calls == [True]
+
+
+def test_a_run_that_ends_before_its_cluster_started_loads_nothing(monkeypatch):
+    import daskfeed.training._keras_load as keras_load
+
+    calls: list[bool] = []
+    monkeypatch.setattr(keras_load, "_import_keras", lambda: calls.append(True))
+    loading = KerasLoad()
+    loading.start()  # (the header named the label; then the cluster's start failed)
+    loading.join()
+    assert calls == []
+    assert loading.thread is not None and not loading.thread.is_alive()
+
+
 def test_a_resumed_run_with_its_checkpoints_label_starts_at_once():
     opts = TrainOptions.resolve(features=["a"])
     same, other = KerasLoad(), KerasLoad()
@@ -80,7 +105,7 @@ def test_a_resumed_run_with_its_checkpoints_label_starts_at_once():
 _FIRST_USE = r"""
 import importlib.util, json, sys
 from daskfeed.training._keras_load import KerasLoad
-k = KerasLoad(); k.start(); k.join()
+k = KerasLoad(); k.start(); k.allow(); k.join()
 out = {"loaded": "keras" in sys.modules,
        "put_off": [p for p in ("matplotlib", "jax") if p not in sys.modules and importlib.util.find_spec(p)]}
 from keras.src.visualization import plot_bounding_box_gallery, plot_image_gallery
