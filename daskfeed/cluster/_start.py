@@ -49,7 +49,8 @@ def start_local_cluster(
     credentials made here, in memory (see ``docs/security.md``, "The local cluster"): a client
     that does not hold them is refused. The dashboard (and ``/metrics``, daskfeed's page) stays
     HTTP on loopback. ``spawning`` is called once this process's own share of the start is done
-    (:func:`_scheduler_imports`), as the workers' processes start.
+    (its TLS credentials made, the scheduler's dashboard imported), as the workers' processes
+    start.
     """
     from distributed import Client, LocalCluster
 
